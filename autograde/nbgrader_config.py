@@ -1,0 +1,50 @@
+"""nbgrader configuration for the course (nbgrader reads it from this folder).
+
+Run nbgrader from here (`cd autograde && nbgrader ...`), or use the course's tools, which do.
+Paths: solutions/ is the nbgrader *source*, notebooks/ the *release*; student submissions,
+autograded copies, feedback and the gradebook live under autograde/class/ (not committed).
+"""
+
+from pathlib import Path
+
+from transformer_course.grading.feedback import HideHiddenTests
+
+c = get_config()  # noqa: F821  (injected by traitlets)
+
+course = Path(__file__).resolve().parent.parent
+classroom = course / "autograde" / "class"
+
+c.CourseDirectory.course_id = "transformers-from-scratch"
+c.CourseDirectory.root = str(course)
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+c.CourseDirectory.submitted_directory = str(classroom / "submitted")
+c.CourseDirectory.autograded_directory = str(classroom / "autograded")
+c.CourseDirectory.feedback_directory = str(classroom / "feedback")
+c.CourseDirectory.db_url = f"sqlite:///{classroom / 'gradebook.db'}"
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.py"]
+
+# What students see where they write code.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Autograding: a cell that runs away is stopped, the rest of the notebook still runs.
+c.Execute.timeout = 120
+c.Execute.allow_errors = True
+c.Execute.interrupt_on_timeout = True
+c.Execute.execute_retries = 0
+
+# A library warning printed on stderr would otherwise zero a passing grade cell.
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = r"\w*Warning\b"
+
+# Short tracebacks and bounded output in autograded copies and feedback.
+c.LimitOutput.max_lines = 200
+c.LimitOutput.max_traceback = 12
+
+# Feedback never shows hidden test source (nor its tracebacks, which would quote it).
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    HideHiddenTests,
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

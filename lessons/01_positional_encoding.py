@@ -1,0 +1,239 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# <!-- colab-badge -->
+#
+# # Stage 1 — Positional encoding
+#
+# *Transformers from Scratch*: you will build the Transformer of Vaswani et al.,
+# ["Attention Is All You Need"](https://arxiv.org/abs/1706.03762) (2017), one stage at a time,
+# and train it to translate German into English.
+#
+# | stage | notebook |
+# |---|---|
+# | **1** | **positional encoding** (this one) |
+# | 2 | scaled dot-product and multi-head attention, masks |
+# | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
+# | 4 | the full encoder–decoder |
+# | 5 | training on Multi30k German→English |
+# | 6 | greedy decoding, BLEU, attention heatmaps |
+#
+# ## Learning outcomes
+# After this notebook you can
+# 1. explain why a model built from attention needs to be *told* where each token sits;
+# 2. write down the sinusoidal encoding and say what `pos`, `i` and `d_model` mean in it;
+# 3. implement `PositionalEncoding` as a PyTorch module with a buffer and dropout;
+# 4. read its heatmap, and say where the embeddings are scaled by $\sqrt{d_{model}}$ and why.
+#
+# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
+# every other cell is given and correct. After each exercise a few *check cells* test one property
+# each and print `✔` or a message that says what was expected, what came out and the likely cause.
+# Those same cells grade your work, so all green here means full marks for the visible checks
+# (the grader also runs a few hidden ones with other sizes).
+
+# %% readonly="setup"
+#| setup
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+from transformer_course.checks import positional_encoding as check
+from transformer_course.visualisation import positional as figures
+
+# %% [markdown]
+# ## 1. Why attention needs positions
+#
+# Attention (stage 2) compares every token with every other token through dot products. Nothing
+# in that computation depends on the *order* of the tokens: shuffle the words of a sentence and
+# each word gets exactly the same attention result, only shuffled. "Dog bites man" and "man bites
+# dog" would look identical. An RNN knows order because it reads one token after another; a
+# Transformer reads all tokens at once, so order must be written into the input.
+#
+# The paper adds a **positional encoding** to each token embedding: a vector of the same width
+# $d_{model}$ that depends only on the position. The model then sees
+# `embedding(token) + PE[position]`.
+#
+# The cell below shows the problem. A toy "attention" (each row of `x` averaged with weights from
+# dot products) gives the same output rows, just reordered, when the input rows are reordered.
+
+# %%
+torch.manual_seed(0)
+x = torch.randn(4, 8)  # 4 tokens, 8 features each
+
+
+def toy_attention(x: torch.Tensor) -> torch.Tensor:
+    weights = torch.softmax(x @ x.T, dim=-1)  # (tokens, tokens)
+    return weights @ x  # (tokens, features)
+
+
+order = torch.tensor([2, 0, 3, 1])
+same = torch.allclose(toy_attention(x)[order], toy_attention(x[order]), atol=1e-6)
+print("shuffling the input only shuffles the output:", same)
+
+# %% [markdown]
+# ## 2. The sinusoidal encoding
+#
+# For position $pos$ (0 for the first token) and dimension index $i$ (pairs of columns,
+# $0 \le i < d_{model}/2$):
+#
+# $$PE_{(pos,\,2i)} = \sin\!\left(\frac{pos}{10000^{2i/d_{model}}}\right) \qquad
+#   PE_{(pos,\,2i+1)} = \cos\!\left(\frac{pos}{10000^{2i/d_{model}}}\right)$$
+#
+# - $pos$ — the token's position in the sequence, $0, 1, 2, \dots$
+# - $2i$ and $2i+1$ — an even column and the odd column right after it; the pair shares one
+#   frequency, sine in the even column, cosine in the odd one;
+# - $d_{model}$ — the embedding width (512 in the paper);
+# - $10000^{2i/d_{model}}$ — the wavelength factor: column pair 0 completes a cycle every
+#   $2\pi \approx 6.3$ positions, the last pair only every $\approx 2\pi \cdot 10000$ positions.
+#
+# Why this choice? Every position gets a unique pattern; the values stay in $[-1, 1]$ whatever the
+# length; and for a fixed offset $k$, $PE_{pos+k}$ is a rotation of $PE_{pos}$ pair by pair
+# (the angle-addition formulas), so "k tokens to the left" looks the same everywhere in the
+# sentence, which attention can learn to pick out.
+#
+# **Computing it.** Build a column of positions `(max_seq_length, 1)` and a row of inverse
+# wavelengths `(d_model/2,)`; their product broadcasts to the angle table `(max_seq_length, d_model/2)`.
+# A numerically pleasant way to get $1/10000^{2i/d_{model}}$ is
+# $\exp\left(-2i \cdot \ln(10000) / d_{model}\right)$, with `torch.arange(0, d_model, 2)` giving
+# the values $2i$ directly.
+#
+# ### Pitfalls we see every year
+# - sine and cosine swapped (sine belongs in the **even** columns);
+# - using $i$ instead of $2i$ in the exponent — or, with `arange(0, d_model, 2)`, multiplying by 2
+#   a second time;
+# - writing the cosine into column 1 only (`pe[:, 1]`) instead of every odd column (`pe[:, 1::2]`);
+# - forgetting dropout: the paper applies dropout to the *sum* of embeddings and encodings;
+# - storing `pe` as an `nn.Parameter`: it is fixed, not learned, so it is a *buffer* — it moves
+#   with `.to(device)` and is saved in the `state_dict`, but the optimiser never touches it.
+
+# %% [markdown]
+# ## 3. Exercise: `PositionalEncoding`
+#
+# Complete the two marked parts:
+# 1. in `__init__`, compute the table `pe` of shape `(max_seq_length, d_model)`;
+#    the given line after it adds the batch axis and registers the buffer;
+# 2. in `forward`, add the first `seq_len` rows of the table to `x`
+#    (`x` has shape `(batch, seq_len, d_model)`); the given `return` applies dropout.
+
+# %% solution="positional_encoding"
+#| include transformer_course.reference.positional_encoding:PositionalEncoding
+
+# %% [markdown]
+# ### Check your work
+# Each cell checks one property. Read the message of the first failing one: fix that, rerun the
+# exercise cell, then rerun the checks.
+
+# %% tests="pe_buffer_shape" points=1
+assert check.buffer_shape(PositionalEncoding)
+
+# %% tests="pe_table_values" points=2
+assert check.table_values(PositionalEncoding)
+
+# %% tests="pe_table_values_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.table_values(PositionalEncoding, d_model=34, max_seq_length=23)
+assert check.buffer_shape(PositionalEncoding, d_model=6, max_seq_length=5)
+### END HIDDEN TESTS
+
+# %% tests="pe_forward" points=2
+assert check.forward_adds_encoding(PositionalEncoding)
+
+# %% tests="pe_forward_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.forward_adds_encoding(PositionalEncoding, d_model=12, max_seq_length=9, seq_len=9)
+### END HIDDEN TESTS
+
+# %% tests="pe_dropout" points=1
+assert check.dropout_behaviour(PositionalEncoding)
+
+# %% [markdown]
+# ## 4. Looking at the encoding
+#
+# **The table as a heatmap.** Rows are positions, columns are dimensions. On the left the columns
+# flip sign every few positions; towards the right they change so slowly that over 100 positions
+# they look constant. Read a row from left to right and you read a position's "fingerprint".
+
+# %%
+with skip_until_implemented("PositionalEncoding"):
+    encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
+    figures.plot_encoding_heatmap(encoding.pe)
+    plt.show()
+
+# %% [markdown]
+# **A few columns as curves.** Each column is one sinusoid; each pair (sin, cos) shares a
+# wavelength, and the wavelength grows geometrically with $i$.
+
+# %%
+with skip_until_implemented("PositionalEncoding"):
+    encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
+    figures.plot_encoding_curves(encoding.pe, dims=(0, 1, 8, 9, 20, 21))
+    plt.show()
+
+# %% [markdown]
+# **Which positions look alike?** The dot product $PE_p \cdot PE_q$ is largest when $p = q$ and
+# falls off as $|p - q|$ grows, and it depends only on the offset $p - q$ (the bands are parallel
+# to the diagonal). That is the property that lets attention reason about relative positions.
+
+# %%
+with skip_until_implemented("PositionalEncoding"):
+    encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
+    figures.plot_position_similarity(encoding.pe)
+    plt.show()
+    table = encoding.pe[0]
+    print("PE[10]·PE[13] =", round(float(table[10] @ table[13]), 4),
+          "  PE[40]·PE[43] =", round(float(table[40] @ table[43]), 4), "(same offset, same value)")
+
+# %% [markdown]
+# ## 5. Where the embeddings are scaled by $\sqrt{d_{model}}$
+#
+# Section 3.4 of the paper: "In the embedding layers, we multiply those weights by
+# $\sqrt{d_{model}}$." The scaling happens **before** the positional encoding is added, in the
+# Encoder and Decoder of stage 4:
+#
+# ```python
+# x = self.embedding(tokens) * math.sqrt(self.d_model)   # (batch, seq_len, d_model)
+# x = self.positional_encoding(x)                        # adds PE, then dropout
+# ```
+#
+# Why? Embedding weights are initialised small (with Xavier initialisation each entry is about
+# $\pm\sqrt{6/(\text{vocab} + d_{model})}$), while every PE entry has magnitude up to 1. Without
+# the factor, the position signal would drown the word signal. The cell below compares their
+# sizes for a Xavier-initialised embedding. `PositionalEncoding` itself does **not** scale: keep
+# the two jobs separate. (The seed practical this course grew from forgot the scaling
+# altogether, and its positional encoding silently ignored its `dropout` argument — two bugs you
+# now know to avoid.)
+
+# %%
+d_model, vocab_size = 64, 8000
+embedding = nn.Embedding(vocab_size, d_model)
+nn.init.xavier_uniform_(embedding.weight)
+tokens = torch.randint(vocab_size, (1, 20))
+word = embedding(tokens)  # (1, 20, d_model)
+with skip_until_implemented("PositionalEncoding"):
+    position_signal = PositionalEncoding(d_model, 20, 0.0).pe
+    print(f"typical |PE entry|                : {position_signal.abs().mean():.3f}")
+print(f"typical |embedding entry|         : {word.abs().mean():.3f}")
+print(f"after scaling by sqrt(d_model)={math.sqrt(d_model):.0f} : {(word * math.sqrt(d_model)).abs().mean():.3f}")
+
+# %% [markdown]
+# ## Summary
+# - Attention ignores order, so each position gets a fixed sinusoidal vector added to its embedding.
+# - Even columns hold $\sin(pos/10000^{2i/d_{model}})$, odd columns the cosine of the same angle.
+# - `pe` is a buffer of shape `(1, max_seq_length, d_model)`; `forward` adds `pe[:, :seq_len]` and
+#   applies dropout to the sum.
+# - Embeddings are multiplied by $\sqrt{d_{model}}$ before the encoding is added (stage 4).
+#
+# The last cell lists every check you ran in this notebook.
+
+# %%
+check.summary()

@@ -1,0 +1,248 @@
+"""The machinery every check shares: failure messages, tensor comparison with diagnosis,
+the built-in-attention guard and the pass/fail record behind the self-check summary."""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import sys
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+
+CheckFunction = TypeVar("CheckFunction", bound=Callable[..., Any])
+
+
+class CheckFailed(AssertionError):
+    """A graded property does not hold; the message is written for the student."""
+
+
+@dataclass
+class Result:
+    title: str
+    passed: bool
+    message: str = ""
+
+
+_RESULTS: dict[str, Result] = {}
+
+
+def results() -> dict[str, Result]:
+    """Latest outcome of every check run in this kernel, keyed by check name."""
+    return dict(_RESULTS)
+
+
+def summary() -> None:
+    """Print one line per check run so far in this kernel, then the count that pass."""
+    if not _RESULTS:
+        print("No checks have run yet: run the graded cells above first.")
+        return
+    passed = sum(result.passed for result in _RESULTS.values())
+    for name, result in _RESULTS.items():
+        mark = "✔" if result.passed else "✘"
+        first_line = result.message.splitlines()[0] if result.message else ""
+        print(f"{mark} {result.title}" + ("" if result.passed else f"  — {first_line}"))
+    print(f"\n{passed} of {len(_RESULTS)} checks pass.")
+
+
+def fail(problem: str, *, expected: Any, got: Any, cause: str) -> None:
+    """Raise CheckFailed in the course's one message layout."""
+    raise CheckFailed(f"{problem}\n  expected: {expected}\n  got:      {got}\n  likely cause: {cause}")
+
+
+def _student_frame(tb: Any) -> str:
+    """Describe the innermost traceback frame that is neither torch nor this package."""
+    described = ""
+    for frame, lineno in traceback.walk_tb(tb):
+        filename = frame.f_code.co_filename
+        if filename.startswith((_PACKAGE_DIR, _TORCH_DIR)) or "/lib/python" in filename:
+            continue
+        line = linecache.getline(filename, lineno, frame.f_globals).strip()
+        described = f"\n  in `{frame.f_code.co_name}`, line {lineno}: {line}" if line else ""
+    return described
+
+
+def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
+    """Turn a function that raises CheckFailed into a graded check with a pass line."""
+
+    def decorate(function: CheckFunction) -> CheckFunction:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> bool:
+            __tracebackhide__ = True  # IPython and pytest hide this frame
+            name = function.__name__
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # a warning on stderr would zero the grade cell
+                    function(*args, **kwargs)
+            except CheckFailed as error:
+                message = str(error)
+            except NotImplementedError:
+                message = (
+                    "not implemented yet: a function or method this check calls still raises "
+                    "NotImplementedError.\n  likely cause: replace `raise NotImplementedError()` "
+                    "with your code and run that cell again."
+                )
+            except Exception as error:  # the student's code crashed inside the check
+                message = (
+                    f"your code raised {type(error).__name__}: {error}"
+                    f"{_student_frame(sys.exc_info()[2])}\n"
+                    "  likely cause: a shape or argument mismatch; compare the shapes in the docstring "
+                    "with what your code produces."
+                )
+            else:
+                _RESULTS[name] = Result(title, True)
+                print(f"✔ {title}")
+                return True
+            _RESULTS[name] = Result(title, False, message)
+            raise CheckFailed(f"✘ {title}: {message}") from None
+
+        return run  # type: ignore[return-value]
+
+    return decorate
+
+
+# --- tensors ------------------------------------------------------------------------------------
+
+
+def generator(seed: int = 0) -> torch.Generator:
+    """A private random stream, so expected values never depend on other random draws."""
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=generator(seed), dtype=dtype)
+
+
+def describe(tensor: Any) -> str:
+    if isinstance(tensor, torch.Tensor):
+        return f"tensor of shape {tuple(tensor.shape)}, dtype {tensor.dtype}"
+    return f"{type(tensor).__name__} {tensor!r}"[:200]
+
+
+def expect_tensor(name: str, got: Any, cause: str) -> torch.Tensor:
+    if not isinstance(got, torch.Tensor):
+        fail(f"{name} is not a tensor.", expected="a torch.Tensor", got=describe(got), cause=cause)
+    return got
+
+
+def expect_shape(name: str, got: Any, shape: tuple[int, ...], cause: str) -> torch.Tensor:
+    tensor = expect_tensor(name, got, cause)
+    if tuple(tensor.shape) != tuple(shape):
+        fail(f"{name} has the wrong shape.", expected=tuple(shape), got=tuple(tensor.shape), cause=cause)
+    return tensor
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+    if a.shape != b.shape:
+        return False
+    a64, b64 = a.detach().to(torch.float64).cpu(), b.detach().to(torch.float64).cpu()
+    return bool(torch.isfinite(a64).all()) and bool(((a64 - b64).abs() <= atol + rtol * b64.abs()).all())
+
+
+def expect_close(
+    name: str,
+    got: Any,
+    expected: torch.Tensor,
+    *,
+    cause: str,
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    suspects: Mapping[str, Callable[[], torch.Tensor]] | None = None,
+) -> None:
+    """Compare got with expected; on mismatch name the first suspect mistake that reproduces got."""
+    got = expect_shape(name, got, tuple(expected.shape), cause)
+    if _close(got, expected, atol, rtol):
+        return
+    for suspected_cause, make_wrong in (suspects or {}).items():
+        try:
+            wrong = make_wrong()
+        except Exception:  # a suspect that cannot be built here is simply not the answer
+            continue
+        if _close(got, wrong, max(atol, 1e-5), max(rtol, 1e-4)):
+            cause = suspected_cause
+            break
+    got64, expected64 = got.detach().to(torch.float64).cpu(), expected.detach().to(torch.float64).cpu()
+    difference = (got64 - expected64).abs()
+    if not torch.isfinite(got64).all():
+        where = tuple(int(i) for i in (~torch.isfinite(got64)).nonzero()[0])
+        detail = f"NaN or inf at index {where}"
+    else:
+        where = tuple(int(i) for i in (difference == difference.max()).nonzero()[0])
+        detail = (
+            f"largest difference {difference.max().item():.3g} at index {where}: "
+            f"{got64[where].item():.6g} instead of {expected64[where].item():.6g}"
+        )
+    fail(f"{name} has the wrong values.", expected="the reference values (same inputs)", got=detail, cause=cause)
+
+
+def copy_weights(source: nn.Module, target: nn.Module, what: str) -> None:
+    """Load source's parameters into target, explaining a layout mismatch in course terms."""
+    source_keys, target_keys = set(source.state_dict()), set(target.state_dict())
+    if source_keys != target_keys:
+        missing = sorted(source_keys - target_keys)[:4]
+        extra = sorted(target_keys - source_keys)[:4]
+        fail(
+            f"{what} has a different parameter layout from the given constructor.",
+            expected=f"parameters such as {missing or sorted(source_keys)[:4]}",
+            got=f"unexpected {extra}" if extra else f"missing {missing}",
+            cause="keep the given `__init__` unchanged: tests copy weights by these names.",
+        )
+    target.load_state_dict(source.state_dict())
+
+
+# --- the built-in attention guard -----------------------------------------------------------------
+
+_BUILTIN_FUNCTIONS = {
+    F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
+    F.multi_head_attention_forward: "torch.nn.functional.multi_head_attention_forward",
+}
+_BUILTIN_MODULES = (
+    nn.MultiheadAttention,
+    nn.Transformer,
+    nn.TransformerEncoder,
+    nn.TransformerDecoder,
+    nn.TransformerEncoderLayer,
+    nn.TransformerDecoderLayer,
+)
+
+
+class _RejectBuiltins(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        if func in _BUILTIN_FUNCTIONS:
+            fail(
+                "your code calls PyTorch's built-in attention.",
+                expected="attention written with matrix products and softmax",
+                got=f"a call to {_BUILTIN_FUNCTIONS[func]}",
+                cause="this course asks you to build attention yourself; the built-in is only the yardstick.",
+            )
+        return func(*args, **(kwargs or {}))
+
+
+def reject_builtin_modules(module: nn.Module, what: str) -> None:
+    for name, child in module.named_modules():
+        if isinstance(child, _BUILTIN_MODULES):
+            fail(
+                f"{what} contains PyTorch's built-in {type(child).__name__}.",
+                expected="only the course's own modules",
+                got=f"`{name or 'self'}` is a torch.nn.{type(child).__name__}",
+                cause="this course asks you to build the Transformer yourself; the built-in is only the yardstick.",
+            )
+
+
+@contextmanager
+def student_code() -> Iterator[None]:
+    """Run the student's code with PyTorch's built-in attention functions rejected."""
+    with _RejectBuiltins():
+        yield

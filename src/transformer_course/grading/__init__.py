@@ -1,0 +1,1 @@
+"""Grading layer: nbgrader plug-ins and instructor tools (top of the package)."""

@@ -1,0 +1,82 @@
+"""Stage 3: position-wise feed-forward network, encoder block and decoder block (post-LN)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from transformer_course.reference.attention import MultiHeadAttention
+
+
+class PositionWiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to every position alone.
+
+    x: (batch, seq_len, d_model) -> (batch, seq_len, d_model), hidden width d_ff.
+    """
+
+    def __init__(self, d_model: int, d_ff: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        return self.fc2(self.relu(self.fc1(x)))  # (batch, seq_len, d_ff) inside
+        ### END SOLUTION
+
+
+class EncoderBlock(nn.Module):
+    """Self-attention then feed-forward, each wrapped as LayerNorm(x + Dropout(sublayer(x))).
+
+    forward(x, mask): x (batch, src_len, d_model), mask broadcastable to
+    (batch, num_heads, src_len, src_len) -> (batch, src_len, d_model).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.feed_forward = PositionWiseFeedForward(d_model, d_ff)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
+        x = self.norm2(x + self.dropout(self.feed_forward(x)))
+        ### END SOLUTION
+        return x
+
+
+class DecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output, feed-forward; post-LN.
+
+    forward(x, enc_out, enc_mask, dec_mask): x (batch, tgt_len, d_model), enc_out
+    (batch, src_len, d_model), enc_mask broadcastable to (batch, heads, tgt_len, src_len),
+    dec_mask broadcastable to (batch, heads, tgt_len, tgt_len) -> (batch, tgt_len, d_model).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads)
+        self.feed_forward = PositionWiseFeedForward(d_model, d_ff)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        enc_out: torch.Tensor,
+        enc_mask: torch.Tensor | None,
+        dec_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, dec_mask)))
+        x = self.norm2(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))
+        x = self.norm3(x + self.dropout(self.feed_forward(x)))
+        ### END SOLUTION
+        return x

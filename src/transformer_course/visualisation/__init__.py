@@ -1,0 +1,1 @@
+"""Figures for the notebooks: matplotlib for static plots, plotly for interactive ones."""

@@ -154,16 +154,16 @@ def build_solution(root: Path, assignment: str) -> nbformat.NotebookNode:
     return notebook
 
 
-def write_solutions(root: Path, destination: Path) -> None:
-    for assignment in assignments(root):
+def write_solutions(root: Path, destination: Path, only: list[str] | None = None) -> None:
+    for assignment in only or assignments(root):
         folder = destination / assignment
         folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(build_solution(root, assignment), folder / f"{assignment}.ipynb")
 
 
-def generate_release(root: Path, source: Path, release: Path) -> None:
+def generate_release(root: Path, source: Path, release: Path, only: list[str] | None = None) -> None:
     """Run real `nbgrader generate_assignment` for every assignment, source -> release."""
-    for assignment in assignments(root):
+    for assignment in only or assignments(root):
         run_nbgrader(
             root,
             ["generate_assignment", assignment, "--no-db", "--force",
@@ -183,9 +183,13 @@ def run_nbgrader(root: Path, arguments: list[str], **kwargs: object) -> subproce
     return result
 
 
-def build(root: Path) -> None:
-    write_solutions(root, root / "solutions")
-    generate_release(root, root / "solutions", root / "notebooks")
+def build(root: Path, only: list[str] | None = None) -> None:
+    """Rebuild solutions/ and notebooks/ (all assignments, or just those named)."""
+    for assignment in only or assignments(root):
+        for folder in ("solutions", "notebooks"):
+            shutil.rmtree(root / folder / assignment, ignore_errors=True)
+    write_solutions(root, root / "solutions", only)
+    generate_release(root, root / "solutions", root / "notebooks", only)
 
 
 def differences(expected: Path, actual: Path) -> list[str]:
@@ -215,14 +219,12 @@ def check(root: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["build", "check"])
+    parser.add_argument("--only", nargs="*", help="build just these assignments, e.g. 02_attention")
     arguments = parser.parse_args(argv)
     root = repository_root()
     if arguments.command == "build":
-        for folder in ("solutions", "notebooks"):
-            for assignment_folder in (root / folder).glob("[0-9][0-9]_*"):
-                shutil.rmtree(assignment_folder)
-        build(root)
-        print(f"built {len(assignments(root))} assignments into solutions/ and notebooks/")
+        build(root, arguments.only)
+        print(f"built {', '.join(arguments.only or assignments(root))} into solutions/ and notebooks/")
         return 0
     stale = check(root)
     for name in stale:

@@ -30,7 +30,6 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # Autograding: a cell that runs away is stopped, the rest of the notebook still runs.
 c.Execute.timeout = 120
-c.Execute.allow_errors = True
 c.Execute.interrupt_on_timeout = True
 c.Execute.execute_retries = 0
 

@@ -50,7 +50,7 @@ def summary() -> None:
         print("No checks have run yet: run the graded cells above first.")
         return
     passed = sum(result.passed for result in _RESULTS.values())
-    for name, result in _RESULTS.items():
+    for result in _RESULTS.values():
         mark = "✔" if result.passed else "✘"
         first_line = result.message.splitlines()[0] if result.message else ""
         print(f"{mark} {result.title}" + ("" if result.passed else f"  — {first_line}"))

@@ -1,0 +1,35 @@
+# Two commands on a fresh machine (see README):
+#   make demo   set up .venv, build the student notebooks, autograde the built-in example class
+#   make test   set up .venv and run the test suite (what CI runs)
+PYTHON ?= python3
+VENV ?= .venv
+# CI and this Makefile pin the CPU torch wheel that CI machines carry; the package itself only
+# asks for a lower bound (torch>=2.3) so Colab's newer torch is never downgraded.
+# Use another build with e.g. `make demo TORCH_SPEC=torch`.
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test notebooks check-notebooks clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[grading,dev]"
+	touch $@
+
+demo: setup
+	$(BIN)/python -m transformer_course.grading.demo
+
+test: setup
+	$(BIN)/python -m pytest
+
+notebooks: setup
+	$(BIN)/python -m transformer_course.authoring build
+
+check-notebooks: setup
+	$(BIN)/python -m transformer_course.authoring check
+
+clean:
+	rm -rf autograde/demo autograde/class .pytest_cache

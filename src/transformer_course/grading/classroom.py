@@ -1,0 +1,115 @@
+"""A class on disk and the real nbgrader commands that grade it.
+
+    folder/submitted/<student>/<assignment>/<assignment>.ipynb   what students handed in
+    folder/autograded/..., folder/feedback/...                    what nbgrader writes
+    folder/gradebook.db                                            the sqlite gradebook
+    folder/scores.csv                                              per-cell and total scores
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbgrader.api import Gradebook
+
+from transformer_course.authoring import assignments, run_nbgrader
+
+# nbgrader's Gradebook runs the `alembic` command of the environment it is installed in.
+_BIN = str(Path(sys.executable).parent)
+if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
+    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+
+
+@dataclass
+class Classroom:
+    root: Path  # the course repository (solutions/ is the nbgrader source)
+    folder: Path  # where this class's submissions, gradebook and feedback live
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.folder / 'gradebook.db'}"
+
+    def flags(self) -> list[str]:
+        return [
+            f"--CourseDirectory.db_url={self.db_url}",
+            f"--CourseDirectory.release_directory={self.folder / 'release'}",
+            f"--CourseDirectory.submitted_directory={self.folder / 'submitted'}",
+            f"--CourseDirectory.autograded_directory={self.folder / 'autograded'}",
+            f"--CourseDirectory.feedback_directory={self.folder / 'feedback'}",
+        ]
+
+    def nbgrader(self, *arguments: str) -> None:
+        run_nbgrader(self.root, [*arguments, *self.flags()])
+
+    def prepare(self, assignment_ids: list[str] | None = None) -> list[str]:
+        """Register the assignments and their grade cells in the gradebook (real generate_assignment)."""
+        assignment_ids = assignment_ids or assignments(self.root)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with Gradebook(self.db_url) as gradebook:
+            for assignment in assignment_ids:
+                gradebook.update_or_create_assignment(assignment)
+        pattern = assignment_ids[0] if len(assignment_ids) == 1 else "*"
+        self.nbgrader("generate_assignment", pattern, "--force")
+        return assignment_ids
+
+    def submit(self, student: str, assignment: str, notebook: nbformat.NotebookNode) -> Path:
+        path = self.folder / "submitted" / student / assignment / f"{assignment}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, path)
+        return path
+
+    def autograde(self, assignment: str = "*", student: str = "*") -> None:
+        self.nbgrader("autograde", assignment, f"--student={student}", "--force")
+
+    def feedback(self, assignment: str = "*", student: str = "*") -> None:
+        self.nbgrader("generate_feedback", assignment, f"--student={student}", "--force")
+
+    def scores(self) -> list[dict[str, object]]:
+        """One row per (student, assignment): every grade cell's score, the total and the maximum."""
+        rows = []
+        with Gradebook(self.db_url) as gradebook:
+            for assignment in gradebook.assignments:
+                for submission in assignment.submissions:
+                    row: dict[str, object] = {"student": submission.student_id, "assignment": assignment.name}
+                    for notebook in submission.notebooks:
+                        for grade in notebook.grades:
+                            row[grade.name] = grade.score
+                    row["total"], row["max"] = submission.score, submission.max_score
+                    rows.append(row)
+        return sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"])))
+
+    def write_csv(self, path: Path | None = None) -> Path:
+        rows = self.scores()
+        path = path or self.folder / "scores.csv"
+        columns = ["student", "assignment"]
+        columns += sorted({key for row in rows for key in row} - {"student", "assignment", "total", "max"})
+        columns += ["total", "max"]
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        return path
+
+    def reset(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def score_table(rows: list[dict[str, object]]) -> str:
+    """Students down, assignments across, 'score/max' in each cell."""
+    students = sorted({str(row["student"]) for row in rows})
+    assignment_ids = sorted({str(row["assignment"]) for row in rows})
+    cell = {(row["student"], row["assignment"]): f"{row['total']:g}/{row['max']:g}" for row in rows}
+    width = max([len(a) for a in assignment_ids] + [9])
+    lines = ["student".ljust(10) + "".join(a.ljust(width + 2) for a in assignment_ids) + "total"]
+    for student in students:
+        total = sum(float(row["total"]) for row in rows if row["student"] == student)
+        maximum = sum(float(row["max"]) for row in rows if row["student"] == student)
+        line = student.ljust(10) + "".join(cell.get((student, a), "-").ljust(width + 2) for a in assignment_ids)
+        lines.append(line + f"{total:g}/{maximum:g}")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""Real nbgrader, end to end: generate, submit (solutions, blank notebooks, one known bug per
+stage), autograde, feedback. Full marks, zero and partial credit; no hidden source in feedback."""
+
+import re
+
+import nbformat
+import pytest
+
+from conftest import ASSIGNMENTS, ROOT, read, solution_path
+from transformer_course.grading.classroom import Classroom
+from transformer_course.grading.examples import KNOWN_BUGS, student_submissions
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    classroom = Classroom(ROOT, tmp_path_factory.mktemp("class"))
+    classroom.prepare(ASSIGNMENTS)
+    for student, notebooks in student_submissions(ROOT, ASSIGNMENTS).items():
+        for assignment, notebook in notebooks.items():
+            classroom.submit(student, assignment, notebook)
+    classroom.autograde()
+    classroom.feedback()
+    return classroom, {(row["student"], row["assignment"]): row for row in classroom.scores()}
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_reference_solution_gets_full_marks(graded, assignment):
+    _, rows = graded
+    row = rows["ada", assignment]
+    assert row["max"] > 0 and row["total"] == row["max"], row
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_blank_notebook_gets_zero(graded, assignment):
+    _, rows = graded
+    assert rows["blake", assignment]["total"] == 0, rows["blake", assignment]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_one_bug_gets_partial_credit_and_a_hint_naming_it(graded, assignment):
+    classroom, rows = graded
+    row = rows["chen", assignment]
+    assert 0 < row["total"] < row["max"], row
+    autograded = nbformat.read(
+        classroom.folder / "autograded" / "chen" / assignment / f"{assignment}.ipynb", as_version=4)
+    errors = [output.evalue for cell in autograded.cells for output in cell.get("outputs", [])
+              if output.output_type == "error"]
+    assert errors and all("likely cause" in error for error in errors), errors
+    assert KNOWN_BUGS[assignment].description
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_feedback_shows_no_hidden_test_source(graded, assignment):
+    classroom, _ = graded
+    hidden_lines = [line.strip() for cell in read(solution_path(assignment)).cells
+                    for line in re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", cell.source, re.S)
+                    for line in line.splitlines() if line.strip()]
+    assert hidden_lines
+    for student in ("ada", "blake", "chen"):
+        html = (classroom.folder / "feedback" / student / assignment / f"{assignment}.html").read_text()
+        import html as html_module
+        text = html_module.unescape(re.sub(r"<[^>]+>", "", html))
+        for line in hidden_lines:
+            assert line not in text, f"hidden test source leaked into {student}'s feedback: {line}"
+
+
+def test_scores_csv_has_a_row_per_submission(graded):
+    classroom, rows = graded
+    lines = classroom.write_csv().read_text().strip().splitlines()
+    assert len(lines) == 1 + len(rows) == 1 + 3 * len(ASSIGNMENTS)
+    assert lines[0].startswith("student,assignment,") and lines[0].endswith(",total,max")

@@ -1,0 +1,76 @@
+"""Lint of every grade cell, so nbgrader's traps can't bite (bare expressions, missing points...)."""
+
+import ast
+
+import pytest
+
+from conftest import ASSIGNMENTS, read, solution_path, student_path
+
+
+def grade_cells(notebook):
+    return [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_grade_cell_has_points_and_schema_v3(assignment):
+    for cell in grade_cells(read(solution_path(assignment))):
+        metadata = cell.metadata["nbgrader"]
+        assert metadata["schema_version"] == 3, cell.id
+        assert metadata["points"] > 0, f"{cell.id} has no points"
+        assert metadata["locked"] and not metadata["solution"], cell.id
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_no_grade_cell_ends_in_a_bare_expression(assignment):
+    """nbgrader scores a final bare value (False gives full marks): every cell ends in a statement."""
+    for cell in grade_cells(read(solution_path(assignment))):
+        body = ast.parse(cell.source).body
+        assert body, f"{cell.id} is empty"
+        assert not isinstance(body[-1], ast.Expr), f"{cell.id} ends in a bare expression"
+        assert all(isinstance(node, ast.Assert) for node in body), f"{cell.id}: grade cells hold only asserts"
+
+
+def test_grade_ids_are_unique_across_the_course():
+    ids = [cell.metadata["nbgrader"]["grade_id"] for assignment in ASSIGNMENTS
+           for cell in read(solution_path(assignment)).cells if "nbgrader" in cell.metadata]
+    duplicates = {grade_id for grade_id in ids if ids.count(grade_id) > 1}
+    assert not duplicates
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_hidden_tests_sit_in_cells_of_their_own(assignment):
+    hidden = 0
+    for cell in grade_cells(read(solution_path(assignment))):
+        if "### BEGIN HIDDEN TESTS" not in cell.source:
+            continue
+        hidden += 1
+        lines = cell.source.strip().splitlines()
+        assert lines[0] == "### BEGIN HIDDEN TESTS" and lines[-1] == "### END HIDDEN TESTS", cell.id
+    assert hidden, f"{assignment} has no hidden tests"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_student_notebook_has_stubs_not_solutions(assignment):
+    student = read(student_path(assignment))
+    text = "\n".join(cell.source for cell in student.cells)
+    assert "### BEGIN SOLUTION" not in text and "### BEGIN HIDDEN TESTS" not in text
+    stubs = [cell for cell in student.cells if cell.metadata.get("nbgrader", {}).get("solution")]
+    assert stubs and all("raise NotImplementedError()" in cell.source for cell in stubs)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_student_notebook_starts_with_badge_and_setup(assignment):
+    cells = read(student_path(assignment)).cells
+    assert "colab.research.google.com" in cells[0].source and f"notebooks/{assignment}/" in cells[0].source
+    setup = cells[1]
+    assert setup.metadata["nbgrader"]["locked"] and "pick_device" in setup.source
+    assert "find_spec(\"transformer_course\") is None" in setup.source
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_code_cells_are_short(assignment):
+    """House style: cells under ~25 lines (spliced reference classes are the exercise itself)."""
+    for cell in read(solution_path(assignment)).cells:
+        nbgrader = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and not nbgrader.get("solution") and not nbgrader.get("locked"):
+            assert len(cell.source.splitlines()) <= 30, f"{assignment} cell {cell.id} is too long"

@@ -1,0 +1,162 @@
+"""Stage 2 figures: attention weights (one head, a grid of heads), masks, and why scores are scaled."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.axes import Axes
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+
+_MASK_COLOURS = ListedColormap(["#3b3b3b", "#9ecae1"])  # 0 = hidden (dark), 1 = may attend (light blue)
+
+
+def _matrix(tensor: torch.Tensor) -> torch.Tensor:
+    """Reduce (..., rows, cols) to (rows, cols) by taking index 0 of every leading axis."""
+    tensor = tensor.detach()
+    while tensor.dim() > 2:
+        tensor = tensor[0]
+    return tensor.float().cpu()
+
+
+def _heads(weights: torch.Tensor) -> torch.Tensor:
+    """Accept (heads, q_len, k_len) or (batch, heads, q_len, k_len); return (heads, q_len, k_len)."""
+    weights = weights.detach()
+    while weights.dim() > 3:
+        weights = weights[0]
+    return weights.float().cpu()
+
+
+def _label_axes(axis: Axes, query_tokens: Sequence[str] | None, key_tokens: Sequence[str] | None,
+                rows: int, cols: int) -> None:
+    axis.set_xticks(range(cols))
+    axis.set_yticks(range(rows))
+    if key_tokens is not None:
+        axis.set_xticklabels(key_tokens, rotation=45, ha="right")
+    if query_tokens is not None:
+        axis.set_yticklabels(query_tokens)
+
+
+def _draw_weights(axis: Axes, matrix: torch.Tensor, query_tokens: Sequence[str] | None,
+                  key_tokens: Sequence[str] | None, annotate: bool) -> object:
+    image = axis.imshow(matrix.numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
+    rows, cols = matrix.shape
+    _label_axes(axis, query_tokens, key_tokens, rows, cols)
+    if annotate:
+        for row in range(rows):
+            for col in range(cols):
+                value = float(matrix[row, col])
+                axis.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                          color="white" if value > 0.6 else "black")
+    return image
+
+
+def plot_attention_weights(weights: torch.Tensor, query_tokens: Sequence[str] | None = None,
+                           key_tokens: Sequence[str] | None = None, title: str = "Attention weights",
+                           annotate: bool = True) -> Figure:
+    """Heatmap of one head's weights (q_len, k_len): row i shows how query i spreads its attention.
+
+    Extra leading axes (batch, heads) are reduced by taking index 0. Each row sums to 1.
+    """
+    matrix = _matrix(weights)
+    rows, cols = matrix.shape
+    figure, axis = plt.subplots(figsize=(1.0 + 0.6 * cols + 1.2, 0.8 + 0.5 * rows + 0.6))
+    image = _draw_weights(axis, matrix, query_tokens, key_tokens, annotate and rows * cols <= 150)
+    axis.set_xlabel("key (attended to)")
+    axis.set_ylabel("query (attending)")
+    axis.set_title(title)
+    figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04, label="weight")
+    figure.tight_layout()
+    return figure
+
+
+def plot_attention_heads(weights: torch.Tensor, query_tokens: Sequence[str] | None = None,
+                         key_tokens: Sequence[str] | None = None, max_columns: int = 4,
+                         title: str = "Attention weights, one panel per head") -> Figure:
+    """Grid of heatmaps, one per head, from weights of shape (batch, heads, q_len, k_len) (batch 0 is shown)."""
+    heads = _heads(weights)
+    num_heads, rows, cols = heads.shape
+    columns = min(max_columns, num_heads)
+    grid_rows = math.ceil(num_heads / columns)
+    figure, axes = plt.subplots(grid_rows, columns, squeeze=False,
+                                figsize=(0.9 + 0.35 * cols * columns + 0.8 * columns, 0.9 + 0.35 * rows * grid_rows))
+    image = None
+    for index, axis in enumerate(axes.flat):
+        if index >= num_heads:
+            axis.axis("off")
+            continue
+        image = _draw_weights(axis, heads[index], query_tokens if index % columns == 0 else None, key_tokens,
+                              annotate=False)
+        if index % columns != 0:
+            axis.set_yticklabels([])
+        axis.set_title(f"head {index}", fontsize=10)
+    figure.suptitle(title)
+    figure.tight_layout()
+    if image is not None:
+        figure.colorbar(image, ax=axes.ravel().tolist(), fraction=0.025, pad=0.02, label="weight")
+    return figure
+
+
+def plot_masks(masks: Mapping[str, torch.Tensor], query_tokens: Sequence[str] | None = None,
+               key_tokens: Sequence[str] | None = None) -> Figure:
+    """One panel per mask: light cells may be attended to (True / 1), dark cells are hidden (False / 0).
+
+    Each mask is reduced to 2-D (index 0 of leading axes) and broadcast to (q_len, k_len) when the
+    token labels give those lengths, so a padding mask (batch, 1, 1, k_len) shows as full rows.
+    """
+    figure, axes = plt.subplots(1, len(masks), squeeze=False, figsize=(3.6 * len(masks), 3.6))
+    for axis, (name, mask) in zip(axes.flat, masks.items(), strict=True):
+        matrix = _matrix(mask.to(torch.float32))
+        rows = len(query_tokens) if query_tokens is not None else matrix.shape[0]
+        cols = len(key_tokens) if key_tokens is not None else matrix.shape[1]
+        matrix = matrix.expand(rows, cols)  # a (1, k_len) padding row becomes (q_len, k_len)
+        axis.imshow(matrix.numpy(), cmap=_MASK_COLOURS, vmin=0, vmax=1)
+        _label_axes(axis, query_tokens, key_tokens, rows, cols)
+        for row in range(rows):
+            for col in range(cols):
+                allowed = matrix[row, col] > 0.5
+                axis.text(col, row, "1" if allowed else "0", ha="center", va="center", fontsize=8,
+                          color="black" if allowed else "white")
+        axis.set_title(name)
+        axis.set_xlabel("key")
+    axes.flat[0].set_ylabel("query")
+    figure.suptitle("Masks: light = may attend (True), dark = hidden (False)")
+    figure.tight_layout()
+    return figure
+
+
+def plot_dot_product_variance(d_k_values: Sequence[int], raw_variances: Sequence[float],
+                              scaled_variances: Sequence[float]) -> Figure:
+    """Variance of q·k for random unit-variance vectors, before and after dividing by sqrt(d_k)."""
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    axis.plot(d_k_values, raw_variances, "o-", label="q · k   (grows like d_k)")
+    axis.plot(d_k_values, scaled_variances, "s-", label="q · k / √d_k   (stays near 1)")
+    axis.plot(d_k_values, d_k_values, ":", color="grey", label="the line y = d_k")
+    axis.set_xscale("log", base=2)
+    axis.set_yscale("log", base=2)
+    axis.set_xlabel("d_k (width of queries and keys)")
+    axis.set_ylabel("variance of the score")
+    axis.set_title("Dot products spread out as d_k grows")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def plot_softmax_saturation(scores: torch.Tensor, d_k: int) -> Figure:
+    """Softmax of one row of raw scores next to the softmax of the same scores divided by sqrt(d_k)."""
+    row = scores.detach().float().cpu().flatten()
+    keys = range(len(row))
+    raw, scaled = torch.softmax(row, dim=0), torch.softmax(row / math.sqrt(d_k), dim=0)
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
+    for axis, weights, name in ((axes[0], raw, "softmax(q·k)"), (axes[1], scaled, f"softmax(q·k / √{d_k})")):
+        axis.bar(keys, weights.numpy(), color="#4a78b5")
+        axis.set_title(name)
+        axis.set_xlabel("key")
+        axis.set_ylim(0, 1.05)
+    axes[0].set_ylabel("attention weight")
+    figure.suptitle(f"One query, {len(row)} keys, d_k = {d_k}: unscaled scores give an almost one-hot softmax")
+    figure.tight_layout()
+    return figure

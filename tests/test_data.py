@@ -1,0 +1,139 @@
+"""Data layer: Multi30k files (local folder, cache, download over loopback HTTP), tokenisers, Vocab, batching."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import random
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from transformer_course.data import multi30k
+from transformer_course.data.batching import BucketBatchSampler
+from transformer_course.data.tokenize import Tokenizer
+from transformer_course.data.vocab import SPECIALS, Vocab
+
+SHARED = ROOT.parent / "shared" / "data" / "multi30k"
+needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k is not beside the checkout")
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv(multi30k.ENVIRONMENT_VARIABLE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "transformer_course" / "multi30k"
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A loopback HTTP server over a folder we can fill with good, truncated or corrupted files."""
+    served = tmp_path / "served"
+    served.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield served, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@needs_shared
+def test_local_folder_gives_the_published_sizes():
+    sizes = {split: len(multi30k.load_pairs(split, SHARED)) for split in multi30k.SPLITS}
+    assert sizes == {"train": 29000, "val": 1014, "test_2016_flickr": 1000}
+
+
+@needs_shared
+def test_environment_variable_names_the_folder(monkeypatch):
+    monkeypatch.setenv(multi30k.ENVIRONMENT_VARIABLE, str(SHARED))
+    german, english = multi30k.load_pairs("val")[0]
+    assert german and english
+
+
+@needs_shared
+def test_download_verifies_and_caches(server, empty_cache):
+    served, url = server
+    for name in ("val.de.gz", "val.en.gz"):
+        shutil.copy(SHARED / name, served / name)
+    pairs = multi30k.load_pairs("val", base_url=url)
+    assert len(pairs) == 1014
+    assert sorted(p.name for p in empty_cache.iterdir()) == ["val.de.gz", "val.en.gz"]
+    for name in ("val.de.gz", "val.en.gz"):
+        (served / name).unlink()  # the second call must not need the network
+    assert multi30k.load_pairs("val", base_url=url) == pairs
+
+
+@needs_shared
+@pytest.mark.parametrize("damage", ["truncated", "corrupted"])
+def test_bad_download_is_refused_and_leaves_no_file(server, empty_cache, damage):
+    served, url = server
+    data = (SHARED / "val.de.gz").read_bytes()
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    else:
+        data = data[:100] + bytes([data[100] ^ 0xFF]) + data[101:]
+    (served / "val.de.gz").write_bytes(data)
+    with pytest.raises(multi30k.ChecksumMismatch, match=r"val\.de\.gz"):
+        multi30k.file_path("val", "de", base_url=url)
+    assert not empty_cache.exists() or not any(empty_cache.iterdir()), "a partial file was left behind"
+
+
+def test_offline_without_cache_says_what_to_do(empty_cache):
+    with pytest.raises(multi30k.DataUnavailable, match=multi30k.ENVIRONMENT_VARIABLE):
+        multi30k.file_path("val", "en", base_url="http://127.0.0.1:9", timeout=2)
+    assert not empty_cache.exists() or not any(empty_cache.iterdir())
+
+
+@needs_shared
+def test_corrupt_file_in_a_given_folder_is_named(tmp_path):
+    for name in multi30k.SHA256:
+        shutil.copy(SHARED / name, tmp_path / name)
+    os.chmod(tmp_path / "test_2016_flickr.en.gz", 0o644)
+    with open(tmp_path / "test_2016_flickr.en.gz", "ab") as handle:
+        handle.write(b"junk")
+    with pytest.raises(multi30k.ChecksumMismatch, match=r"test_2016_flickr\.en\.gz"):
+        multi30k.load_pairs("test_2016_flickr", tmp_path)
+
+
+def test_missing_file_in_a_given_folder_is_named(tmp_path):
+    with pytest.raises(multi30k.DataUnavailable, match=r"train\.de\.gz"):
+        multi30k.file_path("train", "de", tmp_path)
+
+
+def test_tokenizers_lowercase_and_split_punctuation():
+    assert Tokenizer("de")("Ein Hund läuft im Park.") == ["ein", "hund", "läuft", "im", "park", "."]
+    assert Tokenizer("en")("Two dogs aren't running!") == ["two", "dogs", "are", "n't", "running", "!"]
+    assert Tokenizer("en").many(["A dog.", "Cats"]) == [["a", "dog", "."], ["cats"]]
+
+
+def test_vocab_specials_min_freq_unknown_and_round_trip(tmp_path):
+    vocab = Vocab.build([["a", "b", "a"], ["b", "c", "a"]], min_freq=2)
+    assert vocab.itos == [*SPECIALS, "a", "b"]
+    assert (vocab.unk_idx, vocab.bos_idx, vocab.eos_idx, vocab.pad_idx) == (0, 1, 2, 3)
+    assert vocab["c"] == vocab.unk_idx and "c" not in vocab
+    ids = vocab.encode(["a", "c", "b"])
+    assert ids == [1, 4, 0, 5, 2]
+    assert vocab.decode(ids + [3, 3]) == ["a", "<unk>", "b"]
+    assert vocab.decode([1, 4, 2, 5]) == ["a"], "decoding stops at <eos>"
+    vocab.save(tmp_path / "vocab.json")
+    assert Vocab.load(tmp_path / "vocab.json") == vocab
+
+
+def test_bucketed_batches_cover_every_example_once_and_waste_little_padding():
+    rng = random.Random(0)
+    lengths = [rng.randint(3, 40) for _ in range(3000)]
+    sampler = BucketBatchSampler(lengths, max_tokens=600, seed=1)
+    batches = list(sampler)
+    assert sorted(i for batch in batches for i in batch) == list(range(3000))
+    assert all(max(lengths[i] for i in b) * len(b) <= 600 for b in batches)
+    padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+    assert sum(lengths) / padded > 0.9, "bucketing should keep padding under 10%"
+    sampler.set_epoch(1)
+    assert list(sampler) != batches, "a new epoch gives a new order"

@@ -8,7 +8,6 @@ import os
 import random
 import shutil
 import threading
-from pathlib import Path
 
 import pytest
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import lru_cache
+from functools import cache
 
 import spacy
 
 
-@lru_cache(maxsize=None)
+@cache
 def _blank(language: str) -> spacy.language.Language:
     return spacy.blank(language)
 

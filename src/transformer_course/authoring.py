@@ -65,8 +65,12 @@ def definition_source(target: str) -> str:
     for node in ast.parse(text).body:
         if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name:
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            lines = text.splitlines()[first - 1 : node.end_lineno]
-            return "\n".join(lines)
+            lines = text.splitlines()
+            last = node.end_lineno or first
+            # Indented comments right after the body (`### END SOLUTION` after a final return) belong to it.
+            while last < len(lines) and lines[last].startswith((" ", "\t")) and lines[last].strip().startswith("#"):
+                last += 1
+            return "\n".join(lines[first - 1 : last])
     raise ValueError(f"#| include {target}: no top-level definition {name} in {module_name}")
 
 

@@ -37,16 +37,18 @@ def scaled_dot_product_attention(
 def make_padding_mask(token_ids: torch.Tensor, pad_idx: int) -> torch.Tensor:
     """token_ids: (batch, seq_len) -> bool mask (batch, 1, 1, seq_len), False at padding keys."""
     ### BEGIN SOLUTION
-    return (token_ids != pad_idx).unsqueeze(1).unsqueeze(2)  # (batch, 1, 1, seq_len)
+    mask = (token_ids != pad_idx).unsqueeze(1).unsqueeze(2)  # (batch, 1, 1, seq_len)
     ### END SOLUTION
+    return mask
 
 
 def make_look_ahead_mask(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Bool mask (1, 1, size, size): position i may attend to positions 0..i (lower triangle)."""
     ### BEGIN SOLUTION
     allowed = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # diagonal included
-    return allowed.unsqueeze(0).unsqueeze(0)  # (1, 1, size, size)
+    mask = allowed.unsqueeze(0).unsqueeze(0)  # (1, 1, size, size)
     ### END SOLUTION
+    return mask
 
 
 class MultiHeadAttention(nn.Module):

@@ -41,8 +41,9 @@ def _label_axes(axis: Axes, query_tokens: Sequence[str] | None, key_tokens: Sequ
 
 
 def _draw_weights(axis: Axes, matrix: torch.Tensor, query_tokens: Sequence[str] | None,
-                  key_tokens: Sequence[str] | None, annotate: bool) -> object:
-    image = axis.imshow(matrix.numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
+                  key_tokens: Sequence[str] | None, annotate: bool, vmax: float | None = 1.0) -> object:
+    vmax = float(matrix.max()) if vmax is None else vmax
+    image = axis.imshow(matrix.numpy(), cmap="Blues", vmin=min(0.0, float(matrix.min())), vmax=vmax)
     rows, cols = matrix.shape
     _label_axes(axis, query_tokens, key_tokens, rows, cols)
     if annotate:
@@ -50,25 +51,27 @@ def _draw_weights(axis: Axes, matrix: torch.Tensor, query_tokens: Sequence[str] 
             for col in range(cols):
                 value = float(matrix[row, col])
                 axis.text(col, row, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                          color="white" if value > 0.6 else "black")
+                          color="white" if value > 0.6 * vmax else "black")
     return image
 
 
 def plot_attention_weights(weights: torch.Tensor, query_tokens: Sequence[str] | None = None,
                            key_tokens: Sequence[str] | None = None, title: str = "Attention weights",
-                           annotate: bool = True) -> Figure:
+                           annotate: bool = True, vmax: float | None = 1.0,
+                           colour_label: str = "weight") -> Figure:
     """Heatmap of one head's weights (q_len, k_len): row i shows how query i spreads its attention.
 
-    Extra leading axes (batch, heads) are reduced by taking index 0. Each row sums to 1.
+    Extra leading axes (batch, heads) are reduced by taking index 0. Pass vmax=None (and another
+    colour_label) to draw raw scores, which are not limited to [0, 1].
     """
     matrix = _matrix(weights)
     rows, cols = matrix.shape
     figure, axis = plt.subplots(figsize=(1.0 + 0.6 * cols + 1.2, 0.8 + 0.5 * rows + 0.6))
-    image = _draw_weights(axis, matrix, query_tokens, key_tokens, annotate and rows * cols <= 150)
+    image = _draw_weights(axis, matrix, query_tokens, key_tokens, annotate and rows * cols <= 150, vmax)
     axis.set_xlabel("key (attended to)")
     axis.set_ylabel("query (attending)")
     axis.set_title(title)
-    figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04, label="weight")
+    figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04, label=colour_label)
     figure.tight_layout()
     return figure
 
@@ -76,13 +79,14 @@ def plot_attention_weights(weights: torch.Tensor, query_tokens: Sequence[str] | 
 def plot_attention_heads(weights: torch.Tensor, query_tokens: Sequence[str] | None = None,
                          key_tokens: Sequence[str] | None = None, max_columns: int = 4,
                          title: str = "Attention weights, one panel per head") -> Figure:
-    """Grid of heatmaps, one per head, from weights of shape (batch, heads, q_len, k_len) (batch 0 is shown)."""
+    """Grid of heatmaps, one per head, from weights (batch, heads, q_len, k_len); batch item 0 is shown."""
     heads = _heads(weights)
     num_heads, rows, cols = heads.shape
     columns = min(max_columns, num_heads)
     grid_rows = math.ceil(num_heads / columns)
-    figure, axes = plt.subplots(grid_rows, columns, squeeze=False,
-                                figsize=(0.9 + 0.35 * cols * columns + 0.8 * columns, 0.9 + 0.35 * rows * grid_rows))
+    width = 0.9 + (0.35 * cols + 0.8) * columns
+    height = 0.9 + 0.35 * rows * grid_rows
+    figure, axes = plt.subplots(grid_rows, columns, squeeze=False, figsize=(width, height))
     image = None
     for index, axis in enumerate(axes.flat):
         if index >= num_heads:
@@ -132,9 +136,9 @@ def plot_dot_product_variance(d_k_values: Sequence[int], raw_variances: Sequence
                               scaled_variances: Sequence[float]) -> Figure:
     """Variance of q·k for random unit-variance vectors, before and after dividing by sqrt(d_k)."""
     figure, axis = plt.subplots(figsize=(6, 3.6))
+    axis.plot(d_k_values, d_k_values, color="lightgrey", linewidth=7, label="the line y = d_k")
     axis.plot(d_k_values, raw_variances, "o-", label="q · k   (grows like d_k)")
     axis.plot(d_k_values, scaled_variances, "s-", label="q · k / √d_k   (stays near 1)")
-    axis.plot(d_k_values, d_k_values, ":", color="grey", label="the line y = d_k")
     axis.set_xscale("log", base=2)
     axis.set_yscale("log", base=2)
     axis.set_xlabel("d_k (width of queries and keys)")
@@ -157,6 +161,6 @@ def plot_softmax_saturation(scores: torch.Tensor, d_k: int) -> Figure:
         axis.set_xlabel("key")
         axis.set_ylim(0, 1.05)
     axes[0].set_ylabel("attention weight")
-    figure.suptitle(f"One query, {len(row)} keys, d_k = {d_k}: unscaled scores give an almost one-hot softmax")
+    figure.suptitle(f"One query, {len(row)} keys, d_k = {d_k}: unscaled, the softmax is almost one-hot")
     figure.tight_layout()
     return figure

@@ -100,7 +100,7 @@ def main() -> int:
     metadata = {"val_bleu": round(val_bleu, 2), "test_bleu": round(test_bleu, 2), "bleu_signature": signature,
                 "epochs": arguments.epochs, "averaged_epochs": [p.stem for p in kept],
                 "training_minutes": round(seconds / 60, 1), "device": str(device),
-                "threads": torch.get_num_threads(), "torch": torch.__version__,
+                "threads": torch.get_num_threads(), "torch": str(torch.__version__),
                 "command": "python scripts/train_checkpoint.py " + " ".join(
                     f"--{k.replace('_', '-')} {v}" for k, v in vars(arguments).items()
                     if k not in ("data", "work", "out"))}

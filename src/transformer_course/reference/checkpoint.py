@@ -6,6 +6,13 @@ course's parameter names, the student's own included.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from importlib import metadata as package_metadata
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +21,72 @@ from torch import nn
 
 from transformer_course.data.vocab import Vocab
 from transformer_course.reference.model import Transformer
+
+PRETRAINED_NAME = "transformer_de_en.pt"
+# sha256 of assets/checkpoint/transformer_de_en.pt; tests/test_checkpoint.py keeps it equal to the committed file.
+PRETRAINED_SHA256 = ""
+ENVIRONMENT_VARIABLE = "TRANSFORMER_COURSE_CHECKPOINT"
+
+
+class CheckpointUnavailable(RuntimeError):
+    """The pretrained checkpoint is neither on disk nor downloadable; the message says what to do."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _repository_url() -> str:
+    try:
+        for entry in package_metadata.metadata("transformer-course").get_all("Project-URL") or []:
+            label, _, url = entry.partition(", ")
+            if label.lower() == "repository":
+                return url.strip()
+    except package_metadata.PackageNotFoundError:
+        pass
+    raise CheckpointUnavailable("the course package is not installed, so the repository address is unknown")
+
+
+def pretrained_path(timeout: float = 60.0) -> Path:
+    """Where the pretrained checkpoint is: $TRANSFORMER_COURSE_CHECKPOINT, else assets/checkpoint/ of a
+    course checkout at or above the working directory, else the user cache (downloaded there once from
+    the repository, verified by sha256, written atomically)."""
+    if os.environ.get(ENVIRONMENT_VARIABLE):
+        path = Path(os.environ[ENVIRONMENT_VARIABLE])
+        if not path.exists():
+            raise CheckpointUnavailable(f"{ENVIRONMENT_VARIABLE} names {path}, which does not exist")
+        return path
+    for folder in [Path.cwd(), *Path.cwd().parents]:
+        candidate = folder / "assets" / "checkpoint" / PRETRAINED_NAME
+        if candidate.exists():
+            return candidate
+    cached = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transformer_course" / PRETRAINED_NAME
+    if cached.exists() and (not PRETRAINED_SHA256 or _sha256(cached) == PRETRAINED_SHA256):
+        return cached
+    raw = _repository_url().replace("github.com", "raw.githubusercontent.com")
+    url = f"{raw}/main/assets/checkpoint/{PRETRAINED_NAME}"
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(suffix=".part", dir=cached.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle, urllib.request.urlopen(url, timeout=timeout) as response:
+            while block := response.read(1 << 20):
+                handle.write(block)
+        if PRETRAINED_SHA256 and _sha256(Path(temporary)) != PRETRAINED_SHA256:
+            raise CheckpointUnavailable(f"the download of {url} is corrupt (sha256 mismatch); run again")
+        os.replace(temporary, cached)
+    except (urllib.error.URLError, OSError, TimeoutError) as error:
+        raise CheckpointUnavailable(
+            f"Could not download the pretrained checkpoint from {url} ({error}). Connect to the internet, or "
+            f"download that file yourself and set {ENVIRONMENT_VARIABLE}=/path/to/{PRETRAINED_NAME}."
+        ) from error
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return cached
 
 CONFIG_KEYS = ("d_model", "num_heads", "num_layers", "d_ff", "max_seq_length", "dropout")
 
@@ -26,7 +99,7 @@ def save(path: str | Path, model: nn.Module, config: dict[str, Any], source_voca
     temporary = Path(path).with_suffix(".part")
     torch.save({"config": {key: config[key] for key in CONFIG_KEYS}, "state_dict": state,
                 "source_vocab": source_vocab.itos, "target_vocab": target_vocab.itos,
-                "metadata": metadata or {}}, temporary)
+                "metadata": json.loads(json.dumps(metadata or {}, default=str))}, temporary)  # plain types only
     temporary.replace(path)
 
 

@@ -1,0 +1,132 @@
+"""Benchmark (not a test): training throughput of the course's Transformer and of torch.nn.Transformer
+at the same configuration on real Multi30k batches, greedy decoding speed, and BLEU per training minute
+of the shipped checkpoint.
+
+    python scripts/benchmark.py --data ../shared/data/multi30k [--steps 20] [--device cpu|cuda]
+
+Prints a Markdown table and writes the same figures as JSON (--json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from transformer_course.reference import PositionalEncoding, Transformer, count_parameters
+from transformer_course.reference import checkpoint as checkpoint_io
+from transformer_course.reference.training import make_criterion, make_optimizer
+from transformer_course.reference.translation import corpus_bleu, make_loader, prepare_data, translate_ids
+
+
+class TorchTransformer(nn.Module):
+    """torch.nn.Transformer (post-LN, no final norms) wrapped in the same embeddings, PE and output layer."""
+
+    def __init__(self, enc_vocab_size: int, dec_vocab_size: int, d_model: int, num_heads: int, num_layers: int,
+                 d_ff: int, max_seq_length: int, dropout: float, pad_idx: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.pad_idx = pad_idx
+        self.source_embedding = nn.Embedding(enc_vocab_size, d_model)
+        self.target_embedding = nn.Embedding(dec_vocab_size, d_model)
+        self.positional_encoding = PositionalEncoding(d_model, max_seq_length, dropout)
+        self.transformer = nn.Transformer(d_model, num_heads, num_layers, num_layers, d_ff, dropout, batch_first=True)
+        self.transformer.encoder.norm = None
+        self.transformer.decoder.norm = None
+        self.pred_layer = nn.Linear(d_model, dec_vocab_size)
+
+    def forward(self, enc_in, dec_in, enc_mask, dec_mask):
+        """Same call as the course's model; torch's masks mean the opposite (True = may NOT attend)."""
+        scale = math.sqrt(self.d_model)
+        src = self.positional_encoding(self.source_embedding(enc_in) * scale)  # (batch, src_len, d_model)
+        tgt = self.positional_encoding(self.target_embedding(dec_in) * scale)  # (batch, tgt_len, d_model)
+        source_padding = ~enc_mask[:, 0, 0]  # (batch, src_len)
+        target_padding = dec_in == self.pad_idx  # (batch, tgt_len)
+        future = torch.ones(dec_in.size(1), dec_in.size(1), dtype=torch.bool, device=dec_in.device).triu(1)
+        out = self.transformer(src, tgt, tgt_mask=future, src_key_padding_mask=source_padding,
+                               tgt_key_padding_mask=target_padding, memory_key_padding_mask=source_padding)
+        return self.pred_layer(out)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def training_throughput(model: nn.Module, batches: list, device: torch.device, pad_idx: int, warmup: int = 3) -> float:
+    """Target tokens per second over forward + backward + Adam step (after a few warm-up steps)."""
+    model.to(device).train()
+    criterion = make_criterion(pad_idx)
+    optimizer, scheduler = make_optimizer(model, 256, 400, 0.5)
+    tokens, seconds = 0, 0.0
+    for index, batch in enumerate(batches):
+        batch = batch.to(device)
+        synchronize(device)
+        started = time.perf_counter()
+        optimizer.zero_grad()
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss = criterion(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        synchronize(device)
+        if index >= warmup:
+            seconds += time.perf_counter() - started
+            tokens += int((batch.tgt_out != pad_idx).sum())
+    return tokens / seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=None)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--checkpoint", type=Path, default=Path("assets/checkpoint/transformer_de_en.pt"))
+    parser.add_argument("--decode-sentences", type=int, default=1000)
+    parser.add_argument("--json", type=Path, default=None)
+    arguments = parser.parse_args()
+    device = torch.device(arguments.device)
+    torch.manual_seed(0)
+    data = prepare_data(arguments.data)
+    pad = data.source_vocab.pad_idx
+    loader = make_loader(data.splits["train"], pad, max_tokens=4096, seed=0)
+    batches = [batch for _, batch in zip(range(arguments.steps + 3), loader, strict=False)]
+    config = {"d_model": 256, "num_heads": 8, "num_layers": 3, "d_ff": 512, "max_seq_length": 256, "dropout": 0.1}
+    sizes = (len(data.source_vocab), len(data.target_vocab))
+    results: dict[str, object] = {"device": str(device), "threads": torch.get_num_threads(),
+                                  "torch": str(torch.__version__), "cpu": platform.processor() or platform.machine(),
+                                  "config": config, "steps": arguments.steps}
+    ours, theirs = Transformer(*sizes, **config), TorchTransformer(*sizes, **config, pad_idx=pad)
+    results["parameters"] = {"course": count_parameters(ours), "torch.nn.Transformer": count_parameters(theirs)}
+    results["train_tokens_per_s"] = {"course": round(training_throughput(ours, batches, device, pad)),
+                                     "torch.nn.Transformer": round(training_throughput(theirs, batches, device, pad))}
+    if arguments.checkpoint.exists():
+        model, source_vocab, target_vocab, metadata = checkpoint_io.load(arguments.checkpoint, Transformer, device)
+        sources = [s for s, _ in data.splits["test_2016_flickr"][: arguments.decode_sentences]]
+        synchronize(device)
+        started = time.perf_counter()
+        hypotheses = translate_ids(model, sources, source_vocab, target_vocab, device)
+        synchronize(device)
+        elapsed = time.perf_counter() - started
+        score, signature = corpus_bleu([" ".join(h) for h in hypotheses],
+                                       data.references["test_2016_flickr"][: len(sources)])
+        results["decode_sentences_per_s"] = round(len(sources) / elapsed, 1)
+        results["checkpoint"] = {"test_bleu_now": round(score, 2), "signature": signature,
+                                 "training_minutes": metadata.get("training_minutes"),
+                                 "bleu_per_training_minute": round(score / metadata["training_minutes"], 2)
+                                 if metadata.get("training_minutes") else None,
+                                 "trained_on": metadata.get("device"), "threads": metadata.get("threads")}
+    print(json.dumps(results, indent=1))
+    if arguments.json:
+        arguments.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -22,13 +22,16 @@ from transformer_course.reference import PositionalEncoding as ReferencePosition
 
 
 def _table(d_model: int, max_seq_length: int, *, swap: bool = False, exponent_scale: float = 2.0,
-           use_index_i: bool = False, cos_first_odd_only: bool = False, start: int = 0) -> torch.Tensor:
+           use_index_i: bool = False, cos_first_odd_only: bool = False, start: int = 0,
+           cos_everywhere: bool = False) -> torch.Tensor:
     """The sinusoid table (max_seq_length, d_model) in float64, optionally with a known mistake."""
     position = torch.arange(start, start + max_seq_length, dtype=torch.float64).unsqueeze(1)
     i = torch.arange(d_model // 2, dtype=torch.float64)  # (d_model / 2,)
     exponent = (i if use_index_i else exponent_scale * i) / d_model
     angle = position / torch.pow(10000.0, exponent)  # (max_seq_length, d_model / 2)
     even, odd = (torch.cos(angle), torch.sin(angle)) if swap else (torch.sin(angle), torch.cos(angle))
+    if cos_everywhere:
+        even = torch.cos(angle)
     table = torch.zeros(max_seq_length, d_model, dtype=torch.float64)
     table[:, 0::2] = even
     if cos_first_odd_only:
@@ -69,6 +72,9 @@ TABLE_SUSPECTS = {
         lambda d, n: _table(d, n, cos_first_odd_only=True)
     ),
     "positions start at 1: the first token has position 0.": lambda d, n: _table(d, n, start=1),
+    "cos is in the even columns too: the even columns 0, 2, 4, ... hold sin.": (
+        lambda d, n: _table(d, n, cos_everywhere=True)
+    ),
 }
 
 

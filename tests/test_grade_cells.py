@@ -32,9 +32,16 @@ def test_no_grade_cell_ends_in_a_bare_expression(assignment):
 
 def test_grade_ids_are_unique_across_the_course():
     ids = [cell.metadata["nbgrader"]["grade_id"] for assignment in ASSIGNMENTS
-           for cell in read(solution_path(assignment)).cells if "nbgrader" in cell.metadata]
+           for cell in grade_cells(read(solution_path(assignment)))]
     duplicates = {grade_id for grade_id in ids if ids.count(grade_id) > 1}
     assert not duplicates
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_nbgrader_ids_are_unique_within_each_notebook(assignment):
+    ids = [cell.metadata["nbgrader"]["grade_id"] for cell in read(solution_path(assignment)).cells
+           if "nbgrader" in cell.metadata]
+    assert len(ids) == len(set(ids))
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -144,7 +144,7 @@ def expect_shape(name: str, got: Any, shape: tuple[int, ...], cause: str) -> tor
     return tensor
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+def tensors_close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
     if a.shape != b.shape:
         return False
     a64, b64 = a.detach().to(torch.float64).cpu(), b.detach().to(torch.float64).cpu()
@@ -163,14 +163,14 @@ def expect_close(
 ) -> None:
     """Compare got with expected; on mismatch name the first suspect mistake that reproduces got."""
     got = expect_shape(name, got, tuple(expected.shape), cause)
-    if _close(got, expected, atol, rtol):
+    if tensors_close(got, expected, atol, rtol):
         return
     for suspected_cause, make_wrong in (suspects or {}).items():
         try:
             wrong = make_wrong()
         except Exception:  # a suspect that cannot be built here is simply not the answer
             continue
-        if _close(got, wrong, max(atol, 1e-5), max(rtol, 1e-4)):
+        if tensors_close(got, wrong, max(atol, 1e-5), max(rtol, 1e-4)):
             cause = suspected_cause
             break
     got64, expected64 = got.detach().to(torch.float64).cpu(), expected.detach().to(torch.float64).cpu()

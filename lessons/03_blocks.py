@@ -1,0 +1,585 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# <!-- colab-badge -->
+#
+# # Stage 3 — Feed-forward network, residual + LayerNorm, encoder and decoder blocks
+#
+# *Transformers from Scratch*: you build the Transformer of Vaswani et al.,
+# ["Attention Is All You Need"](https://arxiv.org/abs/1706.03762) (2017), one stage at a time.
+#
+# | stage | notebook |
+# |---|---|
+# | 1 | positional encoding |
+# | 2 | scaled dot-product and multi-head attention, masks |
+# | **3** | **feed-forward, residual + LayerNorm, encoder and decoder blocks** (this one) |
+# | 4 | the full encoder–decoder |
+# | 5 | training on Multi30k German→English |
+# | 6 | greedy decoding, BLEU, attention heatmaps |
+#
+# ## Learning outcomes
+# After this notebook you can
+# 1. write down the feed-forward network $\max(0, xW_1 + b_1)W_2 + b_2$, name every symbol and shape,
+#    and show what "position-wise" means with a permutation;
+# 2. say what a residual connection buys a deep stack, and what LayerNorm normalises (the $d_{model}$
+#    features of one position) and what its $\gamma$ and $\beta$ are for;
+# 3. implement `PositionWiseFeedForward`, `EncoderBlock` and `DecoderBlock` with the paper's sublayer
+#    pattern $\mathrm{LayerNorm}(x + \mathrm{Dropout}(\mathrm{Sublayer}(x)))$;
+# 4. say which mask goes to which attention in the decoder, and where cross-attention takes its
+#    queries, keys and values from;
+# 5. contrast the paper's post-LN block with the pre-LN variant most deep models use today;
+# 6. recognise the classic block bugs from their symptoms.
+#
+# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
+# every other cell is given and correct. After each exercise a few *check cells* test one property
+# each and print `✔` or a message that says what was expected, what came out and the likely cause.
+# Those same cells grade your work (the grader also runs a few hidden ones with other sizes).
+#
+# Multi-head attention and the masks come from the course's reference package, not from your
+# stage-2 notebook, so a mistake left there cannot break this one. In the same spirit, the block
+# checks plug the reference feed-forward network into your blocks: a feed-forward mistake costs
+# points once, in its own checks.
+
+# %% readonly="setup"
+#| setup
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_course.checks import blocks as check
+from transformer_course.reference import MultiHeadAttention, make_look_ahead_mask, make_padding_mask
+from transformer_course.visualisation import blocks as figures
+from transformer_course.visualisation import diagrams
+
+# %% [markdown]
+# ## 1. Where the blocks sit
+#
+# The whole model is two stacks of blocks: $N = 6$ **encoder blocks** on the left read the source
+# sentence, $N = 6$ **decoder blocks** on the right write the translation. Everything else
+# (embeddings, positional encoding, the output layer) wraps around the stacks; stage 4 assembles it.
+# This notebook builds one block of each kind. Both are made of the same few parts: multi-head
+# attention (stage 2), a small feed-forward network, residual connections, LayerNorm and dropout.
+
+# %%
+diagrams.show("transformer")
+
+# %% [markdown]
+# ## 2. The position-wise feed-forward network
+#
+# After attention has let every position gather information from the others, each position is
+# processed **on its own** by the same two-layer network (section 3.3 of the paper):
+#
+# $$\mathrm{FFN}(x) = \max(0,\; x W_1 + b_1)\, W_2 + b_2$$
+#
+# - $x \in \mathbb{R}^{d_{model}}$ — the vector of **one** position (a row vector);
+# - $W_1 \in \mathbb{R}^{d_{model} \times d_{ff}}$, $b_1 \in \mathbb{R}^{d_{ff}}$ — the first layer,
+#   `fc1`, which widens the vector to $d_{ff}$ hidden units ($d_{ff} = 2048 = 4 \cdot 512$ in the paper);
+# - $\max(0, \cdot)$ — the ReLU, applied element by element: negative hidden values become 0;
+# - $W_2 \in \mathbb{R}^{d_{ff} \times d_{model}}$, $b_2 \in \mathbb{R}^{d_{model}}$ — the second layer,
+#   `fc2`, which brings the vector back to width $d_{model}$.
+#
+# **Why "position-wise"?** The same $W_1, b_1, W_2, b_2$ are used at every position, and position
+# $i$'s output depends only on position $i$'s input. Attention *mixes* positions; the feed-forward
+# network *transforms* each one. `nn.Linear` acts on the last axis only, so for a batch
+# `(batch, seq_len, d_model)` one call does every position at once:
+# `(batch, seq_len, d_model)` → `fc1` → `(batch, seq_len, d_ff)` → ReLU → `fc2` → `(batch, seq_len, d_model)`.
+# (The paper also describes it as two convolutions with kernel size 1: the same thing.)
+#
+# Small as it looks, it holds most of a block's parameters. With the paper's sizes:
+
+# %%
+d_model, d_ff, num_heads = 512, 2048, 8
+stand_in_ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+attention = MultiHeadAttention(d_model, num_heads)
+print(f"feed-forward network: {sum(p.numel() for p in stand_in_ffn.parameters()):>9,} parameters")
+print(f"multi-head attention: {sum(p.numel() for p in attention.parameters()):>9,} parameters")
+
+# %% [markdown]
+# **What the ReLU does to the hidden layer.** Below, 12 random positions go through a randomly
+# initialised `fc1` and the ReLU. About half of the hidden values are exactly 0: each position
+# switches on its own subset of hidden units, and `fc2` combines just those. Without the ReLU the
+# two layers would collapse into one linear map ($xW_1W_2$ is just $x$ times another matrix), and
+# the network could learn nothing a single `nn.Linear` cannot.
+
+# %%
+torch.manual_seed(0)
+fc1 = nn.Linear(32, 128)  # d_model = 32, d_ff = 128
+with torch.no_grad():
+    pre_activation = fc1(torch.randn(12, 32))  # 12 positions -> (12, d_ff)
+figures.plot_feed_forward_hidden(pre_activation)
+plt.show()
+
+# %% [markdown]
+# ## 3. Exercise: `PositionWiseFeedForward`
+#
+# The constructor is given: `self.fc1`, `self.relu`, `self.fc2`. Complete `forward` so that it
+# returns $\max(0, xW_1 + b_1)W_2 + b_2$ for `x` of shape `(batch, seq_len, d_model)`.
+#
+# ### Pitfalls
+# - **No ReLU**: two linear layers in a row are one linear layer.
+# - **ReLU after `fc2` as well**: the output is added to the residual stream and must be able to be
+#   negative; only the hidden layer goes through the ReLU.
+# - Hard-coding sizes (512, 2048): use the layers you were given.
+
+# %% solution="block_feed_forward"
+#| include transformer_course.reference.blocks:PositionWiseFeedForward
+
+# %% [markdown]
+# ### Check your work
+# Each cell checks one property. Read the message of the first failing one: fix that, rerun the
+# exercise cell, then rerun the checks.
+
+# %% tests="block_ffn_shape" points=1
+assert check.feed_forward_shape(PositionWiseFeedForward)
+
+# %% tests="block_ffn_values" points=2
+assert check.feed_forward_values(PositionWiseFeedForward)
+
+# %% tests="block_ffn_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.feed_forward_values(PositionWiseFeedForward, d_model=24, d_ff=40, batch=2, seq_len=9)
+assert check.feed_forward_shape(PositionWiseFeedForward, d_model=6, d_ff=6, batch=1, seq_len=1)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Position-wise, seen in numbers.** Shuffle the positions of the input and the outputs come out
+# shuffled the same way; change one position and only that position's output moves.
+
+# %%
+with skip_until_implemented("PositionWiseFeedForward"):
+    torch.manual_seed(0)
+    ffn = PositionWiseFeedForward(d_model=8, d_ff=32)
+    x = torch.randn(1, 5, 8)  # (batch, seq_len, d_model)
+    order = torch.tensor([3, 0, 4, 1, 2])
+    with torch.no_grad():
+        same = torch.allclose(ffn(x)[:, order], ffn(x[:, order]), atol=1e-6)
+        edited = x.clone()
+        edited[0, 2] += 1.0  # change position 2 only
+        moved = (ffn(edited) - ffn(x)).abs().amax(dim=-1)[0]  # (seq_len,)
+    print("shuffling positions only shuffles the outputs:", same)
+    print("largest change of each output position after editing position 2:", moved.numpy().round(3))
+
+# %% [markdown]
+# ## 4. Residual connections
+#
+# A **residual connection** (He et al., 2016) adds a sublayer's input to its output:
+#
+# $$y = x + \mathrm{Sublayer}(x)$$
+#
+# - $x$ — the sublayer's input, `(batch, seq_len, d_model)`;
+# - $\mathrm{Sublayer}$ — self-attention, cross-attention or the feed-forward network;
+# - $y$ — same shape as $x$; this is why every sublayer, and the embeddings, have width $d_{model}$.
+#
+# Two things follow. The sublayer only has to learn a *correction* to $x$, and doing nothing is
+# easy (output 0). And the gradient has a direct path back: $\partial y / \partial x = I +
+# \partial\,\mathrm{Sublayer}/\partial x$, so it reaches the lower blocks even when the sublayers'
+# own Jacobians are small.
+#
+# Attention has a further, specific need for it. Each attention output is a weighted *average* of
+# value vectors, and averaging again and again makes all positions alike. The experiment below
+# stacks random attention layers (with LayerNorm after each) and tracks how similar the positions
+# of a sequence become: cosine similarity 0 means unrelated vectors, 1 means identical directions.
+
+# %%
+def mean_similarity(x: torch.Tensor) -> float:
+    """Average cosine similarity between the different positions of each sequence in x (batch, seq_len, d)."""
+    unit = F.normalize(x, dim=-1)
+    similarity = unit @ unit.transpose(-2, -1)  # (batch, seq_len, seq_len), 1 on the diagonal
+    n = x.size(1)
+    return ((similarity.sum(dim=(-2, -1)) - n) / (n * (n - 1))).mean().item()
+
+
+def similarity_by_depth(residual: bool, num_layers: int = 12, d_model: int = 64) -> list[float]:
+    torch.manual_seed(0)
+    x = torch.randn(8, 10, d_model)  # 8 sequences of 10 positions
+    values = [mean_similarity(x)]
+    with torch.no_grad():
+        for _ in range(num_layers):
+            attention, norm = MultiHeadAttention(d_model, 4), nn.LayerNorm(d_model)
+            sublayer = attention(x, x, x)
+            x = norm(x + sublayer) if residual else norm(sublayer)
+            values.append(mean_similarity(x))
+    return values
+
+
+figures.plot_similarity_by_depth({"LayerNorm(x + Attention(x))": similarity_by_depth(residual=True),
+                                  "LayerNorm(Attention(x))": similarity_by_depth(residual=False)})
+plt.show()
+
+# %% [markdown]
+# Without the residual path, two layers are enough for every position to carry (almost) the same
+# vector: the sentence has been averaged away. With it, each position keeps its own identity.
+#
+# ## 5. Layer normalisation
+#
+# **LayerNorm** (Ba et al., 2016) rescales the vector of each position to mean 0 and variance 1,
+# then lets the model choose a scale and shift of its own:
+#
+# $$\mathrm{LayerNorm}(z) = \gamma \odot \frac{z - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta,
+# \qquad \mu = \frac{1}{d_{model}}\sum_{i=1}^{d_{model}} z_i, \qquad
+# \sigma^2 = \frac{1}{d_{model}}\sum_{i=1}^{d_{model}} (z_i - \mu)^2$$
+#
+# - $z \in \mathbb{R}^{d_{model}}$ — the vector of **one position of one sentence**;
+# - $\mu, \sigma^2$ — the mean and variance of that vector's $d_{model}$ features (not over the batch,
+#   not over the positions);
+# - $\epsilon$ — a small constant ($10^{-5}$ in `nn.LayerNorm`) that avoids dividing by 0;
+# - $\gamma, \beta \in \mathbb{R}^{d_{model}}$ — a learned gain and bias, one per feature, starting at
+#   1 and 0; $\odot$ is the element-wise product. They let the model undo the normalisation where a
+#   feature needs a different scale.
+#
+# `nn.LayerNorm(d_model)` normalises the last axis of a `(batch, seq_len, d_model)` tensor, every
+# position independently. Unlike BatchNorm it uses no statistics across the batch, so it behaves the
+# same in training and evaluation, for a batch of one, and whatever padding the batch holds.
+#
+# The cell computes LayerNorm by hand for 6 positions whose features have very different means and
+# spreads, and compares with `nn.LayerNorm`. The figure shows each position's 32 features before
+# and after: every position ends up centred on 0 with spread 1 (here $\gamma = 1$, $\beta = 0$).
+
+# %%
+torch.manual_seed(0)
+offsets = torch.tensor([-3.0, 0.0, 2.0, 5.0, 1.0, -1.0]).unsqueeze(1)  # (6, 1): one mean per position
+spreads = torch.tensor([0.5, 1.0, 3.0, 0.3, 2.0, 1.5]).unsqueeze(1)  # (6, 1): one spread per position
+z = offsets + spreads * torch.randn(6, 32)  # 6 positions, d_model = 32
+layer_norm = nn.LayerNorm(32)
+mean = z.mean(dim=-1, keepdim=True)  # (6, 1)
+variance = z.var(dim=-1, correction=0, keepdim=True)  # (6, 1), divides by d_model, not d_model - 1
+by_hand = (z - mean) / torch.sqrt(variance + layer_norm.eps) * layer_norm.weight + layer_norm.bias
+with torch.no_grad():
+    print("by hand equals nn.LayerNorm:", torch.allclose(by_hand, layer_norm(z), atol=1e-5))
+    figures.plot_layer_norm(z, layer_norm(z))
+plt.show()
+
+# %% [markdown]
+# ## 6. The sublayer pattern
+#
+# The paper wraps **every** sublayer the same way (sections 3.1 and 5.4):
+#
+# $$x \leftarrow \mathrm{LayerNorm}\big(x + \mathrm{Dropout}(\mathrm{Sublayer}(x))\big)$$
+#
+# 1. run the sublayer;
+# 2. apply dropout to its **output** (rate $P_{drop} = 0.1$ in the paper);
+# 3. add the sublayer's input back (the residual);
+# 4. normalise the sum with the LayerNorm that belongs to this sublayer.
+#
+# LayerNorm comes **after** the addition, so this arrangement is called **post-LN**. Section 11
+# compares it with the pre-LN order used by most deep models today; this course builds the paper's.
+#
+# In code, with the attributes the constructors give you:
+#
+# ```python
+# x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
+# ```
+#
+# Each sublayer has its **own** LayerNorm (`norm1`, `norm2`, …) because each has its own learned
+# $\gamma$ and $\beta$. One `self.dropout` module is enough for all sublayers: it has no parameters,
+# and each call draws a fresh random mask. In eval mode (`model.eval()`) dropout does nothing.
+
+# %% [markdown]
+# ## 7. The encoder block
+#
+# An encoder block has two sublayers: multi-head **self-attention** (queries, keys and values are
+# all the block's input `x`) and the feed-forward network.
+
+# %%
+diagrams.show("encoder_block")
+
+# %% [markdown]
+# | step | computation | shape |
+# |---|---|---|
+# | input | `x` | `(batch, src_len, d_model)` |
+# | sublayer 1 | `x = norm1(x + dropout(self_attn(x, x, x, mask)))` | `(batch, src_len, d_model)` |
+# | sublayer 2 | `x = norm2(x + dropout(feed_forward(x)))` | `(batch, src_len, d_model)` |
+#
+# The `mask` is the source padding mask from stage 2, `(batch, 1, 1, src_len)`, True where the key
+# is a real token: no position attends to `<pad>`. Only attention needs it; the feed-forward
+# network never mixes positions, so padding cannot leak through it.
+#
+# ### Pitfalls we see every year
+# - **Missing residual**: `norm1(dropout(self_attn(...)))` drops the input; the block still runs,
+#   but the stack loses what each position was (section 4).
+# - **LayerNorm before the sublayer** (`x + self_attn(norm1(x), ...)`): that is pre-LN, a different
+#   architecture from the paper's and from `nn.TransformerEncoderLayer`'s default.
+# - **Normalising only the sublayer output** (`x + norm1(sublayer)`): normalise the *sum*.
+# - **One LayerNorm for both sublayers** (`norm1` twice): `norm2` then never learns.
+# - **Forgetting the mask**, or passing it to the feed-forward network.
+# - **Dropout in the wrong place**: after the LayerNorm, on the sum, or on the sublayer's input;
+#   or `F.dropout(..., training=True)`, which keeps dropping in eval mode.
+#
+# ## 8. Exercise: `EncoderBlock`
+# Complete `forward(x, mask)`: the two sublayers of the table, in that order. The constructor is given.
+
+# %% solution="block_encoder"
+#| include transformer_course.reference.blocks:EncoderBlock
+
+# %% [markdown]
+# ### Check your work
+# The first checks compare your block with the reference on random inputs (float64, eval mode, same
+# random weights, LayerNorm gains included, so `norm1` and `norm2` differ). One compares with
+# PyTorch's own `nn.TransformerEncoderLayer`, given the same weights: its packed projection
+# `in_proj_weight` is `W_q`, `W_k`, `W_v` stacked, and its padding mask means True = *ignore*, the
+# opposite of ours. The last ones test properties: padding, and dropout in train and eval mode.
+
+# %% tests="block_enc_shape" points=1
+assert check.encoder_shape(EncoderBlock)
+
+# %% tests="block_enc_values" points=2
+assert check.encoder_values(EncoderBlock)
+
+# %% tests="block_enc_torch" points=2
+assert check.encoder_matches_torch(EncoderBlock)
+
+# %% tests="block_enc_padding" points=1
+assert check.encoder_padding_invariance(EncoderBlock)
+
+# %% tests="block_enc_dropout" points=1
+assert check.encoder_dropout_modes(EncoderBlock)
+
+# %% tests="block_enc_dropout_place" points=1
+assert check.encoder_dropout_placement(EncoderBlock)
+
+# %% tests="block_enc_hidden_values" points=1
+### BEGIN HIDDEN TESTS
+assert check.encoder_values(EncoderBlock, d_model=12, num_heads=3, d_ff=20, batch=4, seq_len=9, int_mask=True)
+assert check.encoder_matches_torch(EncoderBlock, d_model=24, num_heads=6, d_ff=40, batch=2, seq_len=9)
+### END HIDDEN TESTS
+
+# %% tests="block_enc_hidden_properties" points=1
+### BEGIN HIDDEN TESTS
+assert check.encoder_padding_invariance(EncoderBlock, d_model=12, num_heads=2, d_ff=24, seq_len=4, extra=5)
+assert check.encoder_dropout_placement(EncoderBlock, d_model=8, num_heads=2, d_ff=16, batch=3, seq_len=5)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **LayerNorm inside your block.** A forward hook records what goes into `norm1` (the residual sum
+# `x + dropout(attention)`) and what comes out. The input here is deliberately far from mean 0 and
+# standard deviation 1; after `norm1` every position is back to mean 0, spread 1 (the fresh
+# LayerNorm has $\gamma = 1$, $\beta = 0$). This is what keeps the activations at the same scale
+# from block to block, however many blocks are stacked.
+
+# %%
+with skip_until_implemented("EncoderBlock"):
+    torch.manual_seed(0)
+    block = EncoderBlock(d_model=32, num_heads=4, d_ff=64, dropout=0.1).eval()
+    captured = {}
+    block.norm1.register_forward_hook(lambda module, args, output: captured.update(sum=args[0], out=output))
+    x = 2.0 + 3.0 * torch.randn(1, 5, 32)  # (batch, src_len, d_model), mean 2, std 3
+    with torch.no_grad():
+        block(x, None)
+    for name in ("sum", "out"):
+        mean = captured[name].mean(dim=-1)[0].numpy().round(2) + 0.0  # + 0.0 turns -0.0 into 0.0
+        std = captured[name].std(dim=-1, correction=0)[0].numpy().round(2)
+        print(f"{name:>3}: mean per position {mean}   std per position {std}")
+
+# %% [markdown]
+# ## 9. The decoder block
+#
+# A decoder block has **three** sublayers, each wrapped in the same pattern:
+
+# %%
+diagrams.show("decoder_block")
+
+# %% [markdown]
+# | sublayer | query | keys and values | mask | LayerNorm |
+# |---|---|---|---|---|
+# | 1. masked self-attention | `x` | `x` | `dec_mask` `(batch, 1, tgt_len, tgt_len)` | `norm1` |
+# | 2. cross-attention | `x` (output of 1) | `enc_out` | `enc_mask` `(batch, 1, 1, src_len)` | `norm2` |
+# | 3. feed-forward | — | — | — | `norm3` |
+#
+# - **Masked self-attention** lets each target position look at the target tokens written so far.
+#   `dec_mask` is the look-ahead mask combined with the target padding mask (stage 2): during
+#   training the decoder sees the whole target sentence at once, and the mask is the only thing that
+#   stops position $t$ from reading the token it must predict.
+# - **Cross-attention** is where the translation looks at the source. The **query** comes from the
+#   decoder (`x`, "what do I need next?"); the **keys and values** come from the encoder output
+#   `enc_out`, `(batch, src_len, d_model)`. `enc_mask` is the source padding mask, so no target
+#   position attends to source `<pad>`. The result has one row per *query*, so its shape is
+#   `(batch, tgt_len, d_model)` even though `src_len` usually differs from `tgt_len`.
+# - The **feed-forward** sublayer is the same kind of network as in the encoder.
+#
+# The figure shows both masks for one sentence pair (source: 5 tokens + 2 `<pad>`, target: 4 tokens
+# + 2 `<pad>`). Each row is a decoder position; blue cells are what it may attend to.
+
+# %%
+PAD = 0
+source = torch.tensor([[12, 7, 31, 5, 9, PAD, PAD]])  # (1, src_len = 7)
+target = torch.tensor([[1, 14, 3, 22, PAD, PAD]])  # (1, tgt_len = 6)
+enc_mask = make_padding_mask(source, PAD)  # (1, 1, 1, 7)
+dec_mask = make_padding_mask(target, PAD) & make_look_ahead_mask(target.size(1))  # (1, 1, 6, 6)
+figures.plot_decoder_masks(dec_mask[0, 0], enc_mask[0, 0].expand(target.size(1), -1))
+plt.show()
+
+# %% [markdown]
+# ### Pitfalls we see every year
+# - **Cross-attention keys and values from the decoder** (`cross_attn(x, x, x, ...)`): the decoder
+#   never reads the source sentence. Keys and values come from `enc_out`.
+# - **The query from the encoder** (`cross_attn(enc_out, x, x, ...)`): rows then follow the source.
+# - **Swapped masks**: `enc_mask` in self-attention and `dec_mask` in cross-attention. When
+#   `src_len == tgt_len` this runs without an error and quietly lets the decoder see the future.
+# - **`self.self_attn` used twice**: cross-attention has its own weights, `self.cross_attn`.
+# - The residual, LayerNorm and dropout pitfalls of the encoder, now for three sublayers
+#   (`norm1`, `norm2`, `norm3`, and dropout on the cross-attention output too).
+#
+# ## 10. Exercise: `DecoderBlock`
+# Complete `forward(x, enc_out, enc_mask, dec_mask)`: the three sublayers of the table, in that order.
+
+# %% solution="block_decoder"
+#| include transformer_course.reference.blocks:DecoderBlock
+
+# %% [markdown]
+# ### Check your work
+# As for the encoder, plus **causality**: changing the decoder inputs at positions after $t$ must
+# never change the outputs at positions up to $t$. PyTorch's `nn.TransformerDecoderLayer` is the
+# yardstick this time: its `self_attn` is our `self_attn`, its `multihead_attn` our `cross_attn`.
+
+# %% tests="block_dec_shape" points=1
+assert check.decoder_shape(DecoderBlock)
+
+# %% tests="block_dec_values" points=2
+assert check.decoder_values(DecoderBlock)
+
+# %% tests="block_dec_torch" points=2
+assert check.decoder_matches_torch(DecoderBlock)
+
+# %% tests="block_dec_causal" points=1
+assert check.decoder_causality(DecoderBlock)
+
+# %% tests="block_dec_dropout" points=1
+assert check.decoder_dropout_modes(DecoderBlock)
+
+# %% tests="block_dec_dropout_place" points=1
+assert check.decoder_dropout_placement(DecoderBlock)
+
+# %% tests="block_dec_hidden_values" points=1
+### BEGIN HIDDEN TESTS
+assert check.decoder_values(DecoderBlock, d_model=12, num_heads=3, d_ff=20, batch=2, tgt_len=5, src_len=9,
+                            int_mask=True)
+assert check.decoder_matches_torch(DecoderBlock, d_model=12, num_heads=2, d_ff=20, tgt_len=7, src_len=4)
+### END HIDDEN TESTS
+
+# %% tests="block_dec_hidden_properties" points=1
+### BEGIN HIDDEN TESTS
+assert check.decoder_causality(DecoderBlock, d_model=12, num_heads=3, d_ff=24, tgt_len=8, src_len=3)
+assert check.decoder_dropout_placement(DecoderBlock, d_model=8, num_heads=2, d_ff=16, tgt_len=4, src_len=7)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Where your decoder block looks.** Each attention module keeps its last weights in
+# `attn_weights`, `(batch, num_heads, q_len, k_len)`. For the sentence pair above (random vectors
+# stand in for the embedded tokens and the encoder output), head 0 of self-attention has only zeros
+# above the diagonal and in the target-padding columns; cross-attention gives the two source
+# `<pad>` columns exactly zero weight.
+
+# %%
+with skip_until_implemented("DecoderBlock"):
+    torch.manual_seed(0)
+    block = DecoderBlock(d_model=32, num_heads=4, d_ff=64, dropout=0.1).eval()
+    x = torch.randn(1, target.size(1), 32)  # (batch, tgt_len, d_model)
+    enc_out = torch.randn(1, source.size(1), 32)  # (batch, src_len, d_model)
+    with torch.no_grad():
+        out = block(x, enc_out, enc_mask, dec_mask)
+    print("output shape:", tuple(out.shape))
+    figures.plot_decoder_attention(block.self_attn.attn_weights[0, 0], block.cross_attn.attn_weights[0, 0])
+    plt.show()
+
+# %% [markdown]
+# ## 11. Post-LN and pre-LN
+#
+# The paper normalises **after** the residual addition (post-LN). Most deep Transformers since
+# GPT-2 normalise the sublayer's **input** instead (pre-LN) and add one final LayerNorm after the
+# last block:
+#
+# | | one sublayer | after the last block |
+# |---|---|---|
+# | post-LN (the paper, this course) | $x \leftarrow \mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$ | nothing |
+# | pre-LN | $x \leftarrow x + \mathrm{Sublayer}(\mathrm{LayerNorm}(x))$ | $\mathrm{LayerNorm}(x)$ |
+#
+# In pre-LN the residual stream is a plain sum from the embeddings to the final LayerNorm, an
+# untouched identity path; in post-LN every path from the loss back to the lower blocks passes
+# through a LayerNorm per sublayer. Xiong et al. (2020, "On Layer Normalization in the Transformer
+# Architecture") showed that at initialisation the post-LN gradients of the blocks near the output
+# are large. Together with the optimiser's first, poorly estimated steps this makes training
+# unstable, which is why the paper's recipe needs a **learning-rate warm-up** (4000 steps; you will
+# meet it in stage 5). Pre-LN stacks train stably with little or no warm-up, and the gap grows with
+# depth. For the 6-block models of this course both work.
+#
+# A pre-LN encoder block needs no new parameters, only a different `forward`:
+
+# %%
+class PreLNEncoderBlock(EncoderBlock):
+    """Same parts as EncoderBlock, pre-LN order: x + Dropout(Sublayer(LayerNorm(x)))."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        normed = self.norm1(x)
+        x = x + self.dropout(self.self_attn(normed, normed, normed, mask))
+        return x + self.dropout(self.feed_forward(self.norm2(x)))
+
+
+def gradient_norm_per_block(block_class: type, num_layers: int, d_model: int = 64) -> list[float]:
+    """Gradient norm of each block's parameters at initialisation, averaged over 5 random stacks."""
+    totals = torch.zeros(num_layers)
+    for seed in range(5):
+        torch.manual_seed(seed)
+        blocks = nn.ModuleList([block_class(d_model, 4, 4 * d_model, 0.0) for _ in range(num_layers)])
+        final_norm = nn.LayerNorm(d_model) if block_class is PreLNEncoderBlock else nn.Identity()
+        head = nn.Linear(d_model, 100)  # stand-in output layer over 100 "words"
+        for parameter in [*blocks.parameters(), head.weight]:
+            if parameter.dim() > 1:
+                nn.init.xavier_uniform_(parameter)  # the initialisation of stage 4
+        x = torch.randn(16, 20, d_model)  # stand-in for embedded sentences
+        for block in blocks:
+            x = block(x, None)
+        logits = head(final_norm(x))  # (16, 20, 100)
+        F.cross_entropy(logits.flatten(0, 1), torch.randint(100, (16 * 20,))).backward()
+        totals += torch.stack([torch.cat([p.grad.flatten() for p in b.parameters()]).norm() for b in blocks])
+    return (totals / 5).tolist()
+
+# %% [markdown]
+# The experiment stacks blocks, one untrained forward and backward pass with a random target, and
+# measures how large the gradient of each block's parameters is. Your `EncoderBlock` is the post-LN
+# stack; `PreLNEncoderBlock` reuses its parts in the other order.
+
+# %%
+with skip_until_implemented("EncoderBlock"):
+    for num_layers in (6, 12):
+        figures.plot_gradient_norms({
+            f"post-LN, {num_layers} blocks": gradient_norm_per_block(EncoderBlock, num_layers),
+            f"pre-LN, {num_layers} blocks": gradient_norm_per_block(PreLNEncoderBlock, num_layers),
+        })
+        plt.show()
+
+# %% [markdown]
+# **Reading the bars.** In the post-LN stacks the gradients grow from the input end towards the
+# loss end, and the growth is stronger with 12 blocks than with 6: the upper blocks get far larger
+# gradients than the lower ones. In the pre-LN stacks the gradients are smaller and even shrink
+# towards the top: each block's output is added to a residual stream that keeps growing and is
+# normalised only once, at the very end. Large gradients in the upper blocks are harmless with a tiny
+# learning rate, and that is exactly what a warm-up provides in the first steps of training.
+#
+# ## Summary
+# - The feed-forward network $\max(0, xW_1 + b_1)W_2 + b_2$ is one small MLP applied to every
+#   position alone: `fc2(relu(fc1(x)))`, width $d_{model} \to d_{ff} \to d_{model}$.
+# - A residual connection adds the sublayer's input to its output; without it attention stacks
+#   average all positions into one.
+# - LayerNorm normalises the $d_{model}$ features of each position to mean 0, variance 1, then applies
+#   the learned $\gamma$, $\beta$; it never looks across the batch or across positions.
+# - Every sublayer is wrapped as `norm(x + dropout(sublayer(x)))` (post-LN), each with its own LayerNorm.
+# - Encoder block: self-attention with the source padding mask, then feed-forward.
+#   Decoder block: masked self-attention with `dec_mask`; cross-attention with queries from the
+#   decoder, keys and values from `enc_out` and `enc_mask`; then feed-forward.
+# - Pre-LN, `x + sublayer(norm(x))` plus a final LayerNorm, trains more stably in deep stacks; the
+#   paper's post-LN needs its learning-rate warm-up.
+#
+# Next, stage 4 stacks these blocks, adds embeddings, positional encoding and the output layer, and
+# builds the full encoder–decoder. The last cell lists every check you ran here.
+
+# %%
+check.summary()

@@ -1,0 +1,131 @@
+"""Stage 3 figures: ReLU and the hidden layer of the feed-forward network, residual connections,
+LayerNorm before/after, the decoder's two masks and attention weights, post-LN vs pre-LN gradients."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+
+def _matrix(tensor: torch.Tensor) -> np.ndarray:
+    """Squeeze leading axes of size 1 away and return a float numpy matrix."""
+    matrix = tensor.detach().float().cpu()
+    while matrix.dim() > 2:
+        matrix = matrix[0]
+    return matrix.numpy()
+
+
+def plot_feed_forward_hidden(pre_activation: torch.Tensor, max_units: int = 64) -> Figure:
+    """Left: the ReLU function. Right: ReLU(x W1 + b1) for each position (rows) and hidden unit (columns).
+
+    pre_activation: (seq_len, d_ff) or (1, seq_len, d_ff), the values x W1 + b1 before the ReLU.
+    """
+    hidden = np.maximum(_matrix(pre_activation)[:, :max_units], 0.0)  # (seq_len, units)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [1, 2.6]})
+    z = np.linspace(-3, 3, 201)
+    left.plot(z, np.maximum(z, 0), color="tab:blue", linewidth=2)
+    left.axhline(0, color="grey", linewidth=0.5)
+    left.axvline(0, color="grey", linewidth=0.5)
+    left.set_title("ReLU(z) = max(0, z)")
+    left.set_xlabel("z")
+    image = right.imshow(hidden, aspect="auto", cmap="Greens", vmin=0)
+    zero_share = float((hidden == 0).mean())
+    right.set_title(f"hidden layer after ReLU: {zero_share:.0%} of the values are exactly 0")
+    right.set_xlabel(f"hidden unit (first {hidden.shape[1]} of d_ff)")
+    right.set_ylabel("position")
+    figure.colorbar(image, ax=right)
+    figure.tight_layout()
+    return figure
+
+
+def plot_similarity_by_depth(curves: Mapping[str, Sequence[float]]) -> Figure:
+    """Mean cosine similarity between the positions of a sequence after each layer, one line per setup."""
+    figure, axis = plt.subplots(figsize=(7.5, 3.6))
+    for label, values in curves.items():
+        axis.plot(range(len(values)), list(values), marker="o", label=label)
+    axis.set_xlabel("number of layers applied")
+    axis.set_ylabel("mean cosine similarity\nbetween positions")
+    axis.set_ylim(-0.05, 1.05)
+    axis.set_title("Without the residual path all positions collapse to the same vector")
+    axis.legend()
+    figure.tight_layout()
+    return figure
+
+
+def plot_layer_norm(before: torch.Tensor, after: torch.Tensor) -> Figure:
+    """The d_model features of each position, as dots, before and after LayerNorm.
+
+    before, after: (seq_len, d_model) or (1, seq_len, d_model). The black bars show each position's
+    mean plus and minus one standard deviation.
+    """
+    panels = {"before LayerNorm": _matrix(before), "after LayerNorm (gamma = 1, beta = 0)": _matrix(after)}
+    figure, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for axis, (title, values) in zip(axes, panels.items(), strict=True):
+        positions = np.arange(values.shape[0])
+        jitter = np.random.default_rng(0).uniform(-0.2, 0.2, size=values.shape)
+        axis.scatter(positions[:, None] + jitter, values, s=6, alpha=0.5, color="tab:blue")
+        axis.errorbar(positions, values.mean(axis=1), yerr=values.std(axis=1), fmt="o", color="black",
+                      capsize=4, label="mean ± std over d_model")
+        axis.axhline(0, color="grey", linewidth=0.5)
+        axis.set_title(title)
+        axis.set_xlabel("position")
+        axis.set_xticks(positions)
+    axes[0].set_ylabel("feature value")
+    axes[0].legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def _two_heatmaps(left: torch.Tensor, right: torch.Tensor, titles: tuple[str, str], cmap: str,
+                  vmax: float | None) -> Figure:
+    """Two matrices side by side, rows = decoder (query) positions."""
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, matrix, title, xlabel in zip(axes, (left, right), titles,
+                                           ("decoder position (key)", "encoder position (key)"), strict=True):
+        values = _matrix(matrix)
+        image = axis.imshow(values, cmap=cmap, vmin=0, vmax=vmax)
+        axis.set_title(title)
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel("decoder position (query)")
+        figure.colorbar(image, ax=axis, fraction=0.046)
+    figure.tight_layout()
+    return figure
+
+
+def plot_decoder_masks(dec_mask: torch.Tensor, enc_mask: torch.Tensor) -> Figure:
+    """Where each decoder query may look: dec_mask (tgt_len, tgt_len), enc_mask as (tgt_len, src_len).
+
+    Both masks use the course convention: 1 (True) = may attend.
+    """
+    return _two_heatmaps(dec_mask.int(), enc_mask.int(),
+                         ("self-attention: dec_mask (1 = may attend)",
+                          "cross-attention: enc_mask (1 = may attend)"),
+                         cmap="Blues", vmax=1)
+
+
+def plot_decoder_attention(self_weights: torch.Tensor, cross_weights: torch.Tensor) -> Figure:
+    """One head's weights: self-attention (tgt_len, tgt_len) and cross-attention (tgt_len, src_len)."""
+    return _two_heatmaps(self_weights, cross_weights,
+                         ("masked self-attention weights", "cross-attention weights"),
+                         cmap="viridis", vmax=None)
+
+
+def plot_gradient_norms(norms: Mapping[str, Sequence[float]]) -> Figure:
+    """Gradient norm of each block's parameters (block 1 = next to the input), one bar group per setup."""
+    figure, axis = plt.subplots(figsize=(7.5, 3.6))
+    width = 0.8 / max(len(norms), 1)
+    for index, (label, values) in enumerate(norms.items()):
+        blocks = np.arange(1, len(values) + 1)
+        axis.bar(blocks + (index - (len(norms) - 1) / 2) * width, list(values), width=width, label=label)
+    axis.set_xticks(np.arange(1, max(len(values) for values in norms.values()) + 1))
+    axis.set_xlabel("block (1 = next to the input, last = next to the loss)")
+    axis.set_ylabel("gradient norm of the\nblock's parameters")
+    axis.set_title("Gradients at initialisation, before any training step")
+    axis.set_ylim(0, 1.3 * max(max(values) for values in norms.values()))  # room for the legend
+    axis.legend(loc="upper center", ncol=len(norms))
+    figure.tight_layout()
+    return figure

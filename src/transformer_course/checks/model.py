@@ -263,7 +263,7 @@ def _embed(stack: nn.Module, tokens: torch.Tensor, scale: str = "sqrt") -> torch
 
 def _layers(stack: nn.Module, which: str) -> list[nn.Module]:
     layers = list(stack.layers)
-    return {"all": layers, "first": layers[:1], "last": layers[-1:]}[which]
+    return {"all": layers, "first": layers[:1], "last": layers[-1:], "repeat": layers[-1:] * len(layers)}[which]
 
 
 def _encode(encoder: nn.Module, tokens: torch.Tensor, mask: torch.Tensor | None, scale: str = "sqrt",
@@ -281,6 +281,10 @@ SCALE_SUSPECTS = {
     "d_model": "the embeddings are multiplied by d_model: the factor is its square root, sqrt(d_model).",
     "no_pe": "the positional encoding is never added: call self.positional_encoding(x) after scaling.",
 }
+
+
+REPEATED_BLOCK = ("one block object is repeated num_layers times (all layers share its weights): create a new "
+                  "block for every layer, [Block(...) for _ in range(num_layers)], as the given constructor does.")
 
 
 def _encoder_case(Encoder: type[nn.Module], sizes: Sizes, seed: int) -> tuple:
@@ -315,6 +319,7 @@ def encoder_values(Encoder: type[nn.Module], **sizes: float) -> None:
             ),
             "every layer gets the embeddings and only the last result is kept: feed each layer's output "
             "into the next, x = layer(x, mask).": lambda: _encode(reference, tokens, mask, which="last"),
+            REPEATED_BLOCK: lambda: _encode(reference, tokens, mask, which="repeat"),
         }
         expect_close("Encoder(src, src_mask)", got, expected, suspects=suspects, **TOLERANCE,
                      cause="x = embedding(src) * sqrt(d_model); x = positional_encoding(x); "
@@ -333,15 +338,13 @@ def _layers_registered(Student: type[nn.Module], Reference: type[nn.Module], wha
              got=type(layers).__name__,
              cause="a plain Python list hides the blocks from PyTorch: their parameters are not trained, "
                    "not saved and not moved by .to(device). Wrap the list in nn.ModuleList.")
-    blocks = list(layers.children())
+    blocks = list(layers)  # iterating a ModuleList keeps repeats; .children() would drop them
     if len(blocks) != sizes.num_layers:
         fail(f"{what}.layers has the wrong number of blocks.", expected=sizes.num_layers, got=len(blocks),
              cause="build num_layers blocks, as the given constructor does.")
     if len({id(block) for block in blocks}) != len(blocks):
         fail(f"{what}.layers repeats the same block object.", expected=f"{sizes.num_layers} distinct blocks",
-             got=f"{len({id(block) for block in blocks})} distinct object(s)",
-             cause="[Block(...)] * num_layers repeats one block (shared weights); create a new block in a "
-                   "comprehension: [Block(...) for _ in range(num_layers)].")
+             got=f"{len({id(block) for block in blocks})} distinct object(s)", cause=REPEATED_BLOCK)
     expected, got = count_parameters(reference), count_parameters(student)
     if got != expected:
         fail(f"{what} has the wrong number of trainable parameters.", expected=expected, got=got,
@@ -391,15 +394,19 @@ def _decoder_case(Decoder: type[nn.Module], sizes: Sizes, seed: int) -> tuple:
     return student, reference, target, memory, enc_mask, dec_mask
 
 
+def _missing_prediction(got: object, sizes: Sizes) -> str | None:
+    if isinstance(got, torch.Tensor) and tuple(got.shape) == (sizes.batch, sizes.tgt_len, sizes.d_model):
+        return "the prediction layer is missing: return self.pred_layer(x), the logits over the target vocabulary."
+    return None
+
+
 @check("Decoder returns logits over the target vocabulary: shape (batch, tgt_len, vocab_size)")
 def decoder_output_shape(Decoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**({"src_len": 9, "tgt_len": 6} | sizes))
     student, _, target, memory, enc_mask, dec_mask = _decoder_case(Decoder, config, seed=40)
-    got = expect_tensor("Decoder(tgt, enc_out, enc_mask, dec_mask)",
-                        _run(student, target, memory, enc_mask, dec_mask), cause="return the logits tensor.")
-    cause = "embed, scale, add PE, apply every layer, then self.pred_layer maps d_model to vocab_size."
-    if tuple(got.shape) == (config.batch, config.tgt_len, config.d_model):
-        cause = "the prediction layer is missing: return self.pred_layer(x), the logits over the vocabulary."
+    got = _run(student, target, memory, enc_mask, dec_mask)
+    cause = _missing_prediction(got, config) or (
+        "embed, scale, add PE, apply every layer, then self.pred_layer maps d_model to vocab_size.")
     expect_shape("Decoder(tgt, enc_out, enc_mask, dec_mask)", got,
                  (config.batch, config.tgt_len, config.tgt_vocab), cause=cause)
 
@@ -433,6 +440,7 @@ def decoder_values(Decoder: type[nn.Module], **sizes: float) -> None:
             ),
             "every layer gets the embeddings and only the last result is kept: feed each layer's output into "
             "the next.": lambda: _decode(*arguments, which="last"),
+            REPEATED_BLOCK: lambda: _decode(*arguments, which="repeat"),
             "softmax is applied: return the raw logits; the loss (cross-entropy) applies log-softmax itself.": (
                 lambda: _decode(*arguments, head="softmax")
             ),
@@ -441,8 +449,9 @@ def decoder_values(Decoder: type[nn.Module], **sizes: float) -> None:
             ),
         }
         expect_close("Decoder(tgt, enc_out, enc_mask, dec_mask)", got, expected, suspects=suspects, **TOLERANCE,
-                     cause="x = embedding * sqrt(d_model) -> PE -> x = layer(x, enc_out, enc_mask, dec_mask) "
-                           "for every layer -> pred_layer(x).")
+                     cause=_missing_prediction(got, config)
+                     or "x = embedding * sqrt(d_model) -> PE -> x = layer(x, enc_out, enc_mask, dec_mask) "
+                        "for every layer -> pred_layer(x).")
 
 
 @check("Decoder registers num_layers distinct blocks: they are counted, trained and moved by .to()/.double()")
@@ -506,6 +515,11 @@ def transformer_values(Transformer: type[nn.Module], **sizes: float) -> None:
                 lambda: decoder(target, encoder(source, dec_mask), enc_mask, dec_mask)
             ),
         }
+        for scale, cause in SCALE_SUSPECTS.items():  # a stack-level mistake, seen through the whole model
+            suspects[f"in Encoder.forward: {cause}"] = lambda scale=scale: _decode(
+                decoder, target, _encode(encoder, source, enc_mask, scale=scale), enc_mask, dec_mask)
+            suspects[f"in Decoder.forward: {cause}"] = lambda scale=scale: _decode(
+                decoder, target, encoder(source, enc_mask), enc_mask, dec_mask, scale=scale)
         expect_close("Transformer(src, tgt, src_mask, tgt_mask)", got, expected, suspects=suspects, **TOLERANCE,
                      cause="enc_out = self.encoder(enc_in, enc_mask); logits = self.decoder(dec_in, enc_out, "
                            "enc_mask, dec_mask). If the Encoder/Decoder checks fail, fix those first.")
@@ -608,7 +622,8 @@ def transformer_causality(Transformer: type[nn.Module], make_target_mask: Callab
             reference_original = logits(target, reference_target_mask)[:, : position + 1]
             if torch.allclose(with_reference_mask, reference_original, atol=1e-8, rtol=0):
                 cause = ("your make_target_mask lets a position see later tokens: the look-ahead part "
-                         "(lower triangle, diagonal included) is missing or wrong.")
+                         "(lower triangle, diagonal included) is missing or wrong; a row with every key hidden "
+                         "also leaks, since softmax then spreads its weight over all keys.")
             else:
                 cause = ("even with a correct target mask the model looks ahead: the decoder's self-attention "
                          "must receive dec_mask (Transformer -> decoder(dec_in, enc_out, enc_mask, dec_mask) -> "
@@ -627,16 +642,21 @@ def source_padding_invariance(Transformer: type[nn.Module], make_target_mask: Ca
     target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=92)
     longer = torch.cat([source, torch.full((config.batch, extra), config.pad_idx)], dim=1)
     dec_mask = _student_target_mask(make_target_mask, target, config.pad_idx)
-    short = _run(model, source, target, make_source_mask(source, config.pad_idx), dec_mask)
-    long = _run(model, longer, target, make_source_mask(longer, config.pad_idx), dec_mask)
+    encoder_outputs: list[torch.Tensor] = []
+    hook = model.encoder.register_forward_hook(lambda _module, _inputs, output: encoder_outputs.append(output))
+    try:
+        short = _run(model, source, target, make_source_mask(source, config.pad_idx), dec_mask)
+        long = _run(model, longer, target, make_source_mask(longer, config.pad_idx), dec_mask)
+    finally:
+        hook.remove()
     short = expect_tensor("logits", short, cause="return the logits.")
-    encoder_short = _run(model.encoder, source, make_source_mask(source, config.pad_idx))
-    encoder_long = _run(model.encoder, longer, make_source_mask(longer, config.pad_idx))
-    encoder_leaks = not torch.allclose(encoder_long[:, : config.src_len], encoder_short, atol=1e-8, rtol=0)
+    encoder_leaks = len(encoder_outputs) == 2 and not torch.allclose(
+        encoder_outputs[1][:, : config.src_len], encoder_outputs[0], atol=1e-8, rtol=0)
     expect_close(f"logits with {extra} extra source pad tokens", long, short, atol=1e-8, rtol=1e-8,
-                 cause="the encoder's self-attention ignores the source mask: pass enc_mask to every encoder layer."
-                 if encoder_leaks else "the decoder's cross-attention ignores the source mask: pass enc_mask to the "
-                 "decoder and on to every layer.")
+                 cause="the encoder's self-attention sees the source padding: the Transformer must call "
+                       "self.encoder(enc_in, enc_mask) and the Encoder must pass the mask to every layer."
+                 if encoder_leaks else "the decoder's cross-attention sees the source padding: pass enc_mask to "
+                 "the decoder and on to every layer.")
 
 
 @check("target padding changes nothing: extra pad tokens at the end of the target keep the real positions' logits")
@@ -687,7 +707,8 @@ def dropout_behaviour(Transformer: type[nn.Module], **sizes: float) -> None:
              cause="call self.positional_encoding(x) rather than adding the table by hand.")
     if torch.allclose(first, second):
         fail("two forward passes in train mode gave identical logits.", expected="different dropout masks",
-             got="identical outputs", cause="use the modules' dropout (nn.Dropout follows model.train()).")
+             got="identical outputs", cause="use the modules' dropout (nn.Dropout follows model.train()) and "
+             "do not switch to eval mode inside forward.")
     expect_close("logits in eval mode (second pass)", evaluated[1], evaluated[0], atol=0, rtol=0,
                  cause="in eval mode nothing may be random: use nn.Dropout modules, not F.dropout(training=True).")
 

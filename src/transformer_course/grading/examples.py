@@ -47,8 +47,8 @@ KNOWN_BUGS: dict[str, Mutation] = {
     ),
     "03_blocks": Mutation(
         "no residual connection around the feed-forward sublayer (encoder)",
-        "x = self.norm2(x + self.dropout(self.feed_forward(x)))\n        ### END SOLUTION\n        return x\n\n\n",
-        "x = self.norm2(self.dropout(self.feed_forward(x)))\n        ### END SOLUTION\n        return x\n\n\n",
+        "x = self.norm2(x + self.dropout(self.feed_forward(x)))",  # only EncoderBlock has this line
+        "x = self.norm2(self.dropout(self.feed_forward(x)))",
     ),
     "04_transformer": Mutation(
         "encoder embeddings not scaled by sqrt(d_model)",

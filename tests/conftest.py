@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nbformat
@@ -9,6 +10,12 @@ from transformer_course.authoring import assignments
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = assignments(ROOT)
+
+# A local copy of Multi30k next to the checkout (the six .gz files) lets executed notebooks and
+# nbgrader's kernels, which inherit this environment, run offline.
+MULTI30K_COPY = ROOT.parent / "shared" / "data" / "multi30k"
+if MULTI30K_COPY.is_dir():
+    os.environ.setdefault("MULTI30K_DIR", str(MULTI30K_COPY))
 
 
 def solution_path(assignment: str) -> Path:

@@ -55,6 +55,11 @@ KNOWN_BUGS: dict[str, Mutation] = {
         "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)",
         "x = self.embedding(x)  # (batch, src_len, d_model)",
     ),
+    "05_training": Mutation(
+        "target not shifted: the decoder is asked to predict the token it already reads",
+        "tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]",
+        "tgt_in, tgt_out = tgt[:, :-1], tgt[:, :-1]",
+    ),
 }
 
 

@@ -57,7 +57,11 @@ def make_criterion(pad_idx: int, label_smoothing: float = 0.1) -> nn.CrossEntrop
 
 
 def compute_loss(model: nn.Module, batch: Batch, criterion: nn.Module) -> torch.Tensor:
-    """Mean loss per real target token of one batch (a scalar tensor)."""
+    """Mean loss per real target token of one batch (a scalar tensor that can be backpropagated).
+
+    The model maps (src, tgt_in, src_mask, tgt_mask) to logits (batch, tgt_len, vocab); the criterion
+    wants one row of scores per token, (batch * tgt_len, vocab), and the targets tgt_out as (batch * tgt_len,).
+    """
     ### BEGIN SOLUTION
     logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (batch, tgt_len, vocab)
     loss = criterion(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1))
@@ -66,7 +70,10 @@ def compute_loss(model: nn.Module, batch: Batch, criterion: nn.Module) -> torch.
 
 
 def noam_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
-    """lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)  (paper, eq. 3); step >= 1."""
+    """lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)  (paper, eq. 3).
+
+    Steps count from 1; step 0 is treated as step 1 (torch's LambdaLR asks for step 0 when it is created).
+    """
     ### BEGIN SOLUTION
     step = max(step, 1)
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
@@ -86,7 +93,11 @@ def train_epoch(model: nn.Module, batches: Iterable[Batch], criterion: nn.Module
                 optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
                 device: torch.device | str = "cpu", clip_norm: float = 1.0, max_steps: int | None = None,
                 progress: bool = True) -> float:
-    """One pass of training; returns the mean loss per target token."""
+    """One pass of training; returns the mean loss per target token.
+
+    For every batch: zero the gradients, compute the loss, backpropagate, clip the gradients' total norm
+    to clip_norm, take an optimizer step, then a scheduler step (the schedule counts batches, not epochs).
+    """
     model.train()
     total_loss, total_tokens = 0.0, 0
     for step, batch in enumerate(tqdm(batches, desc="train", leave=False, disable=not progress)):

@@ -1,0 +1,826 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# <!-- colab-badge -->
+#
+# # Stage 5 — Training the Transformer on Multi30k German→English
+#
+# *Transformers from Scratch*: you build the Transformer of Vaswani et al.,
+# ["Attention Is All You Need"](https://arxiv.org/abs/1706.03762) (2017), one stage at a time.
+#
+# | stage | notebook |
+# |---|---|
+# | 1 | positional encoding |
+# | 2 | scaled dot-product and multi-head attention, masks |
+# | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
+# | 4 | the full encoder–decoder |
+# | **5** | **training on Multi30k German→English** (this one) |
+# | 6 | greedy decoding, BLEU, attention heatmaps |
+#
+# ## Learning outcomes
+# After this notebook you can
+# 1. describe the Multi30k data set and turn its sentences into id sequences with a tokeniser and a
+#    vocabulary (`min_freq`, special tokens, `<unk>` for unknown words);
+# 2. build padded batches in which the decoder reads the target **shifted by one** (teacher forcing),
+#    and measure how much padding length-bucketed batching saves;
+# 3. write the training loss: cross-entropy that ignores padding, with label smoothing, and read
+#    a loss as a perplexity;
+# 4. implement the paper's warm-up learning-rate schedule and explain why Transformers need it;
+# 5. write one training epoch (zero the gradients, loss, backward, clip, optimiser step, scheduler
+#    step) and recognise the classic training-loop bugs from their symptoms;
+# 6. train and evaluate the model, plot its curves, save a checkpoint and resume from it.
+#
+# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
+# every other cell is given and correct. After each exercise a few *check cells* test one property
+# each and print `✔` or a message that says what was expected, what came out and the likely cause.
+# Those same cells grade your work (the grader also runs a few hidden ones with other sizes). The
+# checks use small synthetic data, so they run in seconds and need no download.
+#
+# The model itself comes from the course package (`transformer_course.reference`), so a bug left in
+# an earlier stage cannot spoil this one.
+
+# %% readonly="setup"
+#| setup
+
+# %%
+import math
+import tempfile
+from collections.abc import Iterable, Sequence  # noqa: F401  (Sequence: used by the given code spliced below)
+from functools import partial
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm  # noqa: F401  (progress bars in train_epoch and evaluate)
+
+from transformer_course.checks import training as check
+from transformer_course.data.batching import BucketBatchSampler
+from transformer_course.data.multi30k import load_pairs
+from transformer_course.data.tokenize import Tokenizer
+from transformer_course.reference import (
+    Transformer,
+    checkpoint,
+    count_parameters,
+    make_source_mask,  # noqa: F401  (used by collate below)
+    make_target_mask,
+)
+from transformer_course.reference.training import Batch
+from transformer_course.reference.translation import prepare_data, translate
+from transformer_course.runtime import grading_mode
+from transformer_course.visualisation import attention as attention_figures
+from transformer_course.visualisation import diagrams
+from transformer_course.visualisation import training as figures
+
+# %% [markdown]
+# ## 1. The task and the data
+#
+# We train the encoder–decoder of stage 4 to translate German into English. Recall the picture:
+# the encoder reads the German sentence; the decoder writes the English one token by token, each
+# time looking at the encoder's output (cross-attention) and at the English tokens it has so far
+# (masked self-attention). The last layer scores every word of the English vocabulary.
+
+# %%
+diagrams.show("transformer")
+
+# %% [markdown]
+# **Multi30k** (Elliott, Frank, Sima'an and Specia, 2016, *Multi30K: Multilingual English-German
+# Image Descriptions*, Workshop on Vision and Language) extends the Flickr30k image-caption data
+# set: each English image description comes with a German translation made by a professional
+# translator. We use its translation task ("task 1"):
+#
+# | split | sentence pairs | used for |
+# |---|---|---|
+# | `train` | 29,000 | learning the weights |
+# | `val` | 1,014 | watching progress, choosing settings |
+# | `test_2016_flickr` | 1,000 | the final score (notebook 6) |
+#
+# The sentences are short, simple descriptions of photos, which makes the task small enough to
+# train in minutes on a GPU, yet real.
+#
+# The course package downloads the six files on first use from the data set's GitHub repository,
+# checks each against its published SHA-256 checksum and keeps them in a cache folder, so the
+# download happens once. (If the files already sit somewhere, set the environment variable
+# `MULTI30K_DIR` to that folder.) Here are the first pairs of the training split:
+
+# %%
+for german, english in load_pairs("train")[:4]:
+    print(f"DE: {german}\nEN: {english}\n")
+
+# %% [markdown]
+# ## 2. From sentences to ids: tokeniser and vocabulary
+#
+# **Tokenising** splits a sentence into *tokens*: words and punctuation. We use spaCy's rule-based
+# tokenisers for German and English (`spacy.blank("de")`, `spacy.blank("en")`): rules only, no
+# trained model to download. We also **lowercase** everything. With only 29,000 training sentences,
+# "Dog" and "dog" as two separate words would halve the examples of each; lowercasing merges them.
+# The price: the model's output is lowercase too.
+
+# %%
+german_tokenizer, english_tokenizer = Tokenizer("de"), Tokenizer("en")
+print(german_tokenizer("Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt."))
+print(english_tokenizer("A man in an orange hat starring at something."))
+
+# %% [markdown]
+# **The vocabulary** maps every token to an integer id, one vocabulary per language, built from the
+# **training** split only (the model must not peek at validation or test data). It starts with four
+# special tokens:
+#
+# | id | token | meaning |
+# |---|---|---|
+# | 0 | `<unk>` | "unknown": any word that is not in the vocabulary |
+# | 1 | `<bos>` | beginning of sentence: the decoder's first input |
+# | 2 | `<eos>` | end of sentence: the model says "I am done" by predicting it |
+# | 3 | `<pad>` | padding that fills up short sentences in a batch (section 3) |
+#
+# Then come the words, most frequent first. A word seen fewer than `min_freq` times in the training
+# data is left out: a word seen once gives the model one example to learn an embedding from, too few
+# to learn anything, and such rare words (typos, names, compound nouns, which German makes freely)
+# would make the vocabulary, and with it the embedding and output layers, much larger. With
+# `min_freq=2` rare words become `<unk>`.
+#
+# `prepare_data` does all of it: tokenise the three splits, build both vocabularies with
+# `min_freq=2`, and encode every sentence as ids framed by `<bos>` and `<eos>`. It takes several
+# seconds.
+
+# %%
+data = prepare_data(min_freq=2)
+source_vocab, target_vocab = data.source_vocab, data.target_vocab
+PAD_IDX = target_vocab.pad_idx  # 3 in both vocabularies
+print(f"German vocabulary: {len(source_vocab):,} tokens; English vocabulary: {len(target_vocab):,} tokens")
+print("first ids:", source_vocab.itos[:12])
+for split, examples in data.splits.items():
+    print(f"{split:17s} {len(examples):6,} pairs")
+
+# %% [markdown]
+# Encoding a sentence adds `<bos>`/`<eos>`; a word the vocabulary has never seen falls back to
+# `<unk>` (id 0), and decoding drops the specials. How much of the training text ends up as `<unk>`?
+
+# %%
+tokens = german_tokenizer("Ein Zebrafink sitzt auf dem Fahrrad.")
+ids = source_vocab.encode(tokens)
+print(tokens, "->", ids)
+print("decoded:", source_vocab.decode(ids), " ('zebrafink' is not in the vocabulary)")
+for name, side in (("German", 0), ("English", 1)):
+    all_ids = [i for pair in data.splits["train"] for i in pair[side][1:-1]]
+    print(f"{name}: {sum(i == 0 for i in all_ids) / len(all_ids):.1%} of training tokens are <unk>")
+
+# %% [markdown]
+# ## 3. Batches
+#
+# ### Padding
+# A batch is a tensor, and a tensor is a rectangle, but sentences have different lengths. So we
+# **pad**: append `<pad>` (id 3) to each sentence until it is as long as the longest one in its batch.
+# `pad_sequences` does that (given):
+
+# %%
+#| include transformer_course.reference.training:pad_sequences
+
+# %%
+print(pad_sequences([[1, 7, 8, 9, 2], [1, 5, 2]], PAD_IDX))
+
+# %% [markdown]
+# Padding is filler. Three things must make sure it never matters:
+# - the **source mask** (`make_source_mask`, stage 4) hides padded source positions from every
+#   attention layer, so real tokens never attend to `<pad>`;
+# - the **target mask** (`make_target_mask`, stage 4) combines the same padding rule with the
+#   look-ahead rule for the decoder;
+# - the **loss** ignores positions whose target is `<pad>` (section 5).
+#
+# ### Teacher forcing: the target, shifted by one
+# The decoder learns to predict the **next** token. During training we give it the true English
+# sentence as input, one position behind the tokens it must predict: that is called
+# **teacher forcing**. For the framed target `<bos> a dog runs <eos>`:
+#
+# | position $t$ | 0 | 1 | 2 | 3 |
+# |---|---|---|---|---|
+# | `tgt_in` (decoder reads) | `<bos>` | a | dog | runs |
+# | `tgt_out` (must predict) | a | dog | runs | `<eos>` |
+#
+# `tgt_in` is the target without its **last** token, `tgt_out` is the target without its **first**
+# token (`<bos>`). Position $t$ may look at `tgt_in[0..t]` (the look-ahead mask hides the rest) and
+# must predict `tgt_out[t]`, which is `tgt_in[t + 1]`: the next word. One forward pass trains all
+# positions at once, in parallel, which is what makes Transformers fast to train compared with RNNs.
+#
+# If you forget the shift and use the same tensor as input and target, position $t$ is asked to
+# output the token it is reading. That is trivial: the loss drops towards zero almost at once, and
+# the model has learned nothing about translation (section 10 shows it).
+
+# %%
+figures.plot_shifted_target(["<bos>", "a", "dog", "runs", "<eos>"])
+plt.show()
+
+# %% [markdown]
+# With a batch the shift works the same way on the padded tensor `tgt` of shape
+# `(batch, tgt_len + 1)`: `tgt_in = tgt[:, :-1]` and `tgt_out = tgt[:, 1:]`, both
+# `(batch, tgt_len)`. A shorter sentence keeps its `<eos>` in `tgt_in`, followed by padding; those
+# positions all have `<pad>` as their target, so the loss ignores them.
+#
+# ## 4. Exercise: `collate`
+#
+# `collate` turns a list of `(source ids, target ids)` pairs into one `Batch` (a small dataclass
+# with the fields `src`, `tgt_in`, `tgt_out`, `src_mask`, `tgt_mask`). The padding and the masks are
+# given; write the shift, one line: `tgt_in` and `tgt_out` from the padded target `tgt`.
+
+# %% solution="collate"
+#| include transformer_course.reference.training:collate
+
+# %% [markdown]
+# ### Check your work
+# Each cell checks one property. Read the message of the first failing one: fix that, rerun the
+# exercise cell, then rerun the checks.
+
+# %% tests="train_collate_shapes" points=1
+assert check.collate_shapes(collate)
+
+# %% tests="train_collate_shift" points=2
+assert check.collate_shift(collate)
+
+# %% tests="train_collate_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.collate_shapes(collate, batch_size=7, seed=11)
+assert check.collate_shift(collate, batch_size=6, seed=12, pad_idx=0)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# A real batch of three training pairs, and the target mask of the shortest one: each row is a
+# decoder position, the light cells are the positions it may attend to. The padded columns are
+# dark for every row, and no row sees the future.
+
+# %%
+with skip_until_implemented("collate"):
+    example = collate(data.splits["train"][3:6], PAD_IDX)
+    print("src", tuple(example.src.shape), " tgt_in", tuple(example.tgt_in.shape),
+          " tgt_out", tuple(example.tgt_out.shape), " tgt_mask", tuple(example.tgt_mask.shape))
+    shortest = int((example.tgt_out != PAD_IDX).sum(dim=1).argmin())
+    reads = [target_vocab.itos[i] for i in example.tgt_in[shortest]]
+    print("tgt_in :", " ".join(reads))
+    print("tgt_out:", " ".join(target_vocab.itos[i] for i in example.tgt_out[shortest]))
+    attention_figures.plot_masks({"target mask of that sentence": example.tgt_mask[shortest]}, reads, reads)
+    plt.show()
+
+# %% [markdown]
+# ### Length bucketing: less padding, less wasted work
+# Every `<pad>` slot costs the same computation as a real token, and the result is thrown away. If
+# batches were formed at random, one long sentence would force every short sentence in its batch to
+# be padded to its length. The lengths vary a lot:
+
+# %%
+source_lengths = [len(source) for source, _ in data.splits["train"]]
+target_lengths = [len(target) for _, target in data.splits["train"]]
+figures.plot_sentence_lengths(source_lengths, target_lengths)
+plt.show()
+
+# %% [markdown]
+# **Bucketing** puts sentences of similar length together. `BucketBatchSampler` (given, in the data
+# package) shuffles the data, cuts it into large pools, sorts each pool by length, slices it into
+# batches of at most `max_tokens` padded tokens, and shuffles the order of the batches, so training
+# still sees them in random order. Let us measure the padding share per batch on the training
+# data, against random batches with the same number of sentences on average:
+
+# %%
+lengths = [max(s, t) for s, t in zip(source_lengths, target_lengths, strict=True)]
+
+
+def padding_per_batch(batches: Iterable[list[int]]) -> tuple[list[float], int]:
+    """Per batch, the share of its source + target token slots that are <pad>; and all slots together."""
+    shares, all_slots = [], 0
+    for indices in batches:
+        real = sum(source_lengths[i] + target_lengths[i] for i in indices)
+        slots = len(indices) * (max(source_lengths[i] for i in indices) + max(target_lengths[i] for i in indices))
+        shares.append(1 - real / slots)
+        all_slots += slots
+    return shares, all_slots
+
+
+bucketed = list(BucketBatchSampler(lengths, max_tokens=4096, seed=0))
+size = round(len(lengths) / len(bucketed))  # the same number of sentences per batch on average
+order = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(0)).tolist()
+random_batches = [order[start:start + size] for start in range(0, len(order), size)]
+real_tokens, shares = sum(source_lengths) + sum(target_lengths), {}
+for name, batches in (("random batches", random_batches), ("bucketed batches", bucketed)):
+    shares[name], slots = padding_per_batch(batches)
+    print(f"{name:16s}: {len(batches)} batches, {slots:,} token slots, {1 - real_tokens / slots:.0%} padding")
+figures.plot_padding_share(shares)
+plt.show()
+
+# %% [markdown]
+# With random batches about half of all token slots are padding; bucketing brings that under a
+# tenth, so an epoch needs roughly half the computation for the same sentences.
+#
+# The training loader combines both pieces: the bucketing sampler picks the indices of each batch,
+# your `collate` builds the `Batch`. `DataLoader` only calls `collate` when a batch is requested, so
+# creating the loaders works before the exercise is done.
+
+# %%
+MAX_TOKENS = 4096  # at most this many padded tokens per batch and side
+
+
+def make_batches(examples: list[tuple[list[int], list[int]]], shuffle: bool = True, seed: int = 0) -> DataLoader:
+    """Length-bucketed batches, collated by `collate` into Batch objects."""
+    lengths = [max(len(source), len(target)) for source, target in examples]
+    sampler = BucketBatchSampler(lengths, max_tokens=MAX_TOKENS, shuffle=shuffle, seed=seed)
+    return DataLoader(examples, batch_sampler=sampler, collate_fn=partial(collate, pad_idx=PAD_IDX))
+
+
+train_loader = make_batches(data.splits["train"])
+val_loader = make_batches(data.splits["val"], shuffle=False)
+print(f"{len(train_loader)} training batches, {len(val_loader)} validation batches")
+
+# %% [markdown]
+# ## 5. The loss
+#
+# ### Cross-entropy per token, ignoring `<pad>`
+# At every target position the model outputs one score (logit) per vocabulary word; softmax turns
+# them into probabilities $p(k)$. The loss at that position is the **cross-entropy**
+# $-\log p(y)$, where $y$ is the correct next token: 0 when the model gives $y$ probability 1,
+# large when it gives it little. The batch loss is the **mean over the real target tokens**.
+# Positions whose target is `<pad>` must not count: `nn.CrossEntropyLoss(ignore_index=PAD_IDX)`
+# skips them, both in the sum and in the count it divides by.
+#
+# ### Label smoothing
+# The paper trains with **label smoothing** $\varepsilon_{ls} = 0.1$. Instead of the one-hot target
+# ("all probability on $y$") the model is trained towards a slightly softened one. PyTorch's
+# `label_smoothing=ε` uses, for a vocabulary of $K$ words,
+#
+# $$q(k) = (1 - \varepsilon)\,[k = y] + \frac{\varepsilon}{K}, \qquad
+#   \text{loss} = -\sum_{k=1}^{K} q(k)\,\log p(k)
+#   = (1-\varepsilon)\,\big(-\log p(y)\big) + \varepsilon\,\frac{1}{K}\sum_{k=1}^{K}\big(-\log p(k)\big)$$
+#
+# - $y$ — the correct token; $[k = y]$ is 1 for it and 0 for every other $k$;
+# - $K$ — the vocabulary size; $\varepsilon$ — how much probability is spread evenly over all words
+#   (PyTorch spreads it over every id, `<pad>` and `<bos>` included; leaving them out, as some
+#   implementations do, makes a negligible difference);
+# - $p(k)$ — the model's probability for word $k$ (softmax of the logits).
+#
+# The second form reads: the usual cross-entropy, plus a small penalty for giving *any* word an
+# extremely low probability. Why? With one-hot targets the loss keeps rewarding larger and larger
+# logits for $y$, and the model becomes over-confident. With smoothing the best possible prediction
+# is $p = q$, which keeps the logits bounded. The paper reports that this hurts perplexity (the model
+# is, on purpose, less sure) but improves BLEU.
+
+# %%
+figures.plot_label_smoothing(vocab_size=10, correct=3, epsilon=0.1)
+plt.show()
+
+# %% [markdown]
+# One consequence to remember when reading curves: with smoothing, even a perfect model has a loss
+# above zero, namely the entropy of $q$. For our English vocabulary and $\varepsilon = 0.1$:
+
+# %%
+K, epsilon = len(target_vocab), 0.1
+q_correct, q_other = 1 - epsilon + epsilon / K, epsilon / K
+floor = -(q_correct * math.log(q_correct) + (K - 1) * q_other * math.log(q_other))
+print(f"lowest possible label-smoothed training loss: {floor:.2f} nats per token")
+
+# %% [markdown]
+# **Perplexity** is $e^{\text{loss}}$ for the *un*smoothed cross-entropy: a model with perplexity
+# 20 is, on average, as unsure as if it chose uniformly among 20 words. An untrained model that
+# spreads probability evenly over $K$ words has perplexity $K$. We report training loss with
+# smoothing (what is optimised) and validation loss and perplexity without it (what is comparable).
+#
+# The criterion is given:
+
+# %%
+#| include transformer_course.reference.training:make_criterion
+
+# %% [markdown]
+# ## 6. Exercise: `compute_loss`
+#
+# Run the model on the batch and compute the criterion:
+# 1. `logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)`, shape
+#    `(batch, tgt_len, vocab)`;
+# 2. `nn.CrossEntropyLoss` wants the scores as `(N, vocab)` and the targets as `(N,)`: flatten the
+#    batch and position axes together, `(batch * tgt_len, vocab)` and `(batch * tgt_len,)`, in the
+#    same order for both. Use `.reshape`: `batch.tgt_out` is a slice of the padded target
+#    (`tgt[:, 1:]`), and `.view` refuses to flatten such a slice.
+#
+# Use the `criterion` you are given (it knows the padding id and the smoothing); don't build a new
+# `nn.CrossEntropyLoss()` inside the function.
+
+# %% solution="compute_loss"
+#| include transformer_course.reference.training:compute_loss
+
+# %% [markdown]
+# ### Check your work
+
+# %% tests="train_loss_values" points=2
+assert check.compute_loss_values(compute_loss)
+
+# %% tests="train_loss_ignores_padding" points=2
+assert check.compute_loss_ignores_padding(compute_loss)
+
+# %% tests="train_loss_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.compute_loss_values(compute_loss, batch_size=3, d_model=8, label_smoothing=0.0, seed=13)
+assert check.compute_loss_ignores_padding(compute_loss, batch_size=6, extra=5, seed=14)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **A sanity check you can always run before training:** an untrained model knows nothing, so its
+# loss should be close to $\ln K$ (uniform guessing over $K$ words). A much larger starting loss
+# points to a bug (for instance, wrong targets).
+
+# %%
+with skip_until_implemented("compute_loss (or collate)"):
+    torch.manual_seed(0)
+    untrained = Transformer(len(source_vocab), len(target_vocab), 64, 4, 1, 128, 128, 0.0).eval()
+    first_batch = next(iter(val_loader))
+    with torch.no_grad():
+        start_loss = compute_loss(untrained, first_batch, make_criterion(PAD_IDX, label_smoothing=0.0))
+    print(f"untrained loss {start_loss.item():.2f}, ln K = {math.log(len(target_vocab)):.2f}")
+
+# %% [markdown]
+# ## 7. The optimiser and the warm-up schedule
+#
+# The paper trains with **Adam** ($\beta_1 = 0.9$, $\beta_2 = 0.98$, $\epsilon = 10^{-9}$) and a
+# learning rate that changes at every step (equation 3 of the paper):
+#
+# $$\mathit{lrate} = d_{model}^{-0.5} \cdot \min\!\left(\mathit{step}^{-0.5},\;
+#   \mathit{step} \cdot \mathit{warmup\_steps}^{-1.5}\right)$$
+#
+# - $\mathit{step}$ — the number of optimiser updates so far, counting from 1: one per **batch**,
+#   not per epoch;
+# - $\mathit{warmup\_steps}$ — the length of the warm-up (4,000 in the paper);
+# - $d_{model}$ — the model width (512 in the paper): wider models get smaller steps.
+#
+# For $\mathit{step} < \mathit{warmup\_steps}$ the second term is the smaller one, so the rate
+# **rises linearly**. Afterwards the first term is smaller and the rate **decays** like
+# $1/\sqrt{\mathit{step}}$. Both terms are equal at $\mathit{step} = \mathit{warmup\_steps}$, where
+# the rate peaks at $d_{model}^{-0.5} \cdot \mathit{warmup\_steps}^{-0.5}$ (about $7 \cdot 10^{-4}$
+# for the paper's settings). We add a constant `factor` in front (1 in the paper) to tune the peak
+# for our much smaller data set and batches.
+#
+# **Why warm up?** At the start Adam's estimate of each weight's typical gradient size comes from
+# very few batches and is unreliable, so its early steps can be large and badly aimed; and a
+# Transformer with LayerNorm after each residual sum, like ours and the paper's, is known to
+# diverge when the first updates are too large. Small steps at first let these statistics settle;
+# the later decay lets the model settle into a good minimum. (For the analyses, see Liu et al.,
+# 2020, *On the Variance of the Adaptive Learning Rate and Beyond*, and Xiong et al., 2020,
+# *On Layer Normalization in the Transformer Architecture*.) Without warm-up, a learning rate as
+# large as the peak often makes training unstable right at the start.
+#
+# ## 8. Exercise: `noam_learning_rate`
+#
+# Implement the formula, times `factor`. The schedule is named after Noam Shazeer, one of the
+# paper's authors. One detail: treat `step = 0` as step 1, since $0^{-0.5}$ divides by zero and
+# PyTorch's scheduler asks for step 0 as soon as it is created (below).
+
+# %% solution="noam_learning_rate"
+#| include transformer_course.reference.training:noam_learning_rate
+
+# %% [markdown]
+# ### Check your work
+
+# %% tests="train_noam_values" points=2
+assert check.noam_values(noam_learning_rate)
+
+# %% tests="train_noam_peak" points=1
+assert check.noam_peak_at_warmup(noam_learning_rate)
+
+# %% tests="train_noam_step_zero" points=1
+assert check.noam_step_zero(noam_learning_rate)
+
+# %% tests="train_noam_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.noam_values(noam_learning_rate, d_model=256, warmup_steps=400, factor=0.5)
+assert check.noam_peak_at_warmup(noam_learning_rate, d_model=128, warmup_steps=37)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Your schedule for a few settings: a longer warm-up gives a later and lower peak, a wider model a
+# lower curve overall.
+
+# %%
+with skip_until_implemented("noam_learning_rate"):
+    figures.plot_learning_rate_schedule(noam_learning_rate, settings=[(512, 4000), (512, 8000), (256, 4000)])
+    plt.show()
+
+# %% [markdown]
+# **Wiring it into PyTorch (given).** `LambdaLR` multiplies the optimiser's base learning rate by
+# `lr_lambda(index)`, where `index` counts the scheduler's `step()` calls from 0. With a base rate of
+# 1.0 the learning rate *is* our schedule; `index + 1` makes the first batch use step 1. Every
+# `scheduler.step()` moves the schedule on by one, so it must be called once per batch.
+
+# %%
+#| include transformer_course.reference.training:make_optimizer
+
+# %% [markdown]
+# ## 9. Gradient clipping
+#
+# The paper does not mention it, but it is a standard safety net: before each update, if the
+# gradient's total norm $\lVert g \rVert = \sqrt{\sum_i g_i^2}$ (over **all** parameters together)
+# exceeds a limit $c$, scale the whole gradient down to norm $c$:
+#
+# $$g \leftarrow g \cdot \min\!\left(1, \frac{c}{\lVert g \rVert}\right)$$
+#
+# The direction stays the same; only the step length is capped, so one unlucky batch with a huge
+# gradient cannot throw the weights far away. `nn.utils.clip_grad_norm_(model.parameters(), c)`
+# does exactly this, in place, and must run **after** `loss.backward()` (which fills the
+# gradients) and **before** `optimizer.step()` (which uses them). Its cousin
+# `clip_grad_value_` clips every entry separately, which changes the gradient's direction: a
+# different method, and not the one we use (the checks say so if you pick it).
+#
+# ## 10. Exercise: `train_epoch`
+#
+# The loop over batches, `model.train()` (dropout on) and the bookkeeping of the mean loss are
+# given. Inside the loop, write the five steps of one update, in this order:
+# 1. `optimizer.zero_grad()`: clear the gradients of the previous batch;
+# 2. `loss = compute_loss(model, batch, criterion)` (keep the name `loss`: the given lines read it);
+# 3. `loss.backward()`: compute the gradients;
+# 4. clip the gradients' total norm to `clip_norm`;
+# 5. `optimizer.step()`, then `scheduler.step()` if there is a scheduler (it may be `None`).
+#
+# **Why zero the gradients?** `backward()` *adds* to each parameter's `.grad`; it never overwrites.
+# Without `zero_grad()` every update would use the sum of all gradients so far:
+
+# %%
+w = torch.tensor([1.0], requires_grad=True)
+for attempt in range(3):
+    (2 * w).sum().backward()  # d(2w)/dw = 2 every time
+    print(f"after backward #{attempt + 1}: w.grad = {w.grad.item()}")
+
+# %% solution="train_epoch"
+#| include transformer_course.reference.training:train_epoch
+
+# %% [markdown]
+# ### Check your work
+# The checks train tiny models on a synthetic copy task (the target equals the source). They use
+# the course's own `compute_loss`, so a mistake there is only counted once, above.
+
+# %% tests="train_epoch_learns" points=2
+assert check.train_epoch_learns_copy_task(train_epoch)
+
+# %% tests="train_epoch_zero_grad" points=2
+assert check.train_epoch_zero_grad(train_epoch)
+
+# %% tests="train_epoch_clips" points=1
+assert check.train_epoch_clips_gradients(train_epoch)
+
+# %% tests="train_epoch_scheduler" points=1
+assert check.train_epoch_scheduler_per_batch(train_epoch)
+
+# %% tests="train_epoch_mean_loss" points=1
+assert check.train_epoch_mean_loss_per_token(train_epoch)
+
+# %% tests="train_epoch_hidden" points=2
+### BEGIN HIDDEN TESTS
+assert check.train_epoch_zero_grad(train_epoch, num_batches=3, seed=14)
+assert check.train_epoch_clips_gradients(train_epoch, clip_norm=0.2, num_batches=3, seed=15)
+assert check.train_epoch_scheduler_per_batch(train_epoch, num_batches=7, d_model=32, warmup_steps=4, seed=16)
+assert check.train_epoch_mean_loss_per_token(train_epoch, sizes=(2, 6, 4, 8), seed=17)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Evaluation (given)** runs the same loss without updates: `model.eval()` switches dropout off
+# (forgetting it makes the validation loss noisy and too high) and `torch.no_grad()` skips the
+# gradient bookkeeping, which saves memory and time.
+
+# %%
+#| include transformer_course.reference.training:evaluate
+
+
+#| include transformer_course.reference.training:perplexity
+
+# %% [markdown]
+# ### A first run on a toy task, and what the missing shift looks like
+# Before spending minutes on real data, make sure the whole chain learns *something* quickly. The
+# copy task (the "translation" equals the input, over 8 made-up words with ids 4 to 11) is easy, so
+# a tiny model should get its loss well below the starting value within a few epochs on a CPU
+# (a model guessing uniformly among all 12 ids would score $\ln 12 \approx 2.5$).
+#
+# The same cell shows the most instructive bug of this stage: a second model is trained on batches
+# whose decoder input and target are **the same** tensor (no shift). Its loss collapses almost at
+# once, which looks wonderful, but it has only learned to echo the token it reads. Ask both models
+# for their first word when the decoder has read only `<bos>`: the correctly trained one answers
+# with the first source word; the unshifted one answers `<bos>` (id 1), its own input.
+
+# %%
+def copy_pairs(count: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """Random sentences over the ids 4..11, each paired with itself, framed by <bos>/<eos>."""
+    random = torch.Generator().manual_seed(seed)
+    pairs = []
+    for _ in range(count):
+        length = int(torch.randint(2, 7, (1,), generator=random))
+        words = torch.randint(4, 12, (length,), generator=random).tolist()
+        pairs.append(([1, *words, 2], [1, *words, 2]))
+    return pairs
+
+# %%
+threads = torch.get_num_threads()
+torch.set_num_threads(1)  # models this tiny train fastest on one CPU thread
+with skip_until_implemented("train_epoch (or collate, compute_loss, noam_learning_rate)"):
+    toy_pairs = copy_pairs(512)
+    shifted = [collate(toy_pairs[start:start + 32], PAD_IDX) for start in range(0, 512, 32)]
+    unshifted = []
+    for batch in shifted:  # the bug: decoder input and target both the full target <bos> ... <eos>
+        full = torch.cat([batch.tgt_in[:, :1], batch.tgt_out], dim=1)  # (batch, tgt_len + 1)
+        unshifted.append(Batch(batch.src, full, full, batch.src_mask, make_target_mask(full, PAD_IDX)))
+    test = collate(copy_pairs(6, seed=1), PAD_IDX)
+    bos_only = test.tgt_in[:, :1]  # (6, 1): each decoder has read just <bos>
+    print("first source words:", test.src[:, 1].tolist())
+    curves = {}
+    for name, batches in (("shifted (correct)", shifted), ("not shifted (the bug)", unshifted)):
+        torch.manual_seed(0)
+        toy = Transformer(12, 12, 32, 4, 1, 64, 20, 0.0)  # vocab 12, d_model 32, 4 heads, 1 layer
+        toy_optimizer, toy_scheduler = make_optimizer(toy, 32, warmup_steps=50, factor=0.5)
+        curves[name] = [train_epoch(toy, batches, make_criterion(PAD_IDX, 0.0), toy_optimizer, toy_scheduler,
+                                    progress=False) for _ in range(7)]
+        first_word = toy.eval()(test.src, bos_only, test.src_mask, make_target_mask(bos_only, PAD_IDX)).argmax(-1)
+        print(f"{name:22s} first word predicted: {first_word[:, 0].tolist()}")
+    figures.plot_loss_curves(curves, title="Copy task, your training loop")
+    plt.show()
+torch.set_num_threads(threads)
+
+# %% [markdown]
+# ## 11. Training on Multi30k
+#
+# **The device.** The setup cell picked it automatically and stored it in `device`: the GPU when
+# there is one, else the CPU. The model is moved there once (`.to(device)`), and `train_epoch` and
+# `evaluate` move each batch there.
+#
+# **Use a GPU.** In Colab choose *Runtime → Change runtime type*, pick a GPU (for example
+# *T4 GPU*), save, and run the notebook again from the top; the setup cell prints the device it
+# found. We have not timed an epoch on Colab's GPUs, so we quote no number; on a CPU
+# training is many times slower, and a full run is not practical there. If you have no GPU, run a
+# single epoch to see the curves move (set `EPOCHS = 1`, or `MAX_STEPS` to a few dozen batches) and
+# move on: notebook 6 ships a pretrained checkpoint of this model.
+#
+# The settings: a model smaller than the paper's base model (Multi30k is small; $d_{model} = 256$,
+# 3 layers on each side), Adam with the warm-up schedule, label smoothing 0.1, dropout 0.1. Our
+# batches of about 4,000 tokens are far smaller than the paper's (about 25,000 source and 25,000
+# target tokens) and an epoch has only about 120 of them, so we warm up for 400 steps instead of 4,000
+# and halve the peak with `factor = 0.5`. While the notebook is being autograded, a tiny model, five
+# small batches and part of the validation split keep this part to seconds; the numbers it then
+# prints mean nothing.
+
+# %%
+EPOCHS = 1 if grading_mode() else 10
+MAX_STEPS = 5 if grading_mode() else None  # batches per epoch; None = the whole epoch
+if grading_mode():  # a tiny model, small batches and 200 validation pairs: autograding takes seconds
+    CONFIG = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, max_seq_length=128, dropout=0.1)
+    MAX_TOKENS = 512
+    train_loader, val_loader = make_batches(data.splits["train"]), make_batches(data.splits["val"][:200], False)
+else:
+    CONFIG = dict(d_model=256, num_heads=8, num_layers=3, d_ff=512, max_seq_length=128, dropout=0.1)
+WARMUP_STEPS, LR_FACTOR, CLIP_NORM = 400, 0.5, 1.0
+RUN_DIR = Path(tempfile.mkdtemp()) if grading_mode() else Path("checkpoints")  # where checkpoints go
+
+torch.manual_seed(0)
+model = Transformer(len(source_vocab), len(target_vocab), **CONFIG).to(device)
+criterion = make_criterion(PAD_IDX, label_smoothing=0.1)  # what we optimise
+plain_criterion = make_criterion(PAD_IDX, label_smoothing=0.0)  # for validation loss and perplexity
+history: list[dict[str, float]] = []  # one record per epoch
+print(f"{count_parameters(model):,} trainable parameters on {device}")
+
+# %% [markdown]
+# ### Checkpoints: save after every epoch, resume later
+# A long run can be interrupted (Colab disconnects idle sessions). To continue exactly where it
+# stopped, a checkpoint must hold everything that changes during training: the model's weights,
+# the optimiser's state (Adam's running averages), the scheduler's step count, the epoch and the
+# history so far. `state_dict()` gives each of them as plain tensors and numbers.
+
+# %%
+def save_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                        scheduler: torch.optim.lr_scheduler.LRScheduler, epoch: int, history: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "epoch": epoch, "history": history}, path)
+
+
+def load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                        scheduler: torch.optim.lr_scheduler.LRScheduler) -> tuple[int, list[dict]]:
+    """Restore model, optimiser and scheduler in place; return (last finished epoch, history)."""
+    state = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    return state["epoch"], state["history"]
+
+# %% [markdown]
+# ### The training run
+# Each epoch: train on every batch (a fresh shuffle of the batch order per epoch), evaluate on the
+# validation split, record the numbers, save the training state. The progress bars show the batches.
+# Running this cell again continues from the current weights with a fresh optimiser; to start over,
+# run the model cell above first.
+
+# %%
+with skip_until_implemented("train_epoch (or collate, compute_loss, noam_learning_rate)"):
+    optimizer, scheduler = make_optimizer(model, CONFIG["d_model"], WARMUP_STEPS, LR_FACTOR)
+    for epoch in range(1, EPOCHS + 1):
+        train_loader.batch_sampler.set_epoch(epoch)
+        train_loss = train_epoch(model, train_loader, criterion, optimizer, scheduler, device,
+                                 clip_norm=CLIP_NORM, max_steps=MAX_STEPS)
+        val_loss = evaluate(model, val_loader, plain_criterion, device)
+        history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
+                        "lr": scheduler.get_last_lr()[0]})
+        print(f"epoch {epoch}: train loss {train_loss:.3f}, validation loss {val_loss:.3f}, "
+              f"perplexity {perplexity(val_loss):.1f}, learning rate {scheduler.get_last_lr()[0]:.2e}")
+        save_training_state(RUN_DIR / "training_state.pt", model, optimizer, scheduler, epoch, history)
+
+# %% [markdown]
+# ### Curves
+# Read them like this: both losses should fall quickly at first, then flatten. The training loss
+# includes label smoothing and dropout, so it sits *above* the validation loss early on and cannot
+# go below the floor computed in section 5. A validation loss that turns upward while the training
+# loss keeps falling means over-fitting: the epoch with the lowest validation loss is the one to keep.
+
+# %%
+if history:
+    figures.plot_history(history, title="Multi30k German→English")
+    plt.show()
+else:
+    print("(no history yet: run the training cell above)")
+
+# %% [markdown]
+# ### Resuming from the checkpoint
+# A fresh model, optimiser and scheduler, restored from the file: the weights are identical to the
+# ones in memory, the schedule continues at the same step, and training goes on for one more epoch
+# (or a few batches while grading). This is also how you continue after a disconnect: run the cells
+# up to the training run, then this one.
+
+# %%
+with skip_until_implemented("train_epoch (or noam_learning_rate)"):
+    state_path = RUN_DIR / "training_state.pt"
+    if not state_path.exists():
+        print(f"(no checkpoint at {state_path} yet: run the training cell above)")
+    else:
+        resumed = Transformer(len(source_vocab), len(target_vocab), **CONFIG).to(device)
+        resumed_optimizer, resumed_scheduler = make_optimizer(resumed, CONFIG["d_model"], WARMUP_STEPS, LR_FACTOR)
+        last_epoch, resumed_history = load_training_state(state_path, resumed, resumed_optimizer, resumed_scheduler)
+        same = all(torch.equal(a, b) for a, b in zip(resumed.state_dict().values(), model.state_dict().values(),
+                                                     strict=True))
+        print(f"resumed after epoch {last_epoch}: weights identical to the model in memory: {same}; "
+              f"the next batch uses schedule step {resumed_scheduler.last_epoch + 1}")
+        train_loss = train_epoch(resumed, train_loader, criterion, resumed_optimizer, resumed_scheduler, device,
+                                 clip_norm=CLIP_NORM, max_steps=MAX_STEPS)
+        print(f"one more epoch from the checkpoint: train loss {train_loss:.3f}")
+
+# %% [markdown]
+# **Sharing the trained model.** For translating you only need the weights, the configuration and
+# the two vocabularies. `checkpoint.save` stores exactly those (weights in float16, half the size);
+# notebook 6 loads such a file with `checkpoint.load`, into the course's `Transformer` or into yours.
+
+# %%
+if history:
+    model_path = RUN_DIR / "transformer_de_en.pt"
+    checkpoint.save(model_path, model, CONFIG, source_vocab, target_vocab, {"epochs": len(history)})
+    print(f"saved {model_path} ({model_path.stat().st_size / 1e6:.1f} MB)")
+
+# %% [markdown]
+# ### Three translations
+# Greedy decoding (notebook 6 explains it) on three validation sentences. After a short run, or on
+# a CPU, expect poor output: repeated words, generic phrases such as "a man in a ...". After the
+# full run the gist is usually right. Notebook 6 measures quality properly, with BLEU.
+
+# %%
+if history:
+    for german, english in load_pairs("val")[:3]:
+        print("DE :", german)
+        print("REF:", english)
+        print("MT :", translate(model, german, source_vocab, target_vocab, device, max_len=50), "\n")
+else:
+    print("(train the model first)")
+
+# %% [markdown]
+# ## 12. Pitfalls
+# Each of these bugs lets training *run*; only the numbers tell you something is wrong.
+#
+# - **Target not shifted** (`tgt_in` equal to `tgt_out`): the loss drops to almost 0 within an
+#   epoch, and the model only echoes its input (the toy run in section 10).
+# - **The loss counts `<pad>` tokens:** the loss depends on how much padding a batch happens to
+#   have, and the model spends effort learning to predict `<pad>`.
+# - **No `optimizer.zero_grad()`:** gradients pile up batch after batch, the steps grow, and the loss
+#   jumps about or diverges.
+# - **Scheduler stepped once per epoch** instead of once per batch: the schedule then counts epochs,
+#   so with a warm-up of 400 steps the learning rate stays tiny for 400 epochs.
+# - **No `model.train()` / `model.eval()`:** dropout off while training (more over-fitting) or on
+#   while evaluating (a noisy, too high validation loss).
+# - **Learning rate too high, no warm-up:** the loss explodes or gets stuck high in the first few
+#   hundred steps.
+# - **`clip_grad_value_` instead of `clip_grad_norm_`:** each gradient entry is cut separately, so
+#   the update points in a different direction.
+#
+# ## Summary
+# - Multi30k: 29,000 / 1,014 / 1,000 German–English caption pairs; spaCy blank tokenisers,
+#   lowercased; vocabularies from the training split with `min_freq=2`, rare words become `<unk>`.
+# - Batches are padded; the decoder reads `tgt_in = tgt[:, :-1]` and predicts `tgt_out = tgt[:, 1:]`;
+#   bucketing by length cuts the padding from about half of each batch to a few percent.
+# - The loss is cross-entropy over real target tokens (`ignore_index=pad`) with label smoothing 0.1;
+#   perplexity is $e^{\text{loss}}$ without smoothing.
+# - Adam with $\mathit{lrate} = d_{model}^{-0.5}\min(\mathit{step}^{-0.5},
+#   \mathit{step}\cdot\mathit{warmup}^{-1.5})$, stepped once per batch; gradients clipped by norm.
+# - One update: `zero_grad` → loss → `backward` → clip → `optimizer.step` → `scheduler.step`.
+# - Checkpoints hold model, optimiser and scheduler state, so training can resume exactly.
+#
+# The last cell lists every check you ran in this notebook.
+
+# %%
+check.summary()

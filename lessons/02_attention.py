@@ -289,7 +289,7 @@ with skip_until_implemented("scaled_dot_product_attention"):
 # ## 6. The padding mask
 #
 # Sentences in a batch have different lengths, so the shorter ones are filled up with a special
-# `<pad>` token (its id is `pad_idx`; in our vocabularies later it is 1). Padding carries no meaning,
+# `<pad>` token (its id is `pad_idx`; in the vocabularies of stage 5 it is 3). Padding carries no meaning,
 # so no query may attend to a padding **key**.
 #
 # `make_padding_mask(token_ids, pad_idx)` takes the ids `(batch, seq_len)` and returns a bool mask

@@ -93,7 +93,9 @@ def main() -> int:
     kept = sorted(arguments.work.glob("weights_*.pt"))[-arguments.average:]
     averaged = {name: sum(torch.load(p, weights_only=True)[name].float() for p in kept) / len(kept)
                 for name in model.state_dict()}
-    model.load_state_dict(averaged)
+    # Score exactly what is shipped: the weights rounded to float16, as checkpoint_io.save stores them.
+    model.load_state_dict({name: tensor.half().float() if tensor.is_floating_point() else tensor
+                           for name, tensor in averaged.items()})
     model.eval()
     val_bleu, signature = bleu(model, data, "val", device)
     test_bleu, _ = bleu(model, data, "test_2016_flickr", device)

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from transformer_course.reference import Transformer
-from transformer_course.reference.decoding import greedy_decode
+from transformer_course.reference import Transformer, make_source_mask, make_target_mask
+from transformer_course.reference.decoding import attention_maps, greedy_decode
 from transformer_course.reference.training import (
     collate,
     compute_loss,
@@ -102,3 +102,22 @@ def test_greedy_decoding_pads_finished_sentences_and_respects_max_len():
     assert ys[2].tolist() == [BOS, 7, 7, 7, 7, 7]
     early = greedy_decode(Scripted(), torch.ones(2, 4, dtype=torch.long), PAD, BOS, EOS, max_len=9)
     assert early.shape[1] == 4, "decoding stops as soon as every sentence is finished"
+
+
+def test_attention_maps_stack_every_layer_after_a_forward_pass():
+    torch.manual_seed(0)
+    model = Transformer(12, 11, 16, 4, 3, 32, 20, 0.0).eval()
+    src = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 2, PAD, PAD]])  # (2, 5), the second sentence padded
+    tgt = torch.tensor([[1, 4, 5], [1, 6, PAD]])  # (2, 3)
+    with torch.no_grad():
+        model(src, tgt, make_source_mask(src, PAD), make_target_mask(tgt, PAD))
+    maps = attention_maps(model)
+    assert maps["encoder_self"].shape == (3, 2, 4, 5, 5)
+    assert maps["decoder_self"].shape == (3, 2, 4, 3, 3)
+    assert maps["cross"].shape == (3, 2, 4, 3, 5)
+    assert torch.equal(maps["cross"][1], model.decoder.layers[1].cross_attn.attn_weights)
+    assert torch.equal(maps["encoder_self"][2], model.encoder.layers[2].self_attn.attn_weights)
+    for weights in maps.values():
+        assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-6), "every row is a distribution"
+    assert (maps["decoder_self"].triu(1) == 0).all(), "no position attends to a later one"
+    assert (maps["cross"][:, 1, :, :, 3:] == 0).all(), "padded source keys get no weight"

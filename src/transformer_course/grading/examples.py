@@ -60,6 +60,11 @@ KNOWN_BUGS: dict[str, Mutation] = {
         "tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]",
         "tgt_in, tgt_out = tgt[:, :-1], tgt[:, :-1]",
     ),
+    "06_decoding": Mutation(
+        "finished sentences are not padded: they keep producing words after <eos>",
+        "        next_token = next_token.masked_fill(finished, pad_idx)  # finished sentences only get padding\n",
+        "",
+    ),
 }
 
 

@@ -1,4 +1,4 @@
-"""Stage 6: batched greedy decoding that stops each sentence at <eos>."""
+"""Stage 6: batched greedy decoding that stops each sentence at <eos>, and the attention maps of a model."""
 
 from __future__ import annotations
 
@@ -33,3 +33,19 @@ def greedy_decode(model: nn.Module, src: torch.Tensor, pad_idx: int, bos_idx: in
             break
     ### END SOLUTION
     return ys
+
+
+def attention_maps(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The attention weights of the model's last forward pass, one tensor per kind, stacked over layers.
+
+    Every MultiHeadAttention keeps its last weights, (batch, heads, q_len, k_len), in `attn_weights`.
+    Returns {"encoder_self": (layers, batch, heads, src_len, src_len),
+             "decoder_self": (layers, batch, heads, tgt_len, tgt_len),
+             "cross": (layers, batch, heads, tgt_len, src_len)}, layer 0 first (next to the embeddings).
+    """
+    ### BEGIN SOLUTION
+    encoder_self = torch.stack([layer.self_attn.attn_weights for layer in model.encoder.layers])
+    decoder_self = torch.stack([layer.self_attn.attn_weights for layer in model.decoder.layers])
+    cross = torch.stack([layer.cross_attn.attn_weights for layer in model.decoder.layers])  # queries: target
+    ### END SOLUTION
+    return {"encoder_self": encoder_self, "decoder_self": decoder_self, "cross": cross}

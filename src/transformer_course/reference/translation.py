@@ -7,7 +7,7 @@ with tokenize="none" (the text is already tokenised) and default smoothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -74,8 +74,11 @@ def make_loader(examples: list[tuple[list[int], list[int]]], pad_idx: int, max_t
 
 @torch.no_grad()
 def translate_ids(model: nn.Module, sources: list[list[int]], source_vocab: Vocab, target_vocab: Vocab,
-                  device: torch.device | str = "cpu", max_len: int = 80, batch_size: int = 256) -> list[list[str]]:
-    """Greedy translations (as target tokens) of already-encoded source sentences, in input order."""
+                  device: torch.device | str = "cpu", max_len: int = 80, batch_size: int = 256,
+                  decode: Callable[..., torch.Tensor] = greedy_decode) -> list[list[str]]:
+    """Translations (as target tokens) of already-encoded source sentences, in input order.
+
+    `decode` has greedy_decode's signature; pass your own to translate with it."""
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # similar lengths batch well
     outputs: dict[int, list[str]] = {}
     for start in range(0, len(order), batch_size):
@@ -83,7 +86,7 @@ def translate_ids(model: nn.Module, sources: list[list[int]], source_vocab: Voca
         src = torch.full((len(chunk), max(len(sources[i]) for i in chunk)), source_vocab.pad_idx, dtype=torch.long)
         for row, index in enumerate(chunk):
             src[row, : len(sources[index])] = torch.tensor(sources[index])
-        ys = greedy_decode(model, src.to(device), source_vocab.pad_idx, target_vocab.bos_idx,
+        ys = decode(model, src.to(device), source_vocab.pad_idx, target_vocab.bos_idx,
                            target_vocab.eos_idx, max_len)
         for row, index in enumerate(chunk):
             outputs[index] = target_vocab.decode(ys[row].tolist())

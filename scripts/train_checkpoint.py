@@ -91,7 +91,8 @@ def main() -> int:
                    arguments.work / f"weights_{epoch:03d}.pt")
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(), "epoch": epoch, "seconds": seconds}, state_path)
-    kept = sorted(arguments.work.glob("weights_*.pt"))[-arguments.average:]
+    trained = max(first_epoch, arguments.epochs)  # a resumed run may already hold more epochs than asked for
+    kept = sorted(arguments.work.glob("weights_*.pt"))[:trained][-arguments.average:]
     averaged = {name: sum(torch.load(p, weights_only=True)[name].float() for p in kept) / len(kept)
                 for name in model.state_dict()}
     # Score exactly what is shipped: the weights rounded to float16, as checkpoint_io.save stores them.
@@ -103,11 +104,11 @@ def main() -> int:
     first_100, _ = bleu(model, data, "test_2016_flickr", device, count=100)  # quick to re-check in tests
     metadata = {"val_bleu": round(val_bleu, 2), "test_bleu": round(test_bleu, 2), "bleu_signature": signature,
                 "test_bleu_first_100": round(first_100, 2),
-                "epochs": arguments.epochs, "averaged_epochs": [p.stem for p in kept],
+                "epochs": trained, "averaged_epochs": [p.stem for p in kept],
                 "training_minutes": round(seconds / 60, 1), "device": str(device),
                 "threads": torch.get_num_threads(), "torch": str(torch.__version__),
                 "command": "python scripts/train_checkpoint.py " + " ".join(
-                    f"--{k.replace('_', '-')} {v}" for k, v in vars(arguments).items()
+                    f"--{k.replace('_', '-')} {trained if k == 'epochs' else v}" for k, v in vars(arguments).items()
                     if k not in ("data", "work", "out"))}
     checkpoint_io.save(arguments.out, model, config, data.source_vocab, data.target_vocab, metadata)
     print(json.dumps(metadata, indent=1))

@@ -24,7 +24,7 @@ from transformer_course.reference.model import Transformer
 
 PRETRAINED_NAME = "transformer_de_en.pt"
 # sha256 of assets/checkpoint/transformer_de_en.pt; tests/test_checkpoint.py keeps it equal to the committed file.
-PRETRAINED_SHA256 = ""
+PRETRAINED_SHA256 = "76319fa515633d3625cf76b20f93073554255bc8d6613735a9748a938f8e8ece"
 ENVIRONMENT_VARIABLE = "TRANSFORMER_COURSE_CHECKPOINT"
 
 

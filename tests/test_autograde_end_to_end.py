@@ -26,10 +26,15 @@ def graded(tmp_path_factory):
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_reference_solution_gets_full_marks(graded, assignment):
-    _, rows = graded
+def test_reference_solution_gets_full_marks_and_every_cell_runs(graded, assignment):
+    classroom, rows = graded
     row = rows["ada", assignment]
     assert row["max"] > 0 and row["total"] == row["max"], row
+    autograded = nbformat.read(
+        classroom.folder / "autograded" / "ada" / assignment / f"{assignment}.ipynb", as_version=4)
+    errors = [f"{cell.get('id')}: {output.ename}: {output.evalue[:200]}" for cell in autograded.cells
+              for output in cell.get("outputs", []) if output.output_type == "error"]
+    assert not errors, "cells fail when nbgrader runs the reference solution in a class folder:\n" + "\n".join(errors)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

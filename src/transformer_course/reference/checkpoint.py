@@ -53,14 +53,15 @@ def _repository_url() -> str:
 
 def pretrained_path(timeout: float = 60.0) -> Path:
     """Where the pretrained checkpoint is: $TRANSFORMER_COURSE_CHECKPOINT, else assets/checkpoint/ of a
-    course checkout at or above the working directory, else the user cache (downloaded there once from
-    the repository, verified by sha256, written atomically)."""
+    course checkout at or above the working directory or holding this (editable) package, else the user
+    cache (downloaded there once from the repository, verified by sha256, written atomically)."""
     if os.environ.get(ENVIRONMENT_VARIABLE):
         path = Path(os.environ[ENVIRONMENT_VARIABLE])
         if not path.exists():
             raise CheckpointUnavailable(f"{ENVIRONMENT_VARIABLE} names {path}, which does not exist")
         return path
-    for folder in [Path.cwd(), *Path.cwd().parents]:
+    package_checkout = Path(__file__).resolve().parents[3]  # src/transformer_course/reference -> checkout
+    for folder in [Path.cwd(), *Path.cwd().parents, package_checkout]:  # nbgrader runs in a class folder
         candidate = folder / "assets" / "checkpoint" / PRETRAINED_NAME
         if candidate.exists():
             return candidate

@@ -4,6 +4,7 @@ BLEU is reproduced by greedy decoding on test_2016_flickr (recipe in reference/t
 import pytest
 
 from conftest import ROOT
+from transformer_course.data.download import sha256_of
 from transformer_course.reference import Transformer
 from transformer_course.reference import checkpoint as checkpoint_io
 
@@ -13,7 +14,7 @@ PATH = ROOT / "assets" / "checkpoint" / checkpoint_io.PRETRAINED_NAME
 def test_checkpoint_is_committed_small_and_matches_its_checksum():
     assert PATH.exists()
     assert PATH.stat().st_size <= 25 * 1024 * 1024
-    assert checkpoint_io._sha256(PATH) == checkpoint_io.PRETRAINED_SHA256, "update PRETRAINED_SHA256"
+    assert sha256_of(PATH) == checkpoint_io.PRETRAINED_SHA256, "update PRETRAINED_SHA256"
 
 
 def test_checkpoint_loads_into_the_course_transformer_and_is_found_from_the_checkout(monkeypatch):

@@ -11,12 +11,11 @@ no half file is ever left behind.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
-import tempfile
 import urllib.error
-import urllib.request
 from pathlib import Path
+
+from transformer_course.data.download import download_atomically, sha256_of
 
 BASE_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 SPLITS = ("train", "val", "test_2016_flickr")
@@ -45,14 +44,6 @@ def cache_directory() -> Path:
     return base / "transformer_course" / "multi30k"
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _verify(path: Path, name: str) -> None:
     actual = sha256_of(path)
     if actual != SHA256[name]:
@@ -64,24 +55,15 @@ def _verify(path: Path, name: str) -> None:
 
 def _download(name: str, destination: Path, base_url: str, timeout: float) -> None:
     """Fetch base_url/name into destination atomically, or raise DataUnavailable/ChecksumMismatch."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
     url = f"{base_url}/{name}"
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=destination.parent)
     try:
-        with os.fdopen(descriptor, "wb") as handle, urllib.request.urlopen(url, timeout=timeout) as response:
-            while block := response.read(1 << 16):
-                handle.write(block)
-        _verify(Path(temporary), name)
-        os.replace(temporary, destination)  # atomic on one file system
+        download_atomically(url, destination, lambda path: _verify(path, name), timeout)
     except (urllib.error.URLError, OSError, TimeoutError) as error:
         raise DataUnavailable(
             f"Could not download {url} ({error}). Connect to the internet and run again, or download the six "
             f"files {', '.join(SHA256)} from {base_url}/ into a folder and pass it as `directory=` or set "
             f"{ENVIRONMENT_VARIABLE}=/that/folder."
         ) from error
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
 
 
 def file_path(split: str, language: str, directory: str | Path | None = None, *,

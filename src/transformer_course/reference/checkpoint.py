@@ -6,12 +6,9 @@ course's parameter names, the student's own included.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
 import urllib.error
-import urllib.request
 from importlib import metadata as package_metadata
 from pathlib import Path
 from typing import Any
@@ -19,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from transformer_course.data.download import download_atomically, sha256_of
 from transformer_course.data.vocab import Vocab
 from transformer_course.reference.model import Transformer
 
@@ -30,14 +28,6 @@ ENVIRONMENT_VARIABLE = "TRANSFORMER_COURSE_CHECKPOINT"
 
 class CheckpointUnavailable(RuntimeError):
     """The pretrained checkpoint is neither on disk nor downloadable; the message says what to do."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _repository_url() -> str:
@@ -66,27 +56,22 @@ def pretrained_path(timeout: float = 60.0) -> Path:
         if candidate.exists():
             return candidate
     cached = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transformer_course" / PRETRAINED_NAME
-    if cached.exists() and (not PRETRAINED_SHA256 or _sha256(cached) == PRETRAINED_SHA256):
+    if cached.exists() and (not PRETRAINED_SHA256 or sha256_of(cached) == PRETRAINED_SHA256):
         return cached
     raw = _repository_url().replace("github.com", "raw.githubusercontent.com")
     url = f"{raw}/main/assets/checkpoint/{PRETRAINED_NAME}"
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(suffix=".part", dir=cached.parent)
-    try:
-        with os.fdopen(descriptor, "wb") as handle, urllib.request.urlopen(url, timeout=timeout) as response:
-            while block := response.read(1 << 20):
-                handle.write(block)
-        if PRETRAINED_SHA256 and _sha256(Path(temporary)) != PRETRAINED_SHA256:
+
+    def verify(path: Path) -> None:
+        if PRETRAINED_SHA256 and sha256_of(path) != PRETRAINED_SHA256:
             raise CheckpointUnavailable(f"the download of {url} is corrupt (sha256 mismatch); run again")
-        os.replace(temporary, cached)
+
+    try:
+        download_atomically(url, cached, verify, timeout)
     except (urllib.error.URLError, OSError, TimeoutError) as error:
         raise CheckpointUnavailable(
             f"Could not download the pretrained checkpoint from {url} ({error}). Connect to the internet, or "
             f"download that file yourself and set {ENVIRONMENT_VARIABLE}=/path/to/{PRETRAINED_NAME}."
         ) from error
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
     return cached
 
 CONFIG_KEYS = ("d_model", "num_heads", "num_layers", "d_ff", "max_seq_length", "dropout")

@@ -1,0 +1,79 @@
+"""nbgrader's Execute, made to survive a kernel that dies.
+
+A student cell that calls `os._exit`, crashes the interpreter (segfault) or is killed for memory
+makes plain nbgrader abandon the whole notebook, so every later grade cell scores 0 and the
+instructor sees only a log line. `ResilientExecute` instead
+
+1. records in the cell that killed the kernel an error a student can read;
+2. starts a new kernel and replays, silently, the cells above that ran without error, so the
+   notebook's state (imports, the student's classes) is back;
+3. goes on with the next cell.
+
+So a crash costs the cell that crashed (and nothing else). After `max_kernel_deaths` crashes the
+remaining cells are marked as not run, so a notebook that crashes everywhere can't take forever.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from jupyter_core.utils import ensure_async, run_sync
+from nbclient.exceptions import DeadKernelError
+from nbformat import NotebookNode
+from nbformat.v4 import new_output
+from nbgrader.preprocessors import Execute
+from traitlets import Integer
+
+KERNEL_DIED = (
+    "the Python process running your notebook stopped while running this cell (os._exit, a crash "
+    "in native code, or more memory than allowed); this cell scores 0, the cells after it still ran"
+)
+
+
+def _failed(cell: NotebookNode) -> bool:
+    return any(output.get("output_type") == "error" for output in cell.get("outputs", []))
+
+
+class ResilientExecute(Execute):
+    max_kernel_deaths = Integer(3, help="Kernel crashes tolerated per notebook before giving up.").tag(config=True)
+
+    def reset_execution_trackers(self) -> None:
+        super().reset_execution_trackers()
+        self.kernel_deaths = 0
+
+    async def async_execute_cell(
+        self, cell: NotebookNode, cell_index: int, execution_count: int | None = None, store_history: bool = True
+    ) -> NotebookNode:
+        if cell.cell_type == "code" and self.kernel_deaths > self.max_kernel_deaths:
+            cell.outputs = [new_output("error", ename="NotRun", evalue="not run: the kernel crashed too often above",
+                                       traceback=["NotRun: the kernel crashed too often in the cells above"])]
+            return cell
+        try:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except DeadKernelError:
+            self.kernel_deaths += 1
+            self.log.warning("kernel died in cell %d; restarting and replaying the cells above", cell_index)
+            cell.outputs = [new_output("error", ename="KernelDied", evalue=KERNEL_DIED,
+                                       traceback=[f"KernelDied: {KERNEL_DIED}"])]
+            if self.kernel_deaths <= self.max_kernel_deaths:
+                await self._restart_and_replay(cell_index)
+            return cell
+
+    # nbconvert's preprocess_cell calls the synchronous wrapper, which the base class bound to its own
+    # coroutine; rebind it to ours
+    execute_cell = run_sync(async_execute_cell)
+
+    async def _restart_and_replay(self, upto: int) -> None:
+        assert self.km is not None
+        if self.kc is not None:
+            self.kc.stop_channels()
+        await ensure_async(self.km.restart_kernel(now=True))
+        self.kc = self.km.client()
+        await ensure_async(self.kc.start_channels())
+        await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))
+        self.kc.allow_stdin = False
+        for index, earlier in enumerate(self.nb.cells[:upto]):
+            if earlier.cell_type == "code" and not _failed(earlier):
+                replay: Any = copy.deepcopy(earlier)
+                await super().async_execute_cell(replay, index, execution_count=None, store_history=False)

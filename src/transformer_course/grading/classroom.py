@@ -30,10 +30,11 @@ if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
 class Classroom:
     root: Path  # the course repository (solutions/ is the nbgrader source)
     folder: Path  # where this class's submissions, gradebook and feedback live
+    database_url: str | None = None  # any SQLAlchemy URL; default: sqlite in `folder`
 
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.folder / 'gradebook.db'}"
+        return self.database_url or f"sqlite:///{self.folder / 'gradebook.db'}"
 
     def flags(self) -> list[str]:
         return [

@@ -5,6 +5,7 @@ They are made from the committed notebooks at run time (never stored), so they c
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +82,86 @@ def student_submissions(root: Path, assignments: list[str]) -> dict[str, dict[st
             KNOWN_BUGS[assignment].apply(buggy)
         submissions["chen"][assignment] = buggy  # one bug per stage
     return submissions
+
+
+# --- a class folder as an instructor receives it --------------------------------------------------
+
+HOSTILE_CELLS = {
+    "reads other students and the hidden tests": (
+        "import glob\n"
+        "leaks = []\n"
+        "for pattern in {patterns!r}:\n"
+        "    for path in glob.glob(pattern, recursive=True):\n"
+        "        try:\n"
+        "            leaks.append((path, len(open(path, 'rb').read())))\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "print('LEAKED:', leaks)"
+    ),
+    "writes the gradebook": (
+        "try:\n"
+        "    open({gradebook!r}, 'ab').write(b'x')\n"
+        "    print('WROTE GRADEBOOK')\n"
+        "except OSError as error:\n"
+        "    print('gradebook write blocked:', type(error).__name__)"
+    ),
+    "reaches the network": (
+        "import socket\n"
+        "try:\n"
+        "    socket.create_connection(('pypi.org', 443), timeout=5)\n"
+        "    print('NETWORK REACHED')\n"
+        "except OSError as error:\n"
+        "    print('network blocked:', type(error).__name__)"
+    ),
+    "allocates too much memory": "hoard = bytearray(64 * 2**30)",
+    "prints a flood": "print('spam ' * 2_000_000)",
+    "kills its kernel": "import os\nos._exit(1)",
+}
+
+
+def write_example_class(course: Path, folder: Path, assignment: str, class_dir: Path, submissions: Path) -> None:
+    """A submissions folder with one student of each kind the batch grader must cope with.
+
+    ada: correct; blake: blank; chen: one known bug; dana: Canvas-style flat file with all
+    metadata stripped (correct); eve: a visible test cell deleted (correct otherwise); finn: broken
+    JSON; gus: an exercise cell that loops forever after its definitions; hana: correct but hostile
+    (tries to read others' work and the hidden tests, write the gradebook, reach the network,
+    allocate 64 GiB, flood the output and kill its kernel).
+    """
+    solution = nbformat.read(course / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    release = nbformat.read(course / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
+
+    def save(notebook: nbformat.NotebookNode, relative: str) -> None:
+        path = folder / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, path)
+
+    def copy(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+        return nbformat.from_dict(json.loads(json.dumps(notebook)))
+
+    save(solution, f"ada/{assignment}.ipynb")
+    save(release, f"blake/{assignment}.ipynb")
+    save(KNOWN_BUGS[assignment].apply(copy(solution)) if assignment in KNOWN_BUGS else release,
+         f"chen/{assignment} (1).ipynb")
+    stripped = copy(solution)
+    for cell in stripped.cells:
+        cell.metadata = {}
+    save(stripped, f"dana_12345_67890_{assignment}.ipynb")
+    deleted = copy(solution)
+    first_test = next(i for i, c in enumerate(deleted.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+    del deleted.cells[first_test]
+    save(deleted, f"eve/Copy of {assignment}.ipynb")
+    broken = folder / "finn" / f"{assignment}.ipynb"
+    broken.parent.mkdir(parents=True, exist_ok=True)
+    broken.write_text(nbformat.writes(solution)[:5000], encoding="utf-8")
+    looping = copy(solution)
+    first_solution = next(c for c in looping.cells if is_solution(c))
+    first_solution.source += "\n\nwhile True:  # a runaway loop\n    pass\n"
+    save(looping, f"gus/{assignment}.ipynb")
+    hostile = copy(solution)
+    patterns = [str(class_dir / "submitted" / "**" / "*.ipynb"), str(class_dir / "autograded" / "ada" / "**" / "*"),
+                str(course / "solutions" / "**" / "*.ipynb"), str(submissions / "**" / "*.ipynb")]
+    sources = [text.format(patterns=patterns, gradebook=str(class_dir / "gradebook.db"))
+               for text in HOSTILE_CELLS.values()]
+    hostile.cells[first_test:first_test] = [nbformat.v4.new_code_cell(source) for source in sources]
+    save(hostile, f"hana/{assignment}.ipynb")

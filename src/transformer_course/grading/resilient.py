@@ -22,7 +22,7 @@ from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
-from nbgrader.preprocessors import Execute
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Integer
 
 KERNEL_DIED = (
@@ -77,3 +77,32 @@ class ResilientExecute(Execute):
             if earlier.cell_type == "code" and not _failed(earlier):
                 replay: Any = copy.deepcopy(earlier)
                 await super().async_execute_cell(replay, index, execution_count=None, store_history=False)
+
+
+class LimitOutputSize(NbGraderPreprocessor):
+    """Cut every text output to `max_characters` (nbgrader's LimitOutput counts lines only, so one
+    10-MB line would land whole in the autograded notebook, the gradebook and the feedback)."""
+
+    max_characters = Integer(20_000, help="Characters kept per output.").tag(config=True)
+
+    def preprocess_cell(self, cell: NotebookNode, resources: dict, index: int) -> tuple[NotebookNode, dict]:
+        for output in cell.get("outputs", []):
+            if isinstance(output.get("text"), str) and len(output.text) > self.max_characters:
+                cut = len(output.text) - self.max_characters
+                output.text = output.text[: self.max_characters] + f"\n... [{cut} more characters cut by the grader]\n"
+            for kind, value in list(output.get("data", {}).items()):
+                if isinstance(value, str) and len(value) > 10 * self.max_characters:
+                    output.data[kind] = f"[{kind} output of {len(value)} characters removed by the grader]"
+        return cell, resources
+
+
+def with_resilient_execution(preprocessors: list) -> list:
+    """nbgrader's autograde pipeline with ResilientExecute for Execute and LimitOutputSize after it."""
+    replaced = []
+    for preprocessor in preprocessors:
+        name = preprocessor if isinstance(preprocessor, str) else preprocessor.__name__
+        if name.rsplit(".", 1)[-1] == "Execute":
+            replaced += [ResilientExecute, LimitOutputSize]
+        else:
+            replaced.append(preprocessor)
+    return replaced

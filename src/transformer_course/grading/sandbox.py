@@ -69,11 +69,14 @@ def bubblewrap_problem() -> str | None:
 def bubblewrap_command(policy: Policy, command: list[str], runtime_folder: str) -> list[str]:
     """The bwrap command line that runs `command` under `policy`."""
     arguments = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    hidden = [folder for folder in policy.hide if Path(folder).is_dir()]
     for folder in policy.hide:
         if Path(folder).exists():
             arguments += ["--tmpfs", folder] if Path(folder).is_dir() else ["--ro-bind", "/dev/null", folder]
     for folder in [*policy.writable, runtime_folder]:
         arguments += ["--bind", folder, folder]
+    for folder in hidden:  # empty and read-only: nothing written there could be mistaken for the real thing
+        arguments += ["--remount-ro", folder]
     arguments += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
                   "--setenv", "MPLCONFIGDIR", "/tmp/matplotlib", "--setenv", "HOME", "/tmp",
                   # ipykernel exits when its parent pid changes; in the new pid namespace it does, so

@@ -1,0 +1,288 @@
+"""Grade a whole class with one command.
+
+    python -m transformer_course.grading.batch SUBMISSIONS [--class-dir DIR] [--jobs N] [--force]
+
+SUBMISSIONS is the folder of notebooks as downloaded from Colab or an LMS (see
+`transformer_course.grading.submissions` for the layouts understood). For every student this
+
+1. checks each notebook (JSON, nbformat, nbgrader cells) and repairs it from the release when
+   metadata was stripped or graded cells deleted, or rejects it with a reason;
+2. autogrades it with real nbgrader, each kernel sandboxed (no network, no other students'
+   files, no hidden tests, no gradebook; memory and time limits), N students at a time;
+3. writes per-student HTML feedback without hidden tests;
+
+then writes DIR/scores.csv (per-cell and total scores, status and reasons) and prints a summary.
+Students already graded from identical files are skipped, so an interrupted run resumes where it
+stopped; --force regrades everyone. For a class too big for one machine, give every machine the
+same --db-url (e.g. a PostgreSQL URL) and its own --shard K/N (see README, "Grading a class").
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from tqdm.auto import tqdm
+
+from transformer_course.authoring import assignments as course_assignments
+from transformer_course.grading.classroom import Classroom
+from transformer_course.grading.sandbox import bubblewrap_problem
+from transformer_course.grading.submissions import Release, Submission, discover, load
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class StudentResult:
+    student: str
+    submissions: list[Submission] = field(default_factory=list)
+    status: str = "pending"  # graded | skipped (already graded) | rejected | failed
+    reasons: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def fingerprint(submissions: list[Submission]) -> str:
+    digest = hashlib.sha256()
+    for submission in sorted(submissions, key=lambda s: str(s.path)):
+        digest.update(str(submission.path.name).encode() + submission.path.read_bytes())
+    return digest.hexdigest()
+
+
+def in_shard(student: str, shard: tuple[int, int] | None) -> bool:
+    if shard is None:
+        return True
+    index, count = shard
+    return int(hashlib.sha256(student.encode()).hexdigest(), 16) % count == index - 1
+
+
+def collect(folder: Path, release: Release) -> dict[str, StudentResult]:
+    """Every student in the folder with their checked notebooks (one per assignment, the newest)."""
+    students: dict[str, StudentResult] = {}
+    for student, path in discover(folder):
+        submission = load(release, student, path, flat=path.parent == folder)
+        result = students.setdefault(submission.student, StudentResult(submission.student))
+        same = [s for s in result.submissions if s.assignment and s.assignment == submission.assignment]
+        if same:
+            newest = max([*same, submission], key=lambda s: s.path.stat().st_mtime)
+            older = same[0] if newest is submission else submission
+            result.reasons.append(f"{submission.assignment}: two notebooks, graded the newer "
+                                  f"{newest.path.name}, ignored {older.path.name}")
+            if newest is submission:
+                result.submissions.remove(same[0])
+                result.submissions.append(submission)
+            continue
+        result.submissions.append(submission)
+    return students
+
+
+class BatchGrader:
+    def __init__(self, course: Path, class_dir: Path, submissions: Path, *, jobs: int = 2, force: bool = False,
+                 db_url: str | None = None, shard: tuple[int, int] | None = None, timeout: int = 120,
+                 memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None) -> None:
+        self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
+        self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
+        self.sandbox = sandbox
+        self.assignment_ids = assignment_ids or course_assignments(self.course)
+        self.classroom = Classroom(self.course, self.class_dir, database_url=db_url)
+        self.db_url = self.classroom.db_url
+        self.records = self.class_dir / "records"
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def prepare(self) -> list[str]:
+        """Register the assignments once (again only when the source notebooks changed)."""
+        assignment_ids = self.assignment_ids
+        stamp = hashlib.sha256(b"".join(
+            (self.course / "solutions" / a / f"{a}.ipynb").read_bytes() for a in assignment_ids)).hexdigest()
+        marker = self.class_dir / "release" / ".source-sha256"
+        if self.force or not marker.exists() or marker.read_text() != stamp:
+            self.classroom.prepare(assignment_ids)
+            marker.write_text(stamp)
+        return assignment_ids
+
+    def already_graded(self, result: StudentResult) -> bool:
+        record = self.records / f"{result.student}.json"
+        if self.force or not record.exists():
+            return False
+        saved = json.loads(record.read_text())
+        return saved.get("fingerprint") == fingerprint(result.submissions) and saved.get("status") == "graded"
+
+    def place(self, result: StudentResult) -> list[str]:
+        """Write the checked notebooks where nbgrader looks; returns the assignments to grade."""
+        to_grade = []
+        for submission in result.submissions:
+            result.reasons += submission.reasons
+            if submission.notebook is None or submission.assignment is None:
+                continue
+            path = self.class_dir / "submitted" / result.student / submission.assignment
+            path.mkdir(parents=True, exist_ok=True)
+            nbformat.write(submission.notebook, path / f"{submission.assignment}.ipynb")
+            to_grade.append(submission.assignment)
+        return to_grade
+
+    def grade(self, result: StudentResult) -> StudentResult:
+        start = time.perf_counter()
+        to_grade = self.place(result)
+        if not to_grade:
+            result.status = "rejected"
+            result.reasons = result.reasons or ["no gradable notebook"]
+            return result
+        command = [sys.executable, "-m", "transformer_course.grading.worker", "--course", str(self.course),
+                   "--class-dir", str(self.class_dir), "--student", result.student, "--db-url", self.db_url,
+                   "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb), "--hide", str(self.submissions)]
+        command += [item for assignment in to_grade for item in ("--assignment", assignment)]
+        command += [] if self.sandbox else ["--no-sandbox"]
+        limit = 60 + 3 * self.timeout * 20 * len(to_grade)  # generous: a notebook has ~20 slow cells at most
+        try:
+            process = subprocess.run(command, capture_output=True, text=True, timeout=limit,
+                                     env={**_clean_environment(), "PYTHONWARNINGS": "ignore"})
+            report = json.loads(process.stdout.strip().splitlines()[-1]) if process.stdout.strip() else {}
+        except subprocess.TimeoutExpired:
+            process, report = None, {}
+            result.reasons.append(f"grading took longer than {limit} s and was stopped")
+        except json.JSONDecodeError:
+            report = {}
+        if process is not None and not report:
+            result.reasons.append("the grading process failed: " + " | ".join(process.stderr.strip().splitlines()[-3:]))
+        failures = {a: r["error"] for a, r in report.items() if not r["success"]}
+        result.reasons += [f"{a}: nbgrader could not grade it: {error.splitlines()[-1] if error else '?'}"
+                           for a, error in failures.items()]
+        result.status = "graded" if report and not failures else "failed"
+        result.seconds = time.perf_counter() - start
+        self.records.mkdir(parents=True, exist_ok=True)
+        (self.records / f"{result.student}.json").write_text(json.dumps(
+            {"fingerprint": fingerprint(result.submissions), "status": result.status, "reasons": result.reasons,
+             "seconds": round(result.seconds, 1)}, indent=1))
+        return result
+
+    def run(self) -> dict[str, StudentResult]:
+        if self.sandbox and bubblewrap_problem():
+            _warn_unsandboxed(bubblewrap_problem() or "")
+        assignment_ids = self.prepare()
+        release = Release(self.class_dir / "release", assignment_ids)
+        students = {name: result for name, result in collect(self.submissions, release).items()
+                    if in_shard(name, self.shard)}
+        pending = []
+        for result in students.values():
+            if self.already_graded(result):
+                result.status = "skipped"
+                saved = json.loads((self.records / f"{result.student}.json").read_text())
+                result.reasons = saved.get("reasons", [])
+            else:
+                pending.append(result)
+        with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
+            futures = [pool.submit(self.grade, result) for result in pending]
+            for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="student"):
+                future.result()
+        self.write_csv(students)
+        return students
+
+    # --- reporting ------------------------------------------------------------------------------
+
+    def write_csv(self, students: dict[str, StudentResult]) -> Path:
+        """scores.csv: one row per (student, assignment) graded, plus one per student with a reason."""
+        rows = self.classroom.scores()
+        graded = {(row["student"], row["assignment"]) for row in rows}
+        for result in students.values():
+            for row in rows:
+                if row["student"] == result.student:
+                    row["status"] = result.status
+                    row["reasons"] = "; ".join(r for r in result.reasons if str(row["assignment"]) in r)
+            for submission in result.submissions:
+                if (result.student, submission.assignment) not in graded:
+                    rows.append({"student": result.student, "assignment": submission.assignment or "?",
+                                 "status": result.status, "reasons": "; ".join(submission.reasons or result.reasons)})
+            if not result.submissions:
+                rows.append({"student": result.student, "assignment": "?", "status": result.status,
+                             "reasons": "; ".join(result.reasons)})
+        columns = ["student", "assignment"]
+        columns += sorted({key for row in rows for key in row} - {"student", "assignment", "total", "max", "status",
+                                                                   "reasons"})
+        columns += ["total", "max", "status", "reasons"]
+        path = self.class_dir / "scores.csv"
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]))))
+        return path
+
+
+def _clean_environment() -> dict[str, str]:
+    """The grader's environment minus anything a student's kernel should not inherit."""
+    import os
+
+    secret_words = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
+    return {name: value for name, value in os.environ.items() if not any(w in name.upper() for w in secret_words)}
+
+
+def _warn_unsandboxed(problem: str) -> None:
+    bar = "!" * 100
+    print(f"{bar}\n!! WARNING: student notebooks will run WITHOUT isolation: {problem}.\n"
+          "!! A submission could read other students' files and the hidden tests, and reach the network.\n"
+          "!! Memory and time limits still apply. Install bubblewrap (Debian/Ubuntu: apt install bubblewrap)\n"
+          f"!! or pass --no-sandbox to acknowledge this.\n{bar}", flush=True)
+
+
+def summary(students: dict[str, StudentResult], csv_path: Path) -> str:
+    lines = [f"{'student':24s} {'status':9s} {'score':>9s}  notes"]
+    totals: dict[str, list[float]] = {}
+    with open(csv_path, encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("total"):
+                pair = totals.setdefault(row["student"], [0.0, 0.0])
+                pair[0] += float(row["total"])
+                pair[1] += float(row["max"])
+    for name in sorted(students):
+        result = students[name]
+        score = f"{totals[name][0]:g}/{totals[name][1]:g}" if name in totals else "-"
+        note = result.reasons[0] if result.reasons else ""
+        more = f" (+{len(result.reasons) - 1} more)" if len(result.reasons) > 1 else ""
+        lines.append(f"{name:24s} {result.status:9s} {score:>9s}  {note[:90]}{more}")
+    return "\n".join(lines)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    index, count = (int(part) for part in text.split("/"))
+    if not 1 <= index <= count:
+        raise argparse.ArgumentTypeError("--shard K/N needs 1 <= K <= N")
+    return index, count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("submissions", type=Path, help="folder of student notebooks")
+    parser.add_argument("--class-dir", type=Path, default=ROOT / "autograde" / "class",
+                        help="where the gradebook, autograded copies, feedback and scores.csv go")
+    parser.add_argument("--jobs", type=int, default=2, help="students graded at the same time")
+    parser.add_argument("--force", action="store_true", help="regrade students already graded")
+    parser.add_argument("--db-url", help="SQLAlchemy URL of a shared gradebook (default: sqlite in --class-dir)")
+    parser.add_argument("--shard", type=parse_shard, help="K/N: grade only the K-th of N slices of the class")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds one cell may run")
+    parser.add_argument("--memory-gb", type=float, default=6.0, help="memory one student's kernel may use")
+    parser.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
+    parser.add_argument("--no-sandbox", action="store_true", help="run kernels without bubblewrap isolation")
+    arguments = parser.parse_args(argv)
+    if not arguments.submissions.is_dir():
+        parser.error(f"{arguments.submissions} is not a folder")
+    grader = BatchGrader(ROOT, arguments.class_dir, arguments.submissions, jobs=arguments.jobs, force=arguments.force,
+                         db_url=arguments.db_url, shard=arguments.shard, timeout=arguments.timeout,
+                         memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
+                         assignment_ids=arguments.assignment)
+    students = grader.run()
+    csv_path = grader.class_dir / "scores.csv"
+    print(summary(students, csv_path))
+    print(f"\nscores: {csv_path}\nfeedback: {grader.class_dir / 'feedback'}/<student>/<assignment>/")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""The batch grading command on a class as an instructor receives it: correct, blank, buggy,
+metadata-stripped, cell-deleted, broken, looping and hostile submissions, graded by real nbgrader
+in sandboxed kernels, two at a time. Everyone gets a score or a clear reason; nothing leaks."""
+
+import csv
+import json
+import shutil
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+from transformer_course.grading.batch import BatchGrader, main
+from transformer_course.grading.examples import write_example_class
+from transformer_course.grading.sandbox import bubblewrap_problem
+
+pytestmark = pytest.mark.slow
+ASSIGNMENT = "02_attention"
+needs_bubblewrap = pytest.mark.skipif(bubblewrap_problem() is not None,
+                                      reason=f"no sandbox here: {bubblewrap_problem()}")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("batch")
+    submissions, class_dir = base / "downloads", base / "class"
+    write_example_class(ROOT, submissions, ASSIGNMENT, class_dir, submissions)
+    originals = {path: path.read_bytes() for path in submissions.rglob("*.ipynb")}
+    grader = BatchGrader(ROOT, class_dir, submissions, jobs=2, timeout=10, assignment_ids=[ASSIGNMENT],
+                         sandbox=bubblewrap_problem() is None)
+    students = grader.run()
+    with open(class_dir / "scores.csv", encoding="utf-8") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    return grader, students, rows, originals
+
+
+def outputs(grader, student):
+    notebook = nbformat.read(grader.class_dir / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb",
+                             as_version=4)
+    return [(cell.source, output) for cell in notebook.cells for output in cell.get("outputs", [])]
+
+
+def test_every_student_gets_a_score_or_a_reason(graded):
+    _, students, rows, _ = graded
+    assert set(rows) == {"ada", "blake", "chen", "dana", "eve", "finn", "gus", "hana"}
+    for name, row in rows.items():
+        assert row["total"] or row["reasons"], f"{name} has neither a score nor a reason: {row}"
+    assert {name for name, result in students.items() if result.status == "graded"} == set(rows) - {"finn"}
+
+
+def test_scores_reflect_the_work(graded):
+    _, _, rows, _ = graded
+    full = float(rows["ada"]["max"])
+    assert full > 0 and float(rows["ada"]["total"]) == full
+    assert float(rows["blake"]["total"]) == 0
+    assert 0 < float(rows["chen"]["total"]) < full
+
+
+def test_stripped_metadata_and_deleted_test_cells_are_restored_not_zeroed(graded):
+    _, _, rows, _ = graded
+    for name in ("dana", "eve"):
+        assert float(rows[name]["total"]) == float(rows["ada"]["max"]), rows[name]
+        assert "rebuilt from the released notebook" in rows[name]["reasons"]
+    assert "missing or lost its nbgrader metadata" in rows["dana"]["reasons"]
+
+
+def test_broken_notebook_is_rejected_with_a_reason_and_originals_are_untouched(graded):
+    _, _, rows, originals = graded
+    assert rows["finn"]["status"] == "rejected"
+    assert "not a valid notebook" in rows["finn"]["reasons"]
+    assert all(path.read_bytes() == content for path, content in originals.items())
+
+
+def test_a_runaway_loop_costs_only_its_cell(graded):
+    grader, _, rows, _ = graded
+    assert float(rows["gus"]["total"]) == float(rows["ada"]["max"])
+    errors = [output.ename for source, output in outputs(grader, "gus") if output.output_type == "error"]
+    assert "CellTimeoutError" in errors or "KeyboardInterrupt" in errors
+
+
+def test_hostile_submission_crashes_and_bombs_cost_only_their_cells(graded):
+    grader, _, rows, _ = graded
+    assert float(rows["hana"]["total"]) == float(rows["ada"]["max"])
+    cells = outputs(grader, "hana")
+    died = [o for source, o in cells if "os._exit" in source and o.output_type == "error"]
+    assert died and died[0].ename == "KernelDied"
+    bomb = [o for source, o in cells if "bytearray(64" in source and o.output_type == "error"]
+    assert bomb and bomb[0].ename == "MemoryError"
+    flood = [o for source, o in cells if "spam" in source and o.output_type == "stream"]
+    assert flood and len(flood[0].text) < 25_000 and "cut by the grader" in flood[0].text
+
+
+@needs_bubblewrap
+def test_hostile_submission_cannot_read_others_write_the_gradebook_or_reach_the_network(graded):
+    grader, _, _, _ = graded
+    printed = "".join(o.get("text", "") for _, o in outputs(grader, "hana"))
+    assert "LEAKED: []" in printed, printed[:2000]
+    assert "gradebook write blocked" in printed and "WROTE GRADEBOOK" not in printed
+    assert "network blocked" in printed and "NETWORK REACHED" not in printed
+
+
+def test_feedback_for_every_graded_student_without_hidden_tests(graded):
+    grader, students, _, _ = graded
+    solution = nbformat.read(ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    hidden_lines = [line for cell in solution.cells if "BEGIN HIDDEN TESTS" in cell.source
+                    for line in cell.source.splitlines() if line.startswith("assert")]
+    for name, result in students.items():
+        if result.status != "graded":
+            continue
+        html = (grader.class_dir / "feedback" / name / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+        assert len(html) < 2_000_000
+        assert not any(line.split("(")[1][:60] in html for line in hidden_lines), f"{name}: hidden test in feedback"
+
+
+def test_second_run_resumes_without_regrading(graded, capsys):
+    grader, _, _, _ = graded
+    again = BatchGrader(ROOT, grader.class_dir, grader.submissions, jobs=2, timeout=10,
+                        assignment_ids=[ASSIGNMENT], sandbox=grader.sandbox)
+    students = again.run()
+    assert {result.status for name, result in students.items() if name != "finn"} == {"skipped"}
+
+
+def test_shards_share_one_gradebook(tmp_path):
+    submissions = tmp_path / "downloads"
+    for name in ("ada", "blake", "chen"):
+        source = ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        (submissions / name).mkdir(parents=True)
+        shutil.copy(source, submissions / name / f"{ASSIGNMENT}.ipynb")
+    db_url = f"sqlite:///{tmp_path / 'shared.db'}"
+    seen = set()
+    for shard in ("1/2", "2/2"):
+        main([str(submissions), "--class-dir", str(tmp_path / f"machine{shard[0]}"), "--db-url", db_url,
+              "--shard", shard, "--assignment", ASSIGNMENT, "--jobs", "2"])
+        records = (tmp_path / f"machine{shard[0]}" / "records").glob("*.json")
+        graded_here = {path.stem for path in records if json.loads(path.read_text())["status"] == "graded"}
+        assert not graded_here & seen, "a student was graded by two shards"
+        seen |= graded_here
+    assert seen == {"ada", "blake", "chen"}
+    with open(tmp_path / "machine2" / "scores.csv", encoding="utf-8") as handle:
+        assert {row["student"] for row in csv.DictReader(handle)} >= {"ada", "blake", "chen"}

@@ -66,14 +66,14 @@ def bubblewrap_problem() -> str | None:
     return None
 
 
-def bubblewrap_command(policy: Policy, command: list[str], runtime_folder: str) -> list[str]:
+def bubblewrap_command(policy: Policy, command: list[str], runtime_folder: str | None) -> list[str]:
     """The bwrap command line that runs `command` under `policy`."""
     arguments = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     hidden = [folder for folder in policy.hide if Path(folder).is_dir()]
     for folder in policy.hide:
         if Path(folder).exists():
             arguments += ["--tmpfs", folder] if Path(folder).is_dir() else ["--ro-bind", "/dev/null", folder]
-    for folder in [*policy.writable, runtime_folder]:
+    for folder in [*policy.writable, *([runtime_folder] if runtime_folder else [])]:
         arguments += ["--bind", folder, folder]
     for folder in hidden:  # empty and read-only: nothing written there could be mistaken for the real thing
         arguments += ["--remount-ro", folder]
@@ -91,9 +91,9 @@ def limit_resources(policy: Policy) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def connection_folder(command: list[str]) -> str:
-    """The folder of the kernel's connection file (its Unix sockets live beside it)."""
-    return str(Path(command[command.index("-f") + 1]).resolve().parent)
+def connection_folder(command: list[str]) -> str | None:
+    """The folder of the kernel's connection file (its Unix sockets live beside it), if any."""
+    return str(Path(command[command.index("-f") + 1]).resolve().parent) if "-f" in command else None
 
 
 def install_kernelspec(folder: Path) -> Path:

@@ -1,0 +1,93 @@
+"""The kernel sandbox on its own: a process started through it cannot see hidden folders, write
+outside its own folder, reach the network, or allocate without limit."""
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from transformer_course.grading import sandbox
+from transformer_course.grading.sandbox import ENVIRONMENT_VARIABLE, Policy, bubblewrap_problem
+
+PROBE = """
+import os, socket
+results = {}
+try:
+    results["secret"] = open(os.environ["SECRET_FILE"]).read()
+except OSError as error:
+    results["secret"] = type(error).__name__
+for name, path in (("own", os.environ["OWN_FILE"]), ("elsewhere", os.environ["ELSEWHERE_FILE"])):
+    try:
+        open(path, "w").write("x")
+        results[name] = "written"
+    except OSError as error:
+        results[name] = type(error).__name__
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=3)
+    results["network"] = "reached"
+except OSError as error:
+    results["network"] = type(error).__name__
+try:
+    bytearray(16 * 2**30)
+    results["memory"] = "allocated"
+except MemoryError:
+    results["memory"] = "MemoryError"
+print(results)
+"""
+
+
+@pytest.fixture
+def outside_tmp():
+    """A folder outside /tmp (the sandbox replaces /tmp, which would hide everything there anyway)."""
+    with tempfile.TemporaryDirectory(dir=ROOT, prefix=".sandbox-test-") as folder:
+        yield Path(folder)
+
+
+def run_probe(tmp_path, isolate):
+    secret_folder, own, elsewhere = tmp_path / "class", tmp_path / "own", tmp_path / "elsewhere"
+    for folder in (secret_folder, own, elsewhere):
+        folder.mkdir()
+    (secret_folder / "gradebook.db").write_text("hidden tests")
+    policy = Policy(hide=[str(secret_folder)], writable=[str(own)], memory_bytes=4 * 2**30, isolate=isolate)
+    environment = {**os.environ, ENVIRONMENT_VARIABLE: policy.to_environment(),
+                   "SECRET_FILE": str(secret_folder / "gradebook.db"), "OWN_FILE": str(own / "notes.txt"),
+                   "ELSEWHERE_FILE": str(elsewhere / "notes.txt")}
+    command = [sys.executable, "-m", "transformer_course.grading.sandbox", "--", sys.executable, "-c", PROBE]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return eval(result.stdout.strip().splitlines()[-1])  # noqa: S307  (our own probe's dict)
+
+
+@pytest.mark.skipif(bubblewrap_problem() is not None, reason=f"no sandbox here: {bubblewrap_problem()}")
+def test_sandboxed_process_is_confined(outside_tmp):
+    results = run_probe(outside_tmp, isolate=True)
+    assert results["secret"] in ("FileNotFoundError", "PermissionError"), results
+    assert results["own"] == "written" and results["elsewhere"] == "OSError"  # read-only, results
+    assert results["network"] != "reached" and results["memory"] == "MemoryError", results
+
+
+def test_without_bubblewrap_limits_still_apply(outside_tmp):
+    results = run_probe(outside_tmp, isolate=False)
+    assert results["memory"] == "MemoryError", results
+    assert results["secret"] == "hidden tests"  # what the loud warning is about
+
+
+def test_missing_bubblewrap_is_reported(monkeypatch):
+    sandbox.bubblewrap_problem.cache_clear()
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    try:
+        assert "not installed" in sandbox.bubblewrap_problem()
+    finally:
+        sandbox.bubblewrap_problem.cache_clear()
+
+
+def test_loud_warning_when_grading_without_isolation(capsys):
+    from transformer_course.grading.batch import _warn_unsandboxed
+
+    _warn_unsandboxed("bubblewrap (`bwrap`) is not installed")
+    printed = capsys.readouterr().out
+    assert "WITHOUT isolation" in printed and "apt install bubblewrap" in printed

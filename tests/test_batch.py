@@ -138,3 +138,13 @@ def test_shards_share_one_gradebook(tmp_path):
     assert seen == {"ada", "blake", "chen"}
     with open(tmp_path / "machine2" / "scores.csv", encoding="utf-8") as handle:
         assert {row["student"] for row in csv.DictReader(handle)} >= {"ada", "blake", "chen"}
+
+
+def test_self_check_summary_agrees_with_the_grade(graded):
+    """The last cell's summary (what a Colab student sees) is all green exactly when marks are full."""
+    grader, _, rows, _ = graded
+    for name in ("ada", "chen", "blake"):
+        printed = [o.get("text", "") for source, o in outputs(grader, name) if "check.summary()" in source]
+        assert printed, f"{name}: the summary cell printed nothing"
+        all_green = "✘" not in printed[-1]
+        assert all_green == (float(rows[name]["total"]) == float(rows[name]["max"])), (name, printed[-1][-300:])

@@ -165,3 +165,26 @@ def write_example_class(course: Path, folder: Path, assignment: str, class_dir: 
                for text in HOSTILE_CELLS.values()]
     hostile.cells[first_test:first_test] = [nbformat.v4.new_code_cell(source) for source in sources]
     save(hostile, f"hana/{assignment}.ipynb")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m transformer_course.grading.examples FOLDER [--assignment 02_attention]: write the example class."""
+    import argparse
+
+    from transformer_course.authoring import repository_root
+
+    parser = argparse.ArgumentParser(description=write_example_class.__doc__)
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--assignment", default="02_attention")
+    parser.add_argument("--class-dir", type=Path, help="the --class-dir you will grade into (for the hostile probes)")
+    arguments = parser.parse_args(argv)
+    root = repository_root()
+    class_dir = arguments.class_dir or root / "autograde" / "class"
+    write_example_class(root, arguments.folder, arguments.assignment, class_dir.resolve(), arguments.folder.resolve())
+    print(f"wrote eight example students to {arguments.folder}; grade them with\n"
+          f"  python -m transformer_course.grading.batch {arguments.folder} --assignment {arguments.assignment}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

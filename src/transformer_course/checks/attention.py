@@ -158,6 +158,9 @@ def _sdpa_suspects(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torc
         "the softmax runs over dim=-2 (the queries): each query's weights over the keys must sum to 1, "
         "so use dim=-1.": variant(softmax_dim=-2),
     }
+    if Q.dim() == 4:
+        suspects["the softmax runs over the wrong axis, dim=1 (the heads): count from the end and normalise "
+                 "over the keys, dim=-1."] = variant(softmax_dim=1)
     if mask is not None:
         suspects |= {
             "the mask is applied after the softmax: zeroing weights after normalising leaves rows that "
@@ -167,7 +170,8 @@ def _sdpa_suspects(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torc
             ),
             "hidden scores are set to 0: exp(0) = 1 still gives those keys weight; use a very negative "
             "number such as -1e9 (or float('-inf')).": variant(fill=0.0),
-            "the mask is ignored: apply it with scores.masked_fill(mask == 0, -1e9).": (
+            "the mask is ignored: apply it with scores = scores.masked_fill(mask == 0, -1e9) (masked_fill "
+            "returns a new tensor, so assign the result).": (
                 variant(mask_mode="none")
             ),
         }
@@ -340,6 +344,10 @@ def padding_mask_shape(make_padding_mask: Callable[..., Any], batch: int = 3, se
                        pad_idx: int = 1) -> None:
     tokens, _ = _token_batch(batch, seq_len, pad_idx, seed=70)
     mask = _student_mask(make_padding_mask, tokens, pad_idx)
+    if isinstance(mask, torch.Tensor) and tuple(mask.shape) == (batch, 1, seq_len, 1) and seq_len > 1:
+        fail("padding mask has the wrong shape.", expected=(batch, 1, 1, seq_len), got=tuple(mask.shape),
+             cause="this mask hides padded queries (rows of the scores) instead of padded keys (columns): "
+                   "unsqueeze(1).unsqueeze(2) puts seq_len last, so it broadcasts over the keys axis.")
     expect_shape("padding mask", mask, (batch, 1, 1, seq_len),
                  cause="add a heads axis and a query axis: (token_ids != pad_idx).unsqueeze(1).unsqueeze(2), "
                        "so the mask broadcasts against scores of shape (batch, heads, q_len, k_len).")
@@ -462,12 +470,14 @@ def _combine(module: nn.Module, x: torch.Tensor, mistake: str = "") -> torch.Ten
 def _mha_variant(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  mask: torch.Tensor | None, *, split: str = "", combine: str = "", use_W_o: bool = True,
                  one_head: bool = False, scale: float | None = None, swap_k_v: bool = False,
-                 mask_used: bool = True) -> torch.Tensor:
+                 mask_used: bool = True, kv_from_q: bool = False) -> torch.Tensor:
     """The reference forward pass with one known mistake switched on; returns (batch, q_len, d_model)."""
     with torch.no_grad():
         projected_k, projected_v = module.W_k(k), module.W_v(v)
         if swap_k_v:
             projected_k, projected_v = module.W_k(v), module.W_v(k)
+        if kv_from_q:
+            projected_k, projected_v = module.W_k(q), module.W_v(q)
         mask = mask if mask_used else None
         if one_head:
             heads, _, _ = _attention_variant(module.W_q(q), projected_k, projected_v,
@@ -501,6 +511,8 @@ def _mha_suspects(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.
             scale=math.sqrt(module.d_model)
         ),
         "keys and values are mixed up: K = W_k(k) and V = W_v(v).": variant(swap_k_v=True),
+        "K and V are computed from q: keys come from W_k(k) and values from W_v(v), which differ from q in "
+        "cross-attention.": variant(kv_from_q=True),
         "the mask is not passed on: call scaled_dot_product_attention(Q, K, V, mask).": (
             variant(mask_used=False)
         ),

@@ -484,6 +484,10 @@ DECODER_SUSPECTS: dict[str, dict[str, Any]] = {
     "self.cross_attn(x, enc_out, enc_out, enc_mask).": {"query_from_encoder": True},
     "enc_mask and dec_mask are swapped: self-attention gets dec_mask (look-ahead), cross-attention gets "
     "enc_mask (source padding).": {"self_mask": "enc", "cross_mask": "dec"},
+    "self-attention gets enc_mask, the source padding mask: the decoder's self-attention needs dec_mask "
+    "(look-ahead and target padding), self.self_attn(x, x, x, dec_mask).": {"self_mask": "enc"},
+    "cross-attention gets dec_mask: its keys are the encoder positions, so it needs the source padding mask, "
+    "self.cross_attn(x, enc_out, enc_out, enc_mask).": {"cross_mask": "dec"},
     "self-attention ignores dec_mask: without the look-ahead mask each position sees the future, "
     "use self.self_attn(x, x, x, dec_mask).": {"self_mask": None},
     "cross-attention ignores enc_mask: decoder positions then attend to source padding, "
@@ -555,26 +559,78 @@ def _decoder_inputs(batch: int, tgt_len: int, src_len: int, d_model: int, int_ma
     return x, enc_out, enc_mask, dec_mask
 
 
+@contextmanager
+def _attention_calls(block: nn.Module) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """Record each call of block.self_attn and block.cross_attn as (name, {"q": ..., "k": ..., "mask": ...})."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    handles = []
+    for name in ("self_attn", "cross_attn"):
+        module = getattr(block, name, None)
+        if not isinstance(module, nn.Module):
+            continue
+
+        def record(_module: nn.Module, args: tuple, kwargs: dict[str, Any], name: str = name) -> None:
+            calls.append((name, {**dict(zip(("q", "k", "v", "mask"), args, strict=False)), **kwargs}))
+
+        handles.append(module.register_forward_pre_hook(record, with_kwargs=True))
+    try:
+        yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _crash_cause(calls: list[tuple[str, dict[str, Any]]], tgt_len: int, src_len: int) -> str | None:
+    """Name the mistake behind a crash from the last attention call before it (tgt_len != src_len)."""
+    if not calls:
+        return None
+    name, arguments = calls[-1]
+
+    def size(key: str, axis: int) -> int | None:
+        value = arguments.get(key)
+        in_range = isinstance(value, Tensor) and -value.dim() <= axis < value.dim()
+        return value.size(axis) if in_range else None
+
+    q_len, k_len, mask_keys, mask_queries = size("q", 1), size("k", 1), size("mask", -1), size("mask", -2)
+    if name == "self_attn" and q_len == k_len == tgt_len and mask_keys == src_len:
+        return ("self-attention gets enc_mask, the source padding mask: the decoder's self-attention needs "
+                "dec_mask (look-ahead and target padding), self.self_attn(x, x, x, dec_mask).")
+    if name != "cross_attn":
+        return None
+    if q_len == src_len:
+        return ("cross-attention takes its query from the encoder output: the query is the decoder's x, "
+                "self.cross_attn(x, enc_out, enc_out, enc_mask).")
+    if k_len == tgt_len:
+        return ("cross-attention takes its keys and values from the decoder: they come from the encoder "
+                "output, self.cross_attn(x, enc_out, enc_out, enc_mask).")
+    if mask_keys == tgt_len and mask_queries == tgt_len:
+        return ("cross-attention gets dec_mask: its keys are the encoder positions, so it needs the source "
+                "padding mask, self.cross_attn(x, enc_out, enc_out, enc_mask).")
+    return None
+
+
 def _run_decoder(block: nn.Module, inputs: tuple, seed: int | None = None) -> Any:
     """Run the student's decoder block; explain a shape crash when src_len differs from tgt_len."""
     x, enc_out = inputs[0], inputs[1]
-    try:
-        if block.training:
-            return _run(block, *inputs, seed=seed)
-        return _run_eval(block, *inputs, what="DecoderBlock")
-    except NotImplementedError:
-        raise  # a subclass of RuntimeError: the framework explains it
-    except RuntimeError as error:
-        if x.size(1) == enc_out.size(1):
-            raise
-        fail(
-            f"DecoderBlock crashed with target length {x.size(1)} and source length {enc_out.size(1)}.",
-            expected="an output of shape (batch, tgt_len, d_model) whatever the two lengths",
-            got=f"RuntimeError: {str(error).splitlines()[0][:160]}",
-            cause="a tensor or mask of the wrong length reaches an attention call. Self-attention: "
-                  "self.self_attn(x, x, x, dec_mask); cross-attention: query from the decoder, keys and "
-                  "values from the encoder, self.cross_attn(x, enc_out, enc_out, enc_mask).",
-        )
+    with _attention_calls(block) as calls:
+        try:
+            if block.training:
+                return _run(block, *inputs, seed=seed)
+            return _run_eval(block, *inputs, what="DecoderBlock")
+        except NotImplementedError:
+            raise  # a subclass of RuntimeError: the framework explains it
+        except RuntimeError as error:
+            if x.size(1) == enc_out.size(1):
+                raise
+            fail(
+                f"DecoderBlock crashed with target length {x.size(1)} and source length {enc_out.size(1)}.",
+                expected="an output of shape (batch, tgt_len, d_model) whatever the two lengths",
+                got=f"RuntimeError: {str(error).splitlines()[0][:160]}",
+                cause=_crash_cause(calls, x.size(1), enc_out.size(1))
+                or "a tensor or mask of the wrong length reaches an attention call. Self-attention: "
+                   "self.self_attn(x, x, x, dec_mask); cross-attention: query from the decoder, keys and "
+                   "values from the encoder, self.cross_attn(x, enc_out, enc_out, enc_mask).",
+            )
 
 
 @check("DecoderBlock keeps the shape (batch, tgt_len, d_model), also when src_len differs from tgt_len")

@@ -140,6 +140,21 @@ def _construct(Student: type[nn.Module], args: tuple, what: str) -> nn.Module:
     return module
 
 
+PLAIN_LIST = ("a plain Python list hides the blocks from PyTorch: their parameters are not trained, not saved "
+              "and not moved by .to(device). Wrap the list in nn.ModuleList, as the given constructor does.")
+
+
+def _plain_module_lists(module: nn.Module) -> list[str]:
+    """Attributes anywhere in `module` that hold a plain list or tuple of modules (invisible to PyTorch)."""
+    found = []
+    for owner_name, owner in module.named_modules():
+        for attribute, value in vars(owner).items():
+            if (isinstance(value, list | tuple) and value
+                    and all(isinstance(item, nn.Module) for item in value)):
+                found.append(f"{owner_name}.{attribute}" if owner_name else attribute)
+    return found
+
+
 def _pair(Student: type[nn.Module], Reference: type[nn.Module], args: tuple, what: str,
           seed: int = 0) -> tuple[nn.Module, nn.Module]:
     """(student, reference) with identical weights, float64, eval mode."""
@@ -147,6 +162,10 @@ def _pair(Student: type[nn.Module], Reference: type[nn.Module], args: tuple, wha
         reference = Reference(*args)
         _xavier(reference)
         student = _construct(Student, args, what)
+    hidden = _plain_module_lists(student)
+    if hidden and set(student.state_dict()) != set(reference.state_dict()):
+        fail(f"{what}.{hidden[0]} is a plain Python list of blocks.", expected="an nn.ModuleList of blocks",
+             got=f"{what} has no parameters named {hidden[0]}.0.…", cause=PLAIN_LIST)
     copy_weights(reference, student, what)
     return student.double().eval(), reference.double().eval()
 
@@ -335,9 +354,7 @@ def _layers_registered(Student: type[nn.Module], Reference: type[nn.Module], wha
     layers = getattr(student, "layers", None)
     if not isinstance(layers, nn.Module):
         fail(f"{what}.layers is not a registered module.", expected="an nn.ModuleList of blocks",
-             got=type(layers).__name__,
-             cause="a plain Python list hides the blocks from PyTorch: their parameters are not trained, "
-                   "not saved and not moved by .to(device). Wrap the list in nn.ModuleList.")
+             got=type(layers).__name__, cause=PLAIN_LIST)
     blocks = list(layers)  # iterating a ModuleList keeps repeats; .children() would drop them
     if len(blocks) != sizes.num_layers:
         fail(f"{what}.layers has the wrong number of blocks.", expected=sizes.num_layers, got=len(blocks),
@@ -404,7 +421,22 @@ def _missing_prediction(got: object, sizes: Sizes) -> str | None:
 def decoder_output_shape(Decoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**({"src_len": 9, "tgt_len": 6} | sizes))
     student, _, target, memory, enc_mask, dec_mask = _decoder_case(Decoder, config, seed=40)
-    got = _run(student, target, memory, enc_mask, dec_mask)
+    try:
+        got = _run(student, target, memory, enc_mask, dec_mask)
+    except RuntimeError as error:  # source and target lengths differ here, so swapped masks cannot broadcast
+        crash = error
+    else:
+        crash = None
+    if crash is not None:
+        try:
+            _run(student, target, memory, dec_mask, enc_mask)
+        except Exception:
+            raise crash from None
+        fail("Decoder crashes with (enc_mask, dec_mask) but runs when the two masks are exchanged.",
+             expected="Decoder(tgt, enc_out, enc_mask, dec_mask) to run",
+             got=f"{type(crash).__name__}: {str(crash).splitlines()[0][:120]}",
+             cause="enc_mask and dec_mask are swapped: the block's signature is layer(x, enc_out, enc_mask, "
+                   "dec_mask); self-attention needs the target mask, cross-attention the source mask.")
     cause = _missing_prediction(got, config) or (
         "embed, scale, add PE, apply every layer, then self.pred_layer maps d_model to vocab_size.")
     expect_shape("Decoder(tgt, enc_out, enc_mask, dec_mask)", got,

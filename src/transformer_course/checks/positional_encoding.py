@@ -15,6 +15,7 @@ from transformer_course.checks.framework import (
     randn,
     student_code,
     summary,
+    tensors_close,
 )
 
 __all__ = ["buffer_shape", "dropout_behaviour", "forward_adds_encoding", "summary", "table_values"]
@@ -23,7 +24,7 @@ from transformer_course.reference import PositionalEncoding as ReferencePosition
 
 def _table(d_model: int, max_seq_length: int, *, swap: bool = False, exponent_scale: float = 2.0,
            use_index_i: bool = False, cos_first_odd_only: bool = False, start: int = 0,
-           cos_everywhere: bool = False) -> torch.Tensor:
+           cos_everywhere: bool = False, sin_everywhere: bool = False) -> torch.Tensor:
     """The sinusoid table (max_seq_length, d_model) in float64, optionally with a known mistake."""
     position = torch.arange(start, start + max_seq_length, dtype=torch.float64).unsqueeze(1)
     i = torch.arange(d_model // 2, dtype=torch.float64)  # (d_model / 2,)
@@ -32,6 +33,8 @@ def _table(d_model: int, max_seq_length: int, *, swap: bool = False, exponent_sc
     even, odd = (torch.cos(angle), torch.sin(angle)) if swap else (torch.sin(angle), torch.cos(angle))
     if cos_everywhere:
         even = torch.cos(angle)
+    if sin_everywhere:
+        odd = torch.sin(angle)
     table = torch.zeros(max_seq_length, d_model, dtype=torch.float64)
     table[:, 0::2] = even
     if cos_first_odd_only:
@@ -55,8 +58,23 @@ def _pe_buffer(module: nn.Module) -> torch.Tensor:
 
 
 def _build(PositionalEncoding: type[nn.Module], d_model: int, max_seq_length: int, dropout: float) -> nn.Module:
-    with student_code():
-        return PositionalEncoding(d_model, max_seq_length, dropout)
+    try:
+        with student_code():
+            return PositionalEncoding(d_model, max_seq_length, dropout)
+    except NotImplementedError:
+        raise  # a subclass of RuntimeError: the framework explains it
+    except RuntimeError as error:
+        text = str(error)
+        if "must match" not in text:
+            raise
+        fail(
+            f"building the table crashed (d_model={d_model}, max_seq_length={max_seq_length}).",
+            expected=f"an angle table (max_seq_length, d_model / 2) = ({max_seq_length}, {d_model // 2}) "
+                     "that fills the even and the odd columns",
+            got=text.splitlines()[0][:160],
+            cause="there must be d_model / 2 frequencies, one per (sin, cos) column pair: take the values 2i "
+                  "from torch.arange(0, d_model, 2) (step 2), not torch.arange(0, d_model).",
+        )
 
 
 TABLE_SUSPECTS = {
@@ -74,6 +92,9 @@ TABLE_SUSPECTS = {
     "positions start at 1: the first token has position 0.": lambda d, n: _table(d, n, start=1),
     "cos is in the even columns too: the even columns 0, 2, 4, ... hold sin.": (
         lambda d, n: _table(d, n, cos_everywhere=True)
+    ),
+    "sin is in the odd columns too: the odd columns 1, 3, 5, ... hold cos of the same angle.": (
+        lambda d, n: _table(d, n, sin_everywhere=True)
     ),
 }
 
@@ -106,17 +127,46 @@ def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16
                           seq_len: int = 7) -> None:
     module = _build(PositionalEncoding, d_model, max_seq_length, 0.1).double().eval()
     x = randn(3, seq_len, d_model, seed=1)
-    with torch.no_grad(), student_code():
-        got = module(x)
+    try:
+        with torch.no_grad(), student_code():
+            got, again = module(x.clone()), module(x.clone())
+    except NotImplementedError:
+        raise  # a subclass of RuntimeError: the framework explains it
+    except RuntimeError as error:
+        if "must match" not in str(error):
+            raise
+        fail(
+            f"forward crashed on x of shape {tuple(x.shape)} (batch, seq_len, d_model), "
+            f"max_seq_length={max_seq_length}.",
+            expected=f"pe sliced to (1, seq_len, d_model) = (1, {seq_len}, {d_model}), which broadcasts over x",
+            got=str(error).splitlines()[0][:160],
+            cause="a wrong slice of pe: axis 1 of pe is the position, so keep its first x.size(1) rows, "
+                  "self.pe[:, :x.size(1)] (x.size(0) is the batch, x.size(2) is d_model).",
+        )
+    if isinstance(got, torch.Tensor) and isinstance(again, torch.Tensor) and got.shape == again.shape \
+            and not torch.equal(got, again):
+        fail(
+            "in eval mode two calls of forward gave different outputs.",
+            expected="a deterministic output: dropout does nothing in eval mode",
+            got="outputs that change from call to call",
+            cause="dropout is still active in eval mode: use the module self.dropout (nn.Dropout), which switches "
+                  "itself off in eval mode, not F.dropout(..., training=True).",
+        )
     reference = ReferencePositionalEncoding(d_model, max_seq_length, 0.1).double().eval()
     with torch.no_grad():
         expected = reference(x)
     pe = reference.pe[:, :seq_len]
+    if isinstance(got, torch.Tensor) and tensors_close(got, pe, 1e-4, 1e-4):
+        fail("forward(x) is the positional table alone.", expected=f"x + pe, shape {tuple(x.shape)}",
+             got=f"pe[:, :seq_len], shape {tuple(got.shape)}",
+             cause="forward returns only the table: add it to x, do not replace x.")
     expect_close(
         "forward(x)", got, expected, atol=1e-4, rtol=1e-4,
         suspects={
             "forward returns x unchanged: add the positional table.": lambda: x,
             "forward returns only the table: add it to x, do not replace x.": lambda: pe.expand_as(x),
+            "a single row of pe, pe[:, seq_len], is added to every position: slice with a colon, "
+            "self.pe[:, :x.size(1)], to get one row per position.": lambda: x + reference.pe[:, seq_len],
             "the embeddings are scaled by sqrt(d_model) here: that scaling belongs to the Encoder/Decoder "
             "(stage 4), not to PositionalEncoding.": lambda: x * math.sqrt(d_model) + pe,
         },

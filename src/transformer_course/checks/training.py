@@ -126,9 +126,13 @@ def collate_shapes(collate: Callable[..., Any], batch_size: int = 4, seed: int =
     src_len = max(len(source) for source, _ in pairs)
     tgt_len = max(len(target) for _, target in pairs) - 1  # one shorter than the framed target
     shifted = "tgt_in and tgt_out are one token shorter than the padded target: tgt[:, :-1] and tgt[:, 1:]."
+    unshifted = ("is the whole padded target, not shifted: with tgt_in == tgt_out the decoder reads the very token "
+                 "it must predict and learns to copy. Use tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:].")
     expect_shape("src", batch.src, (batch_size, src_len), cause="keep the given padding of the sources.")
-    expect_shape("tgt_in", batch.tgt_in, (batch_size, tgt_len), cause=shifted)
-    expect_shape("tgt_out", batch.tgt_out, (batch_size, tgt_len), cause=shifted)
+    for name in ("tgt_in", "tgt_out"):
+        got = expect_tensor(name, getattr(batch, name), cause=shifted)
+        whole = tuple(got.shape) == (batch_size, tgt_len + 1)
+        expect_shape(name, got, (batch_size, tgt_len), cause=f"{name} {unshifted}" if whole else shifted)
     expect_shape("src_mask", batch.src_mask, (batch_size, 1, 1, src_len), cause="keep the given mask lines.")
     expect_shape("tgt_mask", batch.tgt_mask, (batch_size, 1, tgt_len, tgt_len),
                  cause="the target mask is built from tgt_in by the given line: make tgt_in the right length.")
@@ -144,6 +148,13 @@ def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 
     for row, (_, target) in enumerate(pairs):
         tgt[row, : len(target)] = torch.tensor(target)
     same_length = "the same length as tgt_in, shifted by one"
+    if (isinstance(batch.tgt_in, torch.Tensor) and isinstance(batch.tgt_out, torch.Tensor)
+            and batch.tgt_in.shape == expected.tgt_out.shape and torch.equal(batch.tgt_in, expected.tgt_out)
+            and torch.equal(batch.tgt_out, expected.tgt_in)):
+        fail("tgt_in and tgt_out are swapped.", expected="tgt_in = tgt[:, :-1] (starts with <bos>), "
+             "tgt_out = tgt[:, 1:] (ends with <eos>)", got="tgt_in = tgt[:, 1:], tgt_out = tgt[:, :-1]",
+             cause="tgt_in and tgt_out are swapped: the decoder must READ <bos> first (tgt_in = tgt[:, :-1]) and "
+                   "PREDICT the next tokens (tgt_out = tgt[:, 1:]).")
     expect_close(
         "tgt_out", expect_tensor("tgt_out", batch.tgt_out, "return tensors").double(),
         expected.tgt_out.double(), atol=0, rtol=0,

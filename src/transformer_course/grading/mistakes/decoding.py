@@ -1,0 +1,118 @@
+"""Stage 6 mistakes: batched greedy decoding and the attention maps."""
+
+from transformer_course.grading.mistakes import Alternative, Mistake
+
+STAGE = "06_decoding"
+
+_PAD_FINISHED = "next_token = next_token.masked_fill(finished, pad_idx)  # finished sentences only get padding"
+_ARGMAX = "next_token = logits[:, -1].argmax(dim=-1)  # (batch,) prediction after the last position"
+_LOOP = (
+    "    for _ in range(max_len):\n"
+    "        logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx))  # (batch, len, vocab)\n"
+    "        next_token = logits[:, -1].argmax(dim=-1)  # (batch,) prediction after the last position\n"
+    "        next_token = next_token.masked_fill(finished, pad_idx)  # finished sentences only get padding\n"
+    "        ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)\n"
+    "        finished |= next_token == eos_idx\n"
+    "        if finished.all():\n"
+    "            break\n"
+)
+
+MISTAKES: list[Mistake] = [
+    Mistake(
+        STAGE, "decoder input starts with <pad> instead of the start token <bos>",
+        "ys = torch.full((src.size(0), 1), bos_idx, dtype=torch.long, device=src.device)",
+        "ys = torch.full((src.size(0), 1), pad_idx, dtype=torch.long, device=src.device)",
+        fails="dec_greedy_starts_with_bos", cause="the decoder's first input is <bos>",
+    ),
+    Mistake(
+        STAGE, "finished sentences are not padded after their <eos>",
+        "        " + _PAD_FINISHED + "\n",
+        "",
+        fails="dec_greedy_stops_at_eos", cause="keep producing words after their <eos>",
+    ),
+    Mistake(
+        STAGE, "finished sentences are filled with <eos> instead of <pad>",
+        _PAD_FINISHED,
+        "next_token = next_token.masked_fill(finished, eos_idx)",
+        fails="dec_greedy_stops_at_eos", cause="filled with <eos> instead of <pad>",
+    ),
+    Mistake(
+        STAGE, "finished flags overwritten each step instead of accumulated",
+        "finished |= next_token == eos_idx",
+        "finished = next_token == eos_idx",
+        fails="dec_greedy_stops_at_eos", cause="`finished` forgets earlier sentences",
+    ),
+    Mistake(
+        STAGE, "decoding never stops at <eos>: runs on to max_len",
+        "        if finished.all():\n            break\n",
+        "",
+        fails="dec_greedy_all_finished", cause="decoding never stops early",
+    ),
+    Mistake(
+        STAGE, "decoding stops when the first sentence is finished",
+        "if finished.all():",
+        "if finished.any():",
+        fails="dec_greedy_all_finished", cause="as soon as ONE sentence is finished",
+    ),
+    Mistake(
+        STAGE, "argmax taken at the first position instead of the last",
+        _ARGMAX,
+        "next_token = logits[:, 0].argmax(dim=-1)  # (batch,)",
+        fails="dec_greedy_last_position", cause="read at position 0",
+    ),
+    Mistake(
+        STAGE, "decoder called without the target (look-ahead) mask",
+        "logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx))",
+        "logits = model.decoder(ys, enc_out, src_mask, None)",
+        fails="dec_greedy_masks", cause="gets no target mask",
+    ),
+    Mistake(
+        STAGE, "cross-attention map taken from the decoder's self-attention",
+        "cross = torch.stack([layer.cross_attn.attn_weights for layer in model.decoder.layers])",
+        "cross = torch.stack([layer.self_attn.attn_weights for layer in model.decoder.layers])",
+        fails="dec_maps_shapes", cause="this is the shape of 'decoder_self'",
+    ),
+    Mistake(
+        STAGE, "encoder map holds only the last layer",
+        "encoder_self = torch.stack([layer.self_attn.attn_weights for layer in model.encoder.layers])",
+        "encoder_self = model.encoder.layers[-1].self_attn.attn_weights",
+        fails="dec_maps_shapes", cause="only one layer's weights",
+    ),
+]
+
+ALTERNATIVES: list[Alternative] = [
+    Alternative(
+        STAGE, "one sentence at a time in a Python loop, padded at the end",
+        _LOOP,
+        "    rows = []\n"
+        "    for row in range(src.size(0)):\n"
+        "        one = ys[row:row + 1]  # (1, 1): <bos>\n"
+        "        for _ in range(max_len):\n"
+        "            mask = make_target_mask(one, pad_idx)\n"
+        "            logits = model.decoder(one, enc_out[row:row + 1], src_mask[row:row + 1], mask)  # (1, len, V)\n"
+        "            token = logits[0, -1].argmax()\n"
+        "            one = torch.cat([one, token.view(1, 1)], dim=1)\n"
+        "            if token.item() == eos_idx:\n"
+        "                break\n"
+        "        rows.append(one[0])\n"
+        "    longest = max(len(tokens) for tokens in rows)\n"
+        "    ys = torch.full((src.size(0), longest), pad_idx, dtype=torch.long, device=src.device)\n"
+        "    for row, tokens in enumerate(rows):\n"
+        "        ys[row, :len(tokens)] = tokens\n",
+    ),
+    Alternative(
+        STAGE, "preallocated output tensor filled column by column, argmax via topk, padding via torch.where",
+        _LOOP,
+        "    out = torch.full((src.size(0), max_len + 1), pad_idx, dtype=torch.long, device=src.device)\n"
+        "    out[:, 0] = bos_idx\n"
+        "    length = 1\n"
+        "    while length <= max_len and not bool(finished.all()):\n"
+        "        current = out[:, :length]  # (batch, length)\n"
+        "        logits = model.decoder(current, enc_out, src_mask, make_target_mask(current, pad_idx))\n"
+        "        best = logits[:, -1].topk(1, dim=-1).indices.squeeze(-1)  # (batch,) the single best token\n"
+        "        out[:, length] = torch.where(finished, torch.full_like(best, pad_idx), best)\n"
+        "        finished = finished | (out[:, length] == eos_idx)\n"
+        "        length += 1\n"
+        "    ys = out[:, :length]\n",
+    ),
+]

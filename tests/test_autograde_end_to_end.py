@@ -1,27 +1,34 @@
-"""Real nbgrader, end to end: generate, submit (solutions, blank notebooks, one known bug per
-stage), autograde, feedback. Full marks, zero and partial credit; no hidden source in feedback."""
+"""Real nbgrader, end to end, through the instructors' batch command: generate, submit every stage
+(solutions, blank notebooks, one known bug per stage), autograde, feedback. Full marks, zero and
+partial credit; no hidden source in feedback."""
 
+import html as html_module
 import re
 
 import nbformat
 import pytest
 
 from conftest import ASSIGNMENTS, ROOT, read, solution_path
-from transformer_course.grading.classroom import Classroom
+from transformer_course.grading.batch import BatchGrader
 from transformer_course.grading.examples import KNOWN_BUGS, student_submissions
+from transformer_course.grading.sandbox import bubblewrap_problem
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    classroom = Classroom(ROOT, tmp_path_factory.mktemp("class"))
-    classroom.prepare(ASSIGNMENTS)
+    base = tmp_path_factory.mktemp("end-to-end")
     for student, notebooks in student_submissions(ROOT, ASSIGNMENTS).items():
+        (base / "downloads" / student).mkdir(parents=True)
         for assignment, notebook in notebooks.items():
-            classroom.submit(student, assignment, notebook)
-    classroom.autograde()
-    classroom.feedback()
+            nbformat.write(notebook, base / "downloads" / student / f"{assignment}.ipynb")
+    # three students at once on two cores: the wall time is the CPU time shared out
+    grader = BatchGrader(ROOT, base / "class", base / "downloads", jobs=3, sandbox=bubblewrap_problem() is None)
+    students = grader.run()
+    assert {name: result.status for name, result in students.items()} == dict.fromkeys(("ada", "blake", "chen"),
+                                                                                       "graded")
+    classroom = grader.classroom
     return classroom, {(row["student"], row["assignment"]): row for row in classroom.scores()}
 
 
@@ -65,7 +72,6 @@ def test_feedback_shows_no_hidden_test_source(graded, assignment):
     assert hidden_lines
     for student in ("ada", "blake", "chen"):
         html = (classroom.folder / "feedback" / student / assignment / f"{assignment}.html").read_text()
-        import html as html_module
         text = html_module.unescape(re.sub(r"<[^>]+>", "", html))
         for line in hidden_lines:
             assert line not in text, f"hidden test source leaked into {student}'s feedback: {line}"

@@ -196,10 +196,17 @@ def build(root: Path, only: list[str] | None = None) -> None:
     generate_release(root, root / "solutions", root / "notebooks", only)
 
 
+# folders that running a notebook creates beside it (git ignores them too); never part of a build
+RUN_ARTIFACTS = frozenset({"checkpoints", ".ipynb_checkpoints", "__pycache__"})
+
+
 def differences(expected: Path, actual: Path) -> list[str]:
     """Relative paths that differ, or exist on one side only, between two trees of notebooks."""
     def files(folder: Path) -> set[str]:
-        return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()} if folder.exists() else set()
+        if not folder.exists():
+            return set()
+        return {str(p.relative_to(folder)) for p in folder.rglob("*")
+                if p.is_file() and not RUN_ARTIFACTS & set(p.relative_to(folder).parts)}
 
     expected_files, actual_files = files(expected), files(actual)
     different = sorted(expected_files ^ actual_files)

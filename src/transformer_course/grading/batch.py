@@ -23,6 +23,7 @@ import argparse
 import csv
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -144,7 +145,7 @@ class BatchGrader:
         limit = 60 + 3 * self.timeout * 20 * len(to_grade)  # generous: a notebook has ~20 slow cells at most
         try:
             process = subprocess.run(command, capture_output=True, text=True, timeout=limit,
-                                     env={**_clean_environment(), "PYTHONWARNINGS": "ignore"})
+                                     env={**self.thread_limits(), **_clean_environment(), "PYTHONWARNINGS": "ignore"})
             report = json.loads(process.stdout.strip().splitlines()[-1]) if process.stdout.strip() else {}
         except subprocess.TimeoutExpired:
             process, report = None, {}
@@ -163,6 +164,15 @@ class BatchGrader:
             {"fingerprint": fingerprint(result.submissions), "status": result.status, "reasons": result.reasons,
              "seconds": round(result.seconds, 1)}, indent=1))
         return result
+
+    def thread_limits(self) -> dict[str, str]:
+        """Share the cores out between the students graded at once (unless the caller chose).
+
+        Every kernel's torch would otherwise start one thread per core; with N kernels on the same
+        cores the threads spin against each other and grading gets several times slower (measured:
+        3 students on 2 cores, 238 s with default threads, 99 s with one thread each)."""
+        threads = str(max(1, (os.cpu_count() or 1) // max(1, self.jobs)))
+        return {name: threads for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
     def run(self) -> dict[str, StudentResult]:
         if self.sandbox and bubblewrap_problem():
@@ -218,8 +228,6 @@ class BatchGrader:
 
 def _clean_environment() -> dict[str, str]:
     """The grader's environment minus anything a student's kernel should not inherit."""
-    import os
-
     secret_words = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
     return {name: value for name, value in os.environ.items() if not any(w in name.upper() for w in secret_words)}
 

@@ -126,7 +126,8 @@ def write_example_class(course: Path, folder: Path, assignment: str, class_dir: 
     metadata stripped (correct); eve: a visible test cell deleted (correct otherwise); finn: broken
     JSON; gus: an exercise cell that loops forever after its definitions; hana: correct but hostile
     (tries to read others' work and the hidden tests, write the gradebook, reach the network,
-    allocate 64 GiB, flood the output and kill its kernel).
+    allocate 64 GiB, flood the output, kill its kernel and print the input history, hidden tests
+    included, into its feedback).
     """
     solution = nbformat.read(course / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     release = nbformat.read(course / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -164,6 +165,7 @@ def write_example_class(course: Path, folder: Path, assignment: str, class_dir: 
     sources = [text.format(patterns=patterns, gradebook=str(class_dir / "gradebook.db"))
                for text in HOSTILE_CELLS.values()]
     hostile.cells[first_test:first_test] = [nbformat.v4.new_code_cell(source) for source in sources]
+    hostile.cells.append(nbformat.v4.new_code_cell("print('HISTORY:', In)  # would copy hidden tests into feedback"))
     save(hostile, f"hana/{assignment}.ipynb")
 
 

@@ -9,7 +9,8 @@ instructor sees only a log line. `ResilientExecute` instead
    notebook's state (imports, the student's classes) is back;
 3. goes on with the next cell.
 
-So a crash costs the cell that crashed (and nothing else). After `max_kernel_deaths` crashes the
+So a crash costs the cell that crashed (and nothing else). Hidden test cells run without being
+recorded in IPython's input history. After `max_kernel_deaths` crashes the
 remaining cells are marked as not run, so a notebook that crashes everywhere can't take forever.
 """
 
@@ -49,6 +50,9 @@ class ResilientExecute(Execute):
             cell.outputs = [new_output("error", ename="NotRun", evalue="not run: the kernel crashed too often above",
                                        traceback=["NotRun: the kernel crashed too often in the cells above"])]
             return cell
+        # hidden tests stay out of IPython's input history (`In`, `_ih`), which a later student cell
+        # could print into its output and so into the feedback
+        store_history = store_history and "BEGIN HIDDEN TESTS" not in cell.get("source", "")
         try:
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except DeadKernelError:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,13 +69,21 @@ class Release:
 
     def __init__(self, folder: Path, assignment_ids: list[str]) -> None:
         self.notebooks = {a: nbformat.read(folder / a / f"{a}.ipynb", as_version=4) for a in assignment_ids}
-        self.by_grade_id = {_grade_id(c): a for a, nb in self.notebooks.items() for c in nb.cells if _grade_id(c)}
+        owners: dict[str, set[str]] = {}
+        for assignment, notebook in self.notebooks.items():
+            for cell in notebook.cells:
+                if _grade_id(cell):
+                    owners.setdefault(_grade_id(cell), set()).add(assignment)
+        # only ids that belong to one assignment tell assignments apart ("setup" is in all of them)
+        self.by_grade_id = {grade_id: next(iter(found)) for grade_id, found in owners.items() if len(found) == 1}
         self.by_title = {_title(nb): a for a, nb in self.notebooks.items()}
 
     def identify(self, notebook: nbformat.NotebookNode, name: str) -> str | None:
-        for cell in notebook.cells:
-            if _grade_id(cell) in self.by_grade_id:
-                return self.by_grade_id[_grade_id(cell)]
+        """The assignment a notebook belongs to: by its course cells, else its title, else its file name."""
+        votes = Counter(self.by_grade_id[_grade_id(cell)] for cell in notebook.cells
+                        if _grade_id(cell) in self.by_grade_id)
+        if votes:
+            return votes.most_common(1)[0][0]
         if _title(notebook) in self.by_title:
             return self.by_title[_title(notebook)]
         matches = [a for a in self.notebooks if a in name]

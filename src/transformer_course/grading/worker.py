@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from nbgrader.converters import Autograde
@@ -72,11 +73,13 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
     report: dict[str, object] = {}
     try:
         for assignment in arguments.assignment:
+            started = time.perf_counter()
             result = api.autograde(assignment, arguments.student, force=True, create=True)
             if result["success"]:
                 result = api.generate_feedback(assignment, arguments.student, force=True)
             report[assignment] = {"success": bool(result["success"]),
-                                  "error": "" if result["success"] else _last_lines(result)}
+                                  "error": "" if result["success"] else _last_lines(result),
+                                  "seconds": round(time.perf_counter() - started, 1)}
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
     return report

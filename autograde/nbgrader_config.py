@@ -7,7 +7,10 @@ autograded copies, feedback and the gradebook live under autograde/class/ (not c
 
 from pathlib import Path
 
+from nbgrader.converters import Autograde
+
 from transformer_course.grading.feedback import HideHiddenTests
+from transformer_course.grading.resilient import with_resilient_execution
 
 c = get_config()  # noqa: F821  (injected by traitlets)
 
@@ -32,6 +35,11 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.Execute.timeout = 120
 c.Execute.interrupt_on_timeout = True
 c.Execute.execute_retries = 0
+# ... and nbgrader's executor is swapped for the course's: a kernel that dies costs one cell, the
+# checks are loaded before any student cell and re-bound in every grade cell (tamper defence),
+# huge outputs are cut (transformer_course.grading.resilient and .guard).
+c.Autograde.autograde_preprocessors = with_resilient_execution(
+    Autograde.class_traits()["autograde_preprocessors"].default())
 
 # A library warning printed on stderr would otherwise zero a passing grade cell.
 c.IgnorePattern.enabled = True

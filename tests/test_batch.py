@@ -162,3 +162,11 @@ def test_each_stage_is_recognised_by_its_own_cells_then_its_title():
         for cell in notebook.cells:
             cell.metadata.pop("nbgrader", None)  # Colab-stripped: the "# Stage N" title decides
         assert release.identify(notebook, "download.ipynb") == assignment
+
+
+def test_the_hostile_student_is_flagged_for_review_and_the_honest_ones_are_not(graded):
+    _, _, rows, _ = graded
+    assert "flagged for review" in rows["hana"]["reasons"]
+    assert "os._exit" in rows["hana"]["reasons"] or "socket" in rows["hana"]["reasons"]
+    for name in ("ada", "blake", "chen", "dana", "eve", "gus"):
+        assert "flagged" not in rows[name]["reasons"], rows[name]["reasons"]

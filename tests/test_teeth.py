@@ -18,6 +18,8 @@ def test_solution_passes_every_grade_cell(assignment):
     outcomes = execute(solution_path(assignment), environment={"NBGRADER_EXECUTION": "autograde"})
     failed = [o for o in outcomes if o.failed]
     assert not failed, "cells failed in the solution notebook:\n" + describe(failed)
+    alarms = [o.printed for o in outcomes if "⚠" in o.printed]
+    assert not alarms, f"the checks' tamper defence warns on the untouched solution: {alarms[:2]}"
     assert sum(o.grade for o in outcomes) >= 4
 
 

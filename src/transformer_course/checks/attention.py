@@ -23,6 +23,7 @@ from transformer_course.checks.framework import (
     expect_shape,
     fail,
     generator,
+    protect,
     randn,
     reject_builtin_modules,
     student_code,
@@ -719,3 +720,6 @@ def mha_cross_attention(MultiHeadAttention: type[nn.Module], d_model: int = 16, 
                  suspects=_mha_suspects(reference, q, k, v, mask),
                  cause="take each sequence length from its own input: split_heads reads seq_len from "
                        "x.shape, so Q has q_len rows and K, V have k_len rows." + FIX_ATTENTION_FIRST)
+
+
+protect(__name__)  # snapshot the tools these checks use (see framework.protect)

@@ -23,6 +23,7 @@ from transformer_course.checks.framework import (
     expect_close,
     expect_shape,
     fail,
+    protect,
     randn,
     reject_builtin_modules,
     student_code,
@@ -734,3 +735,6 @@ def decoder_dropout_placement(DecoderBlock: type[nn.Module], d_model: int = 16, 
         cause="call self.dropout exactly once per sublayer (three times in all), on the sublayer's output: "
               "norm(x + self.dropout(sublayer(...))).",
     )
+
+
+protect(__name__)  # snapshot the tools these checks use (see framework.protect)

@@ -1,10 +1,14 @@
 """The machinery every check shares: failure messages, tensor comparison with diagnosis,
-the built-in-attention guard and the pass/fail record behind the self-check summary."""
+the built-in-attention guard, the pass/fail record behind the self-check summary, and the
+checks' defence against notebook code that replaces the tools they grade with."""
 
 from __future__ import annotations
 
+import builtins
 import functools
+import importlib
 import linecache
+import math
 import sys
 import traceback
 import warnings
@@ -12,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FunctionType, ModuleType
 from typing import Any, TypeVar
 
 import torch
@@ -55,6 +60,8 @@ def summary() -> None:
         first_line = result.message.splitlines()[0] if result.message else ""
         print(f"{mark} {result.title}" + ("" if result.passed else f"  — {first_line}"))
     print(f"\n{passed} of {len(_RESULTS)} checks pass.")
+    print("The grader runs these same checks, plus hidden ones on other sizes: all green here means "
+          "full marks for the visible ones.")
 
 
 def fail(problem: str, *, expected: Any, got: Any, cause: str) -> None:
@@ -82,6 +89,7 @@ def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
         def run(*args: Any, **kwargs: Any) -> bool:
             __tracebackhide__ = True  # IPython and pytest hide this frame
             name = function.__name__
+            restore_tools()
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # a warning on stderr would zero the grade cell
@@ -246,3 +254,157 @@ def student_code() -> Iterator[None]:
     """Run the student's code with PyTorch's built-in attention functions rejected."""
     with _RejectBuiltins():
         yield
+
+
+# --- the checks defend their tools --------------------------------------------------------------
+#
+# A notebook cell could replace what the checks compare with (`torch.allclose = lambda *a: True`),
+# the checks themselves (`check.sdpa_values = ...`, `framework.fail = ...`) or their insides
+# (`__code__`, closures). The checks snapshot every tool when they are imported and, before each
+# check runs, put back whatever was replaced, with a visible warning; the grader additionally
+# imports the checks before any student cell and re-binds `check` at the top of each grade cell
+# (`pristine`). Code that attacks the interpreter itself is beyond this: the grader's static scan
+# (transformer_course.grading.guard) flags it for the instructor.
+
+_MISSING = object()
+_SNAPSHOTS: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(owner) -> (module or class, its namespace then)
+_FUNCTIONS: dict[int, tuple[FunctionType, Any, Any, Any, tuple[Any, ...]]] = {}  # code, defaults, closure
+_MODULES: dict[str, ModuleType] = {}  # checks modules as first imported
+_BUILTINS_THAT_CHANGE = {"input"}  # ipykernel swaps builtins.input before every cell it runs
+_PRIVATE_BUILTINS_KEPT = {"__import__", "__build_class__"}
+
+
+def _label(owner: Any, name: str) -> str:
+    prefix = getattr(owner, "__name__", type(owner).__name__)
+    return f"{prefix}.{name}"
+
+
+def _remember_function(function: FunctionType) -> None:
+    if id(function) in _FUNCTIONS or not getattr(function, "__module__", "").startswith("transformer_course"):
+        return
+    cells = tuple(cell.cell_contents for cell in function.__closure__ or ())
+    _FUNCTIONS[id(function)] = (function, function.__code__, function.__defaults__, function.__kwdefaults__, cells)
+    for value in (*cells, getattr(function, "__wrapped__", None)):
+        if isinstance(value, FunctionType):
+            _remember_function(value)
+
+
+def _remember(owner: Any) -> None:
+    """Snapshot a module's callables (or a class's whole namespace) and our functions' insides."""
+    if id(owner) in _SNAPSHOTS:
+        return
+    namespace = dict(vars(owner))
+    if isinstance(owner, ModuleType):
+        namespace = {name: value for name, value in namespace.items()
+                     if (callable(value) or isinstance(value, ModuleType))
+                     and not (owner is builtins and name in _BUILTINS_THAT_CHANGE)
+                     and not (owner is builtins and name.startswith("_") and name not in _PRIVATE_BUILTINS_KEPT)}
+    _SNAPSHOTS[id(owner)] = (owner, namespace)
+    ours = getattr(owner, "__name__", "").startswith("transformer_course") or \
+        getattr(owner, "__module__", "").startswith("transformer_course")
+    if not ours:
+        return
+    for value in namespace.values():
+        if isinstance(value, FunctionType):
+            _remember_function(value)
+        elif isinstance(value, staticmethod | classmethod) and isinstance(value.__func__, FunctionType):
+            _remember_function(value.__func__)
+        elif isinstance(value, property):
+            for accessor in (value.fget, value.fset):
+                if isinstance(accessor, FunctionType):
+                    _remember_function(accessor)
+        elif isinstance(value, ModuleType | type) and (
+                getattr(value, "__name__", "").startswith("transformer_course")
+                or getattr(value, "__module__", "").startswith("transformer_course")):
+            _remember(value)
+
+
+def _remember_torch() -> None:
+    for module in (torch, F, torch.testing, torch.linalg, torch.nn.init, math, builtins, functools):
+        _remember(module)
+    for value in (*vars(nn).values(), torch.Tensor):
+        if isinstance(value, type) and issubclass(value, nn.Module | torch.Tensor):
+            _remember(value)
+
+
+def protect(module_name: str) -> None:
+    """Snapshot a checks module, everything of ours it uses (framework, reference), and torch.
+
+    Each stage's checks module calls this as its last line, so the snapshot is taken when the
+    notebook imports the checks (the grader imports them before any student cell runs)."""
+    module = sys.modules[module_name]
+    _MODULES.setdefault(module_name, module)
+    _remember_torch()
+    _remember(sys.modules[__name__])
+    _remember(module)
+
+
+def _torch_wraps(new: Any, old: Any) -> bool:
+    """Whether `new` is PyTorch's own wrapper around `old` (torch wraps some of its functions
+    lazily: torch.manual_seed when dynamo loads, an optimizer class's step on first use)."""
+    value = new
+    for _ in range(4):
+        code = getattr(value, "__code__", None)
+        if code is None or not code.co_filename.startswith(_TORCH_DIR):
+            return False
+        value = getattr(value, "__wrapped__", None)
+        if value is old:
+            return True
+    return False
+
+
+def _inherited(owner: type, name: str) -> Any:
+    return next((vars(base)[name] for base in owner.__mro__[1:] if name in vars(base)), _MISSING)
+
+
+def restore_tools() -> list[str]:
+    """Put back every protected tool that notebook code replaced; warn (on stdout) when any was."""
+    replaced: list[str] = []
+    for owner, namespace in list(_SNAPSHOTS.values()):
+        current = vars(owner)
+        for name, value in namespace.items():
+            now = current.get(name, _MISSING)
+            if now is value:
+                continue
+            if _torch_wraps(now, value):
+                namespace[name] = now  # PyTorch's own doing: adopt it
+                continue
+            setattr(owner, name, value)
+            replaced.append(_label(owner, name))
+        if isinstance(owner, type):  # an attribute added to a class can shadow its base's (Tensor.__eq__)
+            for name in [name for name in current if name not in namespace]:
+                if _torch_wraps(current[name], _inherited(owner, name)):
+                    namespace[name] = current[name]
+                    continue
+                delattr(owner, name)
+                replaced.append(_label(owner, name))
+    for function, code, defaults, keyword_defaults, cells in list(_FUNCTIONS.values()):
+        if function.__code__ is not code or function.__defaults__ is not defaults \
+                or function.__kwdefaults__ is not keyword_defaults:
+            function.__code__, function.__defaults__, function.__kwdefaults__ = code, defaults, keyword_defaults
+            replaced.append(f"{function.__module__}.{function.__qualname__} (its code)")
+        for cell, content in zip(function.__closure__ or (), cells, strict=False):
+            if cell.cell_contents is not content:
+                cell.cell_contents = content
+                replaced.append(f"{function.__module__}.{function.__qualname__} (its closure)")
+    for name, module in _MODULES.items():
+        if sys.modules.get(name) is not module:
+            sys.modules[name] = module
+            replaced.append(f"sys.modules[{name!r}]")
+    if replaced:
+        shown = ", ".join(dict.fromkeys(replaced))
+        print(f"⚠ code in this notebook replaced {shown[:300]}{'…' if len(shown) > 300 else ''}; "
+              "the checks put the originals back and grade with them.")
+    return replaced
+
+
+def pristine(module_name: str) -> ModuleType:
+    """The checks module as first imported, with every protected tool restored.
+
+    The grader runs `check = ...pristine("transformer_course.checks.<stage>")` at the top of each
+    grade cell, so a notebook that re-bound or emptied `check` is graded by the real checks."""
+    restore_tools()
+    module = _MODULES.get(module_name)
+    if module is None:
+        module = importlib.import_module(module_name)
+    return module

@@ -22,6 +22,7 @@ from transformer_course.checks.framework import (
     expect_tensor,
     fail,
     generator,
+    protect,
     randn,
     reject_builtin_modules,
     student_code,
@@ -756,3 +757,6 @@ def no_builtin_modules(Transformer: type[nn.Module], **sizes: float) -> None:
         logits = model(source, target, *_masks(source, target, config.pad_idx))
     expect_tensor("logits", logits, cause="return the logits.")
     reject_builtin_modules(model, "Transformer")
+
+
+protect(__name__)  # snapshot the tools these checks use (see framework.protect)

@@ -12,6 +12,7 @@ from transformer_course.checks.framework import (
     expect_close,
     expect_shape,
     fail,
+    protect,
     randn,
     student_code,
     summary,
@@ -208,3 +209,6 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
     expect_close("forward(x) in eval mode", evaluated, summed, atol=1e-4, rtol=1e-4,
                  cause="in eval mode dropout must do nothing: use nn.Dropout (self.dropout), not F.dropout "
                        "with training=True.")
+
+
+protect(__name__)  # snapshot the tools these checks use (see framework.protect)

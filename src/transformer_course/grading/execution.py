@@ -26,6 +26,7 @@ class CellOutcome:
     failed: bool  # an error, or text on stderr, which nbgrader also scores as a failure
     message: str
     source: str
+    printed: str = ""  # the cell's stdout
 
 
 def _failure(cell: nbformat.NotebookNode) -> str:
@@ -61,7 +62,8 @@ def execute(path: Path, timeout: int = 600, environment: dict[str, str] | None =
         outcomes.append(CellOutcome(
             index=index, cell_id=cell.get("id", ""), grade=bool(nbgrader.get("grade")),
             points=float(nbgrader.get("points", 0) or 0), failed=bool(message), message=message,
-            source=cell.source,
+            source=cell.source, printed="".join(output.get("text", "") for output in cell.get("outputs", [])
+                                                if output.output_type == "stream" and output.name == "stdout"),
         ))
     return outcomes
 

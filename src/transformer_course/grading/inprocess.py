@@ -17,12 +17,15 @@ from pathlib import Path
 
 import nbformat
 
+from transformer_course.grading.guard import checks_module, guarded, prelude
+
 
 @dataclass(frozen=True)
 class GradeOutcome:
     grade_id: str
     passed: bool
     message: str  # the error a failing cell raised ("" when it passed)
+    output: str = ""  # what the cell printed
 
 
 def grade_id(cell: nbformat.NotebookNode) -> str | None:
@@ -31,34 +34,40 @@ def grade_id(cell: nbformat.NotebookNode) -> str | None:
 
 
 def run_grade_cells(
-    notebook: nbformat.NotebookNode, directory: Path, stop_after: str | None = None
+    notebook: nbformat.NotebookNode, directory: Path, stop_after: str | None = None, guard: bool = False
 ) -> dict[str, GradeOutcome]:
     """Execute the code cells of `notebook` with `directory` as working directory.
 
     Returns {grade_id: outcome} for every grade cell reached; with `stop_after`, execution ends
-    after that grade cell (the cells below cannot change its outcome).
+    after that grade cell (the cells below cannot change its outcome). With `guard`, the checks
+    are imported first and every grade cell runs behind the grader's guard line, as under the
+    batch grader (see `transformer_course.grading.guard`).
     """
+    checks = checks_module(notebook) if guard else None
     namespace: dict[str, object] = {"__name__": "__main__"}
     outcomes: dict[str, GradeOutcome] = {}
     previous_directory, previous_flag = Path.cwd(), os.environ.get("NBGRADER_EXECUTION")
     os.environ["NBGRADER_EXECUTION"] = "autograde"
     os.chdir(directory)
     try:
+        if checks:
+            exec(prelude(checks), {})  # noqa: S102
         for index, cell in enumerate(notebook.cells):
             if cell.cell_type != "code":
                 continue
-            message = ""
+            message, printed = "", io.StringIO()
+            identifier = grade_id(cell)
+            source = guarded(cell.source, checks) if checks and identifier is not None else cell.source
             try:
-                code = compile(cell.source, f"<cell {index}>", "exec")
-                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                code = compile(source, f"<cell {index}>", "exec")
+                with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         exec(code, namespace)  # noqa: S102  (running notebook cells is the point)
             except Exception as error:  # a failing cell is a result, not a crash of the run
                 message = f"{type(error).__name__}: {error}"
-            identifier = grade_id(cell)
             if identifier is not None:
-                outcomes[identifier] = GradeOutcome(identifier, not message, message)
+                outcomes[identifier] = GradeOutcome(identifier, not message, message, printed.getvalue())
                 if identifier == stop_after:
                     break
     finally:

@@ -9,9 +9,14 @@ instructor sees only a log line. `ResilientExecute` instead
    notebook's state (imports, the student's classes) is back;
 3. goes on with the next cell.
 
-So a crash costs the cell that crashed (and nothing else). Hidden test cells run without being
-recorded in IPython's input history. After `max_kernel_deaths` crashes the
+So a crash costs the cell that crashed (and nothing else). After `max_kernel_deaths` crashes the
 remaining cells are marked as not run, so a notebook that crashes everywhere can't take forever.
+
+It also grades defensively (see `transformer_course.grading.guard`): the stage's checks are
+imported before the first cell, each grade cell runs with the re-binding guard line in front
+(removed again afterwards), hidden test cells stay out of IPython's input history, and a cell
+whose kernel reply says "error" counts as failed even when notebook code stopped the traceback
+from being displayed.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from typing import Any
 from jupyter_core.utils import ensure_async, run_sync
 from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
-from nbformat.v4 import new_output
+from nbformat.v4 import new_code_cell, new_output
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Integer
+
+from transformer_course.grading.guard import checks_module, guarded, prelude, unguarded
 
 KERNEL_DIED = (
     "the Python process running your notebook stopped while running this cell (os._exit, a crash "
@@ -42,6 +49,26 @@ class ResilientExecute(Execute):
     def reset_execution_trackers(self) -> None:
         super().reset_execution_trackers()
         self.kernel_deaths = 0
+        self.checks: str | None | bool = False  # False: not looked up yet
+        self.prelude_done = False
+
+    def _is_grade_cell(self, cell: NotebookNode) -> bool:
+        return bool(cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
+
+    async def _run_prelude(self, cell_index: int) -> None:
+        self.prelude_done = True
+        if self.checks is False:
+            self.checks = checks_module(self.nb)
+        if self.checks:
+            await self._execute_aside(new_code_cell(prelude(str(self.checks))), cell_index)
+
+    async def _execute_aside(self, cell: NotebookNode, cell_index: int) -> None:
+        """Run a cell whose outputs nobody keeps (nbclient would store it as cell `cell_index`)."""
+        kept = self.nb.cells[cell_index]
+        try:
+            await super().async_execute_cell(cell, cell_index, execution_count=None, store_history=False)
+        finally:
+            self.nb.cells[cell_index] = kept
 
     async def async_execute_cell(
         self, cell: NotebookNode, cell_index: int, execution_count: int | None = None, store_history: bool = True
@@ -53,6 +80,11 @@ class ResilientExecute(Execute):
         # hidden tests stay out of IPython's input history (`In`, `_ih`), which a later student cell
         # could print into its output and so into the feedback
         store_history = store_history and "BEGIN HIDDEN TESTS" not in cell.get("source", "")
+        if cell.cell_type == "code" and not self.prelude_done:
+            await self._run_prelude(cell_index)
+        guard = cell.cell_type == "code" and self._is_grade_cell(cell) and bool(self.checks)
+        if guard:
+            cell.source = guarded(cell.source, str(self.checks))
         try:
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except DeadKernelError:
@@ -63,6 +95,20 @@ class ResilientExecute(Execute):
             if self.kernel_deaths <= self.max_kernel_deaths:
                 await self._restart_and_replay(cell_index)
             return cell
+        finally:
+            if guard:
+                cell.source = unguarded(cell.source)
+
+    async def _check_raise_for_error(self, cell: NotebookNode, cell_index: int, exec_reply: dict | None) -> None:
+        """A failed cell must show as failed: nbgrader scores by error outputs, and notebook code can
+        stop IPython from displaying the traceback (`get_ipython().showtraceback = ...`)."""
+        content = (exec_reply or {}).get("content", {})
+        if content.get("status") == "error" and not _failed(cell):
+            cell.outputs.append(new_output(
+                "error", ename=content.get("ename", "Error"), evalue=content.get("evalue", ""),
+                traceback=[f"{content.get('ename', 'Error')}: {content.get('evalue', '')}",
+                           "(the grader found this error although the notebook hid its traceback)"]))
+        await super()._check_raise_for_error(cell, cell_index, exec_reply)
 
     # nbconvert's preprocess_cell calls the synchronous wrapper, which the base class bound to its own
     # coroutine; rebind it to ours
@@ -77,10 +123,11 @@ class ResilientExecute(Execute):
         await ensure_async(self.kc.start_channels())
         await ensure_async(self.kc.wait_for_ready(timeout=self.startup_timeout))
         self.kc.allow_stdin = False
+        await self._run_prelude(upto)
         for index, earlier in enumerate(self.nb.cells[:upto]):
             if earlier.cell_type == "code" and not _failed(earlier):
                 replay: Any = copy.deepcopy(earlier)
-                await super().async_execute_cell(replay, index, execution_count=None, store_history=False)
+                await self._execute_aside(replay, index)
 
 
 class LimitOutputSize(NbGraderPreprocessor):

@@ -26,6 +26,8 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell
 
+from transformer_course.grading.guard import suspicious_code
+
 _GRADED_KEYS = ("grade", "solution", "locked", "points", "task")  # what nbgrader grades by
 _NOISE = {"copy", "of", "late", "submission", "ipynb"}
 
@@ -129,6 +131,10 @@ def load(release: Release, student: str, path: Path, flat: bool) -> Submission:
         submission.reasons += [f"{assignment}: {problem}" for problem in problems[:3]]
         submission.reasons.append(f"{assignment}: rebuilt from the released notebook with the student's answers")
         submission.reasons += [f"{assignment}: {item}" for item in lost]
+    findings = suspicious_code(notebook, release.notebooks[assignment])
+    submission.reasons += [f"{assignment}: flagged for review: {finding}" for finding in findings[:3]]
+    if len(findings) > 3:
+        submission.reasons.append(f"{assignment}: flagged for review: {len(findings) - 3} more such lines")
     submission.notebook = notebook
     return submission
 

@@ -1,5 +1,6 @@
-"""The main job on built-in examples: generate the student notebooks, grade three example
-students with real nbgrader, write scores.csv and feedback, print the score table.
+"""The main job on built-in examples: generate the student notebooks, put three example students'
+notebooks in a downloads folder, and grade it with the instructors' batch command (real nbgrader,
+sandboxed kernels): scores.csv, feedback, the summary table.
 
     python -m transformer_course.grading.demo        (from the repository root)
 """
@@ -7,11 +8,17 @@ students with real nbgrader, write scores.csv and feedback, print the score tabl
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import time
 
+import nbformat
+
 from transformer_course.authoring import assignments, build, repository_root
-from transformer_course.grading.classroom import Classroom, score_table
+from transformer_course.grading.batch import BatchGrader, summary
+from transformer_course.grading.classroom import score_table
 from transformer_course.grading.examples import KNOWN_BUGS, student_submissions
+from transformer_course.grading.sandbox import bubblewrap_problem
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,24 +27,27 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     root = repository_root()
     started = time.perf_counter()
-    print("1/4 generating student notebooks: lessons/ -> solutions/ -> notebooks/ (nbgrader generate_assignment)")
+    print("1/3 generating student notebooks: lessons/ -> solutions/ -> notebooks/ (nbgrader generate_assignment)")
     build(root, arguments.only)
-    classroom = Classroom(root, root / "autograde" / "demo")
-    classroom.reset()
-    assignment_ids = classroom.prepare(arguments.only or assignments(root))
-    print("2/4 submitting: ada (reference solutions), blake (blank notebooks), chen (one bug per stage)")
+    assignment_ids = arguments.only or assignments(root)
+    demo = root / "autograde" / "demo"
+    shutil.rmtree(demo, ignore_errors=True)
+    print("2/3 downloads: ada (reference solutions), blake (blank notebooks), chen (one bug per stage)")
     for student, notebooks in student_submissions(root, assignment_ids).items():
+        (demo / "downloads" / student).mkdir(parents=True)
         for assignment, notebook in notebooks.items():
-            classroom.submit(student, assignment, notebook)
-    print("3/4 autograding with nbgrader (every notebook runs in a fresh kernel)")
-    classroom.autograde()
-    print("4/4 writing feedback (hidden tests removed) and scores.csv")
-    classroom.feedback()
-    csv_path = classroom.write_csv()
+            nbformat.write(notebook, demo / "downloads" / student / f"{assignment}.ipynb")
+    print("3/3 python -m transformer_course.grading.batch autograde/demo/downloads --class-dir autograde/demo/class")
+    grader = BatchGrader(root, demo / "class", demo / "downloads", jobs=min(3, os.cpu_count() or 1),
+                         assignment_ids=assignment_ids, sandbox=bubblewrap_problem() is None)
+    students = grader.run()
+    csv_path = grader.class_dir / "scores.csv"
     print()
-    print(score_table(classroom.scores()))
+    print(score_table(grader.classroom.scores()))
+    print()
+    print(summary(students, csv_path))
     print("\nchen's bugs:", "; ".join(f"{a}: {m.description}" for a, m in KNOWN_BUGS.items() if a in assignment_ids))
-    print(f"scores: {csv_path.relative_to(root)}   feedback: {(classroom.folder / 'feedback').relative_to(root)}/")
+    print(f"scores: {csv_path.relative_to(root)}   feedback: {(grader.class_dir / 'feedback').relative_to(root)}/")
     print(f"done in {time.perf_counter() - started:.0f} s")
     return 0
 

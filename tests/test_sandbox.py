@@ -47,12 +47,20 @@ def outside_tmp():
         yield Path(folder)
 
 
-def run_probe(tmp_path, isolate):
+def run_probe(tmp_path, isolate, nested=False):
+    """With `nested`, the layout of the default class folder: autograde/ (hidden) holds class/ (hidden),
+    which holds the student's own writable folder."""
     secret_folder, own, elsewhere = tmp_path / "class", tmp_path / "own", tmp_path / "elsewhere"
+    hide = [secret_folder]
+    if nested:
+        outer = tmp_path / "autograde"
+        secret_folder, own = outer / "class", outer / "class" / "autograded" / "ada"
+        hide = [secret_folder, outer]
     for folder in (secret_folder, own, elsewhere):
-        folder.mkdir()
+        folder.mkdir(parents=True, exist_ok=True)
     (secret_folder / "gradebook.db").write_text("hidden tests")
-    policy = Policy(hide=[str(secret_folder)], writable=[str(own)], memory_bytes=4 * 2**30, isolate=isolate)
+    policy = Policy(hide=[str(folder) for folder in hide], writable=[str(own)], memory_bytes=4 * 2**30,
+                    isolate=isolate)
     environment = {**os.environ, ENVIRONMENT_VARIABLE: policy.to_environment(),
                    "SECRET_FILE": str(secret_folder / "gradebook.db"), "OWN_FILE": str(own / "notes.txt"),
                    "ELSEWHERE_FILE": str(elsewhere / "notes.txt")}
@@ -68,6 +76,13 @@ def test_sandboxed_process_is_confined(outside_tmp):
     assert results["secret"] in ("FileNotFoundError", "PermissionError"), results
     assert results["own"] == "written" and results["elsewhere"] == "OSError"  # read-only, results
     assert results["network"] != "reached" and results["memory"] == "MemoryError", results
+
+
+@pytest.mark.skipif(bubblewrap_problem() is not None, reason=f"no sandbox here: {bubblewrap_problem()}")
+def test_hidden_folders_inside_hidden_folders(outside_tmp):
+    results = run_probe(outside_tmp, isolate=True, nested=True)
+    assert results["secret"] in ("FileNotFoundError", "PermissionError"), results
+    assert results["own"] == "written" and results["elsewhere"] == "OSError", results
 
 
 def test_without_bubblewrap_limits_still_apply(outside_tmp):

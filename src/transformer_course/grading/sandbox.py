@@ -69,8 +69,12 @@ def bubblewrap_problem() -> str | None:
 def bubblewrap_command(policy: Policy, command: list[str], runtime_folder: str | None) -> list[str]:
     """The bwrap command line that runs `command` under `policy`."""
     arguments = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    hidden = [folder for folder in policy.hide if Path(folder).is_dir()]
-    for folder in policy.hide:
+    # a folder inside another hidden one is hidden with it (the default class folder autograde/class
+    # lies inside the hidden autograde/); mounting over it again would break the read-only remount
+    outermost = [folder for folder in policy.hide if not any(
+        Path(folder) != Path(other) and Path(folder).is_relative_to(other) for other in policy.hide)]
+    hidden = [folder for folder in outermost if Path(folder).is_dir()]
+    for folder in outermost:
         if Path(folder).exists():
             arguments += ["--tmpfs", folder] if Path(folder).is_dir() else ["--ro-bind", "/dev/null", folder]
     for folder in [*policy.writable, *([runtime_folder] if runtime_folder else [])]:

@@ -6,8 +6,8 @@ Measures, on this machine, wall-clock seconds for
 1. one full submission (all six notebooks, the reference solutions) with the batch grader;
 2. a synthetic class of --students (a third correct, a third with a known bug, a third blank) on
    one assignment, with the batch grader at each --jobs value (checks, sandboxed kernels, feedback);
-3. the same class with plain serial nbgrader (`nbgrader autograde` then `generate_feedback` over the
-   whole class, no checks, no sandbox).
+3. the same class with plain serial nbgrader (the `nbgrader autograde` and `generate_feedback` commands
+   over the whole class with the course's config: one process, no submission checks, no sandbox).
 Preparing the gradebook (generate_assignment) is timed separately and excluded from 1-3.
 Prints a table and, with --output, writes the figures as JSON.
 """

@@ -170,3 +170,43 @@ def test_the_hostile_student_is_flagged_for_review_and_the_honest_ones_are_not(g
     assert "os._exit" in rows["hana"]["reasons"] or "socket" in rows["hana"]["reasons"]
     for name in ("ada", "blake", "chen", "dana", "eve", "gus"):
         assert "flagged" not in rows[name]["reasons"], rows[name]["reasons"]
+
+
+def test_the_grader_fetches_multi30k_for_the_sandboxed_kernels(tmp_path, monkeypatch):
+    """Kernels have no network: the grader provides the data folder (here from its cache) to them."""
+    from transformer_course.data import multi30k
+
+    cache = tmp_path / "cache"
+    shutil.copytree(multi30k.file_path("train", "de").parent, cache / "transformer_course" / "multi30k")
+    monkeypatch.delenv(multi30k.ENVIRONMENT_VARIABLE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    grader = BatchGrader(ROOT, tmp_path / "class", tmp_path / "downloads", jobs=1)
+    assert grader.provide_data(["01_positional_encoding"]) is None  # this stage reads no data
+    assert grader.provide_data(["05_training"]) == str(cache / "transformer_course" / "multi30k")
+
+
+def test_no_multi30k_for_the_kernels_is_said_loudly(tmp_path, monkeypatch, capsys):
+    from transformer_course.data import multi30k
+
+    def offline(name, *arguments, **keywords):
+        raise multi30k.DataUnavailable("Could not download (offline)")
+
+    monkeypatch.delenv(multi30k.ENVIRONMENT_VARIABLE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(multi30k, "_download", offline)
+    grader = BatchGrader(ROOT, tmp_path / "class", tmp_path / "downloads", jobs=1)
+    assert grader.provide_data(["05_training"]) is None
+    assert "WARNING: Multi30k is not available" in capsys.readouterr().err
+
+
+def test_a_machine_where_no_kernel_starts_stops_the_batch_with_the_cause(tmp_path, capsys):
+    """Better one clear error than a class of 'failed' rows: with 0.3 GB of address space torch cannot
+    even be imported, so the preflight kernel fails and nobody is graded."""
+    submissions = tmp_path / "downloads"
+    write_example_class(ROOT, submissions, "01_positional_encoding", tmp_path / "class", submissions)
+    code = main([str(submissions), "--class-dir", str(tmp_path / "class"), "--assignment", "01_positional_encoding",
+                 "--memory-gb", "0.3", "--jobs", "1"])
+    error = capsys.readouterr().err
+    assert code == 2 and "kernel cannot start" in error and "nobody was graded" in error, error
+    assert not (tmp_path / "class" / "scores.csv").exists()
+    assert not (tmp_path / "class" / "autograded" / ".preflight").exists()

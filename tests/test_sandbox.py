@@ -106,3 +106,48 @@ def test_loud_warning_when_grading_without_isolation(capsys):
     _warn_unsandboxed("bubblewrap (`bwrap`) is not installed")
     printed = capsys.readouterr().out
     assert "WITHOUT isolation" in printed and "apt install bubblewrap" in printed
+
+
+LISTING = """
+import os, pathlib
+course = pathlib.Path(os.environ["COURSE"])
+results = {"lesson": (course / "lesson.py").read_text(), "solutions": sorted(os.listdir(course / "solutions")),
+           "neighbour": os.path.exists(os.environ["NEIGHBOUR"])}
+try:
+    (course / "lesson.py").write_text("changed")
+    results["write"] = "written"
+except OSError as error:
+    results["write"] = type(error).__name__
+print(results)
+"""
+
+
+@pytest.mark.skipif(bubblewrap_problem() is not None, reason=f"no sandbox here: {bubblewrap_problem()}")
+def test_a_course_under_tmp_stays_readable_and_its_secrets_hidden(tmp_path):
+    """A CI checkout may lie under /tmp, which the sandbox replaces by an empty private /tmp: the course
+    (and the Python environment, the data) are mounted back read-only; everything else there is gone."""
+    assert str(tmp_path.resolve()).startswith("/tmp/"), "this test is about folders under /tmp"
+    course, neighbour = tmp_path / "course", tmp_path / "another-student.ipynb"
+    (course / "solutions").mkdir(parents=True)
+    (course / "solutions" / "hidden_tests.ipynb").write_text("hidden")
+    (course / "lesson.py").write_text("lesson")
+    neighbour.write_text("not yours")
+    policy = Policy(hide=[str(course / "solutions")], visible=[str(course)], isolate=True)
+    environment = {**os.environ, ENVIRONMENT_VARIABLE: policy.to_environment(), "COURSE": str(course),
+                   "NEIGHBOUR": str(neighbour)}
+    command = [sys.executable, "-m", "transformer_course.grading.sandbox", "--", sys.executable, "-c", LISTING]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=120)
+    assert result.returncode == 0, result.stderr
+    results = eval(result.stdout.strip().splitlines()[-1])  # noqa: S307  (our own probe's dict)
+    assert results == {"lesson": "lesson", "solutions": [], "neighbour": False, "write": "OSError"}, results
+
+
+def test_the_python_environment_under_tmp_is_kept(monkeypatch, tmp_path):
+    environment = tmp_path / "venv"
+    environment.mkdir()
+    monkeypatch.setattr(sandbox.sys, "prefix", str(environment))
+    kept = sandbox.kept_under_tmp(Policy(visible=[str(tmp_path / "venv"), "/tmp", "/usr"]))
+    assert kept == [str(environment.resolve())]  # never all of /tmp, nothing outside it (already there)
+    command = sandbox.bubblewrap_command(Policy(), ["python"], None)
+    bind = command.index(str(environment.resolve()))
+    assert command[bind - 1] == "--ro-bind" and command.index("/tmp") < bind

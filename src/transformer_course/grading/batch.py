@@ -35,9 +35,11 @@ import nbformat
 from tqdm.auto import tqdm
 
 from transformer_course.authoring import assignments as course_assignments
+from transformer_course.data import multi30k
 from transformer_course.grading.classroom import Classroom
 from transformer_course.grading.sandbox import bubblewrap_problem
 from transformer_course.grading.submissions import Release, Submission, discover, load
+from transformer_course.grading.worker import kernel_start_problem
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -108,7 +110,22 @@ class BatchGrader:
         if self.force or not marker.exists() or marker.read_text() != stamp:
             self.classroom.prepare(assignment_ids)
             marker.write_text(stamp)
+        self.data_folder = self.provide_data(assignment_ids)
         return assignment_ids
+
+    def provide_data(self, assignment_ids: list[str]) -> str | None:
+        """The Multi30k folder for notebooks that read it, fetched here: the sandboxed kernels have no network."""
+        sources = [(self.course / "solutions" / a / f"{a}.ipynb").read_text(encoding="utf-8") for a in assignment_ids]
+        if not any("multi30k" in source for source in sources):
+            return None
+        try:
+            paths = [multi30k.file_path(split, language)
+                     for split in multi30k.SPLITS for language in multi30k.LANGUAGES]
+        except (multi30k.DataUnavailable, multi30k.ChecksumMismatch) as error:
+            print(f"WARNING: Multi30k is not available to the graded notebooks, so their data cells will fail: "
+                  f"{error}", file=sys.stderr, flush=True)
+            return None
+        return str(paths[0].parent)
 
     def already_graded(self, result: StudentResult) -> bool:
         record = self.records / f"{result.student}.json"
@@ -145,7 +162,8 @@ class BatchGrader:
         limit = 60 + 3 * self.timeout * 20 * len(to_grade)  # generous: a notebook has ~20 slow cells at most
         try:
             process = subprocess.run(command, capture_output=True, text=True, timeout=limit,
-                                     env={**self.thread_limits(), **_clean_environment(), "PYTHONWARNINGS": "ignore"})
+                                     env={**self.thread_limits(), **_clean_environment(), **self.data_environment(),
+                                          "PYTHONWARNINGS": "ignore"})
             report = json.loads(process.stdout.strip().splitlines()[-1]) if process.stdout.strip() else {}
         except subprocess.TimeoutExpired:
             process, report = None, {}
@@ -164,6 +182,19 @@ class BatchGrader:
             {"fingerprint": fingerprint(result.submissions), "status": result.status, "reasons": result.reasons,
              "seconds": round(result.seconds, 1)}, indent=1))
         return result
+
+    def preflight(self) -> None:
+        """Stop with the cause when no kernel can start here, instead of failing every student."""
+        problem = kernel_start_problem(self.course, self.class_dir, [str(self.submissions)], self.memory_gb,
+                                       self.sandbox, {**_clean_environment(), **self.data_environment()})
+        if problem:
+            raise GradingUnavailable(
+                f"a student's kernel cannot start on this machine ({'sandboxed' if self.sandbox else 'unsandboxed'}"
+                f", {self.memory_gb} GB address space), so nobody was graded: {problem}")
+
+    def data_environment(self) -> dict[str, str]:
+        folder = getattr(self, "data_folder", None)
+        return {multi30k.ENVIRONMENT_VARIABLE: folder} if folder else {}
 
     def thread_limits(self) -> dict[str, str]:
         """Share the cores out between the students graded at once (unless the caller chose).
@@ -189,6 +220,8 @@ class BatchGrader:
                 result.reasons = saved.get("reasons", [])
             else:
                 pending.append(result)
+        if pending:
+            self.preflight()
         with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
             futures = [pool.submit(self.grade, result) for result in pending]
             for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="student"):
@@ -230,6 +263,10 @@ def _clean_environment() -> dict[str, str]:
     """The grader's environment minus anything a student's kernel should not inherit."""
     secret_words = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
     return {name: value for name, value in os.environ.items() if not any(w in name.upper() for w in secret_words)}
+
+
+class GradingUnavailable(RuntimeError):
+    """This machine cannot grade at all (e.g. a kernel cannot start); the message says why."""
 
 
 def _warn_unsandboxed(problem: str) -> None:
@@ -285,7 +322,11 @@ def main(argv: list[str] | None = None) -> int:
                          db_url=arguments.db_url, shard=arguments.shard, timeout=arguments.timeout,
                          memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
                          assignment_ids=arguments.assignment)
-    students = grader.run()
+    try:
+        students = grader.run()
+    except GradingUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     csv_path = grader.class_dir / "scores.csv"
     print(summary(students, csv_path))
     print(f"\nscores: {csv_path}\nfeedback: {grader.class_dir / 'feedback'}/<student>/<assignment>/")

@@ -10,8 +10,9 @@ It reads the policy from the environment variable `COURSE_SANDBOX` (JSON, see `P
 resource limits (address space, file size, no core dumps), then, when bubblewrap works on this
 machine, execs the kernel inside `bwrap` with
 
-- the whole file system read-only, and the class folder, the submissions folder, the source
-  solutions (hidden tests) and the gradebook replaced by empty folders;
+- the whole file system read-only, with an empty private /tmp (the course, its Python environment
+  and the data folder are mounted back where they lie under /tmp), and the class folder, the
+  submissions folder, the source solutions (hidden tests) and the gradebook replaced by empty folders;
 - write access only to the student's own autograded folder, a private /tmp and the kernel's
   connection folder (the kernel talks to nbgrader over Unix sockets there, since the kernel's
   network namespace has no route out, not even to the grader's loopback);
@@ -27,6 +28,7 @@ import json
 import os
 import resource
 import shutil
+import site
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -40,6 +42,7 @@ ENVIRONMENT_VARIABLE = "COURSE_SANDBOX"
 class Policy:
     hide: list[str] = field(default_factory=list)  # folders the kernel must not see (emptied)
     writable: list[str] = field(default_factory=list)  # folders the kernel may write (the student's own)
+    visible: list[str] = field(default_factory=list)  # folders the kernel must read (course, data), even under /tmp
     memory_bytes: int = 6 * 2**30  # address-space limit: a memory bomb fails in its cell
     file_bytes: int = 2 * 2**30  # largest file the kernel may write
     isolate: bool = True  # use bubblewrap when it works here
@@ -66,13 +69,38 @@ def bubblewrap_problem() -> str | None:
     return None
 
 
+def _outermost(folders: list[str]) -> list[str]:
+    """The folders not inside another one of the list, without repeats, in order."""
+    unique = list(dict.fromkeys(folders))
+    return [folder for folder in unique if not any(
+        Path(folder) != Path(other) and Path(folder).is_relative_to(other) for other in unique)]
+
+
+def kept_under_tmp(policy: Policy) -> list[str]:
+    """Folders under /tmp the kernel needs read-only: the Python environment and `policy.visible`.
+
+    The sandbox gives the kernel an empty private /tmp, so a course cloned under /tmp (a CI checkout),
+    its virtual environment or a data folder there would vanish; these are mounted back, read-only.
+    """
+    python = [sys.prefix, sys.exec_prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent),
+              *site.getsitepackages()]
+    tmp = Path("/tmp").resolve()
+    kept = []
+    for folder in [*python, *policy.visible]:
+        path = Path(folder).resolve()
+        if path.is_dir() and path != tmp and path.is_relative_to(tmp):
+            kept.append(str(path))
+    return _outermost(kept)
+
+
 def bubblewrap_command(policy: Policy, command: list[str], runtime_folder: str | None) -> list[str]:
     """The bwrap command line that runs `command` under `policy`."""
     arguments = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for folder in kept_under_tmp(policy):
+        arguments += ["--ro-bind", folder, folder]
     # a folder inside another hidden one is hidden with it (the default class folder autograde/class
     # lies inside the hidden autograde/); mounting over it again would break the read-only remount
-    outermost = [folder for folder in policy.hide if not any(
-        Path(folder) != Path(other) and Path(folder).is_relative_to(other) for other in policy.hide)]
+    outermost = _outermost(policy.hide)
     hidden = [folder for folder in outermost if Path(folder).is_dir()]
     for folder in outermost:
         if Path(folder).exists():

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +25,7 @@ from nbgrader.converters import Autograde
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
+from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
 from transformer_course.grading.resilient import with_resilient_execution
 from transformer_course.grading.sandbox import ENVIRONMENT_VARIABLE, Policy, install_kernelspec
 
@@ -50,7 +52,29 @@ def sandbox_policy(course: Path, class_dir: Path, student: str, hide: list[str],
     hidden = [str(class_dir), str(course / "solutions"), str(course / "autograde"), *hide]
     own = class_dir / "autograded" / student
     own.mkdir(parents=True, exist_ok=True)
-    return Policy(hide=hidden, writable=[str(own)], memory_bytes=int(memory_gb * 2**30), isolate=isolate)
+    # the kernel reads the course package, its checkpoint and the data, wherever they lie (even under /tmp)
+    visible = [str(course), *filter(None, [os.environ.get(MULTI30K_DIR)])]
+    return Policy(hide=hidden, writable=[str(own)], visible=visible, memory_bytes=int(memory_gb * 2**30),
+                  isolate=isolate)
+
+
+def kernel_start_problem(course: Path, class_dir: Path, hide: list[str], memory_gb: float,
+                         isolate: bool, environment: dict[str, str]) -> str | None:
+    """None when a kernel can start under this class's sandbox and import the checks, else stderr's tail.
+
+    Run once before a batch: a sandbox that hides the Python environment (or a memory limit too low
+    for torch) would otherwise fail every student, one by one."""
+    policy = sandbox_policy(course, class_dir, ".preflight", hide, memory_gb, isolate)
+    command = [sys.executable, "-m", "transformer_course.grading.sandbox", "--", sys.executable, "-c",
+               "import ipykernel, transformer_course.checks.framework"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                                env={**environment, ENVIRONMENT_VARIABLE: policy.to_environment()})
+    finally:
+        shutil.rmtree(policy.writable[0], ignore_errors=True)
+    if result.returncode == 0:
+        return None
+    return " | ".join(result.stderr.strip().splitlines()[-3:]) or f"exit status {result.returncode}"
 
 
 def grade(arguments: argparse.Namespace) -> dict[str, object]:

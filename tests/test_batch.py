@@ -182,7 +182,8 @@ def test_the_grader_fetches_multi30k_for_the_sandboxed_kernels(tmp_path, monkeyp
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     grader = BatchGrader(ROOT, tmp_path / "class", tmp_path / "downloads", jobs=1)
     assert grader.provide_data(["01_positional_encoding"]) is None  # this stage reads no data
-    assert grader.provide_data(["05_training"]) == str(cache / "transformer_course" / "multi30k")
+    for reader in ("05_training", "06_decoding"):  # loads the data directly; through the translation helpers
+        assert grader.provide_data([reader]) == str(cache / "transformer_course" / "multi30k")
 
 
 def test_no_multi30k_for_the_kernels_is_said_loudly(tmp_path, monkeypatch, capsys):

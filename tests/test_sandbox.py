@@ -42,8 +42,10 @@ print(results)
 
 @pytest.fixture
 def outside_tmp():
-    """A folder outside /tmp (the sandbox replaces /tmp, which would hide everything there anyway)."""
-    with tempfile.TemporaryDirectory(dir=ROOT, prefix=".sandbox-test-") as folder:
+    """A folder outside /tmp (the sandbox replaces /tmp, which would hide everything there anyway).
+    /var/tmp where it exists: the checkout itself may lie under /tmp (CI)."""
+    base = Path("/var/tmp") if Path("/var/tmp").is_dir() and os.access("/var/tmp", os.W_OK) else ROOT
+    with tempfile.TemporaryDirectory(dir=base, prefix=".sandbox-test-") as folder:
         yield Path(folder)
 
 
@@ -112,7 +114,8 @@ LISTING = """
 import os, pathlib
 course = pathlib.Path(os.environ["COURSE"])
 results = {"lesson": (course / "lesson.py").read_text(), "solutions": sorted(os.listdir(course / "solutions")),
-           "neighbour": os.path.exists(os.environ["NEIGHBOUR"])}
+           "neighbour": os.path.exists(os.environ["NEIGHBOUR"]),
+           "data": (pathlib.Path(os.environ["DATA"]) / "train.de").read_text()}
 try:
     (course / "lesson.py").write_text("changed")
     results["write"] = "written"
@@ -123,23 +126,27 @@ print(results)
 
 
 @pytest.mark.skipif(bubblewrap_problem() is not None, reason=f"no sandbox here: {bubblewrap_problem()}")
-def test_a_course_under_tmp_stays_readable_and_its_secrets_hidden(tmp_path):
+def test_a_course_under_tmp_stays_readable_and_its_secrets_hidden(tmp_path, outside_tmp):
     """A CI checkout may lie under /tmp, which the sandbox replaces by an empty private /tmp: the course
-    (and the Python environment, the data) are mounted back read-only; everything else there is gone."""
+    (and the Python environment, the data) are mounted back read-only; everything else there is gone.
+    The data folder is reached through a symlink under /tmp to a folder elsewhere (as ../shared may be)."""
     assert str(tmp_path.resolve()).startswith("/tmp/"), "this test is about folders under /tmp"
     course, neighbour = tmp_path / "course", tmp_path / "another-student.ipynb"
+    (outside_tmp / "train.de").write_text("Ein Hund")
+    (tmp_path / "shared").symlink_to(outside_tmp, target_is_directory=True)
     (course / "solutions").mkdir(parents=True)
     (course / "solutions" / "hidden_tests.ipynb").write_text("hidden")
     (course / "lesson.py").write_text("lesson")
     neighbour.write_text("not yours")
-    policy = Policy(hide=[str(course / "solutions")], visible=[str(course)], isolate=True)
+    policy = Policy(hide=[str(course / "solutions")], visible=[str(course), str(tmp_path / "shared")], isolate=True)
     environment = {**os.environ, ENVIRONMENT_VARIABLE: policy.to_environment(), "COURSE": str(course),
-                   "NEIGHBOUR": str(neighbour)}
+                   "NEIGHBOUR": str(neighbour), "DATA": str(tmp_path / "shared")}
     command = [sys.executable, "-m", "transformer_course.grading.sandbox", "--", sys.executable, "-c", LISTING]
     result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=120)
     assert result.returncode == 0, result.stderr
     results = eval(result.stdout.strip().splitlines()[-1])  # noqa: S307  (our own probe's dict)
-    assert results == {"lesson": "lesson", "solutions": [], "neighbour": False, "write": "OSError"}, results
+    assert results == {"lesson": "lesson", "solutions": [], "neighbour": False, "data": "Ein Hund",
+                       "write": "OSError"}, results
 
 
 def test_the_python_environment_under_tmp_is_kept(monkeypatch, tmp_path):
@@ -147,7 +154,8 @@ def test_the_python_environment_under_tmp_is_kept(monkeypatch, tmp_path):
     environment.mkdir()
     monkeypatch.setattr(sandbox.sys, "prefix", str(environment))
     kept = sandbox.kept_under_tmp(Policy(visible=[str(tmp_path / "venv"), "/tmp", "/usr"]))
-    assert kept == [str(environment.resolve())]  # never all of /tmp, nothing outside it (already there)
+    assert str(environment.resolve()) in kept  # (with the real environment too, when it lies under /tmp)
+    assert "/tmp" not in kept and "/usr" not in kept  # never all of /tmp; nothing outside it (already there)
     command = sandbox.bubblewrap_command(Policy(), ["python"], None)
     bind = command.index(str(environment.resolve()))
     assert command[bind - 1] == "--ro-bind" and command.index("/tmp") < bind

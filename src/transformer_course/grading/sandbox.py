@@ -84,13 +84,17 @@ def kept_under_tmp(policy: Policy) -> list[str]:
     """
     python = [sys.prefix, sys.exec_prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent),
               *site.getsitepackages()]
-    tmp = Path("/tmp").resolve()
     kept = []
     for folder in [*python, *policy.visible]:
-        path = Path(folder).resolve()
-        if path.is_dir() and path != tmp and path.is_relative_to(tmp):
-            kept.append(str(path))
-    return _outermost(kept)
+        # both the path as given (a symlink there, e.g. ../shared, leads elsewhere) and where it leads
+        for path in {Path(os.path.abspath(folder)), Path(folder).resolve()}:
+            if Path(folder).is_dir() and _under_tmp(path):
+                kept.append(str(path))
+    return _outermost(sorted(kept, key=len))
+
+
+def _under_tmp(path: Path) -> bool:
+    return any(path != Path(tmp) and path.is_relative_to(tmp) for tmp in {"/tmp", str(Path("/tmp").resolve())})
 
 
 def bubblewrap_command(policy: Policy, command: list[str], runtime_folder: str | None) -> list[str]:

@@ -58,6 +58,12 @@ MISTAKES: list[Mistake] = [
         fails="pe_table_values", cause="sin is in the odd columns too",
     ),
     Mistake(
+        STAGE, "cos written into column 1 only (pe[:, 1] instead of pe[:, 1::2])",
+        _COS,
+        "pe[:, 1] = torch.cos(position[:, 0] * div_term[0])  # odd columns",
+        fails="pe_table_values", cause="column 1 only",
+    ),
+    Mistake(
         STAGE, "table stored as an nn.Parameter instead of a buffer",
         'self.register_buffer("pe", pe.unsqueeze(0))  # (1, max_seq_length, d_model)',
         "self.pe = nn.Parameter(pe.unsqueeze(0))",

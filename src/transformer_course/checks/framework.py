@@ -279,8 +279,14 @@ def _label(owner: Any, name: str) -> str:
     return f"{prefix}.{name}"
 
 
+def _ours(value: Any) -> bool:
+    """Whether a module, class or function belongs to this course package."""
+    return any((getattr(value, attribute, None) or "").startswith("transformer_course")
+               for attribute in ("__name__", "__module__"))
+
+
 def _remember_function(function: FunctionType) -> None:
-    if id(function) in _FUNCTIONS or not getattr(function, "__module__", "").startswith("transformer_course"):
+    if id(function) in _FUNCTIONS or not (function.__module__ or "").startswith("transformer_course"):
         return
     cells = tuple(cell.cell_contents for cell in function.__closure__ or ())
     _FUNCTIONS[id(function)] = (function, function.__code__, function.__defaults__, function.__kwdefaults__, cells)
@@ -300,9 +306,7 @@ def _remember(owner: Any) -> None:
                      and not (owner is builtins and name in _BUILTINS_THAT_CHANGE)
                      and not (owner is builtins and name.startswith("_") and name not in _PRIVATE_BUILTINS_KEPT)}
     _SNAPSHOTS[id(owner)] = (owner, namespace)
-    ours = getattr(owner, "__name__", "").startswith("transformer_course") or \
-        getattr(owner, "__module__", "").startswith("transformer_course")
-    if not ours:
+    if not _ours(owner):
         return
     for value in namespace.values():
         if isinstance(value, FunctionType):
@@ -313,9 +317,7 @@ def _remember(owner: Any) -> None:
             for accessor in (value.fget, value.fset):
                 if isinstance(accessor, FunctionType):
                     _remember_function(accessor)
-        elif isinstance(value, ModuleType | type) and (
-                getattr(value, "__name__", "").startswith("transformer_course")
-                or getattr(value, "__module__", "").startswith("transformer_course")):
+        elif isinstance(value, ModuleType | type) and _ours(value):
             _remember(value)
 
 

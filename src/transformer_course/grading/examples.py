@@ -6,67 +6,52 @@ They are made from the committed notebooks at run time (never stored), so they c
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-
-@dataclass(frozen=True)
-class Mutation:
-    """A realistic student mistake: replace `find` by `replace` in the solution code."""
-
-    description: str
-    find: str
-    replace: str
-
-    def apply(self, notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
-        hits = [cell for cell in notebook.cells if self.find in cell.source and is_solution(cell)]
-        if len(hits) != 1:
-            raise ValueError(f"mutation {self.description!r}: expected one solution cell with {self.find!r}, "
-                             f"found {len(hits)}")
-        hits[0].source = hits[0].source.replace(self.find, self.replace)
-        return notebook
-
-
-def is_solution(cell: nbformat.NotebookNode) -> bool:
-    return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
-
+from transformer_course.grading.mistakes import Edit, is_solution
 
 # One representative bug per stage for the demo and the end-to-end test; the full mistake
 # catalog lives with the checks.
-KNOWN_BUGS: dict[str, Mutation] = {
-    "01_positional_encoding": Mutation(
+KNOWN_BUGS: dict[str, Edit] = {bug.assignment: bug for bug in [
+    Edit(
+        "01_positional_encoding",
         "cos written to the even columns as well (no sin)",
         "pe[:, 0::2] = torch.sin(position * div_term)",
         "pe[:, 0::2] = torch.cos(position * div_term)",
     ),
-    "02_attention": Mutation(
+    Edit(
+        "02_attention",
         "scores not divided by sqrt(d_k)",
         "scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)",
         "scores = Q @ K.transpose(-2, -1)",
     ),
-    "03_blocks": Mutation(
+    Edit(
+        "03_blocks",
         "no residual connection around the feed-forward sublayer (encoder)",
         "x = self.norm2(x + self.dropout(self.feed_forward(x)))",  # only EncoderBlock has this line
         "x = self.norm2(self.dropout(self.feed_forward(x)))",
     ),
-    "04_transformer": Mutation(
+    Edit(
+        "04_transformer",
         "encoder embeddings not scaled by sqrt(d_model)",
         "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)",
         "x = self.embedding(x)  # (batch, src_len, d_model)",
     ),
-    "05_training": Mutation(
+    Edit(
+        "05_training",
         "target not shifted: the decoder is asked to predict the token it already reads",
         "tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]",
         "tgt_in, tgt_out = tgt[:, :-1], tgt[:, :-1]",
     ),
-    "06_decoding": Mutation(
+    Edit(
+        "06_decoding",
         "finished sentences are not padded: they keep producing words after <eos>",
         "        next_token = next_token.masked_fill(finished, pad_idx)  # finished sentences only get padding\n",
         "",
     ),
-}
+]}
 
 
 def student_submissions(root: Path, assignments: list[str]) -> dict[str, dict[str, nbformat.NotebookNode]]:

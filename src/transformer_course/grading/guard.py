@@ -48,13 +48,13 @@ def _check_names() -> dict[str, frozenset[str]]:
     return names
 
 
-def _is_grade_cell(cell: nbformat.NotebookNode) -> bool:
+def is_grade_cell(cell: nbformat.NotebookNode) -> bool:
     return cell.cell_type == "code" and bool(cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
 
 
 def checks_module(notebook: nbformat.NotebookNode) -> str | None:
     """The checks module the grade cells call as `check` (found from the names they use)."""
-    used = {name for cell in notebook.cells if _is_grade_cell(cell)
+    used = {name for cell in notebook.cells if is_grade_cell(cell)
             for name in re.findall(r"\bcheck\.(\w+)", cell.source)}
     if not used:
         return None
@@ -117,7 +117,7 @@ def suspicious_code(notebook: nbformat.NotebookNode,
              for line in cell.source.splitlines()}
     findings = []
     for index, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code" or _is_grade_cell(cell):
+        if cell.cell_type != "code" or is_grade_cell(cell):
             continue
         for line in cell.source.splitlines():
             if not line.strip() or line.strip() in given:

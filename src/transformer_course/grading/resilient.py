@@ -31,7 +31,7 @@ from nbformat.v4 import new_code_cell, new_output
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Integer
 
-from transformer_course.grading.guard import checks_module, guarded, prelude, unguarded
+from transformer_course.grading.guard import checks_module, guarded, is_grade_cell, prelude, unguarded
 
 KERNEL_DIED = (
     "the Python process running your notebook stopped while running this cell (os._exit, a crash "
@@ -49,18 +49,14 @@ class ResilientExecute(Execute):
     def reset_execution_trackers(self) -> None:
         super().reset_execution_trackers()
         self.kernel_deaths = 0
-        self.checks: str | None | bool = False  # False: not looked up yet
+        self.checks: str | None = None  # the stage's checks module, found by the prelude
         self.prelude_done = False
-
-    def _is_grade_cell(self, cell: NotebookNode) -> bool:
-        return bool(cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
 
     async def _run_prelude(self, cell_index: int) -> None:
         self.prelude_done = True
-        if self.checks is False:
-            self.checks = checks_module(self.nb)
+        self.checks = checks_module(self.nb)
         if self.checks:
-            await self._execute_aside(new_code_cell(prelude(str(self.checks))), cell_index)
+            await self._execute_aside(new_code_cell(prelude(self.checks)), cell_index)
 
     async def _execute_aside(self, cell: NotebookNode, cell_index: int) -> None:
         """Run a cell whose outputs nobody keeps (nbclient would store it as cell `cell_index`)."""
@@ -82,9 +78,9 @@ class ResilientExecute(Execute):
         store_history = store_history and "BEGIN HIDDEN TESTS" not in cell.get("source", "")
         if cell.cell_type == "code" and not self.prelude_done:
             await self._run_prelude(cell_index)
-        guard = cell.cell_type == "code" and self._is_grade_cell(cell) and bool(self.checks)
+        guard = is_grade_cell(cell) and bool(self.checks)
         if guard:
-            cell.source = guarded(cell.source, str(self.checks))
+            cell.source = guarded(cell.source, self.checks)
         try:
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except DeadKernelError:

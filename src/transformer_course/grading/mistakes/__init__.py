@@ -24,7 +24,7 @@ class Edit:
     replace: str
 
     def apply(self, notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
-        hits = [cell for cell in notebook.cells if self.find in cell.source and _is_solution(cell)]
+        hits = [cell for cell in notebook.cells if self.find in cell.source and is_solution(cell)]
         if len(hits) != 1 or hits[0].source.count(self.find) != 1:
             raise ValueError(f"{self.description!r}: {self.find!r} must occur exactly once in one solution cell")
         hits[0].source = hits[0].source.replace(self.find, self.replace)
@@ -44,7 +44,7 @@ class Alternative(Edit):
     """A correct solution written differently: every grade cell must pass."""
 
 
-def _is_solution(cell: nbformat.NotebookNode) -> bool:
+def is_solution(cell: nbformat.NotebookNode) -> bool:
     return bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
 
 

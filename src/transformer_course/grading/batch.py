@@ -98,6 +98,7 @@ class BatchGrader:
         self.classroom = Classroom(self.course, self.class_dir, database_url=db_url)
         self.db_url = self.classroom.db_url
         self.records = self.class_dir / "records"
+        self.data_folder: str | None = None  # Multi30k for the kernels, set by prepare()
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -194,8 +195,7 @@ class BatchGrader:
                 f", {self.memory_gb} GB address space), so nobody was graded: {problem}")
 
     def data_environment(self) -> dict[str, str]:
-        folder = getattr(self, "data_folder", None)
-        return {multi30k.ENVIRONMENT_VARIABLE: folder} if folder else {}
+        return {multi30k.ENVIRONMENT_VARIABLE: self.data_folder} if self.data_folder else {}
 
     def thread_limits(self) -> dict[str, str]:
         """Share the cores out between the students graded at once (unless the caller chose).

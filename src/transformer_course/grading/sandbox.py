@@ -85,12 +85,12 @@ def kept_under_tmp(policy: Policy) -> list[str]:
     python = [sys.prefix, sys.exec_prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent),
               *site.getsitepackages()]
     kept = []
-    for folder in [*python, *policy.visible]:
+    for folder in filter(os.path.isdir, [*python, *policy.visible]):
         # both the path as given (a symlink there, e.g. ../shared, leads elsewhere) and where it leads
-        for path in {Path(os.path.abspath(folder)), Path(folder).resolve()}:
-            if Path(folder).is_dir() and _under_tmp(path):
+        for path in (Path(os.path.abspath(folder)), Path(folder).resolve()):
+            if _under_tmp(path):
                 kept.append(str(path))
-    return _outermost(sorted(kept, key=len))
+    return _outermost(kept)
 
 
 def _under_tmp(path: Path) -> bool:

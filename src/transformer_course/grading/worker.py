@@ -48,12 +48,12 @@ def course_config(course: Path, class_dir: Path, db_url: str, timeout: int) -> C
 
 
 def sandbox_policy(course: Path, class_dir: Path, student: str, hide: list[str], memory_gb: float,
-                   isolate: bool) -> Policy:
+                   isolate: bool, data_folder: str | None) -> Policy:
     hidden = [str(class_dir), str(course / "solutions"), str(course / "autograde"), *hide]
     own = class_dir / "autograded" / student
     own.mkdir(parents=True, exist_ok=True)
     # the kernel reads the course package, its checkpoint and the data, wherever they lie (even under /tmp)
-    visible = [str(course), *filter(None, [os.environ.get(MULTI30K_DIR)])]
+    visible = [str(course), *([data_folder] if data_folder else [])]
     return Policy(hide=hidden, writable=[str(own)], visible=visible, memory_bytes=int(memory_gb * 2**30),
                   isolate=isolate)
 
@@ -64,7 +64,8 @@ def kernel_start_problem(course: Path, class_dir: Path, hide: list[str], memory_
 
     Run once before a batch: a sandbox that hides the Python environment (or a memory limit too low
     for torch) would otherwise fail every student, one by one."""
-    policy = sandbox_policy(course, class_dir, ".preflight", hide, memory_gb, isolate)
+    policy = sandbox_policy(course, class_dir, ".preflight", hide, memory_gb, isolate,
+                            environment.get(MULTI30K_DIR))
     command = [sys.executable, "-m", "transformer_course.grading.sandbox", "--", sys.executable, "-c",
                "import ipykernel, transformer_course.checks.framework"]
     try:
@@ -87,7 +88,7 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
     config.KernelManager.connection_file = str(runtime / "kernel.json")
     os.environ["JUPYTER_PATH"] = str(install_kernelspec(class_dir / ".kernelspec" / arguments.student))
     policy = sandbox_policy(course, class_dir, arguments.student, arguments.hide, arguments.memory_gb,
-                            not arguments.no_sandbox)
+                            not arguments.no_sandbox, os.environ.get(MULTI30K_DIR))
     os.environ[ENVIRONMENT_VARIABLE] = policy.to_environment()
     os.environ.setdefault("MPLBACKEND", "Agg")
 

@@ -20,6 +20,7 @@ from torch import nn
 from transformer_course.checks.framework import (
     check,
     copy_weights,
+    crash_explained,
     expect_close,
     expect_shape,
     fail,
@@ -613,25 +614,19 @@ def _crash_cause(calls: list[tuple[str, dict[str, Any]]], tgt_len: int, src_len:
 def _run_decoder(block: nn.Module, inputs: tuple, seed: int | None = None) -> Any:
     """Run the student's decoder block; explain a shape crash when src_len differs from tgt_len."""
     x, enc_out = inputs[0], inputs[1]
-    with _attention_calls(block) as calls:
-        try:
-            if block.training:
-                return _run(block, *inputs, seed=seed)
-            return _run_eval(block, *inputs, what="DecoderBlock")
-        except NotImplementedError:
-            raise  # a subclass of RuntimeError: the framework explains it
-        except RuntimeError as error:
-            if x.size(1) == enc_out.size(1):
-                raise
-            fail(
-                f"DecoderBlock crashed with target length {x.size(1)} and source length {enc_out.size(1)}.",
-                expected="an output of shape (batch, tgt_len, d_model) whatever the two lengths",
-                got=f"RuntimeError: {str(error).splitlines()[0][:160]}",
-                cause=_crash_cause(calls, x.size(1), enc_out.size(1))
-                or "a tensor or mask of the wrong length reaches an attention call. Self-attention: "
-                   "self.self_attn(x, x, x, dec_mask); cross-attention: query from the decoder, keys and "
-                   "values from the encoder, self.cross_attn(x, enc_out, enc_out, enc_mask).",
-            )
+    tgt_len, src_len = x.size(1), enc_out.size(1)
+    with _attention_calls(block) as calls, crash_explained(
+        f"DecoderBlock crashed with target length {tgt_len} and source length {src_len}.",
+        expected="an output of shape (batch, tgt_len, d_model) whatever the two lengths",
+        cause=lambda: _crash_cause(calls, tgt_len, src_len)
+        or "a tensor or mask of the wrong length reaches an attention call. Self-attention: "
+           "self.self_attn(x, x, x, dec_mask); cross-attention: query from the decoder, keys and "
+           "values from the encoder, self.cross_attn(x, enc_out, enc_out, enc_mask).",
+        when=lambda error: tgt_len != src_len,
+    ):
+        if block.training:
+            return _run(block, *inputs, seed=seed)
+        return _run_eval(block, *inputs, what="DecoderBlock")
 
 
 @check("DecoderBlock keeps the shape (batch, tgt_len, d_model), also when src_len differs from tgt_len")

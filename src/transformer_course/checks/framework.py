@@ -69,6 +69,23 @@ def fail(problem: str, *, expected: Any, got: Any, cause: str) -> None:
     raise CheckFailed(f"{problem}\n  expected: {expected}\n  got:      {got}\n  likely cause: {cause}")
 
 
+@contextmanager
+def crash_explained(problem: str, *, expected: Any, cause: str | Callable[[], str],
+                    when: Callable[[RuntimeError], bool] = lambda error: True) -> Iterator[None]:
+    """Turn a RuntimeError raised inside (a shape mismatch in the student's code, typically) into a
+    failure in the course's layout when `when(error)`; `cause` may be worked out at that moment.
+    NotImplementedError, a RuntimeError too, passes through: `check` explains it."""
+    try:
+        yield
+    except NotImplementedError:
+        raise
+    except RuntimeError as error:
+        if not when(error):
+            raise
+        fail(problem, expected=expected, got=f"RuntimeError: {(str(error).splitlines() or [''])[0][:160]}",
+             cause=cause() if callable(cause) else cause)
+
+
 def _student_frame(tb: Any) -> str:
     """Describe the innermost traceback frame that is neither torch nor this package."""
     described = ""

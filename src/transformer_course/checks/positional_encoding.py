@@ -9,6 +9,7 @@ from torch import nn
 
 from transformer_course.checks.framework import (
     check,
+    crash_explained,
     expect_close,
     expect_shape,
     fail,
@@ -58,24 +59,21 @@ def _pe_buffer(module: nn.Module) -> torch.Tensor:
     return buffers["pe"]
 
 
+def _size_mismatch(error: RuntimeError) -> bool:
+    """A broadcasting error: two sizes that should agree do not."""
+    return "must match" in str(error)
+
+
 def _build(PositionalEncoding: type[nn.Module], d_model: int, max_seq_length: int, dropout: float) -> nn.Module:
-    try:
-        with student_code():
-            return PositionalEncoding(d_model, max_seq_length, dropout)
-    except NotImplementedError:
-        raise  # a subclass of RuntimeError: the framework explains it
-    except RuntimeError as error:
-        text = str(error)
-        if "must match" not in text:
-            raise
-        fail(
-            f"building the table crashed (d_model={d_model}, max_seq_length={max_seq_length}).",
-            expected=f"an angle table (max_seq_length, d_model / 2) = ({max_seq_length}, {d_model // 2}) "
-                     "that fills the even and the odd columns",
-            got=text.splitlines()[0][:160],
-            cause="there must be d_model / 2 frequencies, one per (sin, cos) column pair: take the values 2i "
-                  "from torch.arange(0, d_model, 2) (step 2), not torch.arange(0, d_model).",
-        )
+    with crash_explained(
+        f"building the table crashed (d_model={d_model}, max_seq_length={max_seq_length}).",
+        expected=f"an angle table (max_seq_length, d_model / 2) = ({max_seq_length}, {d_model // 2}) "
+                 "that fills the even and the odd columns",
+        cause="there must be d_model / 2 frequencies, one per (sin, cos) column pair: take the values 2i "
+              "from torch.arange(0, d_model, 2) (step 2), not torch.arange(0, d_model).",
+        when=_size_mismatch,
+    ), student_code():
+        return PositionalEncoding(d_model, max_seq_length, dropout)
 
 
 TABLE_SUSPECTS = {
@@ -128,22 +126,15 @@ def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16
                           seq_len: int = 7) -> None:
     module = _build(PositionalEncoding, d_model, max_seq_length, 0.1).double().eval()
     x = randn(3, seq_len, d_model, seed=1)
-    try:
-        with torch.no_grad(), student_code():
-            got, again = module(x.clone()), module(x.clone())
-    except NotImplementedError:
-        raise  # a subclass of RuntimeError: the framework explains it
-    except RuntimeError as error:
-        if "must match" not in str(error):
-            raise
-        fail(
-            f"forward crashed on x of shape {tuple(x.shape)} (batch, seq_len, d_model), "
-            f"max_seq_length={max_seq_length}.",
-            expected=f"pe sliced to (1, seq_len, d_model) = (1, {seq_len}, {d_model}), which broadcasts over x",
-            got=str(error).splitlines()[0][:160],
-            cause="a wrong slice of pe: axis 1 of pe is the position, so keep its first x.size(1) rows, "
-                  "self.pe[:, :x.size(1)] (x.size(0) is the batch, x.size(2) is d_model).",
-        )
+    with crash_explained(
+        f"forward crashed on x of shape {tuple(x.shape)} (batch, seq_len, d_model), "
+        f"max_seq_length={max_seq_length}.",
+        expected=f"pe sliced to (1, seq_len, d_model) = (1, {seq_len}, {d_model}), which broadcasts over x",
+        cause="a wrong slice of pe: axis 1 of pe is the position, so keep its first x.size(1) rows, "
+              "self.pe[:, :x.size(1)] (x.size(0) is the batch, x.size(2) is d_model).",
+        when=_size_mismatch,
+    ), torch.no_grad(), student_code():
+        got, again = module(x.clone()), module(x.clone())
     if isinstance(got, torch.Tensor) and isinstance(again, torch.Tensor) and got.shape == again.shape \
             and not torch.equal(got, again):
         fail(

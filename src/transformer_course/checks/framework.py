@@ -98,41 +98,51 @@ def _student_frame(tb: Any) -> str:
     return described
 
 
+def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = (),
+              kwargs: Mapping[str, Any] | None = None) -> Result:
+    """Run one check function (undecorated) and say whether its property holds, with the message
+    a student reads when it does not. Never raises for a failing property or a crash in the
+    student's code; the decorator (notebooks) and the grader (sealed grade cells) both use this."""
+    restore_tools()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a warning on stderr would zero the grade cell
+            function(*args, **(kwargs or {}))
+    except CheckFailed as error:
+        return Result(title, False, str(error))
+    except NotImplementedError:
+        return Result(title, False, (
+            "not implemented yet: a function or method this check calls still raises "
+            "NotImplementedError.\n  likely cause: replace `raise NotImplementedError()` "
+            "with your code and run that cell again."
+        ))
+    except Exception as error:  # the student's code crashed inside the check
+        return Result(title, False, (
+            f"your code raised {type(error).__name__}: {error}"
+            f"{_student_frame(sys.exc_info()[2])}\n"
+            "  likely cause: a shape or argument mismatch; compare the shapes in the docstring "
+            "with what your code produces."
+        ))
+    return Result(title, True)
+
+
 def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
-    """Turn a function that raises CheckFailed into a graded check with a pass line."""
+    """Turn a function that raises CheckFailed into a graded check with a pass line.
+
+    The decorated function keeps the original as `__wrapped__` and its title as `check_title`."""
 
     def decorate(function: CheckFunction) -> CheckFunction:
         @functools.wraps(function)
         def run(*args: Any, **kwargs: Any) -> bool:
             __tracebackhide__ = True  # IPython and pytest hide this frame
-            name = function.__name__
-            restore_tools()
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # a warning on stderr would zero the grade cell
-                    function(*args, **kwargs)
-            except CheckFailed as error:
-                message = str(error)
-            except NotImplementedError:
-                message = (
-                    "not implemented yet: a function or method this check calls still raises "
-                    "NotImplementedError.\n  likely cause: replace `raise NotImplementedError()` "
-                    "with your code and run that cell again."
-                )
-            except Exception as error:  # the student's code crashed inside the check
-                message = (
-                    f"your code raised {type(error).__name__}: {error}"
-                    f"{_student_frame(sys.exc_info()[2])}\n"
-                    "  likely cause: a shape or argument mismatch; compare the shapes in the docstring "
-                    "with what your code produces."
-                )
-            else:
-                _RESULTS[name] = Result(title, True)
+            result = run_check(function, title, args, kwargs)
+            _RESULTS[function.__name__] = result
+            if result.passed:
                 print(f"✔ {title}")
                 return True
-            _RESULTS[name] = Result(title, False, message)
-            raise CheckFailed(f"✘ {title}: {message}") from None
+            raise CheckFailed(f"✘ {title}: {result.message}") from None
 
+        run.check_title = title  # type: ignore[attr-defined]
         return run  # type: ignore[return-value]
 
     return decorate

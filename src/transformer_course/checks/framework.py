@@ -64,9 +64,16 @@ def summary() -> None:
           "full marks for the visible ones.")
 
 
-def fail(problem: str, *, expected: Any, got: Any, cause: str) -> None:
-    """Raise CheckFailed in the course's one message layout."""
-    raise CheckFailed(f"{problem}\n  expected: {expected}\n  got:      {got}\n  likely cause: {cause}")
+def fail(problem: str, _audit: Callable[..., None] = sys.audit, /, *, expected: Any, got: Any, cause: str) -> None:
+    """Raise CheckFailed in the course's one message layout.
+
+    It also announces the failure as the audit event `transformer_course.check_failed`: the grader
+    records that the moment it happens, so a failure that notebook code swallows later (a replaced
+    `__exit__`, say) still counts. (`sys.audit` is bound as a positional default, which notebook
+    code cannot replace.)"""
+    message = f"{problem}\n  expected: {expected}\n  got:      {got}\n  likely cause: {cause}"
+    _audit("transformer_course.check_failed", message)
+    raise CheckFailed(message)
 
 
 @contextmanager

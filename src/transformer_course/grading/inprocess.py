@@ -1,23 +1,32 @@
-"""Run a notebook's cells in this Python process and report what every grade cell said.
+"""Run a notebook's cells the way the grader does and report what every grade cell said.
 
-A kernel per run costs seconds; the mistake catalog runs a hundred notebook variants, so it
-executes the cells here instead: the same cell sources nbgrader runs, in order, in one fresh
-namespace, with `NBGRADER_EXECUTION` set so the training and decoding demos take their short
-grading path. A cell that raises does not stop the run (as in nbgrader with allow_errors).
+The tests and the mistake catalog run hundreds of notebook variants, so they share one runner
+zygote per test process (`transformer_course.grading.runner`, started without a sandbox: what it
+runs is the course's own reference code and its edits) instead of nbgrader's per-notebook
+machinery. Cells run exactly as under the batch grader: ordinary cells in IPython, grade cells in a
+sealed child with the strict checks, `NBGRADER_EXECUTION` set so the training and decoding demos
+take their short grading path. A cell that raises does not stop the run.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+import atexit
 import os
-import warnings
+import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from transformer_course.grading.guard import checks_module, guarded, prelude
+from transformer_course.grading.executor import (
+    ChannelBroken,
+    RunnerDied,
+    Session,
+    exercise_names,
+    expected_titles,
+    preload_modules,
+)
+from transformer_course.grading.guard import checks_module, is_grade_cell
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,7 @@ class GradeOutcome:
     passed: bool
     message: str  # the error a failing cell raised ("" when it passed)
     output: str = ""  # what the cell printed
+    findings: tuple[str, ...] = ()  # what the grader flags for review (reference used, tools replaced)
 
 
 def grade_id(cell: nbformat.NotebookNode) -> str | None:
@@ -33,47 +43,59 @@ def grade_id(cell: nbformat.NotebookNode) -> str | None:
     return nbgrader.get("grade_id") if nbgrader.get("grade") else None
 
 
+_SESSION: list[Session | None] = [None]
+
+
+def shared_session() -> Session:
+    """The test process's runner zygote, started on first use with every checks module loaded."""
+    session = _SESSION[0]
+    if session is not None and session.alive():
+        return session
+    import transformer_course.checks as checks
+
+    modules = [f"transformer_course.checks.{info.name}" for info in pkgutil.iter_modules(checks.__path__)]
+    environment = {**os.environ, "NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
+    session = Session(preload_modules([]) + modules, environment=environment).start()
+    _SESSION[0] = session
+    atexit.register(session.close)
+    return session
+
+
 def run_grade_cells(
-    notebook: nbformat.NotebookNode, directory: Path, stop_after: str | None = None, guard: bool = False
+    notebook: nbformat.NotebookNode, directory: Path, stop_after: str | None = None, guard: bool = True,
+    timeout: float = 600,
 ) -> dict[str, GradeOutcome]:
     """Execute the code cells of `notebook` with `directory` as working directory.
 
     Returns {grade_id: outcome} for every grade cell reached; with `stop_after`, execution ends
-    after that grade cell (the cells below cannot change its outcome). With `guard`, the checks
-    are imported first and every grade cell runs behind the grader's guard line, as under the
-    batch grader (see `transformer_course.grading.guard`).
-    """
-    checks = checks_module(notebook) if guard else None
-    namespace: dict[str, object] = {"__name__": "__main__"}
+    after that grade cell (the cells below cannot change its outcome). Grade cells always run
+    sealed, as under the batch grader (`guard` is kept for old callers)."""
+    session = shared_session()
+    checks = checks_module(notebook)
+    session.notebook(checks or "transformer_course.checks.framework", exercise_names(notebook), str(directory))
     outcomes: dict[str, GradeOutcome] = {}
-    previous_directory, previous_flag = Path.cwd(), os.environ.get("NBGRADER_EXECUTION")
-    os.environ["NBGRADER_EXECUTION"] = "autograde"
-    os.chdir(directory)
     try:
-        if checks:
-            exec(prelude(checks), {})  # noqa: S102
         for index, cell in enumerate(notebook.cells):
-            if cell.cell_type != "code":
+            if cell.get("cell_type") != "code":
                 continue
-            message, printed = "", io.StringIO()
             identifier = grade_id(cell)
-            source = guarded(cell.source, checks) if checks and identifier is not None else cell.source
-            try:
-                code = compile(source, f"<cell {index}>", "exec")
-                with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        exec(code, namespace)  # noqa: S102  (running notebook cells is the point)
-            except Exception as error:  # a failing cell is a result, not a crash of the run
-                message = f"{type(error).__name__}: {error}"
-            if identifier is not None:
-                outcomes[identifier] = GradeOutcome(identifier, not message, message, printed.getvalue())
-                if identifier == stop_after:
-                    break
-    finally:
-        os.chdir(previous_directory)
-        if previous_flag is None:
-            os.environ.pop("NBGRADER_EXECUTION", None)
-        else:
-            os.environ["NBGRADER_EXECUTION"] = previous_flag
+            if identifier is None:
+                session.run_cell(index, cell.source, timeout)
+                continue
+            outcome = session.run_grade_cell(index, cell.source, expected_titles(cell.source, checks), timeout)
+            printed = "".join(o.get("text", "") for o in outcome.outputs if o.get("output_type") == "stream")
+            message = next((f"{o['ename']}: {o['evalue']}" for o in outcome.outputs
+                            if o.get("output_type") == "error"), "")
+            outcomes[identifier] = GradeOutcome(identifier, outcome.passed, message, printed,
+                                                tuple(outcome.findings))
+            if identifier == stop_after:
+                break
+    except (RunnerDied, ChannelBroken, TimeoutError):
+        session.close()
+        _SESSION[0] = None
+        raise
+    session.end_notebook()
     return outcomes
+
+
+__all__ = ["GradeOutcome", "grade_id", "is_grade_cell", "run_grade_cells", "shared_session"]

@@ -141,7 +141,8 @@ INTROSPECTION = {
         except ValueError as error:
             leak = repr(error.__traceback__.tb_frame.f_back.f_locals)
     """),
-    "traceback.walk_stack": "import traceback\nleak = repr([f.f_code.co_consts for f, _ in traceback.walk_stack(None)])",
+    "traceback.walk_stack": (
+        "import traceback\nleak = repr([f.f_code.co_consts for f, _ in traceback.walk_stack(None)])"),
     "gc": "import gc\nleak = repr([o for o in gc.get_objects() if isinstance(o, str) and 'heads=0' in o])",
     "other threads' frames": "import sys\nleak = repr(sys._current_frames())",
     "a profile function": "import sys\nsys.setprofile(lambda *a: None)\nleak = ''",

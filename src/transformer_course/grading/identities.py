@@ -8,7 +8,8 @@ What the LMSs write (read from their download code):
             anonymous grading: anon_<anonymous id>_<file id>_<file name>. The name is the sortable
             name in lower case with everything but word characters removed (any script is kept).
     Moodle  <Full Name>_<participant id>_assignsubmission_file_/<file name>   (a folder per student,
-            the default) or the same prefix on each file; underscores in names become spaces.
+            the default) or the same prefix on each file; underscores in names become spaces. The
+            participant id belongs to one assignment: another assignment's download numbers anew.
     Other   SUBMISSIONS/<student>/<any name>.ipynb, or flat SUBMISSIONS/<student>_<assignment>.ipynb.
 
 A student is their LMS id when the download has one, else their name: two ids never merge, even

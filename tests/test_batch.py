@@ -45,7 +45,7 @@ def outputs(grader, student):
 
 def test_every_student_gets_a_score_or_a_reason(graded):
     _, students, rows, _ = graded
-    assert set(rows) == {"ada", "blake", "chen", "dana", "eve", "finn", "gus", "hana"}
+    assert set(rows) == {"ada", "blake", "chen", "dana_12345", "eve", "finn", "gus", "hana"}  # dana: Canvas user 12345
     for name, row in rows.items():
         assert row["total"] or row["reasons"], f"{name} has neither a score nor a reason: {row}"
     assert {name for name, result in students.items() if result.status == "graded"} == set(rows) - {"finn"}
@@ -61,10 +61,10 @@ def test_scores_reflect_the_work(graded):
 
 def test_stripped_metadata_and_deleted_test_cells_are_restored_not_zeroed(graded):
     _, _, rows, _ = graded
-    for name in ("dana", "eve"):
+    for name in ("dana_12345", "eve"):
         assert float(rows[name]["total"]) == float(rows["ada"]["max"]), rows[name]
         assert "rebuilt from the released notebook" in rows[name]["reasons"]
-    assert "missing or lost its nbgrader metadata" in rows["dana"]["reasons"]
+    assert "missing or lost its nbgrader metadata" in rows["dana_12345"]["reasons"]
 
 
 def test_broken_notebook_is_rejected_with_a_reason_and_originals_are_untouched(graded):
@@ -168,7 +168,7 @@ def test_the_hostile_student_is_flagged_for_review_and_the_honest_ones_are_not(g
     _, _, rows, _ = graded
     assert "flagged for review" in rows["hana"]["reasons"]
     assert "os._exit" in rows["hana"]["reasons"] or "socket" in rows["hana"]["reasons"]
-    for name in ("ada", "blake", "chen", "dana", "eve", "gus"):
+    for name in ("ada", "blake", "chen", "dana_12345", "eve", "gus"):
         assert "flagged" not in rows[name]["reasons"], rows[name]["reasons"]
 
 

@@ -37,8 +37,9 @@ from tqdm.auto import tqdm
 from transformer_course.authoring import assignments as course_assignments
 from transformer_course.data import multi30k
 from transformer_course.grading.classroom import Classroom
+from transformer_course.grading.identities import student_ids
 from transformer_course.grading.sandbox import bubblewrap_problem
-from transformer_course.grading.submissions import Release, Submission, discover, load
+from transformer_course.grading.submissions import Release, Submission, discover, flag_shared_files, load, printable
 from transformer_course.grading.worker import kernel_start_problem
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -46,17 +47,20 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @dataclass
 class StudentResult:
-    student: str
+    student: str  # the path-safe student id (gradebook, folders, records)
     submissions: list[Submission] = field(default_factory=list)
     status: str = "pending"  # graded | skipped (already graded) | rejected | failed
     reasons: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    name: str = ""  # as the LMS or the folder wrote it, any script
+    lms_id: str = ""  # the LMS's id for the student, when the download names one
 
 
 def fingerprint(submissions: list[Submission]) -> str:
+    """The files' names and the bytes that were checked (never read again: a file may change or vanish)."""
     digest = hashlib.sha256()
-    for submission in sorted(submissions, key=lambda s: str(s.path)):
-        digest.update(str(submission.path.name).encode() + submission.path.read_bytes())
+    for submission in sorted(submissions, key=lambda s: s.relative):
+        digest.update(os.fsencode(submission.path.name) + submission.digest.encode())
     return digest.hexdigest()
 
 
@@ -68,22 +72,30 @@ def in_shard(student: str, shard: tuple[int, int] | None) -> bool:
 
 
 def collect(folder: Path, release: Release) -> dict[str, StudentResult]:
-    """Every student in the folder with their checked notebooks (one per assignment, the newest)."""
+    """Every student in the folder with their checked notebooks (one per assignment, the newest).
+
+    Nothing in the folder stops this: every file found is a submission, rejected with the reason
+    when it cannot be graded. Students are told apart by LMS id, else by name (see `identities`)."""
+    submissions = [load(release, found) for found in discover(folder)]
+    ids = student_ids(submission.identity for submission in submissions if submission.identity)
     students: dict[str, StudentResult] = {}
-    for student, path in discover(folder):
-        submission = load(release, student, path, flat=path.parent == folder)
-        result = students.setdefault(submission.student, StudentResult(submission.student))
+    for submission in submissions:
+        assert submission.identity is not None  # load always names the student
+        submission.student = ids[submission.identity]
+        result = students.setdefault(submission.student, StudentResult(
+            submission.student, name=submission.identity.name, lms_id=submission.identity.lms_id))
         same = [s for s in result.submissions if s.assignment and s.assignment == submission.assignment]
         if same:
-            newest = max([*same, submission], key=lambda s: s.path.stat().st_mtime)
+            newest = max([*same, submission], key=lambda s: (s.modified, s.relative))
             older = same[0] if newest is submission else submission
             result.reasons.append(f"{submission.assignment}: two notebooks, graded the newer "
-                                  f"{newest.path.name}, ignored {older.path.name}")
+                                  f"{printable(newest.path.name)}, ignored {printable(older.path.name)}")
             if newest is submission:
                 result.submissions.remove(same[0])
                 result.submissions.append(submission)
             continue
         result.submissions.append(submission)
+    flag_shared_files([s for result in students.values() for s in result.submissions])
     return students
 
 
@@ -129,11 +141,16 @@ class BatchGrader:
             return None
         return str(paths[0].parent)
 
+    def record(self, result: StudentResult) -> dict:
+        """What the last run saved for this student ({} when nothing readable was saved)."""
+        try:
+            saved = json.loads((self.records / f"{result.student}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return saved if isinstance(saved, dict) else {}
+
     def already_graded(self, result: StudentResult) -> bool:
-        record = self.records / f"{result.student}.json"
-        if self.force or not record.exists():
-            return False
-        saved = json.loads(record.read_text())
+        saved = {} if self.force else self.record(result)
         return saved.get("fingerprint") == fingerprint(result.submissions) and saved.get("status") == "graded"
 
     def place(self, result: StudentResult) -> list[str]:
@@ -217,47 +234,75 @@ class BatchGrader:
         for result in students.values():
             if self.already_graded(result):
                 result.status = "skipped"
-                saved = json.loads((self.records / f"{result.student}.json").read_text())
-                result.reasons = saved.get("reasons", [])
+                result.reasons = [str(reason) for reason in self.record(result).get("reasons", [])]
             else:
                 pending.append(result)
         if pending:
             self.preflight()
         with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
-            futures = [pool.submit(self.grade, result) for result in pending]
+            futures = {pool.submit(self.grade, result): result for result in pending}
             for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="student"):
-                future.result()
+                if future.exception() is not None:  # one student's unexpected error is their row, not the batch's end
+                    error = future.exception()
+                    futures[future].status = "failed"
+                    futures[future].reasons.append(f"the grader failed on this student ({type(error).__name__}: "
+                                                   f"{printable(str(error))[:200]})")
         self.write_csv(students)
         return students
 
     # --- reporting ------------------------------------------------------------------------------
 
     def write_csv(self, students: dict[str, StudentResult]) -> Path:
-        """scores.csv: one row per (student, assignment) graded, plus one per student with a reason."""
+        """scores.csv: one row per (student, assignment) graded, plus one per file that was not, with the reason.
+
+        Every text cell is safe to open in a spreadsheet (`spreadsheet_cell`); numbers stay numbers."""
         rows = self.classroom.scores()
         graded = {(row["student"], row["assignment"]) for row in rows}
         for result in students.values():
+            person = {"name": result.name, "lms_id": result.lms_id}
+            files = {s.assignment: s.relative for s in result.submissions if s.assignment}
             for row in rows:
                 if row["student"] == result.student:
-                    row["status"] = result.status
-                    row["reasons"] = "; ".join(r for r in result.reasons if str(row["assignment"]) in r)
+                    row.update(person, status=result.status, file=files.get(str(row["assignment"]), ""),
+                               reasons="; ".join(self.reasons_for(result, str(row["assignment"]))))
             for submission in result.submissions:
-                if (result.student, submission.assignment) not in graded:
-                    rows.append({"student": result.student, "assignment": submission.assignment or "?",
-                                 "status": result.status, "reasons": "; ".join(submission.reasons or result.reasons)})
-            if not result.submissions:
-                rows.append({"student": result.student, "assignment": "?", "status": result.status,
-                             "reasons": "; ".join(result.reasons)})
-        columns = ["student", "assignment"]
-        columns += sorted({key for row in rows for key in row} - {"student", "assignment", "total", "max", "status",
-                                                                   "reasons"})
-        columns += ["total", "max", "status", "reasons"]
+                if (result.student, submission.assignment) in graded:
+                    continue
+                rejected = submission.status == "rejected"
+                reasons = submission.reasons if rejected else self.reasons_for(result, submission.assignment or "?")
+                rows.append({"student": result.student, **person, "assignment": submission.assignment or "?",
+                             "status": "rejected" if rejected else result.status,
+                             "reasons": "; ".join(reasons or result.reasons), "file": submission.relative})
+        fixed = ["student", "name", "lms_id", "assignment", "total", "max", "status", "reasons", "file"]
+        columns = [*fixed[:4], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[4:]]
         path = self.class_dir / "scores.csv"
         with open(path, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]))))
+            writer = csv.writer(handle)
+            writer.writerow([spreadsheet_cell(column) for column in columns])
+            for row in sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]))):
+                writer.writerow([spreadsheet_cell(row.get(column, "")) for column in columns])
         return path
+
+    def reasons_for(self, result: StudentResult, assignment: str) -> list[str]:
+        """The student's reasons about this assignment or about no assignment in particular."""
+        rejected = {reason for s in result.submissions if s.status == "rejected" for reason in s.reasons}
+        return list(dict.fromkeys(
+            reason for reason in result.reasons if reason not in rejected
+            and (assignment in reason or not any(a in reason for a in self.assignment_ids))))
+
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # OWASP's CSV injection list
+
+
+def spreadsheet_cell(value: object) -> object:
+    """VALUE as a CSV cell no spreadsheet runs as a formula (OWASP CSV injection).
+
+    Numbers stay numbers; text that begins with = + - @, a tab or a carriage return gets a leading
+    single quote; control characters are shown as <U+XXXX>, so no cell hides a line or an escape."""
+    if value is None or isinstance(value, int | float):
+        return value
+    text = str(value)
+    return printable("'" + text if text.startswith(_FORMULA_STARTS) else text)
 
 
 def _clean_environment() -> dict[str, str]:
@@ -292,7 +337,7 @@ def summary(students: dict[str, StudentResult], csv_path: Path) -> str:
         score = f"{totals[name][0]:g}/{totals[name][1]:g}" if name in totals else "-"
         note = result.reasons[0] if result.reasons else ""
         more = f" (+{len(result.reasons) - 1} more)" if len(result.reasons) > 1 else ""
-        lines.append(f"{name:24s} {result.status:9s} {score:>9s}  {note[:90]}{more}")
+        lines.append(f"{printable(name):24s} {result.status:9s} {score:>9s}  {printable(note)[:90]}{more}")
     return "\n".join(lines)
 
 

@@ -751,7 +751,9 @@ class Confined:
         _signal(self.process.pid)
 
     def reason(self) -> str | None:
-        """Why a limit of the sandbox stopped it (a sentence for the student), or None."""
+        """Which limit the sandbox's processes ran into, as a sentence for the student, or None: memory
+        (the kernel, or the watchdog, killed processes) or processes (a fork or a new thread failed
+        inside, or the watchdog killed the sandbox)."""
         if self._final is not None:
             return self._final[0]
         if self._watchdog is not None:
@@ -763,7 +765,8 @@ class Confined:
         return None
 
     def memory_peak_bytes(self) -> int | None:
-        """The most memory the sandbox's processes used together (None where it cannot be told)."""
+        """The most memory the sandbox's processes used together, in bytes (cgroup: the kernel's peak,
+        page cache and tmpfs included; watchdog: the largest sum of proportional set sizes it saw)."""
         if self._final is not None:
             return self._final[1]
         return self._watchdog.peak if self._watchdog is not None else self._cgroup.peak()

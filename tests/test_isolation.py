@@ -275,6 +275,39 @@ def test_unprivileged_and_unable_to_trace_or_escalate():
 
 
 @needs_bubblewrap
+def test_a_non_dumpable_process_keeps_its_memory_from_the_others():
+    """What the runner's sealed child relies on: with ptrace refused and no capabilities, a process that
+    made itself non-dumpable cannot be read through /proc/PID/mem by another process of the sandbox.
+    (A dumpable one can: same user; the test shows both.)"""
+    results, error, _ = confine("""
+        import ctypes, time
+        libc = ctypes.CDLL(None, use_errno=True)
+        def peek(dumpable):
+            read, write = os.pipe()
+            child = os.fork()
+            if child == 0:
+                libc.prctl(4, dumpable, 0, 0, 0)  # PR_SET_DUMPABLE
+                secret = b"hidden test source " * 4
+                os.write(write, str(id(secret)).encode())
+                time.sleep(30)
+                os._exit(0)
+            address = int(os.read(read, 100))
+            try:
+                with open(f"/proc/{child}/mem", "rb") as memory:
+                    memory.seek(address)
+                    outcome = "read" if b"hidden test" in memory.read(200) else "not found"
+            except OSError as failure:
+                outcome = errno.errorcode[failure.errno]
+            os.kill(child, 9)
+            os.waitpid(child, 0)
+            return outcome
+        report(dumpable=peek(1), sealed=peek(0))
+    """)
+    assert results, error
+    assert results["dumpable"] == "read" and results["sealed"] in ("EACCES", "EPERM"), results
+
+
+@needs_bubblewrap
 def test_no_network_no_host_sockets():
     listener = socket.create_server(("127.0.0.1", 0))
     folder = outside_tmp()

@@ -9,7 +9,9 @@
     # leaving the block kills every process of the sandbox and removes its cgroup
 
 `start(sandbox, argv, *, stdin=PIPE, stdout=PIPE, stderr=DEVNULL, pass_fds=())` returns a `Confined`:
-`.process` (the `subprocess.Popen`), `.pid`, `.isolated` (bubblewrap used), `.mechanism` (what holds
+`.process` (the `subprocess.Popen` of bubblewrap, or of the program when unconfined), `.pid` (that
+process's; a signal to bubblewrap does not reach the program: use `.kill()`), `.isolated` (bubblewrap
+used), `.mechanism` (what holds
 the limits: "cgroup v2", "cgroup v1" or "watchdog"), `.wait(timeout)`, `.kill()` (every process of
 the sandbox), `.reason()`, `.memory_peak_bytes()`, `.close()`; it is a context manager. Inherited
 file descriptors (`pass_fds`, the standard streams) reach the program at the same numbers.
@@ -37,10 +39,13 @@ What the program gets, when bubblewrap works here (`bubblewrap_problem()` is Non
   processes keep the grader's uid (root under CI): which is why the kernel's tunables are mounted
   read-only and nothing of the host is writable.
 - Own network namespace (no network, not the host's loopback, no abstract Unix socket of the host),
-  pid namespace (host processes invisible), IPC and UTS namespaces; it dies with its parent.
+  pid namespace (host processes invisible), IPC and UTS namespaces; it dies with its parent. A Unix
+  socket inside a readable folder would still be reachable (a read-only mount does not stop
+  connect), so readable folders should hold programs and data only.
 - Limits for all its processes together, through a cgroup made for it: memory (tmpfs pages count)
   and processes + threads (bubblewrap's own two processes included). Over memory, the kernel kills
-  inside the sandbox; over processes, fork and thread creation fail inside. Each process also has
+  inside the sandbox; over processes, fork and thread creation fail inside (`reason()` then returns
+  `memory_reason(limits)` or `processes_reason(limits)`). Each process also has
   an address-space limit of `limits.memory_bytes`, so one huge allocation is a MemoryError.
   Where no cgroup can be made here, a watchdog thread polls the sandbox's process tree every 0.1 s
   (proportional memory, threads) and kills it all when over; `mechanism` says which.

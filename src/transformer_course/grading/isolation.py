@@ -627,9 +627,18 @@ def _children(pid: int) -> list[int]:
     for task in tasks:
         try:
             children += [int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN: look at every process's parent
+            return [other for other in map(int, filter(str.isdigit, os.listdir("/proc"))) if _parent(other) == pid]
         except OSError:
             continue
     return children
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def process_tree(root: int) -> list[int]:

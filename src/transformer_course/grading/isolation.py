@@ -350,8 +350,8 @@ def _await_reaper(pid: int, timeout: float = 2.0) -> None:
             waiting = Path(f"/proc/{pid}/wchan").read_text() == "do_wait" or \
                 Path(f"/proc/{pid}/syscall").read_text().split()[0] == WAIT4.get(platform.machine())
         except (OSError, IndexError):
-            return  # it ended (the program could not start): nothing left to orphan
-        if waiting:
+            waiting = False
+        if waiting or _state(pid) in ("", "Z", "X"):  # waiting, or already ended: nothing left to orphan
             return
         time.sleep(0.0005)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from nbgrader.converters import Autograde
 
+from transformer_course.grading.executor import autograde_pipeline
 from transformer_course.grading.feedback import HideHiddenTests
-from transformer_course.grading.resilient import with_resilient_execution
 
 c = get_config()  # noqa: F821  (injected by traitlets)
 
@@ -31,14 +31,12 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Autograding: a cell that runs away is stopped, the rest of the notebook still runs.
-c.Execute.timeout = 120
-c.Execute.interrupt_on_timeout = True
-c.Execute.execute_retries = 0
-# ... and nbgrader's executor is swapped for the course's: a kernel that dies costs one cell, the
-# checks are loaded before any student cell and re-bound in every grade cell (tamper defence),
-# huge outputs are cut (transformer_course.grading.resilient and .guard).
-c.Autograde.autograde_preprocessors = with_resilient_execution(
+# Autograding: nbgrader's Execute is replaced by the course's SealedExecute
+# (transformer_course.grading.executor): every notebook runs in the student's sandboxed runner, grade
+# cells in a sealed child whose verdicts notebook code cannot forge, a cell that runs away is stopped
+# after the timeout, a runner that dies costs one cell, huge outputs are cut.
+c.SealedExecute.timeout = 120
+c.Autograde.autograde_preprocessors = autograde_pipeline(
     Autograde.class_traits()["autograde_preprocessors"].default())
 
 # A library warning printed on stderr would otherwise zero a passing grade cell.

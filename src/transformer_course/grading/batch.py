@@ -38,9 +38,9 @@ from transformer_course.authoring import assignments as course_assignments
 from transformer_course.data import multi30k
 from transformer_course.grading.classroom import Classroom
 from transformer_course.grading.identities import student_ids
-from transformer_course.grading.sandbox import bubblewrap_problem
+from transformer_course.grading.isolation import bubblewrap_problem
 from transformer_course.grading.submissions import Release, Submission, discover, flag_shared_files, load, printable
-from transformer_course.grading.worker import kernel_start_problem
+from transformer_course.grading.worker import runner_start_problem
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -175,7 +175,7 @@ class BatchGrader:
             return result
         command = [sys.executable, "-m", "transformer_course.grading.worker", "--course", str(self.course),
                    "--class-dir", str(self.class_dir), "--student", result.student, "--db-url", self.db_url,
-                   "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb), "--hide", str(self.submissions)]
+                   "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
         command += [item for assignment in to_grade for item in ("--assignment", assignment)]
         command += [] if self.sandbox else ["--no-sandbox"]
         limit = 60 + 3 * self.timeout * 20 * len(to_grade)  # generous: a notebook has ~20 slow cells at most
@@ -194,6 +194,8 @@ class BatchGrader:
         failures = {a: r["error"] for a, r in report.items() if not r["success"]}
         result.reasons += [f"{a}: nbgrader could not grade it: {error.splitlines()[-1] if error else '?'}"
                            for a, error in failures.items()]
+        result.reasons += [f"{a}: flagged for review: your notebook {finding}"
+                           for a, r in report.items() for finding in r.get("findings", [])]
         result.status = "graded" if report and not failures else "failed"
         result.seconds = time.perf_counter() - start
         self.records.mkdir(parents=True, exist_ok=True)
@@ -203,13 +205,12 @@ class BatchGrader:
         return result
 
     def preflight(self) -> None:
-        """Stop with the cause when no kernel can start here, instead of failing every student."""
-        problem = kernel_start_problem(self.course, self.class_dir, [str(self.submissions)], self.memory_gb,
-                                       self.sandbox, {**_clean_environment(), **self.data_environment()})
+        """Stop with the cause when no runner can start here, instead of failing every student."""
+        problem = runner_start_problem(self.course, self.memory_gb, self.sandbox, self.data_folder)
         if problem:
-            raise GradingUnavailable(
-                f"a student's kernel cannot start on this machine ({'sandboxed' if self.sandbox else 'unsandboxed'}"
-                f", {self.memory_gb} GB address space), so nobody was graded: {problem}")
+            how = "sandboxed" if self.sandbox else "unsandboxed"
+            raise GradingUnavailable(f"a student's notebook runner cannot start on this machine ({how}, "
+                                     f"{self.memory_gb} GB of memory), so nobody was graded: {problem}")
 
     def data_environment(self) -> dict[str, str]:
         return {multi30k.ENVIRONMENT_VARIABLE: self.data_folder} if self.data_folder else {}

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nbformat import NotebookNode
-from nbformat.v4 import output_from_msg
+from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer
 
@@ -54,6 +54,10 @@ class ChannelBroken(Exception):
 
 class RunnerDied(Exception):
     """The notebook's runner process ended (the zygote said how)."""
+
+
+class CellTimedOut(TimeoutError):
+    """A cell ran past its time limit and was stopped; args[0] holds the outputs it had by then."""
 
 
 @dataclass
@@ -131,7 +135,8 @@ class Session:
 
     # lifecycle -------------------------------------------------------------------------------------
 
-    def start(self) -> Session:
+    def start(self, timeout: float = 600) -> Session:
+        """Start the zygote and wait until it is ready (imports done, defences armed)."""
         control_read, control_write = os.pipe()
         argv = [sys.executable, "-m", "transformer_course.grading.runner", "--preload", ",".join(self.preload),
                 "--control", str(control_read)]
@@ -141,7 +146,19 @@ class Session:
         os.close(control_read)
         self.control_write = control_write
         self.buffer = b""
+        self._await("ready", timeout)
         return self
+
+    def _await(self, op: str, timeout: float) -> None:
+        try:
+            for record in self.records(time.monotonic() + timeout):
+                if record.get("op") == op:
+                    return
+                if record.get("op") == "runner-exit":
+                    raise RunnerDied(self._death(record))
+                raise ChannelBroken(f"an unexpected record arrived while waiting for '{op}'")
+        except TimeoutError:
+            raise RunnerDied(f"the grading process was not {op} after {timeout:g} s ({self.stderr_tail()})") from None
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -156,6 +173,8 @@ class Session:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        if hasattr(self.process, "close"):
+            self.process.close()
         if self.control_write is not None:
             with suppress(OSError):
                 os.close(self.control_write)
@@ -163,7 +182,7 @@ class Session:
         self.process = None
 
     def __enter__(self) -> Session:
-        return self.start()
+        return self if self.process is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -225,8 +244,10 @@ class Session:
 
     # notebooks ----------------------------------------------------------------------------------
 
-    def notebook(self, checks: str, exercises: list[str], cwd: str) -> None:
+    def notebook(self, checks: str, exercises: list[str], cwd: str, timeout: float = 300) -> None:
+        """Fork a runner for one notebook and wait until it is ready for its first cell."""
         self.send({"op": "notebook", "checks": checks, "exercises": exercises, "cwd": cwd})
+        self._await("runner-ready", timeout)
 
     def end_notebook(self, timeout: float = 30) -> None:
         self.send({"op": "end"})
@@ -244,32 +265,37 @@ class Session:
                     return str(record.get("status"))
         return "?"
 
+    def next_record(self, deadline: float) -> dict[str, Any]:
+        """The next record, waiting until `deadline` at most (then TimeoutError)."""
+        return next(self.records(deadline))
+
     def run_cell(self, index: int, source: str, timeout: float) -> list[dict[str, Any]]:
-        """Outputs of an ordinary cell. Raises RunnerDied, TimeoutError (after interrupting it: the
-        runner then either answered, and the outputs say KeyboardInterrupt, or was killed)."""
+        """Outputs of an ordinary cell. Raises RunnerDied, or CellTimedOut after interrupting it (with the
+        outputs it had when it stopped; a runner that ignored the interrupt is killed)."""
         nonce = secrets.token_hex(16)
         self.send({"op": "cell", "index": index, "source": source, "nonce": nonce})
         deadline = time.monotonic() + timeout
         interrupted = False
         while True:
             try:
-                for record in self.records(deadline):
-                    if record.get("op") == "runner-exit":
-                        raise RunnerDied(self._death(record))
-                    if record.get("op") == "cell-done" and record.get("nonce") == nonce:
-                        outputs = [dict(output) for output in record.get("outputs", []) if isinstance(output, dict)]
-                        if interrupted:
-                            raise TimeoutError(outputs)
-                        return outputs
-                    raise ChannelBroken("an unexpected record arrived on the grader's channel")
+                record = self.next_record(deadline)
             except TimeoutError:
                 if interrupted:
                     self.control(b"k")
                     self.wait_runner_exit()
-                    raise TimeoutError([]) from None
+                    raise CellTimedOut([]) from None
                 interrupted = True
                 self.control(b"i")
                 deadline = time.monotonic() + 10
+                continue
+            if record.get("op") == "runner-exit":
+                raise RunnerDied(self._death(record))
+            if record.get("op") != "cell-done" or record.get("nonce") != nonce:
+                raise ChannelBroken("an unexpected record arrived on the grader's channel")
+            outputs = [dict(output) for output in record.get("outputs", []) if isinstance(output, dict)]
+            if interrupted:
+                raise CellTimedOut(outputs)
+            return outputs
 
     def run_grade_cell(self, index: int, source: str, titles: list[str], timeout: float) -> GradeOutcome:
         """Run a grade cell in a sealed child and judge it from the records (see `judge`)."""
@@ -413,12 +439,92 @@ def _session_for(notebook: NotebookNode) -> Session:
 
 
 def default_session(notebook: NotebookNode) -> Session:
-    """A sandboxed session for one notebook, for nbgrader used on its own (the batch grader sets
-    a factory of its own)."""
-    from transformer_course.grading.isolation_bridge import sandboxed_launcher
+    """A sandboxed session for nbgrader used on its own, outside the batch grader (which sets a
+    factory of its own through `use_session_factory`)."""
+    return Session(preload_modules([notebook]), environment=grading_environment(1),
+                   launcher=sandboxed_launcher()).start()
 
-    launcher, environment = sandboxed_launcher()
-    return Session(preload_modules([notebook]), environment=environment, launcher=launcher).start()
+
+def grading_environment(threads: int, data_folder: str | None = None) -> dict[str, str]:
+    """The whole environment of a student's runner (added to the sandbox's base environment)."""
+    from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
+
+    environment = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg", "PLOTLY_RENDERER": "plotly_mimetype",
+                   "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    data = data_folder or os.environ.get(MULTI30K_DIR)
+    if data:
+        environment[MULTI30K_DIR] = data
+    return environment
+
+
+class ConfinedProcess:
+    """`isolation.Confined` with the Popen-like face `Session` talks to."""
+
+    def __init__(self, confined: Any) -> None:
+        self.confined = confined
+        self.stdin, self.stdout = confined.process.stdin, confined.process.stdout
+        self.pid = confined.pid
+
+    def poll(self) -> int | None:
+        return self.confined.process.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.confined.wait(timeout)
+
+    def kill(self) -> None:
+        self.confined.kill()
+
+    def reason(self) -> str | None:
+        return self.confined.reason()
+
+    def close(self) -> None:
+        self.confined.close()
+
+
+def sandboxed_launcher(readable: list[str] | None = None, limits: Any = None, isolate: bool = True,
+                       course_root: Any = None) -> Launcher:
+    """A launcher that confines the zygote (transformer_course.grading.isolation): it reads only the
+    Python environment, the course package and checkpoint, and the data folder it is given."""
+    from transformer_course.grading import isolation
+
+    def launch(argv: list[str], *, environment: dict[str, str], pass_fds: tuple[int, ...], stderr: Any) -> Any:
+        data = [environment[name] for name in ("MULTI30K_DIR",) if environment.get(name)]
+        sandbox = isolation.Sandbox(
+            readable=tuple(readable or [*isolation.python_paths(), *isolation.course_paths(course_root), *data]),
+            environment=environment, limits=limits or isolation.Limits(), isolate=isolate)
+        return ConfinedProcess(isolation.start(sandbox, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                               stderr=stderr, pass_fds=pass_fds))
+
+    return launch
+
+
+class LimitOutputSize(NbGraderPreprocessor):
+    """Cut every text output to `max_characters` (nbgrader's LimitOutput counts lines only, so one
+    10-MB line would land whole in the autograded notebook, the gradebook and the feedback)."""
+
+    max_characters = Integer(20_000, help="Characters kept per output.").tag(config=True)
+
+    def preprocess_cell(self, cell: NotebookNode, resources: dict, index: int) -> tuple[NotebookNode, dict]:
+        for output in cell.get("outputs", []):
+            if isinstance(output.get("text"), str) and len(output.text) > self.max_characters:
+                cut = len(output.text) - self.max_characters
+                output.text = output.text[: self.max_characters] + f"\n... [{cut} more characters cut by the grader]\n"
+            for kind, value in list(output.get("data", {}).items()):
+                if isinstance(value, str) and len(value) > 10 * self.max_characters:
+                    output.data[kind] = f"[{kind} output of {len(value)} characters removed by the grader]"
+        return cell, resources
+
+
+def autograde_pipeline(preprocessors: list) -> list:
+    """nbgrader's autograde pipeline with SealedExecute for Execute and LimitOutputSize after it."""
+    replaced = []
+    for preprocessor in preprocessors:
+        name = preprocessor if isinstance(preprocessor, str) else preprocessor.__name__
+        if name.rsplit(".", 1)[-1] == "Execute":
+            replaced += [SealedExecute, LimitOutputSize]
+        else:
+            replaced.append(preprocessor)
+    return replaced
 
 
 class SealedExecute(NbGraderPreprocessor):
@@ -451,14 +557,13 @@ class SealedExecute(NbGraderPreprocessor):
                 if is_grade_cell(cell):
                     outcome = session.run_grade_cell(index, cell.source, expected_titles(cell.source, checks),
                                                      self.timeout)
-                    cell.outputs = [output_from_msg({"msg_type": _kind(o), "content": _content(o)}) for o in
-                                    outcome.outputs]
+                    cell.outputs = [_node(o) for o in outcome.outputs]
                     findings += [f for f in outcome.findings if f not in findings]
                 else:
                     cell.outputs = [_node(o) for o in session.run_cell(index, cell.source, self.timeout)]
                     if not any(o.get("output_type") == "error" for o in cell.outputs):
                         clean.append(index)
-            except TimeoutError as stopped:
+            except CellTimedOut as stopped:
                 partial = stopped.args[0] if stopped.args and isinstance(stopped.args[0], list) else []
                 cell.outputs = [_node(o) for o in partial if o.get("output_type") != "error"]
                 cell.outputs.append(_error("CellTimeoutError", f"this cell ran longer than {self.timeout} s "
@@ -506,26 +611,17 @@ def _error(ename: str, evalue: str) -> NotebookNode:
                          "traceback": [f"{ename}: {evalue}"]})
 
 
-def _kind(output: dict[str, Any]) -> str:
-    return {"stream": "stream", "error": "error", "display_data": "display_data",
-            "execute_result": "execute_result"}.get(str(output.get("output_type")), "stream")
-
-
-def _content(output: dict[str, Any]) -> dict[str, Any]:
-    content = {key: value for key, value in output.items() if key != "output_type"}
-    if output.get("output_type") == "stream":
-        content.setdefault("name", "stdout")
-        content.setdefault("text", "")
-    return content
-
-
 def _node(output: dict[str, Any]) -> NotebookNode:
-    kind = _kind(output)
-    content = _content(output)
+    """An nbformat output from the runner's plain dict (only the fields nbformat knows, as strings)."""
+    kind = str(output.get("output_type"))
     if kind == "error":
-        content = {"ename": str(content.get("ename", "Error")), "evalue": str(content.get("evalue", "")),
-                   "traceback": [str(line) for line in content.get("traceback", [])][:60]}
-    elif kind in ("display_data", "execute_result"):
-        content = {"data": content.get("data", {}), "metadata": {}, "execution_count": content.get(
-            "execution_count")}
-    return output_from_msg({"msg_type": kind, "content": content})
+        return new_output("error", ename=str(output.get("ename", "Error")), evalue=str(output.get("evalue", "")),
+                          traceback=[str(line) for line in output.get("traceback", [])][:60])
+    if kind in ("display_data", "execute_result"):
+        data = {str(mime): value for mime, value in (output.get("data") or {}).items() if isinstance(value, str)}
+        if kind == "execute_result":
+            count = output.get("execution_count")
+            return new_output(kind, data=data, execution_count=count if isinstance(count, int) else None)
+        return new_output(kind, data=data)
+    name = "stderr" if output.get("name") == "stderr" else "stdout"
+    return new_output("stream", name=name, text=str(output.get("text", "")))

@@ -371,6 +371,7 @@ def serve(preloaded: list[str], control: int | None = None) -> None:
     running: list[int] = [0]
     if control is not None:
         threading.Thread(target=_control_loop, args=(control, running), daemon=True).start()
+    send({"op": "ready"})
     while True:
         try:
             request = receive()
@@ -418,8 +419,20 @@ def _zygote_tools(requests: int, replies: int, null: int) -> dict[str, Any]:
         "reference_exercises": reference_exercises, "check_entries": check_entries,
         "import_module": importlib.import_module, "disable_gc": __import__("gc").disable, "max_output": MAX_OUTPUT,
     }
+    _not_dumpable()
     seal.arm(hook)
     return tools
+
+
+def _not_dumpable() -> None:
+    """prctl(PR_SET_DUMPABLE, 0): no other process of the sandbox may read this one's memory through
+    /proc/PID/mem (they share a uid); runners and grade cells' children inherit it."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        print("runner: could not make the process non-dumpable", file=sys.stderr)
 
 
 def _is_open(fd: int) -> bool:
@@ -475,6 +488,7 @@ def _run_notebook(zygote: dict[str, Any], receive: Callable, send: Callable, req
         pass
     stdout, stderr = _Writer(lambda: current[0], "stdout"), _Writer(lambda: current[0], "stderr")
     user_ns["__name__"] = "__main__"
+    send({"op": "runner-ready"})
     while True:
         try:
             message = receive()

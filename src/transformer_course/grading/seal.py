@@ -51,6 +51,7 @@ import site
 import struct
 import sys
 import types
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,12 @@ def make_provenance(roots: tuple[str, ...]) -> tuple[Callable[[Any], int], Calla
 
 def trust_loaded_code(trusted: dict, file_kind: Callable[[Any], int]) -> None:
     """Library code made from strings before arming (dataclass and namedtuple methods) is library code."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # reading some torch attributes warns that they are deprecated
+        _trust_loaded_code(trusted, file_kind)
+
+
+def _trust_loaded_code(trusted: dict, file_kind: Callable[[Any], int]) -> None:
     for module in list(sys.modules.values()):
         for value in list(getattr(module, "__dict__", {}).values()):
             for function in _functions_of(value):

@@ -2,8 +2,10 @@
 
 The batch grader starts one of these per student (so a crash stays with that student) and reads
 the JSON it prints last. nbgrader is driven through its Python API, so its start-up cost is paid
-once per student, not once per command. Each student's kernels run in the sandbox described in
-`transformer_course.grading.sandbox`.
+once per student, not once per command. nbgrader's Execute step is the course's `SealedExecute`
+(`transformer_course.grading.executor`): all of this student's notebooks run in one sandboxed
+runner zygote (`transformer_course.grading.isolation` confines it, `.runner` serves it), which
+imports torch and the course once for all of them.
 
     python -m transformer_course.grading.worker --course ROOT --class-dir DIR --student NAME \
         --assignment 01_positional_encoding --assignment 02_attention [--db-url URL] [--no-sandbox]
@@ -14,20 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import nbformat
 from nbgrader.converters import Autograde
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
-from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
-from transformer_course.grading.resilient import with_resilient_execution
-from transformer_course.grading.sandbox import ENVIRONMENT_VARIABLE, Policy, install_kernelspec
+from transformer_course.grading import executor, isolation
+from transformer_course.grading.executor import Session
 
 
 def course_config(course: Path, class_dir: Path, db_url: str, timeout: int) -> Config:
@@ -39,57 +39,51 @@ def course_config(course: Path, class_dir: Path, db_url: str, timeout: int) -> C
     config.CourseDirectory.submitted_directory = str(class_dir / "submitted")
     config.CourseDirectory.autograded_directory = str(class_dir / "autograded")
     config.CourseDirectory.feedback_directory = str(class_dir / "feedback")
-    config.Execute.timeout = timeout
-    # a kernel that dies costs one cell, not the notebook; huge outputs are cut
+    config.SealedExecute.timeout = timeout
     pipeline = config.Autograde.get("autograde_preprocessors") or Autograde.class_traits()[
         "autograde_preprocessors"].default()
-    config.Autograde.autograde_preprocessors = with_resilient_execution(list(pipeline))
+    config.Autograde.autograde_preprocessors = executor.autograde_pipeline(list(pipeline))
     return config
 
 
-def sandbox_policy(course: Path, class_dir: Path, student: str, hide: list[str], memory_gb: float,
-                   isolate: bool, data_folder: str | None) -> Policy:
-    hidden = [str(class_dir), str(course / "solutions"), str(course / "autograde"), *hide]
-    own = class_dir / "autograded" / student
-    own.mkdir(parents=True, exist_ok=True)
-    # the kernel reads the course package, its checkpoint and the data, wherever they lie (even under /tmp)
-    visible = [str(course), *([data_folder] if data_folder else [])]
-    return Policy(hide=hidden, writable=[str(own)], visible=visible, memory_bytes=int(memory_gb * 2**30),
-                  isolate=isolate)
+def session_factory(course: Path, notebooks: list[nbformat.NotebookNode], memory_gb: float, isolate: bool,
+                    data_folder: str | None) -> Callable[[nbformat.NotebookNode], Session]:
+    """Sessions for this student: sandboxed runners that preload what all their notebooks import."""
+    threads = max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
+    limits = isolation.Limits(memory_bytes=int(memory_gb * 2**30))
+    launcher = executor.sandboxed_launcher(limits=limits, isolate=isolate, course_root=course)
+    environment = executor.grading_environment(threads, data_folder)
+    preload = executor.preload_modules(notebooks)
+    return lambda notebook: Session(preload, environment=environment, launcher=launcher).start()
 
 
-def kernel_start_problem(course: Path, class_dir: Path, hide: list[str], memory_gb: float,
-                         isolate: bool, environment: dict[str, str]) -> str | None:
-    """None when a kernel can start under this class's sandbox and import the checks, else stderr's tail.
+def runner_start_problem(course: Path, memory_gb: float, isolate: bool, data_folder: str | None) -> str | None:
+    """None when a runner starts under this class's sandbox and imports the checks, else why not.
 
     Run once before a batch: a sandbox that hides the Python environment (or a memory limit too low
     for torch) would otherwise fail every student, one by one."""
-    policy = sandbox_policy(course, class_dir, ".preflight", hide, memory_gb, isolate,
-                            environment.get(MULTI30K_DIR))
-    command = [sys.executable, "-m", "transformer_course.grading.sandbox", "--", sys.executable, "-c",
-               "import ipykernel, transformer_course.checks.framework"]
+    factory = session_factory(course, [], memory_gb, isolate, data_folder)
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                                env={**environment, ENVIRONMENT_VARIABLE: policy.to_environment()})
-    finally:
-        shutil.rmtree(policy.writable[0], ignore_errors=True)
-    if result.returncode == 0:
-        return None
-    return " | ".join(result.stderr.strip().splitlines()[-3:]) or f"exit status {result.returncode}"
+        with factory(nbformat.v4.new_notebook()) as session:
+            session.notebook("transformer_course.checks.framework", [], "preflight")
+            outputs = session.run_cell(0, "import torch, transformer_course.checks.framework", 300)
+            errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs if o.get("output_type") == "error"]
+            session.end_notebook()
+            return errors[0] if errors else None
+    except (executor.RunnerDied, executor.ChannelBroken, TimeoutError, OSError, isolation.SandboxError) as error:
+        return f"{type(error).__name__}: {error}"
 
 
 def grade(arguments: argparse.Namespace) -> dict[str, object]:
     course, class_dir = arguments.course.resolve(), arguments.class_dir.resolve()
     db_url = arguments.db_url or f"sqlite:///{class_dir / 'gradebook.db'}"
     config = course_config(course, class_dir, db_url, arguments.timeout)
-    # Kernels talk over Unix sockets in a short private folder (socket paths are limited to 108 bytes).
-    runtime = Path(tempfile.mkdtemp(prefix="course-kernel-"))
-    config.KernelManager.transport = "ipc"
-    config.KernelManager.connection_file = str(runtime / "kernel.json")
-    os.environ["JUPYTER_PATH"] = str(install_kernelspec(class_dir / ".kernelspec" / arguments.student))
-    policy = sandbox_policy(course, class_dir, arguments.student, arguments.hide, arguments.memory_gb,
-                            not arguments.no_sandbox, os.environ.get(MULTI30K_DIR))
-    os.environ[ENVIRONMENT_VARIABLE] = policy.to_environment()
+    released = [nbformat.read(class_dir / "release" / a / f"{a}.ipynb", as_version=4) for a in arguments.assignment
+                if (class_dir / "release" / a / f"{a}.ipynb").exists()]
+    from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
+
+    executor.use_session_factory(session_factory(course, released, arguments.memory_gb, not arguments.no_sandbox,
+                                                 os.environ.get(MULTI30K_DIR)))
     os.environ.setdefault("MPLBACKEND", "Agg")
 
     from nbgrader.apps import NbGraderAPI  # imported late: it is slow and reads the environment
@@ -104,10 +98,22 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
                 result = api.generate_feedback(assignment, arguments.student, force=True)
             report[assignment] = {"success": bool(result["success"]),
                                   "error": "" if result["success"] else _last_lines(result),
-                                  "seconds": round(time.perf_counter() - started, 1)}
+                                  "seconds": round(time.perf_counter() - started, 1),
+                                  "findings": _findings(class_dir, arguments.student, assignment)}
     finally:
-        shutil.rmtree(runtime, ignore_errors=True)
+        executor.close_session()
     return report
+
+
+def _findings(class_dir: Path, student: str, assignment: str) -> list[str]:
+    """What the grader flagged for review while running this notebook (see executor.FINDINGS_KEY)."""
+    path = class_dir / "autograded" / student / assignment / f"{assignment}.ipynb"
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except (OSError, ValueError):
+        return []
+    found = notebook.metadata.get(executor.FINDINGS_KEY, {}).get("findings", [])
+    return [str(finding) for finding in found] if isinstance(found, list) else []
 
 
 def _last_lines(result: dict[str, str]) -> str:
@@ -123,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assignment", action="append", required=True)
     parser.add_argument("--db-url")
     parser.add_argument("--timeout", type=int, default=120, help="seconds a cell may run")
-    parser.add_argument("--memory-gb", type=float, default=6.0, help="address space a kernel may use")
-    parser.add_argument("--hide", action="append", default=[], help="another folder the kernel must not see")
+    parser.add_argument("--memory-gb", type=float, default=6.0, help="memory all of a student's processes may use")
     parser.add_argument("--no-sandbox", action="store_true")
     arguments = parser.parse_args(argv)
     report = grade(arguments)

@@ -29,7 +29,7 @@ from transformer_course.authoring import assignments, repository_root
 from transformer_course.grading.batch import BatchGrader
 from transformer_course.grading.classroom import Classroom
 from transformer_course.grading.examples import student_submissions
-from transformer_course.grading.sandbox import bubblewrap_problem
+from transformer_course.grading.isolation import bubblewrap_problem
 
 
 def synthetic_class(root: Path, folder: Path, assignment: str, count: int) -> None:

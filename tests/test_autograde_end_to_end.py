@@ -11,7 +11,7 @@ import pytest
 from conftest import ASSIGNMENTS, ROOT, read, solution_path
 from transformer_course.grading.batch import BatchGrader
 from transformer_course.grading.examples import KNOWN_BUGS, student_submissions
-from transformer_course.grading.sandbox import bubblewrap_problem
+from transformer_course.grading.isolation import bubblewrap_problem
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import ASSIGNMENTS, ROOT, read, solution_path
 from transformer_course.grading.batch import BatchGrader, main
 from transformer_course.grading.examples import write_example_class
-from transformer_course.grading.sandbox import bubblewrap_problem
+from transformer_course.grading.isolation import bubblewrap_problem
 from transformer_course.grading.submissions import Release
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ def graded(tmp_path_factory):
     submissions, class_dir = base / "downloads", base / "class"
     write_example_class(ROOT, submissions, ASSIGNMENT, class_dir, submissions)
     originals = {path: path.read_bytes() for path in submissions.rglob("*.ipynb")}
-    grader = BatchGrader(ROOT, class_dir, submissions, jobs=2, timeout=10, assignment_ids=[ASSIGNMENT],
+    grader = BatchGrader(ROOT, class_dir, submissions, jobs=2, timeout=30, assignment_ids=[ASSIGNMENT],
                          sandbox=bubblewrap_problem() is None)
     students = grader.run()
     with open(class_dir / "scores.csv", encoding="utf-8") as handle:
@@ -118,7 +118,7 @@ def test_feedback_for_every_graded_student_without_hidden_tests(graded):
 
 def test_second_run_resumes_without_regrading(graded, capsys):
     grader, _, _, _ = graded
-    again = BatchGrader(ROOT, grader.class_dir, grader.submissions, jobs=2, timeout=10,
+    again = BatchGrader(ROOT, grader.class_dir, grader.submissions, jobs=2, timeout=30,
                         assignment_ids=[ASSIGNMENT], sandbox=grader.sandbox)
     students = again.run()
     assert {result.status for name, result in students.items() if name != "finn"} == {"skipped"}
@@ -208,6 +208,6 @@ def test_a_machine_where_no_kernel_starts_stops_the_batch_with_the_cause(tmp_pat
     code = main([str(submissions), "--class-dir", str(tmp_path / "class"), "--assignment", "01_positional_encoding",
                  "--memory-gb", "0.3", "--jobs", "1"])
     error = capsys.readouterr().err
-    assert code == 2 and "kernel cannot start" in error and "nobody was graded" in error, error
+    assert code == 2 and "runner cannot start" in error and "nobody was graded" in error, error
     assert not (tmp_path / "class" / "scores.csv").exists()
     assert not (tmp_path / "class" / "autograded" / ".preflight").exists()

@@ -2,20 +2,25 @@
 
 A submission of stage 2 with a real bug (attention scores not divided by sqrt(d_k)) adds one cell
 of tampering before the grade cells: replacing torch.allclose and Tensor comparisons, the check
-helpers, the checks' code and closures, or the name `check` itself. The bug's grade cell must
-still fail, naming the bug; the static scan must flag the cell; and the same defences must leave
-honest notebooks alone (no warnings, no flags, full marks).
+helpers, the checks' code and closures, or the name `check` itself. Under the grader (the sealed
+runner, see test_seal.py for attacks on the runner itself) the bug's grade cell must still fail,
+naming the bug, and the submission is flagged; in a student's own notebook (Colab, no grader) the
+checks still put their tools back; the static scan flags every attack; honest notebooks are left
+alone (no tampering finding, full marks).
 """
 
+import contextlib
 import csv
+import io
+import os
 
 import nbformat
 import pytest
 
 from conftest import ASSIGNMENTS, ROOT, read, solution_path, student_path
 from transformer_course.checks import framework
-from transformer_course.grading.guard import checks_module, guarded, suspicious_code, unguarded
-from transformer_course.grading.inprocess import run_grade_cells
+from transformer_course.grading.guard import checks_module, suspicious_code
+from transformer_course.grading.inprocess import grade_id, run_grade_cells
 from transformer_course.grading.mistakes import catalog
 
 ASSIGNMENT = "02_attention"
@@ -68,45 +73,69 @@ def tampered(attack: str, base: nbformat.NotebookNode | None = None) -> nbformat
     return notebook
 
 
+TAMPERING = "replaced the checks' tools"
+
+
+def run_in_this_process(notebook: nbformat.NotebookNode, directory) -> dict[str, tuple[bool, str]]:
+    """The cells run as a student runs them in Colab: plain exec, no grader, in this process."""
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    outcomes, previous = {}, os.getcwd()
+    os.chdir(directory)
+    try:
+        for cell in notebook.cells:
+            if cell.cell_type != "code":
+                continue
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec(compile(cell.source, "<cell>", "exec"), namespace)  # noqa: S102
+                message = ""
+            except Exception as error:  # a failing cell is a result
+                message = f"{type(error).__name__}: {error}"
+            if grade_id(cell):
+                outcomes[grade_id(cell)] = (not message, message)
+    finally:
+        os.chdir(previous)
+    return outcomes
+
+
 def test_the_bug_alone_fails_its_cell():
     outcome = run_grade_cells(BUG.apply(read(solution_path(ASSIGNMENT))), solution_path(ASSIGNMENT).parent,
-                              stop_after=BUG.fails, guard=True)[BUG.fails]
+                              stop_after=BUG.fails)[BUG.fails]
     assert not outcome.passed and BUG.cause in outcome.message
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_tampering_does_not_turn_the_failing_cell_into_a_pass(attack):
     path = solution_path(ASSIGNMENT)
-    outcomes = run_grade_cells(tampered(ATTACKS[attack]), path.parent, stop_after=BUG.fails, guard=True)
+    outcomes = run_grade_cells(tampered(ATTACKS[attack]), path.parent, stop_after=BUG.fails)
     outcome = outcomes[BUG.fails]
     assert not outcome.passed, f"{attack}: the bug passes after tampering"
     assert BUG.cause in outcome.message, outcome.message
-    if attack != "re-bound check":  # re-binding a name touches no tool: nothing to warn about
-        printed = "".join(o.output for o in outcomes.values())  # the first grade cell after the attack warns
-        assert "⚠" in printed and "put the originals back" in printed, printed
+    if attack != "re-bound check":  # re-binding a name touches no tool: nothing to restore
+        findings = [finding for o in outcomes.values() for finding in o.findings]
+        assert any(TAMPERING in finding for finding in findings), findings
 
 
 @pytest.mark.parametrize("attack", ["torch comparisons", "check helpers", "function internals"])
 def test_the_checks_defend_themselves_without_the_grader(attack):
-    """In Colab there is no grader: every check run first puts back what was replaced (only a
-    re-bound `check` name needs the grader's guard line)."""
+    """In Colab there is no grader: every check run first puts back what was replaced."""
     path = solution_path(ASSIGNMENT)
-    outcome = run_grade_cells(tampered(ATTACKS[attack]), path.parent, stop_after=BUG.fails)[BUG.fails]
-    assert not outcome.passed and BUG.cause in outcome.message, outcome.message
+    passed, message = run_in_this_process(tampered(ATTACKS[attack]), path.parent)[BUG.fails]
+    assert not passed and BUG.cause in message, message
 
 
 def test_harmless_patching_in_a_correct_notebook_still_gets_full_marks():
     wrapper = ("original_allclose = torch.allclose\n"
                "torch.allclose = lambda *args, **kwargs: original_allclose(*args, **kwargs)  # a debugging wrapper\n")
     path = solution_path(ASSIGNMENT)
-    outcomes = run_grade_cells(tampered(wrapper, read(path)), path.parent, guard=True)
+    outcomes = run_grade_cells(tampered(wrapper, read(path)), path.parent)
     assert outcomes and all(outcome.passed for outcome in outcomes.values())
 
 
-def test_untampered_solution_prints_no_warning():
+def test_the_untampered_solution_has_no_tampering_finding():
     path = solution_path(ASSIGNMENT)
-    outcomes = run_grade_cells(read(path), path.parent, guard=True)
-    assert all(o.passed and "⚠" not in o.output for o in outcomes.values())
+    outcomes = run_grade_cells(read(path), path.parent)
+    assert all(o.passed and not any(TAMPERING in f for f in o.findings) for o in outcomes.values())
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
@@ -125,12 +154,10 @@ def test_the_scan_flags_nothing_in_the_solutions_and_alternatives():
         assert suspicious_code(notebook, read(student_path(alternative.assignment))) == [], alternative.description
 
 
-def test_guard_line_finds_each_stage_and_comes_off_cleanly():
+def test_each_stage_names_its_checks_module():
     for assignment in ASSIGNMENTS:
         module = checks_module(read(solution_path(assignment)))
         assert module and module.startswith("transformer_course.checks."), (assignment, module)
-        source = "### BEGIN HIDDEN TESTS\nassert check.x()\n### END HIDDEN TESTS"
-        assert unguarded(guarded(source, module)) == source
 
 
 @pytest.mark.slow
@@ -138,7 +165,7 @@ def test_real_nbgrader_gives_the_tamperer_the_buggy_score_and_flags_them(tmp_pat
     """Through the batch command: every attack at once, plus two on IPython itself (hiding the
     traceback of a failing cell, and re-binding `check` in a hook before each cell)."""
     from transformer_course.grading.batch import BatchGrader
-    from transformer_course.grading.sandbox import bubblewrap_problem
+    from transformer_course.grading.isolation import bubblewrap_problem
 
     ipython_attacks = (
         "ip = get_ipython()\n"
@@ -158,5 +185,7 @@ def test_real_nbgrader_gives_the_tamperer_the_buggy_score_and_flags_them(tmp_pat
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     assert rows["tamperer"]["attn_sdpa_values"] == "0.0"
     assert float(rows["tamperer"]["total"]) <= float(rows["plain_bug"]["total"]) < float(rows["plain_bug"]["max"])
-    assert "flagged for review" in rows["tamperer"]["reasons"] and "flagged" not in rows["plain_bug"]["reasons"]
+    assert TAMPERING in rows["tamperer"]["reasons"] and "flagged for review: cell" in rows["tamperer"]["reasons"]
+    honest = rows["plain_bug"]["reasons"]
+    assert TAMPERING not in honest and "flagged for review: cell" not in honest
     assert students["tamperer"].status == "graded"

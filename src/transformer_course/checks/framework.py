@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import importlib
 import linecache
 import math
 import sys
@@ -295,10 +294,10 @@ def student_code() -> Iterator[None]:
 # A notebook cell could replace what the checks compare with (`torch.allclose = lambda *a: True`),
 # the checks themselves (`check.sdpa_values = ...`, `framework.fail = ...`) or their insides
 # (`__code__`, closures). The checks snapshot every tool when they are imported and, before each
-# check runs, put back whatever was replaced, with a visible warning; the grader additionally
-# imports the checks before any student cell and re-binds `check` at the top of each grade cell
-# (`pristine`). Code that attacks the interpreter itself is beyond this: the grader's static scan
-# (transformer_course.grading.guard) flags it for the instructor.
+# check runs, put back whatever was replaced, with a visible warning. That is the defence in a
+# student's own notebook (Colab); the grader goes much further (transformer_course.grading.seal and
+# .runner: grade cells run in a sealed child, the same snapshot, frozen, is restored every time
+# notebook code returns into a check, and verdicts are written by an audit hook).
 
 _MISSING = object()
 _SNAPSHOTS: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(owner) -> (module or class, its namespace then)
@@ -432,15 +431,3 @@ def restore_tools() -> list[str]:
         print(f"⚠ code in this notebook replaced {shown[:300]}{'…' if len(shown) > 300 else ''}; "
               "the checks put the originals back and grade with them.")
     return replaced
-
-
-def pristine(module_name: str) -> ModuleType:
-    """The checks module as first imported, with every protected tool restored.
-
-    The grader runs `check = ...pristine("transformer_course.checks.<stage>")` at the top of each
-    grade cell, so a notebook that re-bound or emptied `check` is graded by the real checks."""
-    restore_tools()
-    module = _MODULES.get(module_name)
-    if module is None:
-        module = importlib.import_module(module_name)
-    return module

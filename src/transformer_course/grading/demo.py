@@ -18,7 +18,7 @@ from transformer_course.authoring import assignments, build, repository_root
 from transformer_course.grading.batch import BatchGrader, summary
 from transformer_course.grading.classroom import score_table
 from transformer_course.grading.examples import KNOWN_BUGS, student_submissions
-from transformer_course.grading.sandbox import bubblewrap_problem
+from transformer_course.grading.isolation import bubblewrap_problem
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -72,8 +72,8 @@ def student_submissions(root: Path, assignments: list[str]) -> dict[str, dict[st
 # --- a class folder as an instructor receives it --------------------------------------------------
 
 HOSTILE_CELLS = {
-    "reads other students and the hidden tests": (
-        "import glob\n"
+    "reads other students, the hidden tests and the instructor's files": (
+        "import glob, os\n"
         "leaks = []\n"
         "for pattern in {patterns!r}:\n"
         "    for path in glob.glob(pattern, recursive=True):\n"
@@ -81,24 +81,67 @@ HOSTILE_CELLS = {
         "            leaks.append((path, len(open(path, 'rb').read())))\n"
         "        except OSError:\n"
         "            pass\n"
-        "print('LEAKED:', leaks)"
+        "print('LEAKED:', leaks)\n"
+        "print('GRADER ENVIRONMENT:', sorted(name for name in os.environ if name.startswith('GRADER_')))"
     ),
-    "writes the gradebook": (
+    "writes the gradebook and plants symlinks to it": (
+        "import os\n"
         "try:\n"
         "    open({gradebook!r}, 'ab').write(b'x')\n"
         "    print('WROTE GRADEBOOK')\n"
         "except OSError as error:\n"
-        "    print('gradebook write blocked:', type(error).__name__)"
+        "    print('gradebook write blocked:', type(error).__name__)\n"
+        "for name in ('{assignment}.ipynb', 'gradebook.db', 'feedback'):\n"
+        "    try:\n"
+        "        os.symlink({gradebook!r}, name)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('planted links:', sorted(os.listdir('.')))"
     ),
-    "reaches the network": (
-        "import socket\n"
-        "try:\n"
-        "    socket.create_connection(('pypi.org', 443), timeout=5)\n"
-        "    print('NETWORK REACHED')\n"
-        "except OSError as error:\n"
-        "    print('network blocked:', type(error).__name__)"
+    "reaches the network and the grader's sockets": (
+        "import glob, socket\n"
+        "reached = []\n"
+        "for address in [('pypi.org', 443), ('127.0.0.1', 22), ('127.0.0.1', 5432), ('127.0.0.1', 8888)]:\n"
+        "    try:\n"
+        "        socket.create_connection(address, timeout=3)\n"
+        "        reached.append(address)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "for path in glob.glob('/run/**/*.sock', recursive=True) + glob.glob('/var/run/*.sock'):\n"
+        "    try:\n"
+        "        socket.socket(socket.AF_UNIX).connect(path)\n"
+        "        reached.append(path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('NETWORK REACHED' if reached else 'network blocked:', reached)"
     ),
     "allocates too much memory": "hoard = bytearray(64 * 2**30)",
+    "fills the disk": (
+        "written = {{}}\n"
+        "for folder in ('.', '/tmp'):\n"
+        "    written[folder] = 0\n"
+        "    try:\n"
+        "        with open(folder + '/filler', 'wb') as handle:\n"
+        "            for _ in range(4096):\n"
+        "                handle.write(b'x' * 2**20)\n"
+        "                written[folder] += 1\n"
+        "    except OSError as error:\n"
+        "        print('disk full in', folder, 'after', written[folder], 'MiB:', type(error).__name__)"
+    ),
+    "re-patches the checks from a thread": (
+        "import threading, time, torch\n"
+        "from transformer_course.checks import framework\n"
+        "def patch_forever():\n"
+        "    while True:\n"
+        "        framework.fail = lambda *args, **kwargs: None\n"
+        "        torch.allclose = lambda *args, **kwargs: True\n"
+        "        time.sleep(0.0005)\n"
+        "threading.Thread(target=patch_forever, daemon=True).start()"
+    ),
+    "rewrites every later cell with an input transformer": (
+        "shell = globals()['get_' + 'ipython']()\n"
+        "getattr(shell, 'input_' + 'transformers_post').append(lambda lines: lines)  # harmless here"
+    ),
     "prints a flood": "print('spam ' * 2_000_000)",
     "kills its kernel": "import os\nos._exit(1)",
 }
@@ -110,9 +153,10 @@ def write_example_class(course: Path, folder: Path, assignment: str, class_dir: 
     ada: correct; blake: blank; chen: one known bug; dana: Canvas-style flat file with all
     metadata stripped (correct); eve: a visible test cell deleted (correct otherwise); finn: broken
     JSON; gus: an exercise cell that loops forever after its definitions; hana: correct but hostile
-    (tries to read others' work and the hidden tests, write the gradebook, reach the network,
-    allocate 64 GiB, flood the output, kill its kernel and print the input history, hidden tests
-    included, into its feedback).
+    (tries to read others' work, the hidden tests and the instructor's files, write the gradebook and
+    plant symlinks to it, reach the network and the grader's sockets, allocate 64 GiB, fill the disk,
+    re-patch the checks from a thread, hook IPython, flood the output, kill its process and print the
+    input history, hidden tests included, into its feedback).
     """
     solution = nbformat.read(course / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     release = nbformat.read(course / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -147,7 +191,8 @@ def write_example_class(course: Path, folder: Path, assignment: str, class_dir: 
     hostile = copy(solution)
     patterns = [str(class_dir / "submitted" / "**" / "*.ipynb"), str(class_dir / "autograded" / "ada" / "**" / "*"),
                 str(course / "solutions" / "**" / "*.ipynb"), str(submissions / "**" / "*.ipynb")]
-    sources = [text.format(patterns=patterns, gradebook=str(class_dir / "gradebook.db"))
+    patterns += ["/root/*", "/home/*/*", str(course / "lessons" / "*.py"), str(course / ".git" / "config")]
+    sources = [text.format(patterns=patterns, gradebook=str(class_dir / "gradebook.db"), assignment=assignment)
                for text in HOSTILE_CELLS.values()]
     hostile.cells[first_test:first_test] = [nbformat.v4.new_code_cell(source) for source in sources]
     hostile.cells.append(nbformat.v4.new_code_cell("print('HISTORY:', In)  # would copy hidden tests into feedback"))

@@ -1,18 +1,12 @@
-"""Grading that notebook code cannot talk its way around.
+"""Which checks a notebook's grade cells use, and the static scan for tampering.
 
-Two defences, both used by the batch grader (and `run_grade_cells(..., guard=True)`):
-
-1. **In the kernel.** Before any student cell, the grader imports the stage's checks (which
-   snapshot their tools, see `transformer_course.checks.framework.protect`); each grade cell
-   then runs with one line in front, `check = pristine(...)`, which puts back anything a student
-   cell replaced (torch.allclose, Tensor methods, the checks, their code and closures) and
-   re-binds `check` to the real checks module. The line is removed again after the cell ran,
-   so the autograded notebook and the feedback show the grade cell as written.
-2. **Outside it.** `suspicious_code` reads the lines a student added to the released notebook
-   and flags those that reach for the grading machinery (replacing attributes of torch or of the
-   checks, editing function internals, IPython hooks, frames, imports, the reference solution,
-   processes). In-kernel code can always undo in-kernel defences given enough effort, so the
-   instructor gets these flags beside the score to look at by hand.
+The defences that decide grades live in `transformer_course.grading.seal` and `.runner` (grade
+cells run in a sealed child, where notebook code can neither reach the checks' variables nor
+forge their verdicts). This module adds what an instructor reads beside the score:
+`suspicious_code` lists the lines a student added to the released notebook that reach for the
+grading machinery (replacing attributes of torch or of the checks, editing function internals,
+IPython hooks, frames, imports, the reference solution, processes), and `checks_module` finds the
+checks module a notebook's grade cells call as `check`.
 """
 
 from __future__ import annotations
@@ -24,10 +18,6 @@ from functools import cache
 from pathlib import Path
 
 import nbformat
-
-GUARD_MARK = "# <- the grader: real checks, original tools"
-GUARD_LINE = ('check = __import__("transformer_course.checks.framework", fromlist=["pristine"])'
-              '.pristine("{module}")  ' + GUARD_MARK + "\n")
 
 
 @cache
@@ -60,20 +50,6 @@ def checks_module(notebook: nbformat.NotebookNode) -> str | None:
         return None
     matches = [module for module, defined in _check_names().items() if used <= defined]
     return matches[0] if len(matches) == 1 else None
-
-
-def guarded(source: str, module: str) -> str:
-    return GUARD_LINE.format(module=module) + source
-
-
-def unguarded(source: str) -> str:
-    first, _, rest = source.partition("\n")
-    return rest if first.endswith(GUARD_MARK) else source
-
-
-def prelude(module: str) -> str:
-    """Code run before any notebook cell: the checks snapshot their tools while they are intact."""
-    return f"import {module}  # the grader loads the checks first"
 
 
 # --- the static scan ------------------------------------------------------------------------------

@@ -5,8 +5,10 @@ in sandboxed kernels, two at a time. Everyone gets a score or a clear reason; no
 import csv
 import html as htmllib
 import json
+import os
 import re
 import shutil
+import sqlite3
 
 import nbformat
 import pytest
@@ -31,7 +33,11 @@ def graded(tmp_path_factory):
     originals = {path: path.read_bytes() for path in submissions.rglob("*.ipynb")}
     grader = BatchGrader(ROOT, class_dir, submissions, jobs=2, timeout=30, assignment_ids=[ASSIGNMENT],
                          sandbox=bubblewrap_problem() is None)
-    students = grader.run()
+    os.environ["GRADER_SECRET_TOKEN"] = "do-not-leak"  # the grader's environment must not reach a notebook
+    try:
+        students = grader.run()
+    finally:
+        del os.environ["GRADER_SECRET_TOKEN"]
     with open(class_dir / "scores.csv", encoding="utf-8") as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     return grader, students, rows, originals
@@ -98,8 +104,27 @@ def test_hostile_submission_cannot_read_others_write_the_gradebook_or_reach_the_
     grader, _, _, _ = graded
     printed = "".join(o.get("text", "") for _, o in outputs(grader, "hana"))
     assert "LEAKED: []" in printed, printed[:2000]
+    assert "GRADER ENVIRONMENT: []" in printed and "do-not-leak" not in printed
     assert "gradebook write blocked" in printed and "WROTE GRADEBOOK" not in printed
-    assert "network blocked" in printed and "NETWORK REACHED" not in printed
+    assert "network blocked: []" in printed and "NETWORK REACHED" not in printed
+    assert "disk full in . after" in printed and "disk full in /tmp after" in printed
+
+
+def test_the_hostile_student_leaves_the_others_and_the_gradebook_untouched(graded):
+    """Her symlinks, her threads re-patching the checks and her crashes change nothing for anyone
+    else: no link anywhere in the class folder, the gradebook is a sound database, the honest
+    students have full marks in it and feedback of their own."""
+    grader, _, rows, _ = graded
+    links = [path for path in grader.class_dir.rglob("*") if path.is_symlink()]
+    assert not links, links
+    gradebook = grader.class_dir / "gradebook.db"
+    with sqlite3.connect(gradebook) as database:
+        assert database.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    for name in ("ada", "dana_12345", "eve", "gus"):
+        assert float(rows[name]["total"]) == float(rows[name]["max"]), rows[name]
+        feedback = grader.class_dir / "feedback" / name / ASSIGNMENT / f"{ASSIGNMENT}.html"
+        assert feedback.is_file() and name not in ("hana",) and "hana" not in feedback.read_text()
+    assert "replaced the checks' tools" in rows["hana"]["reasons"]
 
 
 def test_feedback_for_every_graded_student_without_hidden_tests(graded):
@@ -169,7 +194,12 @@ def test_the_hostile_student_is_flagged_for_review_and_the_honest_ones_are_not(g
     assert "flagged for review" in rows["hana"]["reasons"]
     assert "os._exit" in rows["hana"]["reasons"] or "socket" in rows["hana"]["reasons"]
     for name in ("ada", "blake", "chen", "dana_12345", "eve", "gus"):
-        assert "flagged" not in rows[name]["reasons"], rows[name]["reasons"]
+        reasons = rows[name]["reasons"]
+        # they are made from the published solutions, so they are flagged as copies of it, and for nothing else
+        flags = [part for part in reasons.split("; ") if "flagged for review" in part]
+        assert all("copy of the reference solution" in flag for flag in flags), reasons
+    assert "copy of the reference solution" in rows["ada"]["reasons"]
+    assert "copy of the reference solution" not in rows["blake"]["reasons"]
 
 
 def test_the_grader_fetches_multi30k_for_the_sandboxed_kernels(tmp_path, monkeypatch):

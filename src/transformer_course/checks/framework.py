@@ -48,6 +48,12 @@ def results() -> dict[str, Result]:
     return dict(_RESULTS)
 
 
+def record(name: str, title: str, passed: bool, message: str = "") -> None:
+    """Note a check's outcome decided elsewhere: the grader runs grade cells in a separate process
+    and reports them here, so that a notebook's `check.summary()` lists them."""
+    _RESULTS[name] = Result(title, passed, message)
+
+
 def summary() -> None:
     """Print one line per check run so far in this kernel, then the count that pass."""
     if not _RESULTS:

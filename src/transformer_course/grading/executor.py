@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,7 @@ from traitlets import Bool, Integer
 
 from transformer_course.grading import seal
 from transformer_course.grading.guard import checks_module, is_grade_cell
-from transformer_course.grading.runner import encode_request, split_hidden
+from transformer_course.grading.runner import PRIVATE_FOLDERS, encode_request, split_hidden
 
 MAX_RECORD = 64 * 2**20
 KERNEL_DIED = ("the Python process running your notebook stopped while running this cell (os._exit, a crash in "
@@ -74,11 +75,27 @@ class GradeOutcome:
 Launcher = Callable[..., Any]
 
 
+class PlainProcess(subprocess.Popen):
+    """The zygote without a sandbox, in a private working folder and TMPDIR removed at close."""
+
+    def __init__(self, argv: list[str], private: str, **kwargs: Any) -> None:
+        self.private = private
+        super().__init__(argv, **kwargs)
+
+    def close(self) -> None:
+        shutil.rmtree(self.private, ignore_errors=True)
+
+
 def plain_launcher(argv: list[str], *, environment: dict[str, str], pass_fds: tuple[int, ...],
                    stderr: Any) -> subprocess.Popen:
-    """Start the zygote without a sandbox (tests of the runner itself; `--no-sandbox`)."""
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=environment,
-                            pass_fds=pass_fds, start_new_session=True)
+    """Start the zygote without a sandbox (tests of the runner itself), in folders of its own."""
+    private = tempfile.mkdtemp(prefix="course-runner-")
+    work, tmp = os.path.join(private, "work"), os.path.join(private, "tmp")
+    os.mkdir(work)
+    os.mkdir(tmp)
+    environment = {**environment, "TMPDIR": tmp, PRIVATE_FOLDERS: "1"}
+    return PlainProcess(argv, private, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                        env=environment, cwd=work, pass_fds=pass_fds, start_new_session=True)
 
 
 def preload_modules(notebooks: list[NotebookNode]) -> list[str]:
@@ -123,11 +140,10 @@ class Session:
     """One student's zygote. Use as a context manager; `notebook()` opens a runner for one notebook."""
 
     def __init__(self, preload: list[str], environment: dict[str, str] | None = None,
-                 launcher: Launcher | None = None, workdir: str | None = None) -> None:
+                 launcher: Launcher | None = None) -> None:
         self.preload = preload
         self.environment = dict(environment if environment is not None else os.environ)
         self.launcher = launcher or plain_launcher
-        self.workdir = workdir or tempfile.mkdtemp(prefix="course-runner-")
         self.process: Any = None
         self.buffer = b""
         self.control_write: int | None = None
@@ -331,7 +347,12 @@ class Session:
             self.control(b"k")
             self.wait_runner_exit()
             raise RunnerDied(str(error)) from None
-        return judge(records, titles, problems, timed_out, timeout, hidden_count=_hidden_calls(hidden, titles))
+        outcome = judge(records, titles, problems, timed_out, timeout, hidden_count=_hidden_calls(hidden, titles))
+        results = [[str(r.get("name")), str(r.get("title")), r.get("passed") is True, str(r.get("message"))]
+                   for r in records if r.get("record") == "verdict" and r.get("name")]
+        if results:
+            self.send({"op": "results", "results": results})
+        return outcome
 
     def _death(self, record: dict[str, Any]) -> str:
         reason = self.reason()
@@ -450,7 +471,8 @@ def grading_environment(threads: int, data_folder: str | None = None) -> dict[st
     from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
 
     environment = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg", "PLOTLY_RENDERER": "plotly_mimetype",
-                   "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+                   "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+                   PRIVATE_FOLDERS: "1"}
     data = data_folder or os.environ.get(MULTI30K_DIR)
     if data:
         environment[MULTI30K_DIR] = data

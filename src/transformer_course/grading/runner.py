@@ -34,9 +34,12 @@ import importlib
 import io
 import marshal
 import os
+import pkgutil
 import re
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import types
 from collections.abc import Callable
@@ -185,7 +188,7 @@ def make_shell(user_ns: dict[str, Any], current: list[CellRecorder]) -> Any:
 # --- the strict check proxy of a grade cell ----------------------------------------------------
 
 
-def proxy_call(inner: Callable, title: str, run: Callable, audit: Callable, integrity: Callable,
+def proxy_call(inner: Callable, title: str, name: str, run: Callable, audit: Callable, integrity: Callable,
                reference_use: Callable, findings: list, captured: Any, failed: type, kind: type, text: type,
                *args: Any, **kwargs: Any) -> bool:
     """One check called from a grade cell: tools restored, the check run by `framework.run_check`,
@@ -202,7 +205,7 @@ def proxy_call(inner: Callable, title: str, run: Callable, audit: Callable, inte
     integrity()
     passed = result.passed is True
     message = result.message if kind(result.message) is text else "?"
-    audit("transformer_course.seal.verdict", title, passed, message)
+    audit("transformer_course.seal.verdict", title, passed, message, name)
     if not passed:
         raise failed(f"✘ {title}: {message}")
     captured.write(f"✔ {title}\n")
@@ -297,14 +300,12 @@ def _fingerprint(code: types.CodeType) -> tuple:
 
 
 def reference_exercises(names: list[str]) -> dict[str, Any]:
-    """The reference objects (transformer_course.reference.*) named like this notebook's exercises."""
-    import pkgutil
-
-    import transformer_course.reference as reference
-
+    """The reference objects (transformer_course.reference.*, imported by the zygote) named like this
+    notebook's exercises."""
     found: dict[str, Any] = {}
-    for info in pkgutil.iter_modules(reference.__path__, reference.__name__ + "."):
-        module = importlib.import_module(info.name)
+    for module_name, module in sorted(sys.modules.items()):
+        if not module_name.startswith("transformer_course.reference.") or module is None:
+            continue
         for name in names:
             value = vars(module).get(name)
             if value is not None and getattr(value, "__module__", "") == module.__name__:
@@ -334,6 +335,10 @@ def preload(modules: list[str]) -> None:
     import torch  # noqa: F401
 
     import transformer_course.checks.framework  # noqa: F401
+    import transformer_course.reference as reference
+
+    prefix = "transformer_course.reference."
+    modules = [*modules, *(info.name for info in pkgutil.iter_modules(reference.__path__, prefix))]
     for name in modules:
         try:
             importlib.import_module(name)
@@ -371,6 +376,7 @@ def serve(preloaded: list[str], control: int | None = None) -> None:
     running: list[int] = [0]
     if control is not None:
         threading.Thread(target=_control_loop, args=(control, running), daemon=True).start()
+    scratch = _scratch_folders()
     send({"op": "ready"})
     while True:
         try:
@@ -385,7 +391,77 @@ def serve(preloaded: list[str], control: int | None = None) -> None:
         running[0] = pid
         _, status = os.waitpid(pid, 0)
         running[0] = 0
+        _clean_up(scratch)
         send({"op": "runner-exit", "status": _describe_status(status)})
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below `root` (the zygote is a child subreaper, so a runner's orphans are too)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, pending = [], [root]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+PRIVATE_FOLDERS = "COURSE_RUNNER_PRIVATE"  # set by the launchers when cwd and TMPDIR belong to this runner alone
+
+
+def _scratch_folders() -> dict[str, set[str]]:
+    """The runner's own writable folders (working folder, TMPDIR) with what the zygote put there;
+    none unless the launcher said they are private to this student (`PRIVATE_FOLDERS`)."""
+    folders: dict[str, set[str]] = {}
+    if os.environ.get(PRIVATE_FOLDERS) != "1":
+        return folders
+    for folder in {os.getcwd(), tempfile.gettempdir()}:
+        try:
+            folders[folder] = set(os.listdir(folder))
+        except OSError:
+            continue
+    return folders
+
+
+def _clean_up(scratch: dict[str, set[str]]) -> None:
+    """After a runner ended: end every process it left behind and remove what it wrote, so one
+    notebook (a full /tmp, a stray process) cannot break the next one or the runner's own start."""
+    for pid in _descendants(os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                break
+        except ChildProcessError:
+            break
+    for folder, kept in scratch.items():
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if name in kept:
+                continue
+            path = os.path.join(folder, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 
 
 def _zygote_tools(requests: int, replies: int, null: int) -> dict[str, Any]:
@@ -417,7 +493,8 @@ def _zygote_tools(requests: int, replies: int, null: int) -> dict[str, Any]:
         "SyntaxError": SyntaxError, "BaseException": BaseException, "make_guard": seal.make_profile_guard,
         "make_reference_use": make_reference_use, "reference_codes": reference_codes,
         "reference_exercises": reference_exercises, "check_entries": check_entries,
-        "import_module": importlib.import_module, "disable_gc": __import__("gc").disable, "max_output": MAX_OUTPUT,
+        "import_module": importlib.import_module, "record": framework.record,
+        "disable_gc": __import__("gc").disable, "max_output": MAX_OUTPUT,
     }
     _not_dumpable()
     seal.arm(hook)
@@ -426,11 +503,14 @@ def _zygote_tools(requests: int, replies: int, null: int) -> dict[str, Any]:
 
 def _not_dumpable() -> None:
     """prctl(PR_SET_DUMPABLE, 0): no other process of the sandbox may read this one's memory through
-    /proc/PID/mem (they share a uid); runners and grade cells' children inherit it."""
+    /proc/PID/mem (they share a uid); runners and grade cells' children inherit it. Also
+    PR_SET_CHILD_SUBREAPER: what a runner leaves running is re-parented here, to be ended."""
     import ctypes
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl(4, 0, 0, 0, 0)
+        prctl(36, 1, 0, 0, 0)
     except (OSError, AttributeError):
         print("runner: could not make the process non-dumpable", file=sys.stderr)
 
@@ -531,6 +611,9 @@ def _run_notebook(zygote: dict[str, Any], receive: Callable, send: Callable, req
                 send({"op": "grade-exit", "index": message["index"], "nonce": message["nonce"], "status": status})
             except (OSError, interrupted):
                 exit_now(3)
+        elif op == "results":  # what the grade cells decided, for the notebook's own summary cell
+            for name, title, passed, text_ in message.get("results", []):
+                t["record"](name, title, passed, text_)
         else:
             exit_now(0)
 
@@ -562,7 +645,7 @@ def _grade_in_child(t: dict[str, Any], message: dict[str, Any]) -> None:
     check = t["namespace_type"]()
     partial = t["partial"]
     for name, inner, title in t["checks"]:
-        check.__dict__[name] = partial(t["proxy_call"], inner, title, *bound)
+        check.__dict__[name] = partial(t["proxy_call"], inner, title, name, *bound)
     namespace = t["dict"](t["user_ns"])
     namespace["check"] = check
     namespace["__builtins__"] = t["builtins"]

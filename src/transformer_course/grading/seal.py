@@ -370,7 +370,8 @@ def make_audit_hook(code_kind: Callable[[Any], int], file_kind: Callable[[Any], 
             if event == _event + ".verdict":
                 if innermost is not _verdict or notebook:
                     raise _Refused(_refusals["ours"])
-                _write("verdict", {"title": args[0], "passed": args[1] is True, "message": args[2]})
+                _write("verdict", {"title": args[0], "passed": args[1] is True, "message": args[2],
+                                   "name": args[3] if _len(args) > 3 else ""})
                 return
             if notebook or grading:
                 raise _Refused(_refusals["ours"])

@@ -102,7 +102,7 @@ def test_hostile_submission_crashes_and_bombs_cost_only_their_cells(graded):
 @needs_bubblewrap
 def test_hostile_submission_cannot_read_others_write_the_gradebook_or_reach_the_network(graded):
     grader, _, _, _ = graded
-    printed = "".join(o.get("text", "") for _, o in outputs(grader, "hana"))
+    printed = "".join(o.get("text", "") for source, o in outputs(grader, "hana") if "HISTORY" not in source)
     assert "LEAKED: []" in printed, printed[:2000]
     assert "GRADER ENVIRONMENT: []" in printed and "do-not-leak" not in printed
     assert "gradebook write blocked" in printed and "WROTE GRADEBOOK" not in printed

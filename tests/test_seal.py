@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from transformer_course.grading import runner, seal
-from transformer_course.grading.executor import Session, expected_titles
+from transformer_course.grading.executor import ChannelTampered, Session, expected_titles
 
 CHECKS = "transformer_course.checks.attention"
 GRADE = "assert check.sdpa_values(scaled_dot_product_attention)\n"
@@ -200,7 +200,12 @@ def test_a_student_thread_writing_to_the_grader_channel_cannot_forge_a_pass(sess
         threading.Thread(target=forge, daemon=True).start()
         time.sleep(0.05)
     """)
-    outcome, _ = grade(session, [BUGGY, forger])
+    try:
+        outcome, _ = grade(session, [BUGGY, forger])
+    except ChannelTampered:  # caught while the forger's cell ran: the session is closed, nothing passes
+        assert not session.alive()
+        session.start()
+        return
     assert not outcome.passed
 
 

@@ -57,6 +57,14 @@ class RunnerDied(Exception):
     """The notebook's runner process ended (the zygote said how)."""
 
 
+class ChannelTampered(RunnerDied):
+    """Notebook code wrote into the grader's channel: the session is closed and must be restarted."""
+
+
+CHANNEL_TAMPERED = ("your notebook wrote into the grader's own channel, so its process was stopped and this "
+                    "cell scores 0")
+
+
 class CellTimedOut(TimeoutError):
     """A cell ran past its time limit and was stopped; args[0] holds the outputs it had by then."""
 
@@ -109,6 +117,8 @@ def preload_modules(notebooks: list[NotebookNode]) -> list[str]:
         for cell in notebook.cells:
             if cell.get("cell_type") != "code" or not isinstance(cell.get("source"), str):
                 continue
+            if re.search(r"\boptim\b|\boptimizer\b", cell.source):
+                found.append("torch.optim")  # the first optimiser step imports hundreds of modules: warm up once
             for match in re.finditer(r"^(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", cell.source, re.MULTILINE):
                 name = match.group(1) or match.group(2)
                 if name.split(".")[0] in ("transformer_course", "torch", "numpy", "matplotlib", "plotly", "spacy",
@@ -295,6 +305,9 @@ class Session:
         while True:
             try:
                 record = self.next_record(deadline)
+            except ChannelBroken as error:
+                self.close()
+                raise ChannelTampered(f"{CHANNEL_TAMPERED} ({error})") from None
             except TimeoutError:
                 if interrupted:
                     self.control(b"k")
@@ -307,7 +320,8 @@ class Session:
             if record.get("op") == "runner-exit":
                 raise RunnerDied(self._death(record))
             if record.get("op") != "cell-done" or record.get("nonce") != nonce:
-                raise ChannelBroken("an unexpected record arrived on the grader's channel")
+                self.close()
+                raise ChannelTampered(f"{CHANNEL_TAMPERED} (a record that is not the grader's arrived)")
             outputs = [dict(output) for output in record.get("outputs", []) if isinstance(output, dict)]
             if interrupted:
                 raise CellTimedOut(outputs)
@@ -343,10 +357,8 @@ class Session:
                     if record.get("op") == "grade-exit" and record.get("nonce") == nonce:
                         break
         except ChannelBroken as error:
-            problems.append(str(error))
-            self.control(b"k")
-            self.wait_runner_exit()
-            raise RunnerDied(str(error)) from None
+            self.close()
+            raise ChannelTampered(f"{CHANNEL_TAMPERED} ({error})") from None
         outcome = judge(records, titles, problems, timed_out, timeout, hidden_count=_hidden_calls(hidden, titles))
         results = [[str(r.get("name")), str(r.get("title")), r.get("passed") is True, str(r.get("message"))]
                    for r in records if r.get("record") == "verdict" and r.get("name")]
@@ -596,6 +608,8 @@ class SealedExecute(NbGraderPreprocessor):
             except RunnerDied as died:
                 deaths += 1
                 cell.outputs = [_error("KernelDied", str(died))]
+                if isinstance(died, ChannelTampered) and "tampering: wrote into the grader's channel" not in findings:
+                    findings.append("tampering: wrote into the grader's channel")
                 self.log.warning("runner died in cell %d: %s", index, died)
                 if deaths <= self.max_kernel_deaths:
                     session = self._restart(session, nb, checks, exercises, cwd, clean, index)

@@ -344,7 +344,7 @@ def preload(modules: list[str]) -> None:
             importlib.import_module(name)
         except Exception as error:  # a module that cannot load now will fail in the cell that uses it
             print(f"runner: could not preload {name}: {error}", file=sys.stderr)
-    if "transformer_course.checks.training" in modules:
+    if "torch.optim" in modules or "transformer_course.checks.training" in modules:
         warm_up_training()
 
 

@@ -251,7 +251,7 @@ def export(class_dir: Path, course: Path, db_url: str | None = None) -> Path:
         writer.writerow(SHEET_COLUMNS)
         for sheet in sheets:
             for answer in sheet.answers:
-                score = "" if answer.score is None or not (answer.by_hand or answer.blank) else f"{answer.score:g}"
+                score = f"{answer.score:g}" if answer.by_hand and answer.score is not None else ""
                 writer.writerow([_cell(value) for value in (
                     sheet.question.assignment, sheet.question.grade_id, answer.student, answer.name, answer.lms_id,
                     f"{sheet.question.points:g}", score, answer.comment,

@@ -4,6 +4,7 @@ instructor grades them after the batch command.
     python -m transformer_course.grading.answers export CLASS_DIR        one HTML page per question
     python -m transformer_course.grading.answers import CLASS_DIR SHEET.csv [SHEET.csv ...]
     python -m transformer_course.grading.answers formgrader CLASS_DIR    config for nbgrader's formgrader
+    python -m transformer_course.grading.answers refresh CLASS_DIR       after grading in the formgrader
 
 A question is two markdown cells in a lesson: the question, then an answer cell
 (`# %% [markdown] answer="id" points=2`, see `transformer_course.authoring`) whose text in the
@@ -385,6 +386,19 @@ def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None
     return result
 
 
+def graded_by_hand(db_url: str) -> set[tuple[str, str]]:
+    """(student, assignment) of every submission with a written answer or comment given by a person."""
+    found = set()
+    with Gradebook(db_url) as gradebook:
+        for assignment in gradebook.assignments:
+            for submission in assignment.submissions:
+                for notebook in submission.notebooks:
+                    if any(grade.manual_score is not None for grade in notebook.grades) or any(
+                            comment.manual_comment for comment in notebook.comments):
+                        found.add((submission.student_id, assignment.name))
+    return found
+
+
 def regenerate_feedback(course: Path, class_dir: Path, who: Iterable[tuple[str, str]], db_url: str | None = None,
                         ) -> list[str]:
     """nbgrader generate_feedback for these (student, assignment) pairs; returns the failures.
@@ -476,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformer_course.grading.batch import ROOT
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["export", "import", "formgrader"])
+    parser.add_argument("command", choices=["export", "import", "formgrader", "refresh"])
     parser.add_argument("class_dir", type=Path, help="the --class-dir of the batch command")
     parser.add_argument("sheets", type=Path, nargs="*", help="import: the filled-in grading CSV file(s)")
     parser.add_argument("--db-url", help="the gradebook, when the batch used --db-url")
@@ -493,13 +507,16 @@ def main(argv: list[str] | None = None) -> int:
         path = write_formgrader_config(class_dir, course, arguments.db_url)
         print(f"wrote {path}\nnow: cd {class_dir} && jupyter lab   (then Nbgrader > Formgrader)")
         return 0
-    if not arguments.sheets:
+    if arguments.command == "refresh":
+        imported = Imported(students=graded_by_hand(arguments.db_url or default_db_url(class_dir)))
+    elif not arguments.sheets:
         parser.error("import needs the grading CSV file(s)")
-    try:
-        imported = import_scores(class_dir, arguments.sheets, arguments.db_url)
-    except SheetProblems as problems:
-        print(f"error: {problems}", file=sys.stderr)
-        return 1
+    else:
+        try:
+            imported = import_scores(class_dir, arguments.sheets, arguments.db_url)
+        except SheetProblems as problems:
+            print(f"error: {problems}", file=sys.stderr)
+            return 1
     failures = regenerate_feedback(course, class_dir, imported.students, arguments.db_url)
     refresh_scores_csv(class_dir, arguments.db_url)
     from transformer_course.grading.report import write_report

@@ -115,18 +115,14 @@ def _nbgrader_metadata(metadata: dict) -> dict | None:
     base = {"schema_version": 3, "task": False}
     if "solution" in metadata:
         return {**base, "grade": False, "solution": True, "locked": False, "grade_id": metadata.pop("solution")}
-    if "tests" in metadata:
-        points = metadata.pop("points", None)
-        if points is None:
-            raise ValueError(f"grade cell {metadata['tests']} has no points")
-        return {**base, "grade": True, "solution": False, "locked": True, "points": points,
-                "grade_id": metadata.pop("tests")}
-    if "answer" in metadata:
-        points = metadata.pop("points", None)
-        if points is None:
-            raise ValueError(f"answer cell {metadata['answer']} has no points")
-        return {**base, "grade": True, "solution": True, "locked": False, "points": points,
-                "grade_id": metadata.pop("answer")}
+    # graded cells: "tests" run the checks (locked), an "answer" is written and graded by hand
+    for role, what, written in (("tests", "grade cell", False), ("answer", "answer cell", True)):
+        if role in metadata:
+            points = metadata.pop("points", None)
+            if points is None:
+                raise ValueError(f"{what} {metadata[role]} has no points")
+            return {**base, "grade": True, "solution": written, "locked": not written, "points": points,
+                    "grade_id": metadata.pop(role)}
     if "readonly" in metadata:
         return {**base, "grade": False, "solution": False, "locked": True, "grade_id": metadata.pop("readonly")}
     return None

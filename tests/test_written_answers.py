@@ -3,10 +3,18 @@ solutions only), and the instructors' workflow after the batch command: scores.c
 waits for a person, export writes a page per question, import puts scores and comments into the
 gradebook, the feedback and scores.csv; the formgrader configuration points at the class."""
 
+import contextlib
 import csv
 import html as htmllib
+import json
+import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -15,7 +23,7 @@ from transformer_course.authoring import _nbgrader_metadata
 from transformer_course.grading import answers
 from transformer_course.grading.submissions import rebuild
 
-STAGES = [a for a in ASSIGNMENTS if a[:2] in {"01", "02", "03", "04", "05", "06"}]
+STAGES = [a for a in ASSIGNMENTS if a[:2] in {"01", "02", "03", "04", "05", "06"}]  # new stages: 0 to 3 questions
 
 
 def answer_cells(notebook):
@@ -24,11 +32,11 @@ def answer_cells(notebook):
 
 # --- the questions in the lessons (cheap) -----------------------------------------------------------
 
-@pytest.mark.parametrize("assignment", STAGES)
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_every_stage_asks_two_or_three_questions_with_a_rubric_that_adds_up(assignment):
     notebook = read(solution_path(assignment))
     found = answers.questions(notebook, assignment)
-    assert 2 <= len(found) <= 3, f"{assignment}: {len(found)} written questions"
+    assert (2 if assignment in STAGES else 0) <= len(found) <= 3, f"{assignment}: {len(found)} written questions"
     for (index, cell), question in zip(answer_cells(notebook), found, strict=True):
         metadata = cell.metadata["nbgrader"]
         assert cell.cell_type == "markdown" and not metadata["locked"] and metadata["schema_version"] == 3
@@ -42,13 +50,14 @@ def test_every_stage_asks_two_or_three_questions_with_a_rubric_that_adds_up(assi
 
 
 def test_answer_ids_are_unique_across_the_course():
-    ids = [cell.metadata["nbgrader"]["grade_id"] for a in STAGES for _, cell in answer_cells(read(solution_path(a)))]
-    graded = [cell.metadata["nbgrader"]["grade_id"] for a in STAGES for cell in read(solution_path(a)).cells
+    ids = [cell.metadata["nbgrader"]["grade_id"] for a in ASSIGNMENTS
+           for _, cell in answer_cells(read(solution_path(a)))]
+    graded = [cell.metadata["nbgrader"]["grade_id"] for a in ASSIGNMENTS for cell in read(solution_path(a)).cells
               if cell.metadata.get("nbgrader", {}).get("grade")]
     assert len(ids) == len(set(ids)) and len(graded) == len(set(graded))
 
 
-@pytest.mark.parametrize("assignment", STAGES)
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_model_answers_and_rubrics_never_reach_the_student_release(assignment):
     solution, release = read(solution_path(assignment)), read(student_path(assignment))
     released_text = "\n".join(cell.source for cell in release.cells)
@@ -164,21 +173,62 @@ def test_export_import_scores_comments_feedback_and_totals(class_copy):
     assert 'data-key="mean_manual"' in report
 
 
-@pytest.mark.slow
-def test_the_formgrader_configuration_reads_this_class(class_copy, monkeypatch):
-    """What nbgrader's formgrader reads when JupyterLab starts in the class folder: its gradebook and
-    the submissions that wait for manual grading."""
-    from nbgrader.apps import NbGrader, NbGraderAPI
+def formgrader(class_dir):
+    """A Jupyter server started in the class folder, as README says, with nbgrader's formgrader; yields a
+    function that calls its REST API (the one the formgrader's pages use)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = "formgrader-test"
+    environment = {**os.environ, "JUPYTER_CONFIG_DIR": str(class_dir / ".jupyter"),
+                   "JUPYTER_RUNTIME_DIR": str(class_dir / ".jupyter" / "runtime")}
+    server = subprocess.Popen([sys.executable, "-m", "jupyter", "server", "--no-browser", "--ip=127.0.0.1",
+                               f"--port={port}", f"--IdentityProvider.token={token}", "--allow-root"],
+                              cwd=class_dir, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    path = answers.write_formgrader_config(class_copy, ROOT)
-    assert path == class_copy / "nbgrader_config.py"
-    monkeypatch.chdir(class_copy)  # JupyterLab started here: nbgrader reads ./nbgrader_config.py
-    app = NbGrader()
-    app.load_config_file()
-    api = NbGraderAPI(config=app.config)
-    assert api.coursedir.root == str(class_copy)
-    assert api.coursedir.db_url == answers.default_db_url(class_copy)
-    submissions = {s["student"]: s for s in api.get_submissions(EXAMPLE_ASSIGNMENT)}
-    assert {"ada", "blake", "chen"} <= set(submissions)
-    assert submissions["dana_12345"]["needs_manual_grade"] and not submissions["blake"]["needs_manual_grade"]
-    assert app.config.GenerateFeedback.preprocessors  # the course's feedback (hidden tests removed) comes along
+    def call(path, method="GET", body=None):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read().decode()
+
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                call("/api/status")
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the Jupyter server did not start"
+                time.sleep(0.5)
+        yield call
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_grading_in_the_formgrader_reaches_scores_and_feedback(class_copy):
+    """The configuration the batch wrote, read by a real formgrader started in the class folder: it lists
+    the submissions, shows a student's answer on its grading page, saves a score and a comment; then
+    `answers refresh` puts them into scores.csv and the feedback."""
+    assert (class_copy / "nbgrader_config.py").exists()  # written by the batch command
+    answers.write_formgrader_config(class_copy, ROOT)  # the copy's own folders and gradebook
+    with contextlib.contextmanager(formgrader)(class_copy) as call:
+        listed = json.loads(call(f"/formgrader/api/submitted_notebooks/{EXAMPLE_ASSIGNMENT}/{EXAMPLE_ASSIGNMENT}"))
+        dana = next(entry for entry in listed if entry["student"] == "dana_12345")
+        assert dana["needs_manual_grade"]
+        page = call(f"/formgrader/submissions/{dana['id']}/?index=0")
+        assert "Dividing by" in htmllib.unescape(page)  # her answer (the model answer she handed in) is shown
+        grades = {g["name"]: g for g in json.loads(call(f"/formgrader/api/grades?submission_id={dana['id']}"))}
+        comments = {c["name"]: c for c in json.loads(call(f"/formgrader/api/comments?submission_id={dana['id']}"))}
+        call(f"/formgrader/api/grade/{grades['attn_q_scale']['id']}", "PUT", {"manual_score": 1.5})
+        call(f"/formgrader/api/comment/{comments['attn_q_scale']['id']}", "PUT",
+             {"manual_comment": "Formgrader comment: say what the softmax does."})
+    assert answers.main(["refresh", str(class_copy)]) == 0
+    row = rows_of(class_copy)["dana_12345"]
+    assert float(row["attn_q_scale"]) == 1.5 and row["attn_q_mask"] == answers.NEEDS_MANUAL_GRADING
+    assert row["manual_status"].startswith("needs manual grading: 2 of 3")
+    feedback = (class_copy / "feedback" / "dana_12345" / EXAMPLE_ASSIGNMENT / f"{EXAMPLE_ASSIGNMENT}.html")
+    assert "Formgrader comment: say what the softmax does." in htmllib.unescape(feedback.read_text())

@@ -522,8 +522,10 @@ def main(argv: list[str] | None = None) -> int:
     from transformer_course.grading.report import write_report
 
     write_report(class_dir)
-    print(f"imported {imported.scores} scores and {imported.comments} comments for "
-          f"{len(imported.students)} submissions; feedback regenerated; scores.csv and report.html rewritten")
+    done = "" if arguments.command == "refresh" else (
+        f"imported {imported.scores} scores and {imported.comments} comments; ")
+    print(f"{done}feedback regenerated for {len(imported.students)} submission(s) graded by hand; "
+          "scores.csv and report.html rewritten")
     for failure in failures:
         print(f"warning: feedback not regenerated for {failure}", file=sys.stderr)
     return 0 if not failures else 1

@@ -382,7 +382,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     csv_path = grader.class_dir / "scores.csv"
     print(summary(students, csv_path))
-    print(f"\nscores: {csv_path}\nfeedback: {grader.class_dir / 'feedback'}/<student>/<assignment>/")
+    print(f"\nscores: {csv_path}\nfeedback: {grader.class_dir / 'feedback'}/<student>/<assignment>/\n"
+          f"class report: {grader.class_dir / 'report.html'}")
+    waiting = sum(answers.pending(row) for row in answers.read_csv(csv_path))
+    if waiting:
+        print(f"{waiting} graded notebook(s) have written answers to grade by hand: "
+              f"python -m transformer_course.grading.answers export {grader.class_dir}  (README, 'Written answers')")
     return 0
 
 

@@ -235,5 +235,76 @@ print(f"after scaling by sqrt(d_model)={math.sqrt(d_model):.0f} : {(word * math.
 #
 # The last cell lists every check you ran in this notebook.
 
+# %% [markdown]
+# ## Questions: explain your reasoning
+# The check cells grade your code; these questions grade your understanding, and your instructor
+# reads them. Answer each one in the empty cell right below it (double-click the cell to write;
+# formulas as `$...$` work), in a few sentences of your own. A good answer says *why*, with what
+# you saw in this notebook; there is nothing to look up. The points are given in each question.
+
+# %% [markdown]
+# **Question 1 (2 points).** Section 1 showed that shuffling the rows of the input only shuffles
+# the rows of the toy attention's output. Explain why attention without positional information
+# cannot tell "the dog bit the man" from "the man bit the dog", and how adding $PE_{pos}$ to each
+# embedding changes that.
+
+# %% [markdown] answer="pe_q_order" points=2
+# **Model answer.** Attention mixes value vectors with weights computed from dot products between
+# token vectors; nothing in that computation depends on where a token stands. Reordering the input
+# reorders the rows of $Q$, $K$ and $V$ together, so every token gets exactly the same output
+# vector, only in another row. Both sentences hold the same tokens, so "dog" comes out the same
+# whether it is the subject or the object. Once $PE_{pos}$ is added, the same word at position 1
+# and at position 4 is a different vector: its scores against the other tokens differ, and the
+# outputs can depend on the order.
+#
+# **Rubric.**
+# - 1 point: the weights and outputs depend only on the token vectors, so permuting the input
+#   permutes the output (the same words get the same vectors in both sentences).
+# - 1 point: with the encoding added, one word at two positions is two different vectors, so scores
+#   and outputs can depend on order.
+
+# %% [markdown]
+# **Question 2 (2 points).** `pe` is registered with `register_buffer`, not stored as an
+# `nn.Parameter` and not as a plain attribute (`self.pe = pe`). For each of the two alternatives,
+# say what would go wrong. Think of the optimiser, `model.to(device)` and `state_dict()`.
+
+# %% [markdown] answer="pe_q_buffer" points=2
+# **Model answer.** As an `nn.Parameter` the table would be in `model.parameters()`, so the
+# optimiser would change it at every step: the fixed sinusoids would drift into a learned encoding
+# (with its own extra parameters), which is not the paper's model and loses the clean
+# relative-offset structure. As a plain attribute PyTorch does not know the tensor exists:
+# `model.to("cuda")` or `.double()` leave it behind on the CPU in float32, so `x + pe` fails with a
+# device or type mismatch on a GPU, and `state_dict()` does not contain it. A buffer moves and is
+# saved with the module but is never trained.
+#
+# **Rubric.**
+# - 1 point: a Parameter is updated by the optimiser, so the fixed table becomes a learned one.
+# - 1 point: a plain attribute is not moved or converted by `.to(...)` (device mismatch on a GPU)
+#   and is not in the `state_dict`.
+
+# %% [markdown]
+# **Question 3 (2 points).** The encoder of stage 4 multiplies the embeddings by $\sqrt{d_{model}}$
+# *before* adding the positional encoding. Using the sizes printed in section 5, explain what the
+# sum would be dominated by without this factor and why that hurts. Why is the scaling not done
+# inside `PositionalEncoding`?
+
+# %% [markdown] answer="pe_q_scale" points=2
+# **Model answer.** Freshly initialised embedding entries are tiny (about 0.01 in section 5), while
+# the encoding's entries lie between -1 and 1 with a typical size of about 0.6, some 40 times more.
+# Without the factor the input would be almost all position: two different words at the same
+# position would be nearly the same vector, so attention would at first see positions rather than
+# words, and training would have to grow the embeddings before the words could count. Multiplying
+# by $\sqrt{d_{model}} = 8$ brings the word signal to about 0.1, the same order as the position
+# signal. The scaling
+# belongs to the embedding layer (the paper scales the embedding weights); `PositionalEncoding` only
+# adds a fixed signal. Scaling inside it would scale whatever it receives, and after the addition it
+# would scale the positions too, changing the balance the factor is meant to set.
+#
+# **Rubric.**
+# - 1 point: without the factor the encoding (entries up to 1) swamps the small initial embeddings,
+#   so words are hard to tell apart at first.
+# - 1 point: the scaling is the embedding's job, before the addition; inside the encoding module (or
+#   after adding) it would scale the positions as well.
+
 # %%
 check.summary()

@@ -582,5 +582,79 @@ with skip_until_implemented("MultiHeadAttention and make_padding_mask"):
 # Next, stage 3 wraps `MultiHeadAttention` with a feed-forward network, residual connections and
 # LayerNorm into encoder and decoder blocks. The last cell lists every check you ran here.
 
+# %% [markdown]
+# ## Questions: explain your reasoning
+# The check cells grade your code; these questions grade your understanding, and your instructor
+# reads them. Answer each one in the empty cell right below it (double-click the cell to write;
+# formulas as `$...$` work), in a few sentences of your own. A good answer says *why*, with what
+# you saw in this notebook; there is nothing to look up. The points are given in each question.
+
+# %% [markdown]
+# **Question 1 (3 points).** You divided the scores by $\sqrt{d_k}$. A classmate leaves the
+# division out in a model with $d_k = 64$. Explain, with the variance argument of section 3, what
+# happens to the attention weights at initialisation and why training then slows down or stalls.
+# Why $\sqrt{d_k}$, and not $d_k$?
+
+# %% [markdown] answer="attn_q_scale" points=3
+# **Model answer.** With query and key entries of mean 0 and variance 1, $q \cdot k$ is a sum of
+# $d_k$ independent terms of variance 1, so its variance is $d_k$ and typical scores are about
+# $\pm\sqrt{d_k} = \pm 8$. A softmax over scores that far apart is almost one-hot. It is then
+# saturated: its derivatives $a_i(\delta_{ij} - a_j)$ are close to 0 for every entry, so hardly any
+# gradient reaches the queries and keys (the projections $W_q$, $W_k$), and they learn very slowly.
+# Dividing by $\sqrt{d_k}$ brings the variance back to 1 whatever the head width. Dividing by $d_k$
+# would shrink the variance to $1/d_k$: all scores near 0, nearly uniform weights, and attention
+# could
+# not focus on anything at first.
+#
+# **Rubric.**
+# - 1 point: $\mathrm{Var}(q \cdot k) = d_k$, so scores grow like $\sqrt{d_k}$ with the head width.
+# - 1 point: large scores saturate the softmax (nearly one-hot weights), its gradients vanish,
+#   learning stalls.
+# - 1 point: $\sqrt{d_k}$ restores variance 1 for any width; $d_k$ would over-shrink the scores
+#   (nearly uniform weights).
+
+# %% [markdown]
+# **Question 2 (2 points).** Your function hides a key by filling its score with `-1e9` *before* the
+# softmax. A classmate multiplies the weights by the mask *after* the softmax instead. What is wrong
+# with their weights? And why does this course use `-1e9` rather than `float("-inf")`?
+
+# %% [markdown] answer="attn_q_mask" points=2
+# **Model answer.** After the softmax the hidden key has already taken its share of the
+# normaliser: zeroing its weight afterwards leaves a row that sums to less than 1, so the output is
+# shrunk and the visible keys do not get the weights a softmax over them alone would give. A score
+# of
+# `-1e9` becomes exactly 0 after the exponential, so the softmax spreads the whole weight 1 over the
+# allowed keys. With `-inf`, a row in which every key is hidden (a padding query, say) becomes
+# $0/0$ = NaN, and NaN spreads to everything computed from it, the loss included; `-1e9` gives
+# such a row evenly spread, finite weights instead.
+#
+# **Rubric.**
+# - 1 point: masking after the softmax leaves rows that do not sum to 1 (the hidden key still counts
+#   in the normaliser).
+# - 1 point: `-inf` turns fully hidden rows into NaN ($0/0$); a large finite negative number does
+#   not.
+
+# %% [markdown]
+# **Question 3 (2 points).** In `split_heads` you first viewed `(batch, seq_len, d_model)` as
+# `(batch, seq_len, num_heads, d_k)` and then transposed. Explain why
+# `x.view(batch, num_heads, seq_len, d_k)` gives the right shape but the wrong heads, and why
+# `combine_heads` needs `.contiguous()` (or `reshape`) before its `view`.
+
+# %% [markdown] answer="attn_q_heads" points=2
+# **Model answer.** `view` only re-reads the same memory in row-major order, and the memory holds
+# token 0's $d_{model}$ features, then token 1's, and so on. Read directly as
+# `(num_heads, seq_len, d_k)`, head 0's "positions" are consecutive chunks of $d_k$ numbers: pieces
+# of token 0, then of token 1, posing as different tokens. The shape is right, so only the values
+# show the mistake. Viewing as `(seq_len, num_heads, d_k)` cuts each token's features into
+# `num_heads` blocks, and `transpose(1, 2)` then puts the heads axis first without mixing tokens.
+# A transposed tensor is no longer laid out in row-major order, and `view` cannot re-read it;
+# `.contiguous()` copies it into that order first (`reshape` copies when it must).
+#
+# **Rubric.**
+# - 1 point: a direct view splits memory in the wrong order, so a head's positions are pieces of
+#   tokens; same shape, wrong values.
+# - 1 point: after `transpose` the memory is not contiguous, so `view` needs `.contiguous()` (or
+#   `reshape`).
+
 # %%
 check.summary()

@@ -581,5 +581,81 @@ with skip_until_implemented("EncoderBlock"):
 # Next, stage 4 stacks these blocks, adds embeddings, positional encoding and the output layer, and
 # builds the full encoder–decoder. The last cell lists every check you ran here.
 
+# %% [markdown]
+# ## Questions: explain your reasoning
+# The check cells grade your code; these questions grade your understanding, and your instructor
+# reads them. Answer each one in the empty cell right below it (double-click the cell to write;
+# formulas as `$...$` work), in a few sentences of your own. A good answer says *why*, with what
+# you saw in this notebook; there is nothing to look up. The points are given in each question.
+
+# %% [markdown]
+# **Question 1 (2 points).** Section 4 stacked attention layers with and without a residual
+# connection. Explain why attention without the residual path makes all positions alike after a
+# few layers, and give a second reason residual connections help training (think of the gradient).
+
+# %% [markdown] answer="block_q_residual" points=2
+# **Model answer.** Each attention output is a weighted average of value vectors (weights are
+# positive and sum to 1). Averaging again and again pulls all positions towards a common mix, like
+# blurring an image repeatedly, so after a few layers every position carries nearly the same
+# vector and the sentence is averaged away. With $x + \mathrm{Attention}(x)$ each position keeps its
+# own vector and attention only adds a correction. For training, $\partial y / \partial x = I +
+# \partial\,\mathrm{Sublayer}/\partial x$: the identity term gives the gradient a direct path to the
+# lower blocks even when the sublayers' own derivatives are small.
+#
+# **Rubric.**
+# - 1 point: attention outputs are averages; repeated averaging makes positions converge (the
+#   residual keeps each position's own vector).
+# - 1 point: the identity path of the residual lets gradients reach lower layers undiminished.
+
+# %% [markdown]
+# **Question 2 (3 points).** Suppose your `EncoderBlock` used pre-LN,
+# `x + dropout(sublayer(norm(x)))`, instead of the paper's post-LN. Which of your checks would still
+# pass, which would fail, and why? Then explain, with section 11, why pre-LN trains more stably in
+# deep stacks while the paper's post-LN needs a learning-rate warm-up.
+
+# %% [markdown] answer="block_q_preln" points=3
+# **Model answer.** Pre-LN computes a different function with the same parameters: shapes are
+# unchanged, so the shape checks pass, but the values no longer match the reference or
+# `nn.TransformerEncoderLayer` (whose default is post-LN), so the value and PyTorch comparisons
+# fail.
+# Its output is also no longer normalised per position: the residual stream keeps growing and
+# needs one final LayerNorm after the last block. In pre-LN that residual stream is an untouched
+# sum from the embeddings to the final LayerNorm, an identity path for the gradient. In post-LN
+# every
+# path from the loss to a lower block passes through one LayerNorm per sublayer, and at
+# initialisation the gradients of the blocks near the output are large (Xiong et al., 2020). With a
+# normal learning rate and Adam's poor estimates in its first steps, the first updates are then too
+# big and training can diverge; a warm-up keeps the learning rate tiny until that passes. Pre-LN
+# needs little or no warm-up, and the difference grows with depth.
+#
+# **Rubric.**
+# - 1 point: shape checks pass but value/PyTorch comparisons fail: pre-LN is a different function
+#   (and its output is not normalised).
+# - 1 point: pre-LN keeps an identity path through the residual stream (plus a final LayerNorm);
+#   post-LN sends gradients through a LayerNorm per sublayer.
+# - 1 point: post-LN's large gradients near the output at initialisation make early steps unstable,
+#   hence the warm-up.
+
+# %% [markdown]
+# **Question 3 (2 points).** In the decoder block's cross-attention the queries come from the
+# decoder, while keys and values come from `enc_out`, masked with the source padding mask. What
+# would the model lose if keys and values came from the decoder instead? And why does
+# cross-attention need no look-ahead mask?
+
+# %% [markdown] answer="block_q_cross" points=2
+# **Model answer.** Cross-attention is the only place where the decoder reads the source sentence.
+# With keys and values from the decoder it would be a second self-attention: the output would not
+# depend on the German sentence at all, and the decoder could only continue English text as a
+# language model. The look-ahead mask stops a target position from seeing *later target* words,
+# which do not exist yet when translating. The source sentence is complete before decoding starts,
+# so looking at any source position leaks nothing from the future; only `<pad>` keys must be hidden,
+# which the source padding mask does.
+#
+# **Rubric.**
+# - 1 point: cross-attention is the decoder's only path to the source; without it the translation
+#   ignores the input.
+# - 1 point: the whole source is known at translation time, so no future information leaks; only
+#   padding needs hiding.
+
 # %%
 check.summary()

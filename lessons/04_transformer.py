@@ -599,5 +599,67 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 #
 # The last cell lists every check you ran in this notebook.
 
+# %% [markdown]
+# ## Questions: explain your reasoning
+# The check cells grade your code; these questions grade your understanding, and your instructor
+# reads them. Answer each one in the empty cell right below it (double-click the cell to write;
+# formulas as `$...$` work), in a few sentences of your own. A good answer says *why*, with what
+# you saw in this notebook; there is nothing to look up. The points are given in each question.
+
+# %% [markdown]
+# **Question 1 (2 points).** Why does the decoder need the look-ahead mask in training while the
+# encoder does not? Describe what a model trained without it would learn, and why it would then
+# fail when it translates.
+
+# %% [markdown] answer="model_q_lookahead" points=2
+# **Model answer.** With teacher forcing the decoder reads the whole shifted target at once:
+# position $i$ must predict token $i+1$, and token $i+1$ is itself an input at position $i+1$.
+# Without the mask, self-attention at position $i$ can read position $i+1$ and copy it, so the loss
+# falls towards 0 without the model learning to translate. When it translates, the later words do
+# not exist yet: the model has never learned to predict from the earlier words alone, and its output
+# is poor. The encoder reads the source sentence, which is complete before translating starts and
+# is never predicted, so every source word may look at every other, in both directions.
+#
+# **Rubric.**
+# - 1 point: unmasked, the decoder sees the token it must predict and learns to copy it (low
+#   training loss, no translation at inference, where future words do not exist).
+# - 1 point: the source is fully known at translation time and is not predicted, so the encoder may
+#   attend both ways.
+
+# %% [markdown]
+# **Question 2 (2 points).** One classmate keeps the encoder blocks in a plain Python list,
+# another writes `nn.ModuleList([EncoderBlock(...)] * N)`. Both models run and give outputs of the
+# right shape. Explain for each what is actually wrong: what does the optimiser train, and what is
+# saved?
+
+# %% [markdown] answer="model_q_modulelist" points=2
+# **Model answer.** `nn.Module` registers sub-modules assigned as modules or module containers; a
+# plain list is invisible to it. The blocks' weights are then missing from `model.parameters()`, so
+# the optimiser never updates them (they stay random), `state_dict()` does not save them and
+# `model.to(device)` does not move them. `[block] * N` builds a list of $N$ references to *one*
+# object: the model has one block's weights used $N$ times, a third or a sixth of the parameters it
+# should have, and every update changes "all" blocks at once.
+#
+# **Rubric.**
+# - 1 point: plain list: the blocks are not registered, so they are not trained, saved or moved.
+# - 1 point: `[block] * N`: one block shared N times (N times fewer parameters, tied weights).
+
+# %% [markdown]
+# **Question 3 (2 points).** The source mask has shape `(batch, 1, 1, src_len)`, the target mask
+# `(batch, 1, tgt_len, tgt_len)`. Explain why the source mask can get away with size 1 on the query
+# axis while the target mask needs the full square.
+
+# %% [markdown] answer="model_q_masks" points=2
+# **Model answer.** Whether a key is padding depends on the key alone: the same keys are hidden
+# for every query, so one row broadcasts over all queries (and over the heads). The look-ahead rule,
+# key $j$ visible only if $j \le i$, depends on the pair of query $i$ and key $j$, so it needs a
+# value per pair: a `tgt_len` × `tgt_len` square. The target mask is that square combined with the
+# target padding row by `&`, and broadcasting gives `(batch, 1, tgt_len, tgt_len)`.
+#
+# **Rubric.**
+# - 1 point: padding depends only on the key, so a single row broadcasts over the queries.
+# - 1 point: look-ahead depends on the (query, key) pair, so it needs the square; `&` combines both
+#   by broadcasting.
+
 # %%
 check.summary()

@@ -822,5 +822,69 @@ else:
 #
 # The last cell lists every check you ran in this notebook.
 
+# %% [markdown]
+# ## Questions: explain your reasoning
+# The check cells grade your code; these questions grade your understanding, and your instructor
+# reads them. Answer each one in the empty cell right below it (double-click the cell to write;
+# formulas as `$...$` work), in a few sentences of your own. A good answer says *why*, with what
+# you saw in this notebook; there is nothing to look up. The points are given in each question.
+
+# %% [markdown]
+# **Question 1 (2 points).** Why does the training step feed `tgt[:, :-1]` to the decoder and
+# compare its predictions with `tgt[:, 1:]`? What did the toy run of section 10 show when the
+# target is not shifted, and why is its low loss misleading?
+
+# %% [markdown] answer="train_q_shift" points=2
+# **Model answer.** With the shift, the decoder's input at position $i$ is token $i$ (starting with
+# `<bos>`) and the label at position $i$ is token $i+1$ (ending with `<eos>`): every position learns
+# to predict the next word from the words before it, which is exactly what translating word by word
+# asks for. Without the shift the label at position $i$ is the input at position $i$, which the
+# look-ahead mask allows the position to see (the diagonal). The model learns to copy its input:
+# the loss drops to almost 0 within an epoch, yet the model cannot produce a next word, and
+# translating gives echoes instead of sentences.
+#
+# **Rubric.**
+# - 1 point: the shift pairs each position with the next token (predict the next word from the
+#   previous ones).
+# - 1 point: unshifted, the answer is visible at its own position, so copying gives a near-zero loss
+#   and no ability to translate.
+
+# %% [markdown]
+# **Question 2 (2 points).** The learning rate rises linearly for `warmup` steps, then decays as
+# $\mathit{step}^{-0.5}$. Why start small (think of stage 3's post-LN discussion and of Adam's first
+# steps)? And why must the scheduler step once per batch rather than once per epoch?
+
+# %% [markdown] answer="train_q_warmup" points=2
+# **Model answer.** In the first steps Adam's estimates of the gradients' size rest on very few
+# batches, and a post-LN Transformer has large gradients in its upper blocks at initialisation: a
+# full learning rate then makes big, badly aimed updates, and the loss explodes or gets stuck high.
+# Rising slowly keeps the first updates small until the statistics settle; after that the rate
+# decays like $\mathit{step}^{-0.5}$. The schedule counts optimiser steps. Stepped once per epoch it
+# would count epochs instead: with a warm-up of 400 steps the learning rate would stay tiny for 400
+# epochs and the model would barely train.
+#
+# **Rubric.**
+# - 1 point: early updates are unreliable (Adam's few-sample estimates, large post-LN gradients), so
+#   a small rate avoids divergence.
+# - 1 point: the schedule is defined in optimiser steps; stepping per epoch stretches the warm-up by
+#   the number of batches per epoch.
+
+# %% [markdown]
+# **Question 3 (2 points).** `compute_loss` ignores `<pad>` positions. Give two things that would
+# go wrong if the loss counted them.
+
+# %% [markdown] answer="train_q_padding" points=2
+# **Model answer.** The model would be trained to predict `<pad>` after the end of each sentence,
+# easy targets that spend its capacity and make the loss look better than the translations are.
+# The loss would depend on how much padding a batch happens to have, so losses of different
+# batches (or with and without length bucketing) could not be compared. And since the loss is a
+# mean, the many padding positions dilute the gradient of the real tokens, which then learn more
+# slowly in heavily padded batches.
+#
+# **Rubric.**
+# - 1 point: the model learns to predict padding, and the loss depends on the amount of padding (it
+#   looks better than it is, batches are not comparable).
+# - 1 point: the real tokens' share of the gradient shrinks with padding (diluted mean).
+
 # %%
 check.summary()

@@ -652,5 +652,68 @@ with skip_until_implemented("greedy_decode and attention_maps"):
 #
 # The last cell lists every check you ran in this notebook.
 
+# %% [markdown]
+# ## Questions: explain your reasoning
+# The check cells grade your code; these questions grade your understanding, and your instructor
+# reads them. Answer each one in the empty cell right below it (double-click the cell to write;
+# formulas as `$...$` work), in a few sentences of your own. A good answer says *why*, with what
+# you saw in this notebook; there is nothing to look up. The points are given in each question.
+
+# %% [markdown]
+# **Question 1 (2 points).** Training ran the decoder once over a whole target sentence. Why must
+# greedy decoding run it once per output word, and why is it enough to take the argmax of
+# `logits[:, -1]` at each step?
+
+# %% [markdown] answer="dec_q_stepwise" points=2
+# **Model answer.** When translating, the target sentence does not exist yet: word $t+1$ can only be
+# predicted once word $t$ has been chosen and fed back in as input, so the decoder runs once per new
+# word on the prefix produced so far. Because of the look-ahead mask, the logits at the earlier
+# positions only predict words that have already been chosen; the last position is the only one that
+# predicts the next, new word, so its argmax is the greedy choice.
+#
+# **Rubric.**
+# - 1 point: each new word depends on the words chosen before it, which exist only step by step.
+# - 1 point: with causal masking only the last position predicts the next word; earlier positions
+#   repeat past predictions.
+
+# %% [markdown]
+# **Question 2 (2 points).** In a batch, sentences finish at different steps. Explain why your
+# `greedy_decode` keeps a `finished` vector and writes `<pad>` into finished sentences instead of
+# stopping them, and what goes wrong if finished sentences keep producing words.
+
+# %% [markdown] answer="dec_q_finished" points=2
+# **Model answer.** The whole batch is one tensor decoded in lockstep, so no sentence can leave the
+# loop early: every step appends one token to every row. The `finished` vector remembers which
+# sentences have produced `<eos>`; their later tokens are set to `<pad>`, so each sentence ends
+# where
+# the model ended it, and the loop stops once all are finished or `max_len` is reached. If finished
+# sentences kept producing words, words after `<eos>` would enter the translations (and lower BLEU),
+# and a sentence's translation would depend on how long its batch mates are, differing from decoding
+# it alone.
+#
+# **Rubric.**
+# - 1 point: the batch is decoded together (one rectangular tensor), so finished rows must be
+#   filled, not removed.
+# - 1 point: without padding, words after `<eos>` leak into the output and results depend on the
+#   other sentences of the batch.
+
+# %% [markdown]
+# **Question 3 (2 points).** The lesson warns that attention maps show where information was read,
+# not what the model understood. Give two reasons why a clean-looking cross-attention map need not
+# explain a translation choice.
+
+# %% [markdown] answer="dec_q_attention" points=2
+# **Model answer.** The encoder output at source position $j$ is not the word $j$ any more: encoder
+# self-attention has mixed information from the whole sentence into it, so attending to position $j$
+# can mean reading about other words. And one head of one layer is a small part of the computation:
+# there are several heads and layers, the residual connections carry information around attention,
+# the feed-forward networks and the output layer transform it, and a weight says nothing about how
+# large the value vector it multiplies is.
+#
+# **Rubric.**
+# - 1 point: encoder outputs are mixtures of the whole source, so a position is not a word.
+# - 1 point: one map is one head of many; residual paths, feed-forward layers and value sizes also
+#   decide the output.
+
 # %%
 check.summary()

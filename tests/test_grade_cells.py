@@ -8,7 +8,9 @@ from conftest import ASSIGNMENTS, read, solution_path, student_path
 
 
 def grade_cells(notebook):
-    return [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")]
+    """The autograded test cells (written answers, graded by hand, are linted in test_written_answers)."""
+    return [cell for cell in notebook.cells if cell.metadata.get("nbgrader", {}).get("grade")
+            and not cell.metadata["nbgrader"].get("solution")]
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -61,7 +63,8 @@ def test_student_notebook_has_stubs_not_solutions(assignment):
     student = read(student_path(assignment))
     text = "\n".join(cell.source for cell in student.cells)
     assert "### BEGIN SOLUTION" not in text and "### BEGIN HIDDEN TESTS" not in text
-    stubs = [cell for cell in student.cells if cell.metadata.get("nbgrader", {}).get("solution")]
+    stubs = [cell for cell in student.cells if cell.metadata.get("nbgrader", {}).get("solution")
+             and cell.cell_type == "code"]
     assert stubs and all("raise NotImplementedError()" in cell.source for cell in stubs)
 
 

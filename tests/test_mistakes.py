@@ -42,5 +42,5 @@ def test_alternative_solution_passes_every_grade_cell(alternative):
     failed = {grade_id: o.message[:300] for grade_id, o in outcomes.items() if not o.passed}
     assert not failed, failed
     expected = [c.metadata["nbgrader"]["grade_id"] for c in notebook.cells
-                if c.metadata.get("nbgrader", {}).get("grade")]
+                if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
     assert list(outcomes) == expected

@@ -13,6 +13,14 @@ Cell headers carry nbgrader roles in short form:
     `# %% solution="id"`            student writes code here (BEGIN/END SOLUTION inside)
     `# %% tests="id" points=2`      a locked grade cell
     `# %% readonly="id"`            a locked cell students may not edit (setup)
+    `# %% [markdown] answer="id" points=2`
+                                    a written answer graded by hand (nbgrader's "manually graded
+                                    answer"). Its text is the model answer and the rubric, written
+                                    as `**Model answer.** ...` then `**Rubric.**` and one
+                                    `- N point(s): ...` line per criterion (they add up to the
+                                    points); students get an empty answer cell instead. Put the
+                                    question itself in the markdown cell just above it. A new stage
+                                    adds questions the same way: a question cell, then an answer cell.
 
 Usage: python -m transformer_course.authoring build | check   (run from the repository root)
 """
@@ -107,12 +115,14 @@ def _nbgrader_metadata(metadata: dict) -> dict | None:
     base = {"schema_version": 3, "task": False}
     if "solution" in metadata:
         return {**base, "grade": False, "solution": True, "locked": False, "grade_id": metadata.pop("solution")}
-    if "tests" in metadata:
-        points = metadata.pop("points", None)
-        if points is None:
-            raise ValueError(f"grade cell {metadata['tests']} has no points")
-        return {**base, "grade": True, "solution": False, "locked": True, "points": points,
-                "grade_id": metadata.pop("tests")}
+    # graded cells: "tests" run the checks (locked), an "answer" is written and graded by hand
+    for role, what, written in (("tests", "grade cell", False), ("answer", "answer cell", True)):
+        if role in metadata:
+            points = metadata.pop("points", None)
+            if points is None:
+                raise ValueError(f"{what} {metadata[role]} has no points")
+            return {**base, "grade": True, "solution": written, "locked": not written, "points": points,
+                    "grade_id": metadata.pop(role)}
     if "readonly" in metadata:
         return {**base, "grade": False, "solution": False, "locked": True, "grade_id": metadata.pop("readonly")}
     return None
@@ -143,6 +153,8 @@ def build_solution(root: Path, assignment: str) -> nbformat.NotebookNode:
         metadata = dict(cell.metadata)
         nbgrader = _nbgrader_metadata(metadata)
         source = _expand(cell.source, root, assignment)
+        if nbgrader and "answer" in cell.metadata and cell.cell_type != "markdown":
+            raise ValueError(f"{assignment}: answer cell {nbgrader['grade_id']} must be a markdown cell")
         if cell.cell_type == "markdown":
             new = nbformat.v4.new_markdown_cell(source)
         else:

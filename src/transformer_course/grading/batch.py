@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from transformer_course.authoring import assignments as course_assignments
 from transformer_course.data import multi30k
+from transformer_course.grading import answers, report
 from transformer_course.grading.classroom import Classroom
 from transformer_course.grading.identities import student_ids
 from transformer_course.grading.isolation import bubblewrap_problem
@@ -249,6 +250,8 @@ class BatchGrader:
                     futures[future].reasons.append(f"the grader failed on this student ({type(error).__name__}: "
                                                    f"{printable(str(error))[:200]})")
         self.write_csv(students)
+        report.write_report(self.class_dir)  # report.html beside scores.csv
+        answers.write_formgrader_config(self.class_dir, self.course, self.db_url)  # for grading answers by hand
         return students
 
     # --- reporting ------------------------------------------------------------------------------
@@ -257,14 +260,16 @@ class BatchGrader:
         """scores.csv: one row per (student, assignment) graded, plus one per file that was not, with the reason.
 
         Every text cell is safe to open in a spreadsheet (`spreadsheet_cell`); numbers stay numbers."""
-        rows = self.classroom.scores()
+        rows = answers.score_rows(self.db_url)  # written answers not yet graded: "needs manual grading"
         graded = {(row["student"], row["assignment"]) for row in rows}
         for result in students.values():
             person = {"name": result.name, "lms_id": result.lms_id}
             files = {s.assignment: s.relative for s in result.submissions if s.assignment}
+            checked = {s.assignment: s.status for s in result.submissions if s.assignment}
             for row in rows:
                 if row["student"] == result.student:
                     row.update(person, status=result.status, file=files.get(str(row["assignment"]), ""),
+                               notebook=checked.get(str(row["assignment"]), ""),
                                reasons="; ".join(self.reasons_for(result, str(row["assignment"]))))
             for submission in result.submissions:
                 if (result.student, submission.assignment) in graded:
@@ -272,9 +277,10 @@ class BatchGrader:
                 rejected = submission.status == "rejected"
                 reasons = submission.reasons if rejected else self.reasons_for(result, submission.assignment or "?")
                 rows.append({"student": result.student, **person, "assignment": submission.assignment or "?",
-                             "status": "rejected" if rejected else result.status,
+                             "status": "rejected" if rejected else result.status, "notebook": submission.status,
                              "reasons": "; ".join(reasons or result.reasons), "file": submission.relative})
-        fixed = ["student", "name", "lms_id", "assignment", "total", "max", "status", "reasons", "file"]
+        fixed = ["student", "name", "lms_id", "assignment", *answers.GRADEBOOK_COLUMNS, "status", "notebook",
+                 "reasons", "file"]
         columns = [*fixed[:4], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[4:]]
         path = self.class_dir / "scores.csv"
         with open(path, "w", newline="", encoding="utf-8") as handle:
@@ -376,7 +382,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     csv_path = grader.class_dir / "scores.csv"
     print(summary(students, csv_path))
-    print(f"\nscores: {csv_path}\nfeedback: {grader.class_dir / 'feedback'}/<student>/<assignment>/")
+    print(f"\nscores: {csv_path}\nfeedback: {grader.class_dir / 'feedback'}/<student>/<assignment>/\n"
+          f"class report: {grader.class_dir / 'report.html'}")
+    waiting = sum(answers.pending(row) for row in answers.read_csv(csv_path))
+    if waiting:
+        print(f"{waiting} graded notebook(s) have written answers to grade by hand: "
+              f"python -m transformer_course.grading.answers export {grader.class_dir}  (README, 'Written answers')")
     return 0
 
 

@@ -15,6 +15,7 @@ import time
 import nbformat
 
 from transformer_course.authoring import assignments, build, repository_root
+from transformer_course.grading.answers import score_rows
 from transformer_course.grading.batch import BatchGrader, summary
 from transformer_course.grading.classroom import score_table
 from transformer_course.grading.examples import KNOWN_BUGS, student_submissions
@@ -43,11 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     students = grader.run()
     csv_path = grader.class_dir / "scores.csv"
     print()
-    print(score_table(grader.classroom.scores()))
+    checks = [{**row, "total": row["autograded"], "max": row["autograded_max"]} for row in score_rows(grader.db_url)]
+    print("points from the checks (the written answers wait for a person: README, 'Written answers'):")
+    print(score_table(checks))
     print()
     print(summary(students, csv_path))
     print("\nchen's bugs:", "; ".join(f"{a}: {m.description}" for a, m in KNOWN_BUGS.items() if a in assignment_ids))
-    print(f"scores: {csv_path.relative_to(root)}   feedback: {(grader.class_dir / 'feedback').relative_to(root)}/")
+    print(f"scores: {csv_path.relative_to(root)}   feedback: {(grader.class_dir / 'feedback').relative_to(root)}/   "
+          f"class report: {(grader.class_dir / 'report.html').relative_to(root)}")
     print(f"done in {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -505,6 +505,21 @@ def rebuild(
         if operation == "equal":
             output += released_block
             continue
+        written = [c for c in exercises if c.cell_type == "markdown"]  # answers graded by hand
+        if written:
+            exercises = [c for c in exercises if c.cell_type != "markdown"]
+            released_text = {_key(c) for c in released.cells}
+            student_text = [c for c in notebook.cells[j1:j2] if c.cell_type == "markdown" and c.source.strip()
+                            and _key(c) not in released_text]
+            for answer_cell, answer in zip(written, student_text, strict=False):
+                answer_cell.source = answer.source
+            lost += [f"written answer '{_grade_id(c)}' not found: graded as not answered"
+                     for c in written[len(student_text):]]
+            if len(student_text) > len(written):
+                written[-1].source = "\n\n".join(cell.source for cell in student_text[len(written) - 1:])
+            if not exercises:
+                output += released_block
+                continue
         if exercises:
             if not student_code:
                 lost += [f"exercise cell '{_grade_id(c)}' not found: graded as not answered" for c in exercises]

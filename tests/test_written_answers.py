@@ -1,0 +1,234 @@
+"""Written answers graded by hand: the questions in the lessons (model answer and rubric in the
+solutions only), and the instructors' workflow after the batch command: scores.csv says what still
+waits for a person, export writes a page per question, import puts scores and comments into the
+gradebook, the feedback and scores.csv; the formgrader configuration points at the class."""
+
+import contextlib
+import csv
+import html as htmllib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from conftest import ASSIGNMENTS, EXAMPLE_ASSIGNMENT, ROOT, read, solution_path, student_path
+from transformer_course.authoring import _nbgrader_metadata
+from transformer_course.grading import answers
+from transformer_course.grading.submissions import rebuild
+
+STAGES = [a for a in ASSIGNMENTS if a[:2] in {"01", "02", "03", "04", "05", "06"}]  # new stages: 0 to 3 questions
+
+
+def answer_cells(notebook):
+    return [(index, cell) for index, cell in enumerate(notebook.cells) if answers.is_answer_cell(cell)]
+
+
+# --- the questions in the lessons (cheap) -----------------------------------------------------------
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_stage_asks_two_or_three_questions_with_a_rubric_that_adds_up(assignment):
+    notebook = read(solution_path(assignment))
+    found = answers.questions(notebook, assignment)
+    assert (2 if assignment in STAGES else 0) <= len(found) <= 3, f"{assignment}: {len(found)} written questions"
+    for (index, cell), question in zip(answer_cells(notebook), found, strict=True):
+        metadata = cell.metadata["nbgrader"]
+        assert cell.cell_type == "markdown" and not metadata["locked"] and metadata["schema_version"] == 3
+        assert question.points > 0 and question.model_answer, question.grade_id
+        assert sum(points for points, _ in question.rubric) == question.points, (question.grade_id, question.rubric)
+        assert all(text for _, text in question.rubric)
+        prompt = notebook.cells[index - 1]
+        assert prompt.cell_type == "markdown" and "nbgrader" not in prompt.metadata, question.grade_id
+        assert f"({question.points:g} points)" in prompt.source, "the question states its points"
+        assert question.grade_id in {c.metadata.get("nbgrader", {}).get("grade_id") for c in notebook.cells}
+
+
+def test_answer_ids_are_unique_across_the_course():
+    ids = [cell.metadata["nbgrader"]["grade_id"] for a in ASSIGNMENTS
+           for _, cell in answer_cells(read(solution_path(a)))]
+    graded = [cell.metadata["nbgrader"]["grade_id"] for a in ASSIGNMENTS for cell in read(solution_path(a)).cells
+              if cell.metadata.get("nbgrader", {}).get("grade")]
+    assert len(ids) == len(set(ids)) and len(graded) == len(set(graded))
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_model_answers_and_rubrics_never_reach_the_student_release(assignment):
+    solution, release = read(solution_path(assignment)), read(student_path(assignment))
+    released_text = "\n".join(cell.source for cell in release.cells)
+    assert "Model answer" not in released_text and "Rubric" not in released_text
+    written = answer_cells(release)
+    assert [c.metadata["nbgrader"]["grade_id"] for _, c in written] == [
+        c.metadata["nbgrader"]["grade_id"] for _, c in answer_cells(solution)]
+    assert all(cell.source == "YOUR ANSWER HERE" for _, cell in written)
+    for question in answers.questions(solution, assignment):
+        texts = [question.model_answer, *(text for _, text in question.rubric)]
+        fragments = [piece.strip() for text in texts for piece in re.split(r"[.;:]", text) if len(piece.strip()) > 30]
+        assert fragments
+        leaked = [fragment for fragment in fragments if fragment in released_text]
+        assert not leaked, f"{question.grade_id}: model answer text in the student notebook: {leaked[:2]}"
+
+
+def test_answer_cell_header_needs_points():
+    assert _nbgrader_metadata({"answer": "q", "points": 2}) == {
+        "schema_version": 3, "task": False, "grade": True, "solution": True, "locked": False, "points": 2,
+        "grade_id": "q"}
+    with pytest.raises(ValueError, match="no points"):
+        _nbgrader_metadata({"answer": "q"})
+
+
+def test_a_stripped_notebook_keeps_its_written_answers_when_rebuilt():
+    release, solution = read(student_path(EXAMPLE_ASSIGNMENT)), read(solution_path(EXAMPLE_ASSIGNMENT))
+    for number, (_, cell) in enumerate(answer_cells(solution)):
+        cell.source = f"my own answer {number}"
+    for cell in solution.cells:
+        cell.metadata = {}  # what an editor that drops metadata hands in
+    rebuilt, lost = rebuild(release, solution)
+    assert not lost
+    assert [cell.source for _, cell in answer_cells(rebuilt)] == [f"my own answer {n}" for n in range(3)]
+
+
+# --- grading them, on the example class graded once per session (slow) ------------------------------
+
+@pytest.fixture(scope="module")
+def class_copy(graded_example_class, tmp_path_factory):
+    """A copy of the graded example class, so importing scores leaves the shared one as it was."""
+    grader = graded_example_class[0]
+    copy = tmp_path_factory.mktemp("answers") / "class"
+    shutil.copytree(grader.class_dir, copy, ignore=shutil.ignore_patterns("submitted"))
+    return copy
+
+
+def rows_of(class_dir):
+    with open(class_dir / "scores.csv", encoding="utf-8") as handle:
+        return {row["student"]: row for row in csv.DictReader(handle)}
+
+
+QUESTIONS = ("attn_q_scale", "attn_q_mask", "attn_q_heads")
+
+
+@pytest.mark.slow
+def test_unread_answers_say_so_and_blank_ones_score_zero_with_a_reason(graded_example_class):
+    rows = graded_example_class[2]
+    ada, blake = rows["ada"], rows["blake"]
+    assert all(ada[q] == answers.NEEDS_MANUAL_GRADING for q in QUESTIONS)  # the model answers, handed in
+    assert ada["manual_status"].startswith("needs manual grading: 3 of 3 written answers (7 points")
+    assert float(ada["total"]) == float(ada["autograded"]) and float(ada["max"]) == float(ada["autograded_max"]) + 7
+    assert all(float(blake[q]) == 0 for q in QUESTIONS) and "3 written answer(s) left blank" in blake["manual_status"]
+    assert rows["dana_12345"][QUESTIONS[0]] == answers.NEEDS_MANUAL_GRADING  # stripped metadata: answers kept
+    assert rows["finn"]["status"] == "rejected" and not rows["finn"].get("manual_status")
+
+
+@pytest.mark.slow
+def test_export_import_scores_comments_feedback_and_totals(class_copy):
+    folder = answers.export(class_copy, ROOT)
+    page = (folder / EXAMPLE_ASSIGNMENT / "attn_q_scale.html").read_text(encoding="utf-8")
+    assert "Rubric" in page and "saturate" in page and "<script" not in page and "needs manual grading" in page
+    assert (folder / "index.html").exists()
+    with open(folder / "grading.csv", encoding="utf-8") as handle:
+        sheet = list(csv.DictReader(handle))
+    assert {row["question"] for row in sheet} == set(QUESTIONS)
+    ada_rows = [row for row in sheet if row["student"] == "ada"]
+    assert len(ada_rows) == 3 and all("Model answer" in row["answer"] and row["score"] == "" for row in ada_rows)
+    given = {"attn_q_scale": "2.5", "attn_q_mask": "2", "attn_q_heads": "0"}
+    for row in sheet:
+        if row["student"] in ("ada", "chen"):
+            row["score"] = given[row["question"]]
+            row["comment"] = f"Comment for {row['student']} on {row['question']}: mention the gradient."
+    filled = class_copy / "filled.csv"
+    with open(filled, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(sheet[0]))
+        writer.writeheader()
+        writer.writerows(sheet)
+
+    bad = class_copy / "bad.csv"
+    bad.write_text("assignment,question,student,score,comment\n"
+                   f"{EXAMPLE_ASSIGNMENT},attn_q_scale,ada,9,too many\n"
+                   f"{EXAMPLE_ASSIGNMENT},attn_q_scale,nobody,1,\n"
+                   f"{EXAMPLE_ASSIGNMENT},attn_sdpa_values,ada,1,\n", encoding="utf-8")
+    before = (class_copy / "scores.csv").read_text(encoding="utf-8")
+    assert answers.main(["import", str(class_copy), str(bad)]) == 1  # all or nothing
+    assert (class_copy / "scores.csv").read_text(encoding="utf-8") == before
+
+    earlier = rows_of(class_copy)
+    assert answers.main(["import", str(class_copy), str(filled)]) == 0
+    rows = rows_of(class_copy)
+    for name in ("ada", "chen"):
+        row = rows[name]
+        assert [float(row[q]) for q in QUESTIONS] == [2.5, 2.0, 0.0]
+        assert float(row["manual"]) == 4.5 and row["manual_status"] == "graded by hand"
+        assert float(row["total"]) == float(row["autograded"]) + 4.5
+        kept = ("status", "reasons", "file", "name")
+        assert [row[key] for key in kept] == [earlier[name][key] for key in kept]
+        feedback = (class_copy / "feedback" / name / EXAMPLE_ASSIGNMENT / f"{EXAMPLE_ASSIGNMENT}.html").read_text()
+        text = htmllib.unescape(re.sub(r"<[^>]+>", "", feedback))
+        assert f"Comment for {name} on attn_q_scale: mention the gradient." in text
+    assert rows["dana_12345"]["manual_status"].startswith(answers.NEEDS_MANUAL_GRADING)  # not in the sheet: waits
+    report = (class_copy / "report.html").read_text(encoding="utf-8")
+    assert 'data-key="mean_manual"' in report
+
+
+def formgrader(class_dir):
+    """A Jupyter server started in the class folder, as README says, with nbgrader's formgrader; yields a
+    function that calls its REST API (the one the formgrader's pages use)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = "formgrader-test"
+    environment = {**os.environ, "JUPYTER_CONFIG_DIR": str(class_dir / ".jupyter"),
+                   "JUPYTER_RUNTIME_DIR": str(class_dir / ".jupyter" / "runtime")}
+    server = subprocess.Popen([sys.executable, "-m", "jupyter", "server", "--no-browser", "--ip=127.0.0.1",
+                               f"--port={port}", f"--IdentityProvider.token={token}", "--allow-root"],
+                              cwd=class_dir, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def call(path, method="GET", body=None):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read().decode()
+
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                call("/api/status")
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the Jupyter server did not start"
+                time.sleep(0.5)
+        yield call
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_grading_in_the_formgrader_reaches_scores_and_feedback(class_copy):
+    """The configuration the batch wrote, read by a real formgrader started in the class folder: it lists
+    the submissions, shows a student's answer on its grading page, saves a score and a comment; then
+    `answers refresh` puts them into scores.csv and the feedback."""
+    assert (class_copy / "nbgrader_config.py").exists()  # written by the batch command
+    answers.write_formgrader_config(class_copy, ROOT)  # the copy's own folders and gradebook
+    with contextlib.contextmanager(formgrader)(class_copy) as call:
+        listed = json.loads(call(f"/formgrader/api/submitted_notebooks/{EXAMPLE_ASSIGNMENT}/{EXAMPLE_ASSIGNMENT}"))
+        dana = next(entry for entry in listed if entry["student"] == "dana_12345")
+        assert dana["needs_manual_grade"]
+        page = call(f"/formgrader/submissions/{dana['id']}/?index=0")
+        assert "Dividing by" in htmllib.unescape(page)  # her answer (the model answer she handed in) is shown
+        grades = {g["name"]: g for g in json.loads(call(f"/formgrader/api/grades?submission_id={dana['id']}"))}
+        comments = {c["name"]: c for c in json.loads(call(f"/formgrader/api/comments?submission_id={dana['id']}"))}
+        call(f"/formgrader/api/grade/{grades['attn_q_scale']['id']}", "PUT", {"manual_score": 1.5})
+        call(f"/formgrader/api/comment/{comments['attn_q_scale']['id']}", "PUT",
+             {"manual_comment": "Formgrader comment: say what the softmax does."})
+    assert answers.main(["refresh", str(class_copy)]) == 0
+    row = rows_of(class_copy)["dana_12345"]
+    assert float(row["attn_q_scale"]) == 1.5 and row["attn_q_mask"] == answers.NEEDS_MANUAL_GRADING
+    assert row["manual_status"].startswith("needs manual grading: 2 of 3")
+    feedback = (class_copy / "feedback" / "dana_12345" / EXAMPLE_ASSIGNMENT / f"{EXAMPLE_ASSIGNMENT}.html")
+    assert "Formgrader comment: say what the softmax does." in htmllib.unescape(feedback.read_text())

@@ -520,7 +520,7 @@ def test_without_bubblewrap_the_limits_still_apply():
         report(memory=memory, address_space=resource.getrlimit(resource.RLIMIT_AS)[0],
                sees_lessons=os.path.isdir({str(ROOT / "lessons")!r}))
     """, sandbox)
-    assert results, error
+    assert results, (error, confined.reason(), confined.process.returncode, confined.mechanism)
     assert not confined.isolated
     assert results["memory"] == "MemoryError" and results["address_space"] == 2**30
     assert results["sees_lessons"]  # what the batch's loud warning is about

@@ -79,7 +79,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import count
 from pathlib import Path
 from subprocess import DEVNULL, PIPE
@@ -846,7 +846,8 @@ def _start_unconfined(sandbox: Sandbox, argv: Sequence[str], cgroup: _Cgroup | N
     try:
         environment = {**base_environment(work, tmp), **sandbox.environment}
         process = subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr, env=environment,
-                                   cwd=work, pass_fds=tuple(pass_fds), start_new_session=True)
+                                   cwd=work, pass_fds=tuple(pass_fds), start_new_session=True,
+                                   preexec_fn=partial(_limit_process, 0, sandbox.limits))  # before it runs
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
         raise

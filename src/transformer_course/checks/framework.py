@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import functools
 import importlib
+import inspect
 import math
 import sys
 import warnings
@@ -70,10 +71,11 @@ def fail(problem: str, *, expected: Any, got: Any, cause: str) -> None:
 
 
 @contextmanager
-def crash_explained(problem: str, *, expected: Any, cause: str | Callable[[], str],
+def crash_explained(problem: str, *, expected: Any, cause: str | Callable[[], str] | Callable[[RuntimeError], str],
                     when: Callable[[RuntimeError], bool] = lambda error: True) -> Iterator[None]:
     """Turn a RuntimeError raised inside (a shape mismatch in the student's code, typically) into a
-    failure in the course's layout when `when(error)`; `cause` may be worked out at that moment.
+    failure in the course's layout when `when(error)`, with the student's line; `cause` may be worked
+    out at that moment (a callable, given the error if it takes an argument).
     NotImplementedError, a RuntimeError too, passes through: `check` explains it."""
     try:
         yield
@@ -85,7 +87,7 @@ def crash_explained(problem: str, *, expected: Any, cause: str | Callable[[], st
         where = student_frame(error.__traceback__)
         fail(problem, expected=expected,
              got=f"RuntimeError: {first_line(error, 160)}" + (f"\n  {where}" if where else ""),
-             cause=cause() if callable(cause) else cause)
+             cause=(cause(error) if inspect.signature(cause).parameters else cause()) if callable(cause) else cause)
 
 
 NOT_IMPLEMENTED = (

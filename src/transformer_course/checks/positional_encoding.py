@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -67,14 +69,30 @@ def _size_mismatch(error: RuntimeError) -> bool:
     return "must match" in str(error)
 
 
+def _build_crash_cause(d_model: int, max_seq_length: int) -> Callable[[RuntimeError], str]:
+    """Which size went wrong, told from the sizes the error names."""
+    def cause(error: RuntimeError) -> str:
+        sizes = {int(number) for number in re.findall(r"\((\d+)\)", str(error))}
+        half = d_model // 2
+        if half in sizes and sizes & {d_model, d_model - 1, half + 1, half - 1}:
+            return ("the frequencies have the wrong length: there must be d_model / 2 of them, one per (sin, cos) "
+                    "column pair; take the values 2i from torch.arange(0, d_model, 2) (step 2), not "
+                    "torch.arange(0, d_model).")
+        if max_seq_length in sizes or sizes & {max_seq_length - 1, max_seq_length + 1}:
+            return ("the positions have the wrong length or orientation: a column of max_seq_length positions, "
+                    "torch.arange(max_seq_length).unsqueeze(1), shape (max_seq_length, 1).")
+        return ("one of these sizes differs in the line shown: the positions are a column, "
+                "torch.arange(max_seq_length).unsqueeze(1); there are d_model / 2 frequencies, one per (sin, cos) "
+                "column pair, from torch.arange(0, d_model, 2); pe is (max_seq_length, d_model).")
+    return cause
+
+
 def _build(PositionalEncoding: type[nn.Module], d_model: int, max_seq_length: int, dropout: float) -> nn.Module:
     with crash_explained(
         f"building the table crashed on a size mismatch (d_model={d_model}, max_seq_length={max_seq_length}).",
         expected=f"position ({max_seq_length}, 1) × frequencies ({d_model // 2},) = angles ({max_seq_length}, "
                  f"{d_model // 2}), written into pe[:, 0::2] and pe[:, 1::2], each ({max_seq_length}, {d_model // 2})",
-        cause="one of these sizes differs in the line shown: the positions are a column, "
-              "torch.arange(max_seq_length).unsqueeze(1); there are d_model / 2 frequencies, one per (sin, cos) "
-              "column pair, from torch.arange(0, d_model, 2); pe is (max_seq_length, d_model).",
+        cause=_build_crash_cause(d_model, max_seq_length),
         when=_size_mismatch,
     ), student_code():
         return PositionalEncoding(d_model, max_seq_length, dropout)

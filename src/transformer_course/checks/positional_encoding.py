@@ -168,23 +168,35 @@ def _fit(values: torch.Tensor, omegas: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 def _sinusoids(values: torch.Tensor, d_model: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Best frequency, coefficients (a, b, c) and residual of every column of values (n, m)."""
-    exponents = torch.arange(-2 * d_model, 4 * d_model + 0.25, 0.25, dtype=torch.float64)
+    """Best frequency, coefficients (a, b, c) and residual of every column of values (n, m) whose frequency
+    can be measured here (it turns by more than 1.5 radians); the others get frequency 0."""
+    n, columns = values.shape
+    exponents = torch.arange(-2 * d_model, 4 * d_model + 0.5, 0.5, dtype=torch.float64)
     grid = 10000.0 ** (-exponents / d_model)
-    grid = grid[grid <= math.pi]  # at integer positions higher frequencies alias onto these
-    columns = values.size(1)
-    coefficients, residuals = _fit(values, grid[:, None].expand(-1, columns))
+    grid = grid[(grid <= math.pi) & (grid * (n - 1) > 1.0)]  # higher frequencies alias onto these
+    omega = torch.zeros(columns, dtype=torch.float64)
+    coefficients = torch.zeros(columns, 3, dtype=torch.float64)
+    residual = torch.full((columns,), math.inf, dtype=torch.float64)
+    if not len(grid):
+        return omega, coefficients, residual
+    fitted, residuals = _fit(values, grid[:, None].expand(-1, columns))
     best = residuals.argmin(dim=0)  # (m,)
-    low = grid[(best - 1).clamp(min=0)].log()
-    high = grid[(best + 1).clamp(max=len(grid) - 1)].log()
-    for _ in range(48):  # golden-section search between the neighbours of the best grid point
+    swing = fitted[best, torch.arange(columns), :2].norm(dim=-1)
+    measurable = (swing > 0.1).nonzero().flatten()
+    if not len(measurable):
+        return omega, coefficients, residual
+    chosen = values[:, measurable]
+    low = grid[(best[measurable] - 1).clamp(min=0)].log()
+    high = grid[(best[measurable] + 1).clamp(max=len(grid) - 1)].log()
+    for _ in range(32):  # golden-section search between the neighbours of the best grid point
         first, second = low + 0.382 * (high - low), low + 0.618 * (high - low)
-        _, pair = _fit(values, torch.stack([first.exp(), second.exp()]))
+        _, pair = _fit(chosen, torch.stack([first.exp(), second.exp()]))
         keep_low = pair[0] <= pair[1]
         low, high = torch.where(keep_low, low, first), torch.where(keep_low, second, high)
-    omega = ((low + high) / 2).exp()
-    refined, residual = _fit(values, omega[None])
-    return omega, refined[0], residual[0]
+    refined_omega = ((low + high) / 2).exp()
+    refined, refined_residual = _fit(chosen, refined_omega[None])
+    omega[measurable], coefficients[measurable], residual[measurable] = refined_omega, refined[0], refined_residual[0]
+    return omega, coefficients, residual
 
 
 def _function_and_shift(phase: float, omega: float) -> tuple[str, int] | None:
@@ -331,7 +343,7 @@ def diagnose_table(table: torch.Tensor, d_model: int, max_seq_length: int) -> Di
         if zero == list(range(3, d_model, 2)):
             return Diagnosis("only column 1 holds cos; the other odd columns 3, 5, ... are 0",
                              "cos is written to column 1 only: use the slice `pe[:, 1::2]` for every odd column.")
-        return Diagnosis(f"{_columns_text(zero, d_model)} {_are(zero)} 0: nothing was written there",
+        return Diagnosis(f"{_columns_text(zero, d_model)} {_are(zero, d_model)} 0: nothing was written there",
                          "the sin line fills the even columns, pe[:, 0::2], and the cos line the odd ones, "
                          "pe[:, 1::2]: check the slices.")
     beyond = [c for c in wrong if got[:, c].abs().max() > 1 + tolerance]
@@ -341,31 +353,32 @@ def diagnose_table(table: torch.Tensor, d_model: int, max_seq_length: int) -> Di
         line = torch.linalg.lstsq(design, got[:, beyond]).solution
         straight = ((design @ line) - got[:, beyond]).abs().amax(dim=0) <= tolerance
         if straight.all():
-            return Diagnosis(f"{_columns_text(beyond, d_model)} {_verb(beyond, 'grow')} in a straight line with "
-                             "the position: they hold the angle itself, not its sin or cos",
+            return Diagnosis(f"{_columns_text(beyond, d_model)} {_verb(beyond, 'grow', d_model)} in a straight "
+                             "line with the position: the angle itself, not its sin or cos",
                              "apply torch.sin (even columns) and torch.cos (odd columns) to the angle "
                              "position * div_term.")
     formula = _formula(got, d_model, tolerance)
     if formula is not None:
         return _describe_formula(formula, d_model, max_seq_length)
     if beyond:
-        return Diagnosis(f"{_columns_text(beyond, d_model)} {_verb(beyond, 'hold')} values beyond ±1, which no "
-                         "sin or cos takes",
+        return Diagnosis(f"{_columns_text(beyond, d_model)} {_verb(beyond, 'hold', d_model)} values beyond ±1, "
+                         "which no sin or cos takes",
                          "each column is sin or cos of position × one frequency; nothing multiplies or adds to "
                          "them.")
-    return Diagnosis(f"{_columns_text(wrong, d_model)} {_verb(wrong, 'differ')} in a way that no single change of "
-                     "the paper's formula explains",
+    return Diagnosis(f"{_columns_text(wrong, d_model)} {_verb(wrong, 'differ', d_model)} in a way that no single "
+                     "change of the paper's formula explains",
                      "each column pair i holds sin (even column) and cos (odd column) of position × "
                      "1 / 10000^(2i / d_model); compare your angle table, shape (max_seq_length, d_model / 2), with "
                      "that.")
 
 
-def _are(columns: list[int]) -> str:
-    return "is" if len(columns) == 1 else "are"
+def _are(columns: list[int], d_model: int) -> str:
+    return "is" if len(columns) in (1, d_model) else "are"
 
 
-def _verb(columns: list[int], verb: str) -> str:
-    return verb + "s" if len(columns) == 1 else verb
+def _verb(columns: list[int], verb: str, d_model: int = 0) -> str:
+    """The verb for _columns_text(columns): singular for one column and for "every column"."""
+    return verb + "s" if len(columns) == 1 or len(columns) == d_model else verb
 
 
 def _pairs_text(pairs: list[int]) -> str:

@@ -117,3 +117,14 @@ def test_attention_names_the_first_place_it_departs(weights_of, says):
     scores = Q @ K.transpose(-2, -1) / math.sqrt(4)
     diagnosis = attention.diagnose_attention(Q, K, V, mask, weights_of(scores, mask))
     assert diagnosis is not None and says in diagnosis.where, diagnosis
+
+
+def test_the_students_line_is_quoted_from_an_ipython_cell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_cell("import torch\ndef step(x):\n    loss = (x * 2).sum()\n    loss.backward()\n")
+    shell.run_cell("from transformer_course.checks.framework import run_check\n"
+                   "result = run_check(lambda: step(torch.ones(2)), 'a step')")
+    message = shell.user_ns["result"].message
+    assert "in `step`, line 4: loss.backward()" in message and "likely cause: a gradient problem" in message

@@ -2,7 +2,7 @@
 solutions (transformer_course.grading.mutations), run through the real grade cells.
 
 For every stage: up to --per-kind mutants of every kind, drawn with --seed from all mutants the
-generator makes, leaving out the ones drawn with --tune-seed (the set the checks were tuned on), so
+generator makes, leaving out the ones drawn with the --tune-seed seeds (the sets the checks were tuned on), so
 the figures are for mutants nobody looked at while writing the checks. Mutants that behave exactly
 like the reference on random inputs (grading.behaviour) are equivalent: listed, not counted.
 
@@ -10,8 +10,8 @@ Reported per stage: the share of mutants rejected (at least one grade cell fails
 failure message names the place of the mutation or what it changes (any failing cell, and the first
 failing cell), the mutants that pass, and the rejected ones whose messages do not name it.
 
-    python scripts/measure_checks.py                      # all six stages, held-out seed 1, tuned on seed 0
-    python scripts/measure_checks.py --stages 01 02 --seed 0 --tune-seed -1 --show   # the tuning set itself
+    python scripts/measure_checks.py                      # all six stages, held-out seed 2, tuned on seeds 0, 1
+    python scripts/measure_checks.py --stages 01 02 --seed 0 --tune-seed --show   # a tuning set itself
 """
 
 from __future__ import annotations
@@ -43,9 +43,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stages", nargs="*", default=list(STAGE_MODULES), help="assignments or their numbers")
     parser.add_argument("--per-kind", type=int, default=6, help="mutants drawn per kind and stage (default 6)")
-    parser.add_argument("--seed", type=int, default=1, help="the seed of the measured sample (default 1)")
-    parser.add_argument("--tune-seed", type=int, default=0,
-                        help="the seed of the tuning sample, left out of the measured one (-1: none; default 0)")
+    parser.add_argument("--seed", type=int, default=2, help="the seed of the measured sample (default 2)")
+    parser.add_argument("--tune-seed", type=int, nargs="*", default=[0, 1],
+                        help="the seeds of the tuning samples, left out of the measured one (none: nothing left "
+                             "out; default 0 1)")
+    parser.add_argument("--tune-per-kind", type=int, default=6, help="the size of the tuning sample per kind (6)")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="mutants graded at once")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant before it counts as stuck")
     parser.add_argument("--show", action="store_true", help="print every failing message, not only the unnamed")
@@ -55,7 +57,8 @@ def main() -> int:
     os.environ.setdefault("MULTI30K_DIR", str(ROOT.parent / "shared" / "data" / "multi30k"))
     stages = [stage for stage in STAGE_MODULES if any(stage.startswith(wanted) for wanted in options.stages)]
     print(f"measured sample: seed {options.seed}, up to {options.per_kind} mutants per kind and stage"
-          + (f", leaving out the tuning sample (seed {options.tune_seed})" if options.tune_seed >= 0 else ""))
+          + (f", leaving out the tuning samples (seeds {', '.join(map(str, options.tune_seed))}, "
+             f"{options.tune_per_kind} per kind)" if options.tune_seed else ""))
     rows = []
     totals = Counter()
     for stage in stages:
@@ -63,8 +66,8 @@ def main() -> int:
         notebook = reduced(nbformat.read(path, as_version=4))
         cells = [cell.source for cell in notebook.cells if is_solution(cell)]
         everything = generate(stage, cells)
-        tuning = {m.identifier for m in sample(everything, options.per_kind, options.tune_seed)} \
-            if options.tune_seed >= 0 else set()
+        tuning = {m.identifier for seed in options.tune_seed
+                  for m in sample(everything, options.tune_per_kind, seed)}
         drawn = sample(everything, options.per_kind, options.seed, exclude=tuning)
         started = time.monotonic()
         equivalents = [mutant for mutant in drawn if equivalent(mutant)]

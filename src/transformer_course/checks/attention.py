@@ -331,6 +331,7 @@ class _Trace:
 
     linear: list[tuple[str, torch.Tensor, torch.Tensor]] = field(default_factory=list)
     attention: list[list[Any]] = field(default_factory=list)  # [args, kwargs, result or None]
+    combined: list[Any] = field(default_factory=list)  # what combine_heads was given
     output: Any = None
     error: BaseException | None = None
 
@@ -359,6 +360,14 @@ def _tracing(module: nn.Module, trace: _Trace) -> Iterator[None]:
 
     if callable(original):
         namespace["scaled_dot_product_attention"] = recording
+    combine = getattr(module, "combine_heads", None)
+
+    def combining(x: Any, *args: Any, **kwargs: Any) -> Any:
+        trace.combined.append(x.detach() if isinstance(x, torch.Tensor) else x)
+        return combine(x, *args, **kwargs)
+
+    if callable(combine):
+        object.__setattr__(module, "combine_heads", combining)  # an instance attribute shadows the method
     try:
         yield
     finally:
@@ -366,6 +375,7 @@ def _tracing(module: nn.Module, trace: _Trace) -> Iterator[None]:
             hook.remove()
         if callable(original):
             namespace["scaled_dot_product_attention"] = original
+        module.__dict__.pop("combine_heads", None)
 
 
 def _attention_arguments(entry: list[Any]) -> tuple[Any, Any, Any, Any]:
@@ -461,7 +471,8 @@ def _diagnose_mha(reference: nn.Module, q: torch.Tensor, k: torch.Tensor, v: tor
         return departs(f"your scaled_dot_product_attention returns other heads{_heads_text(heads, expected_heads)}",
                        "scaled_dot_product_attention gives another result on these heads: fix its checks first.")
     passed.append("attention matches")
-    return _diagnose_output(reference, expected_heads, trace, passed)
+    known = {"`q`": q, "`k`": k, "`v`": v, "Q": wanted["Q"], "K": wanted["K"], "V": wanted["V"]}
+    return _diagnose_output(reference, expected_heads, trace, passed, known)
 
 
 def _diagnose_inline(reference: nn.Module, expected: dict[str, torch.Tensor], mask: torch.Tensor | None,
@@ -480,13 +491,21 @@ def _diagnose_inline(reference: nn.Module, expected: dict[str, torch.Tensor], ma
         return Diagnosis("; ".join([*passed, "the attention written in forward gives other heads (the input of "
                                              "W_o differs)"]),
                          "attend each head with softmax(Q K^T / sqrt(d_k)) V, d_k = d_model / num_heads.")
-    return _diagnose_output(reference, expected_heads, trace, passed)
+    return _diagnose_output(reference, expected_heads, trace, passed, {"Q": Q, "K": K, "V": V})
 
 
-def _diagnose_output(reference: nn.Module, heads: torch.Tensor, trace: _Trace, passed: list[str]
-                     ) -> Diagnosis | None:
+def _diagnose_output(reference: nn.Module, heads: torch.Tensor, trace: _Trace, passed: list[str],
+                     known: dict[str, torch.Tensor]) -> Diagnosis | None:
     with torch.no_grad():
         combined = reference.combine_heads(heads)
+    if trace.combined and not _close(trace.combined[0], heads):
+        given = trace.combined[0]
+        name = next((name for name, value in known.items() if _close(given, value)), None)
+        what = f"{name}" if name else (f"a tensor of shape {tuple(given.shape)}" if isinstance(given, torch.Tensor)
+                                       else type(given).__name__)
+        return Diagnosis("; ".join([*passed, f"combine_heads is given {what} instead of the heads that "
+                                             "scaled_dot_product_attention returned"]),
+                         "join the heads the attention returned: self.W_o(self.combine_heads(heads)).")
     call = trace.layer("W_o")
     if call is None:
         if trace.error is None:
@@ -823,11 +842,6 @@ def _copy_by_role(reference: nn.Module, module: nn.Module) -> bool:
             layers[name].bias.copy_(getattr(reference, role).bias)
     module.linear_roles = roles  # type: ignore[assignment]  # read by the diagnosis
     return True
-
-
-def _run_student(module: nn.Module, *inputs: Any) -> Any:
-    with torch.no_grad(), student_code(), _explain_runtime_errors():
-        return module(*inputs)
 
 
 def _run_traced(module: nn.Module, reference: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -128,7 +128,8 @@ def place_terms(mutant: Mutant) -> list[str]:
             terms.extend(words)
     if mutant.kind in ("drop_call", "change_axis", "swap_arguments", "swap_variable"):
         terms.extend(name.lstrip(".").rstrip("(.)") for name in re.findall(r"`([^`]+)`", mutant.description))
-    return [term for term in dict.fromkeys(terms) if term and term not in TOO_COMMON and len(term) > 1]
+    return [term for term in dict.fromkeys(terms) if term and term not in TOO_COMMON
+            and (len(term) > 1 or term.isupper())]
 
 
 def _without(message: str, titles: Iterable[str]) -> str:
@@ -138,6 +139,9 @@ def _without(message: str, titles: Iterable[str]) -> str:
 
 
 def _mentions(text: str, term: str) -> bool:
+    """term as a whole word; a one-letter term (Q, K, V) only in its own case."""
+    if len(term) == 1:
+        return re.search(rf"(?<![\w]){re.escape(term)}(?![\w])", text) is not None
     words = re.escape(term.lower())
     return re.search(rf"(?<![\w]){words}(?![\w])", text.lower()) is not None
 

@@ -128,3 +128,15 @@ def test_the_students_line_is_quoted_from_an_ipython_cell():
                    "result = run_check(lambda: step(torch.ones(2)), 'a step')")
     message = shell.user_ns["result"].message
     assert "in `step`, line 4: loss.backward()" in message and "likely cause: a gradient problem" in message
+
+
+def test_torchs_own_not_implemented_error_is_a_dtype_problem_not_an_unfinished_exercise():
+    def softmax_of_a_bool_tensor():
+        mask = torch.ones(2, 3, dtype=torch.bool)
+        torch.softmax(mask.masked_fill(mask == 0, -1e9), dim=-1)
+
+    def stub():
+        raise NotImplementedError()
+
+    assert "likely cause: a dtype mismatch" in run_check(softmax_of_a_bool_tensor, "bool softmax").message
+    assert run_check(stub, "stub").message.startswith("not implemented yet")

@@ -204,6 +204,18 @@ def student_frame(tb: TracebackType | None, sources: Mapping[str, str] | None = 
     return described
 
 
+def is_stub(error: BaseException) -> bool:
+    """A NotImplementedError the student's code raised itself (an exercise not done yet), as opposed to
+    one from inside torch ('"softmax_lastdim_kernel_impl" not implemented for 'Bool'': a dtype problem)."""
+    if not isinstance(error, NotImplementedError):
+        return False
+    if re.search(r"not implemented for '|Could not run '|not currently implemented|is not implemented for",
+                 str(error)):
+        return False  # torch's kernels say which operation and dtype
+    frames = list(traceback.walk_tb(error.__traceback__))
+    return not frames or not frames[-1][0].f_code.co_filename.startswith(_TORCH_DIR)
+
+
 def first_line(error: BaseException, limit: int = 240) -> str:
     text = (str(error).strip().splitlines() or [""])[0]
     return text[:limit] + ("…" if len(text) > limit else "")

@@ -24,7 +24,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks.compare import describe_difference
-from transformer_course.checks.errors import explain_crash, first_line, student_frame
+from transformer_course.checks.errors import explain_crash, first_line, is_stub, student_frame
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 
@@ -114,8 +114,10 @@ def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = 
             function(*args, **(kwargs or {}))
     except CheckFailed as error:
         return Result(title, False, str(error))
-    except NotImplementedError:
-        return Result(title, False, NOT_IMPLEMENTED)
+    except NotImplementedError as error:
+        if is_stub(error):
+            return Result(title, False, NOT_IMPLEMENTED)
+        return Result(title, False, explain_crash(error, sys.exc_info()[2], sources))
     except Exception as error:  # the student's code crashed inside the check
         return Result(title, False, explain_crash(error, sys.exc_info()[2], sources))
     return Result(title, True)

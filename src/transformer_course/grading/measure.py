@@ -218,14 +218,28 @@ def reduced(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return small
 
 
-def _child(mutant: Mutant, notebook: nbformat.NotebookNode, directory: Path, write: int) -> None:
+def last_grade_cell_of_its_exercise(mutant: Mutant, notebook: nbformat.NotebookNode) -> str | None:
+    """The last grade cell between the exercise cell the mutant edits and the next exercise cell."""
+    last, inside = None, False
+    for cell in notebook.cells:
+        if is_solution(cell):
+            if inside:
+                break
+            inside = mutant.edit.find in cell.source
+        elif inside and cell.metadata.get("nbgrader", {}).get("grade"):
+            last = cell.metadata["nbgrader"]["grade_id"]
+    return last
+
+
+def _child(mutant: Mutant, notebook: nbformat.NotebookNode, directory: Path, write: int, focused: bool) -> None:
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.nice(5)
         try:
             mutated = mutant.edit.apply(copy.deepcopy(notebook))
-            payload: object = run_grade_cells(mutated, directory)
+            stop = last_grade_cell_of_its_exercise(mutant, notebook) if focused else None
+            payload: object = run_grade_cells(mutated, directory, stop_after=stop)
         except Exception as error:  # report it rather than die silently
             payload = f"{type(error).__name__}: {error}"
         data = pickle.dumps(payload)
@@ -236,9 +250,10 @@ def _child(mutant: Mutant, notebook: nbformat.NotebookNode, directory: Path, wri
 
 
 def run_mutants(mutants: list[Mutant], notebooks: dict[str, tuple[nbformat.NotebookNode, Path]],
-                jobs: int = 1, timeout: float = 180.0) -> list[Verdict]:
+                jobs: int = 1, timeout: float = 180.0, focused: bool = False) -> list[Verdict]:
     """Grade every mutant in a child process of its own (forked: the checks are imported once),
-    at most `jobs` at a time; a mutant that runs past `timeout` seconds counts as rejected."""
+    at most `jobs` at a time; a mutant that runs past `timeout` seconds counts as rejected. With
+    `focused`, grading stops after the grade cells of the mutated exercise (a quick sample)."""
     pending = list(mutants)
     running: dict[int, tuple[Mutant, int, float, bytearray, int]] = {}  # read fd -> mutant, pid, start, data
     verdicts: dict[str, Verdict] = {}
@@ -250,7 +265,7 @@ def run_mutants(mutants: list[Mutant], notebooks: dict[str, tuple[nbformat.Noteb
             pid = os.fork()
             if pid == 0:
                 os.close(read)
-                _child(mutant, notebook, directory, write)
+                _child(mutant, notebook, directory, write, focused)
             os.close(write)
             running[read] = (mutant, pid, time.monotonic(), bytearray(), 0)
         ready, _, _ = select.select(list(running), [], [], 0.5)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+import torch
 
 from transformer_course.checks.framework import RECIPE as RECIPE_MARK
 from transformer_course.grading.inprocess import GradeOutcome, run_grade_cells
@@ -236,6 +237,7 @@ def _child(mutant: Mutant, notebook: nbformat.NotebookNode, directory: Path, wri
         os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.nice(5)
+        torch.set_num_threads(1)  # a thread pool the parent started does not survive fork: never touch it
         try:
             mutated = mutant.edit.apply(copy.deepcopy(notebook))
             stop = last_grade_cell_of_its_exercise(mutant, notebook) if focused else None

@@ -17,7 +17,8 @@ def test_expect_close_names_the_suspect_that_reproduces_the_output():
 
 
 def test_expect_close_falls_back_to_the_generic_cause_and_reports_the_difference():
-    with pytest.raises(CheckFailed, match=r"(?s)largest difference 1.*likely cause: generic"):
+    with pytest.raises(CheckFailed, match=r"(?s)largest difference 1.*likely cause: not one of the mistakes the "
+                                          r"checks recognise; what is expected: generic"):
         expect_close("x", torch.ones(3), torch.zeros(3), cause="generic")
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import builtins
 import functools
-import linecache
+import inspect
 import math
 import sys
-import traceback
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+from transformer_course.checks.compare import describe_difference
+from transformer_course.checks.errors import explain_crash, first_line, is_stub, student_frame
+
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 
 CheckFunction = TypeVar("CheckFunction", bound=Callable[..., Any])
@@ -82,10 +83,11 @@ def fail(problem: str, _audit: Callable[..., None] = sys.audit, /, *, expected: 
 
 
 @contextmanager
-def crash_explained(problem: str, *, expected: Any, cause: str | Callable[[], str],
+def crash_explained(problem: str, *, expected: Any, cause: str | Callable[[], str] | Callable[[RuntimeError], str],
                     when: Callable[[RuntimeError], bool] = lambda error: True) -> Iterator[None]:
     """Turn a RuntimeError raised inside (a shape mismatch in the student's code, typically) into a
-    failure in the course's layout when `when(error)`; `cause` may be worked out at that moment.
+    failure in the course's layout when `when(error)`, with the student's line; `cause` may be worked
+    out at that moment (a callable, given the error if it takes an argument).
     NotImplementedError, a RuntimeError too, passes through: `check` explains it."""
     try:
         yield
@@ -94,27 +96,29 @@ def crash_explained(problem: str, *, expected: Any, cause: str | Callable[[], st
     except RuntimeError as error:
         if not when(error):
             raise
-        fail(problem, expected=expected, got=f"RuntimeError: {(str(error).splitlines() or [''])[0][:160]}",
-             cause=cause() if callable(cause) else cause)
+        where = student_frame(error.__traceback__)
+        fail(problem, expected=expected,
+             got=f"RuntimeError: {first_line(error, 160)}" + (f"\n  {where}" if where else ""),
+             cause=(cause(error) if inspect.signature(cause).parameters else cause()) if callable(cause) else cause)
 
 
-def _student_frame(tb: Any) -> str:
-    """Describe the innermost traceback frame that is neither torch nor this package."""
-    described = ""
-    for frame, lineno in traceback.walk_tb(tb):
-        filename = frame.f_code.co_filename
-        if filename.startswith((_PACKAGE_DIR, _TORCH_DIR)) or "/lib/python" in filename:
-            continue
-        line = linecache.getline(filename, lineno, frame.f_globals).strip()
-        described = f"\n  in `{frame.f_code.co_name}`, line {lineno}: {line}" if line else ""
-    return described
+NOT_IMPLEMENTED = (
+    "not implemented yet: a function or method this check calls still raises "
+    "NotImplementedError.\n  likely cause: replace `raise NotImplementedError()` "
+    "with your code and run that cell again."
+)
 
 
 def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = (),
-              kwargs: Mapping[str, Any] | None = None) -> Result:
+              kwargs: Mapping[str, Any] | None = None, *, sources: Mapping[str, str] | None = None) -> Result:
     """Run one check function (undecorated) and say whether its property holds, with the message
     a student reads when it does not. Never raises for a failing property or a crash in the
-    student's code; the decorator (notebooks) and the grader (sealed grade cells) both use this."""
+    student's code; the decorator (notebooks) and the grader (sealed grade cells) both use this.
+
+    A crash is explained by its kind (`checks.errors`) with the student's own line. The line is read
+    with linecache (files, IPython cells); for code compiled from a string that linecache does not
+    know (`compile(source, "<cell 3>", "exec")`), pass `sources={"<cell 3>": source}`, or only the
+    line number is shown."""
     restore_tools()
     try:
         with warnings.catch_warnings():
@@ -122,19 +126,12 @@ def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = 
             function(*args, **(kwargs or {}))
     except CheckFailed as error:
         return Result(title, False, str(error))
-    except NotImplementedError:
-        return Result(title, False, (
-            "not implemented yet: a function or method this check calls still raises "
-            "NotImplementedError.\n  likely cause: replace `raise NotImplementedError()` "
-            "with your code and run that cell again."
-        ))
+    except NotImplementedError as error:
+        if is_stub(error):
+            return Result(title, False, NOT_IMPLEMENTED)
+        return Result(title, False, explain_crash(error, sys.exc_info()[2], sources))
     except Exception as error:  # the student's code crashed inside the check
-        return Result(title, False, (
-            f"your code raised {type(error).__name__}: {error}"
-            f"{_student_frame(sys.exc_info()[2])}\n"
-            "  likely cause: a shape or argument mismatch; compare the shapes in the docstring "
-            "with what your code produces."
-        ))
+        return Result(title, False, explain_crash(error, sys.exc_info()[2], sources))
     return Result(title, True)
 
 
@@ -198,6 +195,20 @@ def tensors_close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) ->
     return bool(torch.isfinite(a64).all()) and bool(((a64 - b64).abs() <= atol + rtol * b64.abs()).all())
 
 
+RECIPE = "what is expected:"  # marks a cause that only restates the recipe (nothing was diagnosed)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """How a value departs from the reference (`where`: place, then how) and what probably causes it."""
+
+    where: str
+    cause: str = ""
+
+
+Diagnose = Callable[[torch.Tensor], "Diagnosis | None"]
+
+
 def expect_close(
     name: str,
     got: Any,
@@ -207,46 +218,88 @@ def expect_close(
     atol: float = 1e-6,
     rtol: float = 1e-5,
     suspects: Mapping[str, Callable[[], torch.Tensor]] | None = None,
+    axes: Sequence[str] | None = None,
+    diagnose: Diagnose | None = None,
 ) -> None:
-    """Compare got with expected; on mismatch name the first suspect mistake that reproduces got."""
+    """Compare got with expected. On a mismatch say where and how got departs (`axes` names the axes;
+    `diagnose` adds what only the check knows, the first place its computation departs, say), and
+    name the first suspect mistake that reproduces got, else the diagnosed cause, else `cause`."""
     got = expect_shape(name, got, tuple(expected.shape), cause)
     if tensors_close(got, expected, atol, rtol):
         return
+    suspected = None
     for suspected_cause, make_wrong in (suspects or {}).items():
         try:
             wrong = make_wrong()
         except Exception:  # a suspect that cannot be built here is simply not the answer
             continue
         if tensors_close(got, wrong, max(atol, 1e-5), max(rtol, 1e-4)):
-            cause = suspected_cause
+            suspected = suspected_cause
             break
+    diagnosis = None
+    if diagnose is not None:
+        try:
+            diagnosis = diagnose(got)
+        except CheckFailed:
+            raise
+        except Exception:  # a diagnosis that cannot be made here says nothing
+            diagnosis = None
+    where = diagnosis.where if diagnosis else describe_difference(got, expected, axes, atol, rtol)
+    if suspected:
+        cause = suspected
+    elif diagnosis and diagnosis.cause:
+        cause = diagnosis.cause
+    else:  # nothing pinned it down: say so, and show what is expected
+        cause = f"not one of the mistakes the checks recognise; {RECIPE} {cause}"
     got64, expected64 = got.detach().to(torch.float64).cpu(), expected.detach().to(torch.float64).cpu()
     difference = (got64 - expected64).abs()
     if not torch.isfinite(got64).all():
-        where = tuple(int(i) for i in (~torch.isfinite(got64)).nonzero()[0])
-        detail = f"NaN or inf at index {where}"
+        index = tuple(int(i) for i in (~torch.isfinite(got64)).nonzero()[0])
+        detail = f"NaN or inf at index {index}"
     else:
-        where = tuple(int(i) for i in (difference == difference.max()).nonzero()[0])
+        index = tuple(int(i) for i in (difference == difference.max()).nonzero()[0])
         detail = (
-            f"largest difference {difference.max().item():.3g} at index {where}: "
-            f"{got64[where].item():.6g} instead of {expected64[where].item():.6g}"
+            f"largest difference {difference.max().item():.3g} at index {index}: "
+            f"{got64[index].item():.6g} instead of {expected64[index].item():.6g}"
         )
-    fail(f"{name} has the wrong values.", expected="the reference values (same inputs)", got=detail, cause=cause)
+    problem = f"{name} has the wrong values" + (f": {where}." if where else ".")
+    fail(problem, expected="the reference values (same inputs)", got=detail, cause=cause)
+
+
+def parameter_names(keys: Sequence[str]) -> str:
+    """['W_q.weight', 'W_q.bias', 'W_k.weight'] -> '`W_q` (weight, bias), `W_k` (weight)'."""
+    grouped: dict[str, list[str]] = {}
+    for key in keys:
+        owner, _, leaf = key.rpartition(".")
+        grouped.setdefault(owner, []).append(leaf)
+    return ", ".join(f"`{owner}` ({', '.join(leaves)})" if owner else f"`{', '.join(leaves)}`"
+                     for owner, leaves in grouped.items())
 
 
 def copy_weights(source: nn.Module, target: nn.Module, what: str) -> None:
-    """Load source's parameters into target, explaining a layout mismatch in course terms."""
-    source_keys, target_keys = set(source.state_dict()), set(target.state_dict())
-    if source_keys != target_keys:
-        missing = sorted(source_keys - target_keys)[:4]
-        extra = sorted(target_keys - source_keys)[:4]
+    """Load source's parameters into target by name, explaining a layout mismatch in course terms:
+    which names this check needs, which are missing and which are extra."""
+    source_state, target_state = source.state_dict(), target.state_dict()
+    missing = [key for key in source_state if key not in target_state]
+    extra = [key for key in target_state if key not in source_state]
+    if missing or extra:
         fail(
-            f"{what} has a different parameter layout from the given constructor.",
-            expected=f"parameters such as {missing or sorted(source_keys)[:4]}",
-            got=f"unexpected {extra}" if extra else f"missing {missing}",
-            cause="keep the given `__init__` unchanged: tests copy weights by these names.",
+            f"{what}: this check copies the reference weights into your module by parameter name, and "
+            "your module's names differ.",
+            expected=f"the parameters {parameter_names(list(source_state))}",
+            got="; ".join(part for part in (f"missing {parameter_names(missing)}" if missing else "",
+                                            f"not expected {parameter_names(extra)}" if extra else "") if part),
+            cause="keep the given `__init__` and its attribute names: only the checks that compare values with "
+                  "the same weights need them.",
         )
-    target.load_state_dict(source.state_dict())
+    for key, value in source_state.items():
+        if tuple(target_state[key].shape) != tuple(value.shape):
+            fail(
+                f"{what}: the parameter `{key}` has another shape than the reference's.",
+                expected=tuple(value.shape), got=tuple(target_state[key].shape),
+                cause="keep the given `__init__`: build each layer with the sizes it is given.",
+            )
+    target.load_state_dict(source_state)
 
 
 # --- the built-in attention guard -----------------------------------------------------------------
@@ -332,6 +385,9 @@ def _remember_function(function: FunctionType) -> None:
     for value in (*cells, getattr(function, "__wrapped__", None)):
         if isinstance(value, FunctionType):
             _remember_function(value)
+    home = sys.modules.get(function.__module__)
+    if home is not None:  # the names it looks up at run time (a helper imported from errors.py, say)
+        _remember(home)
 
 
 def _remember(owner: Any) -> None:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from transformer_course.checks.compare import index_ranges
 from transformer_course.checks.framework import (
+    Diagnosis,
     check,
     crash_explained,
     expect_close,
@@ -64,13 +69,30 @@ def _size_mismatch(error: RuntimeError) -> bool:
     return "must match" in str(error)
 
 
+def _build_crash_cause(d_model: int, max_seq_length: int) -> Callable[[RuntimeError], str]:
+    """Which size went wrong, told from the sizes the error names."""
+    def cause(error: RuntimeError) -> str:
+        sizes = {int(number) for number in re.findall(r"\((\d+)\)", str(error))}
+        half = d_model // 2
+        if half in sizes and sizes & {d_model, d_model - 1, half + 1, half - 1}:
+            return ("the frequencies have the wrong length: there must be d_model / 2 of them, one per (sin, cos) "
+                    "column pair; take the values 2i from torch.arange(0, d_model, 2) (step 2), not "
+                    "torch.arange(0, d_model).")
+        if max_seq_length in sizes or sizes & {max_seq_length - 1, max_seq_length + 1}:
+            return ("the positions have the wrong length or orientation: a column of max_seq_length positions, "
+                    "torch.arange(max_seq_length).unsqueeze(1), shape (max_seq_length, 1).")
+        return ("one of these sizes differs in the line shown: the positions are a column, "
+                "torch.arange(max_seq_length).unsqueeze(1); there are d_model / 2 frequencies, one per (sin, cos) "
+                "column pair, from torch.arange(0, d_model, 2); pe is (max_seq_length, d_model).")
+    return cause
+
+
 def _build(PositionalEncoding: type[nn.Module], d_model: int, max_seq_length: int, dropout: float) -> nn.Module:
     with crash_explained(
-        f"building the table crashed (d_model={d_model}, max_seq_length={max_seq_length}).",
-        expected=f"an angle table (max_seq_length, d_model / 2) = ({max_seq_length}, {d_model // 2}) "
-                 "that fills the even and the odd columns",
-        cause="there must be d_model / 2 frequencies, one per (sin, cos) column pair: take the values 2i "
-              "from torch.arange(0, d_model, 2) (step 2), not torch.arange(0, d_model).",
+        f"building the table crashed on a size mismatch (d_model={d_model}, max_seq_length={max_seq_length}).",
+        expected=f"position ({max_seq_length}, 1) × frequencies ({d_model // 2},) = angles ({max_seq_length}, "
+                 f"{d_model // 2}), written into pe[:, 0::2] and pe[:, 1::2], each ({max_seq_length}, {d_model // 2})",
+        cause=_build_crash_cause(d_model, max_seq_length),
         when=_size_mismatch,
     ), student_code():
         return PositionalEncoding(d_model, max_seq_length, dropout)
@@ -98,6 +120,313 @@ TABLE_SUSPECTS = {
 }
 
 
+# --- what a wrong table does ------------------------------------------------------------------------
+#
+# A wrong table is described by what it does, in the terms of the paper's formula. The columns whose
+# frequency can be measured at these positions (the angle turns by more than 1.5 radians) are fitted
+# as y = A sin(w p + phi) + c, with w searched on a grid of exponents (w = 10000^(-e / d_model)) and
+# refined. From them: which function each parity holds (sin, cos, -sin, -cos), by how many positions
+# the rows are shifted, the scale A and offset c, and the law of the exponents, e = alpha * 2i + beta
+# (the paper: alpha = 1, beta = 0). That formula is rebuilt for every column and must reproduce the
+# whole table; then the parameters that differ from the paper's are the diagnosis (alpha = 2: the
+# exponent is doubled; a cos in the even columns; rows shifted by one position; ...).
+
+
+@dataclass(frozen=True)
+class _Formula:
+    alpha: float  # exponent of pair i = (alpha * 2i + beta) / d_model
+    beta: float
+    even: str  # "sin", "cos", "-sin" or "-cos"
+    odd: str
+    shift: int  # row p holds position p + shift
+    amplitude: float
+    offset: float
+
+    def table(self, d_model: int, max_seq_length: int) -> torch.Tensor:
+        position = torch.arange(max_seq_length, dtype=torch.float64).unsqueeze(1) + self.shift
+        two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+        angle = position * 10000.0 ** (-(self.alpha * two_i + self.beta) / d_model)
+        table = torch.zeros(max_seq_length, d_model, dtype=torch.float64)
+        table[:, 0::2], table[:, 1::2] = _FUNCTIONS[self.even](angle), _FUNCTIONS[self.odd](angle)
+        return self.amplitude * table + self.offset
+
+
+_FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "-sin": lambda a: -torch.sin(a), "-cos": lambda a: -torch.cos(a)}
+_PHASES = {"sin": 0.0, "cos": math.pi / 2, "-sin": math.pi, "-cos": -math.pi / 2}
+
+
+def _fit(values: torch.Tensor, omegas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Least squares of each column of values (n, m) by a sin(wp) + b cos(wp) + c for each w of omegas
+    (k, m): coefficients (k, m, 3) and largest residuals (k, m)."""
+    p = torch.arange(values.size(0), dtype=torch.float64)
+    angle = omegas[..., None] * p  # (k, m, n)
+    basis = torch.stack([angle.sin(), angle.cos(), torch.ones_like(angle)], dim=-1)  # (k, m, n, 3)
+    target = values.T.expand(omegas.size(0), -1, -1).unsqueeze(-1)  # (k, m, n, 1)
+    solution = torch.linalg.lstsq(basis, target).solution  # (k, m, 3, 1)
+    residual = ((basis @ solution) - target).squeeze(-1).abs().amax(dim=-1)
+    return solution.squeeze(-1), residual
+
+
+def _sinusoids(values: torch.Tensor, d_model: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Best frequency, coefficients (a, b, c) and residual of every column of values (n, m) whose frequency
+    can be measured here (it turns by more than 1.5 radians); the others get frequency 0."""
+    n, columns = values.shape
+    exponents = torch.arange(-2 * d_model, 4 * d_model + 0.5, 0.5, dtype=torch.float64)
+    grid = 10000.0 ** (-exponents / d_model)
+    grid = grid[(grid <= math.pi) & (grid * (n - 1) > 1.0)]  # higher frequencies alias onto these
+    omega = torch.zeros(columns, dtype=torch.float64)
+    coefficients = torch.zeros(columns, 3, dtype=torch.float64)
+    residual = torch.full((columns,), math.inf, dtype=torch.float64)
+    if not len(grid):
+        return omega, coefficients, residual
+    fitted, residuals = _fit(values, grid[:, None].expand(-1, columns))
+    best = residuals.argmin(dim=0)  # (m,)
+    swing = fitted[best, torch.arange(columns), :2].norm(dim=-1)
+    measurable = (swing > 0.1).nonzero().flatten()
+    if not len(measurable):
+        return omega, coefficients, residual
+    chosen = values[:, measurable]
+    low = grid[(best[measurable] - 1).clamp(min=0)].log()
+    high = grid[(best[measurable] + 1).clamp(max=len(grid) - 1)].log()
+    for _ in range(32):  # golden-section search between the neighbours of the best grid point
+        first, second = low + 0.382 * (high - low), low + 0.618 * (high - low)
+        _, pair = _fit(chosen, torch.stack([first.exp(), second.exp()]))
+        keep_low = pair[0] <= pair[1]
+        low, high = torch.where(keep_low, low, first), torch.where(keep_low, second, high)
+    refined_omega = ((low + high) / 2).exp()
+    refined, refined_residual = _fit(chosen, refined_omega[None])
+    omega[measurable], coefficients[measurable], residual[measurable] = refined_omega, refined[0], refined_residual[0]
+    return omega, coefficients, residual
+
+
+def _function_and_shift(phase: float, omega: float) -> tuple[str, int] | None:
+    for shift in (0, 1, -1, 2, -2, 3, -3):
+        for name, target in _PHASES.items():
+            if abs(math.remainder(phase - target - shift * omega, 2 * math.pi)) < 2e-3:
+                return name, shift
+    return None
+
+
+def _snap(value: float, candidates: list[float]) -> float:
+    near = min(candidates, key=lambda candidate: abs(candidate - value))
+    return near if abs(near - value) < 0.02 * max(1.0, abs(near)) else value
+
+
+def _formula(got: torch.Tensor, d_model: int, tolerance: float) -> _Formula | None:
+    """The paper's formula with changed parameters that reproduces got (n, d_model), if there is one."""
+    n = got.size(0)
+    omega, coefficients, residual = _sinusoids(got, d_model)
+    swing = coefficients[:, :2].norm(dim=-1)  # the amplitude of each column's oscillation
+    trusted = [c for c in range(d_model) if omega[c] * (n - 1) > 1.5 and residual[c] <= tolerance and swing[c] > 0.1]
+    if not trusted:
+        return None
+    described = {}
+    for column in trusted:
+        a, b, c = coefficients[column].tolist()
+        found = _function_and_shift(math.atan2(b, a), omega[column].item())
+        if found is None:
+            return None
+        described[column] = (*found, math.hypot(a, b), c)
+    functions = {}
+    for parity in (0, 1):
+        names = [described[c][0] for c in trusted if c % 2 == parity]
+        functions[parity] = max(set(names), key=names.count) if names else ("sin" if parity == 0 else "cos")
+    shifts = [described[c][1] for c in trusted]
+    shift = max(set(shifts), key=shifts.count)
+    amplitude = _snap(sorted(described[c][2] for c in trusted)[len(trusted) // 2], [1.0, 2.0, 0.5])
+    offset = _snap(sorted(described[c][3] for c in trusted)[len(trusted) // 2], [0.0])
+    pairs = sorted({c // 2 for c in trusted})
+    exponents = {pair: -math.log(omega[next(c for c in trusted if c // 2 == pair)].item()) * d_model
+                 / math.log(10000.0) for pair in pairs}
+    if len(pairs) >= 2:
+        x = torch.tensor([2.0 * pair for pair in pairs], dtype=torch.float64)
+        y = torch.tensor([exponents[pair] for pair in pairs], dtype=torch.float64)
+        design = torch.stack([x, torch.ones_like(x)], dim=-1)
+        alpha, beta = torch.linalg.lstsq(design, y[:, None]).solution[:, 0].tolist()
+    else:
+        alpha, beta = 1.0, exponents[pairs[0]] - 2.0 * pairs[0]
+    nice = [k / 4 for k in range(-16, 17)] + [d_model / n, -1.0]
+    formula = _Formula(_snap(alpha, nice), _snap(beta, [k / 4 for k in range(-4 * d_model, 4 * d_model + 1)]),
+                       functions[0], functions[1], shift, amplitude, offset)
+    if tensors_close(formula.table(d_model, n), got, tolerance, tolerance):
+        return formula
+    return None
+
+
+def _describe_formula(formula: _Formula, d_model: int, max_seq_length: int) -> Diagnosis:
+    findings, causes = [], []
+    alpha, beta = formula.alpha, formula.beta
+    if abs(alpha - 2) < 1e-9 and beta == 0:
+        findings.append("column pair i (columns 2i, 2i+1) has the frequency of pair 2i: the exponent is doubled")
+        causes.append("the exponent is doubled (4i / d_model): `torch.arange(0, d_model, 2)` already gives 2i, "
+                      "so do not multiply it by 2 again.")
+    elif abs(alpha - 0.5) < 1e-9 and beta == 0:
+        findings.append("column pair i has the frequency of pair i/2: the exponent is i / d_model, half of "
+                        "2i / d_model")
+        causes.append("the exponent uses i instead of 2i: divide by 10000^(2i / d_model), where 2i is the even "
+                      "column index, as `torch.arange(0, d_model, 2)` gives it.")
+    elif alpha < 0 and beta == 0:
+        findings.append("the frequencies grow with the column pair instead of shrinking: the exponent has the wrong "
+                        "sign")
+        causes.append("the frequencies are 1 / 10000^(2i / d_model) = exp(-2i * ln(10000) / d_model), with the "
+                      "minus sign.")
+    elif abs(alpha - d_model / max_seq_length) < 1e-9 and beta == 0 and alpha != 1:
+        findings.append("the exponents are divided by max_seq_length instead of d_model")
+        causes.append("the exponent is 2i / d_model: divide by d_model, not by the table's length.")
+    elif alpha != 1 and beta == 0:
+        findings.append(f"the exponents are {alpha:.3g} × the paper's 2i / d_model (as if the base were "
+                        f"10000^{alpha:.3g} ≈ {10000 ** alpha:.4g} instead of 10000)")
+        causes.append("the frequencies are 1 / 10000^(2i / d_model): check the base 10000, the log and the "
+                      "division by d_model.")
+    elif beta != 0:
+        findings.append(f"column pair i has the exponent ({alpha:.3g} * 2i {beta:+.3g}) / d_model instead of "
+                        "2i / d_model")
+        causes.append("the exponent of pair i is 2i / d_model: `torch.arange(0, d_model, 2)` starts at 0 and "
+                      "steps by 2.")
+    even_wrong, odd_wrong = formula.even != "sin", formula.odd != "cos"
+    if even_wrong and odd_wrong and (formula.even, formula.odd) == ("cos", "sin"):
+        findings.append("the even columns hold cos where sin belongs and the odd columns hold sin where cos "
+                        "belongs")
+        causes.append("sin and cos are swapped: sin belongs in the even columns 0, 2, 4, ... and cos in the odd "
+                      "ones.")
+    else:
+        if even_wrong:
+            findings.append(f"the even columns hold {formula.even} where sin belongs")
+        if odd_wrong:
+            findings.append(f"the odd columns hold {formula.odd} where cos belongs")
+        if formula.even == "cos":
+            causes.append("cos is in the even columns too: the even columns 0, 2, 4, ... hold sin.")
+        if formula.odd == "sin":
+            causes.append("sin is in the odd columns too: the odd columns 1, 3, 5, ... hold cos of the same angle.")
+        if formula.even.startswith("-") or formula.odd.startswith("-"):
+            causes.append("a sign is flipped: the angle (position × frequency) and the functions are positive.")
+    if formula.shift:
+        findings.append(f"row p holds the values of position p{formula.shift:+d}")
+        causes.append(f"positions start at {formula.shift}: the first token has position 0, "
+                      "torch.arange(max_seq_length)." if formula.shift > 0 else
+                      "the positions are shifted: row p is position p, torch.arange(max_seq_length).")
+    if formula.amplitude != 1:
+        findings.append(f"the values swing between ±{formula.amplitude:.3g} instead of ±1")
+        causes.append("sin and cos take values in [-1, 1]: do not scale the table.")
+    if formula.offset:
+        findings.append(f"every value is shifted by {formula.offset:+.3g}")
+        causes.append("add nothing to the sinusoids.")
+    return Diagnosis("; ".join(findings) or "the table differs", " ".join(causes))
+
+
+def diagnose_table(table: torch.Tensor, d_model: int, max_seq_length: int) -> Diagnosis | None:
+    """What the student's (max_seq_length, d_model) table does differently from the paper's."""
+    got = table.detach().to(torch.float64).cpu().reshape(max_seq_length, d_model)
+    expected = _table(d_model, max_seq_length)
+    tolerance = 1e-4
+    if not torch.isfinite(got).all():
+        columns = sorted({int(c) for c in (~torch.isfinite(got)).nonzero()[:, 1]})
+        return Diagnosis(f"{_columns_text(columns, d_model)} hold NaN or inf",
+                         "a division by zero or the log of a non-positive number in the frequencies.")
+    zero_rows = [row for row in range(max_seq_length) if not got[row].any() and expected[row].any()]
+    if len(zero_rows) >= 2:
+        return Diagnosis(f"rows {index_ranges(zero_rows)} (positions) are 0: nothing was written there",
+                         "fill every position 0 .. max_seq_length - 1: the position column is "
+                         "torch.arange(max_seq_length).unsqueeze(1), shape (max_seq_length, 1).")
+    wrong = [c for c in range(d_model) if not tensors_close(got[:, c], expected[:, c], tolerance, tolerance)]
+    if not wrong:
+        return None
+    still = [pair for pair in range(d_model // 2) if not got[:, 2 * pair].any()
+             and bool((got[:, 2 * pair + 1] == 1).all()) and (2 * pair in wrong or 2 * pair + 1 in wrong)]
+    if still:
+        return Diagnosis(f"column {_pairs_text(still)} do not change with the position (sin = 0, cos = 1): their "
+                         "angle is 0 at every position, so their frequency is 0",
+                         "the frequencies are 1 / 10000^(2i / d_model) = exp(-2i * ln(10000) / d_model); check "
+                         "div_term: a missing log makes exp(-2i * 10000 / d_model) underflow to 0.")
+    zero = [c for c in wrong if not got[:, c].any()]
+    if zero:
+        if zero == list(range(3, d_model, 2)):
+            return Diagnosis("only column 1 holds cos; the other odd columns 3, 5, ... are 0",
+                             "cos is written to column 1 only: use the slice `pe[:, 1::2]` for every odd column.")
+        return Diagnosis(f"{_columns_text(zero, d_model)} {_are(zero, d_model)} 0: nothing was written there",
+                         "the sin line fills the even columns, pe[:, 0::2], and the cos line the odd ones, "
+                         "pe[:, 1::2]: check the slices.")
+    beyond = [c for c in wrong if got[:, c].abs().max() > 1 + tolerance]
+    if beyond:
+        p = torch.arange(max_seq_length, dtype=torch.float64)
+        design = torch.stack([p, torch.ones_like(p)], dim=-1)
+        line = torch.linalg.lstsq(design, got[:, beyond]).solution
+        straight = ((design @ line) - got[:, beyond]).abs().amax(dim=0) <= tolerance
+        if straight.all():
+            return Diagnosis(f"{_columns_text(beyond, d_model)} {_verb(beyond, 'grow', d_model)} in a straight "
+                             "line with the position: the angle itself, not its sin or cos",
+                             "apply torch.sin (even columns) and torch.cos (odd columns) to the angle "
+                             "position * div_term.")
+    formula = _formula(got, d_model, tolerance)
+    if formula is not None:
+        return _describe_formula(formula, d_model, max_seq_length)
+    if beyond:
+        return Diagnosis(f"{_columns_text(beyond, d_model)} {_verb(beyond, 'hold', d_model)} values beyond ±1, "
+                         "which no sin or cos takes",
+                         "each column is sin or cos of position × one frequency; nothing multiplies or adds to "
+                         "them.")
+    return Diagnosis(f"{_columns_text(wrong, d_model)} {_verb(wrong, 'differ', d_model)} in a way that no single "
+                     "change of the paper's formula explains",
+                     "each column pair i holds sin (even column) and cos (odd column) of position × "
+                     "1 / 10000^(2i / d_model); compare your angle table, shape (max_seq_length, d_model / 2), with "
+                     "that.")
+
+
+def _are(columns: list[int], d_model: int) -> str:
+    return "is" if len(columns) in (1, d_model) else "are"
+
+
+def _verb(columns: list[int], verb: str, d_model: int = 0) -> str:
+    """The verb for _columns_text(columns): singular for one column and for "every column"."""
+    return verb + "s" if len(columns) == 1 or len(columns) == d_model else verb
+
+
+def _pairs_text(pairs: list[int]) -> str:
+    return ("pair " if len(pairs) == 1 else "pairs ") + index_ranges(pairs)
+
+
+def _columns_text(columns: list[int], d_model: int) -> str:
+    if columns == list(range(0, d_model, 2)):
+        return "the even columns"
+    if columns == list(range(1, d_model, 2)):
+        return "the odd columns"
+    if columns == list(range(d_model)):
+        return "every column"
+    return ("column " if len(columns) == 1 else "columns ") + index_ranges(columns)
+
+
+def diagnose_forward(got: torch.Tensor, x: torch.Tensor, pe: torch.Tensor) -> Diagnosis | None:
+    """What forward(x) adds to x, compared with the rows of the (1, max_seq_length, d_model) table pe."""
+    seq_len, tolerance = x.size(1), 1e-4
+    added = (got - x).detach().to(torch.float64)
+    table = pe.to(torch.float64)
+    if tensors_close(added, torch.zeros_like(added), tolerance, 0.0):
+        return Diagnosis("forward(x) returns x unchanged: nothing was added",
+                         "forward returns x unchanged: add the positional table, x = x + self.pe[:, :x.size(1)] "
+                         "(an expression that is not assigned changes nothing).")
+    for start in range(1, table.size(1) - seq_len + 1):
+        if tensors_close(added, table[:, start:start + seq_len].expand_as(added), tolerance, tolerance):
+            return Diagnosis(f"forward adds rows {start}..{start + seq_len - 1} of pe instead of rows "
+                             f"0..{seq_len - 1}", "slice the table from position 0: self.pe[:, :x.size(1)].")
+    for row in range(table.size(1)):
+        if tensors_close(added, table[:, row:row + 1].expand_as(added), tolerance, tolerance):
+            return Diagnosis(f"forward adds row {row} of pe to every position",
+                             "a single row of pe is added to every position: slice with a colon, "
+                             "self.pe[:, :x.size(1)], to get one row per position.")
+    window = table[:, :seq_len].expand_as(added)
+    design = torch.stack([x.to(torch.float64).flatten(), window.flatten()], dim=-1)
+    alpha, beta = torch.linalg.lstsq(design, got.detach().to(torch.float64).flatten()[:, None]).solution[:, 0].tolist()
+    if tensors_close(got, alpha * x + beta * window, tolerance, tolerance):
+        if abs(beta - 1) < 1e-6:
+            return Diagnosis(f"forward(x) is {alpha:.4g} × x + pe: x is scaled before the addition",
+                             "add the table to x itself; scaling the embeddings (by sqrt(d_model)) belongs to the "
+                             "Encoder and Decoder of stage 4.")
+        if abs(alpha - 1) < 1e-6:
+            return Diagnosis(f"forward(x) is x + {beta:.4g} × pe: the table is scaled", "add pe itself.")
+        return Diagnosis(f"forward(x) is {alpha:.4g} × x + {beta:.4g} × pe", "return x + self.pe[:, :x.size(1)].")
+    return None
+
+
 @check("PositionalEncoding stores a `pe` buffer of shape (1, max_seq_length, d_model)")
 def buffer_shape(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq_length: int = 50) -> None:
     module = _build(PositionalEncoding, d_model, max_seq_length, 0.0)
@@ -116,7 +445,8 @@ def table_values(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq
     suspects = {cause: (lambda make=make: make(d_model, max_seq_length).unsqueeze(0))
                 for cause, make in TABLE_SUSPECTS.items()}
     expect_close(
-        "pe", got, expected, atol=1e-4, rtol=1e-4, suspects=suspects,
+        "pe", got, expected, atol=1e-4, rtol=1e-4, suspects=suspects, axes=("batch", "position", "column"),
+        diagnose=lambda table: diagnose_table(table, d_model, max_seq_length),
         cause="check the formula PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same angle).",
     )
 
@@ -153,7 +483,8 @@ def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16
              got=f"pe[:, :seq_len], shape {tuple(got.shape)}",
              cause="forward returns only the table: add it to x, do not replace x.")
     expect_close(
-        "forward(x)", got, expected, atol=1e-4, rtol=1e-4,
+        "forward(x)", got, expected, atol=1e-4, rtol=1e-4, axes=("batch", "position", "feature"),
+        diagnose=lambda output: diagnose_forward(output, x, reference.pe),
         suspects={
             "forward returns x unchanged: add the positional table.": lambda: x,
             "forward returns only the table: add it to x, do not replace x.": lambda: pe.expand_as(x),

@@ -248,14 +248,14 @@ def allowed_frame_users() -> tuple[tuple[types.CodeType, types.CodeType | None],
     turn the stack into text (torch records
     one on every `torch.manual_seed`); `typing._caller` and `collections.namedtuple` read a module name,
     `typing_extensions._has_generic_or_protocol_as_origin` a yes or no; logging's
-    `currentframe` only when `Logger.findCaller` asks; the checks' `_student_frame` reads the
+    `currentframe` only when `Logger.findCaller` asks; the checks' `student_frame` reads the
     student's own frame for its message."""
     import collections
     import logging
     import traceback
     import typing
 
-    from transformer_course.checks import framework
+    from transformer_course.checks import errors
 
     pairs: list[tuple[types.CodeType, types.CodeType | None]] = [
         (traceback.walk_tb.__code__, None), (traceback.format_stack.__code__, None),
@@ -263,7 +263,7 @@ def allowed_frame_users() -> tuple[tuple[types.CodeType, types.CodeType | None],
         (logging.currentframe.__code__, logging.Logger.findCaller.__code__),
         (collections.namedtuple.__code__, None),  # reads its caller's module name
     ]
-    candidates = [getattr(framework, "_student_frame", None), getattr(typing, "_caller", None),
+    candidates = [getattr(errors, "student_frame", None), getattr(typing, "_caller", None),
                   getattr(traceback, "_walk_tb_with_full_positions", None)]
     try:
         import typing_extensions

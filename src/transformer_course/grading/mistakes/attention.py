@@ -1,6 +1,9 @@
 """Stage 2 mistakes: scaled dot-product attention, the two masks and multi-head attention."""
 
+import inspect
+
 from transformer_course.grading.mistakes import Alternative, Mistake
+from transformer_course.reference.attention import MultiHeadAttention
 
 STAGE = "02_attention"
 
@@ -38,6 +41,17 @@ _K_AND_V = (
 )
 _ATTEND = "heads, weights = scaled_dot_product_attention(Q, K, V, mask)  # heads: (batch, heads, q_len, d_k)"
 _OUTPUT = "output = self.W_o(self.combine_heads(heads))  # (batch, q_len, d_model)"
+
+
+def _class_text(start: str, end: str) -> str:
+    """The reference MultiHeadAttention's text from the line holding `start` to the one holding `end`."""
+    text = inspect.getsource(MultiHeadAttention)
+    first = text.rindex("\n", 0, text.index(start)) + 1
+    last = text.index("\n", text.index(end))
+    return text[first:last + 1]
+
+
+_RENAMED_FROM = _class_text("self.W_q = nn.Linear", _OUTPUT)
 
 
 def _inline_attention(scale: str) -> str:
@@ -281,6 +295,55 @@ ALTERNATIVES: list[Alternative] = [
         STAGE, "split heads with unflatten + transpose",
         _SPLIT,
         "        return x.unflatten(-1, (self.num_heads, self.d_k)).transpose(1, 2)\n",
+    ),
+    Alternative(
+        STAGE, "attention with a -inf mask through torch.where",
+        _MASK_AND_SOFTMAX,
+        "    if mask is not None:\n"
+        '        scores = torch.where(mask == 0, torch.full_like(scores, float("-inf")), scores)\n'
+        "    " + _SOFTMAX + "\n",
+    ),
+    Alternative(
+        STAGE, "attention computed one batch element at a time (batch-first loop)",
+        _SDPA,
+        "    outputs, all_weights = [], []\n"
+        "    for b in range(Q.size(0)):\n"
+        "        scores = Q[b] @ K[b].transpose(-2, -1) / math.sqrt(d_k)  # (..., q_len, k_len)\n"
+        "        if mask is not None:\n"
+        "            example_mask = mask[b] if mask.size(0) > 1 else mask[0]\n"
+        "            scores = scores.masked_fill(example_mask == 0, -1e9)\n"
+        "        all_weights.append(torch.softmax(scores, dim=-1))\n"
+        "        outputs.append(all_weights[-1] @ V[b])\n"
+        "    weights, output = torch.stack(all_weights), torch.stack(outputs)\n",
+    ),
+    Alternative(
+        STAGE, "padding mask returned as int32 0/1",
+        _PADDING,
+        "mask = (token_ids != pad_idx).int().unsqueeze(1).unsqueeze(2)  # 1 = real token, 0 = padding",
+    ),
+    Alternative(
+        STAGE, "look-ahead mask as an int32 lower triangle from torch.tril",
+        _TRIANGLE,
+        "allowed = torch.tril(torch.ones(size, size, dtype=torch.int32, device=device))  # 1 = may attend",
+    ),
+    Alternative(
+        STAGE, "linear layers with other names (query, key, value, out), as in many public implementations",
+        _RENAMED_FROM, _RENAMED_FROM.replace("self.W_q", "self.query").replace("self.W_k", "self.key")
+        .replace("self.W_v", "self.value").replace("self.W_o", "self.out"),
+    ),
+    Alternative(
+        STAGE, "forward looping over the heads, one 3-D attention call per head",
+        _ATTEND,
+        "per_head = [scaled_dot_product_attention(Q[:, h], K[:, h], V[:, h],\n"
+        "                                                 None if mask is None else mask[:, 0])\n"
+        "                    for h in range(self.num_heads)]  # each (batch, q_len, d_k), (batch, q_len, k_len)\n"
+        "        heads = torch.stack([output for output, _ in per_head], dim=1)  # (batch, heads, q_len, d_k)\n"
+        "        weights = torch.stack([weights for _, weights in per_head], dim=1)",
+    ),
+    Alternative(
+        STAGE, "combine heads by concatenating the heads along the features",
+        _COMBINE,
+        "        return torch.cat(x.unbind(dim=1), dim=-1)  # heads side by side: (batch, seq_len, d_model)\n",
     ),
     Alternative(
         STAGE, "attention written inline in forward with sqrt(d_k)",

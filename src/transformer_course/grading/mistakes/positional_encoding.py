@@ -142,6 +142,27 @@ ALTERNATIVES: list[Alternative] = [
         "                pe[pos, i + 1] = math.cos(angle)\n",
     ),
     Alternative(
+        STAGE, "sin and cos interleaved with torch.stack(...).flatten(1), frequencies by a power",
+        _TABLE,
+        "        position = torch.arange(max_seq_length).unsqueeze(1).float()  # (max_seq_length, 1)\n"
+        "        frequencies = 10000 ** (-torch.arange(0, d_model, 2).float() / d_model)  # (d_model / 2,)\n"
+        "        angles = position * frequencies  # (max_seq_length, d_model / 2)\n"
+        "        pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # sin, cos, sin, cos, ...\n",
+    ),
+    Alternative(
+        STAGE, "table from a nested list comprehension with math.sin/math.cos, as in many tutorials",
+        _TABLE,
+        "        pe = torch.tensor([[math.sin(pos / 10000 ** (2 * (j // 2) / d_model)) if j % 2 == 0\n"
+        "                            else math.cos(pos / 10000 ** (2 * (j // 2) / d_model))\n"
+        "                            for j in range(d_model)] for pos in range(max_seq_length)],\n"
+        "                          dtype=torch.float)  # (max_seq_length, d_model)\n",
+    ),
+    Alternative(
+        STAGE, "forward slicing with x.shape[1] and all three axes spelled out",
+        _ADD,
+        "x = x + self.pe[:, : x.shape[1], :]  # (1, seq_len, d_model)",
+    ),
+    Alternative(
         STAGE, "forward with narrow and an in-place-free addition via torch.add",
         _ADD,
         "x = torch.add(x, self.pe.narrow(1, 0, x.size(1)))  # (1, seq_len, d_model) broadcasts",

@@ -1,0 +1,116 @@
+"""Say how a tensor departs from the expected one: where (which indices of which named axis) and how
+(a sign, a scale, an offset, a shift or a transpose, values in the wrong places, zeros, NaN).
+
+These phrases are generic: `framework.expect_close` puts them in every value failure, and the
+stage checks add what only they can know (a table's frequencies, attention's scores and weights).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def as_float64(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to(torch.float64).cpu()
+
+
+def close_elements(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
+    """Elementwise closeness (bool, shape of expected); NaN and inf are never close."""
+    a, b = as_float64(got), as_float64(expected)
+    return torch.isfinite(a) & ((a - b).abs() <= atol + rtol * b.abs())
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+    return a.shape == b.shape and bool(close_elements(a, b, atol, rtol).all())
+
+
+def index_ranges(indices: Sequence[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0–2, 5, 7–8'."""
+    parts: list[str] = []
+    values = sorted(set(indices))
+    start = previous = None
+    for value in [*values, None]:
+        if start is not None and value == previous + 1:
+            previous = value
+            continue
+        if start is not None:
+            parts.append(f"{start}" if start == previous else f"{start}–{previous}")
+        start = previous = value
+    return ", ".join(parts)
+
+
+def axis_label(axes: Sequence[str] | None, dim: int) -> str:
+    return f"`{axes[dim]}`" if axes and dim < len(axes) else f"axis {dim}"
+
+
+def where_different(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[str] | None = None,
+                    atol: float = 1e-6, rtol: float = 1e-5) -> str:
+    """'only at `head` 2 (of 4)' for the axes along which only some indices differ; '' when the
+    differences spread over every index of every axis (or the shapes differ)."""
+    if got.shape != expected.shape or got.dim() == 0:
+        return ""
+    wrong = ~close_elements(got, expected, atol, rtol)
+    if not wrong.any():
+        return ""
+    parts = []
+    for dim in range(wrong.dim()):
+        size = wrong.size(dim)
+        others = [d for d in range(wrong.dim()) if d != dim]
+        per_index = wrong.any(dim=others) if others else wrong  # (size,)
+        indices = per_index.nonzero().flatten().tolist()
+        if size > 1 and len(indices) < size:
+            parts.append(f"{axis_label(axes, dim)} {index_ranges(indices)} (of {size})")
+    return ("only at " + ", ".join(parts)) if parts else "everywhere"
+
+
+def relation(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[str] | None = None,
+             atol: float = 1e-6, rtol: float = 1e-5) -> str:
+    """A simple relation that turns expected into got, or '' when none holds."""
+    if got.shape != expected.shape or got.numel() == 0:
+        return ""
+    a, b = as_float64(got), as_float64(expected)
+    if not torch.isfinite(a).all():
+        bad = (~torch.isfinite(a)).float().mean().item()
+        return f"{bad:.0%} of the values are NaN or inf"
+    tolerance = atol + rtol * b.abs().max().item()
+    if a.abs().max().item() <= tolerance and b.abs().max().item() > tolerance:
+        return "all values are 0"
+    if _close(a, -b, atol, rtol):
+        return "the values have the opposite sign"
+    scale = (a * b).sum() / (b * b).sum().clamp_min(1e-300)
+    if _close(a, scale * b, atol, rtol):
+        return f"the values are {scale.item():.4g} × the expected ones"
+    if _close(a - (a - b).mean(), b, atol, rtol):
+        return f"the values are the expected ones shifted by {(a - b).mean().item():+.4g}"
+    for dim in range(a.dim()):
+        size = a.size(dim)
+        if size < 2:
+            continue
+        label = axis_label(axes, dim)
+        head = [slice(None)] * a.dim()
+        for step in (1, -1):
+            # got[i] == expected[i + step] for every i where both exist
+            left = list(head)
+            right = list(head)
+            left[dim] = slice(0, size - 1) if step == 1 else slice(1, size)
+            right[dim] = slice(1, size) if step == 1 else slice(0, size - 1)
+            if _close(a[tuple(left)], b[tuple(right)], atol, rtol):
+                return (f"the values are shifted by one along {label}: entry i holds the expected entry "
+                        f"i{step:+d}")
+        if _close(a, b.flip(dim), atol, rtol):
+            return f"the values are reversed along {label}"
+    if a.dim() >= 2 and a.size(-1) == a.size(-2) and _close(a, b.transpose(-2, -1), atol, rtol):
+        return f"the values are transposed: {axis_label(axes, a.dim() - 2)} and {axis_label(axes, a.dim() - 1)} swapped"
+    if _close(a.flatten().sort().values, b.flatten().sort().values, atol, rtol):
+        return "the right values in the wrong places (a view, reshape or transpose moves them)"
+    return ""
+
+
+def describe_difference(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[str] | None = None,
+                        atol: float = 1e-6, rtol: float = 1e-5) -> str:
+    """Where and how got departs from expected, in one clause ('' when nothing simple can be said)."""
+    where = where_different(got, expected, axes, atol, rtol)
+    how = relation(got, expected, axes, atol, rtol)
+    return "; ".join(part for part in (f"it differs {where}" if where else "", how) if part)

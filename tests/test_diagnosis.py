@@ -1,0 +1,142 @@
+"""Diagnosis that generalises: crashes explained by their kind with the student's own line, value
+failures that say where and how they differ, and the stage 1-2 diagnoses of what a wrong table or a
+wrong attention does (each case below is a formula, not a cataloged notebook edit)."""
+
+import math
+
+import pytest
+import torch
+
+from transformer_course.checks import attention, positional_encoding
+from transformer_course.checks.compare import describe_difference
+from transformer_course.checks.framework import run_check
+
+CELL = '''
+def forward(x):
+    y = x.transpose(0, 1)
+    return y.view(-1)
+
+def train_step(x):
+    loss = (x * 2).sum()
+    loss.backward()
+
+def lookup(x):
+    return x[10]
+
+def unknown(x):
+    raise KeyError("zzz")
+
+def add(x):
+    return x + torch.ones(7)
+'''
+
+
+def _crash(name, sources=None):
+    namespace = {"torch": torch}
+    exec(compile(CELL, "<cell 4>", "exec"), namespace)  # noqa: S102  (a notebook cell, as the grader runs it)
+
+    def check_it():
+        namespace[name](torch.randn(3, 4))
+
+    return run_check(check_it, name, sources=sources).message
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("forward", "memory-layout problem"), ("train_step", "gradient problem"), ("lookup", "index out of range"),
+    ("add", "shape mismatch"), ("unknown", "unknown"),
+])
+def test_a_crash_is_explained_by_its_kind_never_by_default_as_a_shape_problem(name, kind):
+    message = _crash(name)
+    cause = message.split("likely cause:")[1]
+    assert cause.split(":")[0].strip() in (kind, f"a {kind}", f"an {kind}"), message
+    assert f"in `{name}`, line" in message and "of <cell 4>" in message  # no source known: the line number
+
+
+def test_the_students_line_is_quoted_when_the_cell_source_is_given():
+    message = _crash("train_step", sources={"<cell 4>": CELL})
+    assert "in `train_step`, line 8: loss.backward()" in message
+
+
+def test_a_difference_is_described_by_place_and_relation():
+    expected = torch.arange(24.0).reshape(2, 3, 4)
+    heads = expected.clone()
+    heads[:, 1] += 1
+    assert "only at `head` 1 (of 3)" in describe_difference(heads, expected, ("batch", "head", "key"))
+    assert "opposite sign" in describe_difference(-expected, expected)
+    assert "shifted by one along `key`" in describe_difference(expected.roll(-1, dims=2), expected,
+                                                               ("batch", "head", "key"))
+
+
+def _table(d_model, length, **changes):
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1) + changes.get("start", 0)
+    exponent = changes.get("scale", 2.0) * torch.arange(d_model // 2, dtype=torch.float64) / d_model
+    angle = position / torch.pow(changes.get("base", 10000.0), exponent)
+    even, odd = changes.get("even", torch.sin), changes.get("odd", torch.cos)
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table[:, 0::2], table[:, 1::2] = even(angle), odd(angle)
+    if changes.get("cos_in_column_1_only"):
+        table[:, 3::2] = 0
+    return table.float()
+
+
+@pytest.mark.parametrize(("changes", "says"), [
+    ({"even": torch.cos, "odd": torch.sin}, "the even columns hold cos where sin belongs and the odd columns hold sin"),
+    ({"scale": 1.0}, "frequency of pair i/2"),
+    ({"scale": 4.0}, "frequency of pair 2i: the exponent is doubled"),
+    ({"cos_in_column_1_only": True}, "only column 1 holds cos; the other odd columns"),
+    ({"start": 1}, "row p holds the values of position p+1"),
+    ({"even": torch.cos}, "the even columns hold cos where sin belongs"),
+    ({"odd": torch.sin}, "the odd columns hold sin where cos belongs"),
+    ({"base": 1000.0}, "0.75 × the paper's"),
+])
+def test_each_wrong_table_is_told_by_what_it_does(changes, says):
+    for d_model, length in ((16, 60), (34, 23)):
+        diagnosis = positional_encoding.diagnose_table(_table(d_model, length, **changes), d_model, length)
+        assert diagnosis is not None and says in diagnosis.where, (changes, d_model, diagnosis)
+
+
+def test_the_right_table_has_no_diagnosis():
+    assert positional_encoding.diagnose_table(_table(16, 60), 16, 60) is None
+
+
+def _qkv():
+    generator = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(2, 3, 5, 4, generator=generator, dtype=torch.float64) * 1.5 for _ in range(3))
+
+
+@pytest.mark.parametrize(("weights_of", "says"), [
+    (lambda s, m: torch.softmax(s, dim=-2), "scores match; weights differ: the rows (over the keys) do not sum to 1"),
+    (lambda s, m: torch.softmax((s * 2.0).masked_fill(m == 0, -1e9), dim=-1), "the scores before the softmax are 2 ×"),
+    (lambda s, m: torch.softmax(s, dim=-1), "hidden keys get weight"),
+    (lambda s, m: torch.softmax(s.masked_fill(m == 0, -1e9), dim=-1) * 0.5,
+     "the rows do not sum to 1"),
+])
+def test_attention_names_the_first_place_it_departs(weights_of, says):
+    Q, K, V = _qkv()
+    mask = torch.ones(5, 5, dtype=torch.bool).tril().view(1, 1, 5, 5)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(4)
+    diagnosis = attention.diagnose_attention(Q, K, V, mask, weights_of(scores, mask))
+    assert diagnosis is not None and says in diagnosis.where, diagnosis
+
+
+def test_the_students_line_is_quoted_from_an_ipython_cell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_cell("import torch\ndef step(x):\n    loss = (x * 2).sum()\n    loss.backward()\n")
+    shell.run_cell("from transformer_course.checks.framework import run_check\n"
+                   "result = run_check(lambda: step(torch.ones(2)), 'a step')")
+    message = shell.user_ns["result"].message
+    assert "in `step`, line 4: loss.backward()" in message and "likely cause: a gradient problem" in message
+
+
+def test_torchs_own_not_implemented_error_is_a_dtype_problem_not_an_unfinished_exercise():
+    def softmax_of_a_bool_tensor():
+        mask = torch.ones(2, 3, dtype=torch.bool)
+        torch.softmax(mask.masked_fill(mask == 0, -1e9), dim=-1)
+
+    def stub():
+        raise NotImplementedError()
+
+    assert "likely cause: a dtype mismatch" in run_check(softmax_of_a_bool_tensor, "bool softmax").message
+    assert run_check(stub, "stub").message.startswith("not implemented yet")

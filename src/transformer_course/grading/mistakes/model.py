@@ -62,7 +62,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "decoder blocks kept in a plain Python list",
         _DECODER_LAYERS,
         "self.layers = [DecoderBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]",
-        fails="model_decoder_shape", cause="plain Python list",
+        fails="model_decoder_layers", cause="plain Python list",
     ),
     Mistake(
         STAGE, "decoder repeats one block object",

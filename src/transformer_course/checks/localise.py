@@ -243,6 +243,13 @@ def first_departure(calls: list[Call], steps: Sequence[Step], values: Values, *,
         for argument, wanted_terms in step.inputs.items():
             got = call.args.get(argument, call.args.get("input") if argument == "x" else None)
             if not values.matches(got, wanted_terms):
+                swapped = next((other for other, other_terms in step.inputs.items() if other != argument
+                                and values.matches(got, other_terms)
+                                and values.matches(call.args.get(other), wanted_terms)), None)
+                if swapped:
+                    return (f"in {where}: the {argument} and {swapped} arguments of {call.name} are swapped: it "
+                            f"receives {values.words(step.inputs[swapped])} as {_argument(argument)} and "
+                            f"{values.words(wanted_terms)} as {_argument(swapped)}.")
                 seen_as = values.name(got) or "a value that is none of the expected ones"
                 return (f"in {where}: {call.name}{'' if made[:1] == [call] else f' (call {index + 1})'} receives "
                         f"{seen_as} as {_argument(argument)}, instead of {values.words(wanted_terms)}."

@@ -124,7 +124,8 @@ def timing(stages: list[str]) -> None:
         notebook.cells = timed
         CLOCK.marks.clear()
         run_grade_cells(notebook, path.parent)
-        spans = [(label, after - before) for (label, before), (_, after) in zip(CLOCK.marks, CLOCK.marks[1:])]
+        marks = CLOCK.marks
+        spans = [(label, after - before) for (label, before), (_, after) in zip(marks, marks[1:], strict=False)]
         graded = [(label, seconds) for label, seconds in spans if label]
         other = sum(seconds for label, seconds in spans if not label)
         print(f"{stage}: grade cells {sum(s for _, s in graded):.1f} s, other cells {other:.1f} s")

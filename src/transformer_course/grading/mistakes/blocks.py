@@ -211,6 +211,47 @@ ALTERNATIVES: list[Alternative] = [
         "        for sublayer, norm in sublayers:\n"
         "            x = norm(x + self.dropout(sublayer(x)))",
     ),
+    Alternative(
+        STAGE, "feed-forward as one nn.Sequential with its own names (no weights are copied by name)",
+        "        self.fc1 = nn.Linear(d_model, d_ff)\n"
+        "        self.fc2 = nn.Linear(d_ff, d_model)\n"
+        "        self.relu = nn.ReLU()\n"
+        "\n"
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        ### BEGIN SOLUTION\n"
+        "        " + _FFN,
+        "        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))\n"
+        "\n"
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        ### BEGIN SOLUTION\n"
+        "        return self.net(x)",
+    ),
+    Alternative(
+        STAGE, "feed-forward with torch.relu instead of the ReLU module",
+        _FFN,
+        "return self.fc2(torch.relu(self.fc1(x)))",
+    ),
+    Alternative(
+        STAGE, "encoder block written step by step, the residual added before the LayerNorm call",
+        _ENCODER,
+        "attended = self.self_attn(x, x, x, mask)  # (batch, src_len, d_model)\n"
+        "        x = x + self.dropout(attended)\n"
+        "        x = self.norm1(x)\n"
+        "        x = self.norm2(x + self.dropout(self.feed_forward(x)))",
+    ),
+    Alternative(
+        STAGE, "encoder block with functional dropout that follows the module's mode",
+        _ENCODER,
+        "x = self.norm1(x + F.dropout(self.self_attn(x, x, x, mask), self.dropout.p, self.training))\n"
+        "        x = self.norm2(x + F.dropout(self.feed_forward(x), self.dropout.p, self.training))",
+    ),
+    Alternative(
+        STAGE, "decoder block calling attention with keyword arguments",
+        _DECODER,
+        "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask=dec_mask)))\n"
+        "        x = self.norm2(x + self.dropout(self.cross_attn(q=x, k=enc_out, v=enc_out, mask=enc_mask)))\n"
+        "        x = self.norm3(x + self.dropout(self.feed_forward(x)))",
+    ),
 ]
 
 # --- held out ---------------------------------------------------------------------------------------------

@@ -115,6 +115,39 @@ ALTERNATIVES: list[Alternative] = [
         "        length += 1\n"
         "    ys = out[:, :length]\n",
     ),
+    Alternative(
+        STAGE, "the full model called at every step (the encoder runs again each time)",
+        "logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx))",
+        "logits = model(src, ys, src_mask, make_target_mask(ys, pad_idx))",
+    ),
+    Alternative(
+        STAGE, "argmax over the vocabulary first, then the last position; padding with torch.where and a scalar",
+        _ARGMAX + "\n        " + _PAD_FINISHED,
+        "next_token = logits.argmax(dim=-1)[:, -1]  # (batch,)\n"
+        "        next_token = torch.where(finished, pad_idx, next_token)",
+    ),
+    Alternative(
+        STAGE, "only the sentences still running are decoded at each step",
+        _LOOP,
+        "    for _ in range(max_len):\n"
+        "        running = (~finished).nonzero().squeeze(1)  # indices of unfinished sentences\n"
+        "        part = ys[running]\n"
+        "        logits = model.decoder(part, enc_out[running], src_mask[running], make_target_mask(part, pad_idx))\n"
+        "        next_token = torch.full_like(ys[:, 0], pad_idx)  # (batch,) padding for finished sentences\n"
+        "        next_token[running] = logits[:, -1].argmax(dim=-1)\n"
+        "        ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)\n"
+        "        finished |= next_token == eos_idx\n"
+        "        if finished.all():\n"
+        "            break\n",
+    ),
+    Alternative(
+        STAGE, "attention maps collected in a loop and stacked along dim=0",
+        "encoder_self = torch.stack([layer.self_attn.attn_weights for layer in model.encoder.layers])",
+        "weights = []\n"
+        "    for block in model.encoder.layers:\n"
+        "        weights.append(block.self_attn.attn_weights)\n"
+        "    encoder_self = torch.stack(weights, dim=0)",
+    ),
 ]
 
 # --- held out ---------------------------------------------------------------------------------------------

@@ -15,6 +15,13 @@ _DECODER_LAYERS = (
     "        )"
 )
 
+_ENCODER_FORWARD = (
+    "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)\n"
+    "        x = self.positional_encoding(x)\n"
+    "        for layer in self.layers:\n"
+    "            x = layer(x, mask)"
+)
+
 MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "target mask is the padding mask only (no look-ahead)",
@@ -124,18 +131,34 @@ ALTERNATIVES: list[Alternative] = [
         "        for _ in range(num_layers):\n"
         "            self.layers.append(DecoderBlock(d_model, num_heads, d_ff, dropout))",
     ),
+    Alternative(
+        STAGE, "target mask combined with torch.where",
+        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return torch.where(look_ahead, padding, torch.zeros_like(padding))  # (batch, 1, tgt_len, tgt_len)",
+    ),
+    Alternative(
+        STAGE, "target mask returned as integer 0/1",
+        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return (padding & look_ahead).int()  # 1 = may attend",
+    ),
+    Alternative(
+        STAGE, "encoder scaled with d_model ** 0.5 and its layers indexed in a loop",
+        _ENCODER_FORWARD,
+        "x = self.positional_encoding(self.embedding(x) * self.d_model ** 0.5)  # (batch, src_len, d_model)\n"
+        "        for index in range(len(self.layers)):\n"
+        "            x = self.layers[index](x, mask=mask)",
+    ),
+    Alternative(
+        STAGE, "Transformer forward in one line, with keyword arguments",
+        "enc_out = self.encoder(enc_in, enc_mask)  # (batch, src_len, d_model)\n"
+        "        logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)",
+        "logits = self.decoder(dec_in, self.encoder(enc_in, mask=enc_mask), enc_mask=enc_mask, dec_mask=dec_mask)",
+    ),
 ]
 
 # --- held out ---------------------------------------------------------------------------------------------
 # Written before the checks were reworked for issue 10 and never tuned to (see grading/mistakes/blocks.py
 # and scripts/measure_held_out.py): `cause` lists phrases separated by " | ".
-
-_ENCODER_FORWARD = (
-    "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)\n"
-    "        x = self.positional_encoding(x)\n"
-    "        for layer in self.layers:\n"
-    "            x = layer(x, mask)"
-)
 
 HELD_OUT: list[Mistake] = [
     Mistake(

@@ -8,6 +8,14 @@ _SHIFT = "tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # shift by one: predict the
 _LOSS = "loss = criterion(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1))"
 _RATE = "return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)"
 
+_STEPS = (
+    "        optimizer.zero_grad()\n"
+    "        loss = compute_loss(model, batch, criterion)\n"
+    "        loss.backward()\n"
+    "        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n"
+    "        optimizer.step()\n"
+)
+
 MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "target not shifted: teacher-forcing input equals the output",
@@ -73,19 +81,45 @@ ALTERNATIVES: list[Alternative] = [
         "    real = targets != criterion.ignore_index  # <pad> targets do not count\n"
         "    loss = ((1 - epsilon) * nll + epsilon * smooth)[real].mean()",
     ),
+    Alternative(
+        STAGE, "shifted target made with narrow and clone",
+        _SHIFT,
+        "tgt_in = tgt.narrow(1, 0, tgt.size(1) - 1).clone()  # all but the last token\n"
+        "    tgt_out = tgt.narrow(1, 1, tgt.size(1) - 1).clone()  # all but <bos>",
+    ),
+    Alternative(
+        STAGE, "loss with the class axis second, (batch, vocab, tgt_len), as CrossEntropyLoss also accepts",
+        _LOSS,
+        "loss = criterion(logits.transpose(1, 2), batch.tgt_out)  # (batch, vocab, tgt_len) vs (batch, tgt_len)",
+    ),
+    Alternative(
+        STAGE, "loss with functional cross-entropy and the criterion's settings",
+        _LOSS,
+        "loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),\n"
+        "                                       ignore_index=criterion.ignore_index,\n"
+        "                                       label_smoothing=criterion.label_smoothing)",
+    ),
+    Alternative(
+        STAGE, "schedule written as two branches with an if",
+        _RATE,
+        "if step <= warmup_steps:\n"
+        "        return factor * d_model ** -0.5 * step / warmup_steps ** 1.5\n"
+        "    return factor / math.sqrt(d_model * step)",
+    ),
+    Alternative(
+        STAGE, "gradients zeroed after the step (set to None) instead of before the loss",
+        _STEPS,
+        "        loss = compute_loss(model, batch, criterion)\n"
+        "        loss.backward()\n"
+        "        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad(set_to_none=True)\n",
+    ),
 ]
 
 # --- held out ---------------------------------------------------------------------------------------------
 # Written before the checks were reworked for issue 10 and never tuned to (see grading/mistakes/blocks.py
 # and scripts/measure_held_out.py): `cause` lists phrases separated by " | ".
-
-_STEPS = (
-    "        optimizer.zero_grad()\n"
-    "        loss = compute_loss(model, batch, criterion)\n"
-    "        loss.backward()\n"
-    "        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n"
-    "        optimizer.step()\n"
-)
 
 HELD_OUT: list[Mistake] = [
     Mistake(

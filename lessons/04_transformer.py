@@ -259,6 +259,9 @@ assert check.target_mask_shape(make_target_mask)
 # %% tests="model_target_mask_values" points=2
 assert check.target_mask_values(make_target_mask)
 
+# %% tests="model_target_mask_device" points=1
+assert check.target_mask_device(make_target_mask)
+
 # %% tests="model_target_mask_hidden" points=1
 ### BEGIN HIDDEN TESTS
 assert check.target_mask_shape(make_target_mask, batch=5, tgt_len=4, pad_idx=0)
@@ -358,6 +361,9 @@ assert check.decoder_values(Decoder)
 # %% tests="model_decoder_layers" points=1
 assert check.decoder_layers_registered(Decoder)
 
+# %% tests="model_embedding_dropout" points=1
+assert check.embedding_dropout(Encoder, Decoder)
+
 # %% tests="model_decoder_hidden" points=1
 ### BEGIN HIDDEN TESTS
 assert check.decoder_output_shape(Decoder, tgt_vocab=9, d_model=24, num_heads=3, num_layers=3, d_ff=20,
@@ -408,16 +414,16 @@ assert check.transformer_values(Transformer)
 assert check.matches_torch_transformer(Transformer)
 
 # %% tests="model_causality" points=2
-assert check.transformer_causality(Transformer, make_target_mask)
+assert check.transformer_causality(Transformer)
 
 # %% tests="model_source_padding" points=1
-assert check.source_padding_invariance(Transformer, make_target_mask)
+assert check.source_padding_invariance(Transformer)
 
 # %% tests="model_target_padding" points=1
-assert check.target_padding_invariance(Transformer, make_target_mask)
+assert check.target_padding_invariance(Transformer)
 
-# %% tests="model_dropout" points=1
-assert check.dropout_behaviour(Transformer)
+# %% tests="model_gradients" points=1
+assert check.transformer_gradients(Transformer)
 
 # %% tests="model_no_builtins" points=1
 assert check.no_builtin_modules(Transformer)
@@ -430,12 +436,12 @@ assert check.transformer_values(Transformer, src_vocab=17, tgt_vocab=9, d_model=
                                 num_layers=3, d_ff=20, pad_idx=0, batch=4, src_len=8, tgt_len=5)
 assert check.matches_torch_transformer(Transformer, src_vocab=17, tgt_vocab=9, d_model=24, num_heads=3,
                                        num_layers=3, d_ff=20, pad_idx=0, batch=4, src_len=8, tgt_len=5)
-assert check.transformer_causality(Transformer, make_target_mask, src_vocab=17, tgt_vocab=9, d_model=24,
-                                   num_heads=3, num_layers=3, d_ff=20, pad_idx=0, batch=4, src_len=8, tgt_len=5)
-assert check.source_padding_invariance(Transformer, make_target_mask, extra=5, tgt_vocab=9, d_model=24,
-                                       num_heads=3, num_layers=3, pad_idx=0, batch=4, src_len=8, tgt_len=5)
-assert check.target_padding_invariance(Transformer, make_target_mask, extra=2, tgt_vocab=9, d_model=24,
-                                       num_heads=3, num_layers=3, pad_idx=0, batch=4, src_len=8, tgt_len=5)
+assert check.transformer_causality(Transformer, src_vocab=17, tgt_vocab=9, d_model=24, num_heads=3,
+                                   num_layers=3, d_ff=20, pad_idx=0, batch=4, src_len=8, tgt_len=5)
+assert check.source_padding_invariance(Transformer, extra=5, tgt_vocab=9, d_model=24, num_heads=3,
+                                       num_layers=3, pad_idx=0, batch=4, src_len=8, tgt_len=5)
+assert check.target_padding_invariance(Transformer, extra=2, tgt_vocab=9, d_model=24, num_heads=3,
+                                       num_layers=3, pad_idx=0, batch=4, src_len=8, tgt_len=5)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -558,6 +558,9 @@ for attempt in range(3):
 # %% tests="train_epoch_learns" points=2
 assert check.train_epoch_learns_copy_task(train_epoch)
 
+# %% tests="train_epoch_mode" points=1
+assert check.train_epoch_train_mode(train_epoch)
+
 # %% tests="train_epoch_zero_grad" points=2
 assert check.train_epoch_zero_grad(train_epoch)
 

@@ -275,9 +275,12 @@ assert check.greedy_matches_reference_batch(greedy_decode)
 # %% tests="dec_greedy_deterministic" points=1
 assert check.greedy_is_deterministic(greedy_decode)
 
+# %% tests="dec_greedy_mode" points=1
+assert check.greedy_eval_no_grad(greedy_decode)
+
 # %% tests="dec_greedy_reference_hidden" points=2
 ### BEGIN HIDDEN TESTS
-assert check.greedy_matches_reference(greedy_decode, eos_idx=7, batch=3, src_len=5, num_layers=3, num_heads=2,
+assert check.greedy_matches_reference(greedy_decode, eos_idx=7, src_len=5, num_layers=3, num_heads=2,
                                       d_model=12, d_ff=24, seed=4)
 assert check.greedy_matches_reference_batch(greedy_decode, eos_idx=7, batch=5, src_len=9, num_heads=8, max_len=12,
                                             seed=3)

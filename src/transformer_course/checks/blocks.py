@@ -9,8 +9,9 @@ with the same randomised weights, in float64 and eval mode unless a check is abo
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,9 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_course.checks.framework import (
+    CheckFailed,
     check,
-    copy_weights,
-    crash_explained,
     expect_close,
     expect_shape,
     fail,
@@ -30,6 +30,16 @@ from transformer_course.checks.framework import (
     student_code,
     summary,
     tensors_close,
+)
+from transformer_course.checks.localise import (
+    Call,
+    Step,
+    Values,
+    copy_by_name,
+    explain_dropout,
+    first_departure,
+    recorded_calls,
+    terms,
 )
 from transformer_course.reference import DecoderBlock as ReferenceDecoderBlock
 from transformer_course.reference import EncoderBlock as ReferenceEncoderBlock
@@ -95,9 +105,10 @@ def _reference(cls: type[nn.Module], *args: Any, seed: int) -> nn.Module:
     return _randomise(module.double(), seed)
 
 
-def _student(cls: type[nn.Module], args: tuple, what: str, reference: nn.Module,
+def _student(cls: type[nn.Module], args: tuple, what: str, reference: nn.Module | None,
              sublayers: dict[str, Callable[[], nn.Module]] | None = None) -> nn.Module:
-    """Build the student's module, plug in the reference sublayers, copy the reference weights."""
+    """Build the student's module and plug in the reference sublayers (found by their given names);
+    copy the reference weights by name only when a `reference` is given (checks that compare values)."""
     with _private_random_state(), student_code():
         module = cls(*args)
     reject_builtin_modules(module, what)
@@ -106,31 +117,61 @@ def _student(cls: type[nn.Module], args: tuple, what: str, reference: nn.Module,
             if isinstance(getattr(module, name, None), nn.Module):
                 setattr(module, name, make())
     module = module.double()
-    copy_weights(reference, module, what)
+    if reference is not None:
+        copy_by_name(reference, module, what)
     return module
 
 
+BLOCK_PARTS = ("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3", "dropout")
+
+
+@dataclass
+class _Trace:
+    """One run of the student's module: what it returned, the calls of its parts, the inputs it got."""
+
+    output: Any
+    calls: list[Call]
+    inputs: tuple
+    train: bool = False
+
+
+def _traced(module: nn.Module, inputs: tuple, *, seed: int | None = None, parts: Sequence[str] = BLOCK_PARTS,
+            what: str = "", explain: Callable[[_Trace], str | None] | None = None) -> _Trace:
+    """Run the student's module on copies of the inputs (an in-place `+=` must not spoil them), recording
+    every call of its parts. A crash is explained by `explain(trace)` when it can name the place."""
+    trace = _Trace(None, [], tuple(t.clone() if isinstance(t, Tensor) else t for t in inputs), module.training)
+    try:
+        with _private_random_state(seed), torch.no_grad(), student_code(), \
+                recorded_calls(module, parts) as calls:
+            trace.calls = calls
+            trace.output = module(*trace.inputs)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as error:
+        cause = explain(trace) if explain else None
+        if cause is None:
+            raise
+        fail(f"{what} crashed.", expected=f"{what} to run on these inputs",
+             got=f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}", cause=cause)
+    return trace
+
+
 def _run(module: nn.Module, *inputs: Tensor | None, seed: int | None = None) -> Any:
-    """Call the student's module on copies of the inputs (an in-place `+=` must not spoil them)."""
-    copies = [t.clone() if isinstance(t, Tensor) else t for t in inputs]
-    with _private_random_state(seed), torch.no_grad(), student_code():
-        return module(*copies)
+    return _traced(module, inputs, seed=seed, parts=()).output
 
 
-def _run_eval(module: nn.Module, *inputs: Tensor | None, what: str) -> Any:
-    """Run the student's module in eval mode twice; the two outputs must agree (dropout is off in eval)."""
-    module.eval()
-    first, second = _run(module, *inputs, seed=7), _run(module, *inputs, seed=8)
+def _deterministic(first: Any, second: Any, what: str) -> None:
+    """Two eval-mode outputs of the same input must agree: dropout is off in eval mode."""
     if isinstance(first, Tensor) and isinstance(second, Tensor) and first.shape == second.shape \
             and not tensors_close(first, second, 1e-12, 0.0):
         fail(
             f"in eval mode two calls of {what} gave different outputs.",
             expected="a deterministic output: dropout does nothing in eval mode",
             got="outputs that change from call to call",
-            cause="use the module self.dropout, which switches itself off in eval mode; F.dropout(..., "
-                  "training=True) or torch.bernoulli keep dropping.",
+            cause="something random runs in eval mode: dropout written as F.dropout(..., training=True) (its "
+                  "default) or torch.bernoulli keeps dropping. Use an nn.Dropout module such as self.dropout, "
+                  "which switches itself off in eval mode.",
         )
-    return first
 
 
 def _expected(module: nn.Module, *inputs: Tensor | None, seed: int | None = None) -> Tensor:
@@ -151,20 +192,65 @@ def _lengths(batch: int, seq_len: int) -> list[int]:
 
 
 # --- PositionWiseFeedForward ------------------------------------------------------------------------
+#
+# No names are needed here: the two linear layers are found by their sizes (d_model -> d_ff widens,
+# d_ff -> d_model narrows; in the order they were created when the two sizes are equal).
+
+
+def _linear_layers(module: nn.Module, d_model: int, d_ff: int) -> tuple[str, str]:
+    linears = [(name, child) for name, child in module.named_modules() if isinstance(child, nn.Linear)]
+    widen = [name for name, child in linears if (child.in_features, child.out_features) == (d_model, d_ff)]
+    narrow = [name for name, child in linears if (child.in_features, child.out_features) == (d_ff, d_model)]
+    if len(linears) != 2 or not widen or not narrow or any(child.bias is None for _, child in linears):
+        fail("PositionWiseFeedForward does not have the two linear layers this check copies weights into.",
+             expected=f"two nn.Linear layers with biases: d_model -> d_ff ({d_model} -> {d_ff}) and d_ff -> d_model "
+                      "(any names; the given constructor calls them fc1 and fc2)",
+             got=", ".join(f"{name}: {child.in_features} -> {child.out_features}"
+                           + ("" if child.bias is not None else " without bias") for name, child in linears)
+             or "no nn.Linear layer",
+             cause="keep the given constructor: fc1 = nn.Linear(d_model, d_ff), fc2 = nn.Linear(d_ff, d_model).")
+    if d_model == d_ff:
+        return linears[0][0], linears[1][0]
+    return widen[0], narrow[0]
 
 
 def _feed_forward_pair(PositionWiseFeedForward: type[nn.Module], d_model: int, d_ff: int,
-                       seed: int = 10) -> tuple[nn.Module, nn.Module]:
+                       seed: int = 10) -> tuple[nn.Module, nn.Module, tuple[str, str]]:
     reference = _reference(ReferenceFeedForward, d_model, d_ff, seed=seed)
-    module = _student(PositionWiseFeedForward, (d_model, d_ff), "PositionWiseFeedForward", reference)
-    return reference, module
+    module = _student(PositionWiseFeedForward, (d_model, d_ff), "PositionWiseFeedForward", None)
+    layers = _linear_layers(module, d_model, d_ff)
+    named = dict(module.named_modules())
+    with torch.no_grad():
+        for name, source in zip(layers, (reference.fc1, reference.fc2), strict=True):
+            named[name].weight.copy_(source.weight)
+            named[name].bias.copy_(source.bias)
+    return reference, module, layers
+
+
+def _feed_forward_run(module: nn.Module, x: Tensor, layers: tuple[str, str]) -> Any:
+    """Run the student's network twice in eval mode (it must be deterministic); explain a crash by the
+    order in which its two linear layers were called."""
+    first, second = layers
+
+    def explain(trace: _Trace) -> str | None:
+        called = [call.name for call in trace.calls]
+        if called[:1] == [second]:
+            return (f"{second} (d_ff -> d_model) is applied before {first} (d_model -> d_ff): the network first "
+                    f"widens each position with {first}, then the ReLU, then {second} brings it back to d_model.")
+        return None
+
+    module.eval()
+    runs = [_traced(module, (x,), seed=seed, parts=layers, what="PositionWiseFeedForward", explain=explain).output
+            for seed in (7, 8)]
+    _deterministic(*runs, "PositionWiseFeedForward")
+    return runs[0]
 
 
 @check("PositionWiseFeedForward keeps the shape (batch, seq_len, d_model)")
 def feed_forward_shape(PositionWiseFeedForward: type[nn.Module], d_model: int = 16, d_ff: int = 64,
                        batch: int = 2, seq_len: int = 5) -> None:
-    _, module = _feed_forward_pair(PositionWiseFeedForward, d_model, d_ff)
-    got = _run(module.eval(), randn(batch, seq_len, d_model, seed=11))
+    _, module, layers = _feed_forward_pair(PositionWiseFeedForward, d_model, d_ff)
+    got = _feed_forward_run(module, randn(batch, seq_len, d_model, seed=11), layers)
     expect_shape("PositionWiseFeedForward(x)", got, (batch, seq_len, d_model),
                  cause="fc1 widens each position to d_ff, fc2 brings it back to d_model: "
                        "return fc2's output.")
@@ -173,9 +259,9 @@ def feed_forward_shape(PositionWiseFeedForward: type[nn.Module], d_model: int = 
 @check("PositionWiseFeedForward computes max(0, x W1 + b1) W2 + b2")
 def feed_forward_values(PositionWiseFeedForward: type[nn.Module], d_model: int = 16, d_ff: int = 64,
                         batch: int = 3, seq_len: int = 7) -> None:
-    reference, module = _feed_forward_pair(PositionWiseFeedForward, d_model, d_ff)
+    reference, module, layers = _feed_forward_pair(PositionWiseFeedForward, d_model, d_ff)
     x = randn(batch, seq_len, d_model, seed=12)
-    got = _run(module.eval(), x)
+    got = _feed_forward_run(module, x, layers)
     fc1, fc2 = reference.fc1, reference.fc2
     with torch.no_grad():
         expect_close(
@@ -292,12 +378,100 @@ def _suspects(variant: Callable[..., Tensor], block: nn.Module, inputs: tuple,
     return {cause: make(options) for cause, options in table.items()}
 
 
+# --- tracing a block: where it departs from the paper's computation ------------------------------------------
+#
+# The reference sublayers plugged into the student's block are recorded call by call (their arguments
+# and outputs), then replayed against the intended computation: for each sublayer in turn,
+# x = norm_i(x + dropout(sublayer_i(...))). The first argument that is not what it should be is named.
+
+ENCODER_PLAN = (("self_attn", {"q": "stream", "k": "stream", "v": "stream", "mask": "mask"}),
+                ("feed_forward", {"x": "stream"}))
+DECODER_PLAN = (("self_attn", {"q": "stream", "k": "stream", "v": "stream", "mask": "dec_mask"}),
+                ("cross_attn", {"q": "stream", "k": "enc_out", "v": "enc_out", "mask": "enc_mask"}),
+                ("feed_forward", {"x": "stream"}))
+
+
+def _plan(kind: str) -> tuple:
+    return ENCODER_PLAN if kind == "encoder" else DECODER_PLAN
+
+
+def _block_steps(kind: str, train: bool) -> tuple[list[Step], str]:
+    """The intended calls of a post-LN block; with `train`, the dropout calls too (in eval mode dropout is
+    the identity, so whether and where it is called cannot be seen)."""
+    steps, stream = [], "x"
+    for index, (name, arguments) in enumerate(_plan(kind), start=1):
+        steps.append(Step(name, {argument: terms(stream if key == "stream" else key)
+                                 for argument, key in arguments.items()}, name))
+        added = name
+        if train:
+            added = f"dropout{index}"
+            steps.append(Step("dropout", {"input": terms(name)}, added, words=f"dropout({name}'s output)"))
+        steps.append(Step(f"norm{index}", {"input": terms(stream, added)}, f"norm{index}"))
+        stream = f"norm{index}"
+    return steps, stream
+
+
+def _block_values(kind: str, inputs: tuple) -> Values:
+    values = Values()
+    values.add("x", "the block's input x", inputs[0])
+    if kind == "encoder":
+        values.add("mask", "mask", inputs[1], mask=True)
+    else:
+        values.add("enc_out", "enc_out", inputs[1])
+        values.add("enc_mask", "enc_mask", inputs[2], mask=True)
+        values.add("dec_mask", "dec_mask", inputs[3], mask=True)
+    return values
+
+
+def _departure(trace: _Trace, kind: str, train: bool, complete: bool = True) -> str | None:
+    """The first place the student's block departs from the intended computation, in words."""
+    sublayers = [name for name, _ in _plan(kind)]
+    values = _block_values(kind, trace.inputs)
+    if train and complete:
+        dropout = explain_dropout(trace.calls, sublayers, values)
+        if dropout is not None:
+            return dropout[1]
+    steps, last = _block_steps(kind, train)
+    norms = [f"norm{index}" for index in range(1, len(sublayers) + 1)]
+    return first_departure(trace.calls, steps, values, where=f"{kind.capitalize()}Block.forward",
+                           result=trace.output, result_key=last if complete else None,
+                           ordered=[sublayers, norms], complete=complete)
+
+
+def _run_block(block: nn.Module, inputs: tuple, kind: str, seed: int | None = None) -> _Trace:
+    """Run the student's block: in eval mode twice (the outputs must agree), in train mode once with `seed`.
+    A crash is explained by the first departure before it (and, for the decoder, by the lengths involved)."""
+    what = f"{kind.capitalize()}Block"
+
+    def explain(trace: _Trace) -> str | None:
+        return (_crash_cause(trace.calls, inputs) if kind == "decoder" else None) or _departure(
+            trace, kind, block.training, complete=False)
+
+    if block.training:
+        return _traced(block, inputs, seed=seed, what=what, explain=explain)
+    first = _traced(block, inputs, seed=7, what=what, explain=explain)
+    _deterministic(first.output, _traced(block, inputs, seed=8, what=what).output, what)
+    return first
+
+
+def _expect_block(what: str, trace: _Trace, expected: Tensor, kind: str, *, suspects: dict[str, Callable[[], Tensor]],
+                  cause: str, atol: float = 1e-8, rtol: float = 1e-6) -> None:
+    """expect_close, with the first departure of the traced run as the cause when no known mistake fits."""
+    got = trace.output
+    if isinstance(got, Tensor) and got.shape == expected.shape and not tensors_close(got, expected, atol, rtol):
+        cause = _departure(trace, kind, train=trace.train) or cause
+    expect_close(what, got, expected, atol=atol, rtol=rtol, suspects=suspects, cause=cause)
+
+
 # --- EncoderBlock -----------------------------------------------------------------------------------------
+#
+# Checks that compare values copy the reference weights into the block by name (self_attn.*,
+# feed_forward.*, norm1, norm2: the given constructor's names); the shape and padding checks need no names.
 
 
-def _encoder_pair(EncoderBlock: type[nn.Module], d_model: int, num_heads: int, d_ff: int,
-                  dropout: float = 0.1, seed: int = 20) -> tuple[nn.Module, nn.Module]:
-    reference = _reference(ReferenceEncoderBlock, d_model, num_heads, d_ff, dropout, seed=seed)
+def _encoder_block(EncoderBlock: type[nn.Module], d_model: int, num_heads: int, d_ff: int,
+                   dropout: float = 0.1, seed: int = 20, copy: bool = True) -> tuple[nn.Module | None, nn.Module]:
+    reference = _reference(ReferenceEncoderBlock, d_model, num_heads, d_ff, dropout, seed=seed) if copy else None
     block = _student(
         EncoderBlock, (d_model, num_heads, d_ff, dropout), "EncoderBlock", reference,
         sublayers={"self_attn": lambda: ReferenceMultiHeadAttention(d_model, num_heads),
@@ -315,9 +489,9 @@ def _encoder_inputs(batch: int, seq_len: int, d_model: int, int_mask: bool = Fal
 @check("EncoderBlock keeps the shape (batch, src_len, d_model)")
 def encoder_shape(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                   batch: int = 2, seq_len: int = 7) -> None:
-    _, block = _encoder_pair(EncoderBlock, d_model, num_heads, d_ff)
-    x, mask = _encoder_inputs(batch, seq_len, d_model)
-    expect_shape("EncoderBlock(x, mask)", _run(block.eval(), x, mask), (batch, seq_len, d_model),
+    _, block = _encoder_block(EncoderBlock, d_model, num_heads, d_ff, copy=False)
+    trace = _run_block(block.eval(), _encoder_inputs(batch, seq_len, d_model), "encoder")
+    expect_shape("EncoderBlock(x, mask)", trace.output, (batch, seq_len, d_model),
                  cause="both sublayers map (batch, src_len, d_model) to the same shape; return the output "
                        "of the second LayerNorm.")
 
@@ -325,13 +499,13 @@ def encoder_shape(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: i
 @check("EncoderBlock computes norm2(h + FFN(h)) with h = norm1(x + SelfAttention(x)), as in the paper")
 def encoder_values(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                    batch: int = 3, seq_len: int = 6, int_mask: bool = False) -> None:
-    reference, block = _encoder_pair(EncoderBlock, d_model, num_heads, d_ff)
-    x, mask = _encoder_inputs(batch, seq_len, d_model, int_mask)
-    got = _run_eval(block, x, mask, what="EncoderBlock")
+    reference, block = _encoder_block(EncoderBlock, d_model, num_heads, d_ff)
+    inputs = _encoder_inputs(batch, seq_len, d_model, int_mask)
+    trace = _run_block(block.eval(), inputs, "encoder")
     reference.eval()
-    expect_close(
-        "EncoderBlock(x, mask)", got, _expected(reference, x, mask), atol=1e-8, rtol=1e-6,
-        suspects=_suspects(_encoder_variant, reference, (x, mask), ENCODER_SUSPECTS),
+    _expect_block(
+        "EncoderBlock(x, mask)", trace, _expected(reference, *inputs), "encoder",
+        suspects=_suspects(_encoder_variant, reference, inputs, ENCODER_SUSPECTS),
         cause="each sublayer is x = norm(x + self.dropout(sublayer(x))): self-attention with norm1 first, "
               "then the feed-forward network with norm2.",
     )
@@ -356,19 +530,20 @@ def _load_common(layer: nn.Module, reference: nn.Module, norms: tuple[str, ...])
 @check("EncoderBlock gives the same output as torch.nn.TransformerEncoderLayer with the same weights")
 def encoder_matches_torch(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                           d_ff: int = 32, batch: int = 3, seq_len: int = 6) -> None:
-    reference, block = _encoder_pair(EncoderBlock, d_model, num_heads, d_ff)
-    x, mask = _encoder_inputs(batch, seq_len, d_model)
+    reference, block = _encoder_block(EncoderBlock, d_model, num_heads, d_ff)
+    inputs = _encoder_inputs(batch, seq_len, d_model)
+    x, mask = inputs
     with _private_random_state():
         layer = nn.TransformerEncoderLayer(d_model, num_heads, d_ff, 0.1, batch_first=True).double().eval()
     _load_attention(layer.self_attn, reference.self_attn)
     _load_common(layer, reference, ("norm1", "norm2"))
     padding = ~mask[:, 0, 0, :].bool()  # (batch, seq_len), True at padding: the built-in's convention
     expected = layer(x, src_key_padding_mask=padding).detach()  # grad enabled keeps the plain code path
-    got = _run_eval(block, x, mask, what="EncoderBlock")
+    trace = _run_block(block.eval(), inputs, "encoder")
     reference.eval()
-    expect_close(
-        "EncoderBlock(x, mask)", got, expected, atol=1e-7, rtol=1e-6,
-        suspects=_suspects(_encoder_variant, reference, (x, mask), ENCODER_SUSPECTS),
+    _expect_block(
+        "EncoderBlock(x, mask)", trace, expected, "encoder", atol=1e-7,
+        suspects=_suspects(_encoder_variant, reference, inputs, ENCODER_SUSPECTS),
         cause="PyTorch's layer (norm_first=False, ReLU) is the paper's post-LN block: "
               "norm1(x + dropout(self_attn(x))), then norm2(x + dropout(feed_forward(x))).",
     )
@@ -377,13 +552,13 @@ def encoder_matches_torch(EncoderBlock: type[nn.Module], d_model: int = 16, num_
 @check("EncoderBlock: extra padding tokens change no real position's output")
 def encoder_padding_invariance(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                                d_ff: int = 32, batch: int = 3, seq_len: int = 6, extra: int = 3) -> None:
-    _, block = _encoder_pair(EncoderBlock, d_model, num_heads, d_ff)
+    _, block = _encoder_block(EncoderBlock, d_model, num_heads, d_ff, copy=False)
     block.eval()
     lengths = _lengths(batch, seq_len)
     x = randn(batch, seq_len, d_model, seed=22)
     longer = torch.cat([x, 5.0 * randn(batch, extra, d_model, seed=23)], dim=1)  # loud padding vectors
-    short = _run_eval(block, x, _padding_mask(lengths, seq_len), what="EncoderBlock")
-    long = _run_eval(block, longer, _padding_mask(lengths, seq_len + extra), what="EncoderBlock")
+    short = _run_block(block, (x, _padding_mask(lengths, seq_len)), "encoder").output
+    long = _run_block(block, (longer, _padding_mask(lengths, seq_len + extra)), "encoder").output
     expect_shape("EncoderBlock(x, mask)", long, (batch, seq_len + extra, d_model),
                  cause="return a tensor shaped like x.")
     for row, length in enumerate(lengths):
@@ -397,49 +572,66 @@ def encoder_padding_invariance(EncoderBlock: type[nn.Module], d_model: int = 16,
             )
 
 
-def _dropout_modes(block: nn.Module, reference: nn.Module, inputs: tuple, what: str,
-                   suspects: dict[str, Callable[[], Tensor]]) -> None:
-    """Train mode: two calls differ. Eval mode: two calls agree and match the dropout-free reference."""
+def _dropout_modes(make: Callable[[float], nn.Module], inputs: tuple, kind: str, what: str) -> None:
+    """Train mode: two calls differ. Eval mode: two calls agree and equal the student's own block built
+    with dropout=0 and the same weights (so only dropout is judged here, not the rest of the block)."""
+    block = _randomise(make(0.5), seed=20)
+    still = make(0.0)
+    still.load_state_dict(block.state_dict())
     block.train()
-    first, second = _run(block, *inputs, seed=1), _run(block, *inputs, seed=2)
+    trace = _run_block(block, inputs, kind, seed=1)
+    first, second = trace.output, _run_block(block, inputs, kind, seed=2).output
     expect_shape(what, first, tuple(inputs[0].shape), cause="return a tensor shaped like x.")
     if tensors_close(first, second, 1e-12, 0.0):
         fail(
             "in train mode two calls gave exactly the same output.",
             expected="different outputs: dropout (p=0.5) zeroes different elements on every call",
             got="identical outputs",
-            cause="apply self.dropout to the output of each sublayer, before adding the residual.",
+            cause=_departure(trace, kind, train=True)
+            or "apply self.dropout to the output of each sublayer, before adding the residual.",
         )
-    got = _run_eval(block, *inputs, what=what)
-    expect_close(f"{what} in eval mode", got, _expected(reference.eval(), *inputs), atol=1e-8, rtol=1e-6,
-                 suspects=suspects, cause="in eval mode the block must equal the same block with dropout=0.")
+    got = _run_block(block.eval(), inputs, kind).output
+    expect_close(f"{what} in eval mode", got, _run_block(still.eval(), inputs, kind).output, atol=1e-10, rtol=1e-8,
+                 cause="in eval mode the block must equal the same block built with dropout=0: something still "
+                       "depends on the dropout rate (F.dropout(..., training=True), or scaling by 1 - p by hand).")
+
+
+def _dropout_placement(block: nn.Module, reference: nn.Module, inputs: tuple, kind: str, what: str,
+                       suspects: dict[str, Callable[[], Tensor]], cause: str, seed: int) -> None:
+    """Where dropout acts. When the block computes the right values in eval mode, its train-mode output must
+    equal the reference's with the same random draws; when it does not (a mistake the value checks grade),
+    only its calls of self.dropout are judged: once on each sublayer's output, feeding the residual sum."""
+    structure = _run_block(block.eval(), inputs, kind).output
+    structure_right = isinstance(structure, Tensor) and structure.shape == inputs[0].shape and tensors_close(
+        structure, _expected(reference.eval(), *inputs), 1e-8, 1e-6)
+    trace = _run_block(block.train(), inputs, kind, seed=seed)
+    if structure_right or not any(call.name == "dropout" for call in trace.calls):
+        reference.train()  # the same random seed gives the same dropout masks, call by call
+        _expect_block(what, trace, _expected(reference, *inputs, seed=seed), kind, suspects=suspects, cause=cause)
+        return
+    problem = explain_dropout(trace.calls, [name for name, _ in _plan(kind)], _block_values(kind, trace.inputs))
+    if problem is not None:
+        fail(f"{what}: self.dropout is not where the paper puts it.",
+             expected="self.dropout once on each sublayer's output", got=problem[0], cause=problem[1])
 
 
 @check("EncoderBlock: dropout is active in train mode and switched off in eval mode")
 def encoder_dropout_modes(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                           d_ff: int = 32, batch: int = 2, seq_len: int = 6) -> None:
-    _, block = _encoder_pair(EncoderBlock, d_model, num_heads, d_ff, dropout=0.5)
-    without_dropout = _reference(ReferenceEncoderBlock, d_model, num_heads, d_ff, 0.0, seed=20)
-    inputs = _encoder_inputs(batch, seq_len, d_model)
-    _dropout_modes(block, without_dropout, inputs, "EncoderBlock(x, mask)",
-                   _suspects(_encoder_variant, without_dropout, inputs, ENCODER_SUSPECTS))
+    _dropout_modes(lambda p: _encoder_block(EncoderBlock, d_model, num_heads, d_ff, dropout=p, copy=False)[1],
+                   _encoder_inputs(batch, seq_len, d_model), "encoder", "EncoderBlock(x, mask)")
 
 
 @check("EncoderBlock: dropout acts on each sublayer's output, before the residual addition")
 def encoder_dropout_placement(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                               d_ff: int = 32, batch: int = 2, seq_len: int = 6) -> None:
-    reference, block = _encoder_pair(EncoderBlock, d_model, num_heads, d_ff, dropout=0.3)
+    reference, block = _encoder_block(EncoderBlock, d_model, num_heads, d_ff, dropout=0.3)
     inputs = _encoder_inputs(batch, seq_len, d_model)
-    got = _run(block.train(), *inputs, seed=5)
-    reference.train()  # the same random seed gives the same dropout masks, call by call
-    expect_close(
-        "EncoderBlock(x, mask) in train mode", got, _expected(reference, *inputs, seed=5),
-        atol=1e-8, rtol=1e-6,
-        suspects=_suspects(_encoder_variant, reference, inputs,
-                           {**ENCODER_DROPOUT_SUSPECTS, **ENCODER_SUSPECTS}, seed=5),
-        cause="call self.dropout exactly once per sublayer, on the sublayer's output: "
-              "norm(x + self.dropout(sublayer(x))) (the paper, section 5.4).",
-    )
+    _dropout_placement(block, reference, inputs, "encoder", "EncoderBlock(x, mask) in train mode",
+                       _suspects(_encoder_variant, reference, inputs,
+                                 {**ENCODER_DROPOUT_SUSPECTS, **ENCODER_SUSPECTS}, seed=5),
+                       cause="call self.dropout exactly once per sublayer, on the sublayer's output: "
+                             "norm(x + self.dropout(sublayer(x))) (the paper, section 5.4).", seed=5)
 
 
 # --- DecoderBlock -----------------------------------------------------------------------------------------
@@ -534,9 +726,9 @@ DECODER_DROPOUT_SUSPECTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _decoder_pair(DecoderBlock: type[nn.Module], d_model: int, num_heads: int, d_ff: int,
-                  dropout: float = 0.1, seed: int = 30) -> tuple[nn.Module, nn.Module]:
-    reference = _reference(ReferenceDecoderBlock, d_model, num_heads, d_ff, dropout, seed=seed)
+def _decoder_block(DecoderBlock: type[nn.Module], d_model: int, num_heads: int, d_ff: int,
+                   dropout: float = 0.1, seed: int = 30, copy: bool = True) -> tuple[nn.Module | None, nn.Module]:
+    reference = _reference(ReferenceDecoderBlock, d_model, num_heads, d_ff, dropout, seed=seed) if copy else None
     block = _student(
         DecoderBlock, (d_model, num_heads, d_ff, dropout), "DecoderBlock", reference,
         sublayers={"self_attn": lambda: ReferenceMultiHeadAttention(d_model, num_heads),
@@ -561,32 +753,13 @@ def _decoder_inputs(batch: int, tgt_len: int, src_len: int, d_model: int, int_ma
     return x, enc_out, enc_mask, dec_mask
 
 
-@contextmanager
-def _attention_calls(block: nn.Module) -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    """Record each call of block.self_attn and block.cross_attn as (name, {"q": ..., "k": ..., "mask": ...})."""
-    calls: list[tuple[str, dict[str, Any]]] = []
-    handles = []
-    for name in ("self_attn", "cross_attn"):
-        module = getattr(block, name, None)
-        if not isinstance(module, nn.Module):
-            continue
-
-        def record(_module: nn.Module, args: tuple, kwargs: dict[str, Any], name: str = name) -> None:
-            calls.append((name, {**dict(zip(("q", "k", "v", "mask"), args, strict=False)), **kwargs}))
-
-        handles.append(module.register_forward_pre_hook(record, with_kwargs=True))
-    try:
-        yield calls
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _crash_cause(calls: list[tuple[str, dict[str, Any]]], tgt_len: int, src_len: int) -> str | None:
+def _crash_cause(calls: list[Call], inputs: tuple) -> str | None:
     """Name the mistake behind a crash from the last attention call before it (tgt_len != src_len)."""
-    if not calls:
+    attention = [call for call in calls if call.name in ("self_attn", "cross_attn")]
+    tgt_len, src_len = inputs[0].size(1), inputs[1].size(1)
+    if not attention or tgt_len == src_len:
         return None
-    name, arguments = calls[-1]
+    name, arguments = attention[-1].name, attention[-1].args
 
     def size(key: str, axis: int) -> int | None:
         value = arguments.get(key)
@@ -611,30 +784,12 @@ def _crash_cause(calls: list[tuple[str, dict[str, Any]]], tgt_len: int, src_len:
     return None
 
 
-def _run_decoder(block: nn.Module, inputs: tuple, seed: int | None = None) -> Any:
-    """Run the student's decoder block; explain a shape crash when src_len differs from tgt_len."""
-    x, enc_out = inputs[0], inputs[1]
-    tgt_len, src_len = x.size(1), enc_out.size(1)
-    with _attention_calls(block) as calls, crash_explained(
-        f"DecoderBlock crashed with target length {tgt_len} and source length {src_len}.",
-        expected="an output of shape (batch, tgt_len, d_model) whatever the two lengths",
-        cause=lambda: _crash_cause(calls, tgt_len, src_len)
-        or "a tensor or mask of the wrong length reaches an attention call. Self-attention: "
-           "self.self_attn(x, x, x, dec_mask); cross-attention: query from the decoder, keys and "
-           "values from the encoder, self.cross_attn(x, enc_out, enc_out, enc_mask).",
-        when=lambda error: tgt_len != src_len,
-    ):
-        if block.training:
-            return _run(block, *inputs, seed=seed)
-        return _run_eval(block, *inputs, what="DecoderBlock")
-
-
 @check("DecoderBlock keeps the shape (batch, tgt_len, d_model), also when src_len differs from tgt_len")
 def decoder_shape(DecoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                   batch: int = 2, tgt_len: int = 5, src_len: int = 8) -> None:
-    _, block = _decoder_pair(DecoderBlock, d_model, num_heads, d_ff)
-    got = _run_decoder(block.eval(), _decoder_inputs(batch, tgt_len, src_len, d_model))
-    expect_shape("DecoderBlock(x, enc_out, enc_mask, dec_mask)", got, (batch, tgt_len, d_model),
+    _, block = _decoder_block(DecoderBlock, d_model, num_heads, d_ff, copy=False)
+    trace = _run_block(block.eval(), _decoder_inputs(batch, tgt_len, src_len, d_model), "decoder")
+    expect_shape("DecoderBlock(x, enc_out, enc_mask, dec_mask)", trace.output, (batch, tgt_len, d_model),
                  cause="every sublayer keeps the decoder's shape (batch, tgt_len, d_model); "
                        "cross-attention's query is the decoder's x.")
 
@@ -642,13 +797,12 @@ def decoder_shape(DecoderBlock: type[nn.Module], d_model: int = 16, num_heads: i
 @check("DecoderBlock: masked self-attention, cross-attention on enc_out, feed-forward, each post-LN")
 def decoder_values(DecoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                    batch: int = 3, tgt_len: int = 6, src_len: int = 6, int_mask: bool = False) -> None:
-    reference, block = _decoder_pair(DecoderBlock, d_model, num_heads, d_ff)
+    reference, block = _decoder_block(DecoderBlock, d_model, num_heads, d_ff)
     inputs = _decoder_inputs(batch, tgt_len, src_len, d_model, int_mask)
-    got = _run_decoder(block.eval(), inputs)
+    trace = _run_block(block.eval(), inputs, "decoder")
     reference.eval()
-    expect_close(
-        "DecoderBlock(x, enc_out, enc_mask, dec_mask)", got, _expected(reference, *inputs),
-        atol=1e-8, rtol=1e-6,
+    _expect_block(
+        "DecoderBlock(x, enc_out, enc_mask, dec_mask)", trace, _expected(reference, *inputs), "decoder",
         suspects=_suspects(_decoder_variant, reference, inputs, DECODER_SUSPECTS),
         cause="three sublayers, each x = norm(x + self.dropout(sublayer)): self_attn(x, x, x, dec_mask) with "
               "norm1, cross_attn(x, enc_out, enc_out, enc_mask) with norm2, feed_forward(x) with norm3.",
@@ -658,7 +812,7 @@ def decoder_values(DecoderBlock: type[nn.Module], d_model: int = 16, num_heads: 
 @check("DecoderBlock gives the same output as torch.nn.TransformerDecoderLayer with the same weights")
 def decoder_matches_torch(DecoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                           d_ff: int = 32, batch: int = 3, tgt_len: int = 6, src_len: int = 6) -> None:
-    reference, block = _decoder_pair(DecoderBlock, d_model, num_heads, d_ff)
+    reference, block = _decoder_block(DecoderBlock, d_model, num_heads, d_ff)
     inputs = _decoder_inputs(batch, tgt_len, src_len, d_model, target_padding=True)
     x, enc_out, enc_mask, dec_mask = inputs
     with _private_random_state():
@@ -672,10 +826,10 @@ def decoder_matches_torch(DecoderBlock: type[nn.Module], d_model: int = 16, num_
     source_padding = ~enc_mask[:, 0, 0, :].bool()  # (batch, src_len)
     expected = layer(x, enc_out, tgt_mask=look_ahead, tgt_key_padding_mask=target_padding,
                      memory_key_padding_mask=source_padding).detach()
-    got = _run_decoder(block.eval(), inputs)
+    trace = _run_block(block.eval(), inputs, "decoder")
     reference.eval()
-    expect_close(
-        "DecoderBlock(x, enc_out, enc_mask, dec_mask)", got, expected, atol=1e-7, rtol=1e-6,
+    _expect_block(
+        "DecoderBlock(x, enc_out, enc_mask, dec_mask)", trace, expected, "decoder", atol=1e-7,
         suspects=_suspects(_decoder_variant, reference, inputs, DECODER_SUSPECTS),
         cause="PyTorch's layer (norm_first=False, ReLU) is the paper's post-LN decoder block: self-attention "
               "(dec_mask), cross-attention on enc_out (enc_mask), feed-forward, each norm(x + dropout(...)).",
@@ -685,16 +839,16 @@ def decoder_matches_torch(DecoderBlock: type[nn.Module], d_model: int = 16, num_
 @check("DecoderBlock is causal: changing positions after t never changes the outputs up to t")
 def decoder_causality(DecoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                       batch: int = 2, tgt_len: int = 6, src_len: int = 7) -> None:
-    _, block = _decoder_pair(DecoderBlock, d_model, num_heads, d_ff)
+    _, block = _decoder_block(DecoderBlock, d_model, num_heads, d_ff, copy=False)
     block.eval()
     x, enc_out, enc_mask, dec_mask = _decoder_inputs(batch, tgt_len, src_len, d_model, target_padding=False)
-    base = _run_decoder(block, (x, enc_out, enc_mask, dec_mask))
+    base = _run_block(block, (x, enc_out, enc_mask, dec_mask), "decoder").output
     expect_shape("DecoderBlock(x, enc_out, enc_mask, dec_mask)", base, (batch, tgt_len, d_model),
                  cause="return a tensor shaped like x.")
     for t in range(tgt_len - 1):
         changed = x.clone()
         changed[:, t + 1:] = randn(batch, tgt_len - t - 1, d_model, seed=40 + t)  # new "future" tokens
-        out = _run_decoder(block, (changed, enc_out, enc_mask, dec_mask))
+        out = _run_block(block, (changed, enc_out, enc_mask, dec_mask), "decoder").output
         if not tensors_close(out[:, : t + 1], base[:, : t + 1], 1e-8, 1e-6):
             fail(
                 f"changing the inputs at positions {t + 1}..{tgt_len - 1} changed the output at positions "
@@ -709,27 +863,21 @@ def decoder_causality(DecoderBlock: type[nn.Module], d_model: int = 16, num_head
 @check("DecoderBlock: dropout is active in train mode and switched off in eval mode")
 def decoder_dropout_modes(DecoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                           d_ff: int = 32, batch: int = 2, tgt_len: int = 6, src_len: int = 6) -> None:
-    _, block = _decoder_pair(DecoderBlock, d_model, num_heads, d_ff, dropout=0.5)
-    without_dropout = _reference(ReferenceDecoderBlock, d_model, num_heads, d_ff, 0.0, seed=30)
-    inputs = _decoder_inputs(batch, tgt_len, src_len, d_model)
-    _dropout_modes(block, without_dropout, inputs, "DecoderBlock(x, enc_out, enc_mask, dec_mask)",
-                   _suspects(_decoder_variant, without_dropout, inputs, DECODER_SUSPECTS))
+    _dropout_modes(lambda p: _decoder_block(DecoderBlock, d_model, num_heads, d_ff, dropout=p, copy=False)[1],
+                   _decoder_inputs(batch, tgt_len, src_len, d_model), "decoder",
+                   "DecoderBlock(x, enc_out, enc_mask, dec_mask)")
 
 
 @check("DecoderBlock: dropout acts on each sublayer's output, before the residual addition")
 def decoder_dropout_placement(DecoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                               d_ff: int = 32, batch: int = 2, tgt_len: int = 6, src_len: int = 6) -> None:
-    reference, block = _decoder_pair(DecoderBlock, d_model, num_heads, d_ff, dropout=0.3)
+    reference, block = _decoder_block(DecoderBlock, d_model, num_heads, d_ff, dropout=0.3)
     inputs = _decoder_inputs(batch, tgt_len, src_len, d_model)
-    got = _run_decoder(block.train(), inputs, seed=6)
-    reference.train()  # the same random seed gives the same dropout masks, call by call
-    expect_close(
-        "DecoderBlock(...) in train mode", got, _expected(reference, *inputs, seed=6), atol=1e-8, rtol=1e-6,
-        suspects=_suspects(_decoder_variant, reference, inputs,
-                           {**DECODER_DROPOUT_SUSPECTS, **DECODER_SUSPECTS}, seed=6),
-        cause="call self.dropout exactly once per sublayer (three times in all), on the sublayer's output: "
-              "norm(x + self.dropout(sublayer(...))).",
-    )
+    _dropout_placement(block, reference, inputs, "decoder", "DecoderBlock(...) in train mode",
+                       _suspects(_decoder_variant, reference, inputs,
+                                 {**DECODER_DROPOUT_SUSPECTS, **DECODER_SUSPECTS}, seed=6),
+                       cause="call self.dropout exactly once per sublayer (three times in all), on the sublayer's "
+                             "output: norm(x + self.dropout(sublayer(...))).", seed=6)
 
 
 protect(__name__)  # snapshot the tools these checks use (see framework.protect)

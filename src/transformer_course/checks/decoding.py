@@ -17,11 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks.framework import (
+    CheckFailed,
     check,
     describe,
     expect_shape,
@@ -32,6 +35,7 @@ from transformer_course.checks.framework import (
     student_code,
     summary,
 )
+from transformer_course.checks.localise import recorded_calls
 from transformer_course.reference import Transformer, make_source_mask, make_target_mask
 from transformer_course.reference.decoding import attention_maps as reference_attention_maps
 from transformer_course.reference.decoding import greedy_decode as reference_greedy_decode
@@ -40,6 +44,7 @@ __all__ = [
     "attention_maps_rows_sum_to_one",
     "attention_maps_shapes",
     "attention_maps_values",
+    "greedy_eval_no_grad",
     "greedy_is_deterministic",
     "greedy_matches_reference",
     "greedy_matches_reference_batch",
@@ -132,9 +137,11 @@ class _Call:
     """What one decoder call received: the target ids, the sentence numbers and both masks."""
 
     ys: torch.Tensor
-    sentences: list[int]
+    sentences: list[int] | None  # which sentence each row is (None: not known)
     enc_mask: torch.Tensor | None
     dec_mask: torch.Tensor | None
+    logits: torch.Tensor | None = None
+    enc_out: torch.Tensor | None = None
 
 
 class _ScriptedEncoder(nn.Module):
@@ -166,7 +173,8 @@ class _ScriptedDecoder(nn.Module):
     def forward(self, x: torch.Tensor, enc_out: torch.Tensor, enc_mask: torch.Tensor | None,
                 dec_mask: torch.Tensor | None) -> torch.Tensor:
         sentences = [int(round(float(value))) for value in enc_out[:, 0, 0]]
-        self.calls.append(_Call(x.detach().clone(), sentences, enc_mask, dec_mask))
+        call = _Call(x.detach().clone(), sentences, enc_mask, dec_mask)
+        self.calls.append(call)
         batch, length = x.shape
         logits = torch.zeros(batch, length, self.vocab, dtype=torch.float64)  # (batch, len, vocab)
         logits[..., self.ids.pad] = -10.0
@@ -175,6 +183,7 @@ class _ScriptedDecoder(nn.Module):
             for position in range(length):
                 token = script[position] if position < len(script) else self.chatter
                 logits[row, position, token] = 10.0 - 0.25 * abs(position - 1)
+        call.logits = logits
         return logits
 
 
@@ -221,9 +230,98 @@ def _script(sentences: Sequence[Sequence[int | str]], max_len: int, ids: Ids) ->
 # --- running the student's decoder and comparing token ids ----------------------------------------------
 
 
-def _call(greedy_decode: Callable, model: nn.Module, src: torch.Tensor, ids: Ids, max_len: int) -> torch.Tensor:
-    with torch.no_grad(), student_code():
+class _Selections(TorchFunctionMode):
+    """Records the argmax / max / topk calls of the student's decoder: (input shape, dim)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[tuple[int, ...], Any]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in ("argmax", "max", "topk") and args and isinstance(args[0], torch.Tensor):
+            self.calls.append((tuple(args[0].shape), kwargs.get("dim", args[1] if len(args) > 1 else None)))
+        return func(*args, **kwargs)
+
+
+BATCH = ("the code handles one sentence at a time only (`.item()`, `if next_token == eos_idx:` or a `break` at the "
+         "first <eos> are fine for a single sentence). For a batch keep a boolean vector `finished` (batch,), "
+         "set it where the new token is eos_idx, give finished sentences pad_idx, and stop once finished.all().")
+
+
+def _crash_cause(error: Exception, selections: _Selections, batch: int) -> str | None:
+    """Name a crash of the student's decoding loop from its error and the argmax calls it made."""
+    for shape, dim in selections.calls:
+        if len(shape) == 2 and shape[0] == batch and dim in (0, -2):
+            return ("next_token is taken over axis 0, the sentences: logits[:, -1] is (batch, vocab), so the next "
+                    "token is its argmax over the vocabulary, logits[:, -1].argmax(dim=-1), one id per sentence.")
+    if "same number of dimensions" in str(error):
+        return ("torch.cat joins ys (batch, len) with next_token (batch,): give the new tokens a length axis, "
+                "torch.cat([ys, next_token.unsqueeze(1)], dim=1).")
+    return None
+
+
+@dataclass
+class _Run:
+    """The student's output ids and what every decoder call received."""
+
+    ys: torch.Tensor
+    calls: list[_Call]
+
+
+def _decode_once(greedy_decode: Callable, model: nn.Module, src: torch.Tensor, ids: Ids, max_len: int,
+                 selections: _Selections) -> tuple[Any, list[_Call]]:
+    """Run the student's greedy_decode (with gradients allowed: the function itself must switch them off)."""
+    scripted = isinstance(model, _ScriptedModel)
+    start = len(model.decoder.calls) if scripted else 0
+    with torch.enable_grad(), student_code(), selections, recorded_calls(model, ["decoder"]) as calls:
         got = greedy_decode(model, src, ids.pad, ids.bos, ids.eos, max_len)
+    if scripted:
+        return got, model.decoder.calls[start:]
+    steps = [_Call(call.args["x"].detach(), list(range(src.size(0))) if call.args["x"].size(0) == src.size(0)
+                   else None, call.args.get("enc_mask"), call.args.get("dec_mask"),
+                   call.output.detach() if isinstance(call.output, torch.Tensor) else None,
+                   call.args.get("enc_out")) for call in calls if isinstance(call.args.get("x"), torch.Tensor)]
+    return got, steps
+
+
+def _ids(got: Any, src: torch.Tensor) -> str | None:
+    """Why `got` is not a (batch, out_len) tensor of ids, or None when it is."""
+    if not isinstance(got, torch.Tensor):
+        return f"{describe(got)} instead of a tensor"
+    if got.is_floating_point():
+        return "floating-point values"
+    if got.dim() != 2 or got.size(0) != src.size(0):
+        return f"shape {tuple(got.shape)}"
+    return None
+
+
+def _call(greedy_decode: Callable, model: nn.Module, src: torch.Tensor, ids: Ids, max_len: int) -> _Run:
+    """The student's decoding of `src`. A decoder that fails on this batch but decodes its first sentence
+    alone is told so (it was written for one sentence), instead of a crash in every cell."""
+    error: Exception | None = None
+    selections = _Selections()
+    try:
+        got, calls = _decode_once(greedy_decode, model, src, ids, max_len, selections)
+        problem = _ids(got, src)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as crash:  # noqa: BLE001  (explained below, or re-raised)
+        error, problem = crash, f"{type(crash).__name__}: {(str(crash).splitlines() or [''])[0][:120]}"
+    if problem is not None and src.size(0) > 1:
+        try:
+            single, _ = _decode_once(greedy_decode, model, src[:1], ids, max_len, _Selections())
+            alone = _ids(single, src[:1]) is None
+        except Exception:  # noqa: BLE001  (then the problem is not about batches)
+            alone = False
+        if alone:
+            fail(f"greedy_decode decodes one sentence, but not a batch of {src.size(0)}.",
+                 expected=f"a (batch={src.size(0)}, out_len) tensor of token ids", got=problem, cause=BATCH)
+    if error is not None:
+        cause = _crash_cause(error, selections, src.size(0))
+        if cause is None:
+            raise error
+        fail("greedy_decode crashed.", expected="a (batch, out_len) tensor of token ids", got=problem, cause=cause)
     ys = expect_tensor("greedy_decode(...)", got, cause="return ys, the (batch, out_len) tensor of token ids.")
     if ys.is_floating_point():
         fail("greedy_decode returned floating-point values, not token ids.", expected="an integer tensor (torch.long)",
@@ -232,7 +330,7 @@ def _call(greedy_decode: Callable, model: nn.Module, src: torch.Tensor, ids: Ids
     if ys.dim() != 2 or ys.size(0) != src.size(0):
         fail("greedy_decode returned the wrong shape.", expected=f"(batch={src.size(0)}, out_len)",
              got=tuple(ys.shape), cause="append one column per step: torch.cat([ys, next_token.unsqueeze(1)], dim=1).")
-    return ys.detach().cpu().long()
+    return _Run(ys.detach().cpu().long(), calls)
 
 
 def _show(rows: torch.Tensor, ids: Ids) -> str:
@@ -242,36 +340,110 @@ def _show(rows: torch.Tensor, ids: Ids) -> str:
     return "".join(f"\n      {line}" for line in lines)
 
 
-def _expect_ids(got: torch.Tensor, expected: torch.Tensor, ids: Ids, *, problem: str, cause: str,
+def _word(token: int, ids: Ids) -> str:
+    return {ids.bos: "<bos>", ids.eos: "<eos>", ids.pad: "<pad>"}.get(int(token), str(int(token)))
+
+
+def _words(tokens: torch.Tensor, ids: Ids) -> str:
+    return "[" + " ".join(_word(token, ids) for token in tokens) + "]"
+
+
+def _step_departure(got: torch.Tensor, expected: torch.Tensor, calls: Sequence[_Call], src: torch.Tensor,
+                    ids: Ids) -> str | None:
+    """The first step and sentence where the student's tokens leave the reference's, and what the decoder
+    was fed at that step (its tokens so far, its masks, its output)."""
+    if got.size(1) > 1 and bool((got[:, -1] == ids.bos).all()) and not bool((got[:, 0] == ids.bos).all()):
+        return "your sequences end with <bos>: the new tokens are put in front of ys; append them after it."
+    columns = max(got.size(1), expected.size(1))
+    for column in range(1, columns):
+        for sentence in range(expected.size(0)):
+            mine = int(got[sentence, column]) if column < got.size(1) else None
+            theirs = int(expected[sentence, column]) if column < expected.size(1) else None
+            if mine == theirs:
+                continue
+            if mine is None:
+                return (f"your output ends after step {column - 1}, but sentence {sentence} had not finished: it "
+                        f"goes on with {_word(theirs, ids)} (decode until every sentence has produced <eos>, or "
+                        "max_len tokens).")
+            if theirs is None:
+                return (f"your output goes on after step {column - 1} ({_word(mine, ids)} in sentence {sentence}), "
+                        "where every sentence had finished or max_len tokens were generated: stop there.")
+            head = f"sentence {sentence}, step {column}: your token is {_word(mine, ids)}, the reference's " \
+                   f"{_word(theirs, ids)}"
+            if ids.eos in expected[sentence, 1:column].tolist():
+                return f"{head}. The sentence had already produced <eos>: every later token is <pad>."
+            so_far = expected[sentence, :column]
+            call = next((call for call in calls if call.sentences is not None and sentence in call.sentences
+                         and call.ys.size(1) == column), None)
+            if call is None:
+                lengths = sorted({int(call.ys.size(1)) for call in calls})
+                known = all(call.sentences is not None for call in calls)
+                return head + (f". No decoder call got the {column} tokens of sentence {sentence} so far, "
+                               f"{_words(so_far, ids)}: the decoder was fed ys of lengths {lengths}. Feed it the "
+                               "whole sequence so far at every step." if known else ".")
+            row = call.sentences.index(sentence)
+            fed = call.ys[row].cpu()
+            if not torch.equal(fed, so_far):
+                return f"{head}. At that step the decoder was fed {_words(fed, ids)} instead of {_words(so_far, ids)}."
+            shape = (call.ys.size(0), 1, column, src.size(1))
+            mask = _mask_rows(call.enc_mask, shape) if call.enc_mask is not None else None
+            if mask is None or not torch.equal(mask[row, 0], (src[sentence] != ids.pad).expand(column, src.size(1))):
+                return f"{head}. At that step the decoder's src_mask was not make_source_mask(src, pad_idx)."
+            if call.logits is None:
+                return head + "."
+            logits = call.logits[row]  # (len, vocab)
+            best = int(logits[-1].argmax())
+            if best == theirs and mine == ids.pad and theirs == ids.eos:
+                return (f"{head}: the <eos> itself was replaced by <pad>. Pad only the sentences that had finished "
+                        "before this step: update `finished` from the token just appended.")
+            if best == theirs and logits.size(0) > 1 and mine == int(logits[0].argmax()):
+                return f"{head}: that is the argmax at position 0; the next token is the argmax at the last position."
+            if best == theirs:
+                return (f"{head}: the decoder's logits at the last position pick {_word(best, ids)}; append their "
+                        "argmax.")
+            return (f"{head}: with the same tokens so far, the decoder's logits differ from the reference's, so "
+                    "something else it receives differs (the encoder output, computed once as "
+                    "model.encoder(src, src_mask), or the target mask make_target_mask(ys, pad_idx)).")
+    return None
+
+
+def _expect_ids(run: _Run, expected: torch.Tensor, src: torch.Tensor, ids: Ids, *, problem: str, cause: str,
                 suspects: Mapping[str, Callable[[], torch.Tensor]] | None = None) -> None:
-    """Exact comparison of token ids, naming the first suspect mistake that reproduces `got`."""
+    """Exact comparison of token ids, naming the first suspect mistake that reproduces the student's ids,
+    else the first step where they depart from the reference's."""
+    got = run.ys
     if got.shape == expected.shape and torch.equal(got, expected):
         return
-    for suspected_cause, make_wrong in (suspects or {}).items():
+    departure = _step_departure(got, expected, run.calls, src, ids)
+    # What the decoder was fed is observed, not guessed: it comes before the known wrong decoders, which can
+    # reproduce the same ids for another reason.
+    found = departure if departure and ("was fed" in departure or "in front of ys" in departure) else None
+    for suspected_cause, make_wrong in ({} if found else suspects or {}).items():
         try:
             wrong = make_wrong()
         except Exception:  # a suspect that cannot be replayed here is simply not the answer
             continue
         if wrong.shape == got.shape and torch.equal(wrong, got):
-            cause = suspected_cause
+            found = suspected_cause
             break
     fail(problem, expected=f"shape {tuple(expected.shape)}{_show(expected, ids)}",
-         got=f"shape {tuple(got.shape)}{_show(got, ids)}", cause=cause)
+         got=f"shape {tuple(got.shape)}{_show(got, ids)}",
+         cause=found or departure or cause)
 
 
 def _scripted_case(greedy_decode: Callable, script: Script, real_lengths: Sequence[int] | None = None,
-                   ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Callable[[], torch.Tensor]], _ScriptedModel]:
-    """(student's ids, expected ids, suspects, the scripted model the student's decoder ran on)."""
+                   ) -> tuple[_Run, torch.Tensor, dict[str, Callable[[], torch.Tensor]], torch.Tensor]:
+    """(student's run, expected ids, suspects, the source) on a scripted model."""
     ids, count = script.ids, len(script.sentences)
     src = _scripted_source(count, ids, real_lengths)
     model = _ScriptedModel(script.sentences, ids)
-    got = _call(greedy_decode, model, src, ids, script.max_len)
+    run = _call(greedy_decode, model, src, ids, script.max_len)
     replay = _ScriptedModel(script.sentences, ids)
     with torch.no_grad():
         expected = reference_greedy_decode(replay, src, ids.pad, ids.bos, ids.eos, script.max_len)
     suspects = {cause: (lambda mistake=mistake: _decode(replay, src, ids, script.max_len, mistake))
                 for mistake, cause in MISTAKES.items()}
-    return got, expected, suspects, model
+    return run, expected, suspects, src
 
 
 STOP_SCRIPT = ((5, 6, "eos"), ("eos",), (6, 6, 5, 5, "eos"))  # finishes after 3, 1 and 5 steps
@@ -279,27 +451,36 @@ ENDLESS_SCRIPT = ((5, 6, 7, 8, 5, 6, 7, 8, 5, 6), (8, 7, 6, 5, 8, 7, 6, 5, 8, 7)
 EARLY_SCRIPT = (("eos",), (7, "eos"), (5, 6, "eos"))  # all finished after 3 steps
 
 
+# Checks whose property does not need a batch decode one sentence, so that a decoder written for one
+# sentence loses only the points of the checks about batches (which then say so).
+
+
 @check("greedy_decode returns token ids (batch, out_len) whose first column is <bos>")
 def greedy_starts_with_bos(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int = 2, pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    got, expected, _, _ = _scripted_case(greedy_decode, _script(STOP_SCRIPT, 8, ids))
+    run, expected, _, src = _scripted_case(greedy_decode, _script(STOP_SCRIPT[:1], 8, ids))
+    got = run.ys
     if not bool((got[:, 0] == ids.bos).all()):
+        in_front = got.size(1) > 1 and bool((got[:, -1] == ids.bos).all())
         fail("the output does not start with <bos>.", expected=f"column 0 all bos_idx={ids.bos}",
-             got=f"column 0 = {got[:, 0].tolist()}",
-             cause="keep the given ys = torch.full(..., bos_idx) and append to it; the decoder's first input is "
-                   "<bos>, and the returned sequence keeps it.")
+             got=f"column 0 = {got[:, 0].tolist()}" + (", and <bos> in the last column" if in_front else ""),
+             cause="the new tokens are put in front of ys: append them after it, torch.cat([ys, "
+                   "next_token.unsqueeze(1)], dim=1)." if in_front else
+             "keep the given ys = torch.full(..., bos_idx) and append to it; the decoder's first input is "
+             "<bos>, and the returned sequence keeps it.")
     if got.size(1) > 1 and not torch.equal(got[:, 1], expected[:, 1]):
         fail("the first generated token is wrong.", expected=f"column 1 = {expected[:, 1].tolist()}",
              got=f"column 1 = {got[:, 1].tolist()}",
-             cause="step 1 feeds ys = <bos> to the decoder and appends the argmax of logits[:, -1].")
+             cause=_step_departure(got[:, :2], expected[:, :2], run.calls, src, ids)
+             or "step 1 feeds ys = <bos> to the decoder and appends the argmax of logits[:, -1].")
 
 
 @check("each sentence stops at its own <eos>; finished sentences are padded with <pad>")
 def greedy_stops_at_eos(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int = 2, pad_idx: int = 3,
                         sentences: Sequence[Sequence[int | str]] = STOP_SCRIPT, max_len: int = 8) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    got, expected, suspects, _ = _scripted_case(greedy_decode, _script(sentences, max_len, ids))
-    _expect_ids(got, expected, ids, suspects=suspects,
+    run, expected, suspects, src = _scripted_case(greedy_decode, _script(sentences, max_len, ids))
+    _expect_ids(run, expected, src, ids, suspects=suspects,
                 problem="a scripted model whose sentences say <eos> after different numbers of steps "
                         "was decoded wrongly.",
                 cause="keep a `finished` vector; after <eos> a sentence only gets pad_idx; stop when all are finished.")
@@ -309,8 +490,8 @@ def greedy_stops_at_eos(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int 
 def greedy_respects_max_len(greedy_decode: Callable, max_len: int = 5, bos_idx: int = 1, eos_idx: int = 2,
                             pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    got, expected, suspects, _ = _scripted_case(greedy_decode, _script(ENDLESS_SCRIPT, max_len, ids))
-    _expect_ids(got, expected, ids, suspects=suspects,
+    run, expected, suspects, src = _scripted_case(greedy_decode, _script(ENDLESS_SCRIPT[:1], max_len, ids))
+    _expect_ids(run, expected, src, ids, suspects=suspects,
                 problem=f"a scripted model that never says <eos> was decoded with max_len={max_len} wrongly.",
                 cause="run the loop at most max_len times: range(max_len) generates max_len tokens after <bos>.")
 
@@ -319,8 +500,8 @@ def greedy_respects_max_len(greedy_decode: Callable, max_len: int = 5, bos_idx: 
 def greedy_stops_when_all_finished(greedy_decode: Callable, max_len: int = 9, bos_idx: int = 1, eos_idx: int = 2,
                                    pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    got, expected, suspects, _ = _scripted_case(greedy_decode, _script(EARLY_SCRIPT, max_len, ids))
-    _expect_ids(got, expected, ids, suspects=suspects,
+    run, expected, suspects, src = _scripted_case(greedy_decode, _script(EARLY_SCRIPT, max_len, ids))
+    _expect_ids(run, expected, src, ids, suspects=suspects,
                 problem="every sentence of a scripted model says <eos> within 3 steps, but the output is wrong.",
                 cause="after appending the new tokens, `if finished.all(): break`.")
 
@@ -329,8 +510,8 @@ def greedy_stops_when_all_finished(greedy_decode: Callable, max_len: int = 9, bo
 def greedy_uses_last_position(greedy_decode: Callable, max_len: int = 4, bos_idx: int = 1, eos_idx: int = 2,
                               pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    got, expected, suspects, _ = _scripted_case(greedy_decode, _script(ENDLESS_SCRIPT, max_len, ids))
-    _expect_ids(got, expected, ids, suspects=suspects,
+    run, expected, suspects, src = _scripted_case(greedy_decode, _script(ENDLESS_SCRIPT[:1], max_len, ids))
+    _expect_ids(run, expected, src, ids, suspects=suspects,
                 problem="a scripted model that predicts a different word at every position was decoded wrongly.",
                 cause="logits has shape (batch, len, vocab); the next token is logits[:, -1].argmax(dim=-1).")
 
@@ -345,13 +526,13 @@ def _mask_rows(mask: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | Non
 @check("every decoder call gets the source padding mask and the causal target mask of the current ys")
 def greedy_passes_masks(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int = 2, pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    real_lengths = [6, 3, 4]
-    _, _, _, model = _scripted_case(greedy_decode, _script(STOP_SCRIPT, 8, ids), real_lengths)
+    real_lengths = [4]  # one sentence (no batch needed for this property), with source padding
+    run, _, _, _ = _scripted_case(greedy_decode, _script(STOP_SCRIPT[2:], 8, ids), real_lengths)
     source_allowed = torch.arange(6).unsqueeze(0) < torch.tensor(real_lengths).unsqueeze(1)  # (sentences, src_len)
-    if not model.decoder.calls:
+    if not run.calls:
         fail("the decoder was never called.", expected="one call per generated token", got="no call",
              cause="call model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx)) inside the loop.")
-    for step, call in enumerate(model.decoder.calls, start=1):
+    for step, call in enumerate(run.calls, start=1):
         batch, length = call.ys.shape
         if call.enc_mask is None:
             fail(f"decoder call {step} got no source mask.", expected="src_mask (batch, 1, 1, src_len)", got="None",
@@ -426,21 +607,21 @@ def _random_source(sizes: Sizes, ids: Ids, padded: bool) -> torch.Tensor:
 def _random_case(greedy_decode: Callable, sizes: Sizes, ids: Ids, padded: bool) -> None:
     model = _random_model(sizes, ids)
     src = _random_source(sizes, ids, padded)
-    got = _call(greedy_decode, model, src, ids, sizes.max_len)
+    run = _call(greedy_decode, model, src, ids, sizes.max_len)
     with torch.no_grad():
         expected = reference_greedy_decode(model, src, ids.pad, ids.bos, ids.eos, sizes.max_len)
         suspects = {cause: (lambda mistake=mistake: _decode(model, src, ids, sizes.max_len, mistake))
                     for mistake, cause in MISTAKES.items()}
-        _expect_ids(got, expected, ids, suspects=suspects,
+        _expect_ids(run, expected, src, ids, suspects=suspects,
                     problem=f"a small Transformer with random weights (seed {sizes.seed}) translates "
-                            f"{'a padded batch' if padded else 'this batch'} differently from the reference.",
+                            f"{'a padded batch' if padded else 'this input'} differently from the reference.",
                     cause="each step: logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx)); "
                           "next_token = logits[:, -1].argmax(dim=-1); pad finished sentences; append to ys.")
 
 
 @check("on a small random Transformer, greedy_decode gives exactly the reference token ids")
 def greedy_matches_reference(greedy_decode: Callable, eos_idx: int = 2, **sizes: int) -> None:
-    config = replace(Sizes(batch=2, src_len=6), **sizes)
+    config = replace(Sizes(batch=1, src_len=6), **sizes)
     _random_case(greedy_decode, config, Ids(eos=eos_idx), padded=False)
 
 
@@ -450,25 +631,47 @@ def greedy_matches_reference_batch(greedy_decode: Callable, eos_idx: int = 2, **
     _random_case(greedy_decode, config, Ids(eos=eos_idx), padded=True)
 
 
-@check("decoding is deterministic: dropout is off (eval mode) and the token is the argmax, not a sample")
+@check("decoding is deterministic: the next token is the argmax, not a sample")
 def greedy_is_deterministic(greedy_decode: Callable) -> None:
-    ids, sizes = Ids(), Sizes(dropout=0.5, seed=3)
+    ids, sizes = Ids(), Sizes(dropout=0.5, seed=3, batch=1)
     model = _random_model(sizes, ids)
-    src = _random_source(sizes, ids, padded=True)
-    outputs = []
+    src = _random_source(sizes, ids, padded=False)
     with torch.random.fork_rng(devices=[]):  # the notebook's random stream is left untouched
-        outputs.append(_call(greedy_decode, model.eval(), src, ids, sizes.max_len))
-        for _ in range(2):
-            model.train()  # a caller may hand over a model in train mode, e.g. straight from training
-            outputs.append(_call(greedy_decode, model, src, ids, sizes.max_len))
-    in_eval, *from_train = outputs
-    for got in from_train:
-        if got.shape != in_eval.shape or not torch.equal(got, in_eval):
-            fail("the same model and input gave different translations.",
-                 expected=f"every call like the one with the model already in eval mode:{_show(in_eval, ids)}",
-                 got=f"with the model handed over in train mode:{_show(got, ids)}",
-                 cause="keep the given model.eval() at the start of greedy_decode (dropout is active in train "
-                       "mode), and take the argmax instead of sampling with torch.multinomial.")
+        first, *others = [_call(greedy_decode, model.eval(), src, ids, sizes.max_len).ys for _ in range(3)]
+    for got in others:
+        if got.shape != first.shape or not torch.equal(got, first):
+            fail("the same model (in eval mode) and input gave different translations.",
+                 expected=f"every call like the first:{_show(first, ids)}", got=f"another call:{_show(got, ids)}",
+                 cause="take the argmax of the logits instead of sampling (torch.multinomial, torch.distributions).")
+
+
+@check("greedy_decode switches the model to eval mode and runs under torch.no_grad()")
+def greedy_eval_no_grad(greedy_decode: Callable) -> None:
+    ids, sizes = Ids(), Sizes(dropout=0.5, seed=3, batch=1)
+    model = _random_model(sizes, ids).train()  # handed over straight from training
+    src = _random_source(sizes, ids, padded=False)
+    states: list[tuple[bool, bool]] = []
+
+    def record(_module: nn.Module, _args: tuple) -> None:
+        states.append((torch.is_grad_enabled(), model.training))
+
+    handles = [model.encoder.register_forward_pre_hook(record), model.decoder.register_forward_pre_hook(record)]
+    try:
+        with torch.random.fork_rng(devices=[]):
+            _call(greedy_decode, model, src, ids, sizes.max_len)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if any(training for _, training in states):
+        fail("the model ran in train mode while decoding: dropout was on.", expected="eval mode in every call",
+             got=f"{sum(training for _, training in states)} of {len(states)} calls in train mode",
+             cause="keep the given model.eval() at the start of greedy_decode: a model handed over straight from "
+                   "training is in train mode, and dropout then changes the translation from call to call.")
+    if any(grad for grad, _ in states):
+        fail("decoding builds autograd graphs.", expected="every call under torch.no_grad()",
+             got=f"gradients enabled in {sum(grad for grad, _ in states)} of {len(states)} calls",
+             cause="keep the given @torch.no_grad() above greedy_decode: decoding needs no gradients, and without "
+                   "it every step keeps the whole graph of the decoder in memory.")
 
 
 # --- attention maps ----------------------------------------------------------------------------------------
@@ -513,6 +716,11 @@ def _shape_cause(kind: str, shape: tuple[int, ...], shapes: Mapping[str, tuple[i
         return "the layer axis must come first: torch.stack(list_of_layer_weights) stacks along a new axis 0."
     if shape == (layers * batch, *expected[2:]):
         return "the layers were concatenated with torch.cat along the batch axis: use torch.stack for a new axis."
+    axes = ("layers", "batch", "heads", "q_len", "k_len")
+    for axis, name in enumerate(axes):
+        if axis and shape == expected[:axis] + expected[axis + 1:]:
+            return (f"the {name} axis is missing (averaged, summed or indexed away?): keep it, each layer's "
+                    "attn_weights is (batch, heads, q_len, k_len) as stored.")
     return ("torch.stack([layer.<attention>.attn_weights for layer in <stack>.layers]) gives "
             "(layers, batch, heads, q_len, k_len).")
 

@@ -30,7 +30,9 @@ from transformer_course.checks.framework import (
     protect,
     student_code,
     summary,
+    tensors_close,
 )
+from transformer_course.checks.localise import Call, Step, Values, first_departure, recorded_calls, terms
 from transformer_course.reference import Transformer as ReferenceTransformer
 from transformer_course.reference.training import Batch, make_criterion, make_optimizer
 from transformer_course.reference.training import collate as reference_collate
@@ -51,6 +53,7 @@ __all__ = [
     "train_epoch_learns_copy_task",
     "train_epoch_mean_loss_per_token",
     "train_epoch_scheduler_per_batch",
+    "train_epoch_train_mode",
     "train_epoch_zero_grad",
 ]
 
@@ -84,11 +87,11 @@ def _batches(count: int, batch_size: int, seed: int, copy_task: bool = True) -> 
 
 
 def _model(seed: int, d_model: int = 16, num_heads: int = 2, num_layers: int = 1, d_ff: int = 32,
-           dtype: torch.dtype = torch.float64) -> nn.Module:
-    """A tiny reference Transformer, without dropout, with weights fixed by seed (global RNG untouched)."""
+           dtype: torch.dtype = torch.float64, dropout: float = 0.0) -> nn.Module:
+    """A tiny reference Transformer (no dropout unless asked), weights fixed by seed (global RNG untouched)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = ReferenceTransformer(VOCAB, VOCAB, d_model, num_heads, num_layers, d_ff, 30, 0.0)
+        model = ReferenceTransformer(VOCAB, VOCAB, d_model, num_heads, num_layers, d_ff, 30, dropout)
     return model.to(dtype)
 
 
@@ -120,20 +123,30 @@ def _student_batch(collate: Callable[..., Any], pairs: list[tuple[list[int], lis
     return batch
 
 
+SHIFTED = "tgt_in and tgt_out are one token shorter than the padded target: tgt[:, :-1] and tgt[:, 1:]."
+
+
+def _shift_shape_cause(name: str, got: torch.Tensor, batch_size: int, tgt_len: int) -> str:
+    """Why tgt_in or tgt_out has the wrong shape, from its shape (tgt is (batch_size, tgt_len + 1))."""
+    if tuple(got.shape) == (batch_size, tgt_len + 1):
+        return (f"{name} is the whole padded target, not shifted: with tgt_in == tgt_out the decoder reads the very "
+                "token it must predict and learns to copy. Use tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:].")
+    if tuple(got.shape) == (batch_size - 1, tgt_len + 1):
+        return ("the slice is taken on the batch axis (axis 0): tgt[:-1] drops the last sentence and tgt[1:] the "
+                "first, keeping every token. Slice the time axis: tgt[:, :-1] and tgt[:, 1:].")
+    return SHIFTED
+
+
 @check("collate: src, tgt_in, tgt_out and both masks have the right shapes")
 def collate_shapes(collate: Callable[..., Any], batch_size: int = 4, seed: int = 0) -> None:
     pairs = _pairs(batch_size, seed)
     batch = _student_batch(collate, pairs, PAD)
     src_len = max(len(source) for source, _ in pairs)
     tgt_len = max(len(target) for _, target in pairs) - 1  # one shorter than the framed target
-    shifted = "tgt_in and tgt_out are one token shorter than the padded target: tgt[:, :-1] and tgt[:, 1:]."
-    unshifted = ("is the whole padded target, not shifted: with tgt_in == tgt_out the decoder reads the very token "
-                 "it must predict and learns to copy. Use tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:].")
     expect_shape("src", batch.src, (batch_size, src_len), cause="keep the given padding of the sources.")
     for name in ("tgt_in", "tgt_out"):
-        got = expect_tensor(name, getattr(batch, name), cause=shifted)
-        whole = tuple(got.shape) == (batch_size, tgt_len + 1)
-        expect_shape(name, got, (batch_size, tgt_len), cause=f"{name} {unshifted}" if whole else shifted)
+        got = expect_tensor(name, getattr(batch, name), cause=SHIFTED)
+        expect_shape(name, got, (batch_size, tgt_len), cause=_shift_shape_cause(name, got, batch_size, tgt_len))
     expect_shape("src_mask", batch.src_mask, (batch_size, 1, 1, src_len), cause="keep the given mask lines.")
     expect_shape("tgt_mask", batch.tgt_mask, (batch_size, 1, tgt_len, tgt_len),
                  cause="the target mask is built from tgt_in by the given line: make tgt_in the right length.")
@@ -156,6 +169,10 @@ def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 
              "tgt_out = tgt[:, 1:] (ends with <eos>)", got="tgt_in = tgt[:, 1:], tgt_out = tgt[:, :-1]",
              cause="tgt_in and tgt_out are swapped: the decoder must READ <bos> first (tgt_in = tgt[:, :-1]) and "
                    "PREDICT the next tokens (tgt_out = tgt[:, 1:]).")
+    for name in ("tgt_in", "tgt_out"):
+        got = expect_tensor(name, getattr(batch, name), "return tensors")
+        expect_shape(name, got, tuple(expected.tgt_out.shape),
+                     cause=_shift_shape_cause(name, got, batch_size, expected.tgt_out.size(1)))
     expect_close(
         "tgt_out", expect_tensor("tgt_out", batch.tgt_out, "return tensors").double(),
         expected.tgt_out.double(), atol=0, rtol=0,
@@ -190,8 +207,9 @@ def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 
 
 def _student_loss(compute_loss: Callable[..., Any], model: nn.Module, batch: Batch, criterion: nn.Module,
                   ) -> torch.Tensor:
+    calls: list[Call] = []
     try:
-        with student_code():
+        with student_code(), recorded_calls(model, [""]) as calls:
             loss = compute_loss(model, batch, criterion)
     except RuntimeError as error:
         if "view size is not compatible" in str(error):
@@ -199,6 +217,12 @@ def _student_loss(compute_loss: Callable[..., Any], model: nn.Module, batch: Bat
                  expected="a flattened tensor", got=str(error).splitlines()[0][:100],
                  cause="batch.tgt_out is a slice of the padded target (tgt[:, 1:]), which `.view` cannot "
                        "flatten: use `.reshape(-1)` (it copies only when it must).")
+        for call in calls:
+            call.name = "model"
+        departure = _model_call_departure(calls, batch, complete=False)
+        if departure:
+            fail("compute_loss crashed.", expected="a loss", got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
+                 cause=departure)
         raise
     loss = expect_tensor("compute_loss(...)", loss, "return the criterion's output tensor, not loss.item(): "
                          "train_epoch calls loss.backward() on it.")
@@ -249,6 +273,133 @@ def _loss_suspects(model: nn.Module, batch: Batch, criterion: nn.Module) -> dict
     }
 
 
+# Reading a loss through its gradient. For a cross-entropy with label smoothing eps over V classes,
+# averaged with weight w_t per token, the gradient with respect to token t's logits z_t is
+#     dL/dz_t = w_t * (softmax(z_t) - q_t),   q_t = (1 - eps) * onehot(y_t) + eps / V.
+# So the gradient the student's loss sends back to the logits tells, token by token, which target it
+# pulls towards (y_t), how much that token weighs (w_t: 1/N for each of the N real tokens, 0 at <pad>)
+# and how much smoothing there is (eps): enough to name where a wrong loss departs from the right one.
+
+
+def _model_call_departure(calls: list[Call], batch: Batch, complete: bool) -> str | None:
+    values = Values()
+    for name in ("src", "tgt_in", "tgt_out"):
+        values.add(name, f"batch.{name}", getattr(batch, name))
+    for name in ("src_mask", "tgt_mask"):
+        values.add(name, f"batch.{name}", getattr(batch, name), mask=True)
+    step = Step("model", {"enc_in": terms("src"), "dec_in": terms("tgt_in"), "enc_mask": terms("src_mask"),
+                          "dec_mask": terms("tgt_mask")}, "logits", words="the logits")
+    return first_departure(calls, [step], values, where="compute_loss", complete=complete)
+
+
+def _loss_trace(compute_loss: Callable[..., Any], model: nn.Module, batch: Batch, criterion: nn.Module,
+                ) -> tuple[Any, list[Call]]:
+    """Run the student's compute_loss with gradients on, recording the model's calls (logits keep .grad)."""
+
+    def keep_grad(_module: nn.Module, _args: tuple, output: Any) -> None:
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.retain_grad()
+
+    handle = model.register_forward_hook(keep_grad)
+    calls: list[Call] = []
+    try:
+        with torch.enable_grad(), student_code(), recorded_calls(model, [""]) as calls:
+            loss = compute_loss(model, batch, criterion)
+    finally:
+        handle.remove()
+    for call in calls:
+        call.name = "model"
+    return loss, calls
+
+
+def _explain_loss(compute_loss: Callable[..., Any], model: nn.Module, batch: Batch, criterion: nn.Module,
+                  ) -> str | None:
+    """Where the student's loss departs from the criterion's mean over real tokens, read from its gradient."""
+    try:
+        loss, calls = _loss_trace(compute_loss, model, batch, criterion)
+    except Exception:  # noqa: BLE001  (the check itself reports the crash)
+        return None
+    departure = _model_call_departure(calls, batch, complete=True)
+    if departure:
+        return departure
+    logits = calls[-1].output if calls and isinstance(calls[-1].output, torch.Tensor) else None
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or logits is None or not loss.requires_grad:
+        return None
+    loss.backward()
+    if logits.grad is None:
+        return "the loss does not depend on the logits the model returned."
+    gradient, probabilities = logits.grad.double(), logits.detach().double().softmax(-1)  # (batch, tgt_len, V)
+    vocab, targets = gradient.size(-1), batch.tgt_out
+    if gradient.shape[:2] != targets.shape:
+        return None
+    # per token: fit gradient = w * p + c over all classes but the one the loss pulls up (c = -w * eps / V);
+    # first assume that class is the intended target, then, where that fits badly, the most deviant class.
+
+    def fit(target: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        others = ~torch.nn.functional.one_hot(target, vocab).bool()  # (batch, tgt_len, V)
+        count = others.sum(-1, keepdim=True)
+        mean_p = (probabilities * others).sum(-1, keepdim=True) / count
+        mean_g = (gradient * others).sum(-1, keepdim=True) / count
+        spread = ((probabilities - mean_p) ** 2 * others).sum(-1)
+        weight = (((probabilities - mean_p) * (gradient - mean_g)) * others).sum(-1) / spread  # (batch, tgt_len)
+        offset = mean_g.squeeze(-1) - weight * mean_p.squeeze(-1)
+        residual = gradient - weight.unsqueeze(-1) * probabilities - offset.unsqueeze(-1)
+        scale = gradient.abs().amax(-1).clamp_min(1e-300)
+        return weight, offset, (residual.abs() * others).amax(-1) / scale, residual
+
+    weight, offset, misfit, residual = fit(targets)
+    pulled = targets.clone()
+    alternative = residual.abs().scatter(-1, targets.unsqueeze(-1), -1.0).argmax(-1)  # (batch, tgt_len)
+    weight2, offset2, misfit2, _ = fit(alternative)
+    better = (misfit > 1e-4) & (misfit2 < misfit)
+    weight, offset = torch.where(better, weight2, weight), torch.where(better, offset2, offset)
+    misfit, pulled = torch.where(better, misfit2, misfit), torch.where(better, alternative, pulled)
+    real = targets != PAD
+    active = weight.abs() > 1e-9 * float(weight.abs().max())
+    if bool((misfit[active] > 1e-4).any()):
+        return ("the gradient of your loss is not that of a cross-entropy of the model's logits: something "
+                "transforms the logits before the loss (a softmax? the criterion applies log-softmax itself).")
+    wrong = active & real & (pulled != targets)
+    if bool(wrong.any()) and torch.equal(pulled[active & real], batch.tgt_in[active & real]):
+        return ("the loss compares the predictions with tgt_in, the tokens the decoder reads: the targets are "
+                "tgt_out, the next tokens.")
+    if bool(wrong.any()):
+        row, column = (int(i) for i in wrong.nonzero()[0])
+        other = int(pulled[row, column])
+        known = " (that is batch.tgt_in there: the targets are batch.tgt_out)" \
+            if other == int(batch.tgt_in[row, column]) else ""
+        return (f"at sentence {row}, position {column} the loss trains the model towards token {other}, but the "
+                f"target there is batch.tgt_out[{row}, {column}] = {int(targets[row, column])}{known}.")
+    if bool((active & ~real).any()):
+        return ("the loss counts <pad> positions: their logits get a gradient, so padding is learnt. Use the "
+                "given criterion (built with ignore_index=pad_idx).")
+    tokens = int(real.sum())
+    ratio = weight[real] * tokens  # 1 for every real token when the loss is the mean over real tokens
+    per_sentence = 1.0 / (real.sum(1, keepdim=True).double() * batch.tgt_out.size(0))  # (batch, 1)
+    if not torch.allclose(ratio, torch.ones_like(ratio), rtol=1e-4):
+        if torch.allclose(weight[real], per_sentence.expand_as(weight)[real], rtol=1e-4):
+            return ("the loss is averaged per sentence, then over the sentences: a token of a short sentence weighs "
+                    "more than one of a long sentence. The criterion averages over all real tokens of the batch "
+                    "(each weighs 1/N): apply it once to the whole flattened batch.")
+        if torch.allclose(ratio, ratio.mean().expand_as(ratio), rtol=1e-4):
+            factor = float(ratio.mean())
+            sizes = {batch.tgt_out.size(0): "the batch size", tokens: "the number of real tokens",
+                     batch.tgt_out.numel(): "the number of positions"}
+            named = next((f" (1 / {words}: divided by {words} once more)" for size, words in sizes.items()
+                          if abs(factor * size - 1) < 1e-4), next(
+                          (f" ({words}: summed instead of averaged)" for size, words in sizes.items()
+                           if abs(factor - size) < 1e-4 * size), ""))
+            return f"every token's weight in the loss is {factor:.4g} × the right one{named}."
+        return "the real tokens do not all weigh the same in the loss: it must be the mean over all real tokens."
+    smoothing = float(getattr(criterion, "label_smoothing", 0.0))
+    estimate = float((-offset[real] * vocab / weight[real]).median())
+    if abs(estimate - smoothing) > 1e-3:
+        amount = "no label smoothing" if abs(estimate) < 1e-3 else f"label smoothing {estimate:.3g}"
+        return (f"the loss has {amount}, the criterion {smoothing:g}: use the `criterion` argument, not a "
+                "cross-entropy of your own.")
+    return None
+
+
 @check("compute_loss equals the reference loss (same model, same batch, same criterion)")
 @_one_thread()
 def compute_loss_values(compute_loss: Callable[..., Any], batch_size: int = 5, d_model: int = 16,
@@ -262,11 +413,15 @@ def compute_loss_values(compute_loss: Callable[..., Any], batch_size: int = 5, d
              got="requires_grad=False", cause="don't compute the loss under torch.no_grad() or detach it: "
                                               "train_epoch backpropagates through it.")
     expected = reference_compute_loss(model, batch, criterion)
+    # One number matches a wrong variant by chance too easily: the loss's gradient names the cause first,
+    # the known wrong variants only when the gradient cannot.
+    explained = None if tensors_close(got, expected, 1e-8, 1e-8) else _explain_loss(compute_loss, model, batch,
+                                                                                     criterion)
     with torch.no_grad():
         expect_close("compute_loss(...)", got, expected, atol=1e-8, rtol=1e-8,
-                     suspects=_loss_suspects(model, batch, criterion),
-                     cause="logits = model(src, tgt_in, src_mask, tgt_mask); "
-                           "criterion(logits.reshape(-1, vocab), tgt_out.reshape(-1)).")
+                     suspects=None if explained else _loss_suspects(model, batch, criterion),
+                     cause=explained or "logits = model(src, tgt_in, src_mask, tgt_mask); "
+                                        "criterion(logits.reshape(-1, vocab), tgt_out.reshape(-1)).")
 
 
 @check("compute_loss ignores padding: extra <pad> columns leave the loss unchanged")
@@ -321,6 +476,45 @@ def _formula(steps: Sequence[int], d_model: int, warmup_steps: int, factor: floa
 SCHEDULE_STEPS = (1, 2, 10, 100, 1000, 3999, 4000, 4001, 8000, 100000)
 
 
+def _schedule_departure(got: torch.Tensor, steps: Sequence[int], d_model: int, warmup_steps: int,
+                        factor: float) -> str | None:
+    """Compare the student's rates with the reference's at the same steps, one step off, and branch by branch."""
+    def rate(step: int) -> float:
+        return reference_rate(step, d_model, warmup_steps, factor) if step >= 1 else float("nan")
+
+    def same(values: list[float], chosen: Sequence[int]) -> bool:
+        pairs = [(float(got[index]), values[index]) for index in chosen if math.isfinite(values[index])]
+        return bool(pairs) and all(math.isclose(a, b, rel_tol=1e-9) for a, b in pairs)
+
+    everywhere = range(len(steps))
+    for shift in (1, -1):
+        if same([rate(step + shift) for step in steps], [i for i in everywhere if steps[i] + shift >= 1]):
+            sign = "+" if shift > 0 else "-"
+            return (f"the learning rate at step s is the reference's at step s {sign} 1: the schedule is off by one "
+                    "step. Steps count from 1 (only step 0, which LambdaLR asks for first, is treated as step 1: "
+                    "step = max(step, 1)).")
+    expected = [rate(step) for step in steps]
+    ratios = [float(got[index]) / value for index, value in enumerate(expected) if value]
+    if ratios and all(math.isclose(r, ratios[0], rel_tol=1e-9) for r in ratios) and not math.isclose(ratios[0], 1):
+        return (f"every rate is {ratios[0]:.6g} × the reference's: a constant factor is wrong (factor, "
+                "d_model^-0.5).")
+    warm = [i for i in everywhere if steps[i] < warmup_steps]
+    decay = [i for i in everywhere if steps[i] > warmup_steps]
+    for branch, words in ((warm, "during the warm-up"), (decay, "after the warm-up")):
+        if len(branch) > 1 and all(math.isclose(float(got[i]), float(got[branch[0]]), rel_tol=1e-9) for i in branch):
+            return (f"{words} the rate stays at {float(got[branch[0]]):.4g} whatever the step: it must change with "
+                    "the step, rising as step · warmup_steps^-1.5 during the warm-up and falling as step^-0.5 "
+                    "after it.")
+    if warm and decay and same(expected, decay) and not same(expected, warm):
+        return ("after the warm-up the rates are right, during it they are not: the warm-up branch must rise "
+                "linearly, step · warmup_steps^-1.5 (times factor · d_model^-0.5), and meet the decay at "
+                "step = warmup_steps.")
+    if warm and decay and same(expected, warm) and not same(expected, decay):
+        return ("during the warm-up the rates are right, after it they are not: the decay branch is step^-0.5 "
+                "(times factor · d_model^-0.5), and min() picks it once step > warmup_steps.")
+    return None
+
+
 @check("noam_learning_rate follows d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), times factor")
 def noam_values(noam_learning_rate: Callable[..., Any], d_model: int = 512, warmup_steps: int = 4000,
                 factor: float = 2.0) -> None:
@@ -344,7 +538,8 @@ def noam_values(noam_learning_rate: Callable[..., Any], d_model: int = 512, warm
             "the `factor` argument is ignored: multiply the whole rate by it.": wrong(use_factor=False),
             "no warm-up: the rate is only the decay d_model^-0.5 · step^-0.5.": wrong(combine=lambda a, b: a),
         },
-        cause="lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5) (paper, eq. 3).",
+        cause=_schedule_departure(got, steps, d_model, warmup_steps, factor)
+        or "lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5) (paper, eq. 3).",
     )
 
 
@@ -357,8 +552,9 @@ def noam_peak_at_warmup(noam_learning_rate: Callable[..., Any], d_model: int = 6
     if peak != warmup_steps:
         fail("the learning rate does not peak at the end of the warm-up.",
              expected=f"the largest rate at step {warmup_steps}", got=f"the largest rate at step {peak}",
-             cause="the two branches of min(step^-0.5, step · warmup^-1.5) meet at step = warmup_steps; "
-                   "check the exponents.")
+             cause=_schedule_departure(got, steps, d_model, warmup_steps, 1.0)
+             or "the two branches of min(step^-0.5, step · warmup^-1.5) meet at step = warmup_steps; "
+                "check the exponents.")
     top = d_model ** -0.5 * warmup_steps ** -0.5
     if not math.isclose(float(got.max()), top, rel_tol=1e-9):
         fail("the peak learning rate is wrong.", expected=f"d_model^-0.5 · warmup^-0.5 = {top:.6g}",
@@ -374,10 +570,15 @@ def noam_step_zero(noam_learning_rate: Callable[..., Any], d_model: int = 512, w
     except (ZeroDivisionError, ValueError, OverflowError) as error:
         fail("noam_learning_rate(0, ...) raised an error.", expected="a finite learning rate",
              got=f"{type(error).__name__}: {error}", cause=cause)
-    value, first = float(got[0]), float(got[1])  # graded against the student's own step 1: one property only
-    if not math.isfinite(value) or not (math.isclose(value, first, rel_tol=1e-9) or value == 0.0):
+    # Graded against the student's own step 1 (one property only: a wrong formula is noam_values' business),
+    # or the reference's (a schedule off by one step gives step 0 the rate of step 1: noam_values says so).
+    value, first = float(got[0]), float(got[1])
+    usable = (math.isclose(value, first, rel_tol=1e-9) or value == 0.0
+              or math.isclose(value, reference_rate(1, d_model, warmup_steps), rel_tol=1e-9))
+    if not math.isfinite(value) or not usable:
         fail("noam_learning_rate(0, ...) is not usable.", expected=f"the rate of step 1 ({first:.6g}), or 0",
-             got=f"{value!r}", cause=cause)
+             got=f"{value!r}", cause=cause if not math.isfinite(value) else
+             "LambdaLR uses the rate of step 0 for the first update: treat step 0 as step 1, step = max(step, 1).")
 
 
 # --- train_epoch ----------------------------------------------------------------------------------
@@ -414,6 +615,15 @@ def _reference_compute_loss(train_epoch: Callable[..., Any]) -> Iterator[None]:
             namespace["compute_loss"] = saved
 
 
+AUTOGRAD_CRASHES = {
+    "does not require grad": "the loss has no graph to backpropagate through: it was computed under "
+    "torch.no_grad() or cut off with .detach() / .data. Compute it with gradients on (train_epoch must not use "
+    "torch.no_grad(); that belongs to evaluation).",
+    "backward through the graph a second time": "loss.backward() runs twice on the same graph: call it once per "
+    "batch.",
+}
+
+
 def _run(train_epoch: Callable[..., Any], model: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
          scheduler: Any = None, clip_norm: float = 1e9, label_smoothing: float = 0.0) -> float:
     criterion = make_criterion(PAD, label_smoothing)
@@ -426,6 +636,17 @@ def _run(train_epoch: Callable[..., Any], model: nn.Module, batches: list[Batch]
             fail("train_epoch fails when it is given no scheduler.", expected="scheduler=None to be allowed",
                  got=f"AttributeError: {error}",
                  cause="step the scheduler only if there is one: `if scheduler is not None: scheduler.step()`.")
+        if "object has no attribute 'backward'" in str(error):
+            fail("train_epoch calls .backward() on something that is not a tensor.", expected="loss.backward() on "
+                 "the tensor compute_loss returns", got=f"AttributeError: {error}",
+                 cause="keep `loss` the tensor compute_loss returns (loss.item() or float(loss) is a plain number, "
+                       "with no graph to backpropagate through); the given lines call loss.item() themselves.")
+        raise
+    except RuntimeError as error:
+        for sign, cause in AUTOGRAD_CRASHES.items():
+            if sign in str(error):
+                fail("train_epoch crashed in loss.backward().", expected="a backward pass through the model",
+                     got=f"RuntimeError: {str(error).splitlines()[0][:120]}", cause=cause)
         raise
     except NameError as error:
         if "loss" in str(error):
@@ -477,6 +698,32 @@ def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 
                  "and that the loss is computed with compute_loss(model, batch, criterion).")
     fail("the loss did not fall.", expected=f"epoch {epochs} loss below 60% of epoch 1's ({losses[0]:.3f})",
          got="losses per epoch " + ", ".join(f"{loss:.3f}" for loss in losses), cause=cause)
+
+
+@check("train_epoch trains in train mode (dropout on), also after an evaluation left the model in eval mode")
+@_one_thread()
+def train_epoch_train_mode(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 8) -> None:
+    model = _model(seed, dropout=0.3).eval()  # as evaluate() leaves it, between two epochs
+    modes: list[bool] = []
+
+    def record(module: nn.Module, _args: tuple) -> None:
+        modes.append(module.training and all(part.training for part in module.modules()
+                                             if isinstance(part, nn.Dropout)))
+
+    handle = model.register_forward_pre_hook(record)
+    try:
+        _run(train_epoch, model, _batches(num_batches, 4, seed), torch.optim.SGD(model.parameters(), lr=0.1))
+    finally:
+        handle.remove()
+    if not modes:
+        fail("train_epoch never ran the model.", expected=f"{num_batches} forward passes", got="none",
+             cause="compute each batch's loss with compute_loss(model, batch, criterion).")
+    if not all(modes):
+        fail("the model was in eval mode during training: dropout was off.",
+             expected="every forward pass in train mode",
+             got=f"{modes.count(False)} of {len(modes)} forward passes in eval mode",
+             cause="keep the given model.train() at the start of train_epoch: evaluate() switches the model to "
+                   "eval mode, so every epoch after the first would otherwise train without dropout.")
 
 
 @check("train_epoch zeroes the gradients every batch: weights after 2 steps match the reference")

@@ -31,6 +31,10 @@ class EncoderBlock(nn.Module):
 
     forward(x, mask): x (batch, src_len, d_model), mask broadcastable to
     (batch, num_heads, src_len, src_len) -> (batch, src_len, d_model).
+
+    The checks rely on the names of the given constructor: they plug the reference attention and
+    feed-forward network in at self.self_attn and self.feed_forward, and copy weights into self.norm1
+    and self.norm2.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float) -> None:
@@ -55,6 +59,9 @@ class DecoderBlock(nn.Module):
     forward(x, enc_out, enc_mask, dec_mask): x (batch, tgt_len, d_model), enc_out
     (batch, src_len, d_model), enc_mask broadcastable to (batch, heads, tgt_len, src_len),
     dec_mask broadcastable to (batch, heads, tgt_len, tgt_len) -> (batch, tgt_len, d_model).
+
+    The checks rely on the names of the given constructor: they plug the reference modules in at
+    self.self_attn, self.cross_attn and self.feed_forward, and copy weights into self.norm1 to self.norm3.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float) -> None:

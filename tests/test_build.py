@@ -5,8 +5,10 @@ from transformer_course.authoring import check, definition_source
 
 
 def test_there_is_a_lesson_per_stage_so_far():
-    assert ASSIGNMENTS[0] == "01_positional_encoding"
-    assert [name[:2] for name in ASSIGNMENTS] == [f"{n:02d}" for n in range(1, len(ASSIGNMENTS) + 1)]
+    """Stages 1, 2, ... without gaps; stage 0 (why attention, optional) comes before them."""
+    numbered = [name for name in ASSIGNMENTS if name != "00_why_attention"]
+    assert numbered[0] == "01_positional_encoding"
+    assert [name[:2] for name in numbered] == [f"{n:02d}" for n in range(1, len(numbered) + 1)]
 
 
 def test_committed_solutions_and_student_notebooks_are_current():

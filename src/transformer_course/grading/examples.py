@@ -16,6 +16,12 @@ from transformer_course.grading.mistakes import Edit, is_solution
 # catalog lives with the checks.
 KNOWN_BUGS: dict[str, Edit] = {bug.assignment: bug for bug in [
     Edit(
+        "00_why_attention",
+        "softmax over the queries instead of the source positions",
+        "weights = torch.softmax(scores, dim=-1)",
+        "weights = torch.softmax(scores, dim=1)",
+    ),
+    Edit(
         "01_positional_encoding",
         "cos written to the even columns as well (no sin)",
         "pe[:, 0::2] = torch.sin(position * div_term)",

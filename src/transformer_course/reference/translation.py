@@ -7,6 +7,7 @@ with tokenize="none" (the text is already tokenised) and default smoothing.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -40,12 +41,17 @@ class TranslationData:
 
 def prepare_data(directory: str | Path | None = None, min_freq: int = 2,
                  splits: Sequence[str] = ("train", "val", "test_2016_flickr"),
-                 vocabs: tuple[Vocab, Vocab] | None = None) -> TranslationData:
+                 vocabs: tuple[Vocab, Vocab] | None = None, train_subset: int | None = None,
+                 seed: int = 0) -> TranslationData:
+    """With `train_subset`, the training split is that many pairs drawn at random (a fixed draw for a
+    given seed), and the vocabularies are built from them."""
     source_tokenizer, target_tokenizer = Tokenizer(SOURCE_LANGUAGE), Tokenizer(TARGET_LANGUAGE)
     tokenised = {}
     raw_sources = {}
     for split in splits:
         pairs = load_pairs(split, directory)
+        if split == "train" and train_subset is not None:
+            pairs = random.Random(seed).sample(pairs, min(train_subset, len(pairs)))
         raw_sources[split] = [german for german, _ in pairs]
         tokenised[split] = (source_tokenizer.many(g for g, _ in pairs), target_tokenizer.many(e for _, e in pairs))
     if vocabs is None:

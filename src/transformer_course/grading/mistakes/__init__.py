@@ -57,9 +57,10 @@ def catalog() -> tuple[list[Mistake], list[Alternative]]:
         model,
         positional_encoding,
         training,
+        why_attention,
     )
 
-    stages = (positional_encoding, attention, blocks, model, training, decoding)
+    stages = (why_attention, positional_encoding, attention, blocks, model, training, decoding)
     mistakes = [mistake for stage in stages for mistake in stage.MISTAKES]
     alternatives = [alternative for stage in stages for alternative in stage.ALTERNATIVES]
     return mistakes, alternatives

@@ -1,0 +1,582 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# <!-- colab-badge -->
+#
+# # Stage 0 — Why attention: the one-vector bottleneck and additive attention
+#
+# *Transformers from Scratch*: you will build the Transformer of Vaswani et al.,
+# ["Attention Is All You Need"](https://arxiv.org/abs/1706.03762) (2017), one stage at a time,
+# and train it to translate German into English. This stage is **optional**: it comes before the
+# Transformer and shows the problem attention was invented to solve.
+#
+# | stage | notebook |
+# |---|---|
+# | **0** | **why attention: the RNN bottleneck, additive attention** (this one, optional) |
+# | 1 | positional encoding |
+# | 2 | scaled dot-product and multi-head attention, masks |
+# | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
+# | 4 | the full encoder–decoder |
+# | 5 | training on Multi30k German→English |
+# | 6 | greedy decoding, BLEU, attention heatmaps |
+#
+# ## Learning outcomes
+# After this notebook you can
+# 1. explain how a recurrent encoder–decoder translates, and why squeezing a whole sentence into one
+#    vector hurts long sentences most;
+# 2. read that bottleneck off a measurement: BLEU by source-sentence length;
+# 3. write down additive attention, $e_{tj} = v^\top \tanh(W_q s_t + W_k h_j)$, and say what every
+#    symbol means and what shape it has;
+# 4. implement it: the score, the softmax over the source positions with padding getting exactly zero
+#    weight, and the context vector;
+# 5. train the same model with and without attention, compare them by sentence length, and read an
+#    attention heatmap;
+# 6. say what changes on the way from additive attention to the Transformer's scaled dot-product
+#    attention, and why.
+#
+# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
+# every other cell is given and correct. After the exercise a few *check cells* test one property
+# each and print `✔` or a message that says what was expected, what came out and the likely cause.
+# Those same cells grade your work (the grader also runs a few hidden ones with other sizes).
+# Section 7 trains two small translation models on the CPU; it takes several minutes (the numbers we
+# measured are printed beside yours), and a GPU is not needed.
+
+# %% readonly="setup"
+#| setup
+
+# %%
+import math
+import time
+from collections.abc import Callable  # noqa: F401  (used by the given build_seq2seq spliced below)
+from dataclasses import replace
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+from transformer_course.checks import why_attention as check
+from transformer_course.data.tokenize import Tokenizer
+from transformer_course.reference import bottleneck_results
+from transformer_course.reference.bottleneck import (
+    LENGTH_BUCKETS,
+    ExperimentConfig,
+    bleu_by_length,
+    bucket_of,
+    held_out,
+    prepare_experiment_data,
+    train_seq2seq,
+)
+from transformer_course.reference.rnn import greedy_decode_rnn
+from transformer_course.reference.training import collate
+from transformer_course.reference.translation import TranslationData, translate_ids  # noqa: F401 (build_seq2seq)
+from transformer_course.runtime import grading_mode
+from transformer_course.visualisation import training as training_figures
+from transformer_course.visualisation import why_attention as figures
+
+# %% [markdown]
+# ## 1. Translating through one vector
+#
+# Before the Transformer, neural machine translation used **recurrent neural networks** (RNNs) in an
+# **encoder–decoder** (Sutskever, Vinyals and Le, 2014; Cho et al., 2014). The encoder reads the German
+# sentence one token at a time. At each position $j$ it updates a **hidden state** $h_j$ from the
+# previous state and the current word $x_j$:
+#
+# $$h_j = \mathrm{GRU}(x_j,\ h_{j-1})$$
+#
+# - $x_j$ — the embedding (a learned vector) of the $j$-th German token;
+# - $h_j$ — the state after reading tokens $1..j$: a vector of fixed width that summarises them;
+# - GRU — a *gated recurrent unit*, one common kind of RNN cell (an LSTM would do as well).
+#
+# When the encoder reaches the end, its last state has to describe the **whole sentence**. Call it the
+# sentence vector $c$. The decoder starts from $c$ and writes English one token at a time; its state
+# $s_t$ after writing $t$ tokens is
+#
+# $$s_t = \mathrm{GRU}\big([y_{t-1};\ c],\ s_{t-1}\big), \qquad
+#   p(y_t \mid y_{<t}, x) = \mathrm{softmax}\big(W_{out} \tanh(W_{comb}\,[s_t;\ c])\big)$$
+#
+# - $y_{t-1}$ — the embedding of the English token written last (`<bos>` at the start);
+# - $[a;\ b]$ — the two vectors concatenated;
+# - $W_{comb}$, $W_{out}$ — learned matrices that turn the state and $c$ into one score per English word.
+#
+# Everything the decoder ever learns about the German sentence has to pass through $c$: a vector of a
+# few hundred numbers, **the same size for a 4-word sentence as for a 30-word one**, and the same
+# vector at every step, whether the decoder is writing the first word or the twentieth. That is the
+# **bottleneck**. The top half of the figure shows it; the bottom half shows the fix this notebook
+# builds, attention, which hands the decoder a fresh mix of *all* the encoder's states at every step.
+
+# %%
+figures.plot_bottleneck("ein mann mit einem orangefarbenen hut".split(), "a man in an orange hat".split())
+plt.show()
+
+# %% [markdown]
+# ## 2. The bottleneck, measured
+#
+# We trained such a model, without attention, for a few minutes on a CPU on a subset of the Multi30k
+# German–English captions (section 6 shows its code, section 7 lets you repeat the run), then had it
+# translate the 2,014 held-out sentences of the validation and test splits, which it never saw in
+# training. We scored the translations with **BLEU**, grouped by the length of the German sentence.
+# BLEU compares a translation with the human one by counting the word sequences (1 to 4 words) they
+# share, from 0 to 100 (stage 6 explains it in detail).
+#
+# Watch the score fall as the German sentences get longer: the longer the sentence, the more of it is
+# lost on the way through one vector. (Short sentences are not perfectly easy either, and BLEU is noisy
+# on small groups, so read the trend, not each bar.)
+
+# %%
+print("measured with:", bottleneck_results.COMMAND)
+print("on:", bottleneck_results.MACHINE)
+print("settings:", bottleneck_results.CONFIG)
+plain_quoted = bottleneck_results.RUNS["without attention"]
+for label, result in plain_quoted["bleu"].items():
+    print(f"{label:>6} German tokens: BLEU {result['bleu']:5.1f}  ({result['sentences']:,} sentences)")
+print(f"training took {plain_quoted['cpu_minutes']:.1f} CPU minutes ({plain_quoted['wall_minutes']:.1f} minutes "
+      "on the clock, on a machine shared with other jobs)")
+figures.plot_bleu_by_length({"without attention (quoted)": plain_quoted["bleu"]},
+                            title="The model without attention, by German sentence length")
+plt.show()
+
+# %% [markdown]
+# ## 3. Additive attention
+#
+# Bahdanau, Cho and Bengio (2015, *Neural Machine Translation by Jointly Learning to Align and
+# Translate*) let the decoder keep **all** encoder outputs $h_1, \dots, h_n$ and choose, at every target
+# position $t$, which of them to read. In three steps:
+#
+# **1. Score** every source position $j$ against the decoder state $s_t$ with a small network:
+#
+# $$e_{tj} = v^\top \tanh\big(W_q\, s_t + W_k\, h_j\big)$$
+#
+# **2. Normalise** the scores over the source positions with a softmax, so the weights are positive and
+# sum to 1:
+#
+# $$\alpha_{tj} = \frac{\exp(e_{tj})}{\sum_{k=1}^{n} \exp(e_{tk})}$$
+#
+# **3. Mix**: the context vector is the weighted sum of the encoder outputs:
+#
+# $$c_t = \sum_{j=1}^{n} \alpha_{tj}\, h_j$$
+#
+# - $s_t$ — the **query**: the decoder's state at target position $t$, `query_size` wide ("what am I
+#   about to write?");
+# - $h_j$ — a **key**: the encoder's output at source position $j$, `key_size` wide ("what is here?");
+#   in additive attention the keys are also what gets mixed (the *values*);
+# - $W_q$ (`attention_size` × `query_size`) and $W_k$ (`attention_size` × `key_size`) — learned
+#   matrices that bring query and key into one space of width `attention_size`, where they are *added*
+#   (hence "additive");
+# - $\tanh$ — squashes each entry of the sum into $(-1, 1)$: this makes the score a one-hidden-layer
+#   network of the pair, not a linear function;
+# - $v$ — a learned vector (`attention_size` wide) that turns the hidden layer into one number, the
+#   score $e_{tj}$;
+# - $\alpha_{tj}$ — how much position $t$ reads from source token $j$; $c_t$ — what it reads, as wide as a key.
+#
+# **Padding.** Sentences in a batch are padded to the same length. A padded position is not a word, so
+# it must get weight **exactly 0**: before the softmax, set its score to a very negative number
+# ($-10^9$); $\exp(-10^9)$ underflows to exactly 0, and the other weights still sum to 1. The mask is
+# `True` at real tokens and has shape `(batch, k_len)`.
+#
+# **Where $s_t$ comes from.** Bahdanau et al. score with the state *before* the step, $s_{t-1}$, and feed
+# $c_t$ into the recurrence. Our decoder scores with the state *after* the step, $s_t$, and feeds $c_t$
+# to the output layer (as Luong, Pham and Manning, 2015, did): the score is the same, and during
+# training the queries of all target positions can be scored at once. So a query has a length axis too.
+#
+# ### Shapes: every query meets every key
+# | tensor | shape |
+# |---|---|
+# | `query` (the decoder states) | `(batch, q_len, query_size)` |
+# | `keys` (the encoder outputs) | `(batch, k_len, key_size)` |
+# | `mask` | `(batch, k_len)`, `True` at real tokens |
+# | `W_q(query).unsqueeze(2)` | `(batch, q_len, 1, attention_size)` |
+# | `W_k(keys).unsqueeze(1)` | `(batch, 1, k_len, attention_size)` |
+# | their sum, through `tanh` | `(batch, q_len, k_len, attention_size)`: broadcasting pairs them all up |
+# | `v(...).squeeze(-1)` = scores | `(batch, q_len, k_len)` |
+# | weights | `(batch, q_len, k_len)`, each row sums to 1 |
+# | context = `weights @ keys` | `(batch, q_len, key_size)` |
+#
+# ### Pitfalls we see every year
+# - the softmax over the wrong axis: over the queries (`dim=1`) or the batch (`dim=0`) instead of the
+#   source positions (`dim=-1`);
+# - the mask inverted (it is `True` at *real* tokens), ignored (`masked_fill` returns a new tensor:
+#   assign it), applied after the softmax (the rows then no longer sum to 1), or filled with 0 or $-100$
+#   instead of a very negative number;
+# - the mask used as `(batch, k_len)` against scores `(batch, q_len, k_len)`: broadcasting lines it up
+#   with the *last two* axes, so it needs its query axis, `mask.unsqueeze(1)`;
+# - `tanh` forgotten, or applied to each projection separately instead of to their sum;
+# - `.squeeze()` without an axis: it also removes `q_len` when there is one query (translation, one
+#   word at a time); squeeze only the last axis, `.squeeze(-1)`;
+# - the context summed over the features instead of the source positions.
+
+# %% [markdown]
+# ## 4. Exercise: `AdditiveAttention`
+#
+# The constructor is given: the two projections `W_q` and `W_k` and the vector `v` (as a `Linear` layer
+# with one output). Complete the two marked parts:
+# 1. `score`: the scores $e$ for every (query, key) pair, shape `(batch, q_len, k_len)`;
+# 2. `forward`: the given first line calls your `score`; hide the padded positions, take the softmax
+#    over the source positions, and compute the context vectors; the given `return` hands back
+#    `context, weights`.
+
+# %% solution="additive_attention"
+#| include transformer_course.reference.additive_attention:AdditiveAttention
+
+# %% [markdown]
+# ### Check your work
+# Each cell checks one property. Read the message of the first failing one: fix that, rerun the exercise
+# cell, then rerun the checks. The checks of `forward` run it with the course's `score`, so a mistake in
+# `score` is counted once, in the first two cells.
+
+# %% tests="why_score_shape" points=1
+assert check.score_shape(AdditiveAttention)
+
+# %% tests="why_score_values" points=2
+assert check.score_values(AdditiveAttention)
+
+# %% tests="why_score_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.score_values(AdditiveAttention, batch=3, q_len=1, k_len=9, query_size=6, key_size=2, attention_size=5)
+assert check.score_shape(AdditiveAttention, batch=1, q_len=4, k_len=2, query_size=3, key_size=8, attention_size=4)
+### END HIDDEN TESTS
+
+# %% tests="why_forward_shapes" points=1
+assert check.forward_shapes(AdditiveAttention)
+
+# %% tests="why_weights_values" points=2
+assert check.weights_values(AdditiveAttention)
+
+# %% tests="why_masked_zero" points=2
+assert check.masked_padding_gets_zero(AdditiveAttention)
+
+# %% tests="why_context_values" points=2
+assert check.context_values(AdditiveAttention)
+
+# %% tests="why_independent" points=1
+assert check.sentences_are_independent(AdditiveAttention)
+
+# %% tests="why_forward_hidden" points=2
+### BEGIN HIDDEN TESTS
+assert check.weights_values(AdditiveAttention, batch=4, q_len=4, k_len=5, query_size=3, key_size=6, attention_size=7)
+assert check.masked_padding_gets_zero(AdditiveAttention, batch=3, q_len=1, k_len=9, query_size=2, key_size=3,
+                                      attention_size=4)
+assert check.context_values(AdditiveAttention, batch=2, q_len=1, k_len=7, query_size=6, key_size=5, attention_size=3)
+assert check.sentences_are_independent(AdditiveAttention, batch=4, q_len=3, k_len=8, query_size=5, key_size=2,
+                                       attention_size=9)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Your attention on one query.** An untrained `AdditiveAttention` (random weights), one decoder state as
+# the query, and a padded German sentence as the keys. Left, the scores: the padded positions have
+# scores too, and they can be large. Right, your weights: the padded positions get exactly 0, the real
+# ones share 1. Training will make these weights meaningful.
+
+# %%
+with skip_until_implemented("AdditiveAttention"):
+    torch.manual_seed(1)
+    tokens = Tokenizer("de")("Ein Hund rennt über die Wiese.") + ["<pad>"] * 3
+    toy_keys = torch.randn(1, len(tokens), 8)  # (batch=1, k_len, key_size=8)
+    toy_mask = torch.tensor([[token != "<pad>" for token in tokens]])  # (1, k_len), True at real tokens
+    toy_attention = AdditiveAttention(query_size=6, key_size=8, attention_size=10)
+    with torch.no_grad():
+        toy_query = torch.randn(1, 1, 6)  # one decoder state: (batch=1, q_len=1, query_size=6)
+        toy_scores = toy_attention.score(toy_query, toy_keys)  # (1, 1, k_len)
+        toy_context, toy_weights = toy_attention(toy_query, toy_keys, toy_mask)
+    figures.plot_masked_softmax(toy_scores[0, 0], toy_weights[0, 0], tokens, toy_mask[0])
+    plt.show()
+    print(f"weights sum to {toy_weights.sum().item():.6f}; context {tuple(toy_context.shape)}")
+
+# %% [markdown]
+# ## 5. The data
+#
+# We translate Multi30k, the German–English image captions of stages 5 and 6 (stage 5 explains the data
+# in detail). To keep training to minutes on a CPU we train on a random **subset** of the 29,000
+# training pairs. The sentences are tokenised with spaCy's rule-based tokenisers and lowercased, every
+# token gets an id from a vocabulary built on that subset (words seen fewer than twice become `<unk>`),
+# and each sentence is framed by `<bos>` and `<eos>`; `prepare_experiment_data` does all of it.
+#
+# We evaluate on the 2,014 sentences of the validation and test splits together, grouped into
+# **buckets by the length of the German sentence**, so that we can ask: *does quality drop as
+# sentences get longer?* While the notebook is being autograded, a tiny model and a few hundred pairs
+# keep everything to seconds; the numbers it then prints mean nothing.
+
+# %%
+CONFIG = ExperimentConfig()  # the settings of the run we quote: data subset, sizes, epochs, learning rate
+MAX_STEPS, HELD_OUT_LIMIT = None, None  # None: every batch of an epoch, every held-out sentence
+if grading_mode():  # while autograding: a tiny model, a few batches and 100 sentences, so it takes seconds
+    CONFIG = replace(CONFIG, train_pairs=400, epochs=1, embedding_size=16, hidden_size=32, attention_size=16,
+                     max_len=20)
+    MAX_STEPS, HELD_OUT_LIMIT = 3, 100
+    torch.set_num_threads(1)  # models this tiny run fastest on one CPU thread
+print(CONFIG)
+
+data = prepare_experiment_data(CONFIG)  # the training subset, val and test_2016_flickr, as ids
+source_vocab, target_vocab, PAD_IDX = data.source_vocab, data.target_vocab, data.source_vocab.pad_idx
+train_pairs = data.splits["train"]
+print(f"{len(train_pairs):,} training pairs; vocabularies: German {len(source_vocab):,}, English {len(target_vocab):,}")
+
+# %%
+sources, references = held_out(data, HELD_OUT_LIMIT)
+counts = {label: 0 for label, _, _ in LENGTH_BUCKETS}
+for source in sources:
+    counts[bucket_of(len(source) - 2)] += 1  # German tokens without <bos> and <eos>
+for label, count in counts.items():
+    print(f"{label:>6} German tokens: {count:5,} held-out sentences")
+
+# %% [markdown]
+# ## 6. The model (given)
+#
+# **The encoder** is a *bidirectional* GRU: one GRU reads the sentence left to right, a second one right
+# to left, and their states at each position are concatenated. So `outputs[:, j]` describes token $j$
+# together with what comes before *and* after it. The sentence vector $c$ joins the final state of each
+# direction (the left-to-right GRU after the last word, the right-to-left one after the first). Padding
+# is skipped by *packing* the batch (`pack_padded_sequence`), so the final states belong to each
+# sentence's real last token, not to a `<pad>`.
+
+# %%
+#| include transformer_course.reference.rnn:GRUEncoder
+
+# %% [markdown]
+# **The decoder** is a GRU over the English tokens. At every position it reads the previous token and the
+# sentence vector, and its output layer sees the state $s_t$ together with a **context vector**. Read the
+# `if`: without attention, the context is the sentence vector, the same for every position (the
+# bottleneck). With attention, it is recomputed for every position from all of the encoder's outputs.
+# That line is the *only* difference between the two models we compare.
+#
+# During training the decoder reads the true English sentence shifted by one (*teacher forcing*, stage
+# 5), so one call handles all positions at once; when translating, it is called one token at a time,
+# carrying its `state` from step to step.
+
+# %%
+#| include transformer_course.reference.rnn:GRUDecoder
+
+# %% [markdown]
+# **The model** joins the two. `bridge` turns the sentence vector into the decoder's first state. The
+# padding mask (`True` at real tokens) comes from the source ids, and `forward` keeps the attention
+# weights of its last call in `attn_weights` for the heatmap at the end.
+
+# %%
+#| include transformer_course.reference.rnn:Seq2Seq
+
+# %%
+#| include transformer_course.reference.bottleneck:build_seq2seq
+
+# %% [markdown]
+# **One vector, whatever the length.** An untrained model, a short and a long German sentence: the
+# encoder gives one vector per token, but the sentence vector has the same width for both.
+
+# %%
+torch.manual_seed(0)
+plain = build_seq2seq(data, CONFIG)
+german_tokenizer = Tokenizer("de")  # spaCy's rules for German, lowercased
+for german in ("Ein Hund rennt.",
+               "Ein Mann in einem blauen Hemd steht auf einer Leiter und putzt die Fenster eines hohen Hauses."):
+    src = torch.tensor([source_vocab.encode(german_tokenizer(german))])  # (1, src_len)
+    outputs, sentence, state, source_mask = plain.encode(src)
+    print(f"{src.size(1) - 2:2d} German tokens -> outputs {tuple(outputs.shape)}, "
+          f"sentence vector {tuple(sentence.shape)}")
+
+# %% [markdown]
+# ## 7. Train both models
+#
+# Two models, built with the same sizes from the same seed and trained on the same pairs for the same
+# number of epochs: **without attention** (`build_seq2seq(data, CONFIG)`) and **with your attention**
+# (`build_seq2seq(data, CONFIG, AdditiveAttention)`, which creates
+# `AdditiveAttention(hidden_size, hidden_size, attention_size)`: queries are decoder states, keys are
+# the bidirectional encoder's outputs, both `hidden_size` wide here).
+#
+# The training loop is the standard one (stage 5 has you write it): for every batch, the cross-entropy
+# of the predicted next tokens, ignoring padding; backpropagation; gradients clipped to norm 1; an Adam
+# step. `train_seq2seq` runs it and records the loss of each epoch.
+#
+# One habit worth keeping: **run one batch through a new model before training it**. A bug in your code
+# then shows in a second, not after minutes of training.
+#
+# This is the long cell: on a CPU it takes a few minutes per model. Our run needed about 1.5 to 2
+# minutes of CPU time per model on one thread (printed below beside your times; our clock time was
+# longer because the machine was busy with other jobs). On a GPU (*Runtime → Change runtime type* in
+# Colab) it is faster. If you interrupt it, rerun it: it starts again from fresh models.
+
+# %%
+models: dict[str, nn.Module] = {}  # filled by the training cell
+histories: dict[str, list[dict[str, float]]] = {}
+with skip_until_implemented("AdditiveAttention"):
+    torch.manual_seed(CONFIG.seed)
+    built = {"without attention": build_seq2seq(data, CONFIG).to(device)}
+    torch.manual_seed(CONFIG.seed)
+    built["with attention"] = build_seq2seq(data, CONFIG, AdditiveAttention).to(device)
+    probe = collate(train_pairs[:4], PAD_IDX).to(device)  # four sentence pairs as one padded batch
+    built["with attention"](probe.src, probe.tgt_in)  # one batch through the new model first: bugs show now
+    for name, model in built.items():
+        print(f"training the model {name}: {sum(p.numel() for p in model.parameters()):,} parameters")
+        started = time.perf_counter()
+        histories[name] = train_seq2seq(model, train_pairs, CONFIG, device, max_steps=MAX_STEPS)
+        models[name] = model
+        losses = ", ".join(f"{record['train_loss']:.2f}" for record in histories[name])
+        print(f"  {(time.perf_counter() - started) / 60:.1f} minutes; training loss per epoch: {losses}")
+        ours = bottleneck_results.RUNS[name]
+        print(f"  (our run: {ours['cpu_minutes']:.1f} CPU minutes on one thread, {ours['wall_minutes']:.1f} "
+              "minutes on the clock of a busy shared machine)")
+
+# %% [markdown]
+# **The training curves.** Both losses fall; the model with attention usually ends lower, because it
+# can look up the word it is translating instead of reconstructing it from one vector.
+
+# %%
+if histories:
+    training_figures.plot_loss_curves({name: [record["train_loss"] for record in history]
+                                       for name, history in histories.items()},
+                                      title="Training loss per epoch, your runs")
+    plt.show()
+else:
+    print("(train the models first: the cell above)")
+
+# %% [markdown]
+# ## 8. BLEU by sentence length: your models beside ours
+#
+# Greedy decoding (one word at a time, always the most likely one; stage 6 builds it for the
+# Transformer) translates every held-out sentence, and BLEU is computed per length bucket. It takes a
+# few seconds per model. Your numbers will not match ours exactly (another machine, other random
+# draws), but the pattern should.
+
+# %%
+ours = {f"{name} (quoted)": run["bleu"] for name, run in bottleneck_results.RUNS.items()}
+yours = {f"{name} (yours)": bleu_by_length(model, data, device, CONFIG.max_len, HELD_OUT_LIMIT)
+         for name, model in models.items()}
+labels = [label for label, _, _ in LENGTH_BUCKETS] + ["all"]
+print(f"{'BLEU':28s}" + "".join(f"{label:>8s}" for label in labels))
+for name, result in {**ours, **yours}.items():
+    print(f"{name:28s}" + "".join(f"{result[label]['bleu']:8.1f}" if label in result else f"{'–':>8s}"
+                                  for label in labels))
+figures.plot_bleu_by_length({**ours, **yours}, title="BLEU by German sentence length: ours (hatched) and yours")
+plt.show()
+
+# %% [markdown]
+# **Reading the bars.** Attention helps in every bucket, and in proportion it helps most where the
+# bottleneck pinches: the ratio of the two models' BLEU (printed below) grows as the sentences get
+# longer. The model with attention also finds the longest sentences harder (they hold more rare words
+# and more to get wrong, and after a few minutes of training neither model is good), but it keeps a
+# much larger share of its short-sentence quality than the model that must squeeze everything into
+# one vector.
+
+# %%
+for name, result in {**ours, **yours}.items():
+    if name.startswith("with attention"):
+        plain_result = {**ours, **yours}[name.replace("with attention", "without attention")]
+        ratios = "".join(f"{result[label]['bleu'] / max(plain_result[label]['bleu'], 1e-9):8.2f}" for label in labels)
+        print(f"{'BLEU with / without ' + name[len('with attention'):]:28s}{ratios}")
+
+# %% [markdown]
+# ## 9. Where the decoder looks
+#
+# Now the translations themselves, from both models, for one of the long held-out sentences. Then the
+# attention weights of the model with attention: row $t$ is the English token it wrote, column $j$ the
+# German token, and the colour is $\alpha_{tj}$. To get the weights we run the model once more on its
+# own translation with teacher forcing: it then computes exactly the weights it used while translating.
+# Hover over a cell to read the two tokens and the weight.
+
+# %%
+long_ones = [index for index, source in enumerate(sources) if len(source) - 2 >= 15]
+example = long_ones[3] if len(long_ones) > 3 else 0
+example_src = torch.tensor([sources[example]])  # (1, src_len)
+print("German    :", " ".join(source_vocab.decode(sources[example])))
+print("reference :", references[example])
+for name, model in models.items():
+    translation = translate_ids(model, [sources[example]], source_vocab, target_vocab, device, CONFIG.max_len,
+                                decode=greedy_decode_rnn)[0]
+    print(f"{name:18s}:", " ".join(translation))
+if not models:
+    print("(train the models first: section 7)")
+
+# %%
+if "with attention" in models:
+    attentive = models["with attention"].eval()
+    ys = greedy_decode_rnn(attentive, example_src.to(device), PAD_IDX, target_vocab.bos_idx,
+                           target_vocab.eos_idx, CONFIG.max_len)  # (1, out_len): <bos> ... <eos>
+    with torch.no_grad():
+        attentive(example_src.to(device), ys[:, :-1])  # teacher forcing on its own output
+    produced = [target_vocab.itos[i] for i in ys[0, 1:].tolist()]  # the tokens it wrote, <eos> included
+    german = [source_vocab.itos[i] for i in sources[example]]
+    figures.plot_alignment_interactive(attentive.attn_weights[0], german, produced,
+                                       title="Attention of your model: English written (rows), German read").show()
+else:
+    print("(train the models first: section 7)")
+
+# %% [markdown]
+# Read it like this: a bright cell in row "dog" and column "hund" means that while writing "dog" the
+# decoder read mostly the encoder's vector at "hund". For these captions German and English word order
+# are similar, so the bright cells run roughly down a diagonal, and they jump where the orders differ
+# (a German verb at the end of a clause, say). Nobody told the model which words correspond: it learned
+# the alignment from the translation loss alone. After a few minutes of training the picture is
+# blurry; longer training sharpens it.
+#
+# ## 10. From additive attention to scaled dot-product attention
+#
+# The Transformer keeps the three steps (score, softmax over the keys, weighted sum) and changes almost
+# everything around them. Stage 2 has you build its version:
+#
+# | | additive (this notebook) | scaled dot product (stage 2) |
+# |---|---|---|
+# | score of a pair | $v^\top \tanh(W_q s + W_k h)$: a small network | $q \cdot k / \sqrt{d_k}$: a dot product |
+# | all pairs at once | a `(batch, q_len, k_len, attention_size)` tensor | one matrix product $QK^\top$ |
+# | widths | query and key may differ | $q$ and $k$ both $d_k$ wide |
+# | values | the keys themselves | separate values $V$ (a third projection) |
+# | scaling | not needed: $\tanh$ bounds each term | $1/\sqrt{d_k}$, or the softmax saturates |
+# | queries and keys | decoder states and RNN outputs | any tokens: the sentence itself (*self*-attention) |
+# | how many | one attention | several heads in parallel (*multi-head*) |
+#
+# **Why the change?** Speed, mostly. Matrix products are the operation GPUs and CPUs run fastest, and
+# the dot product needs no `(batch, q_len, k_len, attention_size)` tensor in memory. Luong et al.
+# (2015) found dot-product scores to work at least as well as the additive one in their experiments;
+# Vaswani et al. (2017) note that additive attention beats the *unscaled* dot product when $d_k$ is
+# large and blame the growing size of the dot products, hence the $1/\sqrt{d_k}$ (stage 2 shows it
+# with numbers). The cell
+# below times both scores on the same random queries and keys, on your machine.
+
+# %%
+with skip_until_implemented("AdditiveAttention"):
+    torch.manual_seed(0)
+    width, lengths = (64, (8, 16)) if grading_mode() else (256, (8, 16, 32, 64, 128))
+    additive = AdditiveAttention(width, width, width)
+    scores = {"additive: v^T tanh(W_q q + W_k k)": additive.score,
+              "scaled dot product: q·k/√d": lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(width)}
+    milliseconds: dict[str, list[float]] = {name: [] for name in scores}
+    for length in lengths:
+        q, k = torch.randn(32, length, width), torch.randn(32, length, width)  # (batch, length, width)
+        for name, score in scores.items():
+            with torch.no_grad():
+                started = time.perf_counter()
+                for _ in range(3):
+                    score(q, k)  # (32, length, length)
+            milliseconds[name].append((time.perf_counter() - started) / 3 * 1000)
+    for name, values in milliseconds.items():
+        print(f"{name:36s}" + "  ".join(f"{value:8.2f} ms" for value in values))
+    figures.plot_score_cost(lengths, milliseconds)
+    plt.show()
+
+# %% [markdown]
+# **And the RNN?** Attention fixed the bottleneck, but the encoder and decoder were still RNNs: token
+# $j$ can only be processed after token $j-1$, so a sentence of 30 tokens takes 30 steps one after
+# another, however many cores you have. The Transformer's answer is in its paper's title, *Attention Is
+# All You Need*: drop the recurrence and let attention relate every token to every other one directly
+# (self-attention), all positions in parallel. But then nothing tells the model in which *order* the
+# words came: an RNN knew it by construction, attention alone does not. That is **stage 1: positional
+# encoding**.
+#
+# ## Summary
+# - An RNN encoder–decoder squeezes the source sentence into one fixed-size vector; quality drops as
+#   sentences get longer (BLEU by length shows it).
+# - Additive attention scores every source position for every target position,
+#   $e_{tj} = v^\top\tanh(W_q s_t + W_k h_j)$, turns the scores into weights with a softmax over the
+#   source positions (padding filled with $-10^9$ first, so it gets exactly 0), and reads
+#   $c_t = \sum_j \alpha_{tj} h_j$, a fresh context for every target position.
+# - Shapes: scores and weights `(batch, q_len, k_len)`, context `(batch, q_len, key_size)`; the mask
+#   `(batch, k_len)` needs its query axis, `mask.unsqueeze(1)`.
+# - The Transformer keeps score → softmax → weighted sum, but scores with a scaled dot product, separates
+#   keys from values, uses several heads, and drops the RNN, which is why it needs positional encodings.
+#
+# The last cell lists every check you ran in this notebook.
+
+# %%
+check.summary()

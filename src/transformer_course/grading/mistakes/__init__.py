@@ -54,12 +54,13 @@ def catalog() -> tuple[list[Mistake], list[Alternative]]:
         attention,
         blocks,
         decoding,
+        fast_decoding,
         model,
         positional_encoding,
         training,
     )
 
-    stages = (positional_encoding, attention, blocks, model, training, decoding)
+    stages = (positional_encoding, attention, blocks, model, training, decoding, fast_decoding)
     mistakes = [mistake for stage in stages for mistake in stage.MISTAKES]
     alternatives = [alternative for stage in stages for alternative in stage.ALTERNATIVES]
     return mistakes, alternatives

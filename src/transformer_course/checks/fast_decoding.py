@@ -19,13 +19,13 @@ replayed on the same inputs to name the mistake.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
+from transformer_course.checks.decoding import Ids, _expect_ids, _seeded  # stage 6's id comparison
 from transformer_course.checks.framework import (
     check,
     crash_explained,
@@ -68,7 +68,8 @@ __all__ = [
     "summary",
 ]
 
-PAD, BOS, EOS = 3, 1, 2  # the course's Vocab ids
+IDS = Ids()  # the course's Vocab ids, as in stage 6's checks
+PAD, BOS, EOS = IDS.pad, IDS.bos, IDS.eos
 
 
 # --- small Transformers with random weights ----------------------------------------------------------------
@@ -90,14 +91,6 @@ class Sizes:
     max_len: int = 10
     seed: int = 2
     eos_bias: float = 0.0  # added to the <eos> logit: larger means sentences end sooner
-
-
-@contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Build modules from a fixed seed without disturbing the notebook's own random stream."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
 
 
 def _random_model(sizes: Sizes) -> nn.Module:
@@ -451,29 +444,6 @@ def _greedy(model: nn.Module, src: torch.Tensor, max_len: int, mistake: str = ""
     return ys
 
 
-def _show(rows: torch.Tensor) -> str:
-    names = {BOS: "<bos>", EOS: "<eos>", PAD: "<pad>"}
-    return "".join(f"\n      sentence {index}: " + " ".join(names.get(int(t), str(int(t))) for t in row)
-                   for index, row in enumerate(rows))
-
-
-def _expect_ids(got: torch.Tensor, expected: torch.Tensor, *, problem: str, cause: str,
-                suspects: Mapping[str, Callable[[], torch.Tensor]]) -> None:
-    """Exact comparison of token ids, naming the first suspect that reproduces `got`."""
-    if got.shape == expected.shape and torch.equal(got, expected):
-        return
-    for suspected_cause, make_wrong in suspects.items():
-        try:
-            wrong = make_wrong()
-        except Exception:  # a suspect that cannot be replayed here is simply not the answer
-            continue
-        if wrong.shape == got.shape and torch.equal(wrong, got):
-            cause = suspected_cause
-            break
-    fail(problem, expected=f"shape {tuple(expected.shape)}{_show(expected)}",
-         got=f"shape {tuple(got.shape)}{_show(got)}", cause=cause)
-
-
 def _token_ids(name: str, got: object, batch: int) -> torch.Tensor:
     ys = expect_tensor(f"{name}(...)", got, cause="return ys, the (batch, out_len) tensor of token ids.")
     if ys.is_floating_point() or ys.dim() != 2 or ys.size(0) != batch:
@@ -490,7 +460,7 @@ def _greedy_case(cached_greedy_decode: Callable, sizes: Sizes, padded: bool) -> 
     got = _token_ids("cached_greedy_decode", got, sizes.batch)
     with torch.no_grad():
         expected = reference_greedy_decode(model, src, PAD, BOS, EOS, sizes.max_len)
-        _expect_ids(got, expected, suspects={
+        _expect_ids(got, expected, IDS, suspects={
             cause: (lambda mistake=mistake: _greedy(model, src, sizes.max_len, mistake))
             for mistake, cause in GREEDY_MISTAKES.items()},
             problem=f"cached greedy decoding of {'a padded' if padded else 'a'} batch (random weights, seed "
@@ -729,7 +699,7 @@ def beam_size_one_is_greedy(beam_search: Callable, alpha: float = 0.6, **sizes: 
     got = _run_beam(beam_search, model, src, config.max_len, 1, alpha)
     with torch.no_grad():
         expected = reference_greedy_decode(model, src, PAD, BOS, EOS, config.max_len)
-        _expect_ids(got, expected, suspects=_beam_suspects(model, src, config.max_len, 1, alpha),
+        _expect_ids(got, expected, IDS, suspects=_beam_suspects(model, src, config.max_len, 1, alpha),
                     problem="with one hypothesis per sentence, beam search must be greedy decoding, but differs.",
                     cause="with beam_size=1 the best extension is the argmax; check the start (one live hypothesis, "
                           "score 0), that finished hypotheses only get <pad>, and the stopping rule.")
@@ -841,7 +811,7 @@ def beam_matches_reference(beam_search: Callable, beam_size: int = 3, alpha: flo
     got = _run_beam(beam_search, model, src, config.max_len, beam_size, alpha)
     with torch.no_grad():
         expected = reference_beam_search(model, src, PAD, BOS, EOS, config.max_len, beam_size, alpha)
-        _expect_ids(got, expected, suspects=_beam_suspects(model, src, config.max_len, beam_size, alpha),
+        _expect_ids(got, expected, IDS, suspects=_beam_suspects(model, src, config.max_len, beam_size, alpha),
                     problem=f"beam search with {beam_size} beams on a padded batch (random weights, seed "
                             f"{config.seed}) differs from the reference.",
                     cause="rows of sentence b are b * beam_size .. b * beam_size + beam_size - 1; after "

@@ -1,10 +1,13 @@
 """Benchmark (not a test): training throughput of the course's Transformer and of torch.nn.Transformer
 at the same configuration on real Multi30k batches, greedy decoding speed, and BLEU per training minute
-of the shipped checkpoint.
+of the shipped checkpoint; then stage 7 on the shipped checkpoint: greedy decoding of test_2016_flickr
+without and with the key/value cache (speed, and whether all sentences come out identical), and BLEU of
+greedy decoding against beam search, the beam size and length penalty chosen on the val split.
 
     python scripts/benchmark.py --data ../shared/data/multi30k [--steps 20] [--device cpu|cuda]
+        [--no-training] [--beam-sizes 2 4 6] [--alphas 0 0.6 1.0]
 
-Prints a Markdown table and writes the same figures as JSON (--json).
+Prints the figures as JSON and writes them to a file with --json.
 """
 
 from __future__ import annotations
@@ -12,15 +15,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import time
 from pathlib import Path
 
+import sacrebleu
 import torch
 from torch import nn
 
 from transformer_course.reference import PositionalEncoding, Transformer, count_parameters
 from transformer_course.reference import checkpoint as checkpoint_io
+from transformer_course.reference.beam_search import beam_search, sequence_log_probs
+from transformer_course.reference.decoding import greedy_decode
+from transformer_course.reference.kv_cache import cached_greedy_decode
 from transformer_course.reference.training import make_criterion, make_optimizer
 from transformer_course.reference.translation import corpus_bleu, make_loader, prepare_data, translate_ids
 
@@ -82,6 +90,125 @@ def training_throughput(model: nn.Module, batches: list, device: torch.device, p
     return tokens / seconds
 
 
+# --- stage 7: the key/value cache and beam search on the shipped checkpoint ------------------------------
+
+
+def padded_batch(sources: list[list[int]], pad_idx: int, device: torch.device) -> torch.Tensor:
+    """(len(sources), longest) source ids, padded at the end."""
+    src = torch.full((len(sources), max(len(source) for source in sources)), pad_idx, dtype=torch.long)
+    for row, source in enumerate(sources):
+        src[row, : len(source)] = torch.tensor(source)
+    return src.to(device)
+
+
+def cache_speed(model: nn.Module, sources: list[list[int]], source_vocab, target_vocab, device: torch.device,
+                batch_size: int = 256, max_len: int = 80) -> dict[str, object]:
+    """Greedy decoding of every sentence without the cache (stage 6) and with it (stage 7), on the batches
+    translate_ids makes (sorted by length, 256 a batch). Each batch is decoded by both, in alternating order,
+    so a change of load on a shared machine hits both alike. Returns sentences per second of each, the
+    speed-up, the sentences whose token ids differ and the greedy translations (tokens)."""
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    decoders = [("without_cache", greedy_decode), ("with_cache", cached_greedy_decode)]
+    seconds = {name: 0.0 for name, _ in decoders}
+    ids: dict[str, dict[int, list[int]]] = {name: {} for name, _ in decoders}
+    for number, start in enumerate(range(0, len(order), batch_size)):
+        chunk = order[start:start + batch_size]
+        src = padded_batch([sources[i] for i in chunk], source_vocab.pad_idx, device)
+        for name, decode in decoders if number % 2 == 0 else decoders[::-1]:
+            synchronize(device)
+            started = time.perf_counter()
+            ys = decode(model, src, source_vocab.pad_idx, target_vocab.bos_idx, target_vocab.eos_idx, max_len)
+            synchronize(device)
+            seconds[name] += time.perf_counter() - started
+            for row, index in enumerate(chunk):
+                ids[name][index] = [token for token in ys[row].tolist() if token != target_vocab.pad_idx]
+    different = [i for i in range(len(sources)) if ids["without_cache"][i] != ids["with_cache"][i]]
+    return {"sentences": len(sources),
+            "sentences_per_s": {name: round(len(sources) / seconds[name], 1) for name in seconds},
+            "seconds": {name: round(seconds[name], 1) for name in seconds},
+            "speedup": round(seconds["without_cache"] / seconds["with_cache"], 2),
+            "identical_token_ids": not different, "sentences_that_differ": different,
+            "translations": [target_vocab.decode(ids["with_cache"][i]) for i in range(len(sources))]}
+
+
+def beam_translate(model: nn.Module, sources: list[list[int]], source_vocab, target_vocab, device: torch.device,
+                   beam_size: int, alpha: float) -> tuple[list[list[str]], float]:
+    """(translations as tokens, seconds) with beam search, on translate_ids's batches."""
+    def decode(*arguments: object) -> torch.Tensor:
+        return beam_search(*arguments, beam_size=beam_size, alpha=alpha)
+
+    synchronize(device)
+    started = time.perf_counter()
+    translations = translate_ids(model, sources, source_vocab, target_vocab, device, decode=decode)
+    synchronize(device)
+    return translations, time.perf_counter() - started
+
+
+def choose_beam(model: nn.Module, data, source_vocab, target_vocab, device: torch.device, beam_sizes: list[int],
+                alphas: list[float]) -> tuple[dict[str, float], tuple[int, float]]:
+    """BLEU on the val split for greedy decoding and for every (beam size, alpha); the best pair (the first of
+    equals: smaller first)."""
+    sources = [source for source, _ in data.splits["val"]]
+    greedy = translate_ids(model, sources, source_vocab, target_vocab, device, decode=cached_greedy_decode)
+    grid = {"greedy": round(corpus_bleu([" ".join(t) for t in greedy], data.references["val"])[0], 2)}
+    best, best_bleu = (beam_sizes[0], alphas[0]), -1.0
+    for beam_size in beam_sizes:
+        for alpha in alphas:
+            translations, _ = beam_translate(model, sources, source_vocab, target_vocab, device, beam_size, alpha)
+            bleu, _ = corpus_bleu([" ".join(t) for t in translations], data.references["val"])
+            grid[f"beam {beam_size}, alpha {alpha}"] = round(bleu, 2)
+            print(f"val: beam {beam_size}, alpha {alpha}: BLEU {bleu:.2f}", flush=True)
+            if bleu > best_bleu:
+                best, best_bleu = (beam_size, alpha), bleu
+    return grid, best
+
+
+def beam_fixes(model: nn.Module, sources: list[list[int]], references: list[str], greedy: list[list[str]],
+               beam: list[list[str]], target_vocab, device: torch.device, count: int = 5) -> list[dict[str, object]]:
+    """Test sentences where beam search repairs greedy decoding: beam's translation is more probable under the
+    model (greedy's choice was a search error) and closer to the reference (sentence BLEU, sacreBLEU with
+    effective order). The `count` largest BLEU gains, shorter sentences first among equals."""
+    metric = sacrebleu.metrics.BLEU(tokenize="none", effective_order=True)
+    pad = target_vocab.pad_idx
+    found = []
+    for index, (greedy_tokens, beam_tokens) in enumerate(zip(greedy, beam, strict=True)):
+        if greedy_tokens == beam_tokens:
+            continue
+        src = torch.tensor([sources[index]], device=device)
+        log_probs = [float(sequence_log_probs(model, src, torch.tensor([target_vocab.encode(tokens)], device=device),
+                                              pad)) for tokens in (greedy_tokens, beam_tokens)]
+        bleus = [metric.sentence_score(" ".join(tokens), [references[index]]).score
+                 for tokens in (greedy_tokens, beam_tokens)]
+        if log_probs[1] > log_probs[0] and bleus[1] > bleus[0]:
+            found.append({"index": index, "reference": references[index], "greedy": " ".join(greedy_tokens),
+                          "beam": " ".join(beam_tokens), "log_prob": [round(v, 2) for v in log_probs],
+                          "sentence_bleu": [round(v, 1) for v in bleus], "gain": bleus[1] - bleus[0]})
+    found.sort(key=lambda example: (-example["gain"], len(example["reference"])))
+    for example in found:
+        example["gain"] = round(example["gain"], 1)
+    return found[:count]
+
+
+def stage7(model: nn.Module, data, source_vocab, target_vocab, device: torch.device, beam_sizes: list[int],
+           alphas: list[float]) -> dict[str, object]:
+    """The cache's speed-up and identity on test_2016_flickr, and greedy against beam search in BLEU."""
+    sources = [source for source, _ in data.splits["test_2016_flickr"]]
+    references = data.references["test_2016_flickr"][: len(sources)]
+    speed = cache_speed(model, sources, source_vocab, target_vocab, device)
+    greedy = speed.pop("translations")
+    print(f"greedy: {speed['sentences_per_s']} sentences/s, identical: {speed['identical_token_ids']}", flush=True)
+    greedy_bleu, signature = corpus_bleu([" ".join(t) for t in greedy], references)
+    grid, (beam_size, alpha) = choose_beam(model, data, source_vocab, target_vocab, device, beam_sizes, alphas)
+    beam, seconds = beam_translate(model, sources, source_vocab, target_vocab, device, beam_size, alpha)
+    beam_bleu, _ = corpus_bleu([" ".join(t) for t in beam], references)
+    return {"greedy_cache": speed,
+            "bleu": {"test_greedy": round(greedy_bleu, 2), "test_beam": round(beam_bleu, 2),
+                     "gain": round(beam_bleu - greedy_bleu, 2), "beam_size": beam_size, "alpha": alpha,
+                     "chosen_on": "val", "val_grid": grid, "signature": signature, "max_len": 80},
+            "beam_sentences_per_s": round(len(sources) / seconds, 1),
+            "beam_fixes": beam_fixes(model, sources, references, greedy, beam, target_vocab, device)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=None)
@@ -90,6 +217,9 @@ def main() -> int:
     parser.add_argument("--checkpoint", type=Path, default=Path("assets/checkpoint/transformer_de_en.pt"))
     parser.add_argument("--decode-sentences", type=int, default=1000)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--no-training", action="store_true", help="skip the training throughput measurement")
+    parser.add_argument("--beam-sizes", type=int, nargs="+", default=[2, 4, 6], help="tried on val (stage 7)")
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.6, 1.0], help="tried on val (stage 7)")
     arguments = parser.parse_args()
     device = torch.device(arguments.device)
     torch.manual_seed(0)
@@ -101,27 +231,30 @@ def main() -> int:
     sizes = (len(data.source_vocab), len(data.target_vocab))
     results: dict[str, object] = {"device": str(device), "threads": torch.get_num_threads(),
                                   "torch": str(torch.__version__), "cpu": platform.processor() or platform.machine(),
-                                  "config": config, "steps": arguments.steps}
-    ours, theirs = Transformer(*sizes, **config), TorchTransformer(*sizes, **config, pad_idx=pad)
-    results["parameters"] = {"course": count_parameters(ours), "torch.nn.Transformer": count_parameters(theirs)}
-    results["train_tokens_per_s"] = {"course": round(training_throughput(ours, batches, device, pad)),
-                                     "torch.nn.Transformer": round(training_throughput(theirs, batches, device, pad))}
+                                  "config": config, "steps": arguments.steps,
+                                  "load_average_at_start": [round(load, 2) for load in os.getloadavg()]}
+    if not arguments.no_training:
+        ours, theirs = Transformer(*sizes, **config), TorchTransformer(*sizes, **config, pad_idx=pad)
+        results["parameters"] = {"course": count_parameters(ours), "torch.nn.Transformer": count_parameters(theirs)}
+        results["train_tokens_per_s"] = {
+            "course": round(training_throughput(ours, batches, device, pad)),
+            "torch.nn.Transformer": round(training_throughput(theirs, batches, device, pad))}
     if arguments.checkpoint.exists():
         model, source_vocab, target_vocab, metadata = checkpoint_io.load(arguments.checkpoint, Transformer, device)
-        sources = [s for s, _ in data.splits["test_2016_flickr"][: arguments.decode_sentences]]
-        synchronize(device)
-        started = time.perf_counter()
-        hypotheses = translate_ids(model, sources, source_vocab, target_vocab, device)
-        synchronize(device)
-        elapsed = time.perf_counter() - started
-        score, signature = corpus_bleu([" ".join(h) for h in hypotheses],
-                                       data.references["test_2016_flickr"][: len(sources)])
-        results["decode_sentences_per_s"] = round(len(sources) / elapsed, 1)
-        results["checkpoint"] = {"test_bleu_now": round(score, 2), "signature": signature,
+        vocabs = (source_vocab, target_vocab)
+        checkpoint_data = prepare_data(arguments.data, splits=("val", "test_2016_flickr"), vocabs=vocabs)
+        test = checkpoint_data.splits["test_2016_flickr"]
+        checkpoint_data.splits["test_2016_flickr"] = test[: arguments.decode_sentences]
+        stage = stage7(model, checkpoint_data, *vocabs, device, arguments.beam_sizes, arguments.alphas)
+        score, signature = stage["bleu"]["test_greedy"], stage["bleu"]["signature"]
+        results["decode_sentences_per_s"] = stage["greedy_cache"]["sentences_per_s"]["without_cache"]
+        results["checkpoint"] = {"test_bleu_now": score, "signature": signature,
                                  "training_minutes": metadata.get("training_minutes"),
                                  "bleu_per_training_minute": round(score / metadata["training_minutes"], 2)
                                  if metadata.get("training_minutes") else None,
                                  "trained_on": metadata.get("device"), "threads": metadata.get("threads")}
+        results["stage7"] = stage
+    results["load_average_at_end"] = [round(load, 2) for load in os.getloadavg()]  # 1, 5, 15 minutes
     print(json.dumps(results, indent=1))
     if arguments.json:
         arguments.json.write_text(json.dumps(results, indent=1))

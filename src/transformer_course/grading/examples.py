@@ -57,6 +57,12 @@ KNOWN_BUGS: dict[str, Edit] = {bug.assignment: bug for bug in [
         "        next_token = next_token.masked_fill(finished, pad_idx)  # finished sentences only get padding\n",
         "",
     ),
+    Edit(
+        "07_fast_and_better_decoding",
+        "the cached step adds the positional encoding of position 0 at every step",
+        "x = x + decoder.positional_encoding.pe[:, position:position + 1]  # the signal of THIS position",
+        "x = decoder.positional_encoding(x)",
+    ),
 ]}
 
 

@@ -54,13 +54,14 @@ def catalog() -> tuple[list[Mistake], list[Alternative]]:
         attention,
         blocks,
         decoding,
+        fast_decoding,
         model,
         positional_encoding,
         training,
         why_attention,
     )
 
-    stages = (why_attention, positional_encoding, attention, blocks, model, training, decoding)
+    stages = (why_attention, positional_encoding, attention, blocks, model, training, decoding, fast_decoding)
     mistakes = [mistake for stage in stages for mistake in stage.MISTAKES]
     alternatives = [alternative for stage in stages for alternative in stage.ALTERNATIVES]
     return mistakes, alternatives

@@ -1,0 +1,821 @@
+"""Stage 7 checks: the key/value cache (start_cache, decoder_step, cached_greedy_decode) and beam search
+(select_beams, beam_search).
+
+How they are tested:
+- on small Transformers with random float64 weights from a fixed seed: a cached step against the full
+  decoder on the same prefix, the cache against the keys and values the full decoder computes, cached
+  greedy decoding against stage 6's greedy decoding token for token on a padded batch, beam search
+  against the reference and, with beam size 1, against greedy decoding;
+- by counting what runs: forward hooks on the projections W_q, W_k, W_v of every decoder layer show whether
+  cross-attention keys and values are computed once and whether a step feeds only the newest position;
+- select_beams on hand-made scores, where the surviving candidates are known;
+- beam search on a hand-made *bigram* model: a Transformer without blocks whose next-token distribution is
+  a table indexed by the previous token, so the best sentence (which greedy decoding misses) is known.
+
+Known wrong versions (`_step(..., mistake=...)`, `_select(..., mistake=...)`, `_beam(..., mistake=...)`) are
+replayed on the same inputs to name the mistake.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from torch import nn
+
+from transformer_course.checks.decoding import Ids, _expect_ids, _seeded  # stage 6's id comparison
+from transformer_course.checks.framework import (
+    check,
+    crash_explained,
+    describe,
+    expect_close,
+    expect_shape,
+    expect_tensor,
+    fail,
+    generator,
+    protect,
+    student_code,
+    summary,
+)
+from transformer_course.reference import Transformer, make_source_mask, make_target_mask
+from transformer_course.reference.beam_search import beam_search as reference_beam_search
+from transformer_course.reference.beam_search import length_penalty
+from transformer_course.reference.beam_search import select_beams as reference_select_beams
+from transformer_course.reference.decoding import greedy_decode as reference_greedy_decode
+from transformer_course.reference.kv_cache import KVCache, attend, project_keys_values
+from transformer_course.reference.kv_cache import start_cache as reference_start_cache
+
+__all__ = [
+    "beam_handles_eos_per_hypothesis",
+    "beam_final_choice_uses_length_penalty",
+    "beam_finds_what_greedy_misses",
+    "beam_matches_reference",
+    "beam_size_one_is_greedy",
+    "cache_cross_keys_values",
+    "cache_starts_empty",
+    "cached_greedy_matches_greedy",
+    "cached_greedy_matches_greedy_padded",
+    "cached_greedy_uses_the_cache",
+    "select_beams_keeps_finished",
+    "select_beams_length_penalty",
+    "select_beams_top_candidates",
+    "step_cache_grows_by_one",
+    "step_matches_full_decoder",
+    "step_returns_logits",
+    "step_reuses_cross_keys_values",
+    "summary",
+]
+
+IDS = Ids()  # the course's Vocab ids, as in stage 6's checks
+PAD, BOS, EOS = IDS.pad, IDS.bos, IDS.eos
+
+
+# --- small Transformers with random weights ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """A small Transformer with random float64 weights, and the padded batch it translates."""
+
+    src_vocab: int = 19
+    tgt_vocab: int = 17
+    d_model: int = 16
+    num_heads: int = 4
+    num_layers: int = 2
+    d_ff: int = 32
+    max_seq_length: int = 40
+    batch: int = 5
+    src_len: int = 7
+    max_len: int = 10
+    seed: int = 2
+    eos_bias: float = 0.0  # added to the <eos> logit: larger means sentences end sooner
+
+
+def _random_model(sizes: Sizes) -> nn.Module:
+    """The course's Transformer, float64, eval mode; <pad> is never predicted (as in a trained model)."""
+    with _seeded(sizes.seed):
+        model = Transformer(sizes.src_vocab, sizes.tgt_vocab, sizes.d_model, sizes.num_heads, sizes.num_layers,
+                            sizes.d_ff, sizes.max_seq_length, 0.1)
+    with torch.no_grad():
+        model.decoder.pred_layer.bias[PAD] = -1e4
+        model.decoder.pred_layer.bias[EOS] += sizes.eos_bias
+    return model.double().eval()
+
+
+def _random_source(sizes: Sizes, padded: bool = True) -> torch.Tensor:
+    """(batch, src_len) ids without special tokens inside; with `padded`, later sentences are shorter."""
+    src = torch.randint(4, sizes.src_vocab, (sizes.batch, sizes.src_len), generator=generator(sizes.seed + 100))
+    if padded:
+        for row in range(1, sizes.batch):
+            src[row, max(2, sizes.src_len - 2 * row):] = PAD
+    return src
+
+
+def _random_target(sizes: Sizes, length: int) -> torch.Tensor:
+    """(batch, length) decoder input: <bos>, then random words (no padding)."""
+    tgt = torch.randint(4, sizes.tgt_vocab, (sizes.batch, length), generator=generator(sizes.seed + 200))
+    tgt[:, 0] = BOS
+    return tgt
+
+
+def _encode(model: nn.Module, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    src_mask = make_source_mask(src, PAD)  # (batch, 1, 1, src_len)
+    with torch.no_grad():
+        return model.encoder(src, src_mask), src_mask
+
+
+class _Counter:
+    """Forward hooks on the attention projections of every decoder layer (and on the decoder itself):
+    how often cross-attention's W_k / W_v ran, and the sequence lengths self-attention's W_q / W_k saw."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.cross_calls = 0
+        self.self_lengths: list[int] = []
+        self.decoder_calls = 0
+        self.handles = []
+        for layer in model.decoder.layers:
+            for linear in (layer.cross_attn.W_k, layer.cross_attn.W_v):
+                self.handles.append(linear.register_forward_hook(self._cross))
+            for linear in (layer.self_attn.W_q, layer.self_attn.W_k, layer.self_attn.W_v):
+                self.handles.append(linear.register_forward_hook(self._self))
+        self.handles.append(model.decoder.register_forward_pre_hook(self._decoder))
+
+    def _cross(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        self.cross_calls += 1
+
+    def _self(self, module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        self.self_lengths.append(inputs[0].size(-2) if inputs[0].dim() >= 2 else 1)
+
+    def _decoder(self, module: nn.Module, inputs: tuple) -> None:
+        self.decoder_calls += 1
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+# --- start_cache ------------------------------------------------------------------------------------------
+
+
+def _start(start_cache: Callable, model: nn.Module, enc_out: torch.Tensor, src_mask: torch.Tensor) -> KVCache:
+    with torch.no_grad(), student_code():
+        cache = start_cache(model, enc_out, src_mask)
+    fields = ("src_mask", "self_keys", "self_values", "cross_keys", "cross_values", "steps")
+    if not all(hasattr(cache, name) for name in fields):  # the notebook's own KVCache class is fine
+        fail("start_cache did not return the cache.", expected="a KVCache", got=describe(cache),
+             cause="keep the given `return cache` at the end of start_cache.")
+    return cache
+
+
+def _cross_case(start_cache: Callable, sizes: Sizes) -> tuple[KVCache, KVCache, nn.Module, torch.Tensor]:
+    """(student's cache, reference cache, model, enc_out) for a padded random batch."""
+    model = _random_model(sizes)
+    enc_out, src_mask = _encode(model, _random_source(sizes))
+    with torch.no_grad():
+        expected = reference_start_cache(model, enc_out, src_mask)
+    return _start(start_cache, model, enc_out, src_mask), expected, model, enc_out
+
+
+def _entry_shape(sizes: Sizes, length: int) -> tuple[int, int, int, int]:
+    return sizes.batch, sizes.num_heads, length, sizes.d_model // sizes.num_heads
+
+
+@check("start_cache: one (batch, heads, src_len, d_k) cross-attention key and value per layer; no position cached")
+def cache_starts_empty(start_cache: Callable, **sizes: int) -> None:
+    config = replace(Sizes(), **sizes)
+    got, _, _, _ = _cross_case(start_cache, config)
+    layers = config.num_layers
+    for name in ("cross_keys", "cross_values"):
+        entries = getattr(got, name)
+        if len(entries) != layers:
+            fail(f"cache.{name} has {len(entries)} entries.", expected=f"{layers}, one per decoder layer",
+                 got=len(entries), cause=f"append one tensor to cache.{name} inside the loop over the layers.")
+        for index, entry in enumerate(entries):
+            expect_shape(f"cache.{name}[{index}]", entry, _entry_shape(config, config.src_len),
+                         cause="the keys come from the layer's own projection, split into heads: "
+                               "project_keys_values(layer.cross_attn, enc_out) gives (batch, heads, src_len, d_k).")
+    if got.steps != 0 or any(keys.size(2) != 0 for keys in got.self_keys):
+        fail("the new cache already holds decoded positions.", expected="cache.steps == 0",
+             got=f"cache.steps == {got.steps}",
+             cause="keep the given empty self-attention entries: nothing has been decoded before the first step.")
+
+
+@check("start_cache: the cross-attention keys and values are W_k and W_v of each layer's cross_attn on enc_out")
+def cache_cross_keys_values(start_cache: Callable, **sizes: int) -> None:
+    config = replace(Sizes(), **sizes)
+    got, expected, model, enc_out = _cross_case(start_cache, config)
+    layers = model.decoder.layers
+    for name, kind in (("cross_keys", "keys"), ("cross_values", "values")):
+        entries, reference_entries = getattr(got, name), getattr(expected, name)
+        for index, layer in enumerate(layers):
+            if index >= len(entries):
+                fail(f"cache.{name} has no entry for layer {index}.", expected=f"{len(layers)} entries",
+                     got=len(entries), cause=f"append to cache.{name} once per decoder layer.")
+            with torch.no_grad():
+                self_keys, self_values = project_keys_values(layer.self_attn, enc_out)
+                cross_keys, cross_values = project_keys_values(layer.cross_attn, enc_out)
+                queries = layer.cross_attn.split_heads(layer.cross_attn.W_q(enc_out))
+            suspects = {
+                "keys and values are swapped: K = W_k(enc_out) goes to cache.cross_keys, V = W_v(enc_out) "
+                "to cache.cross_values (project_keys_values returns them in that order).": (
+                    lambda kind=kind, cross_keys=cross_keys, cross_values=cross_values:
+                    cross_values if kind == "keys" else cross_keys),
+                "these are the SELF-attention projections: cross-attention has its own weights, "
+                "layer.cross_attn.": (lambda kind=kind, self_keys=self_keys, self_values=self_values:
+                                      self_keys if kind == "keys" else self_values),
+                "this is W_q(enc_out): the cache holds keys and values; the queries come from the decoder, "
+                "one new position at a time.": lambda queries=queries: queries,
+                "every entry holds layer 0's keys and values: use each layer's own cross_attn inside the loop.": (
+                    lambda first=reference_entries[0]: first),
+            }
+            expect_close(f"cache.{name}[{index}]", entries[index], reference_entries[index],
+                         atol=1e-10, rtol=1e-8, suspects=suspects,
+                         cause=f"cache.{name}[i] = the cross-attention {kind} of enc_out: "
+                               "project_keys_values(layer.cross_attn, enc_out).")
+
+
+# --- decoder_step ------------------------------------------------------------------------------------------
+
+STEP_MISTAKES = {
+    "position_zero": "every step adds the positional encoding of position 0: the new token sits at position "
+    "cache.steps, so add decoder.positional_encoding.pe[:, position:position + 1].",
+    "no_scale": "the embedding is not scaled by sqrt(d_model) as in Decoder.forward: "
+    "decoder.embedding(tokens) * math.sqrt(decoder.d_model).",
+    "no_source_mask": "cross-attention ignores the source mask: pass cache.src_mask, so padding in the source "
+    "gets no attention.",
+    "without_itself": "the new position does not attend to itself: append its key and value to the cache "
+    "BEFORE attending (position t attends to positions 0..t).",
+    "new_only": "self-attention sees only the new position: attend over the whole cache, "
+    "cache.self_keys[i] and cache.self_values[i] after appending.",
+}
+
+
+def _step(model: nn.Module, cache: KVCache, tokens: torch.Tensor, mistake: str = "") -> torch.Tensor:
+    """decoder_step as in the reference, or with one of STEP_MISTAKES."""
+    decoder = model.decoder
+    position = 0 if mistake == "position_zero" else cache.steps
+    x = decoder.embedding(tokens) * (1.0 if mistake == "no_scale" else math.sqrt(decoder.d_model))
+    x = x + decoder.positional_encoding.pe[:, position:position + 1]
+    for i, layer in enumerate(decoder.layers):
+        keys, values = project_keys_values(layer.self_attn, x)  # (batch, heads, 1, d_k)
+        before = cache.self_keys[i], cache.self_values[i]
+        cache.self_keys[i] = torch.cat([cache.self_keys[i], keys], dim=2)
+        cache.self_values[i] = torch.cat([cache.self_values[i], values], dim=2)
+        seen = {"without_itself": before, "new_only": (keys, values)}.get(
+            mistake, (cache.self_keys[i], cache.self_values[i]))
+        x = layer.norm1(x + attend(layer.self_attn, x, *seen))
+        mask = None if mistake == "no_source_mask" else cache.src_mask
+        x = layer.norm2(x + attend(layer.cross_attn, x, cache.cross_keys[i], cache.cross_values[i], mask))
+        x = layer.norm3(x + layer.feed_forward(x))
+    return decoder.pred_layer(x[:, -1])  # (batch, vocab)
+
+
+@dataclass
+class _StepRun:
+    """The student's steps on a teacher-forced prefix, next to what the full decoder computes."""
+
+    logits: list[torch.Tensor]  # per step, as returned (checked to be (batch, vocab) tensors)
+    caches: list[tuple[int, list[torch.Tensor], list[torch.Tensor]]]  # per step: steps, keys, values after it
+    expected_logits: torch.Tensor  # (batch, steps, vocab): the full decoder on the whole prefix
+    expected_keys: list[torch.Tensor]  # per layer (batch, heads, steps, d_k) from the full decoder's inputs
+    expected_values: list[torch.Tensor]
+    counter: _Counter
+    model: nn.Module
+    src: torch.Tensor
+    tgt: torch.Tensor
+
+
+def _step_case(decoder_step: Callable, sizes: Sizes, steps: int) -> _StepRun:
+    """Run the student's decoder_step `steps` times on a random prefix, starting from the reference cache."""
+    model = _random_model(sizes)
+    src = _random_source(sizes)
+    tgt = _random_target(sizes, steps)
+    enc_out, src_mask = _encode(model, src)
+    layer_inputs: list[torch.Tensor] = []
+    handles = [layer.register_forward_pre_hook(lambda module, inputs: layer_inputs.append(inputs[0]))
+               for layer in model.decoder.layers]
+    with torch.no_grad():
+        expected_logits = model.decoder(tgt, enc_out, src_mask, make_target_mask(tgt, PAD))
+        projected = [project_keys_values(layer.self_attn, x) for layer, x in zip(model.decoder.layers, layer_inputs,
+                                                                                  strict=True)]
+    for handle in handles:
+        handle.remove()
+    with torch.no_grad():
+        cache = reference_start_cache(model, enc_out, src_mask)
+    counter = _Counter(model)
+    logits, caches = [], []
+    try:
+        for t in range(steps):
+            with torch.no_grad(), student_code(), crash_explained(
+                    f"decoder_step crashed at step {t} while extending the cache.",
+                    expected=f"cache.self_keys[i] of shape {_entry_shape(sizes, t)} -> {_entry_shape(sizes, t + 1)}",
+                    cause="the cache is (batch, heads, steps, d_k) and the new keys (batch, heads, 1, d_k): join them "
+                          "along axis 2, the steps axis, torch.cat([cache.self_keys[i], keys], dim=2).",
+                    when=lambda error: "Sizes of tensors must match" in str(error)):
+                got = decoder_step(model, cache, tgt[:, t:t + 1])
+            got = expect_tensor(f"decoder_step(...) at step {t}", got,
+                                cause="return the logits of the new position, (batch, vocab).")
+            caches.append((cache.steps, list(cache.self_keys), list(cache.self_values)))
+            logits.append(got)
+    finally:
+        counter.remove()
+    return _StepRun(logits, caches, expected_logits, [keys for keys, _ in projected],
+                    [values for _, values in projected], counter, model, src, tgt)
+
+
+def _replay_steps(run: _StepRun, steps: int, mistake: str) -> torch.Tensor:
+    """The logits of the last of `steps` steps of a wrong decoder_step, on the same inputs."""
+    enc_out, src_mask = _encode(run.model, run.src)
+    with torch.no_grad():
+        cache = reference_start_cache(run.model, enc_out, src_mask)
+        for t in range(steps):
+            logits = _step(run.model, cache, run.tgt[:, t:t + 1], mistake)
+    return logits
+
+
+@check("decoder_step returns the logits of the new position only: a (batch, vocab) tensor")
+def step_returns_logits(decoder_step: Callable) -> None:
+    config = Sizes()
+    run = _step_case(decoder_step, config, steps=1)
+    expect_shape("decoder_step(model, cache, tokens)", run.logits[0], (config.batch, config.tgt_vocab),
+                 cause="one position goes in, so take it out: decoder.pred_layer(x[:, -1]) (or x.squeeze(1)) "
+                       "gives (batch, vocab).")
+
+
+@check("step by step, decoder_step gives the full decoder's logits at the last position (padded batch)")
+def step_matches_full_decoder(decoder_step: Callable, steps: int = 6, **sizes: int) -> None:
+    config = replace(Sizes(), **sizes)
+    run = _step_case(decoder_step, config, steps)
+    for t, got in enumerate(run.logits):
+        expect_shape(f"decoder_step at step {t}", got, (config.batch, config.tgt_vocab),
+                     cause="return decoder.pred_layer(x[:, -1]), (batch, vocab).")
+        suspects = {cause: (lambda mistake=mistake, t=t: _replay_steps(run, t + 1, mistake))
+                    for mistake, cause in STEP_MISTAKES.items()}
+        expect_close(f"the logits of step {t} (token at position {t})", got, run.expected_logits[:, t],
+                     atol=1e-8, rtol=1e-6, suspects=suspects,
+                     cause="each layer: append the new K, V; self-attention over the cache; residual + norm1; "
+                           "cross-attention with the cached K, V and src_mask; norm2; feed-forward; norm3 — "
+                           "the same sublayers as DecoderBlock.forward, for one position.")
+
+
+@check("every decoder_step appends exactly one position to each layer's self-attention keys and values")
+def step_cache_grows_by_one(decoder_step: Callable, steps: int = 4, **sizes: int) -> None:
+    config = replace(Sizes(), **sizes)
+    run = _step_case(decoder_step, config, steps)
+    for t, (cached_steps, keys, values) in enumerate(run.caches):
+        for index in range(config.num_layers):
+            for name, entries, full in (("self_keys", keys, run.expected_keys),
+                                        ("self_values", values, run.expected_values)):
+                entry = expect_tensor(f"cache.{name}[{index}]", entries[index],
+                                      cause=f"store the concatenated tensor back: cache.{name}[i] = torch.cat(...).")
+                wanted = _entry_shape(config, t + 1)
+                if tuple(entry.shape) != wanted:
+                    grew = ("did not grow: the result of torch.cat must be stored back into the cache, "
+                            f"cache.{name}[i] = torch.cat([cache.{name}[i], new], dim=2)."
+                            if tuple(entry.shape) == _entry_shape(config, 0) else
+                            "grew along the wrong axis or by more than one position: append the new position "
+                            "along axis 2 (batch, heads, steps, d_k) with torch.cat(..., dim=2).")
+                    fail(f"after step {t}, cache.{name}[{index}] has the wrong shape.", expected=wanted,
+                         got=tuple(entry.shape), cause=grew)
+                swapped = run.expected_values if name == "self_keys" else run.expected_keys
+                expect_close(f"cache.{name}[{index}] after step {t}", entry, full[index][:, :, :t + 1],
+                             atol=1e-8, rtol=1e-6,
+                             suspects={"keys and values are swapped in the cache.": (
+                                 lambda swapped=swapped, index=index, t=t: swapped[index][:, :, :t + 1])},
+                             cause="append project_keys_values(layer.self_attn, x) of the layer's INPUT x (the "
+                                   "new position's vector before that layer), not of its output.")
+        if cached_steps != t + 1:
+            fail(f"after step {t}, cache.steps is {cached_steps}.", expected=t + 1, got=cached_steps,
+                 cause="cache.steps counts the positions in cache.self_keys[0]: append to it at every step.")
+
+
+@check("decoder_step reads cross-attention keys and values from the cache and feeds only the new position")
+def step_reuses_cross_keys_values(decoder_step: Callable, steps: int = 4, **sizes: int) -> None:
+    config = replace(Sizes(), **sizes)
+    run = _step_case(decoder_step, config, steps)
+    if run.counter.decoder_calls:
+        fail("decoder_step calls the whole decoder.", expected="no call of model.decoder(...)",
+             got=f"{run.counter.decoder_calls} calls",
+             cause="a step runs the decoder's pieces by hand for one position; model.decoder recomputes the prefix.")
+    if run.counter.cross_calls:
+        fail("cross-attention keys or values were recomputed during the steps.",
+             expected="0 calls of cross_attn.W_k or W_v (start_cache computed them once)",
+             got=f"{run.counter.cross_calls} calls in {steps} steps",
+             cause="read cache.cross_keys[i] and cache.cross_values[i] with attend(...) instead of calling "
+                   "layer.cross_attn(...), which projects the encoder output again.")
+    longer = sorted({length for length in run.counter.self_lengths if length != 1})
+    if longer:
+        fail("self-attention projections ran on more than the new position.",
+             expected="every call of self_attn.W_q / W_k / W_v on 1 position", got=f"calls on {longer} positions",
+             cause="project only the new token's vector; the keys and values of earlier positions are in the "
+                   "cache already (that is what makes a step cheap).")
+
+
+# --- cached_greedy_decode ----------------------------------------------------------------------------------
+
+GREEDY_MISTAKES = {
+    "bos_every_step": "every step feeds <bos> (ys[:, :1]): feed the newest token, ys[:, -1:].",
+    "no_padding": "finished sentences keep producing words after their <eos>: "
+    "next_token.masked_fill(finished, pad_idx).",
+    "any_finished": "decoding stops as soon as ONE sentence is finished: break when finished.all().",
+    "no_break": "decoding never stops early: once every sentence is finished, break out of the loop.",
+    "overwrite": "`finished` forgets earlier sentences: accumulate it (finished |= next_token == eos_idx).",
+}
+
+
+def _greedy(model: nn.Module, src: torch.Tensor, max_len: int, mistake: str = "") -> torch.Tensor:
+    """Cached greedy decoding as in the reference, or with one of GREEDY_MISTAKES."""
+    src_mask = make_source_mask(src, PAD)
+    cache = reference_start_cache(model, model.encoder(src, src_mask), src_mask)
+    ys = torch.full((src.size(0), 1), BOS, dtype=torch.long)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        logits = _step(model, cache, ys[:, :1] if mistake == "bos_every_step" else ys[:, -1:])
+        next_token = logits.argmax(dim=-1)
+        if mistake != "no_padding":
+            next_token = next_token.masked_fill(finished, PAD)
+        ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)
+        finished = (next_token == EOS) if mistake == "overwrite" else finished | (next_token == EOS)
+        stop = finished.any() if mistake == "any_finished" else finished.all()
+        if stop and mistake != "no_break":
+            break
+    return ys
+
+
+def _token_ids(name: str, got: object, batch: int) -> torch.Tensor:
+    ys = expect_tensor(f"{name}(...)", got, cause="return ys, the (batch, out_len) tensor of token ids.")
+    if ys.is_floating_point() or ys.dim() != 2 or ys.size(0) != batch:
+        fail(f"{name} returned {describe(ys)}.", expected=f"token ids (torch.long) of shape ({batch}, out_len)",
+             got=describe(ys), cause="append one column of argmax ids per step: torch.cat([ys, ...], dim=1).")
+    return ys.detach().cpu().long()
+
+
+def _greedy_case(cached_greedy_decode: Callable, sizes: Sizes, padded: bool) -> None:
+    model = _random_model(sizes)
+    src = _random_source(sizes, padded)
+    with torch.no_grad(), student_code():
+        got = cached_greedy_decode(model, src, PAD, BOS, EOS, sizes.max_len)
+    got = _token_ids("cached_greedy_decode", got, sizes.batch)
+    with torch.no_grad():
+        expected = reference_greedy_decode(model, src, PAD, BOS, EOS, sizes.max_len)
+        _expect_ids(got, expected, IDS, suspects={
+            cause: (lambda mistake=mistake: _greedy(model, src, sizes.max_len, mistake))
+            for mistake, cause in GREEDY_MISTAKES.items()},
+            problem=f"cached greedy decoding of {'a padded' if padded else 'a'} batch (random weights, seed "
+                    f"{sizes.seed}) differs from stage 6's greedy decoding.",
+            cause="each step: logits = decoder_step(model, cache, ys[:, -1:]); argmax; pad finished sentences; "
+                  "append; stop when all are finished.")
+
+
+@check("cached_greedy_decode gives exactly the token ids of stage 6's greedy_decode")
+def cached_greedy_matches_greedy(cached_greedy_decode: Callable, **sizes: int) -> None:
+    _greedy_case(cached_greedy_decode, replace(Sizes(batch=3, seed=0), **sizes), padded=False)
+
+
+@check("on a padded batch whose sentences end at different steps, cached and uncached greedy agree exactly")
+def cached_greedy_matches_greedy_padded(cached_greedy_decode: Callable, **sizes: int) -> None:
+    _greedy_case(cached_greedy_decode, replace(Sizes(), **sizes), padded=True)
+
+
+@check("cached_greedy_decode computes cross-attention keys and values once and one position per step")
+def cached_greedy_uses_the_cache(cached_greedy_decode: Callable, **sizes: int) -> None:
+    config = replace(Sizes(), **sizes)
+    model = _random_model(config)
+    src = _random_source(config)
+    counter = _Counter(model)
+    try:
+        with torch.no_grad(), student_code():
+            got = cached_greedy_decode(model, src, PAD, BOS, EOS, config.max_len)
+    finally:
+        counter.remove()
+    steps = _token_ids("cached_greedy_decode", got, config.batch).size(1) - 1
+    if counter.decoder_calls:
+        fail("the whole decoder ran during cached decoding.", expected="no call of model.decoder(...)",
+             got=f"{counter.decoder_calls} calls", cause="call decoder_step(model, cache, ys[:, -1:]) in the loop.")
+    layers = config.num_layers
+    if counter.cross_calls != 2 * layers:
+        fail("cross-attention keys and values were not computed exactly once.",
+             expected=f"{2 * layers} projections (W_k and W_v of {layers} layers), once for the sentence batch",
+             got=f"{counter.cross_calls} projections for {steps} steps",
+             cause="start the cache once, before the loop, and pass the same cache to every decoder_step.")
+    longer = sorted({length for length in counter.self_lengths if length != 1})
+    if longer:
+        fail("a step fed more than the newest token.", expected="self-attention projections on 1 position",
+             got=f"projections on {longer} positions",
+             cause="feed only the newest token, ys[:, -1:], (batch, 1): earlier ones are in the cache.")
+
+
+# --- select_beams ------------------------------------------------------------------------------------------
+
+SELECT_MISTAKES = {
+    "no_history": "candidates are ranked by the new token's log-probability alone: add each hypothesis's score "
+    "so far, scores.unsqueeze(-1) + log_probs.",
+    "swapped": "parent and token are swapped: in the flattened (beam * vocab) index, parent = index // vocab and "
+    "token = index % vocab.",
+    "by_beam": "the flat index was divided by the beam size: parent = index // vocab, token = index % vocab "
+    "(each parent owns vocab consecutive candidates).",
+    "drop_finished": "finished hypotheses disappear from the beam: a finished hypothesis stays a candidate, "
+    "extended by pad_idx with log-probability 0 (its score unchanged).",
+    "extend_finished": "finished hypotheses are extended like live ones: after <eos> the only candidate is "
+    "pad_idx, at no cost (log-probability 0); every other token gets -inf.",
+    "old_length": "the length penalty uses the length before this step: a live hypothesis grows by one token "
+    "(lengths + 1), a finished one keeps its length.",
+    "no_penalty": "the candidates are not divided by the length penalty: rank by "
+    "candidate / length_penalty(new length, alpha).",
+    "penalised_scores": "the returned scores are divided by the length penalty: rank with the penalty, but "
+    "return the plain total log-probabilities (the penalty is applied again at the next step).",
+}
+
+
+def _select(scores: torch.Tensor, log_probs: torch.Tensor, finished: torch.Tensor, lengths: torch.Tensor,
+            beam_size: int, alpha: float, mistake: str = "") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """select_beams as in the reference, or with one of SELECT_MISTAKES."""
+    vocab = log_probs.size(-1)
+    stay = torch.full_like(log_probs, float("-inf"))
+    if mistake != "drop_finished":
+        stay[..., PAD] = 0.0
+    step = log_probs if mistake == "extend_finished" else torch.where(finished.unsqueeze(-1), stay, log_probs)
+    candidates = step if mistake == "no_history" else scores.unsqueeze(-1) + step
+    grown = lengths if mistake == "old_length" else lengths + (~finished).long()
+    ranking = candidates if mistake == "no_penalty" else candidates / length_penalty(grown, alpha).unsqueeze(-1)
+    best = ranking.flatten(1).topk(beam_size, dim=-1).indices
+    returned = ranking if mistake == "penalised_scores" else candidates
+    new_scores = returned.flatten(1).gather(1, best)
+    if mistake == "swapped":
+        return new_scores, best % vocab, best // vocab
+    if mistake == "by_beam":
+        return new_scores, best // scores.size(1), best % scores.size(1)
+    return new_scores, best // vocab, best % vocab
+
+
+# Hand-made inputs of one select_beams step: a batch of 2 sentences, 3 hypotheses each, a vocabulary of 8.
+# (scores so far, finished, lengths, alpha, seed of the random log-probabilities)
+TOP_STATE = (((-1.0, -1.4, -3.0), (-0.6, -2.5, -2.6)), ((False,) * 3, (False,) * 3), ((2, 2, 2), (2, 2, 2)), 0.0, 1)
+FINISHED_STATE = (((-0.9, -1.2, -6.0), (-3.0, -0.8, -1.1)), ((True, False, True), (False, True, False)),
+                  ((2, 3, 1), (3, 2, 3)), 0.0, 2)
+PENALTY_STATE = (((-1.2, -2.5, -1.9), (-0.9, -2.0, -1.8)), ((False, False, True), (True, False, True)),
+                 ((1, 8, 2), (6, 1, 5)), 1.0, 8)
+
+
+def _select_inputs(scores: Sequence, finished: Sequence, lengths: Sequence, seed: int, vocab: int = 8,
+                   ) -> tuple[torch.Tensor, ...]:
+    """(scores, log_probs, finished, lengths) tensors; log_probs (batch, beam, vocab) random from `seed`."""
+    score_tensor = torch.tensor(scores, dtype=torch.float64)  # (batch, beam)
+    raw = torch.randn(*score_tensor.shape, vocab, generator=generator(seed), dtype=torch.float64)
+    raw[..., PAD] = -30.0  # a live hypothesis (almost) never picks <pad>, as in a trained model
+    log_probs = torch.log_softmax(2.0 * raw, dim=-1)
+    return score_tensor, log_probs, torch.tensor(finished, dtype=torch.bool), torch.tensor(lengths, dtype=torch.long)
+
+
+def _show_selection(scores: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor) -> str:
+    lines = []
+    for sentence in range(scores.size(0)):
+        kept = ", ".join(f"beam {int(p)} + token {int(t)} ({float(s):.3f})"
+                         for s, p, t in zip(scores[sentence], parents[sentence], tokens[sentence], strict=True))
+        lines.append(f"\n      sentence {sentence}: {kept}")
+    return "".join(lines)
+
+
+def _select_case(select_beams: Callable, state: tuple, problem: str, cause: str) -> None:
+    *inputs, alpha, seed = state
+    scores, log_probs, finished, lengths = _select_inputs(*inputs, seed)
+    beam_size = scores.size(1)
+    with torch.no_grad(), student_code():
+        got = select_beams(scores.clone(), log_probs.clone(), finished.clone(), lengths.clone(), beam_size,
+                           alpha, PAD)
+    if not isinstance(got, tuple | list) or len(got) != 3:
+        fail("select_beams did not return three tensors.", expected="(new scores, parents, tokens)",
+             got=describe(got), cause="keep the given `return new_scores, parents, tokens`.")
+    names = ("new scores", "parents", "tokens")
+    got = [expect_shape(f"select_beams' {name}", value, tuple(scores.shape),
+                        cause="take the best beam_size of the beam * vocab candidates of each sentence: "
+                              "topk(beam_size, dim=-1) on the flattened (batch, beam * vocab) ranking.")
+           for name, value in zip(names, got, strict=True)]
+    expected = reference_select_beams(scores, log_probs, finished, lengths, beam_size, alpha, PAD)
+    same_ids = all(torch.equal(g.long().cpu(), e) for g, e in zip(got[1:], expected[1:], strict=True))
+    same_scores = torch.allclose(got[0].double().cpu(), expected[0], atol=1e-9)
+    if same_ids and same_scores:
+        return
+    for mistake, suspected_cause in SELECT_MISTAKES.items():
+        wrong = _select(scores, log_probs, finished, lengths, beam_size, alpha, mistake)
+        if all(torch.equal(g.long().cpu(), w) for g, w in zip(got[1:], wrong[1:], strict=True)) and \
+                torch.allclose(got[0].double().cpu(), wrong[0], atol=1e-9):
+            cause = suspected_cause
+            break
+    fail(problem, expected=_show_selection(*expected), got=_show_selection(*got), cause=cause)
+
+
+@check("select_beams keeps the beam_size best extensions of each sentence, across all its hypotheses")
+def select_beams_top_candidates(select_beams: Callable, state: tuple = TOP_STATE) -> None:
+    _select_case(select_beams, state, problem="hand-made scores: the wrong candidates survive.",
+                 cause="candidates = scores.unsqueeze(-1) + log_probs, (batch, beam, vocab); flatten to (batch, "
+                       "beam * vocab); topk(beam_size); parent = index // vocab, token = index % vocab.")
+
+
+@check("a finished hypothesis stays a candidate, extended only by <pad>, with its score unchanged")
+def select_beams_keeps_finished(select_beams: Callable, state: tuple = FINISHED_STATE) -> None:
+    _select_case(select_beams, state, problem="hand-made scores with finished hypotheses: the wrong ones survive.",
+                 cause="for finished hypotheses replace log_probs by -inf everywhere except 0 at pad_idx, "
+                       "e.g. with torch.where(finished.unsqueeze(-1), stay, log_probs).")
+
+
+@check("candidates are ranked by score / length_penalty(new length), new length = length + 1 unless finished")
+def select_beams_length_penalty(select_beams: Callable, state: tuple = PENALTY_STATE) -> None:
+    _select_case(select_beams, state, problem=f"hand-made scores with alpha={state[3]}: the wrong ones survive.",
+                 cause="rank by candidates / length_penalty(lengths + (~finished).long(), alpha).unsqueeze(-1), and "
+                       "return the candidates' plain scores.")
+
+
+# --- beam_search -------------------------------------------------------------------------------------------
+
+BEAM_MISTAKES = {
+    "no_reorder": "the cache is not reordered: after choosing the parents, cache.reorder(rows) so every "
+    "hypothesis continues its parent's history.",
+    "no_ys_reorder": "ys is not reordered: take the parents' rows, ys[rows], before appending the new tokens.",
+    "no_offset": "the rows of the parents ignore the sentence: row = sentence * beam_size + parent, "
+    "(first_row + parents).flatten().",
+    "finished_not_followed": "`finished` is not taken from the parents: finished.gather(1, parents) | "
+    "(tokens == eos_idx).",
+    "lengths_not_followed": "`lengths` is not taken from the parents: lengths.gather(1, parents) + "
+    "(~finished_before).long().",
+    "no_log_softmax": "raw logits are used as log-probabilities: scores add up log-probabilities, "
+    "torch.log_softmax(logits, dim=-1).",
+    "any_finished": "the search stops when ONE hypothesis is finished: break only when finished.all().",
+    "no_break": "the search never stops early: break once every hypothesis of every sentence is finished.",
+}
+
+
+def _beam(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: int, alpha: float,
+          mistake: str = "") -> torch.Tensor:
+    """Beam search as in the reference, or with one of BEAM_MISTAKES."""
+    batch = src.size(0)
+    src_mask = make_source_mask(src, PAD).repeat_interleave(beam_size, dim=0)
+    cache = reference_start_cache(model, model.encoder(src.repeat_interleave(beam_size, dim=0), src_mask), src_mask)
+    ys = torch.full((batch * beam_size, 1), BOS, dtype=torch.long)
+    scores = torch.full((batch, beam_size), float("-inf"))
+    scores[:, 0] = 0.0
+    lengths = torch.zeros(batch, beam_size, dtype=torch.long)
+    finished = torch.zeros(batch, beam_size, dtype=torch.bool)
+    first_row = torch.arange(batch).unsqueeze(1) * beam_size
+    for _ in range(max_len):
+        logits = _step(model, cache, ys[:, -1:])
+        log_probs = logits if mistake == "no_log_softmax" else torch.log_softmax(logits, dim=-1)
+        scores, parents, tokens = _select(scores, log_probs.view(batch, beam_size, -1), finished, lengths,
+                                          beam_size, alpha)
+        rows = (parents if mistake == "no_offset" else first_row + parents).flatten()
+        ys = torch.cat([ys if mistake == "no_ys_reorder" else ys[rows], tokens.view(-1, 1)], dim=1)
+        if mistake != "no_reorder":
+            cache.reorder(rows)
+        was_finished = finished if mistake == "finished_not_followed" else finished.gather(1, parents)
+        lengths = lengths if mistake == "lengths_not_followed" else lengths.gather(1, parents)
+        lengths = lengths + (~was_finished).long()
+        finished = was_finished | (tokens == EOS)
+        stop = finished.any() if mistake == "any_finished" else finished.all()
+        if stop and mistake != "no_break":
+            break
+    best = (scores / length_penalty(lengths, alpha)).argmax(dim=-1)
+    return ys.view(batch, beam_size, -1)[torch.arange(batch), best]
+
+
+def _run_beam(beam_search: Callable, model: nn.Module, src: torch.Tensor, max_len: int, beam_size: int,
+              alpha: float) -> torch.Tensor:
+    with torch.no_grad(), student_code():
+        got = beam_search(model, src, PAD, BOS, EOS, max_len, beam_size=beam_size, alpha=alpha)
+    return _token_ids("beam_search", got, src.size(0))
+
+
+def _beam_suspects(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: int,
+                   alpha: float) -> dict[str, Callable[[], torch.Tensor]]:
+    return {cause: (lambda mistake=mistake: _beam(model, src, max_len, beam_size, alpha, mistake))
+            for mistake, cause in BEAM_MISTAKES.items()}
+
+
+@check("beam_search with beam_size=1 gives exactly the token ids of greedy decoding (padded batch)")
+def beam_size_one_is_greedy(beam_search: Callable, alpha: float = 0.6, **sizes: int) -> None:
+    config = replace(Sizes(seed=3, eos_bias=2.0), **sizes)
+    model, src = _random_model(config), _random_source(config)
+    got = _run_beam(beam_search, model, src, config.max_len, 1, alpha)
+    with torch.no_grad():
+        expected = reference_greedy_decode(model, src, PAD, BOS, EOS, config.max_len)
+        _expect_ids(got, expected, IDS, suspects=_beam_suspects(model, src, config.max_len, 1, alpha),
+                    problem="with one hypothesis per sentence, beam search must be greedy decoding, but differs.",
+                    cause="with beam_size=1 the best extension is the argmax; check the start (one live hypothesis, "
+                          "score 0), that finished hypotheses only get <pad>, and the stopping rule.")
+
+
+# --- a hand-made bigram model -------------------------------------------------------------------------------
+
+WORDS = {4: "the", 5: "a", 6: "dog", 7: "cat", 8: "runs", 9: "big", 10: "white", 11: "fast"}
+VOCAB = 12
+# next-word probabilities after each word: greedy takes "the" (0.5) and ends with "the dog" (0.5 * 0.45 * 0.7 =
+# 0.158); the best sentence is "a cat" (0.4 * 0.9 * 0.8 = 0.288).
+MISSED_TABLE = {BOS: {4: 0.5, 5: 0.4, EOS: 0.1}, 4: {6: 0.45, 7: 0.4, EOS: 0.15}, 5: {7: 0.9, 6: 0.1},
+                6: {EOS: 0.7, 8: 0.3}, 7: {EOS: 0.8, 8: 0.2}, 8: {EOS: 1.0}}
+# one hypothesis finishes after two tokens ("the <eos>": 0.55 * 0.6 = 0.33) while another runs on to four
+# ("a big white <eos>": 0.45 * 0.9 * 0.9 * 0.9 = 0.328): without a length penalty the short one wins, with
+# alpha = 1 the long one (log 0.328 / lp(4) > log 0.33 / lp(2)).
+LENGTH_TABLE = {BOS: {4: 0.55, 5: 0.45}, 4: {EOS: 0.6, 6: 0.4}, 5: {9: 0.9, EOS: 0.1}, 9: {10: 0.9, 11: 0.1},
+                10: {EOS: 0.9, 6: 0.1}, 6: {EOS: 1.0}, 11: {EOS: 1.0}}
+# "the <eos>" (0.6 * 0.8 = 0.48) ends first and leads for a while; "a big white fast cat <eos>" (0.4 * 0.98 ** 5
+# = 0.362) overtakes it with alpha = 1 only later (log 0.362 / lp(6) = -0.555 > log 0.48 / lp(2) = -0.629), so
+# the two swap places in the beam after one of them has stopped growing.
+PATIENT_TABLE = {BOS: {4: 0.6, 5: 0.4}, 4: {EOS: 0.8, 6: 0.2}, 5: {9: 0.98, EOS: 0.02}, 9: {10: 0.98, EOS: 0.02},
+                 10: {11: 0.98, EOS: 0.02}, 11: {7: 0.98, EOS: 0.02}, 7: {EOS: 0.98, 8: 0.02}, 6: {EOS: 1.0},
+                 8: {EOS: 1.0}}
+CHATTER = 8  # after <eos> the table says "runs": a search that extends finished hypotheses shows it
+
+
+def bigram_model(table: Mapping[int, Mapping[int, float]], vocab: int = VOCAB) -> nn.Module:
+    """A course Transformer with no blocks whose next-token distribution depends only on the previous token.
+
+    With num_layers=0 the decoder is embedding -> positional encoding -> pred_layer. The embedding is one-hot
+    (times 1/sqrt(d_model), undoing the scaling), the positional table is zero and pred_layer holds
+    log P(next | previous) from `table`, so log_softmax of the logits is exactly the table's log-probabilities.
+    Rows missing from `table` (e.g. after <eos>) say CHATTER with probability 1.
+    """
+    d_model = vocab
+    model = Transformer(5, vocab, d_model, 1, 0, 4, 32, 0.0).double()
+    log_table = torch.full((vocab, vocab), math.log(1e-6), dtype=torch.float64)  # [previous, next]
+    for previous in range(vocab):
+        row = table.get(previous, {CHATTER: 1.0})
+        for word, probability in row.items():
+            log_table[previous, word] = math.log(probability)
+        log_table[previous] = torch.log_softmax(log_table[previous], dim=-1)
+    with torch.no_grad():
+        model.decoder.embedding.weight.copy_(torch.eye(vocab, dtype=torch.float64) / math.sqrt(d_model))
+        model.decoder.positional_encoding.pe.zero_()
+        model.decoder.pred_layer.weight.copy_(log_table.T)  # logits = log_table[previous]
+        model.decoder.pred_layer.bias.zero_()
+    return model.eval()
+
+
+def _show_words(rows: torch.Tensor) -> str:
+    names = {BOS: "<bos>", EOS: "<eos>", PAD: "<pad>", **WORDS}
+    return "".join(f"\n      sentence {index}: " + " ".join(names.get(int(t), str(int(t))) for t in row)
+                   for index, row in enumerate(rows))
+
+
+def _bigram_case(beam_search: Callable, table: Mapping, beam_size: int, alpha: float, max_len: int, problem: str,
+                 cause: str, batch: int = 2) -> None:
+    model = bigram_model(table)
+    src = torch.full((batch, 3), 4, dtype=torch.long)  # the source is not read: any ids will do
+    got = _run_beam(beam_search, model, src, max_len, beam_size, alpha)
+    with torch.no_grad():
+        expected = reference_beam_search(model, src, PAD, BOS, EOS, max_len, beam_size, alpha)
+    if got.shape == expected.shape and torch.equal(got, expected):
+        return
+    with torch.no_grad():
+        for mistake, suspected_cause in BEAM_MISTAKES.items():
+            wrong = _beam(model, src, max_len, beam_size, alpha, mistake)
+            if wrong.shape == got.shape and torch.equal(wrong, got):
+                cause = suspected_cause
+                break
+    fail(problem, expected=f"shape {tuple(expected.shape)}{_show_words(expected)}",
+         got=f"shape {tuple(got.shape)}{_show_words(got)}", cause=cause)
+
+
+@check("on a bigram model whose best sentence greedy misses, beam_search with 2 beams finds it")
+def beam_finds_what_greedy_misses(beam_search: Callable, beam_size: int = 2, max_len: int = 6) -> None:
+    _bigram_case(beam_search, MISSED_TABLE, beam_size, 0.0, max_len,
+                 problem="greedy decoding writes 'the dog' (probability 0.158); the most likely sentence is "
+                         "'a cat' (0.288), which a beam of 2 keeps, but beam_search returned something else.",
+                 cause="every step: log_softmax of decoder_step's logits, select_beams, continue ys and the cache "
+                       "from the parents' rows, update finished and lengths from the parents.")
+
+
+@check("a hypothesis that ends early waits in the beam, padded with <pad>, until every hypothesis has ended")
+def beam_handles_eos_per_hypothesis(beam_search: Callable, beam_size: int = 2, max_len: int = 8) -> None:
+    _bigram_case(beam_search, LENGTH_TABLE, beam_size, 0.0, max_len,
+                 problem="one hypothesis ends after 2 tokens ('the <eos>', probability 0.330), another after 4 ('a "
+                         "big white <eos>', 0.328); without a length penalty the short one wins, padded after its "
+                         "<eos>, and the search stops when both have ended.",
+                 cause="a finished hypothesis keeps its score and length and only gets <pad>; follow `finished` "
+                       "from the parents; stop when finished.all().")
+
+
+@check("the final choice divides each hypothesis's score by its length penalty")
+def beam_final_choice_uses_length_penalty(beam_search: Callable, beam_size: int = 2, max_len: int = 8) -> None:
+    _bigram_case(beam_search, PATIENT_TABLE, beam_size, 1.0, max_len,
+                 problem="'the <eos>' (probability 0.48) ends first; with alpha=1 the longer 'a big white fast cat "
+                         "<eos>' (0.362) wins: log 0.362 / lp(6) = -0.555 beats log 0.48 / lp(2) = -0.629.",
+                 cause="keep the given last lines: the winner is the argmax of scores / length_penalty(lengths, "
+                       "alpha), with `lengths` following the parents (a finished hypothesis stops growing).")
+
+
+@check("on a padded batch, beam_search (3 beams, alpha 0.6) gives exactly the reference token ids")
+def beam_matches_reference(beam_search: Callable, beam_size: int = 3, alpha: float = 0.6, **sizes: int) -> None:
+    config = replace(Sizes(seed=3, eos_bias=1.5), **sizes)
+    model, src = _random_model(config), _random_source(config)
+    got = _run_beam(beam_search, model, src, config.max_len, beam_size, alpha)
+    with torch.no_grad():
+        expected = reference_beam_search(model, src, PAD, BOS, EOS, config.max_len, beam_size, alpha)
+        _expect_ids(got, expected, IDS, suspects=_beam_suspects(model, src, config.max_len, beam_size, alpha),
+                    problem=f"beam search with {beam_size} beams on a padded batch (random weights, seed "
+                            f"{config.seed}) differs from the reference.",
+                    cause="rows of sentence b are b * beam_size .. b * beam_size + beam_size - 1; after "
+                          "select_beams, follow the parents in ys, the cache, finished and lengths.")
+
+
+protect(__name__)  # snapshot the tools these checks use (see framework.protect)

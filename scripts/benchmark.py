@@ -1,10 +1,17 @@
 """Benchmark (not a test): training throughput of the course's Transformer and of torch.nn.Transformer
 at the same configuration on real Multi30k batches, greedy decoding speed, and BLEU per training minute
-of the shipped checkpoint.
+of the shipped checkpoint; with --epoch, the time of one training epoch of notebook 5 instead.
 
     python scripts/benchmark.py --data ../shared/data/multi30k [--steps 20] [--device cpu|cuda]
+    python scripts/benchmark.py --data ../shared/data/multi30k --epoch [--epoch-steps 30] [--device cuda]
 
-Prints a Markdown table and writes the same figures as JSON (--json).
+--epoch runs notebook 5's training run for one epoch exactly as the notebook does (its model
+configuration, batches of at most 4,096 tokens, train_epoch then evaluate on the validation split)
+and reports the seconds it took. With --epoch-steps N it times only the first N batches and
+extrapolates to the whole epoch (said so in the output). The machine is described in the output:
+CPU model, cores, torch threads, load average before and after, GPU name.
+
+Prints the figures as JSON (and writes them with --json).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import time
 from pathlib import Path
@@ -21,7 +29,7 @@ from torch import nn
 
 from transformer_course.reference import PositionalEncoding, Transformer, count_parameters
 from transformer_course.reference import checkpoint as checkpoint_io
-from transformer_course.reference.training import make_criterion, make_optimizer
+from transformer_course.reference.training import evaluate, make_criterion, make_optimizer, train_epoch
 from transformer_course.reference.translation import corpus_bleu, make_loader, prepare_data, translate_ids
 
 
@@ -82,6 +90,56 @@ def training_throughput(model: nn.Module, batches: list, device: torch.device, p
     return tokens / seconds
 
 
+NOTEBOOK_CONFIG = {"d_model": 256, "num_heads": 8, "num_layers": 3, "d_ff": 512, "max_seq_length": 128,
+                   "dropout": 0.1}  # notebook 5, section 11 (the full run)
+
+
+def describe_machine(device: torch.device) -> dict[str, object]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            cpu = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    machine: dict[str, object] = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                                  "torch": str(torch.__version__), "device": str(device)}
+    if device.type == "cuda":
+        machine["gpu"] = torch.cuda.get_device_name(device)
+    if hasattr(os, "getloadavg"):
+        machine["load_average_before"] = [round(value, 2) for value in os.getloadavg()]
+    return machine
+
+
+def epoch_time(data, device: torch.device, steps: int | None) -> dict[str, object]:
+    """One epoch of notebook 5's training run (train_epoch + evaluate), or its first `steps` batches."""
+    pad = data.source_vocab.pad_idx
+    torch.manual_seed(0)
+    model = Transformer(len(data.source_vocab), len(data.target_vocab), **NOTEBOOK_CONFIG).to(device)
+    optimizer, scheduler = make_optimizer(model, NOTEBOOK_CONFIG["d_model"], 400, 0.5)
+    train_loader = make_loader(data.splits["train"], pad, max_tokens=4096, seed=0)
+    val_loader = make_loader(data.splits["val"], pad, max_tokens=4096, shuffle=False)
+    train_loader.batch_sampler.set_epoch(1)
+    batches = len(train_loader)
+    synchronize(device)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    train_epoch(model, train_loader, make_criterion(pad, 0.1), optimizer, scheduler, device, max_steps=steps,
+                progress=False)
+    synchronize(device)
+    trained, cpu_trained = time.perf_counter() - started, time.process_time() - cpu_started
+    evaluate(model, val_loader, make_criterion(pad, 0.0), device, progress=False)
+    synchronize(device)
+    evaluated = time.perf_counter() - started - trained
+    timed = min(steps, batches) if steps else batches
+    result: dict[str, object] = {"batches_per_epoch": batches, "batches_timed": timed,
+                                 "train_seconds_timed": round(trained, 1), "validation_seconds": round(evaluated, 1),
+                                 # CPU time of this process: on a machine shared with other work, divided by the
+                                 # threads it is close to what the same run takes when it has the cores alone
+                                 "train_cpu_seconds_timed": round(cpu_trained, 1)}
+    result["epoch_seconds"] = round(trained * batches / timed + evaluated, 1)
+    result["epoch_seconds_is"] = "measured" if timed == batches else f"extrapolated from {timed} batches"
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=None)
@@ -90,10 +148,21 @@ def main() -> int:
     parser.add_argument("--checkpoint", type=Path, default=Path("assets/checkpoint/transformer_de_en.pt"))
     parser.add_argument("--decode-sentences", type=int, default=1000)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--epoch", action="store_true", help="time one epoch of notebook 5's training run")
+    parser.add_argument("--epoch-steps", type=int, default=None, help="time only this many batches of it")
     arguments = parser.parse_args()
     device = torch.device(arguments.device)
     torch.manual_seed(0)
     data = prepare_data(arguments.data)
+    if arguments.epoch:
+        results = {"machine": describe_machine(device), "config": NOTEBOOK_CONFIG,
+                   "epoch": epoch_time(data, device, arguments.epoch_steps)}
+        if hasattr(os, "getloadavg"):
+            results["machine"]["load_average_after"] = [round(value, 2) for value in os.getloadavg()]
+        print(json.dumps(results, indent=1))
+        if arguments.json:
+            arguments.json.write_text(json.dumps(results, indent=1))
+        return 0
     pad = data.source_vocab.pad_idx
     loader = make_loader(data.splits["train"], pad, max_tokens=4096, seed=0)
     batches = [batch for _, batch in zip(range(arguments.steps + 3), loader, strict=False)]

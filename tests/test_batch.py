@@ -148,7 +148,8 @@ def test_self_check_summary_agrees_with_the_grade(graded):
     """The last cell's summary (what a Colab student sees) is all green exactly when marks are full."""
     grader, _, rows, _ = graded
     for name in ("ada", "chen", "blake"):
-        printed = [o.get("text", "") for source, o in outputs(grader, name) if "check.summary()" in source]
+        printed = [o.get("text", "") or o.get("data", {}).get("text/plain", "")  # printed, or displayed
+                   for source, o in outputs(grader, name) if "check.summary()" in source]
         assert printed, f"{name}: the summary cell printed nothing"
         all_green = "✘" not in printed[-1]
         assert all_green == (float(rows[name]["total"]) == float(rows[name]["max"])), (name, printed[-1][-300:])
@@ -172,7 +173,7 @@ def test_the_hostile_student_is_flagged_for_review_and_the_honest_ones_are_not(g
         assert "flagged" not in rows[name]["reasons"], rows[name]["reasons"]
 
 
-def test_the_grader_fetches_multi30k_for_the_sandboxed_kernels(tmp_path, monkeypatch):
+def test_the_grader_fetches_multi30k_for_the_sandboxed_kernels(multi30k, tmp_path, monkeypatch):
     """Kernels have no network: the grader provides the data folder (here from its cache) to them."""
     from transformer_course.data import multi30k
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 from torch import nn
@@ -65,13 +66,26 @@ def _size_mismatch(error: RuntimeError) -> bool:
 
 
 def _build(PositionalEncoding: type[nn.Module], d_model: int, max_seq_length: int, dropout: float) -> nn.Module:
+    seen: list[str] = []
+
+    def mismatch(error: RuntimeError) -> bool:
+        seen.append(str(error))
+        return _size_mismatch(error)
+
+    def cause() -> str:
+        sizes = {int(size) for size in re.findall(r"\((\d+)\)", seen[-1] if seen else "")}
+        if max_seq_length != d_model // 2 and {max_seq_length, d_model // 2} <= sizes:
+            return ("the positions must be a column: torch.arange(max_seq_length).unsqueeze(1) has shape "
+                    "(max_seq_length, 1), so times the (d_model / 2,) frequencies it broadcasts to the "
+                    "(max_seq_length, d_model / 2) angle table; a flat (max_seq_length,) row cannot.")
+        return ("there must be d_model / 2 frequencies, one per (sin, cos) column pair: take the values 2i "
+                "from torch.arange(0, d_model, 2) (step 2), not torch.arange(0, d_model).")
+
     with crash_explained(
         f"building the table crashed (d_model={d_model}, max_seq_length={max_seq_length}).",
         expected=f"an angle table (max_seq_length, d_model / 2) = ({max_seq_length}, {d_model // 2}) "
                  "that fills the even and the odd columns",
-        cause="there must be d_model / 2 frequencies, one per (sin, cos) column pair: take the values 2i "
-              "from torch.arange(0, d_model, 2) (step 2), not torch.arange(0, d_model).",
-        when=_size_mismatch,
+        cause=cause, when=mismatch,
     ), student_code():
         return PositionalEncoding(d_model, max_seq_length, dropout)
 
@@ -187,7 +201,7 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
             "in train mode no element was dropped.",
             expected=f"about {p:.0%} of the elements set to 0 (dropout p={p})",
             got="no zeros at all",
-            cause="apply self.dropout to the sum; the seed practical forgot this call.",
+            cause="apply self.dropout to the sum (the given `return self.dropout(x)` line does it).",
         )
     kept_ok = ((trained - summed / (1 - p)).abs() < 1e-4) | zeros
     if not kept_ok.all():

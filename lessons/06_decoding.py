@@ -23,7 +23,11 @@
 # | 5 | training on Multi30k German→English |
 # | **6** | **greedy decoding, BLEU, attention heatmaps** (this one) |
 #
-# **Working time:** <<TIME>>
+# **Working time:** about 1¼ hours: 45 minutes of reading, two exercises (about 30 minutes), and
+# cells that need under a minute of computation on one CPU core, BLEU on all 1,000 test sentences
+# included. (Estimated by `scripts/working_time.py` in the course repository: reading at 150 words
+# and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line you write, and the
+# measured run time of the cells.)
 #
 # ## Learning outcomes
 # After this notebook you can
@@ -297,11 +301,13 @@ assert check.greedy_matches_reference_batch(greedy_decode, eos_idx=7, batch=5, s
 # %% [markdown]
 # ## 4. The pretrained checkpoint
 #
-# Training this model to a useful quality takes an hour or more on a CPU (the metadata below says how
-# long this one took), so the course ships a trained one. It was produced by `scripts/train_checkpoint.py` in the
-# course repository: the reference model (the stage-4 architecture), trained on the 29,000 Multi30k
-# training pairs with the recipe of stage 5 (label smoothing 0.1, Adam with warm-up, dropout 0.1),
-# its final weights averaged over the last few epochs, then scored with greedy decoding.
+# Training this model to a useful quality takes a while (12 epochs for this one: the metadata below
+# says how many minutes they took on a 2-core CPU that was shared with other work, and notebook 5
+# says what to expect per epoch), so the course ships a trained one. It was produced by
+# `scripts/train_checkpoint.py` in the course repository: the reference model (the stage-4
+# architecture), trained on the 29,000 Multi30k training pairs with the recipe of stage 5 (label
+# smoothing 0.1, Adam with warm-up, dropout 0.1), its final weights averaged over the last few
+# epochs, then scored with greedy decoding.
 #
 # The file holds four things: the **configuration** (`d_model`, `num_heads`, ...), the **weights**
 # (`state_dict`, stored in float16 to halve the file), **both vocabularies** (the ids only mean
@@ -494,8 +500,10 @@ print(f"sacreBLEU    = {corpus_bleu([' '.join(hypothesis)], [' '.join(reference)
 # Scores on lowercased, tokenised text run a little higher than the detokenised, cased BLEU of
 # published tables, so compare numbers only when the recipes match. While the grader runs this
 # notebook it decodes only the first 50 sentences to stay fast; otherwise it decodes all 1,000, which
-# takes <<DECODE>> (set `count` lower if you are in a hurry: a batch runs until its longest sentence
-# has finished, and each step re-reads the whole prefix).
+# is about half a minute of computation for one CPU core (measured with the course checkpoint by
+# `python scripts/benchmark.py --threads 1`; a slower model that rarely says `<eos>` takes longer).
+# Set `count` lower if you are in a hurry: a batch runs until its longest sentence has finished, and
+# each step re-reads the whole prefix.
 
 # %%
 with skip_until_implemented("greedy_decode"):

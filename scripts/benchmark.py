@@ -9,7 +9,9 @@ of the shipped checkpoint; with --epoch, the time of one training epoch of noteb
 configuration, batches of at most 4,096 tokens, train_epoch then evaluate on the validation split)
 and reports the seconds it took. With --epoch-steps N it times only the first N batches and
 extrapolates to the whole epoch (said so in the output). The machine is described in the output:
-CPU model, cores, torch threads, load average before and after, GPU name.
+CPU model, cores, torch threads, load average before and after, GPU name. On a machine busy with
+other work the wall time says little; `--threads 1` then gives a CPU time per epoch that is close to
+the wall time on one free core.
 
 Prints the figures as JSON (and writes them with --json).
 """
@@ -126,17 +128,20 @@ def epoch_time(data, device: torch.device, steps: int | None) -> dict[str, objec
                 progress=False)
     synchronize(device)
     trained, cpu_trained = time.perf_counter() - started, time.process_time() - cpu_started
+    cpu_validation_started = time.process_time()
     evaluate(model, val_loader, make_criterion(pad, 0.0), device, progress=False)
     synchronize(device)
-    evaluated = time.perf_counter() - started - trained
+    evaluated, cpu_evaluated = time.perf_counter() - started - trained, time.process_time() - cpu_validation_started
     timed = min(steps, batches) if steps else batches
     result: dict[str, object] = {"batches_per_epoch": batches, "batches_timed": timed,
                                  "train_seconds_timed": round(trained, 1), "validation_seconds": round(evaluated, 1),
-                                 # CPU time of this process: on a machine shared with other work, divided by the
-                                 # threads it is close to what the same run takes when it has the cores alone
+                                 # CPU time of this process. With --threads 1 on a machine shared with other
+                                 # work, it is close to what the run takes on one core it has to itself
+                                 # (with more threads, threads waiting for each other inflate it).
                                  "train_cpu_seconds_timed": round(cpu_trained, 1)}
     result["epoch_seconds"] = round(trained * batches / timed + evaluated, 1)
     result["epoch_seconds_is"] = "measured" if timed == batches else f"extrapolated from {timed} batches"
+    result["epoch_cpu_seconds"] = round(cpu_trained * batches / timed + cpu_evaluated, 1)
     return result
 
 
@@ -150,7 +155,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--epoch", action="store_true", help="time one epoch of notebook 5's training run")
     parser.add_argument("--epoch-steps", type=int, default=None, help="time only this many batches of it")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     arguments = parser.parse_args()
+    if arguments.threads:
+        torch.set_num_threads(arguments.threads)
     device = torch.device(arguments.device)
     torch.manual_seed(0)
     data = prepare_data(arguments.data)
@@ -179,13 +187,15 @@ def main() -> int:
         model, source_vocab, target_vocab, metadata = checkpoint_io.load(arguments.checkpoint, Transformer, device)
         sources = [s for s, _ in data.splits["test_2016_flickr"][: arguments.decode_sentences]]
         synchronize(device)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         hypotheses = translate_ids(model, sources, source_vocab, target_vocab, device)
         synchronize(device)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu_elapsed = time.perf_counter() - started, time.process_time() - cpu_started
         score, signature = corpus_bleu([" ".join(h) for h in hypotheses],
                                        data.references["test_2016_flickr"][: len(sources)])
         results["decode_sentences_per_s"] = round(len(sources) / elapsed, 1)
+        results["decode_seconds"] = {"wall": round(elapsed, 1), "cpu": round(cpu_elapsed, 1),
+                                     "sentences": len(sources)}
         results["checkpoint"] = {"test_bleu_now": round(score, 2), "signature": signature,
                                  "training_minutes": metadata.get("training_minutes"),
                                  "bleu_per_training_minute": round(score / metadata["training_minutes"], 2)

@@ -8,11 +8,12 @@ For every lesson, from its solution notebook:
   minute;
 - exercises: per exercise cell 5 minutes, plus 2 minutes per line of reference solution (writing,
   running the checks, fixing) — an assumption, printed with the result;
-- running: the measured run time of every cell (the notebook is executed top to bottom in a fresh
-  kernel, with the long demos on their short path), plus what the short path leaves out, measured
-  separately: notebook 5's full training run (EPOCHS epochs of --epoch-seconds, from
-  `scripts/benchmark.py --epoch`) and notebook 6's BLEU on all 1,000 test sentences (--decode-seconds,
-  from `scripts/benchmark.py`'s decoding speed).
+- running: the notebook executed top to bottom in a fresh kernel on one thread, the long demos on
+  their short path, measured as the kernel's CPU time (close to the wall time on one free core, even
+  on a machine busy with other work), plus what the short path leaves out, measured separately:
+  notebook 5's full training run (EPOCHS epochs of --epoch-seconds, from
+  `scripts/benchmark.py --epoch --threads 1`) and notebook 6's BLEU on all 1,000 test sentences
+  (--decode-seconds, from `scripts/benchmark.py --threads 1`).
 
 Prints one line per notebook, the total and the breakdown.
 """
@@ -22,8 +23,8 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import time
-from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -48,28 +49,23 @@ def solution_lines(source: str) -> int:
     return count
 
 
-def cell_seconds(cell: nbformat.NotebookNode) -> float:
-    timing = cell.get("metadata", {}).get("execution", {})
-    try:
-        started = datetime.fromisoformat(timing["iopub.execute_input"].replace("Z", "+00:00"))
-        ended = datetime.fromisoformat(timing["shell.execute_reply"].replace("Z", "+00:00"))
-    except (KeyError, ValueError):
-        return 0.0
-    return (ended - started).total_seconds()
-
-
 def run_seconds(path: Path) -> float:
+    """CPU seconds the notebook's kernel spends running it top to bottom on one thread: on a machine
+    busy with other work this is close to the wall time on one core of its own."""
     notebook = nbformat.read(path, as_version=4)
-    environment = {"TRANSFORMER_COURSE_SHORT_RUN": "1", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
+    environment = {"TRANSFORMER_COURSE_SHORT_RUN": "1", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore",
+                   "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     previous = dict(os.environ)
     os.environ.update(environment)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        NotebookClient(notebook, timeout=900, kernel_name="python3", allow_errors=True, record_timing=True,
+        NotebookClient(notebook, timeout=1800, kernel_name="python3", allow_errors=True,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
     finally:
         os.environ.clear()
         os.environ.update(previous)
-    return sum(cell_seconds(cell) for cell in notebook.cells if cell.cell_type == "code")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the kernel has exited and been waited for
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> int:
@@ -97,7 +93,7 @@ def main() -> int:
         total = reading + exercising + (running + extra) / 60
         print(f"{assignment}: about {total / 60:.1f} h = reading {reading:.0f} min ({words:,} words, {given} given "
               f"code lines) + {len(exercises)} exercises {exercising:.0f} min ({lines} solution lines) + running "
-              f"{running:.0f} s (short path; wall {measured:.0f} s) + {extra / 60:.0f} min of long runs")
+              f"{running:.0f} s (short path, CPU; wall {measured:.0f} s) + {extra / 60:.0f} min of long runs")
     print(f"\nassumptions: {WORDS_PER_MINUTE} words/min, {CODE_LINES_PER_MINUTE} given code lines/min, "
           f"{MINUTES_PER_EXERCISE} min per exercise + {MINUTES_PER_SOLUTION_LINE} min per solution line; "
           f"long runs: {FULL_RUN_EPOCHS} x {arguments.epoch_seconds:.0f} s epochs, "

@@ -121,7 +121,6 @@ def plot_masks(masks: Mapping[str, torch.Tensor], query_tokens: Sequence[str] | 
         axis.set_title(name)
         axis.set_xlabel("key")
     axes.flat[0].set_ylabel("query")
-    figure.tight_layout(rect=(0, 0.06, 1, 1))
     add_mask_legend(figure)
     return figure
 

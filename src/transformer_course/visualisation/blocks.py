@@ -111,7 +111,6 @@ def plot_decoder_masks(dec_mask: torch.Tensor, enc_mask: torch.Tensor) -> Figure
         axis.set_title(title)
         axis.set_xlabel(xlabel)
         axis.set_ylabel("decoder position (query)")
-    figure.tight_layout(rect=(0, 0.06, 1, 1))
     add_mask_legend(figure)
     return figure
 

@@ -30,7 +30,8 @@ def draw_mask(axis: Axes, matrix: np.ndarray, annotate: bool = False) -> None:
 
 
 def add_mask_legend(figure: Figure) -> None:
-    """The legend shared by every mask figure of the course, below the panels."""
+    """Lay the panels out and put the legend shared by every mask figure of the course above them."""
+    figure.tight_layout(rect=(0, 0, 1, 0.92))
     handles = [Patch(facecolor=ALLOWED, label="may attend (True / 1)"),
                Patch(facecolor=HIDDEN, edgecolor="#bbbbbb", label="hidden (False / 0)")]
-    figure.legend(handles=handles, loc="lower center", ncol=2, frameon=False, fontsize=9)
+    figure.legend(handles=handles, loc="upper center", ncol=2, frameon=False, fontsize=9)

@@ -41,7 +41,6 @@ def plot_mask_panels(panels: Mapping[str, torch.Tensor],
         axis.set_xlabel("key (attended to)")
         axis.set_title(title, fontsize=10)
     axes[0][0].set_ylabel("query (attending)")
-    figure.tight_layout(rect=(0, 0.06, 1, 1))
     add_mask_legend(figure)
     return figure
 

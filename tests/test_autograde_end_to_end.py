@@ -56,8 +56,15 @@ def test_reference_solution_gets_full_marks_and_every_cell_runs(graded, assignme
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_blank_notebook_gets_zero(graded, assignment):
-    _, rows = graded
+    """Under nbgrader a failing check still fails its cell (outside grading it only shows a red block)."""
+    classroom, rows = graded
     assert rows["blake", assignment]["total"] == 0, rows["blake", assignment]
+    autograded = nbformat.read(
+        classroom.folder / "autograded" / "blake" / assignment / f"{assignment}.ipynb", as_version=4)
+    visible = [cell for cell in autograded.cells if cell.metadata.get("nbgrader", {}).get("grade")
+               and "check." in cell.source and "BEGIN HIDDEN TESTS" not in cell.source]
+    assert visible and all(any(output.output_type == "error" for output in cell.get("outputs", []))
+                           for cell in visible), "a failing check did not fail its cell under nbgrader"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

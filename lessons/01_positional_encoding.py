@@ -24,21 +24,36 @@
 # | 5 | training on Multi30k German→English |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 #
+# **Working time:** about 35 minutes: 16 minutes of reading, one exercise (about 20 minutes), and
+# cells that run in seconds. (Estimated by `scripts/working_time.py` in the course repository:
+# reading at 150 words and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line
+# you write, and the measured run time of the cells.)
+#
 # ## Learning outcomes
 # After this notebook you can
 # 1. explain why a model built from attention needs to be *told* where each token sits;
 # 2. write down the sinusoidal encoding and say what `pos`, `i` and `d_model` mean in it;
 # 3. implement `PositionalEncoding` as a PyTorch module with a buffer and dropout;
-# 4. read its heatmap, and say where the embeddings are scaled by $\sqrt{d_{model}}$ and why.
+# 4. read its heatmap, and say where the embeddings are scaled by $\sqrt{d_{model}}$ and what that
+#    scaling does (and does not) do.
 #
-# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
-# every other cell is given and correct. After each exercise a few *check cells* test one property
-# each and print `✔` or a message that says what was expected, what came out and the likely cause.
-# Those same cells grade your work, so all green here means full marks for the visible checks
-# (the grader also runs a few hidden ones with other sizes).
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
+# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
+# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
+# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
+# check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work, so all
+# green here means full marks for the visible checks (the grader also runs a few hidden ones with
+# other sizes).
+#
+# <!-- keep-and-hand-in -->
 
 # %% readonly="setup"
 #| setup
+
+# %%
+#| settings
 
 # %%
 import math
@@ -180,18 +195,25 @@ with skip_until_implemented("PositionalEncoding"):
     plt.show()
 
 # %% [markdown]
-# **Which positions look alike?** The dot product $PE_p \cdot PE_q$ is largest when $p = q$ and
-# falls off as $|p - q|$ grows, and it depends only on the offset $p - q$ (the bands are parallel
-# to the diagonal). That is the property that lets attention reason about relative positions.
+# **Which positions look alike?** The dot product $PE_p \cdot PE_q$ depends only on the offset
+# $p - q$: the bands run parallel to the diagonal. It is largest at $p = q$, where it equals
+# $d_{model}/2$ (each sin/cos pair contributes $\sin^2 + \cos^2 = 1$). Away from the diagonal it first
+# drops quickly, then it does not keep falling: it wobbles, because the columns' different wavelengths
+# drift in and out of step, and that wobble is the banding in the figure. The cell prints it for a
+# few offsets. A fixed offset always gives the same value, which is what lets attention learn
+# relative positions.
 
 # %%
 with skip_until_implemented("PositionalEncoding"):
     encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
     figures.plot_position_similarity(encoding.pe)
     plt.show()
-    table = encoding.pe[0]
+    table = encoding.pe[0]  # (200, 64)
     print("PE[10]·PE[13] =", round(float(table[10] @ table[13]), 4),
           "  PE[40]·PE[43] =", round(float(table[40] @ table[43]), 4), "(same offset, same value)")
+    offsets = [0, 1, 2, 5, 10, 20, 40, 60, 80, 100, 120, 140]
+    print("PE[50]·PE[50 + k] for k =", offsets)
+    print("                        ", [round(float(table[50] @ table[50 + k]), 1) for k in offsets])
 
 # %% [markdown]
 # ## 5. Where the embeddings are scaled by $\sqrt{d_{model}}$
@@ -205,25 +227,38 @@ with skip_until_implemented("PositionalEncoding"):
 # x = self.positional_encoding(x)                        # adds PE, then dropout
 # ```
 #
-# Why? Embedding weights are initialised small (with Xavier initialisation each entry is about
-# $\pm\sqrt{6/(\text{vocab} + d_{model})}$), while every PE entry has magnitude up to 1. Without
-# the factor, the position signal would drown the word signal. The cell below compares their
-# sizes for a Xavier-initialised embedding. `PositionalEncoding` itself does **not** scale: keep
-# the two jobs separate. (The seed practical this course grew from forgot the scaling
-# altogether, and its positional encoding silently ignored its `dropout` argument — two bugs you
-# now know to avoid.)
+# **Why?** The paper does not say: that sentence is all it writes about it. What the factor does is
+# set the size of the word signal relative to the position signal, since the two are simply added.
+# Every PE entry lies in $[-1, 1]$; an embedding entry is as large as its initialisation makes it.
+# The cell below compares the two for the two initialisations you will meet: PyTorch's default for
+# `nn.Embedding` (each entry drawn from $\mathcal{N}(0, 1)$) and Xavier-uniform (entries within
+# $\pm\sqrt{6/(\text{vocab} + d_{model})}$), which the `Transformer` of stage 4 uses.
+#
+# `PositionalEncoding` itself does **not** scale: keep the two jobs separate. (Implementations you
+# find online sometimes forget the scaling altogether, or have a positional encoding that ignores
+# its `dropout` argument: two bugs you now know to avoid.)
 
 # %%
+torch.manual_seed(0)
 d_model, vocab_size = 64, 8000
-embedding = nn.Embedding(vocab_size, d_model)
-nn.init.xavier_uniform_(embedding.weight)
-tokens = torch.randint(vocab_size, (1, 20))
-word = embedding(tokens)  # (1, 20, d_model)
+tokens = torch.randint(vocab_size, (1, 20))  # 20 random word ids
 with skip_until_implemented("PositionalEncoding"):
-    position_signal = PositionalEncoding(d_model, 20, 0.0).pe
-    print(f"typical |PE entry|                : {position_signal.abs().mean():.3f}")
-print(f"typical |embedding entry|         : {word.abs().mean():.3f}")
-print(f"after scaling by sqrt(d_model)={math.sqrt(d_model):.0f} : {(word * math.sqrt(d_model)).abs().mean():.3f}")
+    position_signal = PositionalEncoding(d_model, 20, 0.0).pe  # (1, 20, d_model)
+    print(f"typical |PE entry|: {position_signal.abs().mean():.3f}")
+for name, initialise in (("PyTorch default N(0, 1)", nn.init.normal_), ("Xavier uniform", nn.init.xavier_uniform_)):
+    embedding = nn.Embedding(vocab_size, d_model)
+    initialise(embedding.weight)
+    word = embedding(tokens).detach()  # (1, 20, d_model)
+    print(f"{name:23s}: typical |embedding entry| {word.abs().mean():.3f}, after scaling by "
+          f"sqrt(d_model) = {math.sqrt(d_model):.0f}: {(word * math.sqrt(d_model)).abs().mean():.3f}")
+
+# %% [markdown]
+# **Reading the numbers.** With the default initialisation the scaled word signal is about ten times
+# larger than the position signal; with Xavier initialisation it is still several times *smaller*,
+# even after the factor. So the factor alone does not decide which signal dominates: the
+# initialisation does, and during training the model learns embeddings of whatever size works. Do
+# not trust the common explanation that the scaling "keeps the position signal from drowning the
+# words": at the initialisation this course uses, the numbers say otherwise.
 
 # %% [markdown]
 # ## Summary
@@ -231,9 +266,11 @@ print(f"after scaling by sqrt(d_model)={math.sqrt(d_model):.0f} : {(word * math.
 # - Even columns hold $\sin(pos/10000^{2i/d_{model}})$, odd columns the cosine of the same angle.
 # - `pe` is a buffer of shape `(1, max_seq_length, d_model)`; `forward` adds `pe[:, :seq_len]` and
 #   applies dropout to the sum.
-# - Embeddings are multiplied by $\sqrt{d_{model}}$ before the encoding is added (stage 4).
+# - Embeddings are multiplied by $\sqrt{d_{model}}$ before the encoding is added (stage 4). The paper
+#   gives no reason; which of the two signals is larger depends on the initialisation.
 #
-# The last cell lists every check you ran in this notebook.
+# The last cell lists every check of this notebook with `✔` or `✘` and its points.
+# When you are done: *File → Download → Download .ipynb*, and hand in that file.
 
 # %% [markdown]
 # ## Questions: explain your reasoning

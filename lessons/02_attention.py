@@ -23,6 +23,11 @@
 # | 5 | training on Multi30k German→English |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 #
+# **Working time:** about 1½ hours: 33 minutes of reading, four exercises (about an hour), and cells
+# that run in seconds. (Estimated by `scripts/working_time.py` in the course repository: reading at
+# 150 words and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line you write,
+# and the measured run time of the cells.)
+#
 # ## Learning outcomes
 # After this notebook you can
 # 1. explain attention as a soft dictionary lookup with queries, keys and values;
@@ -33,14 +38,23 @@
 # 5. implement `MultiHeadAttention`: projections, `split_heads`, attention per head, `combine_heads`, `W_o`;
 # 6. recognise the classic attention bugs from their symptoms.
 #
-# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
-# every other cell is given and correct. After each exercise a few *check cells* test one property
-# each and print `✔` or a message that says what was expected, what came out and the likely cause.
-# Those same cells grade your work (the grader also runs a few hidden ones with other sizes).
-# Work top to bottom: later exercises call your earlier functions.
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
+# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
+# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
+# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
+# check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
+# grader also runs a few hidden ones with other sizes). Work top to bottom: later exercises call
+# your earlier functions.
+#
+# <!-- keep-and-hand-in -->
 
 # %% readonly="setup"
 #| setup
+
+# %%
+#| settings
 
 # %%
 import math
@@ -350,18 +364,19 @@ assert check.look_ahead_mask_values(make_look_ahead_mask, size=11)
 
 # %% [markdown]
 # ### Pictures of the masks
-# A batch of two German sentences, the shorter one padded. Light cells may be attended to, dark
-# cells are hidden; rows are queries, columns are keys. The padding mask hides the `<pad>` columns
+# A batch of two German sentences, the shorter one padded (`<pad>` has id 3, as in every notebook of
+# the course). Blue cells may be attended to, grey cells are hidden (the same colours in every mask
+# figure of the course); rows are queries, columns are keys. The padding mask hides the `<pad>` columns
 # for every row; the look-ahead mask hides everything right of the diagonal; the decoder combines
 # both with `&` (stage 4): a key is visible only if *both* masks allow it.
 
 # %%
-vocabulary = {"<pad>": 1, "ein": 5, "hund": 6, "läuft": 7, "schnell": 8, "heim": 9}
+vocabulary = {"<pad>": 3, "ein": 5, "hund": 6, "läuft": 7, "schnell": 8, "heim": 9}
 sentences = [["ein", "hund", "läuft", "<pad>", "<pad>"], ["ein", "hund", "läuft", "schnell", "heim"]]
 token_ids = torch.tensor([[vocabulary[word] for word in sentence] for sentence in sentences])  # (2, 5)
 
 with skip_until_implemented("make_padding_mask and make_look_ahead_mask"):
-    padding_mask = make_padding_mask(token_ids, pad_idx=1)  # (2, 1, 1, 5)
+    padding_mask = make_padding_mask(token_ids, pad_idx=3)  # (2, 1, 1, 5)
     look_ahead_mask = make_look_ahead_mask(token_ids.size(1))  # (1, 1, 5, 5)
     combined_mask = padding_mask & look_ahead_mask  # broadcasts to (2, 1, 5, 5)
     print("shapes:", tuple(padding_mask.shape), tuple(look_ahead_mask.shape), tuple(combined_mask.shape))
@@ -377,7 +392,7 @@ with skip_until_implemented("make_padding_mask and make_look_ahead_mask"):
 with skip_until_implemented("the masks and scaled_dot_product_attention"):
     generator = torch.Generator().manual_seed(2)
     Q_demo, K_demo, V_demo = (torch.randn(2, 1, 5, 8, generator=generator) for _ in range(3))  # (2, 1, 5, 8)
-    mask_demo = make_padding_mask(token_ids, 1) & make_look_ahead_mask(5)  # (2, 1, 5, 5)
+    mask_demo = make_padding_mask(token_ids, 3) & make_look_ahead_mask(5)  # (2, 1, 5, 5)
     _, weights_demo = scaled_dot_product_attention(Q_demo, K_demo, V_demo, mask_demo)
     figures.plot_attention_weights(weights_demo[0, 0], sentences[0], sentences[0],
                                    title="Weights with padding & look-ahead mask")
@@ -568,7 +583,7 @@ with skip_until_implemented("MultiHeadAttention and make_padding_mask"):
         builtin.out_proj.weight.copy_(ours.W_o.weight)
         builtin.out_proj.bias.copy_(ours.W_o.bias)
         x = torch.randn(2, 5, 16)  # the two sentences, random stand-in vectors
-        mask = make_padding_mask(token_ids, pad_idx=1)  # (2, 1, 1, 5), True = may attend
+        mask = make_padding_mask(token_ids, pad_idx=3)  # (2, 1, 1, 5), True = may attend
         mine = ours(x, x, x, mask)
         theirs, _ = builtin(x, x, x, key_padding_mask=~mask[:, 0, 0, :])  # (2, 5), True = ignore
     print("largest difference:", (mine - theirs).abs().max().item())
@@ -588,7 +603,8 @@ with skip_until_implemented("MultiHeadAttention and make_padding_mask"):
 #   mixes them with `W_o`.
 #
 # Next, stage 3 wraps `MultiHeadAttention` with a feed-forward network, residual connections and
-# LayerNorm into encoder and decoder blocks. The last cell lists every check you ran here.
+# LayerNorm into encoder and decoder blocks. The last cell lists every check of this notebook with
+# `✔` or `✘` and its points. When you are done: *File → Download → Download .ipynb*, and hand in that file.
 
 # %% [markdown]
 # ## Questions: explain your reasoning

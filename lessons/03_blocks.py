@@ -23,6 +23,11 @@
 # | 5 | training on Multi30k German→English |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 #
+# **Working time:** about 1 hour: 35 minutes of reading, three exercises (about 25 minutes), and
+# cells that run in seconds. (Estimated by `scripts/working_time.py` in the course repository:
+# reading at 150 words and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line
+# you write, and the measured run time of the cells.)
+#
 # ## Learning outcomes
 # After this notebook you can
 # 1. write down the feed-forward network $\max(0, xW_1 + b_1)W_2 + b_2$, name every symbol and shape,
@@ -36,18 +41,27 @@
 # 5. contrast the paper's post-LN block with the pre-LN variant most deep models use today;
 # 6. recognise the classic block bugs from their symptoms.
 #
-# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
-# every other cell is given and correct. After each exercise a few *check cells* test one property
-# each and print `✔` or a message that says what was expected, what came out and the likely cause.
-# Those same cells grade your work (the grader also runs a few hidden ones with other sizes).
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
+# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
+# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
+# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
+# check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
+# grader also runs a few hidden ones with other sizes).
 #
 # Multi-head attention and the masks come from the course's reference package, not from your
 # stage-2 notebook, so a mistake left there cannot break this one. In the same spirit, the block
 # checks plug the reference feed-forward network into your blocks: a feed-forward mistake costs
 # points once, in its own checks.
+#
+# <!-- keep-and-hand-in -->
 
 # %% readonly="setup"
 #| setup
+
+# %%
+#| settings
 
 # %%
 import matplotlib.pyplot as plt
@@ -406,12 +420,13 @@ diagrams.show("decoder_block")
 # - The **feed-forward** sublayer is the same kind of network as in the encoder.
 #
 # The figure shows both masks for one sentence pair (source: 5 tokens + 2 `<pad>`, target: 4 tokens
-# + 2 `<pad>`). Each row is a decoder position; blue cells are what it may attend to.
+# + 2 `<pad>`; `<bos>` = 1 and `<pad>` = 3, the ids the whole course uses). Each row is a decoder
+# position; blue cells are what it may attend to, grey cells are hidden.
 
 # %%
-PAD = 0
+BOS, PAD = 1, 3  # the course's special ids: <unk> 0, <bos> 1, <eos> 2, <pad> 3
 source = torch.tensor([[12, 7, 31, 5, 9, PAD, PAD]])  # (1, src_len = 7)
-target = torch.tensor([[1, 14, 3, 22, PAD, PAD]])  # (1, tgt_len = 6)
+target = torch.tensor([[BOS, 14, 5, 22, PAD, PAD]])  # (1, tgt_len = 6)
 enc_mask = make_padding_mask(source, PAD)  # (1, 1, 1, 7)
 dec_mask = make_padding_mask(target, PAD) & make_look_ahead_mask(target.size(1))  # (1, 1, 6, 6)
 figures.plot_decoder_masks(dec_mask[0, 0], enc_mask[0, 0].expand(target.size(1), -1))
@@ -550,19 +565,23 @@ def gradient_norm_per_block(block_class: type, num_layers: int, d_model: int = 6
 # %%
 with skip_until_implemented("EncoderBlock"):
     for num_layers in (6, 12):
-        figures.plot_gradient_norms({
-            f"post-LN, {num_layers} blocks": gradient_norm_per_block(EncoderBlock, num_layers),
-            f"pre-LN, {num_layers} blocks": gradient_norm_per_block(PreLNEncoderBlock, num_layers),
-        })
+        post = gradient_norm_per_block(EncoderBlock, num_layers)
+        pre = gradient_norm_per_block(PreLNEncoderBlock, num_layers)
+        figures.plot_gradient_norms({f"post-LN, {num_layers} blocks": post, f"pre-LN, {num_layers} blocks": pre})
         plt.show()
+        print(f"{num_layers} blocks: top block / bottom block  post-LN {post[-1] / post[0]:.2f}, "
+              f"pre-LN {pre[-1] / pre[0]:.2f};  top block post-LN / pre-LN {post[-1] / pre[-1]:.1f}")
 
 # %% [markdown]
 # **Reading the bars.** In the post-LN stacks the gradients grow from the input end towards the
-# loss end, and the growth is stronger with 12 blocks than with 6: the upper blocks get far larger
-# gradients than the lower ones. In the pre-LN stacks the gradients are smaller and even shrink
-# towards the top: each block's output is added to a residual stream that keeps growing and is
-# normalised only once, at the very end. Large gradients in the upper blocks are harmless with a tiny
-# learning rate, and that is exactly what a warm-up provides in the first steps of training.
+# loss end, and the growth is stronger with 12 blocks than with 6, but at this size it is moderate:
+# the printed top-to-bottom ratios are about 1.2 (6 blocks) and 1.6 (12 blocks). In the pre-LN
+# stacks the gradients shrink towards the top instead (ratios about 0.6 and 0.5): each block's output
+# is added to a residual stream that keeps growing and is normalised only once, at the very end. The
+# clearest difference is between the two orders: the top post-LN block gets about 2.5 times (6
+# blocks) and 3.7 times (12 blocks) the gradient of the top pre-LN block. Xiong et al. study wider and
+# deeper stacks, where the gap is larger. Larger gradients in the upper blocks are harmless with a
+# tiny learning rate, and that is exactly what a warm-up provides in the first steps of training.
 #
 # ## Summary
 # - The feed-forward network $\max(0, xW_1 + b_1)W_2 + b_2$ is one small MLP applied to every
@@ -579,7 +598,8 @@ with skip_until_implemented("EncoderBlock"):
 #   paper's post-LN needs its learning-rate warm-up.
 #
 # Next, stage 4 stacks these blocks, adds embeddings, positional encoding and the output layer, and
-# builds the full encoder–decoder. The last cell lists every check you ran here.
+# builds the full encoder–decoder. The last cell lists every check of this notebook with `✔` or `✘`
+# and its points. When you are done: *File → Download → Download .ipynb*, and hand in that file.
 
 # %% [markdown]
 # ## Questions: explain your reasoning

@@ -24,26 +24,41 @@
 # | 5 | training on Multi30k German→English |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 #
+# **Working time:** about 1½ hours: 33 minutes of reading, four exercises (about 50 minutes), and
+# cells that run in seconds. (Estimated by `scripts/working_time.py` in the course repository:
+# reading at 150 words and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line
+# you write, and the measured run time of the cells.)
+#
 # ## Learning outcomes
 # After this notebook you can
 # 1. trace a batch of token ids through the whole model and name the shape after every step;
-# 2. explain why the embeddings are multiplied by $\sqrt{d_{model}}$ *before* the positional encoding is added;
+# 2. say where the embeddings are multiplied by $\sqrt{d_{model}}$ (before the positional encoding is
+#    added) and what the factor changes;
 # 3. explain teacher forcing and build the target mask from a padding part and a look-ahead part;
 # 4. implement `Encoder`, `Decoder` and `Transformer` so that every block is registered with PyTorch;
 # 5. count the parameters per component and compare them with the paper's base model;
 # 6. test a model for causality and padding invariance, and against PyTorch's own `nn.Transformer`.
 #
-# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
-# every other cell is given and correct. After each exercise a few *check cells* test one property
-# each and print `✔` or a message that says what was expected, what came out and the likely cause.
-# Those same cells grade your work, so all green here means full marks for the visible checks
-# (the grader also runs a few hidden ones with other sizes).
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
+# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
+# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
+# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
+# check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work, so all
+# green here means full marks for the visible checks (the grader also runs a few hidden ones with
+# other sizes).
 #
 # The pieces from stages 1–3 are imported from the course's reference code, so a slip in an earlier
 # notebook cannot break this one.
+#
+# <!-- keep-and-hand-in -->
 
 # %% readonly="setup"
 #| setup
+
+# %%
+#| settings
 
 # %%
 import math
@@ -91,19 +106,19 @@ diagrams.show("transformer")
 # ## 2. A toy batch to follow through the model
 #
 # Two German sentences and their English translations, with tiny vocabularies. The special tokens
-# come first: `<unk>` (unknown word), `<pad>` (filler that makes sentences the same length),
-# `<bos>` (beginning of sentence) and `<eos>` (end of sentence). Here `PAD = 1`, as in the
-# torchtext vocabularies of stage 5; every function takes the pad id as an argument (`pad_idx`),
-# so nothing depends on that choice.
+# come first, with the ids the whole course uses (the vocabularies of stage 5 are built the same
+# way): `<unk>` = 0 (unknown word), `<bos>` = 1 (beginning of sentence), `<eos>` = 2 (end of
+# sentence) and `<pad>` = 3 (filler that makes sentences the same length). Every function takes the
+# pad id as an argument (`pad_idx`), so nothing depends on that choice.
 #
 # The second sentence is shorter, so it is filled up with `<pad>`. A batch is then one integer
 # tensor of shape `(batch, seq_len)`.
 
 # %%
-SPECIALS = ["<unk>", "<pad>", "<bos>", "<eos>"]
+SPECIALS = ["<unk>", "<bos>", "<eos>", "<pad>"]  # ids 0, 1, 2, 3
 source_vocabulary = SPECIALS + ["zwei", "kleine", "katzen", "schlafen", "ein", "hund", "läuft"]
 target_vocabulary = SPECIALS + ["two", "small", "cats", "are", "sleeping", "a", "dog", "runs"]
-PAD, BOS, EOS = 1, 2, 3
+BOS, EOS, PAD = 1, 2, 3
 
 
 def encode(words: list[str], vocabulary: list[str], length: int) -> list[int]:
@@ -129,9 +144,10 @@ print("tgt:", tgt.shape, tgt.tolist())
 # - $E$ — the embedding table, one learned row of width $d_{model}$ per vocabulary word
 #   (`nn.Embedding(vocab_size, d_model)`); $E[x]$ looks up one row per token:
 #   `(batch, seq_len)` → `(batch, seq_len, d_model)`;
-# - $\sqrt{d_{model}}$ — the scaling of section 3.4 of the paper; stage 1 showed why: embedding
-#   entries start small, PE entries are up to 1, and without the factor the position signal would
-#   drown the word signal. The factor multiplies the **embeddings only**, before PE is added;
+# - $\sqrt{d_{model}}$ — the scaling of section 3.4 of the paper, which gives no reason for it. It sets
+#   the size of the word signal relative to the position signal (PE entries lie in $[-1, 1]$);
+#   stage 1 measured that which of the two is larger depends on how the embeddings are initialised.
+#   The factor multiplies the **embeddings only**, before PE is added;
 # - $PE_{[0:\,seq\_len]}$ — the first `seq_len` rows of the sinusoid table of stage 1;
 # - Dropout — applied to the sum, inside `PositionalEncoding.forward`.
 #
@@ -552,8 +568,9 @@ print(f"one shared 37000x512 table: {(blocks + embedding_size) / 1e6:6.1f} M   (
 # %% [markdown]
 # ## 12. Pitfalls
 #
-# - **No $\sqrt{d_{model}}$ scaling**, or scaling *after* PE is added. Both run without error and
-#   train worse. The scaling belongs to the embeddings only.
+# - **No $\sqrt{d_{model}}$ scaling**, or scaling *after* PE is added. Both run without error, but the
+#   model is no longer the paper's (the value check compares with the reference and names them). The
+#   scaling belongs to the embeddings only.
 # - **Blocks in a plain Python list.** `self.layers = [EncoderBlock(...) for _ in range(N)]` hides
 #   the blocks from PyTorch: `model.parameters()` misses them (the optimiser never trains them),
 #   `state_dict()` does not save them and `model.to(device)` does not move them. Use `nn.ModuleList`.
@@ -603,7 +620,8 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # - Your model equals PyTorch's `nn.Transformer` (without its final stack norms) with the same
 #   weights, is causal, and ignores padding. Stage 5 trains it.
 #
-# The last cell lists every check you ran in this notebook.
+# The last cell lists every check of this notebook with `✔` or `✘` and its points.
+# When you are done: *File → Download → Download .ipynb*, and hand in that file.
 
 # %% [markdown]
 # ## Questions: explain your reasoning

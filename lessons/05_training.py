@@ -23,6 +23,12 @@
 # | **5** | **training on Multi30k German→English** (this one) |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 #
+# **Working time:** about 2¼ hours: an hour of reading, four exercises (about 45 minutes), and the
+# training run of section 11, 17 to 35 minutes on a 2-core CPU. (Estimated by
+# `scripts/working_time.py` in the course repository: reading at 150 words and 10 lines of given
+# code a minute, 5 minutes per exercise plus 2 per line you write, and the measured run time of the
+# cells.)
+#
 # ## Learning outcomes
 # After this notebook you can
 # 1. describe the Multi30k data set and turn its sentences into id sequences with a tokeniser and a
@@ -36,30 +42,40 @@
 #    step) and recognise the classic training-loop bugs from their symptoms;
 # 6. train and evaluate the model, plot its curves, save a checkpoint and resume from it.
 #
-# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
-# every other cell is given and correct. After each exercise a few *check cells* test one property
-# each and print `✔` or a message that says what was expected, what came out and the likely cause.
-# Those same cells grade your work (the grader also runs a few hidden ones with other sizes). The
-# checks use small synthetic data, so they run in seconds and need no download.
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
+# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
+# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
+# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
+# check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
+# grader also runs a few hidden ones with other sizes). The checks use small synthetic data, so they
+# run in seconds and need no download.
 #
 # The model itself comes from the course package (`transformer_course.reference`), so a bug left in
 # an earlier stage cannot spoil this one.
+#
+# <!-- keep-and-hand-in -->
 
 # %% readonly="setup"
 #| setup
 
 # %%
+#| settings
+
+# %%
 import math
-import tempfile
+import time
 from collections.abc import Iterable, Sequence  # noqa: F401  (Sequence: used by the given code spliced below)
 from functools import partial
-from pathlib import Path
+from pathlib import Path  # noqa: F401  (used by the given code spliced below)
+from typing import Any  # noqa: F401  (used by the given code spliced below)
 
 import matplotlib.pyplot as plt
 import torch
-from torch import nn
+from torch import nn  # noqa: F401  (used by the given code spliced below)
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm  # noqa: F401  (progress bars in train_epoch and evaluate)
+from tqdm.auto import tqdm  # progress bars: batches in train_epoch and evaluate, epochs in the training run
 
 from transformer_course.checks import training as check
 from transformer_course.data.batching import BucketBatchSampler
@@ -72,9 +88,9 @@ from transformer_course.reference import (
     make_source_mask,  # noqa: F401  (used by collate below)
     make_target_mask,
 )
-from transformer_course.reference.training import Batch
+from transformer_course.reference.training import TRAINING_STATE_NAME, Batch
 from transformer_course.reference.translation import prepare_data, translate
-from transformer_course.runtime import grading_mode
+from transformer_course.runtime import checkpoint_folder, short_run
 from transformer_course.visualisation import attention as attention_figures
 from transformer_course.visualisation import diagrams
 from transformer_course.visualisation import training as figures
@@ -251,8 +267,8 @@ assert check.collate_shift(collate, batch_size=6, seed=12, pad_idx=0)
 
 # %% [markdown]
 # A real batch of three training pairs, and the target mask of the shortest one: each row is a
-# decoder position, the light cells are the positions it may attend to. The padded columns are
-# dark for every row, and no row sees the future.
+# decoder position, the blue cells are the positions it may attend to, grey cells are hidden. The
+# padded columns are grey in every row, and no row sees the future.
 
 # %%
 with skip_until_implemented("collate"):
@@ -470,8 +486,9 @@ with skip_until_implemented("compute_loss (or collate)"):
 # ## 8. Exercise: `noam_learning_rate`
 #
 # Implement the formula, times `factor`. The schedule is named after Noam Shazeer, one of the
-# paper's authors. One detail: treat `step = 0` as step 1, since $0^{-0.5}$ divides by zero and
-# PyTorch's scheduler asks for step 0 as soon as it is created (below).
+# paper's authors. One detail: treat `step = 0` as step 1, since $0^{-0.5}$ divides by zero. The
+# optimiser wiring given below passes `index + 1` and so never asks for step 0, but a schedule that
+# crashes on 0 is a trap for the next piece of code that calls it (one of the checks does).
 
 # %% solution="noam_learning_rate"
 #| include transformer_course.reference.training:noam_learning_rate
@@ -619,42 +636,48 @@ def copy_pairs(count: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
 # %%
 threads = torch.get_num_threads()
 torch.set_num_threads(1)  # models this tiny train fastest on one CPU thread
-with skip_until_implemented("train_epoch (or collate, compute_loss, noam_learning_rate)"):
-    toy_pairs = copy_pairs(512)
-    shifted = [collate(toy_pairs[start:start + 32], PAD_IDX) for start in range(0, 512, 32)]
-    unshifted = []
-    for batch in shifted:  # the bug: decoder input and target both the full target <bos> ... <eos>
-        full = torch.cat([batch.tgt_in[:, :1], batch.tgt_out], dim=1)  # (batch, tgt_len + 1)
-        unshifted.append(Batch(batch.src, full, full, batch.src_mask, make_target_mask(full, PAD_IDX)))
-    test = collate(copy_pairs(6, seed=1), PAD_IDX)
-    bos_only = test.tgt_in[:, :1]  # (6, 1): each decoder has read just <bos>
-    print("first source words:", test.src[:, 1].tolist())
-    curves = {}
-    for name, batches in (("shifted (correct)", shifted), ("not shifted (the bug)", unshifted)):
-        torch.manual_seed(0)
-        toy = Transformer(12, 12, 32, 4, 1, 64, 20, 0.0)  # vocab 12, d_model 32, 4 heads, 1 layer
-        toy_optimizer, toy_scheduler = make_optimizer(toy, 32, warmup_steps=50, factor=0.5)
-        curves[name] = [train_epoch(toy, batches, make_criterion(PAD_IDX, 0.0), toy_optimizer, toy_scheduler,
-                                    progress=False) for _ in range(7)]
-        first_word = toy.eval()(test.src, bos_only, test.src_mask, make_target_mask(bos_only, PAD_IDX)).argmax(-1)
-        print(f"{name:22s} first word predicted: {first_word[:, 0].tolist()}")
-    figures.plot_loss_curves(curves, title="Copy task, your training loop")
-    plt.show()
-torch.set_num_threads(threads)
+try:
+    with skip_until_implemented("train_epoch (or collate, compute_loss, noam_learning_rate)"):
+        toy_pairs = copy_pairs(512)
+        shifted = [collate(toy_pairs[start:start + 32], PAD_IDX) for start in range(0, 512, 32)]
+        unshifted = []
+        for batch in shifted:  # the bug: decoder input and target both the full target <bos> ... <eos>
+            full = torch.cat([batch.tgt_in[:, :1], batch.tgt_out], dim=1)  # (batch, tgt_len + 1)
+            unshifted.append(Batch(batch.src, full, full, batch.src_mask, make_target_mask(full, PAD_IDX)))
+        test = collate(copy_pairs(6, seed=1), PAD_IDX)
+        bos_only = test.tgt_in[:, :1]  # (6, 1): each decoder has read just <bos>
+        print("first source words:", test.src[:, 1].tolist())
+        curves = {}
+        for name, batches in (("shifted (correct)", shifted), ("not shifted (the bug)", unshifted)):
+            torch.manual_seed(0)
+            toy = Transformer(12, 12, 32, 4, 1, 64, 20, 0.0)  # vocab 12, d_model 32, 4 heads, 1 layer
+            toy_optimizer, toy_scheduler = make_optimizer(toy, 32, warmup_steps=50, factor=0.5)
+            curves[name] = [train_epoch(toy, batches, make_criterion(PAD_IDX, 0.0), toy_optimizer, toy_scheduler,
+                                        progress=False) for _ in range(7)]
+            first = toy.eval()(test.src, bos_only, test.src_mask, make_target_mask(bos_only, PAD_IDX)).argmax(-1)
+            print(f"{name:22s} first word predicted: {first[:, 0].tolist()}")
+        figures.plot_loss_curves(curves, title="Copy task, your training loop")
+        plt.show()
+finally:
+    torch.set_num_threads(threads)  # put back even when your code raises
 
 # %% [markdown]
 # ## 11. Training on Multi30k
 #
 # **The device.** The setup cell picked it automatically and stored it in `device`: the GPU when
 # there is one, else the CPU. The model is moved there once (`.to(device)`), and `train_epoch` and
-# `evaluate` move each batch there.
+# `evaluate` move each batch there. In Colab you get a GPU with *Runtime → Change runtime type* (for
+# example *T4 GPU*); then run the notebook again from the top, and the setup cell prints the device.
 #
-# **Use a GPU.** In Colab choose *Runtime → Change runtime type*, pick a GPU (for example
-# *T4 GPU*), save, and run the notebook again from the top; the setup cell prints the device it
-# found. We have not timed an epoch on Colab's GPUs, so we quote no number; on a CPU
-# training is many times slower, and a full run is not practical there. If you have no GPU, run a
-# single epoch to see the curves move (set `EPOCHS = 1`, or `MAX_STEPS` to a few dozen batches) and
-# move on: notebook 6 ships a pretrained checkpoint of this model.
+# **How long it takes.** One epoch of this run (116 batches, then the validation split) is about
+# 3.5 minutes of computation for one core of a 2-core AMD EPYC CPU (torch 2.13), measured with
+# `python scripts/benchmark.py --epoch --threads 1` from the course repository. (We measured CPU time
+# on one thread because the machine was busy with other work, which makes clock times meaningless.)
+# Two cores can at most halve that, so on a 2-core CPU expect between about 1.7 and 3.5 minutes per
+# epoch, 17 to 35 minutes for the 10 epochs: slow, but practical. **No GPU time has been measured
+# for this course yet.** On a GPU, read it off the outer progress bar of the training run (seconds
+# per epoch and time left), or measure it in a checkout of the course with
+# `python scripts/benchmark.py --epoch --device cuda`.
 #
 # The settings: a model smaller than the paper's base model (Multi30k is small; $d_{model} = 256$,
 # 3 layers on each side), Adam with the warm-up schedule, label smoothing 0.1, dropout 0.1. Our
@@ -663,70 +686,94 @@ torch.set_num_threads(threads)
 # and halve the peak with `factor = 0.5`. While the notebook is being autograded, a tiny model, five
 # small batches and part of the validation split keep this part to seconds; the numbers it then
 # prints mean nothing.
+#
+# **Where the checkpoints go.** A long run can be interrupted: Colab disconnects idle sessions and
+# recycles its machines, and everything on the machine is lost then. In Colab, set
+# `USE_GOOGLE_DRIVE = True` below (Colab asks once for permission to use your Drive): checkpoints
+# then go to the folder `transformers_from_scratch` in your Google Drive, where they survive, and
+# notebook 6 finds your trained model there. Elsewhere the folder is `transformers_from_scratch` in
+# your home directory.
 
 # %%
-EPOCHS = 1 if grading_mode() else 10
-MAX_STEPS = 5 if grading_mode() else None  # batches per epoch; None = the whole epoch
-if grading_mode():  # a tiny model, small batches and 200 validation pairs: autograding takes seconds
+USE_GOOGLE_DRIVE = False  # True in Colab: keep checkpoints in your Google Drive (opt-in)
+RUN_DIR = checkpoint_folder(use_google_drive=USE_GOOGLE_DRIVE)
+STATE_PATH = RUN_DIR / TRAINING_STATE_NAME  # the training state, saved after every epoch
+
+# %%
+EPOCHS = 1 if short_run() else 10
+MAX_STEPS = 5 if short_run() else None  # batches per epoch; None = the whole epoch
+if short_run():  # a tiny model, small batches and 200 validation pairs: autograding takes seconds
     CONFIG = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, max_seq_length=128, dropout=0.1)
     MAX_TOKENS = 512
     train_loader, val_loader = make_batches(data.splits["train"]), make_batches(data.splits["val"][:200], False)
 else:
     CONFIG = dict(d_model=256, num_heads=8, num_layers=3, d_ff=512, max_seq_length=128, dropout=0.1)
 WARMUP_STEPS, LR_FACTOR, CLIP_NORM = 400, 0.5, 1.0
-RUN_DIR = Path(tempfile.mkdtemp()) if grading_mode() else Path("checkpoints")  # where checkpoints go
 
 torch.manual_seed(0)
 model = Transformer(len(source_vocab), len(target_vocab), **CONFIG).to(device)
+history: list[dict[str, float]] = []  # one record per finished epoch
 criterion = make_criterion(PAD_IDX, label_smoothing=0.1)  # what we optimise
 plain_criterion = make_criterion(PAD_IDX, label_smoothing=0.0)  # for validation loss and perplexity
-history: list[dict[str, float]] = []  # one record per epoch
 print(f"{count_parameters(model):,} trainable parameters on {device}")
 
 # %% [markdown]
 # ### Checkpoints: save after every epoch, resume later
-# A long run can be interrupted (Colab disconnects idle sessions). To continue exactly where it
-# stopped, a checkpoint must hold everything that changes during training: the model's weights,
-# the optimiser's state (Adam's running averages), the scheduler's step count, the epoch and the
-# history so far. `state_dict()` gives each of them as plain tensors and numbers.
+# To continue exactly where a run stopped, a checkpoint must hold everything that changes during
+# training: the model's weights, the optimiser's state (Adam's running averages), the scheduler's
+# step count, the history so far, and the state of the random number generators (dropout draws from
+# them). `state_dict()` gives the first three as plain tensors and numbers. The two functions are
+# given (they live in the course package; read them here).
 
 # %%
-def save_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-                        scheduler: torch.optim.lr_scheduler.LRScheduler, epoch: int, history: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "epoch": epoch, "history": history}, path)
+#| include transformer_course.reference.training:save_training_state
 
+# %%
+#| include transformer_course.reference.training:resume_training
 
-def load_training_state(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-                        scheduler: torch.optim.lr_scheduler.LRScheduler) -> tuple[int, list[dict]]:
-    """Restore model, optimiser and scheduler in place; return (last finished epoch, history)."""
-    state = torch.load(path, map_location=device, weights_only=True)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    return state["epoch"], state["history"]
+# %% [markdown]
+# The next cell creates the optimiser and the scheduler for `model` and then **resumes** a saved run
+# into these objects: the same `model`, `optimizer`, `scheduler` and `history`, filled in place. With
+# no saved run it resumes nothing. So, after a disconnect, run the notebook from the top (with the
+# same `USE_GOOGLE_DRIVE`): this cell picks up the last finished epoch and the training cell continues
+# with the next one. To start over instead, delete the file it names.
+
+# %%
+optimizer = scheduler = None
+with skip_until_implemented("noam_learning_rate (make_optimizer uses it)"):
+    optimizer, scheduler = make_optimizer(model, CONFIG["d_model"], WARMUP_STEPS, LR_FACTOR)
+    finished = resume_training(STATE_PATH, model, optimizer, scheduler, history, CONFIG)
+    if finished:
+        print(f"resumed after epoch {finished} from {STATE_PATH}; the next batch uses schedule step "
+              f"{scheduler.last_epoch + 1}")
+    else:
+        print(f"no saved run at {STATE_PATH}: training starts from scratch")
 
 # %% [markdown]
 # ### The training run
 # Each epoch: train on every batch (a fresh shuffle of the batch order per epoch), evaluate on the
-# validation split, record the numbers, save the training state. The progress bars show the batches.
-# Running this cell again continues from the current weights with a fresh optimiser; to start over,
-# run the model cell above first.
+# validation split, record the numbers, save the training state. The inner progress bar counts the
+# batches of an epoch; the outer one counts the epochs and shows the seconds per epoch and the time
+# left. Running this cell again continues with the next epoch (up to `EPOCHS`).
 
 # %%
 with skip_until_implemented("train_epoch (or collate, compute_loss, noam_learning_rate)"):
-    optimizer, scheduler = make_optimizer(model, CONFIG["d_model"], WARMUP_STEPS, LR_FACTOR)
-    for epoch in range(1, EPOCHS + 1):
+    if optimizer is None:  # the cell above could not build it: noam_learning_rate is not written yet
+        raise NotImplementedError
+    epochs = tqdm(range(len(history) + 1, EPOCHS + 1), desc="epochs", unit="epoch", initial=len(history),
+                  total=EPOCHS)
+    for epoch in epochs:
+        started = time.perf_counter()
         train_loader.batch_sampler.set_epoch(epoch)
         train_loss = train_epoch(model, train_loader, criterion, optimizer, scheduler, device,
                                  clip_norm=CLIP_NORM, max_steps=MAX_STEPS)
         val_loss = evaluate(model, val_loader, plain_criterion, device)
         history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
-                        "lr": scheduler.get_last_lr()[0]})
-        print(f"epoch {epoch}: train loss {train_loss:.3f}, validation loss {val_loss:.3f}, "
-              f"perplexity {perplexity(val_loss):.1f}, learning rate {scheduler.get_last_lr()[0]:.2e}")
-        save_training_state(RUN_DIR / "training_state.pt", model, optimizer, scheduler, epoch, history)
+                        "lr": scheduler.get_last_lr()[0], "seconds": time.perf_counter() - started})
+        save_training_state(STATE_PATH, model, optimizer, scheduler, history, CONFIG)
+        epochs.write(f"epoch {epoch}: train loss {train_loss:.3f}, validation loss {val_loss:.3f}, "
+                     f"perplexity {perplexity(val_loss):.1f}, learning rate {scheduler.get_last_lr()[0]:.2e}, "
+                     f"{history[-1]['seconds']:.0f} s")
 
 # %% [markdown]
 # ### Curves
@@ -743,45 +790,24 @@ else:
     print("(no history yet: run the training cell above)")
 
 # %% [markdown]
-# ### Resuming from the checkpoint
-# A fresh model, optimiser and scheduler, restored from the file: the weights are identical to the
-# ones in memory, the schedule continues at the same step, and training goes on for one more epoch
-# (or a few batches while grading). This is also how you continue after a disconnect: run the cells
-# up to the training run, then this one.
-
-# %%
-with skip_until_implemented("train_epoch (or noam_learning_rate)"):
-    state_path = RUN_DIR / "training_state.pt"
-    if not state_path.exists():
-        print(f"(no checkpoint at {state_path} yet: run the training cell above)")
-    else:
-        resumed = Transformer(len(source_vocab), len(target_vocab), **CONFIG).to(device)
-        resumed_optimizer, resumed_scheduler = make_optimizer(resumed, CONFIG["d_model"], WARMUP_STEPS, LR_FACTOR)
-        last_epoch, resumed_history = load_training_state(state_path, resumed, resumed_optimizer, resumed_scheduler)
-        same = all(torch.equal(a, b) for a, b in zip(resumed.state_dict().values(), model.state_dict().values(),
-                                                     strict=True))
-        print(f"resumed after epoch {last_epoch}: weights identical to the model in memory: {same}; "
-              f"the next batch uses schedule step {resumed_scheduler.last_epoch + 1}")
-        train_loss = train_epoch(resumed, train_loader, criterion, resumed_optimizer, resumed_scheduler, device,
-                                 clip_norm=CLIP_NORM, max_steps=MAX_STEPS)
-        print(f"one more epoch from the checkpoint: train loss {train_loss:.3f}")
-
-# %% [markdown]
 # **Sharing the trained model.** For translating you only need the weights, the configuration and
-# the two vocabularies. `checkpoint.save` stores exactly those (weights in float16, half the size);
-# notebook 6 loads such a file with `checkpoint.load`, into the course's `Transformer` or into yours.
+# the two vocabularies. `checkpoint.save` stores exactly those (weights in float16, half the size)
+# as `transformer_de_en.pt` in the checkpoints folder. Notebook 6 loads it when you set
+# `MODEL = "mine"` there (with the same `USE_GOOGLE_DRIVE` as here), into the course's `Transformer`
+# or into yours, and scores it beside the course's pretrained checkpoint.
 
 # %%
 if history:
-    model_path = RUN_DIR / "transformer_de_en.pt"
-    checkpoint.save(model_path, model, CONFIG, source_vocab, target_vocab, {"epochs": len(history)})
-    print(f"saved {model_path} ({model_path.stat().st_size / 1e6:.1f} MB)")
+    model_path = RUN_DIR / checkpoint.PRETRAINED_NAME
+    checkpoint.save(model_path, model, CONFIG, source_vocab, target_vocab,
+                    {"epochs": len(history), "val_loss": round(history[-1]["val_loss"], 4), "device": str(device)})
+    print(f"saved {model_path} ({model_path.stat().st_size / 1e6:.1f} MB) after {len(history)} epochs")
 
 # %% [markdown]
 # ### Three translations
-# Greedy decoding (notebook 6 explains it) on three validation sentences. After a short run, or on
-# a CPU, expect poor output: repeated words, generic phrases such as "a man in a ...". After the
-# full run the gist is usually right. Notebook 6 measures quality properly, with BLEU.
+# Greedy decoding (notebook 6 explains it) on three validation sentences. After a short run (one
+# epoch, or a few batches) expect poor output: repeated words, generic phrases such as "a man in a
+# ...". Notebook 6 measures the quality of a model properly, with BLEU.
 
 # %%
 if history:
@@ -821,9 +847,11 @@ else:
 # - Adam with $\mathit{lrate} = d_{model}^{-0.5}\min(\mathit{step}^{-0.5},
 #   \mathit{step}\cdot\mathit{warmup}^{-1.5})$, stepped once per batch; gradients clipped by norm.
 # - One update: `zero_grad` → loss → `backward` → clip → `optimizer.step` → `scheduler.step`.
-# - Checkpoints hold model, optimiser and scheduler state, so training can resume exactly.
+# - Checkpoints hold the model, optimiser and scheduler state, the history and the random generators, so
+#   a run resumes exactly, into the same objects; in Colab, keep them in Google Drive.
 #
-# The last cell lists every check you ran in this notebook.
+# The last cell lists every check of this notebook with `✔` or `✘` and its points.
+# When you are done: *File → Download → Download .ipynb*, and hand in that file.
 
 # %% [markdown]
 # ## Questions: explain your reasoning

@@ -7,7 +7,17 @@ greedy decoding against beam search, the beam size and length penalty chosen on 
     python scripts/benchmark.py --data ../shared/data/multi30k [--steps 20] [--device cpu|cuda]
         [--no-training] [--beam-sizes 2 4 6] [--alphas 0 0.6 1.0]
 
-Prints the figures as JSON and writes them to a file with --json.
+    python scripts/benchmark.py --data ../shared/data/multi30k --epoch [--epoch-steps 30] [--device cuda]
+
+--epoch runs notebook 5's training run for one epoch exactly as the notebook does (its model
+configuration, batches of at most 4,096 tokens, train_epoch then evaluate on the validation split)
+and reports the seconds it took. With --epoch-steps N it times only the first N batches and
+extrapolates to the whole epoch (said so in the output). The machine is described in the output:
+CPU model, cores, torch threads, load average before and after, GPU name. On a machine busy with
+other work the wall time says little; `--threads 1` then gives a CPU time per epoch that is close to
+the wall time on one free core.
+
+Prints the figures as JSON (and writes them with --json).
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from transformer_course.reference import checkpoint as checkpoint_io
 from transformer_course.reference.beam_search import beam_search, sequence_log_probs
 from transformer_course.reference.decoding import greedy_decode
 from transformer_course.reference.kv_cache import cached_greedy_decode
-from transformer_course.reference.training import make_criterion, make_optimizer
+from transformer_course.reference.training import evaluate, make_criterion, make_optimizer, train_epoch
 from transformer_course.reference.translation import corpus_bleu, make_loader, prepare_data, translate_ids
 
 
@@ -110,22 +120,25 @@ def cache_speed(model: nn.Module, sources: list[list[int]], source_vocab, target
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     decoders = [("without_cache", greedy_decode), ("with_cache", cached_greedy_decode)]
     seconds = {name: 0.0 for name, _ in decoders}
+    cpu_seconds = {name: 0.0 for name, _ in decoders}
     ids: dict[str, dict[int, list[int]]] = {name: {} for name, _ in decoders}
     for number, start in enumerate(range(0, len(order), batch_size)):
         chunk = order[start:start + batch_size]
         src = padded_batch([sources[i] for i in chunk], source_vocab.pad_idx, device)
         for name, decode in decoders if number % 2 == 0 else decoders[::-1]:
             synchronize(device)
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             ys = decode(model, src, source_vocab.pad_idx, target_vocab.bos_idx, target_vocab.eos_idx, max_len)
             synchronize(device)
             seconds[name] += time.perf_counter() - started
+            cpu_seconds[name] += time.process_time() - cpu_started
             for row, index in enumerate(chunk):
                 ids[name][index] = [token for token in ys[row].tolist() if token != target_vocab.pad_idx]
     different = [i for i in range(len(sources)) if ids["without_cache"][i] != ids["with_cache"][i]]
     return {"sentences": len(sources),
             "sentences_per_s": {name: round(len(sources) / seconds[name], 1) for name in seconds},
             "seconds": {name: round(seconds[name], 1) for name in seconds},
+            "cpu_seconds": {name: round(cpu_seconds[name], 1) for name in cpu_seconds},
             "speedup": round(seconds["without_cache"] / seconds["with_cache"], 2),
             "identical_token_ids": not different, "sentences_that_differ": different,
             "translations": [target_vocab.decode(ids["with_cache"][i]) for i in range(len(sources))]}
@@ -209,6 +222,59 @@ def stage7(model: nn.Module, data, source_vocab, target_vocab, device: torch.dev
             "beam_fixes": beam_fixes(model, sources, references, greedy, beam, target_vocab, device)}
 
 
+NOTEBOOK_CONFIG = {"d_model": 256, "num_heads": 8, "num_layers": 3, "d_ff": 512, "max_seq_length": 128,
+                   "dropout": 0.1}  # notebook 5, section 11 (the full run)
+
+
+def describe_machine(device: torch.device) -> dict[str, object]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            cpu = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    machine: dict[str, object] = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                                  "torch": str(torch.__version__), "device": str(device)}
+    if device.type == "cuda":
+        machine["gpu"] = torch.cuda.get_device_name(device)
+    if hasattr(os, "getloadavg"):
+        machine["load_average_before"] = [round(value, 2) for value in os.getloadavg()]
+    return machine
+
+
+def epoch_time(data, device: torch.device, steps: int | None) -> dict[str, object]:
+    """One epoch of notebook 5's training run (train_epoch + evaluate), or its first `steps` batches."""
+    pad = data.source_vocab.pad_idx
+    torch.manual_seed(0)
+    model = Transformer(len(data.source_vocab), len(data.target_vocab), **NOTEBOOK_CONFIG).to(device)
+    optimizer, scheduler = make_optimizer(model, NOTEBOOK_CONFIG["d_model"], 400, 0.5)
+    train_loader = make_loader(data.splits["train"], pad, max_tokens=4096, seed=0)
+    val_loader = make_loader(data.splits["val"], pad, max_tokens=4096, shuffle=False)
+    train_loader.batch_sampler.set_epoch(1)
+    batches = len(train_loader)
+    synchronize(device)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    train_epoch(model, train_loader, make_criterion(pad, 0.1), optimizer, scheduler, device, max_steps=steps,
+                progress=False)
+    synchronize(device)
+    trained, cpu_trained = time.perf_counter() - started, time.process_time() - cpu_started
+    cpu_validation_started = time.process_time()
+    evaluate(model, val_loader, make_criterion(pad, 0.0), device, progress=False)
+    synchronize(device)
+    evaluated, cpu_evaluated = time.perf_counter() - started - trained, time.process_time() - cpu_validation_started
+    timed = min(steps, batches) if steps else batches
+    result: dict[str, object] = {"batches_per_epoch": batches, "batches_timed": timed,
+                                 "train_seconds_timed": round(trained, 1), "validation_seconds": round(evaluated, 1),
+                                 # CPU time of this process. With --threads 1 on a machine shared with other
+                                 # work, it is close to what the run takes on one core it has to itself
+                                 # (with more threads, threads waiting for each other inflate it).
+                                 "train_cpu_seconds_timed": round(cpu_trained, 1)}
+    result["epoch_seconds"] = round(trained * batches / timed + evaluated, 1)
+    result["epoch_seconds_is"] = "measured" if timed == batches else f"extrapolated from {timed} batches"
+    result["epoch_cpu_seconds"] = round(cpu_trained * batches / timed + cpu_evaluated, 1)
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=None)
@@ -220,10 +286,24 @@ def main() -> int:
     parser.add_argument("--no-training", action="store_true", help="skip the training throughput measurement")
     parser.add_argument("--beam-sizes", type=int, nargs="+", default=[2, 4, 6], help="tried on val (stage 7)")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.0, 0.6, 1.0], help="tried on val (stage 7)")
+    parser.add_argument("--epoch", action="store_true", help="time one epoch of notebook 5's training run")
+    parser.add_argument("--epoch-steps", type=int, default=None, help="time only this many batches of it")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     arguments = parser.parse_args()
+    if arguments.threads:
+        torch.set_num_threads(arguments.threads)
     device = torch.device(arguments.device)
     torch.manual_seed(0)
     data = prepare_data(arguments.data)
+    if arguments.epoch:
+        results = {"machine": describe_machine(device), "config": NOTEBOOK_CONFIG,
+                   "epoch": epoch_time(data, device, arguments.epoch_steps)}
+        if hasattr(os, "getloadavg"):
+            results["machine"]["load_average_after"] = [round(value, 2) for value in os.getloadavg()]
+        print(json.dumps(results, indent=1))
+        if arguments.json:
+            arguments.json.write_text(json.dumps(results, indent=1))
+        return 0
     pad = data.source_vocab.pad_idx
     loader = make_loader(data.splits["train"], pad, max_tokens=4096, seed=0)
     batches = [batch for _, batch in zip(range(arguments.steps + 3), loader, strict=False)]
@@ -248,6 +328,9 @@ def main() -> int:
         stage = stage7(model, checkpoint_data, *vocabs, device, arguments.beam_sizes, arguments.alphas)
         score, signature = stage["bleu"]["test_greedy"], stage["bleu"]["signature"]
         results["decode_sentences_per_s"] = stage["greedy_cache"]["sentences_per_s"]["without_cache"]
+        results["decode_seconds"] = {"wall": stage["greedy_cache"]["seconds"]["without_cache"],  # stage 6's decoder
+                                     "cpu": stage["greedy_cache"]["cpu_seconds"]["without_cache"],
+                                     "sentences": stage["greedy_cache"]["sentences"]}
         results["checkpoint"] = {"test_bleu_now": score, "signature": signature,
                                  "training_minutes": metadata.get("training_minutes"),
                                  "bleu_per_training_minute": round(score / metadata["training_minutes"], 2)

@@ -159,7 +159,8 @@ def test_self_check_summary_agrees_with_the_grade(graded):
     """The last cell's summary (what a Colab student sees) is all green exactly when marks are full."""
     grader, _, rows, _ = graded
     for name in ("ada", "chen", "blake"):
-        printed = [o.get("text", "") for source, o in outputs(grader, name) if "check.summary()" in source]
+        printed = [o.get("text", "") or o.get("data", {}).get("text/plain", "")  # printed, or displayed
+                   for source, o in outputs(grader, name) if "check.summary()" in source]
         assert printed, f"{name}: the summary cell printed nothing"
         all_green = "✘" not in printed[-1]
         full_marks = float(rows[name]["autograded"]) == float(rows[name]["autograded_max"])
@@ -189,7 +190,7 @@ def test_the_hostile_student_is_flagged_for_review_and_the_honest_ones_are_not(g
     assert "copy of the reference solution" not in rows["blake"]["reasons"]
 
 
-def test_the_grader_fetches_multi30k_for_the_sandboxed_kernels(tmp_path, monkeypatch):
+def test_the_grader_fetches_multi30k_for_the_sandboxed_kernels(multi30k, tmp_path, monkeypatch):
     """Kernels have no network: the grader provides the data folder (here from its cache) to them."""
     from transformer_course.data import multi30k
 

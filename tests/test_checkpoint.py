@@ -29,7 +29,7 @@ def test_checkpoint_loads_into_the_course_transformer_and_is_found_from_the_chec
 
 
 @pytest.mark.slow
-def test_recorded_bleu_is_reproduced_on_test_2016_flickr():
+def test_recorded_bleu_is_reproduced_on_test_2016_flickr(multi30k):
     """All 1,000 sentences (about half a minute on two CPU cores)."""
     from transformer_course.reference.translation import corpus_bleu, prepare_data, translate_ids
 

@@ -11,14 +11,10 @@ import threading
 
 import pytest
 
-from conftest import ROOT
 from transformer_course.data import multi30k
 from transformer_course.data.batching import BucketBatchSampler
 from transformer_course.data.tokenize import Tokenizer
 from transformer_course.data.vocab import SPECIALS, Vocab
-
-SHARED = ROOT.parent / "shared" / "data" / "multi30k"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k is not beside the checkout")
 
 
 @pytest.fixture
@@ -43,24 +39,21 @@ def server(tmp_path):
     httpd.server_close()
 
 
-@needs_shared
-def test_local_folder_gives_the_published_sizes():
-    sizes = {split: len(multi30k.load_pairs(split, SHARED)) for split in multi30k.SPLITS}
+def test_local_folder_gives_the_published_sizes(multi30k_folder):
+    sizes = {split: len(multi30k.load_pairs(split, multi30k_folder)) for split in multi30k.SPLITS}
     assert sizes == {"train": 29000, "val": 1014, "test_2016_flickr": 1000}
 
 
-@needs_shared
-def test_environment_variable_names_the_folder(monkeypatch):
-    monkeypatch.setenv(multi30k.ENVIRONMENT_VARIABLE, str(SHARED))
+def test_environment_variable_names_the_folder(multi30k_folder, monkeypatch):
+    monkeypatch.setenv(multi30k.ENVIRONMENT_VARIABLE, str(multi30k_folder))
     german, english = multi30k.load_pairs("val")[0]
     assert german and english
 
 
-@needs_shared
-def test_download_verifies_and_caches(server, empty_cache):
+def test_download_verifies_and_caches(multi30k_folder, server, empty_cache):
     served, url = server
     for name in ("val.de.gz", "val.en.gz"):
-        shutil.copy(SHARED / name, served / name)
+        shutil.copy(multi30k_folder / name, served / name)
     pairs = multi30k.load_pairs("val", base_url=url)
     assert len(pairs) == 1014
     assert sorted(p.name for p in empty_cache.iterdir()) == ["val.de.gz", "val.en.gz"]
@@ -69,11 +62,10 @@ def test_download_verifies_and_caches(server, empty_cache):
     assert multi30k.load_pairs("val", base_url=url) == pairs
 
 
-@needs_shared
 @pytest.mark.parametrize("damage", ["truncated", "corrupted"])
-def test_bad_download_is_refused_and_leaves_no_file(server, empty_cache, damage):
+def test_bad_download_is_refused_and_leaves_no_file(multi30k_folder, server, empty_cache, damage):
     served, url = server
-    data = (SHARED / "val.de.gz").read_bytes()
+    data = (multi30k_folder / "val.de.gz").read_bytes()
     if damage == "truncated":
         data = data[: len(data) // 2]
     else:
@@ -90,10 +82,9 @@ def test_offline_without_cache_says_what_to_do(empty_cache):
     assert not empty_cache.exists() or not any(empty_cache.iterdir())
 
 
-@needs_shared
-def test_corrupt_file_in_a_given_folder_is_named(tmp_path):
+def test_corrupt_file_in_a_given_folder_is_named(multi30k_folder, tmp_path):
     for name in multi30k.SHA256:
-        shutil.copy(SHARED / name, tmp_path / name)
+        shutil.copy(multi30k_folder / name, tmp_path / name)
     os.chmod(tmp_path / "test_2016_flickr.en.gz", 0o644)
     with open(tmp_path / "test_2016_flickr.en.gz", "ab") as handle:
         handle.write(b"junk")

@@ -5,6 +5,7 @@ import ast
 import pytest
 
 from conftest import ASSIGNMENTS, read, solution_path, student_path
+from transformer_course.authoring import HIDDEN_TESTS_LINE
 
 
 def grade_cells(notebook):
@@ -47,15 +48,20 @@ def test_nbgrader_ids_are_unique_within_each_notebook(assignment):
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_hidden_tests_sit_in_cells_of_their_own(assignment):
+def test_hidden_tests_sit_in_cells_of_their_own_under_a_visible_line(assignment):
+    """The region is removed from the student notebook; the line above it stays, so students see that
+    hidden tests run at grading (and where)."""
     hidden = 0
     for cell in grade_cells(read(solution_path(assignment))):
         if "### BEGIN HIDDEN TESTS" not in cell.source:
             continue
         hidden += 1
         lines = cell.source.strip().splitlines()
-        assert lines[0] == "### BEGIN HIDDEN TESTS" and lines[-1] == "### END HIDDEN TESTS", cell.id
+        assert lines[0] == HIDDEN_TESTS_LINE, cell.id
+        assert lines[1] == "### BEGIN HIDDEN TESTS" and lines[-1] == "### END HIDDEN TESTS", cell.id
     assert hidden, f"{assignment} has no hidden tests"
+    released = [cell.source for cell in grade_cells(read(student_path(assignment))) if HIDDEN_TESTS_LINE in cell.source]
+    assert len(released) == hidden and all(source.strip() == HIDDEN_TESTS_LINE for source in released)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -7,8 +7,11 @@
 
 Markers a lesson may use:
     `#| include module.path:Name`   one per line in a code cell; replaced by that definition's source
-    `#| setup`                      the Colab/local setup code (repository URL from pyproject.toml)
-    `<!-- colab-badge -->`          in markdown: the Open-in-Colab badge of the student notebook
+    `#| setup`                      the Colab/local setup code (repository URL from pyproject.toml,
+                                    the release tag from the package version)
+    `#| settings`                   the student's settings cell (stop at the first failing check or not)
+    `<!-- colab-badge -->`          in markdown: the Open-in-Colab badge of the student notebook (same tag)
+    `<!-- keep-and-hand-in -->`     in markdown: how to keep your work in Colab and how to hand it in
 Cell headers carry nbgrader roles in short form:
     `# %% solution="id"`            student writes code here (BEGIN/END SOLUTION inside)
     `# %% tests="id" points=2`      a locked grade cell
@@ -22,6 +25,10 @@ Cell headers carry nbgrader roles in short form:
                                     question itself in the markdown cell just above it. A new stage
                                     adds questions the same way: a question cell, then an answer cell.
 
+The build also writes `src/transformer_course/checks/_grade_cells.py`: every grade cell's id, points
+and the checks it calls, which the notebooks' summary cell reads. A grade cell holding hidden tests
+gets a first comment line saying so, outside the hidden region, so students see it.
+
 Usage: python -m transformer_course.authoring build | check   (run from the repository root)
 """
 
@@ -32,6 +39,7 @@ import ast
 import filecmp
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +64,20 @@ def repository_root(start: Path | None = None) -> Path:
 def repository_url(root: Path) -> str:
     with open(root / "pyproject.toml", "rb") as handle:
         return tomllib.load(handle)["project"]["urls"]["Repository"]
+
+
+def package_version(root: Path) -> str:
+    """`__version__` of the package in this checkout (pyproject.toml reads its version from there)."""
+    tree = ast.parse((root / "src" / "transformer_course" / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__version__" for t in node.targets):
+            return str(ast.literal_eval(node.value))
+    raise ValueError("src/transformer_course/__init__.py defines no __version__")
+
+
+def release_tag(root: Path) -> str:
+    """The git tag students' notebooks install from and link to: 'v' + the package version."""
+    return f"v{package_version(root)}"
 
 
 def assignments(root: Path) -> list[str]:
@@ -83,33 +105,53 @@ def definition_source(target: str) -> str:
 
 
 def setup_source(root: Path) -> str:
-    return SETUP_TEMPLATE.replace("{repository}", repository_url(root))
+    return SETUP_TEMPLATE.replace("{repository}", repository_url(root)).replace("{tag}", release_tag(root))
 
 
 def badge(root: Path, assignment: str) -> str:
     github = repository_url(root).removeprefix("https://github.com/")
-    link = f"https://colab.research.google.com/github/{github}/blob/main/notebooks/{assignment}/{assignment}.ipynb"
+    link = (f"https://colab.research.google.com/github/{github}/blob/{release_tag(root)}"
+            f"/notebooks/{assignment}/{assignment}.ipynb")
     image = "https://colab.research.google.com/assets/colab-badge.svg"
     return f'<a href="{link}" target="_parent"><img src="{image}" alt="Open In Colab"/></a>'
 
 
 SETUP_TEMPLATE = '''\
-# Setup: run this cell first. In Colab it installs the course package (about a minute);
-# where the package is already installed (your own machine, nbgrader) it installs nothing.
+# Setup: run this cell first. In Colab it installs the course package, release {tag} (about a
+# minute); where the package is already installed (your own machine, the grader) it installs nothing.
 import importlib.util
 import subprocess
 import sys
 
-REPOSITORY = "{repository}"
+REPOSITORY, RELEASE = "{repository}", "{tag}"
 if importlib.util.find_spec("transformer_course") is None:
-    print("Installing the course package from", REPOSITORY)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"transformer-course @ git+{REPOSITORY}"],
+    print("Installing the course package", RELEASE, "from", REPOSITORY)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", f"transformer-course @ git+{REPOSITORY}@{RELEASE}"],
                    check=True)
 
-from transformer_course.runtime import pick_device, skip_until_implemented  # noqa: E402
+from transformer_course import __version__  # noqa: E402
+from transformer_course.runtime import configure, pick_device, skip_until_implemented  # noqa: E402, F401
 
+if f"v{__version__}" != RELEASE:
+    print(f"Note: this notebook is from release {RELEASE}, the installed course package is v{__version__}.")
 device = pick_device()'''
 
+SETTINGS_TEMPLATE = '''\
+# Your settings: change a value, then run this cell again.
+# STOP_AT_FIRST_FAILURE = False: a failing check shows a red ✘ message and "Run all" carries on to the
+#   end, where the last cell lists every check. True: the first failing check stops the notebook there.
+STOP_AT_FIRST_FAILURE = False
+configure(stop_at_first_failure=STOP_AT_FIRST_FAILURE)'''
+
+KEEP_AND_HAND_IN = '''\
+**Keeping and handing in your work.** In Colab, your changes live only in this browser session until
+you save a copy: *File → Save a copy in Drive* (then keep working in that copy; Colab saves it as you
+go). To hand in, *File → Download → Download .ipynb* and submit that file as your instructor asks.
+On your own machine, save the notebook (Ctrl/Cmd + S) and hand in the `.ipynb` file.'''
+
+# the visible first line of every grade cell that holds hidden tests (the region itself is removed
+# from the student notebooks)
+HIDDEN_TESTS_LINE = "# Hidden tests: they run when your notebook is graded (the same properties, other sizes)."
 
 def _nbgrader_metadata(metadata: dict) -> dict | None:
     base = {"schema_version": 3, "task": False}
@@ -136,6 +178,10 @@ def _expand(source: str, root: Path, assignment: str) -> str:
             lines.append(definition_source(stripped.removeprefix("#| include ").strip()))
         elif stripped == "#| setup":
             lines.append(setup_source(root))
+        elif stripped == "#| settings":
+            lines.append(SETTINGS_TEMPLATE)
+        elif stripped == "<!-- keep-and-hand-in -->":
+            lines.append(KEEP_AND_HAND_IN)
         elif stripped == "<!-- colab-badge -->":
             lines.append(badge(root, assignment))
         else:
@@ -155,6 +201,8 @@ def build_solution(root: Path, assignment: str) -> nbformat.NotebookNode:
         source = _expand(cell.source, root, assignment)
         if nbgrader and "answer" in cell.metadata and cell.cell_type != "markdown":
             raise ValueError(f"{assignment}: answer cell {nbgrader['grade_id']} must be a markdown cell")
+        if nbgrader and nbgrader["grade"] and "### BEGIN HIDDEN TESTS" in source:
+            source = f"{HIDDEN_TESTS_LINE}\n{source}"
         if cell.cell_type == "markdown":
             new = nbformat.v4.new_markdown_cell(source)
         else:
@@ -168,6 +216,46 @@ def build_solution(root: Path, assignment: str) -> nbformat.NotebookNode:
         notebook.cells.append(new)
     nbformat.validate(notebook)
     return notebook
+
+
+GRADE_TABLE = Path("src") / "transformer_course" / "checks" / "_grade_cells.py"
+_CHECKS_IMPORT = re.compile(r"^from transformer_course\.checks import (\w+) as check$", re.MULTILINE)
+
+
+def grade_table(root: Path) -> dict[str, list[tuple[str, float, tuple[str, ...]]]]:
+    """{checks module: [(grade_id, points, visible checks the cell calls; () for hidden tests)]}."""
+    table = {}
+    for assignment in assignments(root):
+        notebook = build_solution(root, assignment)
+        code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
+        found = _CHECKS_IMPORT.findall(code)
+        if len(found) != 1:
+            raise ValueError(f"{assignment}: expected one `from transformer_course.checks import X as check`")
+        rows = []
+        for cell in notebook.cells:
+            nbgrader = cell.metadata.get("nbgrader", {})
+            if not nbgrader.get("grade"):
+                continue
+            hidden = "### BEGIN HIDDEN TESTS" in cell.source
+            names = () if hidden else tuple(dict.fromkeys(re.findall(r"\bcheck\.(\w+)\(", cell.source)))
+            rows.append((nbgrader["grade_id"], nbgrader["points"], names))
+        table[f"transformer_course.checks.{found[0]}"] = rows
+    return table
+
+
+def grade_table_source(root: Path) -> str:
+    lines = ['"""Written by `python -m transformer_course.authoring build` (make notebooks): do not edit.',
+             "",
+             "Every grade cell of every lesson, per checks module: (grade_id, points, the checks it calls);",
+             'an empty tuple of checks marks a cell of hidden tests. The notebooks\' summary cell reads it."""',
+             "",
+             "GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...]], ...]] = {"]
+    for module, rows in grade_table(root).items():
+        lines.append(f"    {module!r}: (")
+        lines += [f"        ({grade_id!r}, {points!r}, {names!r})," for grade_id, points, names in rows]
+        lines.append("    ),")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 def write_solutions(root: Path, destination: Path, only: list[str] | None = None) -> None:
@@ -206,6 +294,7 @@ def build(root: Path, only: list[str] | None = None) -> None:
             shutil.rmtree(root / folder / assignment, ignore_errors=True)
     write_solutions(root, root / "solutions", only)
     generate_release(root, root / "solutions", root / "notebooks", only)
+    (root / GRADE_TABLE).write_text(grade_table_source(root), encoding="utf-8")
 
 
 # folders that running a notebook creates beside it (git ignores them too); never part of a build
@@ -236,6 +325,9 @@ def check(root: Path) -> list[str]:
         stale = [f"solutions/{name}" for name in differences(solutions, root / "solutions")]
         generate_release(root, solutions, notebooks)
         stale += [f"notebooks/{name}" for name in differences(notebooks, root / "notebooks")]
+    table = root / GRADE_TABLE
+    if not table.exists() or table.read_text(encoding="utf-8") != grade_table_source(root):
+        stale.append(str(GRADE_TABLE))
     return stale
 
 

@@ -1,10 +1,23 @@
-"""Where the code runs: device choice and grading mode."""
+"""Where the code runs: device choice, grading mode, the student's settings and where checkpoints go."""
 
 from __future__ import annotations
 
 import os
+import tempfile
+import traceback
+from html import escape
+from pathlib import Path
 
 import torch
+
+STRICT_VARIABLE = "TRANSFORMER_COURSE_STRICT"  # "1": every failing check stops the notebook
+SHORT_RUN_VARIABLE = "TRANSFORMER_COURSE_SHORT_RUN"  # "1": training and decoding demos take the grading path
+RUNS_VARIABLE = "TRANSFORMER_COURSE_RUNS"  # the folder for checkpoints, overriding the default
+DRIVE_MOUNT = Path("/content/drive")
+DRIVE_FOLDER = DRIVE_MOUNT / "MyDrive" / "transformers_from_scratch"
+LOCAL_FOLDER = Path.home() / "transformers_from_scratch"
+
+_settings = {"stop_at_first_failure": False}
 
 
 def pick_device(verbose: bool = True) -> torch.device:
@@ -17,16 +30,118 @@ def pick_device(verbose: bool = True) -> torch.device:
 
 
 def grading_mode() -> bool:
-    """True while nbgrader autogrades a notebook (it sets NBGRADER_EXECUTION)."""
+    """True while nbgrader autogrades (or validates) a notebook: it sets NBGRADER_EXECUTION."""
     return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def short_run() -> bool:
+    """True when the long demos (training on Multi30k, BLEU on the whole test set) should take their
+    short path: while grading, or when TRANSFORMER_COURSE_SHORT_RUN=1 (the tests use it)."""
+    return grading_mode() or os.environ.get(SHORT_RUN_VARIABLE, "") not in ("", "0")
+
+
+def configure(*, stop_at_first_failure: bool | None = None) -> None:
+    """The student's settings cell calls this. stop_at_first_failure=True makes a failing check raise
+    (so "Run all" stops there); False, the default, shows the failure in red and carries on."""
+    if stop_at_first_failure is not None:
+        _settings["stop_at_first_failure"] = bool(stop_at_first_failure)
+
+
+def stop_at_first_failure() -> bool:
+    """Whether a failing check must raise: always while grading, else as configured (or
+    TRANSFORMER_COURSE_STRICT=1)."""
+    return (grading_mode() or _settings["stop_at_first_failure"]
+            or os.environ.get(STRICT_VARIABLE, "") not in ("", "0"))
+
+
+def in_colab() -> bool:
+    try:
+        import google.colab  # noqa: F401  (only importable inside Google Colab)
+    except ImportError:
+        return False
+    return True
+
+
+def checkpoint_folder(use_google_drive: bool = False, verbose: bool = True) -> Path:
+    """The folder where notebook 5 saves its checkpoints and notebook 6 looks for them.
+
+    - while grading: a fresh temporary folder (a submission never reads or writes a student's files);
+    - $TRANSFORMER_COURSE_RUNS when set;
+    - in Colab with use_google_drive=True: `MyDrive/transformers_from_scratch` in your Google Drive
+      (Colab asks once for permission to mount it), so checkpoints survive a disconnect;
+    - elsewhere: `~/transformers_from_scratch` (in Colab without Drive that folder is lost when
+      the machine is recycled).
+    """
+    if grading_mode():
+        return Path(tempfile.mkdtemp(prefix="checkpoints-"))
+    if os.environ.get(RUNS_VARIABLE):
+        folder = Path(os.environ[RUNS_VARIABLE])
+    elif use_google_drive and in_colab():
+        from google.colab import drive  # type: ignore[import-not-found]
+
+        if not (DRIVE_MOUNT / "MyDrive").exists():
+            drive.mount(str(DRIVE_MOUNT))
+        folder = DRIVE_FOLDER
+    else:
+        if use_google_drive and verbose:
+            print("(Google Drive is only available in Colab: using a local folder instead)")
+        folder = LOCAL_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    if verbose:
+        print(f"checkpoints folder: {folder}")
+    return folder
+
+
+def _in_notebook() -> bool:
+    """Whether this runs in a Jupyter or Colab kernel, which can show HTML."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and hasattr(shell, "kernel")
+
+
+def show(text: str, html: str | None = None) -> None:
+    """Show HTML in a notebook (with the text as the fallback every front end understands), else print."""
+    if html is not None and _in_notebook():
+        from IPython.display import display
+
+        display({"text/plain": text, "text/html": html}, raw=True)
+    else:
+        print(text)
+
+
+FAILURE_STYLE = ("border-left: 6px solid #c62828; background: #fdecea; color: #3b0a0a; padding: 6px 12px; "
+                 "margin: 4px 0; font-family: monospace; white-space: pre-wrap; line-height: 1.35")
+
+
+def show_failure(title: str, body: str, footer: str = "", details: str = "") -> None:
+    """A visibly red block: a ✘ title line, the body (e.g. expected / got / likely cause), a footer, and
+    optionally details (a traceback) folded away in HTML."""
+    text = "\n".join(part for part in (f"✘ {title}", body, footer) if part)
+    rows = []
+    for line in body.splitlines():
+        label, colon, rest = line.strip().partition(":")
+        if colon and label in ("expected", "got", "likely cause") or label.startswith("in `"):
+            rows.append(f"  <b>{escape(label)}:</b>{escape(rest)}")
+        else:
+            rows.append(escape(line))
+    html = (f'<div style="{FAILURE_STYLE}"><b style="color: #c62828">✘ {escape(title)}</b>\n'
+            + "\n".join(rows)
+            + (f'\n<span style="color: #555">{escape(footer)}</span>' if footer else "")
+            + (f"<details><summary>details</summary>{escape(details)}</details>" if details else "")
+            + "</div>")
+    show(text, html)
 
 
 class skip_until_implemented:  # noqa: N801  (used as a statement: `with skip_until_implemented("..."):`)
     """Context manager for demo cells that use the student's code.
 
-    While the code it names still raises NotImplementedError, the cell prints a short note
-    instead of failing, so a fresh student notebook runs top to bottom. Any other error is
-    a real bug and propagates.
+    While the code it names still raises NotImplementedError, the cell prints a short note instead
+    of failing, so a fresh student notebook runs top to bottom. Another error (a bug in that code)
+    is shown as a red block and the notebook carries on, unless the student asked to stop at the
+    first failure or the notebook is being graded: then it propagates.
     """
 
     def __init__(self, what: str) -> None:
@@ -36,7 +151,17 @@ class skip_until_implemented:  # noqa: N801  (used as a statement: `with skip_un
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> bool:
-        if kind is not None and issubclass(kind, NotImplementedError):
+        if kind is None:
+            return False
+        if issubclass(kind, NotImplementedError):
             print(f"(skipped: {self.what} is not implemented yet; fill in its cell above, then run this one again)")
             return True
-        return False
+        if not issubclass(kind, Exception) or stop_at_first_failure():
+            return False
+        lines = traceback.format_exception(kind, error, tb)  # type: ignore[arg-type]
+        show_failure(f"this cell stopped: {self.what} raised {kind.__name__}",
+                     f"{kind.__name__}: {str(error).strip()[:500]}",
+                     "The check cells above say what is wrong; fix it, rerun that cell, then this one. "
+                     "(Set STOP_AT_FIRST_FAILURE = True in the settings cell to stop here instead.)",
+                     details="".join(lines[-6:]))
+        return True

@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any, TypeVar
@@ -22,8 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from transformer_course.checks._grade_cells import GRADE_CELLS
 from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.errors import explain_crash, first_line, is_stub, student_frame
+from transformer_course.runtime import grading_mode, show, show_failure, stop_at_first_failure
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 
@@ -42,6 +45,7 @@ class Result:
 
 
 _RESULTS: dict[str, Result] = {}
+_LATEST: dict[tuple[str, str], Result] = {}  # (checks module, check name) -> latest outcome
 
 
 def results() -> dict[str, Result]:
@@ -49,25 +53,84 @@ def results() -> dict[str, Result]:
     return dict(_RESULTS)
 
 
-def record(name: str, title: str, passed: bool, message: str = "") -> None:
+def record(name: str, title: str, passed: bool, message: str = "", module: str | None = None) -> None:
     """Note a check's outcome decided elsewhere: the grader runs grade cells in a separate process
-    and reports them here, so that a notebook's `check.summary()` lists them."""
-    _RESULTS[name] = Result(title, passed, message)
+    and reports them here, so that a notebook's `check.summary()` lists them. `module` is the
+    checks module the check belongs to (found by the check's name and title when not given)."""
+    result = Result(title, passed, message)
+    _RESULTS[name] = result
+    if module is None:
+        module = next((module_name for module_name, checks in _MODULES.items()
+                       if getattr(getattr(checks, name, None), "check_title", None) == title), None)
+    if module is not None:
+        _LATEST.pop((module, name), None)  # keep the latest run last
+        _LATEST[module, name] = result
 
 
-def summary() -> None:
-    """Print one line per check run so far in this kernel, then the count that pass."""
-    if not _RESULTS:
-        print("No checks have run yet: run the graded cells above first.")
+def _points(value: float) -> str:
+    number = f"{value:g}"
+    return f"{number} point" + ("" if value == 1 else "s")
+
+
+def _summary_module(module: str | ModuleType | None) -> str | None:
+    """The checks module to summarise: the one given, else the one whose check ran last, else the
+    only stage module imported in this kernel."""
+    if isinstance(module, ModuleType):
+        return module.__name__
+    if module:
+        return module if module.startswith("transformer_course.") else f"transformer_course.checks.{module}"
+    if _LATEST:
+        return next(reversed(_LATEST))[0]
+    imported = [name for name in GRADE_CELLS if name in sys.modules]
+    return imported[0] if len(imported) == 1 else None
+
+
+def summary(module: str | ModuleType | None = None) -> None:
+    """Show every check of this notebook with ✔ (passes), ✘ (fails) or · (not run yet) and its points,
+    then the hidden tests' points and the total.
+
+    The grade cells and their points come from the table the build writes beside this module
+    (`_grade_cells.py`, from each grade cell's nbgrader metadata); `module` is the stage's checks
+    module, found by itself in a notebook."""
+    name = _summary_module(module)
+    cells = GRADE_CELLS.get(name or "", ())
+    if not cells:
+        print("No checks have run yet: run the graded cells above first." if not _RESULTS else
+              "\n".join(f"{'✔' if r.passed else '✘'} {r.title}" for r in _RESULTS.values()))
         return
-    passed = sum(result.passed for result in _RESULTS.values())
-    for result in _RESULTS.values():
-        mark = "✔" if result.passed else "✘"
-        first_line = result.message.splitlines()[0] if result.message else ""
-        print(f"{mark} {result.title}" + ("" if result.passed else f"  — {first_line}"))
-    print(f"\n{passed} of {len(_RESULTS)} checks pass.")
-    print("The grader runs these same checks, plus hidden ones on other sizes: all green here means "
-          "full marks for the visible ones.")
+    checks_module = sys.modules.get(name) if name else None
+    rows, earned, visible_points, hidden_points, hidden_cells = [], 0.0, 0.0, 0.0, 0
+    for _grade_id, points, names in cells:
+        if not names:
+            hidden_points, hidden_cells = hidden_points + points, hidden_cells + 1
+            continue
+        visible_points += points
+        outcomes = [_LATEST.get((name, check_name)) for check_name in names]
+        titles = [getattr(getattr(checks_module, n, None), "check_title", n) for n in names]
+        if all(outcome is not None and outcome.passed for outcome in outcomes):
+            mark, note = "✔", ""
+            earned += points
+        elif any(outcome is not None and not outcome.passed for outcome in outcomes):
+            failed = next(o for o in outcomes if o is not None and not o.passed)
+            mark, note = "✘", (failed.message.splitlines() or [""])[0]
+        else:
+            mark, note = "·", "not run yet"
+        rows.append((mark, "; ".join(titles), _points(points), note))
+    failing = sum(mark != "✔" for mark, *_ in rows)
+    verdict = (f"{earned:g} of {visible_points:g} points from the visible checks"
+               + (" — all green." if not failing else f"; {failing} of {len(rows)} checks not passing yet."))
+    hidden = (f"Hidden tests: {hidden_cells} more cells worth {_points(hidden_points)}, run only when your "
+              "notebook is graded (the same properties on other sizes)." if hidden_cells else "")
+    text = "\n".join([*(f"{mark} {title}  ({points})" + (f"  — {note}" if note else "")
+                        for mark, title, points, note in rows), "", verdict, hidden])
+    colours = {"✔": "#2e7d32", "✘": "#c62828", "·": "#777"}
+    table = "".join(
+        f'<tr><td style="color: {colours[mark]}; font-weight: bold">{mark}</td><td>{escape(title)}</td>'
+        f'<td style="white-space: nowrap">{points}</td><td style="color: #555">{escape(note)}</td></tr>'
+        for mark, title, points, note in rows)
+    html = (f'<table style="border-collapse: collapse; text-align: left">{table}</table>'
+            f"<p><b>{escape(verdict)}</b><br>{escape(hidden)}</p>")
+    show(text, html)
 
 
 def fail(problem: str, _audit: Callable[..., None] = sys.audit, /, *, expected: Any, got: Any, cause: str) -> None:
@@ -138,18 +201,34 @@ def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = 
 def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
     """Turn a function that raises CheckFailed into a graded check with a pass line.
 
+    A passing check prints `✔ title` and returns True. A failing one, outside grading, shows a red
+    ✘ block with the message (expected / got / likely cause) and returns True, so the grade cell's
+    `assert` holds and "Run all" carries on (the summary lists the failure again). While grading, or
+    when the student asked to stop at the first failure (`runtime.configure`), it raises CheckFailed
+    with the message instead, so the cell fails (and scores 0).
+
     The decorated function keeps the original as `__wrapped__` and its title as `check_title`."""
 
     def decorate(function: CheckFunction) -> CheckFunction:
+        # Checks imported while grading stay strict even if notebook code later removes
+        # NBGRADER_EXECUTION: the flag lives in this closure, which restore_tools puts back.
+        graded = grading_mode()
+
         @functools.wraps(function)
         def run(*args: Any, **kwargs: Any) -> bool:
             __tracebackhide__ = True  # IPython and pytest hide this frame
             result = run_check(function, title, args, kwargs)
             _RESULTS[function.__name__] = result
+            _LATEST.pop((function.__module__, function.__name__), None)  # keep the latest run last
+            _LATEST[function.__module__, function.__name__] = result
             if result.passed:
                 print(f"✔ {title}")
                 return True
-            raise CheckFailed(f"✘ {title}: {result.message}") from None
+            if graded or stop_at_first_failure():  # grading, or the student asked to stop here
+                raise CheckFailed(f"✘ {title}: {result.message}") from None
+            show_failure(title, result.message,
+                         "The notebook carries on; fix the code above, rerun its cell, then this one.")
+            return True
 
         run.check_title = title  # type: ignore[attr-defined]
         return run  # type: ignore[return-value]

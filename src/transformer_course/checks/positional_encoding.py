@@ -518,7 +518,7 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
             "in train mode no element was dropped.",
             expected=f"about {p:.0%} of the elements set to 0 (dropout p={p})",
             got="no zeros at all",
-            cause="apply self.dropout to the sum; the seed practical forgot this call.",
+            cause="apply self.dropout to the sum (the given `return self.dropout(x)` line does it).",
         )
     kept_ok = ((trained - summed / (1 - p)).abs() < 1e-4) | zeros
     if not kept_ok.all():

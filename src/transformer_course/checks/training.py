@@ -561,10 +561,10 @@ def noam_peak_at_warmup(noam_learning_rate: Callable[..., Any], d_model: int = 6
              got=f"{float(got.max()):.6g}", cause="check the factor d_model^-0.5.")
 
 
-@check("noam_learning_rate(0, ...) does not divide by zero (LambdaLR asks for step 0)")
+@check("noam_learning_rate(0, ...) does not divide by zero (step 0 counts as step 1)")
 def noam_step_zero(noam_learning_rate: Callable[..., Any], d_model: int = 512, warmup_steps: int = 4000) -> None:
     cause = ("0 ** -0.5 divides by zero: treat step 0 as step 1 first, e.g. `step = max(step, 1)`. "
-             "torch's LambdaLR calls the schedule with step 0 as soon as it is created.")
+             "The given make_optimizer never asks for step 0, but other callers of the schedule may.")
     try:
         got = _rates(noam_learning_rate, [0, 1], d_model, warmup_steps, 1.0)
     except (ZeroDivisionError, ValueError, OverflowError) as error:

@@ -27,6 +27,7 @@ class CellOutcome:
     message: str
     source: str
     printed: str = ""  # the cell's stdout
+    displayed: str = ""  # the text/plain of what the cell displayed (the checks' red failure blocks, the summary)
 
 
 def _failure(cell: nbformat.NotebookNode) -> str:
@@ -39,14 +40,16 @@ def _failure(cell: nbformat.NotebookNode) -> str:
     return ""
 
 
-def execute(path: Path, timeout: int = 600, environment: dict[str, str] | None = None) -> list[CellOutcome]:
-    """Run every cell (errors do not stop the run) and return one outcome per code cell."""
+def execute(path: Path, timeout: int = 600, environment: dict[str, str] | None = None,
+            allow_errors: bool = True) -> list[CellOutcome]:
+    """Run every cell and return one outcome per code cell. With allow_errors (the default) an error does
+    not stop the run; without it the first error raises nbclient's CellExecutionError, as "Run all" stops."""
     notebook = nbformat.read(path, as_version=4)
     previous = dict(os.environ)
     os.environ.update({"MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore", **(environment or {})})
     try:
         client = NotebookClient(
-            notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
+            notebook, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
             resources={"metadata": {"path": str(Path(path).parent)}},
         )
         client.execute()
@@ -64,6 +67,8 @@ def execute(path: Path, timeout: int = 600, environment: dict[str, str] | None =
             points=float(nbgrader.get("points", 0) or 0), failed=bool(message), message=message,
             source=cell.source, printed="".join(output.get("text", "") for output in cell.get("outputs", [])
                                                 if output.output_type == "stream" and output.name == "stdout"),
+            displayed="".join(output.get("data", {}).get("text/plain", "") for output in cell.get("outputs", [])
+                              if output.output_type in ("display_data", "execute_result")),
         ))
     return outcomes
 

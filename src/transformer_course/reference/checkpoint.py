@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from transformer_course import __version__
 from transformer_course.data.download import download_atomically, sha256_of
 from transformer_course.data.vocab import Vocab
 from transformer_course.reference.model import Transformer
@@ -41,10 +42,22 @@ def _repository_url() -> str:
     raise CheckpointUnavailable("the course package is not installed, so the repository address is unknown")
 
 
+def release_tag() -> str:
+    """The git tag of this package's release ('v' + its version): downloads come from it, never from main."""
+    return f"v{__version__}"
+
+
+def pretrained_url() -> str:
+    """Where the checkpoint of this release is downloaded from (the tagged file on GitHub)."""
+    raw = _repository_url().replace("https://github.com/", "https://raw.githubusercontent.com/")
+    return f"{raw}/{release_tag()}/assets/checkpoint/{PRETRAINED_NAME}"
+
+
 def pretrained_path(timeout: float = 60.0) -> Path:
     """Where the pretrained checkpoint is: $TRANSFORMER_COURSE_CHECKPOINT, else assets/checkpoint/ of a
     course checkout at or above the working directory or holding this (editable) package, else the user
-    cache (downloaded there once from the repository, verified by sha256, written atomically)."""
+    cache (downloaded there once from this release's tag in the repository, verified by sha256, written
+    atomically)."""
     if os.environ.get(ENVIRONMENT_VARIABLE):
         path = Path(os.environ[ENVIRONMENT_VARIABLE])
         if not path.exists():
@@ -58,8 +71,7 @@ def pretrained_path(timeout: float = 60.0) -> Path:
     cached = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "transformer_course" / PRETRAINED_NAME
     if cached.exists() and (not PRETRAINED_SHA256 or sha256_of(cached) == PRETRAINED_SHA256):
         return cached
-    raw = _repository_url().replace("github.com", "raw.githubusercontent.com")
-    url = f"{raw}/main/assets/checkpoint/{PRETRAINED_NAME}"
+    url = pretrained_url()
 
     def verify(path: Path) -> None:
         if PRETRAINED_SHA256 and sha256_of(path) != PRETRAINED_SHA256:
@@ -98,3 +110,25 @@ def load(path: str | Path, model_class: type[nn.Module] = Transformer, device: t
     model.load_state_dict({name: tensor.float() if tensor.is_floating_point() else tensor
                            for name, tensor in saved["state_dict"].items()})
     return model.to(device).eval(), source_vocab, target_vocab, saved["metadata"]
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """Only the metadata of a checkpoint (its scores, how it was trained)."""
+    return torch.load(path, map_location="cpu", weights_only=True)["metadata"]
+
+
+def select(which: str, folder: str | Path | None) -> tuple[Path, str]:
+    """(checkpoint path, a line saying what was chosen) for notebook 6's choice of model.
+
+    which = "shipped": the course's pretrained checkpoint (`pretrained_path()`); which = "mine": the
+    checkpoint notebook 5 saved as `folder/transformer_de_en.pt`, or, when there is none, the shipped
+    one with a line that says so (a notebook run from the top still reaches its end)."""
+    if which not in ("shipped", "mine"):
+        raise ValueError(f'choose "shipped" or "mine", not {which!r}')
+    if which == "mine":
+        candidate = Path(folder or ".") / PRETRAINED_NAME
+        if candidate.exists():
+            return candidate, f"your checkpoint from notebook 5: {candidate}"
+        return pretrained_path(), (f"no checkpoint of yours at {candidate} (run notebook 5 to the end with the "
+                                   "same USE_GOOGLE_DRIVE setting): using the shipped one instead")
+    return pretrained_path(), "the course's pretrained checkpoint"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -72,7 +74,8 @@ def compute_loss(model: nn.Module, batch: Batch, criterion: nn.Module) -> torch.
 def noam_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
     """lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)  (paper, eq. 3).
 
-    Steps count from 1; step 0 is treated as step 1 (torch's LambdaLR asks for step 0 when it is created).
+    Steps count from 1; step 0 is treated as step 1 (make_optimizer passes index + 1 and never asks for 0,
+    but the formula must not divide by zero for a caller that does).
     """
     ### BEGIN SOLUTION
     step = max(step, 1)
@@ -135,3 +138,54 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], criterion: nn.Module,
 
 def perplexity(loss: float) -> float:
     return math.exp(min(loss, 50.0))
+
+
+# --- saving and resuming a training run ----------------------------------------------------------
+
+TRAINING_STATE_NAME = "training_state.pt"
+
+
+def save_training_state(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                        scheduler: torch.optim.lr_scheduler.LRScheduler, history: Sequence[dict[str, float]],
+                        config: dict[str, Any] | None = None) -> None:
+    """Write everything a run needs to continue exactly where it stopped: the weights, the optimiser's
+    state (Adam's running averages), the scheduler's step count, the history (one record per finished
+    epoch), the configuration and the random number generators' states (dropout, shuffling).
+
+    The file is written beside its destination and then moved into place, so an interruption while
+    saving (a Colab disconnect) leaves the previous file intact."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+             "history": [dict(record) for record in history], "config": dict(config or {}),
+             "rng": {"torch": torch.get_rng_state(),
+                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}}
+    temporary = path.with_name(path.name + ".part")
+    torch.save(state, temporary)
+    temporary.replace(path)
+
+
+def resume_training(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    scheduler: torch.optim.lr_scheduler.LRScheduler, history: list[dict[str, float]],
+                    config: dict[str, Any] | None = None) -> int:
+    """Continue a saved run in the objects you already have: load the weights into `model`, the state of
+    `optimizer` and `scheduler`, replace the contents of `history` and restore the random generators,
+    all in place. Returns the number of finished epochs (0, touching nothing, when there is no file).
+
+    Raises ValueError when the file was saved with a different configuration (its weights would not
+    fit): delete or move it, or set the configuration back."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if config is not None and state.get("config") and state["config"] != dict(config):
+        raise ValueError(f"{path} was saved by a run with the configuration {state['config']}, not {dict(config)}: "
+                         "move or delete that file to start afresh, or set the configuration back to resume it.")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    history[:] = state["history"]
+    torch.set_rng_state(state["rng"]["torch"])
+    if torch.cuda.is_available() and len(state["rng"]["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    return len(history)

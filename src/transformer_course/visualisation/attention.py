@@ -8,10 +8,9 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
-from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
-_MASK_COLOURS = ListedColormap(["#3b3b3b", "#9ecae1"])  # 0 = hidden (dark), 1 = may attend (light blue)
+from transformer_course.visualisation.masks import add_mask_legend, draw_mask
 
 
 def _matrix(tensor: torch.Tensor) -> torch.Tensor:
@@ -106,29 +105,23 @@ def plot_attention_heads(weights: torch.Tensor, query_tokens: Sequence[str] | No
 
 def plot_masks(masks: Mapping[str, torch.Tensor], query_tokens: Sequence[str] | None = None,
                key_tokens: Sequence[str] | None = None) -> Figure:
-    """One panel per mask: light cells may be attended to (True / 1), dark cells are hidden (False / 0).
+    """One panel per mask: blue cells may be attended to (True / 1), grey cells are hidden (False / 0).
 
     Each mask is reduced to 2-D (index 0 of leading axes) and broadcast to (q_len, k_len) when the
     token labels give those lengths, so a padding mask (batch, 1, 1, k_len) shows as full rows.
     """
-    figure, axes = plt.subplots(1, len(masks), squeeze=False, figsize=(3.6 * len(masks), 3.6))
+    figure, axes = plt.subplots(1, len(masks), squeeze=False, figsize=(3.6 * len(masks), 4.0))
     for axis, (name, mask) in zip(axes.flat, masks.items(), strict=True):
         matrix = _matrix(mask.to(torch.float32))
         rows = len(query_tokens) if query_tokens is not None else matrix.shape[0]
         cols = len(key_tokens) if key_tokens is not None else matrix.shape[1]
         matrix = matrix.expand(rows, cols)  # a (1, k_len) padding row becomes (q_len, k_len)
-        axis.imshow(matrix.numpy(), cmap=_MASK_COLOURS, vmin=0, vmax=1)
+        draw_mask(axis, matrix.numpy(), annotate=True)
         _label_axes(axis, query_tokens, key_tokens, rows, cols)
-        for row in range(rows):
-            for col in range(cols):
-                allowed = matrix[row, col] > 0.5
-                axis.text(col, row, "1" if allowed else "0", ha="center", va="center", fontsize=8,
-                          color="black" if allowed else "white")
         axis.set_title(name)
         axis.set_xlabel("key")
     axes.flat[0].set_ylabel("query")
-    figure.suptitle("Masks: light = may attend (True), dark = hidden (False)")
-    figure.tight_layout()
+    add_mask_legend(figure)
     return figure
 
 

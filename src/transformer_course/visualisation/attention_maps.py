@@ -5,6 +5,8 @@ Weights come from `attention_maps(model)`: (layers, batch, heads, q_len, k_len) 
 - `plot_attention_grid`: matplotlib, one panel per (layer, head), token labels on the outer panels;
 - `plot_attention_interactive`: plotly, one heatmap with a slider over layers and heads (and the mean
   of the heads of each layer); hovering a cell shows the query token, the key token and the weight.
+  It comes with an HTML and a static PNG version, so it also shows on GitHub and in nbconvert HTML
+  (see `transformer_course.visualisation.interactive`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 from matplotlib.figure import Figure
+
+from transformer_course.visualisation.interactive import InteractiveFigure
 
 
 def _per_layer(weights: torch.Tensor, sentence: int) -> torch.Tensor:
@@ -72,8 +76,9 @@ def plot_attention_grid(weights: torch.Tensor, query_tokens: Sequence[str], key_
 
 def plot_attention_interactive(weights: torch.Tensor, query_tokens: Sequence[str], key_tokens: Sequence[str],
                                title: str, sentence: int = 0, query_label: str = "query",
-                               key_label: str = "key") -> go.Figure:
+                               key_label: str = "key") -> InteractiveFigure:
     """One heatmap with a slider over (layer, head); each layer also offers the mean over its heads.
+    Returned as an InteractiveFigure: `.show()` it (`.figure` is the plotly figure).
 
     Hover shows `query_label`: token, `key_label`: token and the weight. Positions, not token strings,
     are the axis values, so a word that occurs twice keeps two rows.
@@ -109,7 +114,7 @@ def plot_attention_interactive(weights: torch.Tensor, query_tokens: Sequence[str
         width=max(520, 60 + 38 * len(key_tokens)), height=max(480, 260 + 30 * len(query_tokens)),
         margin={"l": 90, "r": 30, "t": 60, "b": 40},
     )
-    return figure
+    return InteractiveFigure(figure)
 
 
 def plot_head_average(weights: torch.Tensor, query_tokens: Sequence[str], key_tokens: Sequence[str],

@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from transformer_course.visualisation.masks import add_mask_legend, draw_mask
+
 
 def _matrix(tensor: torch.Tensor) -> np.ndarray:
     """Squeeze leading axes of size 1 away and return a float numpy matrix."""
@@ -99,12 +101,18 @@ def _two_heatmaps(left: torch.Tensor, right: torch.Tensor, titles: tuple[str, st
 def plot_decoder_masks(dec_mask: torch.Tensor, enc_mask: torch.Tensor) -> Figure:
     """Where each decoder query may look: dec_mask (tgt_len, tgt_len), enc_mask as (tgt_len, src_len).
 
-    Both masks use the course convention: 1 (True) = may attend.
+    Both masks use the course convention and colours: blue (True / 1) = may attend, grey = hidden.
     """
-    return _two_heatmaps(dec_mask.int(), enc_mask.int(),
-                         ("self-attention: dec_mask (1 = may attend)",
-                          "cross-attention: enc_mask (1 = may attend)"),
-                         cmap="Blues", vmax=1)
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+    for axis, matrix, title, xlabel in zip(
+            axes, (dec_mask, enc_mask), ("self-attention: dec_mask", "cross-attention: enc_mask"),
+            ("decoder position (key)", "encoder position (key)"), strict=True):
+        draw_mask(axis, (_matrix(matrix) != 0).astype(float), annotate=True)
+        axis.set_title(title)
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel("decoder position (query)")
+    add_mask_legend(figure)
+    return figure
 
 
 def plot_decoder_attention(self_weights: torch.Tensor, cross_weights: torch.Tensor) -> Figure:

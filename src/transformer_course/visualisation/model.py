@@ -7,11 +7,10 @@ from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import torch
-from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-_MASK_COLOURS = ListedColormap(["#e6e6e6", "#2b7bba"])  # hidden, allowed
+from transformer_course.visualisation.masks import add_mask_legend, draw_mask
 
 
 def _square(mask: torch.Tensor) -> torch.Tensor:
@@ -31,23 +30,18 @@ def plot_mask_panels(panels: Mapping[str, torch.Tensor],
     """
     if labels is not None and len(labels) > 0 and isinstance(labels[0], str):
         labels = [labels] * len(panels)  # one list of tokens shared by every panel
-    figure, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 3.8), squeeze=False)
+    figure, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 4.2), squeeze=False)
     for index, (axis, (title, mask)) in enumerate(zip(axes[0], panels.items(), strict=True)):
         table = _square(mask)
-        axis.imshow(table.float().numpy(), cmap=_MASK_COLOURS, vmin=0, vmax=1)
+        draw_mask(axis, table.float().numpy())
         rows, columns = table.shape
         tokens = labels[index] if labels is not None else None
         axis.set_xticks(range(columns), tokens or range(columns), rotation=60, fontsize=8)
         axis.set_yticks(range(rows), tokens or range(rows), fontsize=8)
-        axis.set_xticks([c - 0.5 for c in range(1, columns)], minor=True)
-        axis.set_yticks([r - 0.5 for r in range(1, rows)], minor=True)
-        axis.grid(which="minor", color="white", linewidth=1)
-        axis.tick_params(which="minor", length=0)
         axis.set_xlabel("key (attended to)")
         axis.set_title(title, fontsize=10)
     axes[0][0].set_ylabel("query (attending)")
-    figure.suptitle("blue: may attend   grey: hidden", fontsize=9, color="dimgrey")
-    figure.tight_layout()
+    add_mask_legend(figure)
     return figure
 
 

@@ -40,6 +40,12 @@ MISTAKES: list[Mistake] = [
         fails="pe_buffer_shape", cause="not torch.arange(0, d_model)",
     ),
     Mistake(
+        STAGE, "positions a flat row: arange(max_seq_length) without .unsqueeze(1)",
+        _POSITION,
+        "position = torch.arange(max_seq_length, dtype=torch.float)  # (max_seq_length,)",
+        fails="pe_buffer_shape", cause="positions must be a column",
+    ),
+    Mistake(
         STAGE, "2i doubled: arange(0, d_model, 2) multiplied by 2 again",
         _TWO_I,
         "two_i = 2 * torch.arange(0, d_model, 2, dtype=torch.float)",

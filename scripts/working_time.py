@@ -1,0 +1,105 @@
+"""Estimate each notebook's working time (not a test): the figures quoted in the lesson headers.
+
+    python scripts/working_time.py --epoch-seconds S --decode-seconds D [--skip-run]
+
+For every lesson, from its solution notebook:
+- reading: the words of its markdown cells at 150 words a minute (technical prose with formulas is
+  read slower than the 200-250 words a minute of ordinary prose) and its given code at 10 lines a
+  minute;
+- exercises: per exercise cell 5 minutes, plus 2 minutes per line of reference solution (writing,
+  running the checks, fixing) — an assumption, printed with the result;
+- running: the notebook executed top to bottom in a fresh kernel on one thread, the long demos on
+  their short path, measured as the kernel's CPU time (close to the wall time on one free core, even
+  on a machine busy with other work), plus what the short path leaves out, measured separately:
+  notebook 5's full training run (EPOCHS epochs of --epoch-seconds, from
+  `scripts/benchmark.py --epoch --threads 1`) and notebook 6's BLEU on all 1,000 test sentences
+  (--decode-seconds, from `scripts/benchmark.py --threads 1`).
+
+Prints one line per notebook, the total and the breakdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from transformer_course.authoring import assignments, repository_root
+
+WORDS_PER_MINUTE, CODE_LINES_PER_MINUTE = 150, 10
+MINUTES_PER_EXERCISE, MINUTES_PER_SOLUTION_LINE = 5, 2
+FULL_RUN_EPOCHS = 10  # notebook 5's EPOCHS outside the short path
+
+
+def solution_lines(source: str) -> int:
+    inside, count = False, 0
+    for line in source.splitlines():
+        if "### BEGIN SOLUTION" in line:
+            inside = True
+        elif "### END SOLUTION" in line:
+            inside = False
+        elif inside and line.strip() and not line.strip().startswith("#"):
+            count += 1
+    return count
+
+
+def run_seconds(path: Path) -> float:
+    """CPU seconds the notebook's kernel spends running it top to bottom on one thread: on a machine
+    busy with other work this is close to the wall time on one core of its own."""
+    notebook = nbformat.read(path, as_version=4)
+    environment = {"TRANSFORMER_COURSE_SHORT_RUN": "1", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore",
+                   "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    previous = dict(os.environ)
+    os.environ.update(environment)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        NotebookClient(notebook, timeout=1800, kernel_name="python3", allow_errors=True,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(previous)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the kernel has exited and been waited for
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epoch-seconds", type=float, required=True, help="one epoch of notebook 5's full run")
+    parser.add_argument("--decode-seconds", type=float, required=True, help="greedy BLEU on 1,000 sentences")
+    parser.add_argument("--skip-run", action="store_true", help="do not execute the notebooks (run time 0)")
+    arguments = parser.parse_args()
+    root = repository_root()
+    for assignment in assignments(root):
+        path = root / "solutions" / assignment / f"{assignment}.ipynb"
+        notebook = nbformat.read(path, as_version=4)
+        words = sum(len(re.findall(r"\S+", cell.source)) for cell in notebook.cells if cell.cell_type == "markdown")
+        exercises = [cell for cell in notebook.cells if cell.get("metadata", {}).get("nbgrader", {}).get("solution")]
+        given = sum(len(cell.source.splitlines()) for cell in notebook.cells
+                    if cell.cell_type == "code" and not cell.get("metadata", {}).get("nbgrader"))
+        lines = sum(solution_lines(cell.source) for cell in exercises)
+        reading = words / WORDS_PER_MINUTE + given / CODE_LINES_PER_MINUTE
+        exercising = MINUTES_PER_EXERCISE * len(exercises) + MINUTES_PER_SOLUTION_LINE * lines
+        started = time.perf_counter()
+        running = 0.0 if arguments.skip_run else run_seconds(path)
+        measured = time.perf_counter() - started
+        extra = (FULL_RUN_EPOCHS * arguments.epoch_seconds if assignment.startswith("05")
+                 else arguments.decode_seconds if assignment.startswith("06") else 0.0)
+        total = reading + exercising + (running + extra) / 60
+        print(f"{assignment}: about {total / 60:.1f} h = reading {reading:.0f} min ({words:,} words, {given} given "
+              f"code lines) + {len(exercises)} exercises {exercising:.0f} min ({lines} solution lines) + running "
+              f"{running:.0f} s (short path, CPU; wall {measured:.0f} s) + {extra / 60:.0f} min of long runs")
+    print(f"\nassumptions: {WORDS_PER_MINUTE} words/min, {CODE_LINES_PER_MINUTE} given code lines/min, "
+          f"{MINUTES_PER_EXERCISE} min per exercise + {MINUTES_PER_SOLUTION_LINE} min per solution line; "
+          f"long runs: {FULL_RUN_EPOCHS} x {arguments.epoch_seconds:.0f} s epochs, "
+          f"BLEU {arguments.decode_seconds:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

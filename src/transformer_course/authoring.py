@@ -223,7 +223,8 @@ _CHECKS_IMPORT = re.compile(r"^from transformer_course\.checks import (\w+) as c
 
 
 def grade_table(root: Path) -> dict[str, list[tuple[str, float, tuple[str, ...]]]]:
-    """{checks module: [(grade_id, points, visible checks the cell calls; () for hidden tests)]}."""
+    """{checks module: [(grade_id, points, visible checks the cell calls; () for hidden tests, None for a
+    written answer graded by hand)]}."""
     table = {}
     for assignment in assignments(root):
         notebook = build_solution(root, assignment)
@@ -238,6 +239,8 @@ def grade_table(root: Path) -> dict[str, list[tuple[str, float, tuple[str, ...]]
                 continue
             hidden = "### BEGIN HIDDEN TESTS" in cell.source
             names = () if hidden else tuple(dict.fromkeys(re.findall(r"\bcheck\.(\w+)\(", cell.source)))
+            if cell.cell_type == "markdown":  # a written answer
+                names = None
             rows.append((nbgrader["grade_id"], nbgrader["points"], names))
         table[f"transformer_course.checks.{found[0]}"] = rows
     return table
@@ -247,9 +250,10 @@ def grade_table_source(root: Path) -> str:
     lines = ['"""Written by `python -m transformer_course.authoring build` (make notebooks): do not edit.',
              "",
              "Every grade cell of every lesson, per checks module: (grade_id, points, the checks it calls);",
-             'an empty tuple of checks marks a cell of hidden tests. The notebooks\' summary cell reads it."""',
+             "an empty tuple of checks marks a cell of hidden tests, None a written answer graded by hand.",
+             'The notebooks\' summary cell reads it."""',
              "",
-             "GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...]], ...]] = {"]
+             "GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...] | None], ...]] = {"]
     for module, rows in grade_table(root).items():
         lines.append(f"    {module!r}: (")
         lines += [f"        ({grade_id!r}, {points!r}, {names!r})," for grade_id, points, names in rows]

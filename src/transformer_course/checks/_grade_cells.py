@@ -1,9 +1,10 @@
 """Written by `python -m transformer_course.authoring build` (make notebooks): do not edit.
 
 Every grade cell of every lesson, per checks module: (grade_id, points, the checks it calls);
-an empty tuple of checks marks a cell of hidden tests. The notebooks' summary cell reads it."""
+an empty tuple of checks marks a cell of hidden tests, None a written answer graded by hand.
+The notebooks' summary cell reads it."""
 
-GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...]], ...]] = {
+GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...] | None], ...]] = {
     'transformer_course.checks.why_attention': (
         ('why_score_shape', 1, ('score_shape',)),
         ('why_score_values', 2, ('score_values',)),
@@ -22,9 +23,9 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...]], ...]] = {
         ('pe_forward', 2, ('forward_adds_encoding',)),
         ('pe_forward_hidden', 1, ()),
         ('pe_dropout', 1, ('dropout_behaviour',)),
-        ('pe_q_order', 2, ()),
-        ('pe_q_buffer', 2, ()),
-        ('pe_q_scale', 2, ()),
+        ('pe_q_order', 2, None),
+        ('pe_q_buffer', 2, None),
+        ('pe_q_scale', 2, None),
     ),
     'transformer_course.checks.attention': (
         ('attn_sdpa_shapes', 1, ('sdpa_shapes',)),
@@ -52,9 +53,9 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...]], ...]] = {
         ('attn_mha_matches_pytorch_causal', 1, ('mha_matches_pytorch_causal',)),
         ('attn_mha_hidden', 1, ()),
         ('attn_mha_weights_hidden', 1, ()),
-        ('attn_q_scale', 3, ()),
-        ('attn_q_mask', 2, ()),
-        ('attn_q_heads', 2, ()),
+        ('attn_q_scale', 3, None),
+        ('attn_q_mask', 2, None),
+        ('attn_q_heads', 2, None),
     ),
     'transformer_course.checks.blocks': (
         ('block_ffn_shape', 1, ('feed_forward_shape',)),
@@ -76,9 +77,9 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...]], ...]] = {
         ('block_dec_dropout_place', 1, ('decoder_dropout_placement',)),
         ('block_dec_hidden_values', 1, ()),
         ('block_dec_hidden_properties', 1, ()),
-        ('block_q_residual', 2, ()),
-        ('block_q_preln', 3, ()),
-        ('block_q_cross', 2, ()),
+        ('block_q_residual', 2, None),
+        ('block_q_preln', 3, None),
+        ('block_q_cross', 2, None),
     ),
     'transformer_course.checks.model': (
         ('model_target_mask_shape', 1, ('target_mask_shape',)),
@@ -103,9 +104,9 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...]], ...]] = {
         ('model_gradients', 1, ('transformer_gradients',)),
         ('model_no_builtins', 1, ('no_builtin_modules',)),
         ('model_transformer_hidden', 2, ()),
-        ('model_q_lookahead', 2, ()),
-        ('model_q_modulelist', 2, ()),
-        ('model_q_masks', 2, ()),
+        ('model_q_lookahead', 2, None),
+        ('model_q_modulelist', 2, None),
+        ('model_q_masks', 2, None),
     ),
     'transformer_course.checks.training': (
         ('train_collate_shapes', 1, ('collate_shapes',)),
@@ -125,9 +126,9 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...]], ...]] = {
         ('train_epoch_scheduler', 1, ('train_epoch_scheduler_per_batch',)),
         ('train_epoch_mean_loss', 1, ('train_epoch_mean_loss_per_token',)),
         ('train_epoch_hidden', 2, ()),
-        ('train_q_shift', 2, ()),
-        ('train_q_warmup', 2, ()),
-        ('train_q_padding', 2, ()),
+        ('train_q_shift', 2, None),
+        ('train_q_warmup', 2, None),
+        ('train_q_padding', 2, None),
     ),
     'transformer_course.checks.decoding': (
         ('dec_greedy_starts_with_bos', 1, ('greedy_starts_with_bos',)),
@@ -146,9 +147,9 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...]], ...]] = {
         ('dec_maps_values', 2, ('attention_maps_values',)),
         ('dec_maps_rows', 1, ('attention_maps_rows_sum_to_one',)),
         ('dec_maps_hidden', 1, ()),
-        ('dec_q_stepwise', 2, ()),
-        ('dec_q_finished', 2, ()),
-        ('dec_q_attention', 2, ()),
+        ('dec_q_stepwise', 2, None),
+        ('dec_q_finished', 2, None),
+        ('dec_q_attention', 2, None),
     ),
     'transformer_course.checks.fast_decoding': (
         ('fast_cache_starts_empty', 1, ('cache_starts_empty',)),

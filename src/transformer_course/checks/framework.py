@@ -100,7 +100,10 @@ def summary(module: str | ModuleType | None = None) -> None:
         return
     checks_module = sys.modules.get(name) if name else None
     rows, earned, visible_points, hidden_points, hidden_cells = [], 0.0, 0.0, 0.0, 0
+    written = [points for _grade_id, points, names in cells if names is None]
     for _grade_id, points, names in cells:
+        if names is None:
+            continue
         if not names:
             hidden_points, hidden_cells = hidden_points + points, hidden_cells + 1
             continue
@@ -121,6 +124,10 @@ def summary(module: str | ModuleType | None = None) -> None:
                + (" — all green." if not failing else f"; {failing} of {len(rows)} checks not passing yet."))
     hidden = (f"Hidden tests: {hidden_cells} more cells worth {_points(hidden_points)}, run only when your "
               "notebook is graded (the same properties on other sizes)." if hidden_cells else "")
+    if written:
+        hidden += ("\n" if hidden else "") + (
+            f"Written answers: {len(written)} question{'s' if len(written) != 1 else ''} worth "
+            f"{_points(sum(written))}, graded by your instructor.")
     text = "\n".join([*(f"{mark} {title}  ({points})" + (f"  — {note}" if note else "")
                         for mark, title, points, note in rows), "", verdict, hidden])
     colours = {"✔": "#2e7d32", "✘": "#c62828", "·": "#777"}
@@ -129,7 +136,7 @@ def summary(module: str | ModuleType | None = None) -> None:
         f'<td style="white-space: nowrap">{points}</td><td style="color: #555">{escape(note)}</td></tr>'
         for mark, title, points, note in rows)
     html = (f'<table style="border-collapse: collapse; text-align: left">{table}</table>'
-            f"<p><b>{escape(verdict)}</b><br>{escape(hidden)}</p>")
+            f"<p><b>{escape(verdict)}</b><br>{escape(hidden).replace(chr(10), '<br>')}</p>")
     show(text, html)
 
 

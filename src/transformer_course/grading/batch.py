@@ -272,13 +272,15 @@ class BatchGrader:
         return {multi30k.ENVIRONMENT_VARIABLE: self.data_folder} if self.data_folder else {}
 
     def thread_limits(self) -> dict[str, str]:
-        """Share the cores out between the students graded at once (unless the caller chose).
+        """One torch thread per student's runner (unless the caller chose), whatever --jobs is.
 
-        Every kernel's torch would otherwise start one thread per core; with N kernels on the same
-        cores the threads spin against each other and grading gets several times slower (measured:
-        3 students on 2 cores, 238 s with default threads, 99 s with one thread each)."""
-        threads = str(max(1, (os.cpu_count() or 1) // max(1, self.jobs)))
-        return {name: threads for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        What the notebooks run while graded is small (grading-mode demos, checks on tiny tensors):
+        a second thread brings no speed, only OpenMP's synchronisation. Measured on the course's
+        notebooks (2-core machine shared with other work): the demo cell of stage 3 took 0.7 s of CPU
+        with one thread and 16.9 s with two; a full submission 34 s of sandbox CPU against 98 s. With
+        several kernels on the same cores the threads also spin against each other (3 students on
+        2 cores: 238 s with default threads, 99 s with one thread each). Fill the cores with --jobs."""
+        return {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
     def run(self, grade: bool = True) -> dict[str, StudentResult]:
         """Grade this shard's students (all of them without a shard) and write scores.csv for the

@@ -38,7 +38,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer
 
-from transformer_course.grading import seal
+from transformer_course.grading import profiling, seal
 from transformer_course.grading.guard import checks_module, is_grade_cell
 from transformer_course.grading.runner import encode_request, split_hidden
 
@@ -142,12 +142,18 @@ class Session:
                 "--control", str(control_read)]
         self.log.seek(0)
         self.log.truncate()
-        self.process = self.launcher(argv, environment=self.environment, pass_fds=(control_read,), stderr=self.log)
-        os.close(control_read)
-        self.control_write = control_write
-        self.buffer = b""
-        self._await("ready", timeout)
+        with profiling.phase("zygote start (sandbox, imports, arming)", self.cpu_seconds):
+            self.process = self.launcher(argv, environment=self.environment, pass_fds=(control_read,),
+                                         stderr=self.log)
+            os.close(control_read)
+            self.control_write = control_write
+            self.buffer = b""
+            self._await("ready", timeout)
         return self
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds used so far by the sandbox's processes (see profiling.tree_cpu_seconds)."""
+        return profiling.tree_cpu_seconds(self.process.pid) if self.process is not None else 0.0
 
     def _await(self, op: str, timeout: float) -> None:
         try:
@@ -543,7 +549,8 @@ class SealedExecute(NbGraderPreprocessor):
         clean: list[int] = []
         deaths = 0
         session = _session_for(nb)
-        self._open(session, checks, exercises, cwd)
+        with profiling.phase("runner fork", session.cpu_seconds):
+            self._open(session, checks, exercises, cwd)
         count = 0
         for index, cell in enumerate(nb.cells):
             if cell.get("cell_type") != "code":
@@ -555,12 +562,15 @@ class SealedExecute(NbGraderPreprocessor):
                 continue
             try:
                 if is_grade_cell(cell):
-                    outcome = session.run_grade_cell(index, cell.source, expected_titles(cell.source, checks),
-                                                     self.timeout)
+                    kind = "grade cells with hidden tests" if split_hidden(cell.source)[1] else "grade cells"
+                    with profiling.phase(kind, session.cpu_seconds):
+                        outcome = session.run_grade_cell(index, cell.source, expected_titles(cell.source, checks),
+                                                         self.timeout)
                     cell.outputs = [_node(o) for o in outcome.outputs]
                     findings += [f for f in outcome.findings if f not in findings]
                 else:
-                    cell.outputs = [_node(o) for o in session.run_cell(index, cell.source, self.timeout)]
+                    with profiling.phase("ordinary cells", session.cpu_seconds):
+                        cell.outputs = [_node(o) for o in session.run_cell(index, cell.source, self.timeout)]
                     if not any(o.get("output_type") == "error" for o in cell.outputs):
                         clean.append(index)
             except CellTimedOut as stopped:
@@ -577,7 +587,7 @@ class SealedExecute(NbGraderPreprocessor):
                 self.log.warning("runner died in cell %d: %s", index, died)
                 if deaths <= self.max_kernel_deaths:
                     session = self._restart(session, nb, checks, exercises, cwd, clean, index)
-        with suppress(RunnerDied, OSError):
+        with suppress(RunnerDied, OSError), profiling.phase("runner end", session.cpu_seconds):
             session.end_notebook()
         nb.metadata.setdefault(FINDINGS_KEY, {})["findings"] = findings
         return nb, resources

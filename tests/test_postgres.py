@@ -171,3 +171,23 @@ def test_scores_only_writes_the_whole_class_from_the_gradebook(graded):
     assert {key: row["total"] for key, row in rows.items()} == {
         key: row["total"] for key, row in graded["single"].items()}
     assert {row["status"] for row in rows.values()} == {"graded"}
+
+
+def test_one_students_notebooks_graded_at_once_by_two_workers(postgres, tmp_path, monkeypatch):
+    """With fewer students at once than cores, a student's notebooks are split between workers that
+    write the same student's rows at the same moment (nbgrader creates the student in each)."""
+    require(bubblewrap_problem())
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    stages = [STAGE, "02_attention"]
+    correct = student_submissions(ROOT, stages)["ada"]
+    for stage in stages:
+        path = tmp_path / "downloads" / "ada" / f"{stage}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(correct[stage], path)
+    db_url = postgres.create_database("split")
+    arguments = [str(tmp_path / "downloads"), "--class-dir", str(tmp_path / "class"), "--db-url", db_url, "--jobs", "1",
+                 "--timeout", "60", *(f"--assignment={stage}" for stage in stages)]
+    assert main(arguments) == 0
+    rows = read_scores(tmp_path / "class" / "scores.csv")
+    assert sorted(row["assignment"] for row in rows) == stages
+    assert all(row["status"] == "graded" and float(row["total"]) == float(row["max"]) > 0 for row in rows), rows

@@ -122,3 +122,16 @@ def test_shards_split_by_a_stable_hash_of_the_student_id():
     """The slice of a student never depends on the machine (Python's hash() would)."""
     expected = int(hashlib.sha256(b"ada").hexdigest(), 16) % 4 + 1
     assert in_shard("ada", (expected, 4)) and not in_shard("ada", (expected % 4 + 1, 4))
+
+
+def test_spare_cores_split_one_students_notebooks_heaviest_first(tmp_path, monkeypatch):
+    from transformer_course.grading.batch import BatchGrader
+
+    stages = ["01_positional_encoding", "02_attention", "03_blocks", "04_transformer", "05_training", "06_decoding"]
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    one_at_a_time = BatchGrader(ROOT, tmp_path / "class", tmp_path, jobs=1, assignment_ids=stages)
+    groups = one_at_a_time.split(stages)
+    assert len(groups) == 2 and sorted(a for group in groups for a in group) == stages
+    assert not {"05_training", "06_decoding"} <= set(groups[0])  # the two heaviest in different groups
+    assert BatchGrader(ROOT, tmp_path / "class", tmp_path, jobs=2, assignment_ids=stages).split(stages) == [stages]
+    assert one_at_a_time.split(["02_attention"]) == [["02_attention"]]

@@ -229,36 +229,76 @@ class BatchGrader:
             result.status = "rejected"
             result.reasons = result.reasons or ["no gradable notebook"]
             return result
-        command = [sys.executable, "-m", "transformer_course.grading.worker", "--course", str(self.course),
-                   "--class-dir", str(self.class_dir), "--student", result.student, "--db-url", self.db_url,
-                   "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
-        command += [item for assignment in to_grade for item in ("--assignment", assignment)]
-        command += [] if self.sandbox else ["--no-sandbox"]
-        limit = 60 + 3 * self.timeout * 20 * len(to_grade)  # generous: a notebook has ~20 slow cells at most
-        try:
-            process = subprocess.run(command, capture_output=True, text=True, timeout=limit,
-                                     env={**self.thread_limits(), **_clean_environment(), **self.data_environment(),
-                                          "PYTHONWARNINGS": "ignore"})
-            report = json.loads(process.stdout.strip().splitlines()[-1]) if process.stdout.strip() else {}
-        except subprocess.TimeoutExpired:
-            process, report = None, {}
-            result.reasons.append(f"grading took longer than {limit} s and was stopped")
-        except json.JSONDecodeError:
-            report = {}
-        if process is not None and not report:
-            result.reasons.append("the grading process failed: " + " | ".join(process.stderr.strip().splitlines()[-3:]))
+        report: dict = {}
+        parts = self.split(to_grade)
+        with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+            for part_report, problem in pool.map(lambda part: self.run_worker(result.student, part), parts):
+                report.update(part_report)
+                if problem:
+                    result.reasons.append(problem)
+        missing = len(report) < len(to_grade)  # a part gave no report: its reason is listed
         failures = {a: r["error"] for a, r in report.items() if not r["success"]}
         result.reasons += [f"{a}: nbgrader could not grade it: {error.splitlines()[-1] if error else '?'}"
                            for a, error in failures.items()]
         result.reasons += [f"{a}: flagged for review: your notebook {finding}"
                            for a, r in report.items() for finding in r.get("findings", [])]
-        result.status = "graded" if report and not failures else "failed"
+        result.status = "graded" if report and not failures and not missing else "failed"
         result.seconds = time.perf_counter() - start
         self.records.mkdir(parents=True, exist_ok=True)
         (self.records / f"{result.student}.json").write_text(json.dumps(
             {"fingerprint": fingerprint(result.submissions), "status": result.status, "reasons": result.reasons,
              "seconds": round(result.seconds, 1)}, indent=1))
         return result
+
+    def run_worker(self, student: str, assignment_ids: list[str]) -> tuple[dict, str]:
+        """(the worker's report, a reason when it gave none) for grading these notebooks of a student."""
+        command = [sys.executable, "-m", "transformer_course.grading.worker", "--course", str(self.course),
+                   "--class-dir", str(self.class_dir), "--student", student, "--db-url", self.db_url,
+                   "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
+        command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
+        command += [] if self.sandbox else ["--no-sandbox"]
+        limit = 60 + 3 * self.timeout * 20 * len(assignment_ids)  # generous: a notebook has ~20 slow cells at most
+        try:
+            process = subprocess.run(command, capture_output=True, text=True, timeout=limit,
+                                     env={**self.thread_limits(), **_clean_environment(), **self.data_environment(),
+                                          "PYTHONWARNINGS": "ignore"})
+        except subprocess.TimeoutExpired:
+            return {}, f"grading took longer than {limit} s and was stopped"
+        try:
+            report = json.loads(process.stdout.strip().splitlines()[-1]) if process.stdout.strip() else {}
+        except json.JSONDecodeError:
+            report = {}
+        if not isinstance(report, dict) or not report:
+            return {}, "the grading process failed: " + " | ".join(process.stderr.strip().splitlines()[-3:])
+        return report, ""
+
+    def split(self, assignment_ids: list[str]) -> list[list[str]]:
+        """A student's notebooks in groups graded at the same time, each group by its own worker and sandbox.
+
+        With fewer students at once (--jobs) than cores, one student's notebooks share the spare
+        cores, as threads used to (one torch thread per runner is cheaper): the heaviest notebooks
+        first, each to the lightest group. With --jobs at least the number of cores: one group."""
+        groups = min(len(assignment_ids), max(1, (os.cpu_count() or 1) // max(1, self.jobs)))
+        if groups == 1:
+            return [list(assignment_ids)]
+        weight = {a: self.cost(a) for a in assignment_ids}
+        split: list[list[str]] = [[] for _ in range(groups)]
+        for assignment in sorted(assignment_ids, key=lambda a: -weight[a]):
+            min(split, key=lambda group: sum(weight[a] for a in group)).append(assignment)
+        return [sorted(group) for group in split]
+
+    def cost(self, assignment: str) -> float:
+        """Relative grading cost of an assignment (to balance the groups): about the CPU seconds one stage
+        takes (scripts/benchmark_grading.py's profile, one torch thread), else its number of code cells."""
+        measured = {"01_positional_encoding": 2.0, "02_attention": 3.5, "03_blocks": 4.5, "04_transformer": 4.0,
+                    "05_training": 9.0, "06_decoding": 9.0}
+        if assignment in measured:
+            return measured[assignment]
+        try:
+            notebook = nbformat.read(self.class_dir / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+            return sum(cell.cell_type == "code" for cell in notebook.cells) / 10
+        except (OSError, ValueError):
+            return 1.0
 
     def preflight(self) -> None:
         """Stop with the cause when no runner can start here, instead of failing every student."""

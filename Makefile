@@ -16,7 +16,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[grading,dev]"
+	$(BIN)/pip install -q -e ".[grading,postgres,dev]"
 	touch $@
 
 demo: setup

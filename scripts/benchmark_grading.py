@@ -1,15 +1,23 @@
-"""Benchmark grading: how long an instructor waits.
+"""Benchmark grading: how long an instructor waits, and where the time goes.
 
-    python scripts/benchmark_grading.py [--students 50] [--assignment 02_attention] [--jobs 1 2]
+    python scripts/benchmark_grading.py [--repeat 3] [--students 50] [--assignment 02_attention] [--jobs 1 2]
+                                        [--skip-class] [--skip-serial] [--output figures.json]
 
-Measures, on this machine, wall-clock seconds for
-1. one full submission (all six notebooks, the reference solutions) with the batch grader;
-2. a synthetic class of --students (a third correct, a third with a known bug, a third blank) on
-   one assignment, with the batch grader at each --jobs value (checks, sandboxed kernels, feedback);
-3. the same class with plain serial nbgrader (the `nbgrader autograde` and `generate_feedback` commands
-   over the whole class with the course's config: one process, no submission checks, no sandbox).
-Preparing the gradebook (generate_assignment) is timed separately and excluded from 1-3.
-Prints a table and, with --output, writes the figures as JSON.
+Measures, on this machine,
+1. one full submission (all six notebooks, the reference solutions) through the batch command
+   (`--jobs 1`, sandboxed when bubblewrap works here), --repeat times: wall seconds, CPU seconds
+   (user + system of the batch command, its worker and the student's sandbox, from a cpuacct
+   cgroup made for the run; where none can be made, getrusage of the children, which misses the
+   sandbox), and the per-phase breakdown the worker records (`transformer_course.grading.profiling`):
+   worker start-up, nbgrader start-up, nbgrader's own autograde work, the database, zygote start,
+   runner forks, ordinary cells, grade cells (with and without hidden tests), feedback HTML;
+2. unless --skip-class, a synthetic class of --students (a third correct, a third with a known bug, a
+   third blank) on one assignment, with the batch command at each --jobs value;
+3. unless --skip-serial, the same class with plain serial nbgrader (`nbgrader autograde` and
+   `generate_feedback` over the class with the course's config: one process, no checks, no sandbox).
+Registering the assignments (generate_assignment, once per class) is excluded from all of them.
+Reports medians and the load average around each run: on a machine shared with other work, wall time
+is inflated by the others; CPU time much less so.
 """
 
 from __future__ import annotations
@@ -18,7 +26,11 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +42,144 @@ from transformer_course.grading.batch import BatchGrader
 from transformer_course.grading.classroom import Classroom
 from transformer_course.grading.examples import student_submissions
 from transformer_course.grading.isolation import bubblewrap_problem
+from transformer_course.grading.profiling import ENVIRONMENT_VARIABLE as PROFILE
+
+ORDER = ["worker start (Python, imports)", "nbgrader start-up", "nbgrader autograde (its own work)",
+         "database (opening the gradebook)", "zygote start (sandbox, imports, arming)", "runner fork",
+         "ordinary cells", "grade cells", "grade cells with hidden tests", "runner end", "feedback HTML"]
+SANDBOX_PHASES = ("zygote start (sandbox, imports, arming)", "runner fork", "ordinary cells", "grade cells",
+                  "grade cells with hidden tests", "runner end")
+
+
+# --- CPU time of a command and everything it starts ------------------------------------------------
+
+
+class CpuCgroup:
+    """A cgroup that counts the CPU time of a process tree (cgroup v1 cpuacct, or v2's cpu.stat)."""
+
+    def __init__(self) -> None:
+        self.folder: Path | None = None
+        name = f"grading-benchmark-{os.getpid()}-{time.monotonic_ns()}"
+        for parent, kind in ((Path("/sys/fs/cgroup/cpuacct"), 1), (Path("/sys/fs/cgroup"), 2)):
+            if (parent / "cgroup.procs").exists() and os.access(parent, os.W_OK):
+                if kind == 2 and not (parent / "cgroup.controllers").exists():
+                    continue
+                try:
+                    (parent / name).mkdir()
+                except OSError:
+                    continue
+                self.folder, self.kind = parent / name, kind
+                return
+
+    def enter(self) -> None:
+        """Called in the child before exec (preexec_fn): it and all it starts are counted."""
+        if self.folder is not None:
+            (self.folder / "cgroup.procs").write_text(str(os.getpid()))
+
+    def seconds(self) -> tuple[float, float] | None:
+        """(user, system) CPU seconds so far."""
+        if self.folder is None:
+            return None
+        if self.kind == 1:
+            ticks = dict(line.split() for line in (self.folder / "cpuacct.stat").read_text().splitlines())
+            hertz = os.sysconf("SC_CLK_TCK")
+            return int(ticks["user"]) / hertz, int(ticks["system"]) / hertz
+        stat = dict(line.split() for line in (self.folder / "cpu.stat").read_text().splitlines())
+        return int(stat["user_usec"]) / 1e6, int(stat["system_usec"]) / 1e6
+
+    def remove(self) -> None:
+        if self.folder is not None:
+            for _ in range(100):
+                try:
+                    self.folder.rmdir()
+                    return
+                except OSError:
+                    time.sleep(0.05)
+
+
+def timed_command(command: list[str], environment: dict[str, str]) -> dict:
+    cgroup = CpuCgroup()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    try:
+        process = subprocess.run(command, env=environment, capture_output=True, text=True,
+                                 preexec_fn=cgroup.enter if cgroup.folder is not None else None)
+        wall = time.perf_counter() - start
+        counted = cgroup.seconds()
+    finally:
+        cgroup.remove()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:4])} failed:\n{process.stdout[-2000:]}\n{process.stderr[-2000:]}")
+    user, system = counted or (after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime)
+    return {"wall_s": round(wall, 1), "cpu_s": round(user + system, 1), "user_s": round(user, 1),
+            "system_s": round(system, 1), "cpu_counted_by": "cgroup" if counted else "getrusage (without the sandbox)",
+            "load_before": round(load, 1), "load_after": round(os.getloadavg()[0], 1)}
+
+
+# --- one full submission ----------------------------------------------------------------------------
+
+
+def one_full_submission(root: Path, work: Path, repeat: int) -> dict:
+    folder, class_dir = work / "one", work / "class-one"
+    for assignment, notebook in student_submissions(root, assignments(root))["ada"].items():
+        path = folder / "ada" / f"{assignment}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, path)
+    grader = BatchGrader(root, class_dir, folder, jobs=1, sandbox=bubblewrap_problem() is None)
+    started = time.perf_counter()
+    grader.prepare()
+    prepare_s = time.perf_counter() - started
+    runs = []
+    for number in range(repeat):
+        for leftover in ("records", "autograded", "feedback"):
+            shutil.rmtree(class_dir / leftover, ignore_errors=True)
+        profile = work / f"profile-{number}.jsonl"
+        environment = {**os.environ, PROFILE: str(profile)}
+        command = [sys.executable, "-m", "transformer_course.grading.batch", str(folder), "--class-dir",
+                   str(class_dir), "--jobs", "1", *([] if grader.sandbox else ["--no-sandbox"])]
+        run = timed_command(command, environment)
+        parts = [derived(json.loads(line)["phases"]) for line in profile.read_text().splitlines()]
+        run["phases"] = {name: [sum(part[name][i] for part in parts if name in part) for i in range(3)]
+                         for name in ORDER if any(name in part for part in parts)}
+        # the spare core grades part of the student's notebooks in a second worker (batch.BatchGrader.split):
+        # CPU seconds of each worker and its sandbox, from the phases (which do not overlap)
+        run["cpu_per_worker_s"] = [round(sum(part[name][1] for name in ORDER if name in part), 1) for part in parts]
+        runs.append(run)
+        print(f"  run {number + 1}: {run['wall_s']} s wall, {run['cpu_s']} s CPU (per worker and its sandbox: "
+              f"{run['cpu_per_worker_s']}), load {run['load_before']}", flush=True)
+    return {"prepare_s": round(prepare_s, 1), "runs": runs, **summarise(runs)}
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Medians over the runs, and the per-phase breakdown (medians of each phase's wall and CPU)."""
+    phases: dict[str, dict[str, float]] = {}
+    for name in ORDER:
+        rows = [run["phases"].get(name) for run in runs]
+        rows = [row for row in rows if row]
+        if rows:
+            phases[name] = {"wall_s": round(statistics.median(row[0] for row in rows), 2),
+                            "cpu_s": round(statistics.median(row[1] for row in rows), 2), "count": rows[0][2]}
+    return {"median_wall_s": statistics.median(run["wall_s"] for run in runs),
+            "median_cpu_of_busiest_worker_s": statistics.median(max(run["cpu_per_worker_s"]) for run in runs),
+            "median_cpu_s": statistics.median(run["cpu_s"] for run in runs),
+            "median_load": statistics.median(run["load_before"] for run in runs), "phases": phases}
+
+
+def derived(phases: dict[str, list[float]]) -> dict[str, list[float]]:
+    """nbgrader's own autograde work = its autograde phase less what ran inside it (the executor's
+    phases and opening the gradebook), in wall time and in the grader process's CPU time."""
+    result = {name: [wall, cpu, count] for name, (wall, cpu, count, _own) in phases.items()}
+    if "nbgrader autograde" in phases:
+        wall, _cpu, count, own = phases["nbgrader autograde"]
+        inner = [phases[name] for name in (*SANDBOX_PHASES[1:], "database (opening the gradebook)") if name in phases]
+        result["nbgrader autograde (its own work)"] = [wall - sum(p[0] for p in inner),
+                                                       own - sum(p[3] for p in inner), count]
+    return result
+
+
+# --- a class ----------------------------------------------------------------------------------------
 
 
 def synthetic_class(root: Path, folder: Path, assignment: str, count: int) -> None:
@@ -46,35 +196,49 @@ def batch_seconds(root: Path, work: Path, submissions: Path, assignment_ids: lis
     class_dir = work / f"class-jobs{jobs}-{len(assignment_ids)}"
     grader = BatchGrader(root, class_dir, submissions, jobs=jobs, assignment_ids=assignment_ids,
                          sandbox=bubblewrap_problem() is None)
-    start = time.perf_counter()
     grader.prepare()
-    prepared = time.perf_counter()
-    students = grader.run()
-    done = time.perf_counter()
-    graded = sum(result.status == "graded" for result in students.values())
-    return {"prepare_s": round(prepared - start, 1), "grade_s": round(done - prepared, 1), "students": graded}
+    command = [sys.executable, "-m", "transformer_course.grading.batch", str(submissions), "--class-dir",
+               str(class_dir), "--jobs", str(jobs), *(f"--assignment={a}" for a in assignment_ids),
+               *([] if grader.sandbox else ["--no-sandbox"])]
+    run = timed_command(command, dict(os.environ))
+    count = len(list(submissions.iterdir()))
+    return {**run, "students": count, "wall_per_student_s": round(run["wall_s"] / count, 2),
+            "cpu_per_student_s": round(run["cpu_s"] / count, 2)}
 
 
 def serial_nbgrader_seconds(root: Path, work: Path, submissions: Path, assignment: str) -> dict:
     classroom = Classroom(root, work / "class-serial")
-    start = time.perf_counter()
     classroom.prepare([assignment])
-    prepared = time.perf_counter()
     for folder in sorted(submissions.iterdir()):
         notebook = nbformat.read(folder / f"{assignment}.ipynb", as_version=4)
         classroom.submit(folder.name, assignment, notebook)
+    start = time.perf_counter()
     classroom.autograde(assignment)
     classroom.feedback(assignment)
-    done = time.perf_counter()
-    return {"prepare_s": round(prepared - start, 1), "grade_s": round(done - prepared, 1)}
+    return {"wall_s": round(time.perf_counter() - start, 1)}
+
+
+def table(figures: dict) -> str:
+    one = figures.get("one_full_submission")
+    lines = []
+    if one:
+        lines += [f"one full submission, median of {len(one['runs'])}: {one['median_wall_s']} s wall, "
+                  f"{one['median_cpu_s']} s CPU, of which {one['median_cpu_of_busiest_worker_s']} s in the busiest "
+                  f"worker and its sandbox (load average {one['median_load']})", "",
+                  f"{'phase':42s} {'count':>5s} {'wall s':>8s} {'CPU s':>8s}"]
+        for name, row in one["phases"].items():
+            lines.append(f"{name:42s} {row['count']:5d} {row['wall_s']:8.2f} {row['cpu_s']:8.2f}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of the one full submission")
     parser.add_argument("--students", type=int, default=50)
     parser.add_argument("--assignment", default="02_attention")
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--skip-full", action="store_true", help="skip the one-full-submission measurement")
+    parser.add_argument("--skip-class", action="store_true", help="skip the synthetic class")
     parser.add_argument("--skip-serial", action="store_true", help="skip plain serial nbgrader")
     parser.add_argument("--output", type=Path)
     arguments = parser.parse_args(argv)
@@ -82,26 +246,23 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="grading-benchmark-"))
     figures: dict[str, object] = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "sandbox": bubblewrap_problem() or "bubblewrap", "students": arguments.students,
-        "assignment": arguments.assignment,
+        "sandbox": bubblewrap_problem() or "bubblewrap",
     }
     try:
         if not arguments.skip_full:
-            one = work / "one"
-            for assignment, notebook in student_submissions(root, assignments(root))["ada"].items():
-                path = one / "ada" / f"{assignment}.ipynb"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                nbformat.write(notebook, path)
-            figures["one_full_submission"] = batch_seconds(root, work, one, assignments(root), jobs=1)
-            print("one full submission:", figures["one_full_submission"], flush=True)
-        cohort = work / "cohort"
-        synthetic_class(root, cohort, arguments.assignment, arguments.students)
-        for jobs in arguments.jobs:
-            figures[f"class_batch_jobs{jobs}"] = batch_seconds(root, work, cohort, [arguments.assignment], jobs)
-            print(f"class, batch grader, {jobs} job(s):", figures[f"class_batch_jobs{jobs}"], flush=True)
-        if not arguments.skip_serial:
-            figures["class_serial_nbgrader"] = serial_nbgrader_seconds(root, work, cohort, arguments.assignment)
-            print("class, plain serial nbgrader:", figures["class_serial_nbgrader"], flush=True)
+            print("one full submission:", flush=True)
+            figures["one_full_submission"] = one_full_submission(root, work, arguments.repeat)
+            print(table(figures), flush=True)
+        if not arguments.skip_class:
+            cohort = work / "cohort"
+            synthetic_class(root, cohort, arguments.assignment, arguments.students)
+            figures.update(students=arguments.students, assignment=arguments.assignment)
+            for jobs in arguments.jobs:
+                figures[f"class_batch_jobs{jobs}"] = batch_seconds(root, work, cohort, [arguments.assignment], jobs)
+                print(f"class, batch grader, {jobs} job(s):", figures[f"class_batch_jobs{jobs}"], flush=True)
+            if not arguments.skip_serial:
+                figures["class_serial_nbgrader"] = serial_nbgrader_seconds(root, work, cohort, arguments.assignment)
+                print("class, plain serial nbgrader:", figures["class_serial_nbgrader"], flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(figures, indent=1))

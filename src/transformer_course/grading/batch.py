@@ -14,7 +14,8 @@ SUBMISSIONS is the folder of notebooks as downloaded from Colab or an LMS (see
 then writes DIR/scores.csv (per-cell and total scores, status and reasons) and prints a summary.
 Students already graded from identical files are skipped, so an interrupted run resumes where it
 stopped; --force regrades everyone. For a class too big for one machine, give every machine the
-same --db-url (e.g. a PostgreSQL URL) and its own --shard K/N (see README, "Grading a class").
+same --db-url (e.g. a PostgreSQL URL) and its own --shard K/N, or `--shard slurm` / `kubernetes` /
+`auto` in a scheduler's job array (see README, "A class too big for one machine").
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from tqdm.auto import tqdm
 from transformer_course.authoring import assignments as course_assignments
 from transformer_course.data import multi30k
 from transformer_course.grading import answers, report
-from transformer_course.grading.classroom import Classroom
+from transformer_course.grading.classroom import Classroom, gradebook_lock
 from transformer_course.grading.identities import student_ids
 from transformer_course.grading.isolation import bubblewrap_problem
 from transformer_course.grading.submissions import Release, Submission, discover, flag_shared_files, load, printable
@@ -72,6 +73,52 @@ def in_shard(student: str, shard: tuple[int, int] | None) -> bool:
     return int(hashlib.sha256(student.encode()).hexdigest(), 16) % count == index - 1
 
 
+def scheduler_shard(kind: str, environment: dict[str, str] | os._Environ) -> tuple[int, int] | None:
+    """(K, N) of this task of a scheduler's job array, read from the scheduler's own variables.
+
+    slurm: SLURM_ARRAY_TASK_ID within SLURM_ARRAY_TASK_MIN..MAX by SLURM_ARRAY_TASK_STEP, of
+    SLURM_ARRAY_TASK_COUNT tasks (ids may start at 0, 1 or anywhere; the range must be contiguous).
+    kubernetes: JOB_COMPLETION_INDEX (0-based) of an Indexed Job, with JOB_COMPLETIONS (the Job's
+    spec.completions, which Kubernetes does not pass to the pod: the manifest sets it).
+    auto: whichever of the two is there; None (the whole class) outside any job array."""
+    if kind == "auto":
+        kind = ("slurm" if "SLURM_ARRAY_TASK_ID" in environment else
+                "kubernetes" if "JOB_COMPLETION_INDEX" in environment else "")
+        if not kind:
+            return None
+
+    def number(name: str, default: int | None = None) -> int:
+        value = environment.get(name)
+        if value is None and default is not None:
+            return default
+        try:
+            return int(str(value))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--shard {kind} needs ${name} (an integer), found {value!r}") from None
+
+    if kind == "slurm":
+        task, count, first = (number(name) for name in (
+            "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN"))
+        step = number("SLURM_ARRAY_TASK_STEP", 1)
+        last = number("SLURM_ARRAY_TASK_MAX", first + (count - 1) * step)
+        position, off_step = divmod(task - first, step) if step > 0 else (-1, 1)
+        if off_step or not 0 <= position < count or (last - first) // step + 1 != count:
+            raise argparse.ArgumentTypeError(
+                f"--shard slurm: task {task} of an array {first}-{last}:{step} with {count} tasks is not a "
+                "contiguous range; submit it with --array=A-B or --array=A-B:S (a %limit is fine)")
+        return position + 1, count
+    if kind == "kubernetes":
+        index = number("JOB_COMPLETION_INDEX")
+        if "JOB_COMPLETIONS" not in environment:
+            raise argparse.ArgumentTypeError("--shard kubernetes needs $JOB_COMPLETIONS, the Job's spec.completions "
+                                             "(set it in the pod's env; Kubernetes does not)")
+        count = number("JOB_COMPLETIONS")
+        if not 0 <= index < count:
+            raise argparse.ArgumentTypeError(f"--shard kubernetes: index {index} is not in 0..{count - 1}")
+        return index + 1, count
+    raise argparse.ArgumentTypeError(f"unknown scheduler {kind!r}")
+
+
 def collect(folder: Path, release: Release) -> dict[str, StudentResult]:
     """Every student in the folder with their checked notebooks (one per assignment, the newest).
 
@@ -103,10 +150,11 @@ def collect(folder: Path, release: Release) -> dict[str, StudentResult]:
 class BatchGrader:
     def __init__(self, course: Path, class_dir: Path, submissions: Path, *, jobs: int = 2, force: bool = False,
                  db_url: str | None = None, shard: tuple[int, int] | None = None, timeout: int = 120,
-                 memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None) -> None:
+                 memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
+                 require_sandbox: bool = False) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
-        self.sandbox = sandbox
+        self.sandbox, self.require_sandbox = sandbox, require_sandbox
         self.assignment_ids = assignment_ids or course_assignments(self.course)
         self.classroom = Classroom(self.course, self.class_dir, database_url=db_url)
         self.db_url = self.classroom.db_url
@@ -121,9 +169,17 @@ class BatchGrader:
         stamp = hashlib.sha256(b"".join(
             (self.course / "solutions" / a / f"{a}.ipynb").read_bytes() for a in assignment_ids)).hexdigest()
         marker = self.class_dir / "release" / ".source-sha256"
-        if self.force or not marker.exists() or marker.read_text() != stamp:
-            self.classroom.prepare(assignment_ids)
-            marker.write_text(stamp)
+        # --force regenerates the release too, except in a shard: the other machines are grading from it
+        force = self.force and self.shard is None
+
+        def current() -> bool:
+            return not force and marker.exists() and marker.read_text() == stamp
+
+        if not current():
+            with gradebook_lock(self.db_url, self.class_dir):  # machines sharing the class folder: one does it
+                if not current():
+                    self.classroom.register(assignment_ids)
+                    marker.write_text(stamp)
         self.data_folder = self.provide_data(assignment_ids)
         return assignment_ids
 
@@ -174,36 +230,76 @@ class BatchGrader:
             result.status = "rejected"
             result.reasons = result.reasons or ["no gradable notebook"]
             return result
-        command = [sys.executable, "-m", "transformer_course.grading.worker", "--course", str(self.course),
-                   "--class-dir", str(self.class_dir), "--student", result.student, "--db-url", self.db_url,
-                   "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
-        command += [item for assignment in to_grade for item in ("--assignment", assignment)]
-        command += [] if self.sandbox else ["--no-sandbox"]
-        limit = 60 + 3 * self.timeout * 20 * len(to_grade)  # generous: a notebook has ~20 slow cells at most
-        try:
-            process = subprocess.run(command, capture_output=True, text=True, timeout=limit,
-                                     env={**self.thread_limits(), **_clean_environment(), **self.data_environment(),
-                                          "PYTHONWARNINGS": "ignore"})
-            report = json.loads(process.stdout.strip().splitlines()[-1]) if process.stdout.strip() else {}
-        except subprocess.TimeoutExpired:
-            process, report = None, {}
-            result.reasons.append(f"grading took longer than {limit} s and was stopped")
-        except json.JSONDecodeError:
-            report = {}
-        if process is not None and not report:
-            result.reasons.append("the grading process failed: " + " | ".join(process.stderr.strip().splitlines()[-3:]))
+        report: dict = {}
+        parts = self.split(to_grade)
+        with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+            for part_report, problem in pool.map(lambda part: self.run_worker(result.student, part), parts):
+                report.update(part_report)
+                if problem:
+                    result.reasons.append(problem)
+        missing = len(report) < len(to_grade)  # a part gave no report: its reason is listed
         failures = {a: r["error"] for a, r in report.items() if not r["success"]}
         result.reasons += [f"{a}: nbgrader could not grade it: {error.splitlines()[-1] if error else '?'}"
                            for a, error in failures.items()]
         result.reasons += [f"{a}: flagged for review: your notebook {finding}"
                            for a, r in report.items() for finding in r.get("findings", [])]
-        result.status = "graded" if report and not failures else "failed"
+        result.status = "graded" if report and not failures and not missing else "failed"
         result.seconds = time.perf_counter() - start
         self.records.mkdir(parents=True, exist_ok=True)
         (self.records / f"{result.student}.json").write_text(json.dumps(
             {"fingerprint": fingerprint(result.submissions), "status": result.status, "reasons": result.reasons,
              "seconds": round(result.seconds, 1)}, indent=1))
         return result
+
+    def run_worker(self, student: str, assignment_ids: list[str]) -> tuple[dict, str]:
+        """(the worker's report, a reason when it gave none) for grading these notebooks of a student."""
+        command = [sys.executable, "-m", "transformer_course.grading.worker", "--course", str(self.course),
+                   "--class-dir", str(self.class_dir), "--student", student, "--db-url", self.db_url,
+                   "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
+        command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
+        command += [] if self.sandbox else ["--no-sandbox"]
+        limit = 60 + 3 * self.timeout * 20 * len(assignment_ids)  # generous: a notebook has ~20 slow cells at most
+        try:
+            process = subprocess.run(command, capture_output=True, text=True, timeout=limit,
+                                     env={**self.thread_limits(), **_clean_environment(), **self.data_environment(),
+                                          "PYTHONWARNINGS": "ignore"})
+        except subprocess.TimeoutExpired:
+            return {}, f"grading took longer than {limit} s and was stopped"
+        try:
+            report = json.loads(process.stdout.strip().splitlines()[-1]) if process.stdout.strip() else {}
+        except json.JSONDecodeError:
+            report = {}
+        if not isinstance(report, dict) or not report:
+            return {}, "the grading process failed: " + " | ".join(process.stderr.strip().splitlines()[-3:])
+        return report, ""
+
+    def split(self, assignment_ids: list[str]) -> list[list[str]]:
+        """A student's notebooks in groups graded at the same time, each group by its own worker and sandbox.
+
+        With fewer students at once (--jobs) than cores, one student's notebooks share the spare
+        cores, as threads used to (one torch thread per runner is cheaper): the heaviest notebooks
+        first, each to the lightest group. With --jobs at least the number of cores: one group."""
+        groups = min(len(assignment_ids), max(1, (os.cpu_count() or 1) // max(1, self.jobs)))
+        if groups == 1:
+            return [list(assignment_ids)]
+        weight = {a: self.cost(a) for a in assignment_ids}
+        split: list[list[str]] = [[] for _ in range(groups)]
+        for assignment in sorted(assignment_ids, key=lambda a: -weight[a]):
+            min(split, key=lambda group: sum(weight[a] for a in group)).append(assignment)
+        return [sorted(group) for group in split]
+
+    def cost(self, assignment: str) -> float:
+        """Relative grading cost of an assignment (to balance the groups): about the CPU seconds one stage
+        takes (scripts/benchmark_grading.py's profile, one torch thread), else its number of code cells."""
+        measured = {"01_positional_encoding": 2.0, "02_attention": 3.5, "03_blocks": 4.5, "04_transformer": 4.0,
+                    "05_training": 9.0, "06_decoding": 9.0}
+        if assignment in measured:
+            return measured[assignment]
+        try:
+            notebook = nbformat.read(self.class_dir / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+            return sum(cell.cell_type == "code" for cell in notebook.cells) / 10
+        except (OSError, ValueError):
+            return 1.0
 
     def preflight(self) -> None:
         """Stop with the cause when no runner can start here, instead of failing every student."""
@@ -217,21 +313,32 @@ class BatchGrader:
         return {multi30k.ENVIRONMENT_VARIABLE: self.data_folder} if self.data_folder else {}
 
     def thread_limits(self) -> dict[str, str]:
-        """Share the cores out between the students graded at once (unless the caller chose).
+        """One torch thread per student's runner (unless the caller chose), whatever --jobs is.
 
-        Every kernel's torch would otherwise start one thread per core; with N kernels on the same
-        cores the threads spin against each other and grading gets several times slower (measured:
-        3 students on 2 cores, 238 s with default threads, 99 s with one thread each)."""
-        threads = str(max(1, (os.cpu_count() or 1) // max(1, self.jobs)))
-        return {name: threads for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        What the notebooks run while graded is small (grading-mode demos, checks on tiny tensors):
+        a second thread brings no speed, only OpenMP's synchronisation. Measured on the course's
+        notebooks (2-core machine shared with other work): the demo cell of stage 3 took 0.7 s of CPU
+        with one thread and 16.9 s with two; a full submission 34 s of sandbox CPU against 98 s. With
+        several kernels on the same cores the threads also spin against each other (3 students on
+        2 cores: 238 s with default threads, 99 s with one thread each). Fill the cores with --jobs."""
+        return {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
-    def run(self) -> dict[str, StudentResult]:
-        if self.sandbox and bubblewrap_problem():
-            _warn_unsandboxed(bubblewrap_problem() or "")
-        assignment_ids = self.prepare()
+    def run(self, grade: bool = True) -> dict[str, StudentResult]:
+        """Grade this shard's students (all of them without a shard) and write scores.csv for the
+        whole class; returns this shard's students. grade=False only writes scores.csv."""
+        problem = bubblewrap_problem() if self.sandbox and grade else None
+        if problem and self.require_sandbox:
+            raise GradingUnavailable(f"--require-sandbox: student notebooks cannot be isolated here: {problem}")
+        if problem:
+            _warn_unsandboxed(problem)
+        assignment_ids = self.prepare() if grade else self.assignment_ids
         release = Release(self.class_dir / "release", assignment_ids)
-        students = {name: result for name, result in collect(self.submissions, release).items()
-                    if in_shard(name, self.shard)}
+        everyone = collect(self.submissions, release)
+        if not grade:
+            self.write_csv(self.elsewhere(everyone, {}))
+            report.write_report(self.class_dir)
+            return everyone
+        students = {name: result for name, result in everyone.items() if in_shard(name, self.shard)}
         pending = []
         for result in students.values():
             if self.already_graded(result):
@@ -249,10 +356,27 @@ class BatchGrader:
                     futures[future].status = "failed"
                     futures[future].reasons.append(f"the grader failed on this student ({type(error).__name__}: "
                                                    f"{printable(str(error))[:200]})")
-        self.write_csv(students)
+        self.write_csv({**self.elsewhere(everyone, students), **students})
         report.write_report(self.class_dir)  # report.html beside scores.csv
         answers.write_formgrader_config(self.class_dir, self.course, self.db_url)  # for grading answers by hand
         return students
+
+    def elsewhere(self, everyone: dict[str, StudentResult], mine: dict[str, StudentResult]) -> dict[str, StudentResult]:
+        """The class's other students (other shards'), as far as this machine knows: their record when
+        the class folder is shared, else 'pending' (the gradebook's scores, when there, still show)."""
+        others = {}
+        for name, result in everyone.items():
+            if name in mine:
+                continue
+            saved = self.record(result)
+            if saved.get("fingerprint") == fingerprint(result.submissions) and saved.get("status"):
+                result.status = str(saved["status"])
+                result.reasons = [str(reason) for reason in saved.get("reasons", [])]
+            else:
+                result.status = "pending"
+                result.reasons.append("not graded yet (by the machine of its shard) when this file was written")
+            others[name] = result
+        return others
 
     # --- reporting ------------------------------------------------------------------------------
 
@@ -262,15 +386,20 @@ class BatchGrader:
         Every text cell is safe to open in a spreadsheet (`spreadsheet_cell`); numbers stay numbers."""
         rows = answers.score_rows(self.db_url)  # written answers not yet graded: "needs manual grading"
         graded = {(row["student"], row["assignment"]) for row in rows}
+        by_student: dict[object, list[dict]] = {}
+        for row in rows:
+            by_student.setdefault(row["student"], []).append(row)
         for result in students.values():
             person = {"name": result.name, "lms_id": result.lms_id}
             files = {s.assignment: s.relative for s in result.submissions if s.assignment}
             checked = {s.assignment: s.status for s in result.submissions if s.assignment}
-            for row in rows:
-                if row["student"] == result.student:
-                    row.update(person, status=result.status, file=files.get(str(row["assignment"]), ""),
-                               notebook=checked.get(str(row["assignment"]), ""),
-                               reasons="; ".join(self.reasons_for(result, str(row["assignment"]))))
+            # a student of another shard whose scores are in the gradebook was graded there
+            status = "graded" if result.status == "pending" and result.student in by_student else result.status
+            for row in by_student.get(result.student, []):
+                reasons = self.reasons_for(result, str(row["assignment"])) if status == result.status else [
+                    "graded on another machine, whose records are not in this class folder"]
+                row.update(person, status=status, file=files.get(str(row["assignment"]), ""),
+                           notebook=checked.get(str(row["assignment"]), ""), reasons="; ".join(reasons))
             for submission in result.submissions:
                 if (result.student, submission.assignment) in graded:
                     continue
@@ -283,11 +412,13 @@ class BatchGrader:
                  "reasons", "file"]
         columns = [*fixed[:4], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[4:]]
         path = self.class_dir / "scores.csv"
-        with open(path, "w", newline="", encoding="utf-8") as handle:
+        partial = path.with_name(f".scores.csv.{os.getpid()}")  # machines sharing the folder: replaced whole
+        with open(partial, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow([spreadsheet_cell(column) for column in columns])
             for row in sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]))):
                 writer.writerow([spreadsheet_cell(row.get(column, "")) for column in columns])
+        os.replace(partial, path)
         return path
 
     def reasons_for(self, result: StudentResult, assignment: str) -> list[str]:
@@ -348,8 +479,14 @@ def summary(students: dict[str, StudentResult], csv_path: Path) -> str:
     return "\n".join(lines)
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    index, count = (int(part) for part in text.split("/"))
+def parse_shard(text: str) -> tuple[int, int] | None:
+    """--shard K/N (1 <= K <= N), or a scheduler's job array: slurm, kubernetes, auto (see scheduler_shard)."""
+    if text in ("slurm", "kubernetes", "auto"):
+        return scheduler_shard(text, os.environ)
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError("--shard takes K/N, slurm, kubernetes or auto") from None
     if not 1 <= index <= count:
         raise argparse.ArgumentTypeError("--shard K/N needs 1 <= K <= N")
     return index, count
@@ -363,20 +500,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="students graded at the same time")
     parser.add_argument("--force", action="store_true", help="regrade students already graded")
     parser.add_argument("--db-url", help="SQLAlchemy URL of a shared gradebook (default: sqlite in --class-dir)")
-    parser.add_argument("--shard", type=parse_shard, help="K/N: grade only the K-th of N slices of the class")
+    parser.add_argument("--shard", type=parse_shard,
+                        help="K/N: grade only the K-th of N slices of the class; slurm, kubernetes or auto: the slice "
+                             "of this task of the scheduler's job array (auto outside an array: the whole class)")
     parser.add_argument("--timeout", type=int, default=120, help="seconds one cell may run")
     parser.add_argument("--memory-gb", type=float, default=6.0, help="memory one student's kernel may use")
     parser.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     parser.add_argument("--no-sandbox", action="store_true", help="run kernels without bubblewrap isolation")
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="stop (exit status 2) instead of grading without isolation where bubblewrap cannot run")
+    parser.add_argument("--scores-only", action="store_true",
+                        help="grade nobody: write scores.csv for the whole class from the gradebook (after all shards)")
     arguments = parser.parse_args(argv)
     if not arguments.submissions.is_dir():
         parser.error(f"{arguments.submissions} is not a folder")
     grader = BatchGrader(ROOT, arguments.class_dir, arguments.submissions, jobs=arguments.jobs, force=arguments.force,
                          db_url=arguments.db_url, shard=arguments.shard, timeout=arguments.timeout,
                          memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
-                         assignment_ids=arguments.assignment)
+                         assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox)
+    if arguments.shard:
+        print(f"this machine grades shard {arguments.shard[0]}/{arguments.shard[1]} of the class", flush=True)
     try:
-        students = grader.run()
+        students = grader.run(grade=not arguments.scores_only)
     except GradingUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

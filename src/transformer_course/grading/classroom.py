@@ -4,19 +4,28 @@
     folder/autograded/..., folder/feedback/...                    what nbgrader writes
     folder/gradebook.db                                            the sqlite gradebook
     folder/scores.csv                                              per-cell and total scores
+
+Several machines may share one gradebook (a PostgreSQL URL, or one sqlite file) and one class
+folder: `prepare` registers the assignments under `gradebook_lock`, so two machines starting at
+once neither create nbgrader's tables twice nor write the release folder at the same time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
+import hashlib
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 from nbgrader.api import Gradebook
+from sqlalchemy.orm import joinedload
 
 from transformer_course.authoring import assignments, run_nbgrader
 
@@ -49,7 +58,14 @@ class Classroom:
         run_nbgrader(self.root, [*arguments, *self.flags()])
 
     def prepare(self, assignment_ids: list[str] | None = None) -> list[str]:
-        """Register the assignments and their grade cells in the gradebook (real generate_assignment)."""
+        """Register the assignments and their grade cells in the gradebook, holding its lock."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with gradebook_lock(self.db_url, self.folder):
+            return self.register(assignment_ids)
+
+    def register(self, assignment_ids: list[str] | None = None) -> list[str]:
+        """Register the assignments and their grade cells (real generate_assignment); the caller
+        holds `gradebook_lock` when other machines may be doing the same."""
         assignment_ids = assignment_ids or assignments(self.root)
         self.folder.mkdir(parents=True, exist_ok=True)
         with Gradebook(self.db_url) as gradebook:
@@ -72,18 +88,31 @@ class Classroom:
         self.nbgrader("generate_feedback", assignment, f"--student={student}", "--force")
 
     def scores(self) -> list[dict[str, object]]:
-        """One row per (student, assignment): every grade cell's score, the total and the maximum."""
-        rows = []
+        """One row per (student, assignment): every grade cell's score, the total and the maximum.
+
+        Two queries whatever the size of the class (the gradebook's objects would cost a query per
+        submission, notebook and grade: minutes for a class of thousands on a remote PostgreSQL)."""
+        from nbgrader.api import Assignment, Grade, SubmittedAssignment, SubmittedNotebook
+
+        rows: dict[tuple[str, str], dict[str, object]] = {}
         with Gradebook(self.db_url) as gradebook:
-            for assignment in gradebook.assignments:
-                for submission in assignment.submissions:
-                    row: dict[str, object] = {"student": submission.student_id, "assignment": assignment.name}
-                    for notebook in submission.notebooks:
-                        for grade in notebook.grades:
-                            row[grade.name] = grade.score
-                    row["total"], row["max"] = submission.score, submission.max_score
-                    rows.append(row)
-        return sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"])))
+            totals = (gradebook.db.query(SubmittedAssignment.student_id, Assignment.name, SubmittedAssignment.score,
+                                         SubmittedAssignment.max_score)
+                      .join(Assignment, SubmittedAssignment.assignment_id == Assignment.id))
+            for student, assignment, total, maximum in totals:
+                rows[student, assignment] = {"student": student, "assignment": assignment}
+                rows[student, assignment].update(total=total, max=maximum)
+            cells = (gradebook.db.query(SubmittedAssignment.student_id, Assignment.name, Grade)
+                     .select_from(Grade)
+                     .join(SubmittedNotebook, Grade.notebook_id == SubmittedNotebook.id)
+                     .join(SubmittedAssignment, SubmittedNotebook.assignment_id == SubmittedAssignment.id)
+                     .join(Assignment, SubmittedAssignment.assignment_id == Assignment.id)
+                     .options(joinedload(Grade.cell)))
+            for student, assignment, grade in cells:
+                rows[student, assignment][grade.cell.name] = grade.score
+        ordered = [{key: row[key] for key in [*(k for k in row if k not in ("total", "max")), "total", "max"]}
+                   for row in rows.values()]
+        return sorted(ordered, key=lambda row: (str(row["student"]), str(row["assignment"])))
 
     def write_csv(self, path: Path | None = None) -> Path:
         rows = self.scores()
@@ -99,6 +128,42 @@ class Classroom:
 
     def reset(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+LOCK_NAME = "transformer_course.gradebook"
+
+
+@contextlib.contextmanager
+def gradebook_lock(db_url: str, folder: Path) -> Iterator[None]:
+    """Hold the gradebook's lock: one machine at a time sets the gradebook up.
+
+    PostgreSQL: a session-level advisory lock (released by the server if this process dies).
+    sqlite: an exclusive lock on a file beside the database. Any other database: a lock file in
+    the class folder (enough for machines sharing that folder)."""
+    if db_url.startswith(("postgresql", "postgres:")):
+        from sqlalchemy import create_engine, text
+
+        key = int.from_bytes(hashlib.sha256(LOCK_NAME.encode()).digest()[:8], "big", signed=True)
+        engine = create_engine(db_url, future=True)
+        try:
+            with engine.connect() as connection:
+                connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": key})
+                try:
+                    yield
+                finally:
+                    connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+        finally:
+            engine.dispose()
+        return
+    database = db_url.split(":///", 1)[1] if db_url.startswith("sqlite:///") else ""
+    path = Path(database + ".lock") if database and database != ":memory:" else folder / ".gradebook.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def score_table(rows: list[dict[str, object]]) -> str:

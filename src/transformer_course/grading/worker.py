@@ -26,7 +26,7 @@ from nbgrader.converters import Autograde
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
-from transformer_course.grading import executor, isolation
+from transformer_course.grading import executor, isolation, profiling
 from transformer_course.grading.executor import Session
 
 
@@ -75,6 +75,7 @@ def runner_start_problem(course: Path, memory_gb: float, isolate: bool, data_fol
 
 
 def grade(arguments: argparse.Namespace) -> dict[str, object]:
+    profiling.add("worker start (Python, imports)", _seconds_since_start(), time.process_time())
     course, class_dir = arguments.course.resolve(), arguments.class_dir.resolve()
     db_url = arguments.db_url or f"sqlite:///{class_dir / 'gradebook.db'}"
     config = course_config(course, class_dir, db_url, arguments.timeout)
@@ -86,23 +87,68 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
                                                  os.environ.get(MULTI30K_DIR)))
     os.environ.setdefault("MPLBACKEND", "Agg")
 
-    from nbgrader.apps import NbGraderAPI  # imported late: it is slow and reads the environment
+    with profiling.phase("nbgrader start-up"):
+        from nbgrader.apps import NbGraderAPI  # imported late: it is slow and reads the environment
 
-    api = NbGraderAPI(config=config)
+        api = NbGraderAPI(config=config)
+    if profiling.enabled():
+        _profile_gradebook()
     report: dict[str, object] = {}
     try:
         for assignment in arguments.assignment:
             started = time.perf_counter()
-            result = api.autograde(assignment, arguments.student, force=True, create=True)
+            with profiling.phase("nbgrader autograde"):
+                result = _autograde(api, assignment, arguments.student)
             if result["success"]:
-                result = api.generate_feedback(assignment, arguments.student, force=True)
+                with profiling.phase("feedback HTML"):
+                    result = api.generate_feedback(assignment, arguments.student, force=True)
             report[assignment] = {"success": bool(result["success"]),
                                   "error": "" if result["success"] else _last_lines(result),
                                   "seconds": round(time.perf_counter() - started, 1),
                                   "findings": _findings(class_dir, arguments.student, assignment)}
     finally:
         executor.close_session()
+        profiling.dump(arguments.student)
     return report
+
+
+_DATABASE_TROUBLE = ("IntegrityError", "OperationalError", "deadlock detected", "could not serialize",
+                     "database is locked")
+
+
+def _autograde(api: object, assignment: str, student: str, attempts: int = 3) -> dict:
+    """nbgrader's autograde, tried again when the shared gradebook refused a write (another machine
+    wrote the same rows at the same moment, a deadlock PostgreSQL broke, sqlite busy)."""
+    for attempt in range(attempts):
+        result = api.autograde(assignment, student, force=True, create=True)  # type: ignore[attr-defined]
+        text = f"{result.get('error') or ''} {result.get('log') or ''}"
+        if result["success"] or not any(sign in text for sign in _DATABASE_TROUBLE) or attempt == attempts - 1:
+            return result
+        time.sleep(1 + attempt)
+    return result
+
+
+def _seconds_since_start() -> float:
+    """Wall seconds since this process started (Linux), 0 where that cannot be read."""
+    try:
+        started = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+        uptime = float(open("/proc/uptime").read().split()[0])
+        return max(0.0, uptime - started / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _profile_gradebook() -> None:
+    """Count the time spent opening nbgrader's gradebook (every step of nbgrader opens it anew)."""
+    from nbgrader import api
+
+    opening = api.Gradebook.__init__
+
+    def timed(self, *arguments, **keywords):  # noqa: ANN001, ANN002, ANN003
+        with profiling.phase("database (opening the gradebook)"):
+            opening(self, *arguments, **keywords)
+
+    api.Gradebook.__init__ = timed
 
 
 def _findings(class_dir: Path, student: str, assignment: str) -> list[str]:

@@ -12,14 +12,15 @@ Weights come from `attention_maps(model)`: (layers, batch, heads, q_len, k_len) 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
-import plotly.graph_objects as go
 import torch
 from matplotlib.figure import Figure
 
-from transformer_course.visualisation.interactive import InteractiveFigure
+if TYPE_CHECKING:  # plotly is imported where it is used: importing it costs a second, grading never needs it
+    from transformer_course.visualisation.interactive import InteractiveFigure
 
 
 def _per_layer(weights: torch.Tensor, sentence: int) -> torch.Tensor:
@@ -83,6 +84,10 @@ def plot_attention_interactive(weights: torch.Tensor, query_tokens: Sequence[str
     Hover shows `query_label`: token, `key_label`: token and the weight. Positions, not token strings,
     are the axis values, so a word that occurs twice keeps two rows.
     """
+    import plotly.graph_objects as go
+
+    from transformer_course.visualisation.interactive import InteractiveFigure
+
     per_layer = _per_layer(weights, sentence)
     _check_labels(per_layer, query_tokens, key_tokens)
     layers, heads = per_layer.shape[:2]

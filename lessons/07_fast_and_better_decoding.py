@@ -583,10 +583,10 @@ print(f"on {measured.CACHE['sentences']:,} test sentences the cache was {measure
 #
 # The beam size and $\alpha$ used below were chosen on the **validation** set by `scripts/benchmark.py`: it
 # tried every combination of the beam sizes and $\alpha$ values printed below, scored each with BLEU on the
-# validation sentences, and kept the best. Only then did it translate the test set, once, with greedy
-# decoding and with that setting. The cell prints the grid, the choice and the test scores. (If the best
-# setting sits at the edge of the grid, the largest beam or $\alpha$ tried, a wider grid might do better
-# still: the script's `--beam-sizes` and `--alphas` try others.)
+# validation sentences, and kept the best. The test set played no part in the choice: the script translated
+# it with greedy decoding and with the chosen setting only. The cell prints the grid, the choice and the
+# test scores. (If the best setting sits at the edge of the grid, the largest beam or $\alpha$ tried, a
+# wider grid might do better still: the script's `--beam-sizes` and `--alphas` try others.)
 
 # %%
 BEAM_SIZE, ALPHA = measured.CHOICE["beam_size"], measured.CHOICE["alpha"]  # chosen on val by the benchmark

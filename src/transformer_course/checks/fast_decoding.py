@@ -547,7 +547,9 @@ def _parts(recorder: _Recorder) -> dict[str, Callable]:
                      f"{describe(value)}.", expected=f"{name} of shape ({batch}, {beam}"
                      + (", vocab)" if name == "log_probs" else ")"), got=describe(value),
                      cause="select_beams works on (batch, beam) tensors: view the decoder's (batch * beam, vocab) "
-                           "log-probabilities as log_probs.view(batch, beam_size, -1).")
+                           "log-probabilities as log_probs.view(batch, beam_size, -1)." if name == "log_probs" else
+                           f"hand select_beams the (batch, beam_size) tensor {name} that beam search keeps (the "
+                           "given lines make it; update it from the parents at every step).")
         chosen = _select(scores.double(), log_probs.double(), finished.bool(), lengths.long(), beam_size, alpha,
                          pad_idx=pad_idx)
         recorder.selects.append(_SelectCall(scores.detach().double().clone(), log_probs.detach().double().clone(),

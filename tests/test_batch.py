@@ -18,7 +18,7 @@ from transformer_course.grading.examples import write_example_class
 from transformer_course.grading.isolation import bubblewrap_problem
 from transformer_course.grading.submissions import Release
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("example_class")]  # one worker: shared fixtures
 ASSIGNMENT = "02_attention"
 needs_bubblewrap = pytest.mark.skipif(bubblewrap_problem() is not None,
                                       reason=f"no sandbox here: {bubblewrap_problem()}")

@@ -27,7 +27,7 @@ from transformer_course.grading.batch import in_shard, main
 from transformer_course.grading.examples import student_submissions
 from transformer_course.grading.isolation import bubblewrap_problem
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("postgres")]  # one worker: shared fixtures
 STAGE = "01_positional_encoding"
 NAMES = ["ada", "blake", "chen", "dana", "eve", "finn", "gus", "hana", "ivan", "jo", "kai", "lea"]
 

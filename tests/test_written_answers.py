@@ -23,6 +23,8 @@ from transformer_course.authoring import _nbgrader_metadata
 from transformer_course.grading import answers
 from transformer_course.grading.submissions import rebuild
 
+pytestmark = pytest.mark.xdist_group("example_class")  # one worker: the shared example class
+
 STAGES = [a for a in ASSIGNMENTS if a[:2] in {"01", "02", "03", "04", "05", "06"}]  # new stages: 0 to 3 questions
 
 

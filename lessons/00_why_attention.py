@@ -18,13 +18,14 @@
 #
 # | stage | notebook |
 # |---|---|
-# | **0** | **why attention: the RNN bottleneck, additive attention** (this one, optional) |
+# | **0** (optional) | **why attention: the RNN bottleneck, additive attention** (this one) |
 # | 1 | positional encoding |
 # | 2 | scaled dot-product and multi-head attention, masks |
 # | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
 # | 4 | the full encoder–decoder |
 # | 5 | training on Multi30k German→English |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
+# | 7 (optional) | the key/value cache and beam search |
 #
 # ## Learning outcomes
 # After this notebook you can

@@ -16,12 +16,14 @@
 #
 # | stage | notebook |
 # |---|---|
+# | 0 (optional) | why attention: the RNN bottleneck, additive attention |
 # | 1 | positional encoding |
 # | 2 | scaled dot-product and multi-head attention, masks |
 # | **3** | **feed-forward, residual + LayerNorm, encoder and decoder blocks** (this one) |
 # | 4 | the full encoder–decoder |
 # | 5 | training on Multi30k German→English |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
+# | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 1 hour: 35 minutes of reading, three exercises (about 25 minutes), and
 # cells that run in seconds. (Estimated by `scripts/working_time.py` in the course repository:

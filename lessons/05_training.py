@@ -16,12 +16,14 @@
 #
 # | stage | notebook |
 # |---|---|
+# | 0 (optional) | why attention: the RNN bottleneck, additive attention |
 # | 1 | positional encoding |
 # | 2 | scaled dot-product and multi-head attention, masks |
 # | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
 # | 4 | the full encoder–decoder |
 # | **5** | **training on Multi30k German→English** (this one) |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
+# | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2¼ hours: an hour of reading, four exercises (about 45 minutes), and the
 # training run of section 11, 17 to 35 minutes on a 2-core CPU. (Estimated by

@@ -16,12 +16,14 @@
 #
 # | stage | notebook |
 # |---|---|
+# | 0 (optional) | why attention: the RNN bottleneck, additive attention |
 # | 1 | positional encoding |
 # | 2 | scaled dot-product and multi-head attention, masks |
 # | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
 # | 4 | the full encoder–decoder |
 # | 5 | training on Multi30k German→English |
 # | **6** | **greedy decoding, BLEU, attention heatmaps** (this one) |
+# | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 1¼ hours: 45 minutes of reading, two exercises (about 30 minutes), and
 # cells that need under a minute of computation on one CPU core, BLEU on all 1,000 test sentences

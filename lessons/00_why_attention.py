@@ -41,15 +41,24 @@
 # 6. say what changes on the way from additive attention to the Transformer's scaled dot-product
 #    attention, and why.
 #
-# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
-# every other cell is given and correct. After the exercise a few *check cells* test one property
-# each and print `✔` or a message that says what was expected, what came out and the likely cause.
-# Those same cells grade your work (the grader also runs a few hidden ones with other sizes).
-# Section 7 trains two small translation models on the CPU; it takes several minutes (the numbers we
-# measured are printed beside yours), and a GPU is not needed.
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
+# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
+# given and correct. After the exercise a few *check cells* test one property each: `✔` means it
+# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
+# check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
+# grader also runs a few hidden ones with other sizes). Until you have written `AdditiveAttention`,
+# the cells that use it say "skipped". Section 7 trains two small translation models on the CPU; it
+# takes several minutes (the numbers we measured are printed beside yours), and a GPU is not needed.
+#
+# <!-- keep-and-hand-in -->
 
 # %% readonly="setup"
 #| setup
+
+# %%
+#| settings
 
 # %%
 import math
@@ -76,7 +85,7 @@ from transformer_course.reference.bottleneck import (
 from transformer_course.reference.rnn import greedy_decode_rnn
 from transformer_course.reference.training import collate
 from transformer_course.reference.translation import TranslationData, translate_ids  # noqa: F401 (build_seq2seq)
-from transformer_course.runtime import grading_mode
+from transformer_course.runtime import short_run
 from transformer_course.visualisation import training as training_figures
 from transformer_course.visualisation import why_attention as figures
 
@@ -305,7 +314,7 @@ with skip_until_implemented("AdditiveAttention"):
 # %%
 CONFIG = ExperimentConfig()  # the settings of the run we quote: data subset, sizes, epochs, learning rate
 MAX_STEPS, HELD_OUT_LIMIT = None, None  # None: every batch of an epoch, every held-out sentence
-if grading_mode():  # while autograding: a tiny model, a few batches and 100 sentences, so it takes seconds
+if short_run():  # while autograding: a tiny model, a few batches and 100 sentences, so it takes seconds
     CONFIG = replace(CONFIG, train_pairs=400, epochs=1, embedding_size=16, hidden_size=32, attention_size=16,
                      max_len=20)
     MAX_STEPS, HELD_OUT_LIMIT = 3, 100
@@ -538,7 +547,7 @@ else:
 # %%
 with skip_until_implemented("AdditiveAttention"):
     torch.manual_seed(0)
-    width, lengths = (64, (8, 16)) if grading_mode() else (256, (8, 16, 32, 64, 128))
+    width, lengths = (64, (8, 16)) if short_run() else (256, (8, 16, 32, 64, 128))
     additive = AdditiveAttention(width, width, width)
     scores = {"additive: v^T tanh(W_q q + W_k k)": additive.score,
               "scaled dot product: q·k/√d": lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(width)}
@@ -577,7 +586,8 @@ with skip_until_implemented("AdditiveAttention"):
 # - The Transformer keeps score → softmax → weighted sum, but scores with a scaled dot product, separates
 #   keys from values, uses several heads, and drops the RNN, which is why it needs positional encodings.
 #
-# The last cell lists every check you ran in this notebook.
+# Next, stage 1: positional encoding. The last cell lists every check of this notebook with `✔` or
+# `✘` and its points. When you are done: *File → Download → Download .ipynb*, and hand in that file.
 
 # %%
 check.summary()

@@ -13,6 +13,8 @@
 #
 # *Transformers from Scratch*: you build the Transformer of Vaswani et al.,
 # ["Attention Is All You Need"](https://arxiv.org/abs/1706.03762) (2017), one stage at a time.
+# This stage is **optional**: it comes after the six stages of the Transformer and makes the
+# decoding of stage 6 faster and its translations better.
 #
 # | stage | notebook |
 # |---|---|
@@ -39,15 +41,25 @@
 # 6. compare greedy decoding and beam search in BLEU with an honest protocol: settings chosen on the
 #    validation set, the score reported on the test set.
 #
-# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
-# every other cell is given and correct. After each exercise a few *check cells* test one property
-# each and print `✔` or a message that says what was expected, what came out and the likely cause.
-# Those same cells grade your work (the grader also runs a few hidden ones with other sizes).
-# The model classes come from the course package (`transformer_course.reference`): they are the
-# stage-4 architecture you wrote, so a bug left in an earlier notebook cannot break this one.
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
+# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
+# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
+# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
+# check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
+# grader also runs a few hidden ones with other sizes). The model classes come from the course
+# package (`transformer_course.reference`): they are the stage-4 architecture you wrote, so a bug
+# left in an earlier notebook cannot break this one. Sections 9 and 10 decode the 1,000 test
+# sentences with the pretrained model, several minutes on a CPU; a GPU is faster but not needed.
+#
+# <!-- keep-and-hand-in -->
 
 # %% readonly="setup"
 #| setup
+
+# %%
+#| settings
 
 # %%
 import math  # noqa: F401  (used by the given code spliced below)
@@ -70,7 +82,7 @@ from transformer_course.reference.beam_search import sequence_log_probs
 from transformer_course.reference.checkpoint import load, pretrained_path
 from transformer_course.reference.decoding import greedy_decode
 from transformer_course.reference.translation import corpus_bleu, prepare_data, translate_ids
-from transformer_course.runtime import grading_mode
+from transformer_course.runtime import short_run
 from transformer_course.visualisation import fast_decoding as figures
 
 # %% [markdown]
@@ -512,7 +524,7 @@ def translate_with(decode, sources: list[list[int]], batch_size: int = 256) -> l
 
 # %%
 with skip_until_implemented("cached_greedy_decode"):
-    count = 8 if grading_mode() else len(test_sources)
+    count = 8 if short_run() else len(test_sources)
     seconds = {}
     translations = {}
     for name, decode in (("with the cache", cached_greedy_decode), ("stage 6, no cache", greedy_decode)):
@@ -544,7 +556,7 @@ def time_per_sentence(decode, indices: list[int]) -> tuple[list[int], list[float
 
 with skip_until_implemented("cached_greedy_decode"):
     by_length = sorted(range(len(test_sources)), key=lambda i: len(test_sources[i]))
-    picked = by_length[:900:300] if grading_mode() else by_length[::16]  # from the shortest up
+    picked = by_length[:900:300] if short_run() else by_length[::16]  # from the shortest up
     lengths, with_cache = time_per_sentence(cached_greedy_decode, picked)
     _, without_cache = time_per_sentence(greedy_decode, picked)
     figures.plot_decode_times(lengths, without_cache, with_cache)
@@ -576,7 +588,7 @@ with skip_until_implemented("cached_greedy_decode"):
 BEAM_SIZE, ALPHA = 4, 0.6  # chosen on the validation set by scripts/benchmark.py (see above)
 
 with skip_until_implemented("beam_search"):
-    count = 8 if grading_mode() else len(test_sources)
+    count = 8 if short_run() else len(test_sources)
     greedy_text = [" ".join(t) for t in translate_with(cached_greedy_decode, test_sources[:count])]
     started = time.perf_counter()
     beam_text = [" ".join(t) for t in translate_with(partial(beam_search, beam_size=BEAM_SIZE, alpha=ALPHA),
@@ -655,7 +667,8 @@ with skip_until_implemented("beam_search"):
 #   sentences.
 # - Beam size and $\alpha$ are chosen on the validation set; the test set gives the final number.
 #
-# The last cell lists every check you ran in this notebook.
+# The last cell lists every check of this notebook with `✔` or `✘` and its points. When you are
+# done: *File → Download → Download .ipynb*, and hand in that file.
 
 # %%
 check.summary()

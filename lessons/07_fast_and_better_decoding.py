@@ -642,12 +642,15 @@ def token_log_probs(src: torch.Tensor, ys: torch.Tensor) -> tuple[list[str], lis
 
 
 with skip_until_implemented("beam_search"):
-    src = torch.tensor([test_sources[BEAM_FIXES[0]]], device=device)
-    figures.plot_sentence_log_probs({
-        "greedy": token_log_probs(src, cached_greedy_decode(model, src, *special, 80)),
-        f"beam {BEAM_SIZE}": token_log_probs(src, beam_search(model, src, *special, 80, BEAM_SIZE, ALPHA))},
-        title=f"Test sentence {BEAM_FIXES[0]}: total log-probability as the translation grows")
-    plt.show()
+    if not BEAM_FIXES:
+        print("(BEAM_FIXES is empty: there is no example sentence to follow)")
+    else:
+        src = torch.tensor([test_sources[BEAM_FIXES[0]]], device=device)
+        figures.plot_sentence_log_probs({
+            "greedy": token_log_probs(src, cached_greedy_decode(model, src, *special, 80)),
+            f"beam {BEAM_SIZE}": token_log_probs(src, beam_search(model, src, *special, 80, BEAM_SIZE, ALPHA))},
+            title=f"Test sentence {BEAM_FIXES[0]}: total log-probability as the translation grows")
+        plt.show()
 
 # %% [markdown]
 # Beam search does not always win: on some sentences its more probable translation is *further* from the

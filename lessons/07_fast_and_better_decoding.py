@@ -673,5 +673,69 @@ with skip_until_implemented("beam_search"):
 # The last cell lists every check of this notebook with `✔` or `✘` and its points. When you are
 # done: *File → Download → Download .ipynb*, and hand in that file.
 
+# %% [markdown]
+# ## Questions: explain your reasoning
+# The check cells grade your code; these questions grade your understanding, and your instructor
+# reads them. Answer each one in the empty cell right below it (double-click the cell to write;
+# formulas as `$...$` work), in a few sentences of your own. A good answer says *why*, with what
+# you saw in this notebook; there is nothing to look up. The points are given in each question.
+
+# %% [markdown]
+# **Question 1 (3 points).** A check requires your `cached_greedy_decode` to write exactly the same
+# tokens as the `greedy_decode` of stage 6. Explain why keeping the self-attention keys and values of
+# the earlier positions, and computing the cross-attention keys and values only once per sentence,
+# cannot change a single token. Then compare the work of one step $t$: what does stage 6's decoder
+# compute, and what does your `decoder_step` compute?
+
+# %% [markdown] answer="fast_q_cache" points=3
+# **Model answer.** The decoder's self-attention is masked, so in every layer the vector at position
+# $j$ depends on the tokens $0, \dots, j$ only; appending token $t$ leaves all earlier positions as
+# they were (section 1 measured a change of 0). Their keys and values are thus the very numbers the
+# earlier steps computed, and attending with the new query over the kept keys and values plus the
+# new one is the computation the full decoder does at its last position. Cross-attention projects
+# the encoder output, which stays fixed while a sentence is decoded, so projecting it once gives the
+# same keys and values as projecting it at every step. Every input of the last position's
+# computation is unchanged, so its logits are too (up to rounding, when sums are taken in another
+# order), and so is their argmax: the same token at every step. At step $t$ stage 6 runs every layer
+# on all $t$ positions of the prefix (embedding, projections, attention, feed-forward), projects the
+# encoder output again in every cross-attention, and keeps only the last row: about $n(n+1)/2$
+# position-computations for $n$ tokens. The cached step embeds, projects and transforms one position
+# per layer; only its attention grows with $t$, as it reads $t$ cached keys and values. So the work
+# per step stays about constant instead of growing with the prefix, paid for with the memory of the
+# cache.
+#
+# **Rubric.**
+# - 1 point: the look-ahead mask makes earlier positions independent of later tokens, so their keys
+#   and values never change and reusing them gives the same result for the new position.
+# - 1 point: the cross-attention keys and values depend only on the encoder output, which is fixed
+#   for the sentence, so computing them once is exact.
+# - 1 point: stage 6 recomputes all $t$ positions at step $t$ (about $n^2/2$ in total), the cached
+#   step one position (its attention reads the $t$ cached keys and values), at the cost of memory.
+
+# %% [markdown]
+# **Question 2 (2 points).** Section 6 says that without a length penalty beam search prefers short
+# translations. Explain why, from the score $\log P(y \mid x) = \sum_t \log P(y_t \mid y_{<t}, x)$ that
+# ranks the hypotheses. Then say how dividing by $\mathrm{lp}(n) = ((5+n)/6)^\alpha$ changes the
+# comparison, and what $\alpha = 0$ does.
+
+# %% [markdown] answer="fast_q_length" points=2
+# **Model answer.** Each term of the sum is the logarithm of a probability, so it is at most 0 and in
+# practice clearly negative: every extra token lowers the total. Hypotheses are compared by their
+# totals, so one that says `<eos>` early keeps a score its longer rivals can only beat if all their
+# extra words are very likely. A finished hypothesis waits in the beam with a score that no longer
+# falls, while every live one loses a little more at each step, and a complete translation can lose
+# to a shorter one that drops details. The length penalty grows with $n$, and dividing a negative
+# score by it moves the score towards 0, more so for longer hypotheses: the comparison moves from the
+# total towards something closer to an average log-probability per token, and $\alpha$ sets how far.
+# With $\alpha = 0$, $\mathrm{lp}(n) = 1$ for every length: the ranking is the plain sum again, with
+# its preference for short outputs.
+#
+# **Rubric.**
+# - 1 point: every token adds a log-probability of at most 0, so longer hypotheses have lower totals
+#   and an early `<eos>` is favoured (finished hypotheses stop losing score).
+# - 1 point: dividing the negative score by a factor that grows with the length favours longer
+#   hypotheses (towards a per-token average, by how much set by $\alpha$); with $\alpha = 0$ the
+#   penalty is 1 at every length and the ranking is the plain sum again.
+
 # %%
 check.summary()

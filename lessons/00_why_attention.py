@@ -27,6 +27,12 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
+# **Working time:** about 1 hour 20 minutes: 49 minutes of reading, one exercise (about 20 minutes),
+# two written questions (about 10 minutes), and about 4 minutes of computation on one CPU core, most
+# of it the training of section 7. (Estimated by `scripts/working_time.py` in the course repository:
+# reading at 150 words and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line
+# you write, 5 per written question, and the measured run time of the cells, training included.)
+#
 # ## Learning outcomes
 # After this notebook you can
 # 1. explain how a recurrent encoder–decoder translates, and why squeezing a whole sentence into one
@@ -612,10 +618,11 @@ with skip_until_implemented("AdditiveAttention"):
 # the longest, in our run). With attention every target step gets a fresh weighted sum of all the
 # encoder outputs, one vector per German token however long the sentence is, and can weight most
 # the words it is translating now. What the decoder can read grows with the sentence instead of
-# being capped, so the gap to the plain model widens with length (the ratio of the two BLEU scores
-# rose from about 1.6 to about 2.1). Long sentences remain harder for reasons attention does not
-# remove: more words, and more rare ones, to get right, more structure to reorder, more chances to
-# go wrong once, and a model trained for only a few minutes.
+# being capped, so the gap to the plain model widens with length (in our run the ratio of the two
+# BLEU scores rose from about 1.6 on the shortest sentences to about 2.1 on the longest). Long
+# sentences remain harder for reasons attention does not remove: more words, and more rare ones, to
+# get right, more structure to reorder, more chances to go wrong once, and a model trained for only
+# a few minutes.
 #
 # **Rubric.**
 # - 1 point: without attention the whole source passes through one fixed-size vector, the same for

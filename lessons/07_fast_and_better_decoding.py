@@ -27,6 +27,13 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | **7** (optional) | **the key/value cache and beam search** (this one) |
 #
+# **Working time:** about 2¾ hours: 46 minutes of reading, five exercises (about 1¾ hours), two
+# written questions (about 10 minutes), and cells that need about a minute and a half of computation
+# on one CPU core, the decoding of all 1,000 test sentences in sections 9 and 10 included. (Estimated
+# by `scripts/working_time.py` in the course repository: reading at 150 words and 10 lines of given
+# code a minute, 5 minutes per exercise plus 2 per line you write, 5 per written question, and the
+# measured run time of the cells.)
+#
 # ## Learning outcomes
 # After this notebook you can
 # 1. explain why the greedy decoding of stage 6 repeats work, and which results stay the same from one
@@ -51,7 +58,8 @@
 # grader also runs a few hidden ones with other sizes). The model classes come from the course
 # package (`transformer_course.reference`): they are the stage-4 architecture you wrote, so a bug
 # left in an earlier notebook cannot break this one. Sections 9 and 10 decode the 1,000 test
-# sentences with the pretrained model, several minutes on a CPU; a GPU is faster but not needed.
+# sentences with the pretrained model, in about a minute and a half of computation on one CPU core
+# (longer on the clock of a slow or busy machine); a GPU is faster but not needed.
 #
 # <!-- keep-and-hand-in -->
 

@@ -263,10 +263,11 @@ def _crash_cause(error: Exception, selections: _Selections, batch: int) -> str |
 
 @dataclass
 class _Run:
-    """The student's output ids and what every decoder call received."""
+    """The student's output ids and what every decoder call received (None: not recorded, as for stage 7's
+    cached decoders, which do not call the decoder on the whole prefix)."""
 
     ys: torch.Tensor
-    calls: list[_Call]
+    calls: list[_Call] | None
 
 
 def _decode_once(greedy_decode: Callable, model: nn.Module, src: torch.Tensor, ids: Ids, max_len: int,
@@ -414,7 +415,7 @@ def _expect_ids(run: _Run, expected: torch.Tensor, src: torch.Tensor, ids: Ids, 
     got = run.ys
     if got.shape == expected.shape and torch.equal(got, expected):
         return
-    departure = _step_departure(got, expected, run.calls, src, ids)
+    departure = None if run.calls is None else _step_departure(got, expected, run.calls, src, ids)
     # What the decoder was fed is observed, not guessed: it comes before the known wrong decoders, which can
     # reproduce the same ids for another reason.
     found = departure if departure and ("was fed" in departure or "in front of ys" in departure) else None

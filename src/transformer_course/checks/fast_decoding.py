@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from transformer_course.checks.decoding import Ids, _expect_ids, _seeded  # stage 6's id comparison
+from transformer_course.checks.decoding import Ids, _expect_ids, _Run, _seeded  # stage 6's id comparison
 from transformer_course.checks.framework import (
     check,
     crash_explained,
@@ -460,7 +460,7 @@ def _greedy_case(cached_greedy_decode: Callable, sizes: Sizes, padded: bool) -> 
     got = _token_ids("cached_greedy_decode", got, sizes.batch)
     with torch.no_grad():
         expected = reference_greedy_decode(model, src, PAD, BOS, EOS, sizes.max_len)
-        _expect_ids(got, expected, IDS, suspects={
+        _expect_ids(_Run(got, None), expected, src, IDS, suspects={
             cause: (lambda mistake=mistake: _greedy(model, src, sizes.max_len, mistake))
             for mistake, cause in GREEDY_MISTAKES.items()},
             problem=f"cached greedy decoding of {'a padded' if padded else 'a'} batch (random weights, seed "
@@ -699,7 +699,7 @@ def beam_size_one_is_greedy(beam_search: Callable, alpha: float = 0.6, **sizes: 
     got = _run_beam(beam_search, model, src, config.max_len, 1, alpha)
     with torch.no_grad():
         expected = reference_greedy_decode(model, src, PAD, BOS, EOS, config.max_len)
-        _expect_ids(got, expected, IDS, suspects=_beam_suspects(model, src, config.max_len, 1, alpha),
+        _expect_ids(_Run(got, None), expected, src, IDS, suspects=_beam_suspects(model, src, config.max_len, 1, alpha),
                     problem="with one hypothesis per sentence, beam search must be greedy decoding, but differs.",
                     cause="with beam_size=1 the best extension is the argmax; check the start (one live hypothesis, "
                           "score 0), that finished hypotheses only get <pad>, and the stopping rule.")
@@ -811,7 +811,8 @@ def beam_matches_reference(beam_search: Callable, beam_size: int = 3, alpha: flo
     got = _run_beam(beam_search, model, src, config.max_len, beam_size, alpha)
     with torch.no_grad():
         expected = reference_beam_search(model, src, PAD, BOS, EOS, config.max_len, beam_size, alpha)
-        _expect_ids(got, expected, IDS, suspects=_beam_suspects(model, src, config.max_len, beam_size, alpha),
+        _expect_ids(_Run(got, None), expected, src, IDS,
+                    suspects=_beam_suspects(model, src, config.max_len, beam_size, alpha),
                     problem=f"beam search with {beam_size} beams on a padded batch (random weights, seed "
                             f"{config.seed}) differs from the reference.",
                     cause="rows of sentence b are b * beam_size .. b * beam_size + beam_size - 1; after "

@@ -23,7 +23,7 @@ demo: setup
 	$(BIN)/python -m transformer_course.grading.demo
 
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=30
 
 notebooks: setup
 	$(BIN)/python -m transformer_course.authoring build

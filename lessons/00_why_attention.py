@@ -18,13 +18,20 @@
 #
 # | stage | notebook |
 # |---|---|
-# | **0** | **why attention: the RNN bottleneck, additive attention** (this one, optional) |
+# | **0** (optional) | **why attention: the RNN bottleneck, additive attention** (this one) |
 # | 1 | positional encoding |
 # | 2 | scaled dot-product and multi-head attention, masks |
 # | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
 # | 4 | the full encoder–decoder |
 # | 5 | training on Multi30k German→English |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
+# | 7 (optional) | the key/value cache and beam search |
+#
+# **Working time:** about 1 hour 20 minutes: 49 minutes of reading, one exercise (about 20 minutes),
+# two written questions (about 10 minutes), and about 4 minutes of computation on one CPU core, most
+# of it the training of section 7. (Estimated by `scripts/working_time.py` in the course repository:
+# reading at 150 words and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line
+# you write, 5 per written question, and the measured run time of the cells, training included.)
 #
 # ## Learning outcomes
 # After this notebook you can
@@ -40,15 +47,24 @@
 # 6. say what changes on the way from additive attention to the Transformer's scaled dot-product
 #    attention, and why.
 #
-# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
-# every other cell is given and correct. After the exercise a few *check cells* test one property
-# each and print `✔` or a message that says what was expected, what came out and the likely cause.
-# Those same cells grade your work (the grader also runs a few hidden ones with other sizes).
-# Section 7 trains two small translation models on the CPU; it takes several minutes (the numbers we
-# measured are printed beside yours), and a GPU is not needed.
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
+# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
+# given and correct. After the exercise a few *check cells* test one property each: `✔` means it
+# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
+# check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
+# grader also runs a few hidden ones with other sizes). Until you have written `AdditiveAttention`,
+# the cells that use it say "skipped". Section 7 trains two small translation models on the CPU; it
+# takes several minutes (the numbers we measured are printed beside yours), and a GPU is not needed.
+#
+# <!-- keep-and-hand-in -->
 
 # %% readonly="setup"
 #| setup
+
+# %%
+#| settings
 
 # %%
 import math
@@ -75,7 +91,7 @@ from transformer_course.reference.bottleneck import (
 from transformer_course.reference.rnn import greedy_decode_rnn
 from transformer_course.reference.training import collate
 from transformer_course.reference.translation import TranslationData, translate_ids  # noqa: F401 (build_seq2seq)
-from transformer_course.runtime import grading_mode
+from transformer_course.runtime import short_run
 from transformer_course.visualisation import training as training_figures
 from transformer_course.visualisation import why_attention as figures
 
@@ -304,7 +320,7 @@ with skip_until_implemented("AdditiveAttention"):
 # %%
 CONFIG = ExperimentConfig()  # the settings of the run we quote: data subset, sizes, epochs, learning rate
 MAX_STEPS, HELD_OUT_LIMIT = None, None  # None: every batch of an epoch, every held-out sentence
-if grading_mode():  # while autograding: a tiny model, a few batches and 100 sentences, so it takes seconds
+if short_run():  # while autograding: a tiny model, a few batches and 100 sentences, so it takes seconds
     CONFIG = replace(CONFIG, train_pairs=400, epochs=1, embedding_size=16, hidden_size=32, attention_size=16,
                      max_len=20)
     MAX_STEPS, HELD_OUT_LIMIT = 3, 100
@@ -537,7 +553,7 @@ else:
 # %%
 with skip_until_implemented("AdditiveAttention"):
     torch.manual_seed(0)
-    width, lengths = (64, (8, 16)) if grading_mode() else (256, (8, 16, 32, 64, 128))
+    width, lengths = (64, (8, 16)) if short_run() else (256, (8, 16, 32, 64, 128))
     additive = AdditiveAttention(width, width, width)
     scores = {"additive: v^T tanh(W_q q + W_k k)": additive.score,
               "scaled dot product: q·k/√d": lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(width)}
@@ -576,7 +592,72 @@ with skip_until_implemented("AdditiveAttention"):
 # - The Transformer keeps score → softmax → weighted sum, but scores with a scaled dot product, separates
 #   keys from values, uses several heads, and drops the RNN, which is why it needs positional encodings.
 #
-# The last cell lists every check you ran in this notebook.
+# Next, stage 1: positional encoding. The last cell lists every check of this notebook with `✔` or
+# `✘` and its points. When you are done: *File → Download → Download .ipynb*, and hand in that file.
+
+# %% [markdown]
+# ## Questions: explain your reasoning
+# The check cells grade your code; these questions grade your understanding, and your instructor
+# reads them. Answer each one in the empty cell right below it (double-click the cell to write;
+# formulas as `$...$` work), in a few sentences of your own. A good answer says *why*, with what
+# you saw in this notebook; there is nothing to look up. The points are given in each question.
+
+# %% [markdown]
+# **Question 1 (3 points).** Section 8 compared the two models by the length of the German
+# sentence. Explain why the model without attention loses more and more BLEU as the sentences get
+# longer, and why attention helps most, in proportion, on the longest ones. Why does the model with
+# attention still score lower on long sentences than on short ones?
+
+# %% [markdown] answer="why_q_bottleneck" points=3
+# **Model answer.** Without attention the decoder learns about the German sentence only through the
+# sentence vector $c$: a few hundred numbers, as many for 25 words as for 4, and the same vector at
+# every target step. Each GRU direction rewrites its state at every token, so the longer the
+# sentence, the more of it must be squeezed into that fixed width and the more gets lost or blurred,
+# and the decoder must also remember on its own which part it has already translated. That is why
+# the plain model's BLEU falls steadily with length (about 16 on the shortest bucket, about 8.5 on
+# the longest, in our run). With attention every target step gets a fresh weighted sum of all the
+# encoder outputs, one vector per German token however long the sentence is, and can weight most
+# the words it is translating now. What the decoder can read grows with the sentence instead of
+# being capped, so the gap to the plain model widens with length (in our run the ratio of the two
+# BLEU scores rose from about 1.6 on the shortest sentences to about 2.1 on the longest). Long
+# sentences remain harder for reasons attention does not remove: more words, and more rare ones, to
+# get right, more structure to reorder, more chances to go wrong once, and a model trained for only
+# a few minutes.
+#
+# **Rubric.**
+# - 1 point: without attention the whole source passes through one fixed-size vector, the same for
+#   every length and every step, so more is lost the longer the sentence.
+# - 1 point: attention reads a new weighted mix of every encoder output at each step, so the
+#   information available grows with the sentence, and the relative gain is largest on long ones.
+# - 1 point: long sentences stay harder for other reasons (more and rarer words, more to get wrong,
+#   little training), so BLEU with attention also falls, only less.
+
+# %% [markdown]
+# **Question 2 (2 points).** Your `forward` turns the scores $e_{tj}$ into weights with a softmax
+# over the source positions. Why not use the raw scores as the weights directly, and why not read
+# only the one source position with the highest score (an argmax)? Say what each alternative would
+# break.
+
+# %% [markdown] answer="why_q_softmax" points=2
+# **Model answer.** The softmax makes each target position's weights positive and sum to 1 over the
+# real source tokens, with exactly 0 on the padding (its score was set to $-10^9$ first). The
+# context $c_t$ is then a weighted average of encoder outputs: it has the scale of one $h_j$,
+# whatever the sentence length and however large the scores are. Raw scores can be negative and of
+# any size, and their sum grows with the number of source words, so the context would change scale
+# from one sentence to the next, and padded positions would still add their vectors. An argmax
+# would read exactly one encoder output, but it is a hard choice: a small change of the scores does
+# not change it, so its gradient with respect to the scores is zero and no training signal reaches
+# $W_q$, $W_k$ and $v$; the model could never learn where to look. The softmax is a smooth version of
+# that choice: the loss can move weight step by step towards the useful words (that is how the
+# alignment of section 9 was learned without anyone marking which words correspond), and it can
+# share the weight among several words when one English word needs them.
+#
+# **Rubric.**
+# - 1 point: the softmax gives positive weights summing to 1 (padding exactly 0), so the context is
+#   an average on a fixed scale for any length; raw scores are unbounded, can be negative and their
+#   sum grows with length.
+# - 1 point: an argmax has no useful gradient, so attention could not be learned from the
+#   translation loss; the softmax is a differentiable, soft selection (and can mix several words).
 
 # %%
 check.summary()

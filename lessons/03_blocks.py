@@ -16,17 +16,20 @@
 #
 # | stage | notebook |
 # |---|---|
+# | 0 (optional) | why attention: the RNN bottleneck, additive attention |
 # | 1 | positional encoding |
 # | 2 | scaled dot-product and multi-head attention, masks |
 # | **3** | **feed-forward, residual + LayerNorm, encoder and decoder blocks** (this one) |
 # | 4 | the full encoder–decoder |
 # | 5 | training on Multi30k German→English |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
+# | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 1 hour: 35 minutes of reading, three exercises (about 25 minutes), and
-# cells that run in seconds. (Estimated by `scripts/working_time.py` in the course repository:
-# reading at 150 words and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line
-# you write, and the measured run time of the cells.)
+# **Working time:** about 1 hour 20 minutes: 37 minutes of reading, three exercises (about 25
+# minutes), three written questions (about 15 minutes), and cells that run in seconds. (Estimated by
+# `scripts/working_time.py` in the course repository: reading at 150 words and 10 lines of given
+# code a minute, 5 minutes per exercise plus 2 per line you write, 5 per written question, and the
+# measured run time of the cells.)
 #
 # ## Learning outcomes
 # After this notebook you can

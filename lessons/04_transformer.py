@@ -17,17 +17,20 @@
 #
 # | stage | notebook |
 # |---|---|
+# | 0 (optional) | why attention: the RNN bottleneck, additive attention |
 # | 1 | positional encoding |
 # | 2 | scaled dot-product and multi-head attention, masks |
 # | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
 # | **4** | **the full encoder–decoder** (this one) |
 # | 5 | training on Multi30k German→English |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
+# | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 1½ hours: 33 minutes of reading, four exercises (about 50 minutes), and
-# cells that run in seconds. (Estimated by `scripts/working_time.py` in the course repository:
-# reading at 150 words and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line
-# you write, and the measured run time of the cells.)
+# **Working time:** about 1 hour 40 minutes: 35 minutes of reading, four exercises (about 50
+# minutes), three written questions (about 15 minutes), and cells that run in seconds. (Estimated by
+# `scripts/working_time.py` in the course repository: reading at 150 words and 10 lines of given
+# code a minute, 5 minutes per exercise plus 2 per line you write, 5 per written question, and the
+# measured run time of the cells.)
 #
 # ## Learning outcomes
 # After this notebook you can

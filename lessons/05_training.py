@@ -16,18 +16,20 @@
 #
 # | stage | notebook |
 # |---|---|
+# | 0 (optional) | why attention: the RNN bottleneck, additive attention |
 # | 1 | positional encoding |
 # | 2 | scaled dot-product and multi-head attention, masks |
 # | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
 # | 4 | the full encoder–decoder |
 # | **5** | **training on Multi30k German→English** (this one) |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
+# | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 2¼ hours: an hour of reading, four exercises (about 45 minutes), and the
-# training run of section 11, 17 to 35 minutes on a 2-core CPU. (Estimated by
-# `scripts/working_time.py` in the course repository: reading at 150 words and 10 lines of given
-# code a minute, 5 minutes per exercise plus 2 per line you write, and the measured run time of the
-# cells.)
+# **Working time:** about 2½ hours: an hour of reading, four exercises (about 45 minutes), three
+# written questions (about 15 minutes), and the training run of section 11, 17 to 35 minutes on a
+# 2-core CPU. (Estimated by `scripts/working_time.py` in the course repository: reading at 150 words
+# and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line you write, 5 per
+# written question, and the measured run time of the cells.)
 #
 # ## Learning outcomes
 # After this notebook you can

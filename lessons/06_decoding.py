@@ -16,18 +16,21 @@
 #
 # | stage | notebook |
 # |---|---|
+# | 0 (optional) | why attention: the RNN bottleneck, additive attention |
 # | 1 | positional encoding |
 # | 2 | scaled dot-product and multi-head attention, masks |
 # | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
 # | 4 | the full encoder–decoder |
 # | 5 | training on Multi30k German→English |
 # | **6** | **greedy decoding, BLEU, attention heatmaps** (this one) |
+# | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 1¼ hours: 45 minutes of reading, two exercises (about 30 minutes), and
-# cells that need under a minute of computation on one CPU core, BLEU on all 1,000 test sentences
-# included. (Estimated by `scripts/working_time.py` in the course repository: reading at 150 words
-# and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line you write, and the
-# measured run time of the cells.)
+# **Working time:** about 1½ hours: 47 minutes of reading, two exercises (about 30 minutes), three
+# written questions (about 15 minutes), and cells that need under a minute of computation on one CPU
+# core, BLEU on all 1,000 test sentences included. (Estimated by `scripts/working_time.py` in the
+# course repository: reading at 150 words and 10 lines of given code a minute, 5 minutes per
+# exercise plus 2 per line you write, 5 per written question, and the measured run time of the
+# cells.)
 #
 # ## Learning outcomes
 # After this notebook you can

@@ -13,16 +13,26 @@
 #
 # *Transformers from Scratch*: you build the Transformer of Vaswani et al.,
 # ["Attention Is All You Need"](https://arxiv.org/abs/1706.03762) (2017), one stage at a time.
+# This stage is **optional**: it comes after the six stages of the Transformer and makes the
+# decoding of stage 6 faster and its translations better.
 #
 # | stage | notebook |
 # |---|---|
+# | 0 (optional) | why attention: the RNN bottleneck, additive attention |
 # | 1 | positional encoding |
 # | 2 | scaled dot-product and multi-head attention, masks |
 # | 3 | feed-forward, residual + LayerNorm, encoder and decoder blocks |
 # | 4 | the full encoder–decoder |
 # | 5 | training on Multi30k German→English |
 # | 6 | greedy decoding, BLEU, attention heatmaps |
-# | **7** | **the key/value cache and beam search** (this one) |
+# | **7** (optional) | **the key/value cache and beam search** (this one) |
+#
+# **Working time:** about 2¾ hours: 46 minutes of reading, five exercises (about 1¾ hours), two
+# written questions (about 10 minutes), and cells that need about a minute and a half of computation
+# on one CPU core, the decoding of all 1,000 test sentences in sections 9 and 10 included. (Estimated
+# by `scripts/working_time.py` in the course repository: reading at 150 words and 10 lines of given
+# code a minute, 5 minutes per exercise plus 2 per line you write, 5 per written question, and the
+# measured run time of the cells.)
 #
 # ## Learning outcomes
 # After this notebook you can
@@ -38,15 +48,26 @@
 # 6. compare greedy decoding and beam search in BLEU with an honest protocol: settings chosen on the
 #    validation set, the score reported on the test set.
 #
-# **How this notebook works.** Run the setup cell first. Cells marked *YOUR CODE HERE* are yours;
-# every other cell is given and correct. After each exercise a few *check cells* test one property
-# each and print `✔` or a message that says what was expected, what came out and the likely cause.
-# Those same cells grade your work (the grader also runs a few hidden ones with other sizes).
-# The model classes come from the course package (`transformer_course.reference`): they are the
-# stage-4 architecture you wrote, so a bug left in an earlier notebook cannot break this one.
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
+# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
+# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
+# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
+# check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
+# grader also runs a few hidden ones with other sizes). The model classes come from the course
+# package (`transformer_course.reference`): they are the stage-4 architecture you wrote, so a bug
+# left in an earlier notebook cannot break this one. Sections 9 and 10 decode the 1,000 test
+# sentences with the pretrained model, in about a minute and a half of computation on one CPU core
+# (longer on the clock of a slow or busy machine); a GPU is faster but not needed.
+#
+# <!-- keep-and-hand-in -->
 
 # %% readonly="setup"
 #| setup
+
+# %%
+#| settings
 
 # %%
 import math  # noqa: F401  (used by the given code spliced below)
@@ -70,7 +91,7 @@ from transformer_course.reference.beam_search import sequence_log_probs
 from transformer_course.reference.checkpoint import load, pretrained_path
 from transformer_course.reference.decoding import greedy_decode
 from transformer_course.reference.translation import corpus_bleu, prepare_data, translate_ids
-from transformer_course.runtime import grading_mode
+from transformer_course.runtime import short_run
 from transformer_course.visualisation import fast_decoding as figures
 
 # %% [markdown]
@@ -519,7 +540,7 @@ def translate_with(decode, sources: list[list[int]], batch_size: int = 256) -> l
 
 # %%
 with skip_until_implemented("cached_greedy_decode"):
-    count = 8 if grading_mode() else len(test_sources)
+    count = 8 if short_run() else len(test_sources)
     seconds = {}
     translations = {}
     for name, decode in (("with the cache", cached_greedy_decode), ("stage 6, no cache", greedy_decode)):
@@ -551,7 +572,7 @@ def time_per_sentence(decode, indices: list[int]) -> tuple[list[int], list[float
 
 with skip_until_implemented("cached_greedy_decode"):
     by_length = sorted(range(len(test_sources)), key=lambda i: len(test_sources[i]))
-    picked = by_length[:900:300] if grading_mode() else by_length[::16]  # from the shortest up
+    picked = by_length[:900:300] if short_run() else by_length[::16]  # from the shortest up
     lengths, with_cache = time_per_sentence(cached_greedy_decode, picked)
     _, without_cache = time_per_sentence(greedy_decode, picked)
     figures.plot_decode_times(lengths, without_cache, with_cache)
@@ -606,7 +627,7 @@ print(f"on {measured.SETTINGS['test_sentences']:,} test sentences: greedy {measu
 
 # %%
 with skip_until_implemented("beam_search"):
-    count = 8 if grading_mode() else len(test_sources)
+    count = 8 if short_run() else len(test_sources)
     greedy_text = [" ".join(t) for t in translate_with(cached_greedy_decode, test_sources[:count])]
     started = time.perf_counter()
     beam_text = [" ".join(t) for t in translate_with(partial(beam_search, beam_size=BEAM_SIZE, alpha=ALPHA),
@@ -687,7 +708,72 @@ with skip_until_implemented("beam_search"):
 #   sentences.
 # - Beam size and $\alpha$ are chosen on the validation set; the test set gives the final number.
 #
-# The last cell lists every check you ran in this notebook.
+# The last cell lists every check of this notebook with `✔` or `✘` and its points. When you are
+# done: *File → Download → Download .ipynb*, and hand in that file.
+
+# %% [markdown]
+# ## Questions: explain your reasoning
+# The check cells grade your code; these questions grade your understanding, and your instructor
+# reads them. Answer each one in the empty cell right below it (double-click the cell to write;
+# formulas as `$...$` work), in a few sentences of your own. A good answer says *why*, with what
+# you saw in this notebook; there is nothing to look up. The points are given in each question.
+
+# %% [markdown]
+# **Question 1 (3 points).** A check requires your `cached_greedy_decode` to write exactly the same
+# tokens as the `greedy_decode` of stage 6. Explain why keeping the self-attention keys and values of
+# the earlier positions, and computing the cross-attention keys and values only once per sentence,
+# cannot change a single token. Then compare the work of one step $t$: what does stage 6's decoder
+# compute, and what does your `decoder_step` compute?
+
+# %% [markdown] answer="fast_q_cache" points=3
+# **Model answer.** The decoder's self-attention is masked, so in every layer the vector at position
+# $j$ depends on the tokens $0, \dots, j$ only; appending token $t$ leaves all earlier positions as
+# they were (section 1 measured a change of 0). Their keys and values are thus the very numbers the
+# earlier steps computed, and attending with the new query over the kept keys and values plus the
+# new one is the computation the full decoder does at its last position. Cross-attention projects
+# the encoder output, which stays fixed while a sentence is decoded, so projecting it once gives the
+# same keys and values as projecting it at every step. Every input of the last position's
+# computation is unchanged, so its logits are too (up to rounding, when sums are taken in another
+# order), and so is their argmax: the same token at every step. At step $t$ stage 6 runs every layer
+# on all $t$ positions of the prefix (embedding, projections, attention, feed-forward), projects the
+# encoder output again in every cross-attention, and keeps only the last row: about $n(n+1)/2$
+# position-computations for $n$ tokens. The cached step embeds, projects and transforms one position
+# per layer; only its attention grows with $t$, as it reads $t$ cached keys and values. So the work
+# per step stays about constant instead of growing with the prefix, paid for with the memory of the
+# cache.
+#
+# **Rubric.**
+# - 1 point: the look-ahead mask makes earlier positions independent of later tokens, so their keys
+#   and values never change and reusing them gives the same result for the new position.
+# - 1 point: the cross-attention keys and values depend only on the encoder output, which is fixed
+#   for the sentence, so computing them once is exact.
+# - 1 point: stage 6 recomputes all $t$ positions at step $t$ (about $n^2/2$ in total), the cached
+#   step one position (its attention reads the $t$ cached keys and values), at the cost of memory.
+
+# %% [markdown]
+# **Question 2 (2 points).** Section 6 says that without a length penalty beam search prefers short
+# translations. Explain why, from the score $\log P(y \mid x) = \sum_t \log P(y_t \mid y_{<t}, x)$ that
+# ranks the hypotheses. Then say how dividing by $\mathrm{lp}(n) = ((5+n)/6)^\alpha$ changes the
+# comparison, and what $\alpha = 0$ does.
+
+# %% [markdown] answer="fast_q_length" points=2
+# **Model answer.** Each term of the sum is the logarithm of a probability, so it is at most 0 and in
+# practice clearly negative: every extra token lowers the total. Hypotheses are compared by their
+# totals, so one that says `<eos>` early keeps a score its longer rivals can only beat if all their
+# extra words are very likely. A finished hypothesis waits in the beam with a score that no longer
+# falls, while every live one loses a little more at each step, and a complete translation can lose
+# to a shorter one that drops details. The length penalty grows with $n$, and dividing a negative
+# score by it moves the score towards 0, more so for longer hypotheses: the comparison moves from the
+# total towards something closer to an average log-probability per token, and $\alpha$ sets how far.
+# With $\alpha = 0$, $\mathrm{lp}(n) = 1$ for every length: the ranking is the plain sum again, with
+# its preference for short outputs.
+#
+# **Rubric.**
+# - 1 point: every token adds a log-probability of at most 0, so longer hypotheses have lower totals
+#   and an early `<eos>` is favoured (finished hypotheses stop losing score).
+# - 1 point: dividing the negative score by a factor that grows with the length favours longer
+#   hypotheses (towards a per-token average, by how much set by $\alpha$); with $\alpha = 0$ the
+#   penalty is 1 at every length and the ranking is the plain sum again.
 
 # %%
 check.summary()

@@ -1,19 +1,24 @@
 """Estimate each notebook's working time (not a test): the figures quoted in the lesson headers.
 
-    python scripts/working_time.py --epoch-seconds S --decode-seconds D [--skip-run]
+    python scripts/working_time.py --epoch-seconds S --decode-seconds D [--skip-run] [--only NAME ...]
 
 For every lesson, from its solution notebook:
 - reading: the words of its markdown cells at 150 words a minute (technical prose with formulas is
   read slower than the 200-250 words a minute of ordinary prose) and its given code at 10 lines a
-  minute;
+  minute; the model answers and rubrics of the written questions are not counted (students get an
+  empty answer cell);
 - exercises: per exercise cell 5 minutes, plus 2 minutes per line of reference solution (writing,
-  running the checks, fixing) — an assumption, printed with the result;
+  running the checks, fixing), and 5 minutes per written question — assumptions, printed with the
+  result;
 - running: the notebook executed top to bottom in a fresh kernel on one thread, the long demos on
   their short path, measured as the kernel's CPU time (close to the wall time on one free core, even
   on a machine busy with other work), plus what the short path leaves out, measured separately:
   notebook 5's full training run (EPOCHS epochs of --epoch-seconds, from
   `scripts/benchmark.py --epoch --threads 1`) and notebook 6's BLEU on all 1,000 test sentences
-  (--decode-seconds, from `scripts/benchmark.py --threads 1`).
+  (--decode-seconds, from `scripts/benchmark.py --threads 1`). The optional notebooks 0 and 7, whose
+  long demos (stage 0's two training runs and BLEU by length, stage 7's decoding of the test set with
+  and without the cache and with beam search) have no figure of their own, are executed on their full
+  path instead, so their measured run time includes them.
 
 Prints one line per notebook, the total and the breakdown.
 """
@@ -33,8 +38,10 @@ from nbclient import NotebookClient
 from transformer_course.authoring import assignments, repository_root
 
 WORDS_PER_MINUTE, CODE_LINES_PER_MINUTE = 150, 10
-MINUTES_PER_EXERCISE, MINUTES_PER_SOLUTION_LINE = 5, 2
+MINUTES_PER_EXERCISE, MINUTES_PER_SOLUTION_LINE, MINUTES_PER_QUESTION = 5, 2, 5
 FULL_RUN_EPOCHS = 10  # notebook 5's EPOCHS outside the short path
+# run on their full path: their long demos have no benchmark figure of their own, so the run measures them
+FULL_PATH = ("00_why_attention", "07_fast_and_better_decoding")
 
 
 def solution_lines(source: str) -> int:
@@ -49,12 +56,13 @@ def solution_lines(source: str) -> int:
     return count
 
 
-def run_seconds(path: Path) -> float:
-    """CPU seconds the notebook's kernel spends running it top to bottom on one thread: on a machine
-    busy with other work this is close to the wall time on one core of its own."""
+def run_seconds(path: Path, short: bool = True) -> float:
+    """CPU seconds the notebook's kernel spends running it top to bottom on one thread (the long demos on
+    their short path when `short`): on a machine busy with other work this is close to the wall time on
+    one core of its own."""
     notebook = nbformat.read(path, as_version=4)
-    environment = {"TRANSFORMER_COURSE_SHORT_RUN": "1", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore",
-                   "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    environment = {"TRANSFORMER_COURSE_SHORT_RUN": "1" if short else "0", "MPLBACKEND": "Agg",
+                   "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     previous = dict(os.environ)
     os.environ.update(environment)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -73,29 +81,41 @@ def main() -> int:
     parser.add_argument("--epoch-seconds", type=float, required=True, help="one epoch of notebook 5's full run")
     parser.add_argument("--decode-seconds", type=float, required=True, help="greedy BLEU on 1,000 sentences")
     parser.add_argument("--skip-run", action="store_true", help="do not execute the notebooks (run time 0)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                        help="just these notebooks (e.g. 00_why_attention; default: all)")
     arguments = parser.parse_args()
     root = repository_root()
     for assignment in assignments(root):
+        if arguments.only and assignment not in arguments.only:
+            continue
         path = root / "solutions" / assignment / f"{assignment}.ipynb"
         notebook = nbformat.read(path, as_version=4)
-        words = sum(len(re.findall(r"\S+", cell.source)) for cell in notebook.cells if cell.cell_type == "markdown")
-        exercises = [cell for cell in notebook.cells if cell.get("metadata", {}).get("nbgrader", {}).get("solution")]
+        written = [cell for cell in notebook.cells if cell.get("metadata", {}).get("nbgrader", {}).get("solution")]
+        exercises = [cell for cell in written if cell.cell_type == "code"]  # the others: written questions
+        questions = len(written) - len(exercises)
+        words = sum(len(re.findall(r"\S+", cell.source)) for cell in notebook.cells
+                    if cell.cell_type == "markdown" and cell not in written)  # answer cells reach students empty
         given = sum(len(cell.source.splitlines()) for cell in notebook.cells
                     if cell.cell_type == "code" and not cell.get("metadata", {}).get("nbgrader"))
         lines = sum(solution_lines(cell.source) for cell in exercises)
         reading = words / WORDS_PER_MINUTE + given / CODE_LINES_PER_MINUTE
         exercising = MINUTES_PER_EXERCISE * len(exercises) + MINUTES_PER_SOLUTION_LINE * lines
+        answering = MINUTES_PER_QUESTION * questions
+        short = assignment not in FULL_PATH
         started = time.perf_counter()
-        running = 0.0 if arguments.skip_run else run_seconds(path)
+        running = 0.0 if arguments.skip_run else run_seconds(path, short)
         measured = time.perf_counter() - started
         extra = (FULL_RUN_EPOCHS * arguments.epoch_seconds if assignment.startswith("05")
                  else arguments.decode_seconds if assignment.startswith("06") else 0.0)
-        total = reading + exercising + (running + extra) / 60
+        total = reading + exercising + answering + (running + extra) / 60
         print(f"{assignment}: about {total / 60:.1f} h = reading {reading:.0f} min ({words:,} words, {given} given "
-              f"code lines) + {len(exercises)} exercises {exercising:.0f} min ({lines} solution lines) + running "
-              f"{running:.0f} s (short path, CPU; wall {measured:.0f} s) + {extra / 60:.0f} min of long runs")
+              f"code lines) + {len(exercises)} exercises {exercising:.0f} min ({lines} solution lines) + "
+              f"{questions} written questions {answering:.0f} min + running "
+              f"{running:.0f} s ({'short' if short else 'full'} path, CPU; wall {measured:.0f} s) + "
+              f"{extra / 60:.0f} min of long runs")
     print(f"\nassumptions: {WORDS_PER_MINUTE} words/min, {CODE_LINES_PER_MINUTE} given code lines/min, "
-          f"{MINUTES_PER_EXERCISE} min per exercise + {MINUTES_PER_SOLUTION_LINE} min per solution line; "
+          f"{MINUTES_PER_EXERCISE} min per exercise + {MINUTES_PER_SOLUTION_LINE} min per solution line, "
+          f"{MINUTES_PER_QUESTION} min per written question; "
           f"long runs: {FULL_RUN_EPOCHS} x {arguments.epoch_seconds:.0f} s epochs, "
           f"BLEU {arguments.decode_seconds:.0f} s")
     return 0

@@ -23,7 +23,7 @@ if MULTI30K_COPY.is_dir():
 # Without that copy, tests that read Multi30k download it (into the user cache); with no network either,
 # they skip with one line saying how to get the data, except in CI, where missing data is a failure.
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-DATA_ASSIGNMENTS = frozenset({"05_training", "06_decoding", "07_fast_and_better_decoding"})  # read Multi30k
+DATA_ASSIGNMENTS = frozenset({"00_why_attention", "05_training", "06_decoding", "07_fast_and_better_decoding"})
 
 
 @functools.cache

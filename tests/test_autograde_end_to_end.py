@@ -14,7 +14,7 @@ from transformer_course.grading.batch import BatchGrader
 from transformer_course.grading.examples import KNOWN_BUGS, student_submissions
 from transformer_course.grading.isolation import bubblewrap_problem
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("end_to_end")]  # one worker: shared fixtures
 # Stages 5 and 6 read Multi30k: without it (offline, outside CI) they are not graded and their tests skip.
 GRADED = [assignment for assignment in ASSIGNMENTS
           if assignment not in DATA_ASSIGNMENTS or IN_CI or multi30k_problem() is None]

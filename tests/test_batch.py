@@ -18,7 +18,7 @@ from transformer_course.grading.examples import write_example_class
 from transformer_course.grading.isolation import bubblewrap_problem
 from transformer_course.grading.submissions import Release
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("example_class")]  # one worker: shared fixtures
 ASSIGNMENT = "02_attention"
 needs_bubblewrap = pytest.mark.skipif(bubblewrap_problem() is not None,
                                       reason=f"no sandbox here: {bubblewrap_problem()}")
@@ -229,3 +229,10 @@ def test_a_machine_where_no_kernel_starts_stops_the_batch_with_the_cause(tmp_pat
     assert code == 2 and "runner cannot start" in error and "nobody was graded" in error, error
     assert not (tmp_path / "class" / "scores.csv").exists()
     assert not (tmp_path / "class" / "autograded" / ".preflight").exists()
+
+
+def test_the_tests_sharing_the_graded_class_stay_on_one_worker(request):
+    """Under `make test` (pytest-xdist, --dist loadgroup) this module's tests carry their group, so the
+    example class is graded once, not once per worker (pytest 9 broke this: xdist's suffix was ignored)."""
+    if getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith("@example_class"), request.node.nodeid

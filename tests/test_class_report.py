@@ -16,7 +16,7 @@ import pytest
 from conftest import EXAMPLE_ASSIGNMENT
 from transformer_course.grading.report import COLOURS, GRADED, grade_cells
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("example_class")]  # one worker: shared fixtures
 CHROMIUM = next((found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),
                 None)
 # CI installs Debian's chromium (.ci/run): there a missing browser is a failure, elsewhere a skip

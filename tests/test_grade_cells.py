@@ -1,11 +1,12 @@
 """Lint of every grade cell, so nbgrader's traps can't bite (bare expressions, missing points...)."""
 
 import ast
+import re
 
 import pytest
 
 from conftest import ASSIGNMENTS, read, solution_path, student_path
-from transformer_course.authoring import HIDDEN_TESTS_LINE
+from transformer_course.authoring import HIDDEN_TESTS_LINE, KEEP_AND_HAND_IN, SETTINGS_TEMPLATE
 
 
 def grade_cells(notebook):
@@ -81,6 +82,44 @@ def test_student_notebook_starts_with_badge_and_setup(assignment):
     setup = cells[1]
     assert setup.metadata["nbgrader"]["locked"] and "pick_device" in setup.source
     assert "find_spec(\"transformer_course\") is None" in setup.source
+
+
+def stage_table(assignment):
+    """The rows of a notebook's "| stage | notebook |" table, as (stage, notebook) cells."""
+    header = read(student_path(assignment)).cells[0].source
+    rows = re.findall(r"^\| (.+?) \| (.+?) \|$", header, re.MULTILINE)
+    return [row for row in rows if row != ("stage", "notebook") and not set(row[0]) <= set("-")]
+
+
+def unmarked(rows):
+    """The rows without the bold and the "(this one)" of the current stage."""
+    return [(stage.replace("**", ""), notebook.replace("**", "").removesuffix(" (this one)"))
+            for stage, notebook in rows]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_notebook_opens_and_ends_the_same_way(assignment):
+    """The header tells the working time, that Run all reaches the end with red ✘ blocks and a summary,
+    how to stop at the first failure, and how to keep and hand in the work; the settings cell follows
+    the setup cell; the written questions come before the summary; the stage table lists every stage,
+    the same in every notebook (0 and 7 optional), this one in bold."""
+    cells = read(student_path(assignment)).cells
+    words = " ".join(cells[0].source.split())
+    assert "**Working time:** about" in words and "scripts/working_time.py" in words
+    for phrase in ("a red `✘` block", "*Run all* always reaches the end", "every check with its points",
+                   "`STOP_AT_FIRST_FAILURE = True` in the settings cell"):
+        assert phrase in words, (assignment, phrase)
+    assert KEEP_AND_HAND_IN in cells[0].source
+    assert cells[2].cell_type == "code" and cells[2].source == SETTINGS_TEMPLATE
+    assert "## Questions: explain your reasoning" in "\n".join(cell.source for cell in cells[-8:])
+    assert cells[-1].source.strip() == "check.summary()"
+    rows, first = stage_table(assignment), unmarked(stage_table(ASSIGNMENTS[0]))
+    assert unmarked(rows) == first, f"{assignment}: the stage table differs from {ASSIGNMENTS[0]}'s"
+    assert [stage.split()[0] for stage, _ in first] == [str(int(a[:2])) for a in ASSIGNMENTS]
+    assert {stage.split()[0] for stage, _ in first if stage.endswith(" (optional)")} == {"0", "7"}
+    bold = [(stage, notebook) for stage, notebook in rows if "**" in stage + notebook]
+    assert len(bold) == 1 and bold[0][0].startswith(f"**{int(assignment[:2])}**"), bold
+    assert bold[0][1].startswith("**") and bold[0][1].endswith("** (this one)"), bold
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -25,8 +25,9 @@ def _mutants(assignment):
 
 def test_every_stage_gets_mutants_and_every_kind_occurs():
     kinds = Counter()
-    assert set(STAGE_MODULES) == set(ASSIGNMENTS)
-    for assignment in ASSIGNMENTS:
+    # the six core stages; the optional stages 0 and 7 are covered by the mistake catalog only
+    assert set(STAGE_MODULES) == {assignment for assignment in ASSIGNMENTS if assignment[:2] not in ("00", "07")}
+    for assignment in STAGE_MODULES:
         _, mutants = _mutants(assignment)
         assert len(mutants) >= 50, (assignment, len(mutants))
         kinds.update(mutant.kind for mutant in mutants)

@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENTS, ROOT, read, solution_path, student_path
+from transformer_course import runtime
 from transformer_course.checks import framework
 from transformer_course.grading.guard import checks_module, suspicious_code
 from transformer_course.grading.inprocess import grade_id, run_grade_cells
@@ -77,9 +78,12 @@ TAMPERING = "replaced the checks' tools"
 
 
 def run_in_this_process(notebook: nbformat.NotebookNode, directory) -> dict[str, tuple[bool, str]]:
-    """The cells run as a student runs them in Colab: plain exec, no grader, in this process."""
+    """The cells run as a student runs them in Colab: plain exec, no grader, in this process. The student
+    asked to stop at the first failing check (so a failing check raises instead of showing a red block)."""
     namespace: dict[str, object] = {"__name__": "__main__"}
     outcomes, previous = {}, os.getcwd()
+    strict = os.environ.get(runtime.STRICT_VARIABLE)
+    os.environ[runtime.STRICT_VARIABLE] = "1"
     os.chdir(directory)
     try:
         for cell in notebook.cells:
@@ -95,6 +99,10 @@ def run_in_this_process(notebook: nbformat.NotebookNode, directory) -> dict[str,
                 outcomes[grade_id(cell)] = (not message, message)
     finally:
         os.chdir(previous)
+        if strict is None:
+            os.environ.pop(runtime.STRICT_VARIABLE, None)
+        else:
+            os.environ[runtime.STRICT_VARIABLE] = strict
     return outcomes
 
 

@@ -15,6 +15,8 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...] | None], ...]] = 
         ('why_context_values', 2, ('context_values',)),
         ('why_independent', 1, ('sentences_are_independent',)),
         ('why_forward_hidden', 2, ()),
+        ('why_q_bottleneck', 3, None),
+        ('why_q_softmax', 2, None),
     ),
     'transformer_course.checks.positional_encoding': (
         ('pe_buffer_shape', 1, ('buffer_shape',)),
@@ -174,5 +176,7 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...] | None], ...]] = 
         ('fast_beam_penalty', 2, ('beam_final_choice_uses_length_penalty',)),
         ('fast_beam_matches', 2, ('beam_matches_reference',)),
         ('fast_beam_hidden', 2, ()),
+        ('fast_q_cache', 3, None),
+        ('fast_q_length', 2, None),
     ),
 }

@@ -74,6 +74,10 @@ def _build_crash_cause(d_model: int, max_seq_length: int) -> Callable[[RuntimeEr
     def cause(error: RuntimeError) -> str:
         sizes = {int(number) for number in re.findall(r"\((\d+)\)", str(error))}
         half = d_model // 2
+        if max_seq_length != half and {max_seq_length, half} <= sizes:  # a row of positions times the frequencies
+            return ("the positions must be a column: torch.arange(max_seq_length).unsqueeze(1) has shape "
+                    "(max_seq_length, 1), so times the (d_model / 2,) frequencies it broadcasts to the "
+                    "(max_seq_length, d_model / 2) angle table; a flat (max_seq_length,) row cannot.")
         if half in sizes and sizes & {d_model, d_model - 1, half + 1, half - 1}:
             return ("the frequencies have the wrong length: there must be d_model / 2 of them, one per (sin, cos) "
                     "column pair; take the values 2i from torch.arange(0, d_model, 2) (step 2), not "

@@ -94,7 +94,7 @@ MISTAKES: list[Mistake] = [
         fails="why_weights_values", cause="the mask is ignored",
     ),
     Mistake(
-        STAGE, "mask applied to the weights after the softmax",
+        STAGE, "additive attention: mask applied to the weights after the softmax",
         _FORWARD,
         "        " + _SOFTMAX + "\n"
         "        weights = weights.masked_fill(mask.unsqueeze(1) == 0, 0.0)\n"

@@ -9,6 +9,15 @@ greedy decoding against beam search, the beam size and length penalty chosen on 
 
     python scripts/benchmark.py --data ../shared/data/multi30k --epoch [--epoch-steps 30] [--device cuda]
 
+    python scripts/benchmark.py --data ../shared/data/multi30k --no-training --threads 1 --write
+        [--decode-sentences 1000] [--val-sentences 1014]
+
+--write records stage 7's figures (the cache's speed-up, the beam settings chosen on val with their BLEU
+grid, test BLEU of greedy and beam search, the sentences where beam search fixes greedy decoding) in
+src/transformer_course/reference/fast_decoding_results.py, the file notebook 7 and the README quote,
+with the command and the machine. --decode-sentences and --val-sentences take only the first N sentences
+of the test and val splits (a smaller setting for a slow machine; the results file says which was used).
+
 --epoch runs notebook 5's training run for one epoch exactly as the notebook does (its model
 configuration, batches of at most 4,096 tokens, train_epoch then evaluate on the validation split)
 and reports the seconds it took. With --epoch-steps N it times only the first N batches and
@@ -27,6 +36,8 @@ import json
 import math
 import os
 import platform
+import pprint
+import sys
 import time
 from pathlib import Path
 
@@ -145,16 +156,16 @@ def cache_speed(model: nn.Module, sources: list[list[int]], source_vocab, target
 
 
 def beam_translate(model: nn.Module, sources: list[list[int]], source_vocab, target_vocab, device: torch.device,
-                   beam_size: int, alpha: float) -> tuple[list[list[str]], float]:
-    """(translations as tokens, seconds) with beam search, on translate_ids's batches."""
+                   beam_size: int, alpha: float) -> tuple[list[list[str]], float, float]:
+    """(translations as tokens, seconds, CPU seconds) with beam search, on translate_ids's batches."""
     def decode(*arguments: object) -> torch.Tensor:
         return beam_search(*arguments, beam_size=beam_size, alpha=alpha)
 
     synchronize(device)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     translations = translate_ids(model, sources, source_vocab, target_vocab, device, decode=decode)
     synchronize(device)
-    return translations, time.perf_counter() - started
+    return translations, time.perf_counter() - started, time.process_time() - cpu_started
 
 
 def choose_beam(model: nn.Module, data, source_vocab, target_vocab, device: torch.device, beam_sizes: list[int],
@@ -162,13 +173,14 @@ def choose_beam(model: nn.Module, data, source_vocab, target_vocab, device: torc
     """BLEU on the val split for greedy decoding and for every (beam size, alpha); the best pair (the first of
     equals: smaller first)."""
     sources = [source for source, _ in data.splits["val"]]
+    references = data.references["val"][: len(sources)]
     greedy = translate_ids(model, sources, source_vocab, target_vocab, device, decode=cached_greedy_decode)
-    grid = {"greedy": round(corpus_bleu([" ".join(t) for t in greedy], data.references["val"])[0], 2)}
+    grid = {"greedy": round(corpus_bleu([" ".join(t) for t in greedy], references)[0], 2)}
     best, best_bleu = (beam_sizes[0], alphas[0]), -1.0
     for beam_size in beam_sizes:
         for alpha in alphas:
-            translations, _ = beam_translate(model, sources, source_vocab, target_vocab, device, beam_size, alpha)
-            bleu, _ = corpus_bleu([" ".join(t) for t in translations], data.references["val"])
+            translations, _, _ = beam_translate(model, sources, source_vocab, target_vocab, device, beam_size, alpha)
+            bleu, _ = corpus_bleu([" ".join(t) for t in translations], references)
             grid[f"beam {beam_size}, alpha {alpha}"] = round(bleu, 2)
             print(f"val: beam {beam_size}, alpha {alpha}: BLEU {bleu:.2f}", flush=True)
             if bleu > best_bleu:
@@ -212,14 +224,47 @@ def stage7(model: nn.Module, data, source_vocab, target_vocab, device: torch.dev
     print(f"greedy: {speed['sentences_per_s']} sentences/s, identical: {speed['identical_token_ids']}", flush=True)
     greedy_bleu, signature = corpus_bleu([" ".join(t) for t in greedy], references)
     grid, (beam_size, alpha) = choose_beam(model, data, source_vocab, target_vocab, device, beam_sizes, alphas)
-    beam, seconds = beam_translate(model, sources, source_vocab, target_vocab, device, beam_size, alpha)
+    beam, seconds, cpu_seconds = beam_translate(model, sources, source_vocab, target_vocab, device, beam_size, alpha)
     beam_bleu, _ = corpus_bleu([" ".join(t) for t in beam], references)
     return {"greedy_cache": speed,
             "bleu": {"test_greedy": round(greedy_bleu, 2), "test_beam": round(beam_bleu, 2),
                      "gain": round(beam_bleu - greedy_bleu, 2), "beam_size": beam_size, "alpha": alpha,
                      "chosen_on": "val", "val_grid": grid, "signature": signature, "max_len": 80},
             "beam_sentences_per_s": round(len(sources) / seconds, 1),
+            "beam_seconds": {"wall": round(seconds, 1), "cpu": round(cpu_seconds, 1)},
             "beam_fixes": beam_fixes(model, sources, references, greedy, beam, target_vocab, device)}
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "src" / "transformer_course" / "reference" / "fast_decoding_results.py"
+
+
+def machine_line(device: torch.device) -> str:
+    """The CPU model, the cores this process may use, the load at the end, torch and its threads (one line)."""
+    machine = describe_machine(device)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
+    gpu = f", GPU {machine['gpu']}" if "gpu" in machine else ""
+    return (f"{machine['cpu']}, {cores} cores, load average {load} at the end; torch {machine['torch']}, "
+            f"{machine['torch_threads']} thread(s), device {machine['device']}{gpu}")
+
+
+def write_stage7(path: Path, command: str, machine: str, settings: dict[str, object], stage: dict) -> None:
+    """The results module notebook 7 and the README quote (stage 7 on the shipped checkpoint)."""
+    bleu = dict(stage["bleu"])
+    choice = {"beam_size": bleu.pop("beam_size"), "alpha": bleu.pop("alpha"), "chosen_on": bleu.pop("chosen_on"),
+              "val_bleu": bleu.pop("val_grid")}
+    beam = {"beam_size": choice["beam_size"], "alpha": choice["alpha"],
+            "sentences_per_s": stage["beam_sentences_per_s"], "seconds": stage["beam_seconds"]}
+    constants = {"SETTINGS": settings, "CACHE": stage["greedy_cache"], "CHOICE": choice, "BLEU": bleu,
+                 "BEAM": beam, "BEAM_FIXES": stage["beam_fixes"]}
+    text = ('"""Stage 7 results, written by scripts/benchmark.py --write (rerun it; do not edit by hand)."""\n'
+            "# ruff: noqa: E501  (generated: the command and the machine stay on one line each)\n\n"
+            f"COMMAND = {command!r}\n"
+            f"MACHINE = {machine!r}\n")
+    for name, value in constants.items():
+        text += f"{name} = {pprint.pformat(value, width=110, sort_dicts=False)}\n"
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
 
 
 NOTEBOOK_CONFIG = {"d_model": 256, "num_heads": 8, "num_layers": 3, "d_ff": 512, "max_seq_length": 128,
@@ -281,7 +326,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--checkpoint", type=Path, default=Path("assets/checkpoint/transformer_de_en.pt"))
-    parser.add_argument("--decode-sentences", type=int, default=1000)
+    parser.add_argument("--decode-sentences", type=int, default=1000, help="test sentences decoded (stage 7)")
+    parser.add_argument("--val-sentences", type=int, default=None, help="val sentences for the beam grid "
+                        "(default: all 1,014)")
+    parser.add_argument("--write", action="store_true", help=f"write stage 7's figures to {RESULTS.name}")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--no-training", action="store_true", help="skip the training throughput measurement")
     parser.add_argument("--beam-sizes", type=int, nargs="+", default=[2, 4, 6], help="tried on val (stage 7)")
@@ -325,7 +373,15 @@ def main() -> int:
         checkpoint_data = prepare_data(arguments.data, splits=("val", "test_2016_flickr"), vocabs=vocabs)
         test = checkpoint_data.splits["test_2016_flickr"]
         checkpoint_data.splits["test_2016_flickr"] = test[: arguments.decode_sentences]
+        checkpoint_data.splits["val"] = checkpoint_data.splits["val"][: arguments.val_sentences]
         stage = stage7(model, checkpoint_data, *vocabs, device, arguments.beam_sizes, arguments.alphas)
+        if arguments.write:
+            settings = {"test_sentences": len(checkpoint_data.splits["test_2016_flickr"]),
+                        "val_sentences": len(checkpoint_data.splits["val"]), "batch_size": 256, "max_len": 80,
+                        "beam_sizes": arguments.beam_sizes, "alphas": arguments.alphas,
+                        "checkpoint": arguments.checkpoint.name}
+            write_stage7(RESULTS, "python scripts/benchmark.py " + " ".join(sys.argv[1:]), machine_line(device),
+                         settings, stage)
         score, signature = stage["bleu"]["test_greedy"], stage["bleu"]["signature"]
         results["decode_sentences_per_s"] = stage["greedy_cache"]["sentences_per_s"]["without_cache"]
         results["decode_seconds"] = {"wall": stage["greedy_cache"]["seconds"]["without_cache"],  # stage 6's decoder

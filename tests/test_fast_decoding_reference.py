@@ -1,14 +1,17 @@
 """Stage 7 reference code on small models: the cached step equals the full decoder, cached greedy decoding and
 beam search of size 1 equal stage 6's greedy decoding (float32, as students run it), and the hand-made bigram
-model the checks use is exactly its table. (The whole test set on the shipped checkpoint: scripts/benchmark.py.)"""
+model the checks use is exactly its table. (The whole test set on the shipped checkpoint: scripts/benchmark.py, whose
+recorded figures are checked for consistency here, with the README's table.)"""
 
 import math
 
 import pytest
 import torch
 
+from conftest import ROOT
 from transformer_course.checks.fast_decoding import MISSED_TABLE, PATIENT_TABLE, bigram_model
 from transformer_course.reference import Transformer, make_source_mask, make_target_mask
+from transformer_course.reference import fast_decoding_results as measured
 from transformer_course.reference.beam_search import beam_search, length_penalty, sequence_log_probs
 from transformer_course.reference.decoding import greedy_decode
 from transformer_course.reference.kv_cache import cached_greedy_decode, decoder_step, start_cache
@@ -88,3 +91,24 @@ def test_length_penalty_is_one_at_length_one_and_without_alpha():
     assert torch.allclose(length_penalty(lengths, 0.0), torch.ones(9))
     assert float(length_penalty(torch.tensor(1), 0.6)) == 1.0
     assert bool((length_penalty(lengths, 1.0).diff() > 0).all())
+
+
+def test_recorded_benchmark_is_consistent_and_the_readme_quotes_it():
+    """The figures notebook 7 reads (written by scripts/benchmark.py --write) hang together, and the README's
+    stage-7 table is theirs."""
+    grid = {name: score for name, score in measured.CHOICE["val_bleu"].items() if name != "greedy"}
+    chosen = f"beam {measured.CHOICE['beam_size']}, alpha {measured.CHOICE['alpha']}"
+    assert measured.CHOICE["chosen_on"] == "val" and grid[chosen] == max(grid.values())
+    assert math.isclose(measured.BLEU["gain"], measured.BLEU["test_beam"] - measured.BLEU["test_greedy"], abs_tol=0.01)
+    assert measured.CACHE["sentences"] == measured.SETTINGS["test_sentences"]
+    assert measured.CACHE["identical_token_ids"] == (not measured.CACHE["sentences_that_differ"])
+    for example in measured.BEAM_FIXES:  # beam search's sentence is more probable and closer to the reference
+        assert 0 <= example["index"] < measured.SETTINGS["test_sentences"]
+        assert example["log_prob"][1] > example["log_prob"][0]
+        assert example["sentence_bleu"][1] > example["sentence_bleu"][0]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert measured.COMMAND in readme
+    for figure in (measured.CACHE["sentences_per_s"]["without_cache"], measured.CACHE["sentences_per_s"]["with_cache"],
+                   measured.CHOICE["val_bleu"]["greedy"], grid[chosen], measured.BLEU["test_greedy"],
+                   measured.BLEU["test_beam"], measured.BLEU["gain"], measured.BEAM["sentences_per_s"]):
+        assert f"{figure:.2f}".rstrip("0").rstrip(".") in readme, figure

@@ -263,11 +263,10 @@ def _crash_cause(error: Exception, selections: _Selections, batch: int) -> str |
 
 @dataclass
 class _Run:
-    """The student's output ids and what every decoder call received (None: not recorded, as for stage 7's
-    cached decoders, which do not call the decoder on the whole prefix)."""
+    """The student's output ids and what every decoder call received."""
 
     ys: torch.Tensor
-    calls: list[_Call] | None
+    calls: list[_Call]
 
 
 def _decode_once(greedy_decode: Callable, model: nn.Module, src: torch.Tensor, ids: Ids, max_len: int,
@@ -408,6 +407,19 @@ def _step_departure(got: torch.Tensor, expected: torch.Tensor, calls: Sequence[_
     return None
 
 
+def reproduced(suspects: Mapping[str, Callable[[], torch.Tensor]] | None, got: torch.Tensor) -> str | None:
+    """The cause of the first known wrong decoder (`suspects`: cause -> replay) that gives exactly the ids `got`;
+    None when none does (stage 7's checks use it too)."""
+    for suspected_cause, make_wrong in (suspects or {}).items():
+        try:
+            wrong = make_wrong()
+        except Exception:  # a suspect that cannot be replayed here is simply not the answer
+            continue
+        if wrong.shape == got.shape and torch.equal(wrong, got):
+            return suspected_cause
+    return None
+
+
 def _expect_ids(run: _Run, expected: torch.Tensor, src: torch.Tensor, ids: Ids, *, problem: str, cause: str,
                 suspects: Mapping[str, Callable[[], torch.Tensor]] | None = None) -> None:
     """Exact comparison of token ids, naming the first suspect mistake that reproduces the student's ids,
@@ -415,18 +427,11 @@ def _expect_ids(run: _Run, expected: torch.Tensor, src: torch.Tensor, ids: Ids, 
     got = run.ys
     if got.shape == expected.shape and torch.equal(got, expected):
         return
-    departure = None if run.calls is None else _step_departure(got, expected, run.calls, src, ids)
+    departure = _step_departure(got, expected, run.calls, src, ids)
     # What the decoder was fed is observed, not guessed: it comes before the known wrong decoders, which can
     # reproduce the same ids for another reason.
     found = departure if departure and ("was fed" in departure or "in front of ys" in departure) else None
-    for suspected_cause, make_wrong in ({} if found else suspects or {}).items():
-        try:
-            wrong = make_wrong()
-        except Exception:  # a suspect that cannot be replayed here is simply not the answer
-            continue
-        if wrong.shape == got.shape and torch.equal(wrong, got):
-            found = suspected_cause
-            break
+    found = found or reproduced(suspects, got)
     fail(problem, expected=f"shape {tuple(expected.shape)}{_show(expected, ids)}",
          got=f"shape {tuple(got.shape)}{_show(got, ids)}",
          cause=found or departure or cause)

@@ -12,21 +12,33 @@ How they are tested:
 - beam search on a hand-made *bigram* model: a Transformer without blocks whose next-token distribution is
   a table indexed by the previous token, so the best sentence (which greedy decoding misses) is known.
 
-Known wrong versions (`_step(..., mistake=...)`, `_select(..., mistake=...)`, `_beam(..., mistake=...)`) are
-replayed on the same inputs to name the mistake.
+One property, one place: the loops (cached_greedy_decode, beam_search) run with the checks' own start_cache,
+decoder_step and select_beams in place of the student's (`_plugged`), so a bug in a part costs only the checks
+of that part. Those plugged parts record every call, and a loop whose ids differ is judged by what it did,
+step by step, against what it should have done with what it was given (`_greedy_departure`,
+`_beam_departure`): the tokens each step was fed, the cache it began with (one cache, its rows following the
+parents), the log-probabilities, scores, `finished` and `lengths` handed to select_beams, the tokens appended,
+when the loop stopped, and which hypothesis came out. Known wrong versions (`_step(..., mistake=...)`,
+`_select(..., mistake=...)`, `_greedy(...)`, `_beam(..., mistake=...)`) are replayed on the same inputs where
+the run itself says nothing (a loop that does not call the parts by their names), and when nothing pins the
+mistake down the message says so.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
-from transformer_course.checks.decoding import Ids, _expect_ids, _Run, _seeded  # stage 6's id comparison
+from transformer_course.checks.decoding import Ids, _seeded, _show, _word, _words, reproduced  # stage 6's ids
 from transformer_course.checks.framework import (
+    RECIPE,
+    CheckFailed,
     check,
     crash_explained,
     describe,
@@ -182,6 +194,18 @@ def _entry_shape(sizes: Sizes, length: int) -> tuple[int, int, int, int]:
     return sizes.batch, sizes.num_heads, length, sizes.d_model // sizes.num_heads
 
 
+def _entry_shape_cause(entry: object, sizes: Sizes) -> str:
+    """What a cross-attention cache entry of the wrong shape holds, read from its shape."""
+    shape = tuple(entry.shape) if isinstance(entry, torch.Tensor) else None
+    d_k = sizes.d_model // sizes.num_heads
+    recipe = "project_keys_values(layer.cross_attn, enc_out) gives (batch, heads, src_len, d_k)."
+    if shape == (sizes.batch, sizes.src_len, sizes.d_model):
+        return f"the keys and values are not split into heads: {shape} is W_k(enc_out) itself; {recipe}"
+    if shape == (sizes.batch, sizes.src_len, sizes.num_heads, d_k):
+        return f"the heads are split without moving the heads axis forward (transpose(1, 2)): {recipe}"
+    return f"each entry is one layer's keys (or values), split into heads: {recipe}"
+
+
 @check("start_cache: one (batch, heads, src_len, d_k) cross-attention key and value per layer; no position cached")
 def cache_starts_empty(start_cache: Callable, **sizes: int) -> None:
     config = replace(Sizes(), **sizes)
@@ -194,8 +218,7 @@ def cache_starts_empty(start_cache: Callable, **sizes: int) -> None:
                  got=len(entries), cause=f"append one tensor to cache.{name} inside the loop over the layers.")
         for index, entry in enumerate(entries):
             expect_shape(f"cache.{name}[{index}]", entry, _entry_shape(config, config.src_len),
-                         cause="the keys come from the layer's own projection, split into heads: "
-                               "project_keys_values(layer.cross_attn, enc_out) gives (batch, heads, src_len, d_k).")
+                         cause=_entry_shape_cause(entry, config))
     if got.steps != 0 or any(keys.size(2) != 0 for keys in got.self_keys):
         fail("the new cache already holds decoded positions.", expected="cache.steps == 0",
              got=f"cache.steps == {got.steps}",
@@ -339,9 +362,12 @@ def _replay_steps(run: _StepRun, steps: int, mistake: str) -> torch.Tensor:
 def step_returns_logits(decoder_step: Callable) -> None:
     config = Sizes()
     run = _step_case(decoder_step, config, steps=1)
-    expect_shape("decoder_step(model, cache, tokens)", run.logits[0], (config.batch, config.tgt_vocab),
-                 cause="one position goes in, so take it out: decoder.pred_layer(x[:, -1]) (or x.squeeze(1)) "
-                       "gives (batch, vocab).")
+    got = run.logits[0]
+    kept = tuple(got.shape) == (config.batch, 1, config.tgt_vocab)
+    expect_shape("decoder_step(model, cache, tokens)", got, (config.batch, config.tgt_vocab),
+                 cause=("the logits keep the length axis of the one new position: " if kept else "")
+                 + "one position goes in, so take it out: decoder.pred_layer(x[:, -1]) (or x.squeeze(1)) gives "
+                   "(batch, vocab).")
 
 
 @check("step by step, decoder_step gives the full decoder's logits at the last position (padded batch)")
@@ -413,6 +439,204 @@ def step_reuses_cross_keys_values(decoder_step: Callable, steps: int = 4, **size
                    "cache already (that is what makes a step cheap).")
 
 
+# --- the checks' own parts, plugged into the student's loops --------------------------------------------------
+#
+# cached_greedy_decode and beam_search call start_cache, decoder_step (and select_beams) by name. While their
+# checks run, those names in the student's notebook point to the checks' own versions, which also record every
+# call: the tokens each step was fed, the cache before and after it, what select_beams was given and chose. A
+# mistake in the student's decoder_step or select_beams then costs only the checks about them, and the loop is
+# judged by what it actually did, step by step (the checks' parts are their own copies, not the reference
+# solution's functions, so the grader never sees the reference solution run from inside notebook code).
+
+PLUGGED = ("start_cache", "decoder_step", "select_beams")
+
+
+@dataclass
+class _StepCall:
+    """One decoder_step call: the cache it got, the tokens (batch rows, 1), the cache's self-attention keys per
+    layer before and after it, and the logits it returned (rows, vocab)."""
+
+    cache: object
+    tokens: torch.Tensor
+    before: list[torch.Tensor]
+    after: list[torch.Tensor]
+    logits: torch.Tensor
+
+
+@dataclass
+class _SelectCall:
+    """One select_beams call: its inputs (float64 scores and log_probs, bool finished, long lengths) and what it
+    chose, (new scores, parents, tokens), each (batch, beam)."""
+
+    scores: torch.Tensor
+    log_probs: torch.Tensor
+    finished: torch.Tensor
+    lengths: torch.Tensor
+    beam_size: int
+    alpha: float
+    chosen: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class _Recorder:
+    """What the student's loop did with the plugged parts. `rows`: the rows the decoder works on (batch for
+    greedy decoding, batch * beam for beam search); `beams`: (batch, beam_size) of beam search."""
+
+    rows: int
+    beams: tuple[int, int] | None = None
+    plugged: tuple[str, ...] = ()
+    starts: list[object] = field(default_factory=list)
+    steps: list[_StepCall] = field(default_factory=list)
+    selects: list[_SelectCall] = field(default_factory=list)
+
+
+def _self_keys(cache: object) -> list[torch.Tensor]:
+    keys = getattr(cache, "self_keys", None)
+    return [entry.detach().clone() for entry in keys if isinstance(entry, torch.Tensor)] if keys else []
+
+
+def _own_start_cache(model: nn.Module, enc_out: torch.Tensor, src_mask: torch.Tensor) -> KVCache:
+    """start_cache, the checks' copy: empty self-attention entries, cross-attention keys and values of enc_out."""
+    cache = KVCache(src_mask)
+    for layer in model.decoder.layers:
+        empty = enc_out.new_zeros(enc_out.size(0), layer.self_attn.num_heads, 0, layer.self_attn.d_k)
+        cross_keys, cross_values = project_keys_values(layer.cross_attn, enc_out)  # (batch, heads, src_len, d_k)
+        cache.self_keys.append(empty)
+        cache.self_values.append(empty)
+        cache.cross_keys.append(cross_keys)
+        cache.cross_values.append(cross_values)
+    return cache
+
+
+def _parts(recorder: _Recorder) -> dict[str, Callable]:
+    """start_cache, decoder_step and select_beams with the notebook's signatures, recording into `recorder`."""
+
+    def start_cache(model: nn.Module, enc_out: torch.Tensor, src_mask: torch.Tensor) -> KVCache:
+        cache = _own_start_cache(model, enc_out, src_mask)
+        recorder.starts.append(cache)
+        return cache
+
+    def decoder_step(model: nn.Module, cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
+        step = len(recorder.steps)
+        wanted = f"({recorder.rows}, 1)"
+        if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+            fail(f"at step {step} decoder_step was fed {describe(tokens)}.", expected=f"token ids of shape {wanted}",
+                 got=describe(tokens),
+                 cause="feed the newest token of every row with its length axis kept: ys[:, -1:] is (rows, 1); "
+                       "ys[:, -1] (rows,) has lost it.")
+        if tokens.size(1) != 1:
+            fail(f"a step fed more than the newest token: at step {step} decoder_step got {tokens.size(1)} tokens "
+                 "per row.", expected=f"token ids of shape {wanted}: one new position",
+                 got=f"shape {tuple(tokens.shape)}",
+                 cause="feed only the newest token, ys[:, -1:], (rows, 1): the earlier tokens are in the cache "
+                       "already, and feeding them again appends them to it a second time.")
+        before = _self_keys(cache)
+        logits = _step(model, cache, tokens)
+        recorder.steps.append(_StepCall(cache, tokens.detach().clone(), before, _self_keys(cache),
+                                        logits.detach().clone()))
+        return logits
+
+    def select_beams(scores: torch.Tensor, log_probs: torch.Tensor, finished: torch.Tensor, lengths: torch.Tensor,
+                     beam_size: int, alpha: float, pad_idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch, beam = recorder.beams or (0, 0)
+        for name, value, shape in (("scores", scores, (batch, beam)), ("finished", finished, (batch, beam)),
+                                   ("lengths", lengths, (batch, beam)), ("log_probs", log_probs, (batch, beam, None))):
+            if not isinstance(value, torch.Tensor) or value.dim() != len(shape) or \
+                    tuple(value.shape[:2]) != shape[:2]:
+                fail(f"at step {len(recorder.selects)} select_beams was given {name} of "
+                     f"{describe(value)}.", expected=f"{name} of shape ({batch}, {beam}"
+                     + (", vocab)" if name == "log_probs" else ")"), got=describe(value),
+                     cause="select_beams works on (batch, beam) tensors: view the decoder's (batch * beam, vocab) "
+                           "log-probabilities as log_probs.view(batch, beam_size, -1)." if name == "log_probs" else
+                           f"hand select_beams the (batch, beam_size) tensor {name} that beam search keeps (the "
+                           "given lines make it; update it from the parents at every step).")
+        chosen = _select(scores.double(), log_probs.double(), finished.bool(), lengths.long(), beam_size, alpha,
+                         pad_idx=pad_idx)
+        recorder.selects.append(_SelectCall(scores.detach().double().clone(), log_probs.detach().double().clone(),
+                                            finished.detach().bool().clone(), lengths.detach().long().clone(),
+                                            beam_size, alpha, tuple(value.clone() for value in chosen)))
+        return chosen
+
+    return {"start_cache": start_cache, "decoder_step": decoder_step, "select_beams": select_beams}
+
+
+@contextmanager
+def _plugged(function: Callable, recorder: _Recorder) -> Iterator[None]:
+    """While the student's `function` runs, the names in PLUGGED that its notebook defines call the checks'
+    recording copies (put back afterwards). Decorators (@torch.no_grad()) are looked through."""
+    try:
+        inner = inspect.unwrap(function)
+    except ValueError:  # a cycle of __wrapped__
+        inner = function
+    namespace = getattr(inner, "__globals__", None)
+    saved: dict[str, object] = {}
+    if isinstance(namespace, dict):
+        parts = _parts(recorder)
+        for name in PLUGGED:
+            if callable(namespace.get(name)):
+                saved[name] = namespace[name]
+                namespace[name] = parts[name]
+    recorder.plugged = tuple(saved)
+    try:
+        yield
+    finally:
+        if isinstance(namespace, dict):
+            namespace.update(saved)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-9) -> bool:
+    """Equal shapes and values (exactly for integers and bools; closely for floats, equal infinities included)."""
+    if a.shape != b.shape:
+        return False
+    if a.is_floating_point() or b.is_floating_point():
+        return bool(torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-7))
+    return bool(torch.equal(a.long(), b.long()))
+
+
+def _same_cache(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(_same(x, y, atol=1e-10) for x, y in zip(a, b, strict=True))
+
+
+def _cache_departure(recorder: _Recorder, index: int) -> str | None:
+    """How step `index` was given its cache, if not as the cache of the same decoding: one cache, started once,
+    holding `index` positions when step `index` begins."""
+    if len(recorder.starts) > 1:
+        return (f"start_cache ran {len(recorder.starts)} times for one batch: a new cache knows nothing of the "
+                "positions decoded so far. Start the cache once, before the loop, and hand the same cache to every "
+                "decoder_step.")
+    step = recorder.steps[index]
+    if recorder.starts and step.cache is not recorder.starts[0]:
+        return (f"step {index} was given another cache than the one start_cache made: hand the same cache object "
+                "to every decoder_step (it grows by one position per step).")
+    cached = step.before[0].size(2) if step.before else index
+    if cached != index:
+        return (f"when step {index} began, the cache held {cached} positions instead of {index}: call decoder_step "
+                "once per generated token, with the newest token only.")
+    return None
+
+
+def _expect_ids(got: torch.Tensor, expected: torch.Tensor, *, problem: str, cause: str,
+                departure: Callable[[], str | None],
+                suspects: Mapping[str, Callable[[], torch.Tensor]] | None = None,
+                show: Callable[[torch.Tensor], str] | None = None) -> None:
+    """Exact comparison of token ids. On a difference the cause is, in this order: the first place where the
+    student's loop departs from what it should do with what it was given (`departure`, read from the recorded
+    run), the first known wrong loop that reproduces the student's ids exactly (`suspects`, replayed on the same
+    model), else the recipe, said to be one (nothing was diagnosed)."""
+    if got.shape == expected.shape and torch.equal(got, expected):
+        return
+    try:
+        found = departure()
+    except CheckFailed:
+        raise
+    except Exception:  # a run too odd to read says nothing
+        found = None
+    found = found or reproduced(suspects, got)
+    show = show or (lambda rows: _show(rows, IDS))
+    fail(problem, expected=f"shape {tuple(expected.shape)}{show(expected)}", got=f"shape {tuple(got.shape)}{show(got)}",
+         cause=found or f"not one of the mistakes the checks recognise; {RECIPE} {cause}")
+
+
 # --- cached_greedy_decode ----------------------------------------------------------------------------------
 
 GREEDY_MISTAKES = {
@@ -452,21 +676,132 @@ def _token_ids(name: str, got: object, batch: int) -> torch.Tensor:
     return ys.detach().cpu().long()
 
 
+def _ended(row: torch.Tensor, column: int) -> int | None:
+    """The column of the first <eos> among the generated columns 1 .. column of a row, or None."""
+    found = (row[1:column + 1] == EOS).nonzero()
+    return int(found[0]) + 1 if len(found) else None
+
+
+def _after_eos(got: torch.Tensor, steps: Sequence[_StepCall]) -> str | None:
+    """Why sentences that had said <eos> get other tokens than <pad> later, from every such token of the run."""
+    wrong = []  # (sentence, column, token, the argmax of its step's logits), in step order
+    for column in range(2, min(got.size(1), len(steps) + 1)):
+        best = steps[column - 1].logits.argmax(dim=-1).cpu()
+        wrong += [(sentence, column, int(got[sentence, column]), int(best[sentence])) for sentence in range(got.size(0))
+                  if _ended(got[sentence], column - 1) is not None and int(got[sentence, column]) != PAD]
+    if not wrong:
+        return None
+    sentence, column, token, best = wrong[0]
+    row, end = got[sentence], _ended(got[sentence], column - 1)
+    head = (f"sentence {sentence} said <eos> at step {end - 1}, but at step {column - 1} it gets {_word(token, IDS)} "
+            "instead of <pad>")
+    if bool((row[end + 1:column] == PAD).any()):
+        return (f"`finished` forgets earlier sentences: {head}, after a <pad>: the sentence counted as finished for "
+                "one step only. Accumulate it, finished |= next_token == eos_idx, instead of overwriting it.")
+    if all(token == EOS for _, _, token, _ in wrong) and any(best != EOS for *_, best in wrong):
+        return f"finished sentences are filled with <eos> instead of <pad>: {head}. Fill them with pad_idx."
+    if all(token == best for *_, token, best in wrong):
+        return (f"finished sentences keep producing words after their <eos>: {head}, the argmax of its logits"
+                + (" (here <eos> again)" if token == EOS else "") + ". Replace the new token of finished sentences "
+                "with pad_idx, next_token.masked_fill(finished, pad_idx), with `finished` updated after each step.")
+    return f"{head}: once a sentence has said <eos>, every later token is pad_idx."
+
+
+def _stopped_early(t: int, done: Sequence[bool], first_end: int | None, max_len: int, what: str) -> str:
+    """Why a loop that stopped after step t, with `done` per sentence, stopped too early (`first_end`: the first
+    step after which some sentence had ended)."""
+    waiting = [sentence for sentence, ended in enumerate(done) if not ended]
+    if first_end == t:
+        return (f"{what} stops as soon as ONE sentence is finished: it stopped after step {t}, the first step at which "
+                f"one had said <eos>, while sentence(s) {waiting} had not (max_len is {max_len}). Break only when "
+                "finished.all().")
+    return (f"{what} stopped after {t + 1} step(s), while sentence(s) {waiting} had not said <eos>: a sentence that "
+            f"never says <eos> gets max_len = {max_len} tokens. Loop for _ in range(max_len) and break once "
+            "finished.all().")
+
+
+def _greedy_departure(got: torch.Tensor, recorder: _Recorder, max_len: int) -> str | None:
+    """The first place where the student's cached greedy loop departs from greedy decoding, judged on its own
+    run: what each step was fed, the token it appended, when it stopped. None when nothing departs (or the loop
+    did not call the plugged decoder_step)."""
+    steps = recorder.steps
+    if not steps:
+        return None
+    batch = got.size(0)
+    for t, step in enumerate(steps):
+        cache = _cache_departure(recorder, t)
+        if cache:
+            return cache
+        fed = step.tokens.view(-1).cpu()  # (batch,)
+        if fed.size(0) != batch or step.logits.size(0) != batch:
+            return None  # a loop that decodes only some rows: judged by its output alone
+        if t < got.size(1) and not torch.equal(fed, got[:, t]):
+            if t > 0 and bool((fed == BOS).all()):
+                every = all(bool((later.tokens == BOS).all()) for later in steps[1:])
+                return (f"{'every step feeds' if every else f'step {t} feeds'} <bos>: at step {t} decoder_step was "
+                        f"fed {_words(fed, IDS)} instead of the newest token of each sentence, "
+                        f"{_words(got[:, t], IDS)}. Feed the newest token, ys[:, -1:].")
+            return (f"at step {t} decoder_step was fed {_words(fed, IDS)} instead of the newest token of each "
+                    f"sentence in your ys, {_words(got[:, t], IDS)}: feed ys[:, -1:].")
+        if t + 1 >= got.size(1):
+            return (f"decoder_step ran {len(steps)} times, but ys has {got.size(1) - 1} generated columns: append "
+                    "the new tokens to ys at every step, torch.cat([ys, next_token.unsqueeze(1)], dim=1).")
+        best = step.logits.argmax(dim=-1).cpu()  # (batch,)
+        ended = torch.tensor([_ended(got[sentence], t) is not None for sentence in range(batch)])
+        chosen = got[:, t + 1]
+        if not torch.equal(chosen, best.masked_fill(ended, PAD)):
+            if bool((chosen[ended] != PAD).any()):
+                return _after_eos(got, steps)
+            sentence = int((chosen != best.masked_fill(ended, PAD)).nonzero()[0])
+            head = (f"sentence {sentence}, step {t}: your token is {_word(int(chosen[sentence]), IDS)}, but the argmax "
+                    f"of decoder_step's logits is {_word(int(best[sentence]), IDS)}")
+            if torch.equal(chosen, best.masked_fill(ended | (best == EOS), PAD)):
+                return (f"{head}: the <eos> itself was replaced by <pad>. Pad only the sentences that had finished "
+                        "before this step: mask the new tokens first, then update `finished` from them.")
+            return f"{head}: next_token = logits.argmax(dim=-1), over the vocabulary."
+        if t > 0 and all(_ended(got[sentence], t) is not None for sentence in range(batch)):
+            return (f"decoding never stops early: every sentence had said <eos> after step {t - 1}, yet decoder_step "
+                    f"ran {len(steps) - t} more time(s). Once every sentence is finished, break out of the loop "
+                    "(if finished.all(): break).")
+        done = [_ended(got[sentence], t + 1) is not None for sentence in range(batch)]
+        if t == len(steps) - 1 and not all(done) and t + 1 < max_len:
+            first_end = next((step for step in range(t + 1) if any(_ended(got[sentence], step + 1) is not None
+                                                                    for sentence in range(batch))), None)
+            return _stopped_early(t, done, first_end, max_len, "decoding")
+    if len(steps) > max_len:
+        return f"decoder_step ran {len(steps)} times, more than max_len = {max_len}: loop for _ in range(max_len)."
+    if got.size(1) != len(steps) + 1:
+        return (f"ys has {got.size(1)} columns after {len(steps)} steps: <bos>, then one column per step "
+                "(append each step's tokens once).")
+    return None
+
+
+def _run_greedy(cached_greedy_decode: Callable, model: nn.Module, src: torch.Tensor, max_len: int,
+                counter: _Counter | None = None) -> tuple[torch.Tensor, _Recorder]:
+    """The student's cached greedy decoding of `src`, with the checks' start_cache and decoder_step plugged in."""
+    recorder = _Recorder(rows=src.size(0))
+    try:
+        with torch.no_grad(), student_code(), _plugged(cached_greedy_decode, recorder):
+            got = cached_greedy_decode(model, src, PAD, BOS, EOS, max_len)
+    finally:
+        if counter is not None:
+            counter.remove()
+    return _token_ids("cached_greedy_decode", got, src.size(0)), recorder
+
+
 def _greedy_case(cached_greedy_decode: Callable, sizes: Sizes, padded: bool) -> None:
     model = _random_model(sizes)
     src = _random_source(sizes, padded)
-    with torch.no_grad(), student_code():
-        got = cached_greedy_decode(model, src, PAD, BOS, EOS, sizes.max_len)
-    got = _token_ids("cached_greedy_decode", got, sizes.batch)
+    got, recorder = _run_greedy(cached_greedy_decode, model, src, sizes.max_len)
     with torch.no_grad():
         expected = reference_greedy_decode(model, src, PAD, BOS, EOS, sizes.max_len)
-        _expect_ids(_Run(got, None), expected, src, IDS, suspects={
-            cause: (lambda mistake=mistake: _greedy(model, src, sizes.max_len, mistake))
-            for mistake, cause in GREEDY_MISTAKES.items()},
-            problem=f"cached greedy decoding of {'a padded' if padded else 'a'} batch (random weights, seed "
-                    f"{sizes.seed}) differs from stage 6's greedy decoding.",
-            cause="each step: logits = decoder_step(model, cache, ys[:, -1:]); argmax; pad finished sentences; "
-                  "append; stop when all are finished.")
+        _expect_ids(got, expected, departure=lambda: _greedy_departure(got, recorder, sizes.max_len),
+                    suspects={cause: (lambda mistake=mistake: _greedy(model, src, sizes.max_len, mistake))
+                              for mistake, cause in GREEDY_MISTAKES.items()},
+                    problem=f"cached greedy decoding of {'a padded' if padded else 'a'} batch (random weights, seed "
+                            f"{sizes.seed}) differs from stage 6's greedy decoding.",
+                    cause="each step: logits = decoder_step(model, cache, ys[:, -1:]); argmax; pad finished "
+                          "sentences; append; stop when all are finished.")
 
 
 @check("cached_greedy_decode gives exactly the token ids of stage 6's greedy_decode")
@@ -485,21 +820,27 @@ def cached_greedy_uses_the_cache(cached_greedy_decode: Callable, **sizes: int) -
     model = _random_model(config)
     src = _random_source(config)
     counter = _Counter(model)
-    try:
-        with torch.no_grad(), student_code():
-            got = cached_greedy_decode(model, src, PAD, BOS, EOS, config.max_len)
-    finally:
-        counter.remove()
-    steps = _token_ids("cached_greedy_decode", got, config.batch).size(1) - 1
+    got, recorder = _run_greedy(cached_greedy_decode, model, src, config.max_len, counter)
+    steps = got.size(1) - 1
     if counter.decoder_calls:
         fail("the whole decoder ran during cached decoding.", expected="no call of model.decoder(...)",
              got=f"{counter.decoder_calls} calls", cause="call decoder_step(model, cache, ys[:, -1:]) in the loop.")
+    if "decoder_step" in recorder.plugged and not recorder.steps:
+        fail("cached_greedy_decode never called decoder_step.", expected="one decoder_step call per generated token",
+             got=f"0 calls for {steps} generated tokens",
+             cause="each step: logits = decoder_step(model, cache, ys[:, -1:]).")
     layers = config.num_layers
-    if counter.cross_calls != 2 * layers:
+    if len(recorder.starts) > 1 or counter.cross_calls != 2 * layers:
         fail("cross-attention keys and values were not computed exactly once.",
              expected=f"{2 * layers} projections (W_k and W_v of {layers} layers), once for the sentence batch",
-             got=f"{counter.cross_calls} projections for {steps} steps",
+             got=f"{counter.cross_calls} projections for {steps} steps"
+                 + (f" (start_cache ran {len(recorder.starts)} times)" if len(recorder.starts) > 1 else ""),
              cause="start the cache once, before the loop, and pass the same cache to every decoder_step.")
+    for index in range(len(recorder.steps)):
+        departure = _cache_departure(recorder, index)
+        if departure:
+            fail(f"step {index} did not continue the cache of the steps before it.",
+                 expected="one cache, one more position per step", got=departure.split(":")[0], cause=departure)
     longer = sorted({length for length in counter.self_lengths if length != 1})
     if longer:
         fail("a step fed more than the newest token.", expected="self-attention projections on 1 position",
@@ -530,12 +871,13 @@ SELECT_MISTAKES = {
 
 
 def _select(scores: torch.Tensor, log_probs: torch.Tensor, finished: torch.Tensor, lengths: torch.Tensor,
-            beam_size: int, alpha: float, mistake: str = "") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            beam_size: int, alpha: float, mistake: str = "", pad_idx: int = PAD,
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """select_beams as in the reference, or with one of SELECT_MISTAKES."""
     vocab = log_probs.size(-1)
     stay = torch.full_like(log_probs, float("-inf"))
     if mistake != "drop_finished":
-        stay[..., PAD] = 0.0
+        stay[..., pad_idx] = 0.0
     step = log_probs if mistake == "extend_finished" else torch.where(finished.unsqueeze(-1), stay, log_probs)
     candidates = step if mistake == "no_history" else scores.unsqueeze(-1) + step
     grown = lengths if mistake == "old_length" else lengths + (~finished).long()
@@ -680,10 +1022,12 @@ def _beam(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: int, alp
 
 
 def _run_beam(beam_search: Callable, model: nn.Module, src: torch.Tensor, max_len: int, beam_size: int,
-              alpha: float) -> torch.Tensor:
-    with torch.no_grad(), student_code():
+              alpha: float) -> tuple[torch.Tensor, _Recorder]:
+    """The student's beam search of `src`, with the checks' start_cache, decoder_step and select_beams plugged in."""
+    recorder = _Recorder(rows=src.size(0) * beam_size, beams=(src.size(0), beam_size))
+    with torch.no_grad(), student_code(), _plugged(beam_search, recorder):
         got = beam_search(model, src, PAD, BOS, EOS, max_len, beam_size=beam_size, alpha=alpha)
-    return _token_ids("beam_search", got, src.size(0))
+    return _token_ids("beam_search", got, src.size(0)), recorder
 
 
 def _beam_suspects(model: nn.Module, src: torch.Tensor, max_len: int, beam_size: int,
@@ -692,14 +1036,188 @@ def _beam_suspects(model: nn.Module, src: torch.Tensor, max_len: int, beam_size:
             for mistake, cause in BEAM_MISTAKES.items()}
 
 
+def _rows(values: torch.Tensor) -> str:
+    return "[" + ", ".join(str(int(value)) for value in values) + "]"
+
+
+def _follow_departure(t: int, call: _SelectCall, previous: _SelectCall, finished: torch.Tensor,
+                      lengths: torch.Tensor) -> str | None:
+    """Whether the `finished` and `lengths` handed to select_beams at step t follow the parents chosen at step
+    t - 1 (`finished`, `lengths`: what they should be, worked out from the student's own selections)."""
+    _, parents, tokens = previous.chosen
+    if not _same(call.finished, finished):
+        if _same(call.finished, previous.finished | (tokens == EOS)):
+            return (f"`finished` is not taken from the parents: at step {t} select_beams was given finished = "
+                    f"{call.finished.int().tolist()}, the previous flags of each beam position, while the "
+                    f"hypotheses there now continue parents {parents.tolist()}, so they should be "
+                    f"{finished.int().tolist()}: finished.gather(1, parents) | (tokens == eos_idx).")
+        return (f"at step {t} select_beams was given finished = {call.finished.int().tolist()} instead of "
+                f"{finished.int().tolist()}: a hypothesis is finished if its parent was, or if its new token is "
+                "<eos>: finished.gather(1, parents) | (tokens == eos_idx).")
+    if not _same(call.lengths, lengths):
+        was_finished = previous.finished.gather(1, parents)
+        unfollowed = (previous.lengths + (~was_finished).long(), previous.lengths + (~previous.finished).long())
+        if any(_same(call.lengths, wrong) for wrong in unfollowed):
+            return (f"`lengths` is not taken from the parents: at step {t} select_beams was given lengths = "
+                    f"{call.lengths.tolist()}, grown from the previous lengths of each beam position, while the "
+                    f"hypotheses there continue parents {parents.tolist()}, so they should be {lengths.tolist()}: "
+                    "lengths.gather(1, parents) + (~finished_before).long().")
+        if _same(call.lengths, previous.lengths.gather(1, parents) + 1):
+            return (f"finished hypotheses keep growing: at step {t} select_beams was given lengths = "
+                    f"{call.lengths.tolist()} instead of {lengths.tolist()}; a hypothesis whose parent had finished "
+                    "keeps its length: lengths.gather(1, parents) + (~finished_before).long().")
+        return (f"at step {t} select_beams was given lengths = {call.lengths.tolist()} instead of "
+                f"{lengths.tolist()}: lengths.gather(1, parents), plus one where the parent had not finished.")
+    return None
+
+
+def _log_probs_departure(t: int, call: _SelectCall, step: _StepCall, batch: int, beam_size: int) -> str | None:
+    """Whether select_beams was given log_softmax of the logits that step t's decoder_step returned."""
+    logits = step.logits.double().cpu()
+    if logits.size(0) != batch * beam_size:
+        return None
+    wanted = torch.log_softmax(logits, dim=-1).view(batch, beam_size, -1)
+    if _same(call.log_probs, wanted, atol=1e-6):
+        return None
+    if _same(call.log_probs, logits.view(batch, beam_size, -1), atol=1e-6):
+        return (f"raw logits are used as log-probabilities: at step {t} select_beams was given decoder_step's "
+                "logits as they are. Scores add up log-probabilities, which are at most 0 and comparable between "
+                "hypotheses: torch.log_softmax(logits, dim=-1).")
+    if _same(call.log_probs, torch.softmax(logits, dim=-1).view(batch, beam_size, -1), atol=1e-6):
+        return (f"probabilities are used as log-probabilities: at step {t} select_beams was given softmax(logits); "
+                "scores add up log-probabilities: torch.log_softmax(logits, dim=-1).")
+    return (f"at step {t} select_beams was not given the log-probabilities of decoder_step's logits: pass "
+            "torch.log_softmax(logits, dim=-1).view(batch, beam_size, -1), over the vocabulary.")
+
+
+def _reorder_departure(t: int, step: _StepCall, previous: _StepCall, parents: torch.Tensor, beam_size: int,
+                       ) -> str | None:
+    """Whether the cache that step t began with holds, in row j, the history of hypothesis j's parent."""
+    batch = parents.size(0)
+    rows = (torch.arange(batch).unsqueeze(1) * beam_size + parents).flatten()
+    if _same_cache(step.before, [keys.index_select(0, rows) for keys in previous.after]):
+        return None
+    if _same_cache(step.before, previous.after):
+        return (f"the cache is not reordered: when step {t} began, row j of the cache still held the keys and "
+                f"values of beam position j before the step, while the new hypotheses continue the rows "
+                f"{_rows(rows)}. After choosing the parents, cache.reorder(rows) with rows = (first_row + "
+                "parents).flatten(), so every hypothesis continues its parent's history.")
+    plain = parents.flatten()
+    if plain.max() < previous.after[0].size(0) and \
+            _same_cache(step.before, [keys.index_select(0, plain) for keys in previous.after]):
+        return (f"the rows of the parents ignore the sentence: the cache was reordered with rows = "
+                f"parents.flatten() = {_rows(plain)}, which are rows of the first sentence; hypothesis j of sentence "
+                f"b continues row b * beam_size + parent, (first_row + parents).flatten() = {_rows(rows)}.")
+    return (f"when step {t} began, the cache's rows were not those of the parents: reorder it with rows = (first_row "
+            f"+ parents).flatten() = {_rows(rows)}, once per step, after select_beams.")
+
+
+def _beam_departure(got: torch.Tensor, recorder: _Recorder, max_len: int, beam_size: int, alpha: float,
+                    show: Callable[[torch.Tensor], str] | None = None) -> str | None:
+    """The first place where the student's beam search departs from beam search, judged on its own run: what
+    each step was fed, the cache it began with, what select_beams was given, when the search stopped, and
+    which hypothesis came out. None when nothing departs (or the loop did not use the plugged parts)."""
+    steps, selects = recorder.steps, recorder.selects
+    if not steps or not selects:
+        return None
+    show = show or (lambda rows: _show(rows, IDS))
+    batch = got.size(0)
+    first_row = torch.arange(batch).unsqueeze(1) * beam_size  # (batch, 1)
+    history = torch.full((batch * beam_size, 1), BOS, dtype=torch.long)  # what ys should be
+    appended = history.clone()  # ys if its rows never followed the parents
+    scores = torch.full((batch, beam_size), float("-inf"), dtype=torch.float64)
+    scores[:, 0] = 0.0
+    finished = torch.zeros(batch, beam_size, dtype=torch.bool)
+    lengths = torch.zeros(batch, beam_size, dtype=torch.long)
+    first_end = None  # the first step after which some hypothesis had ended
+    for t, call in enumerate(selects):
+        if t >= len(steps):
+            return (f"select_beams ran {len(selects)} times but decoder_step only {len(steps)}: each step runs "
+                    "decoder_step once, then select_beams once.")
+        step = steps[t]
+        cache = _cache_departure(recorder, t)
+        if cache:
+            return cache
+        fed = step.tokens.view(-1).cpu()
+        if fed.size(0) != batch * beam_size:
+            return None
+        if not torch.equal(fed, history[:, -1]):
+            if t > 0 and bool((fed == BOS).all()):
+                return (f"step {t} feeds <bos>: decoder_step was fed <bos> for every hypothesis instead of its "
+                        f"newest token {_words(history[:, -1], IDS)}: feed ys[:, -1:].")
+            return (f"at step {t} decoder_step was fed {_words(fed, IDS)} instead of the newest token of every "
+                    f"hypothesis, {_words(history[:, -1], IDS)}: feed ys[:, -1:], after ys was extended.")
+        if t > 0:
+            reorder = _reorder_departure(t, step, steps[t - 1], selects[t - 1].chosen[1].cpu(), beam_size)
+            if reorder:
+                return reorder
+        departure = _log_probs_departure(t, call, step, batch, beam_size)
+        if departure:
+            return departure
+        if not _same(call.scores, scores):
+            if t == 0:
+                return (f"the first select_beams was given scores {call.scores.tolist()} instead of the given start "
+                        "(0 for hypothesis 0, -inf for the others): keep the given lines before the loop.")
+            return (f"at step {t} select_beams was given scores {call.scores.tolist()}, not the scores it returned at "
+                    f"step {t - 1}, {scores.tolist()}: scores, parents, tokens = select_beams(scores, ...).")
+        if t > 0:
+            departure = _follow_departure(t, call, selects[t - 1], finished, lengths)
+            if departure:
+                return departure
+            if bool(finished.all()):
+                return (f"the search never stops early: after step {t - 1} every hypothesis of every sentence had "
+                        f"finished, yet it ran {len(selects) - t} more step(s). Break once finished.all().")
+        if call.beam_size != beam_size or abs(call.alpha - alpha) > 1e-12:
+            return (f"select_beams was given beam_size={call.beam_size}, alpha={call.alpha}; beam_search was "
+                    f"called with beam_size={beam_size}, alpha={alpha}: pass beam search's own arguments on.")
+        scores, parents, tokens = (value.cpu() for value in call.chosen)
+        rows = (first_row + parents).flatten()  # (batch * beam,)
+        history = torch.cat([history[rows], tokens.view(-1, 1)], dim=1)
+        appended = torch.cat([appended, tokens.view(-1, 1)], dim=1)
+        was_finished = finished.gather(1, parents)
+        lengths = lengths.gather(1, parents) + (~was_finished).long()
+        finished = was_finished | (tokens == EOS)
+        if first_end is None and bool(finished.any()):
+            first_end = t
+        if t == len(selects) - 1 and not bool(finished.all()) and t + 1 < max_len:
+            if first_end == t:
+                return (f"the search stops when ONE hypothesis is finished: it stopped after step {t}, the first step "
+                        f"at which one had said <eos>, with {int((~finished).sum())} hypotheses still live (max_len "
+                        f"is {max_len}). Break only when finished.all(): a hypothesis that has ended waits in the "
+                        "beam for the others.")
+            return (f"the search stopped after {t + 1} step(s) with {int((~finished).sum())} hypotheses still live: "
+                    f"a hypothesis that never says <eos> gets max_len = {max_len} tokens. Loop for _ in "
+                    "range(max_len) and break once finished.all().")
+    best = (scores / length_penalty(lengths, alpha)).argmax(dim=-1)  # (batch,)
+    winners = history.view(batch, beam_size, -1)[torch.arange(batch), best]
+    if winners.shape == got.shape and torch.equal(winners, got):
+        return None
+    unfollowed = appended.view(batch, beam_size, -1)[torch.arange(batch), best]
+    if unfollowed.shape == got.shape and torch.equal(unfollowed, got):
+        return ("ys is not reordered: each row of ys kept its own earlier tokens while the hypothesis in that row "
+                "continued another parent, so the returned sentence is pieced together from several hypotheses. "
+                "Take the parents' rows, ys[rows], before appending the new tokens.")
+    built = history.view(batch, beam_size, -1)
+    if got.shape == winners.shape and all(bool((built[sentence] == got[sentence]).all(dim=1).any())
+                                          for sentence in range(batch)):
+        return ("each returned sentence is one of its hypotheses, but not the best one: keep the given last lines, "
+                "the winner of each sentence is the argmax of scores / length_penalty(lengths, alpha), taken from "
+                f"ys.view(batch, beam_size, -1). Here the winners are:{show(winners)}")
+    return ("the returned sentences are not hypotheses your search built: their tokens do not follow the chain of "
+            "parents select_beams chose, so the rows of ys do not follow the parents. Take the parents' rows, "
+            f"ys[(first_row + parents).flatten()], before appending the new tokens. The winners would be:"
+            f"{show(winners)}")
+
+
 @check("beam_search with beam_size=1 gives exactly the token ids of greedy decoding (padded batch)")
 def beam_size_one_is_greedy(beam_search: Callable, alpha: float = 0.6, **sizes: int) -> None:
     config = replace(Sizes(seed=3, eos_bias=2.0), **sizes)
     model, src = _random_model(config), _random_source(config)
-    got = _run_beam(beam_search, model, src, config.max_len, 1, alpha)
+    got, recorder = _run_beam(beam_search, model, src, config.max_len, 1, alpha)
     with torch.no_grad():
         expected = reference_greedy_decode(model, src, PAD, BOS, EOS, config.max_len)
-        _expect_ids(_Run(got, None), expected, src, IDS, suspects=_beam_suspects(model, src, config.max_len, 1, alpha),
+        _expect_ids(got, expected, departure=lambda: _beam_departure(got, recorder, config.max_len, 1, alpha),
+                    suspects=_beam_suspects(model, src, config.max_len, 1, alpha),
                     problem="with one hypothesis per sentence, beam search must be greedy decoding, but differs.",
                     cause="with beam_size=1 the best extension is the argmax; check the start (one live hypothesis, "
                           "score 0), that finished hypotheses only get <pad>, and the stopping rule.")
@@ -761,19 +1279,13 @@ def _bigram_case(beam_search: Callable, table: Mapping, beam_size: int, alpha: f
                  cause: str, batch: int = 2) -> None:
     model = bigram_model(table)
     src = torch.full((batch, 3), 4, dtype=torch.long)  # the source is not read: any ids will do
-    got = _run_beam(beam_search, model, src, max_len, beam_size, alpha)
+    got, recorder = _run_beam(beam_search, model, src, max_len, beam_size, alpha)
     with torch.no_grad():
         expected = reference_beam_search(model, src, PAD, BOS, EOS, max_len, beam_size, alpha)
-    if got.shape == expected.shape and torch.equal(got, expected):
-        return
-    with torch.no_grad():
-        for mistake, suspected_cause in BEAM_MISTAKES.items():
-            wrong = _beam(model, src, max_len, beam_size, alpha, mistake)
-            if wrong.shape == got.shape and torch.equal(wrong, got):
-                cause = suspected_cause
-                break
-    fail(problem, expected=f"shape {tuple(expected.shape)}{_show_words(expected)}",
-         got=f"shape {tuple(got.shape)}{_show_words(got)}", cause=cause)
+        _expect_ids(got, expected,
+                    departure=lambda: _beam_departure(got, recorder, max_len, beam_size, alpha, _show_words),
+                    suspects=_beam_suspects(model, src, max_len, beam_size, alpha), problem=problem, cause=cause,
+                    show=_show_words)
 
 
 @check("on a bigram model whose best sentence greedy misses, beam_search with 2 beams finds it")
@@ -808,10 +1320,10 @@ def beam_final_choice_uses_length_penalty(beam_search: Callable, beam_size: int 
 def beam_matches_reference(beam_search: Callable, beam_size: int = 3, alpha: float = 0.6, **sizes: int) -> None:
     config = replace(Sizes(seed=3, eos_bias=1.5), **sizes)
     model, src = _random_model(config), _random_source(config)
-    got = _run_beam(beam_search, model, src, config.max_len, beam_size, alpha)
+    got, recorder = _run_beam(beam_search, model, src, config.max_len, beam_size, alpha)
     with torch.no_grad():
         expected = reference_beam_search(model, src, PAD, BOS, EOS, config.max_len, beam_size, alpha)
-        _expect_ids(_Run(got, None), expected, src, IDS,
+        _expect_ids(got, expected, departure=lambda: _beam_departure(got, recorder, config.max_len, beam_size, alpha),
                     suspects=_beam_suspects(model, src, config.max_len, beam_size, alpha),
                     problem=f"beam search with {beam_size} beams on a padded batch (random weights, seed "
                             f"{config.seed}) differs from the reference.",

@@ -121,9 +121,10 @@ def timed_command(command: list[str], environment: dict[str, str]) -> dict:
 # --- one full submission ----------------------------------------------------------------------------
 
 
-def one_full_submission(root: Path, work: Path, repeat: int) -> dict:
+def one_full_submission(root: Path, work: Path, repeat: int, stages: list[str] | None = None) -> dict:
+    """`stages`: the notebooks of the submission (default: every stage of the course)."""
     folder, class_dir = work / "one", work / "class-one"
-    for assignment, notebook in student_submissions(root, assignments(root))["ada"].items():
+    for assignment, notebook in student_submissions(root, stages or assignments(root))["ada"].items():
         path = folder / "ada" / f"{assignment}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(notebook, path)
@@ -238,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assignment", default="02_attention")
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--skip-full", action="store_true", help="skip the one-full-submission measurement")
+    parser.add_argument("--full-stages", nargs="+", default=None,
+                        help="the notebooks of the full submission (default: all, optional stages 0 and 7 included)")
     parser.add_argument("--skip-class", action="store_true", help="skip the synthetic class")
     parser.add_argument("--skip-serial", action="store_true", help="skip plain serial nbgrader")
     parser.add_argument("--output", type=Path)
@@ -251,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not arguments.skip_full:
             print("one full submission:", flush=True)
-            figures["one_full_submission"] = one_full_submission(root, work, arguments.repeat)
+            figures["one_full_submission"] = one_full_submission(root, work, arguments.repeat, arguments.full_stages)
             print(table(figures), flush=True)
         if not arguments.skip_class:
             cohort = work / "cohort"

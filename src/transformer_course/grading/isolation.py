@@ -848,6 +848,9 @@ def _start_unconfined(sandbox: Sandbox, argv: Sequence[str], cgroup: _Cgroup | N
         process = subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr, env=environment,
                                    cwd=work, pass_fds=tuple(pass_fds), start_new_session=True,
                                    preexec_fn=partial(_limit_process, 0, sandbox.limits))  # before it runs
+    except subprocess.SubprocessError as problem:  # the limits could not be set in the child
+        shutil.rmtree(private, ignore_errors=True)
+        raise SandboxError(f"could not limit the program: {problem}") from problem
     except BaseException:
         shutil.rmtree(private, ignore_errors=True)
         raise
@@ -855,7 +858,6 @@ def _start_unconfined(sandbox: Sandbox, argv: Sequence[str], cgroup: _Cgroup | N
     try:
         if cgroup is not None:
             cgroup.add(process.pid)
-        _limit_process(process.pid, sandbox.limits)
     except OSError as problem:
         confined.close()
         raise SandboxError(f"could not limit the program: {problem}") from problem

@@ -248,7 +248,8 @@ class BatchGrader:
         self.records.mkdir(parents=True, exist_ok=True)
         (self.records / f"{result.student}.json").write_text(json.dumps(
             {"fingerprint": fingerprint(result.submissions), "status": result.status, "reasons": result.reasons,
-             "seconds": round(result.seconds, 1)}, indent=1))
+             "seconds": round(result.seconds, 1),
+             "notebook_seconds": {a: r.get("seconds") for a, r in sorted(report.items())}}, indent=1))
         return result
 
     def run_worker(self, student: str, assignment_ids: list[str]) -> tuple[dict, str]:

@@ -1,19 +1,23 @@
 """Benchmark grading: how long an instructor waits, and where the time goes.
 
-    python scripts/benchmark_grading.py [--repeat 3] [--students 50] [--assignment 02_attention] [--jobs 1 2]
+    python scripts/benchmark_grading.py [--repeat 3] [--full-stages STAGE ...] [--full-class N]
+                                        [--students 50] [--assignment 02_attention] [--jobs 1 2]
                                         [--skip-class] [--skip-serial] [--output figures.json]
 
 Measures, on this machine,
-1. one full submission (all six notebooks, the reference solutions) through the batch command
+1. one full submission (the reference solutions of every stage, or of --full-stages) through the batch command
    (`--jobs 1`, sandboxed when bubblewrap works here), --repeat times: wall seconds, CPU seconds
    (user + system of the batch command, its worker and the student's sandbox, from a cpuacct
    cgroup made for the run; where none can be made, getrusage of the children, which misses the
    sandbox), and the per-phase breakdown the worker records (`transformer_course.grading.profiling`):
    worker start-up, nbgrader start-up, nbgrader's own autograde work, the database, zygote start,
    runner forks, ordinary cells, grade cells (with and without hidden tests), feedback HTML;
-2. unless --skip-class, a synthetic class of --students (a third correct, a third with a known bug, a
+2. with --full-class N, a class of N students who each hand in every notebook of the full submission,
+   graded with --jobs equal to the number of cores: wall and CPU seconds per student, and the core-seconds
+   per student (wall x cores / students), from which a larger class on more cores is extrapolated;
+3. unless --skip-class, a synthetic class of --students (a third correct, a third with a known bug, a
    third blank) on one assignment, with the batch command at each --jobs value;
-3. unless --skip-serial, the same class with plain serial nbgrader (`nbgrader autograde` and
+4. unless --skip-serial, the same class with plain serial nbgrader (`nbgrader autograde` and
    `generate_feedback` over the class with the course's config: one process, no checks, no sandbox).
 Registering the assignments (generate_assignment, once per class) is excluded from all of them.
 Reports medians and the load average around each run: on a machine shared with other work, wall time
@@ -147,9 +151,12 @@ def one_full_submission(root: Path, work: Path, repeat: int, stages: list[str] |
         # the spare core grades part of the student's notebooks in a second worker (batch.BatchGrader.split):
         # CPU seconds of each worker and its sandbox, from the phases (which do not overlap)
         run["cpu_per_worker_s"] = [round(sum(part[name][1] for name in ORDER if name in part), 1) for part in parts]
+        # wall seconds of each notebook in its worker (nbgrader autograde + feedback): batch.BatchGrader.cost
+        run["notebook_seconds"] = json.loads((class_dir / "records" / "ada.json").read_text())["notebook_seconds"]
         runs.append(run)
         print(f"  run {number + 1}: {run['wall_s']} s wall, {run['cpu_s']} s CPU (per worker and its sandbox: "
-              f"{run['cpu_per_worker_s']}), load {run['load_before']}", flush=True)
+              f"{run['cpu_per_worker_s']}), load {run['load_before']}; per notebook: {run['notebook_seconds']}",
+              flush=True)
     return {"prepare_s": round(prepare_s, 1), "runs": runs, **summarise(runs)}
 
 
@@ -191,6 +198,16 @@ def synthetic_class(root: Path, folder: Path, assignment: str, count: int) -> No
         path = folder / f"student{number:03d}" / f"{assignment}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(notebook, path)
+
+
+def full_class(root: Path, folder: Path, stages: list[str], count: int) -> None:
+    """`count` students, each handing in every notebook of `stages` (the reference solutions)."""
+    notebooks = student_submissions(root, stages)["ada"]
+    for number in range(count):
+        for assignment, notebook in notebooks.items():
+            path = folder / f"student{number:03d}" / f"{assignment}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(notebook, path)
 
 
 def batch_seconds(root: Path, work: Path, submissions: Path, assignment_ids: list[str], jobs: int) -> dict:
@@ -242,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-stages", nargs="+", default=None,
                         help="the notebooks of the full submission (default: all, optional stages 0 and 7 included)")
     parser.add_argument("--skip-class", action="store_true", help="skip the synthetic class")
+    parser.add_argument("--full-class", type=int, default=0, metavar="N",
+                        help="also grade a class of N full submissions (the --full-stages notebooks) with --jobs "
+                             "equal to the number of cores: the per-core throughput a large class gets")
     parser.add_argument("--skip-serial", action="store_true", help="skip plain serial nbgrader")
     parser.add_argument("--output", type=Path)
     arguments = parser.parse_args(argv)
@@ -256,6 +276,14 @@ def main(argv: list[str] | None = None) -> int:
             print("one full submission:", flush=True)
             figures["one_full_submission"] = one_full_submission(root, work, arguments.repeat, arguments.full_stages)
             print(table(figures), flush=True)
+        if arguments.full_class:
+            stages = arguments.full_stages or assignments(root)
+            full_class(root, work / "full-class", stages, arguments.full_class)
+            jobs = os.cpu_count() or 1
+            run = batch_seconds(root, work, work / "full-class", stages, jobs)
+            figures["full_class"] = {**run, "jobs": jobs, "stages": stages,
+                                     "core_seconds_per_student": round(run["wall_s"] * jobs / run["students"], 1)}
+            print(f"class of {arguments.full_class} full submissions, {jobs} jobs:", figures["full_class"], flush=True)
         if not arguments.skip_class:
             cohort = work / "cohort"
             synthetic_class(root, cohort, arguments.assignment, arguments.students)

@@ -1,9 +1,16 @@
 """What makes grading faster must not change what it decides: the grader reads the checks' titles from
-their source (no torch in the grading process) exactly as the imported checks have them; the profile
-that scripts/benchmark_grading.py reads is written only when asked for. Cheap: no notebook runs."""
+their source (no torch in the grading process) exactly as the imported checks have them; the grading
+processes skip the slow IRI validator and still validate notebooks; figures nobody sees are not built
+while grading; the profile that scripts/benchmark_grading.py reads is written only when asked for.
+(That no grade cell imports a module is checked in test_mistakes.py, where the alternatives run.)"""
 
+import ast
 import importlib
 import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +51,84 @@ def test_the_profile_is_written_only_when_asked_for(tmp_path, monkeypatch):
     line = json.loads(target.read_text())
     wall, cpu, count, own = line["phases"]["ordinary cells"]
     assert line["student"] == "ada" and count == 1 and wall >= 0 and cpu >= own >= 0
+
+
+def _run_python(code: str) -> str:
+    """stdout of `code` run by a fresh interpreter of this environment (a clean sys.modules)."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_the_grading_process_reads_every_grade_cells_titles_without_importing_torch():
+    """A worker that imported torch (1.5 s) to read titles paid it once per student and per worker."""
+    printed = _run_python(f"""
+        import sys
+        import nbformat
+        from transformer_course.grading.executor import expected_titles
+        from transformer_course.grading.guard import checks_module, is_grade_cell
+        count = 0
+        for path in {[str(solution_path(a)) for a in ASSIGNMENTS]!r}:
+            notebook = nbformat.read(path, as_version=4)
+            for cell in notebook.cells:
+                if is_grade_cell(cell) and "check." in cell.source:
+                    count += bool(expected_titles(cell.source, checks_module(notebook)))
+        print(count, "torch" in sys.modules, "transformer_course.checks" in sys.modules)
+    """)
+    count, torch_imported, checks_imported = printed.split()
+    assert int(count) > 50 and torch_imported == "False" and checks_imported == "False", printed
+
+
+def test_grading_processes_skip_the_slow_iri_validator_and_still_validate_notebooks():
+    printed = _run_python(f"""
+        import sys, time
+        started = time.perf_counter()
+        import transformer_course.grading.worker
+        import nbformat
+        seconds = time.perf_counter() - started
+        notebook = nbformat.read({str(solution_path(ASSIGNMENTS[1]))!r}, as_version=4)
+        nbformat.validate(notebook)
+        notebook.cells[0]["cell_type"] = "no such type"
+        try:
+            nbformat.validate(notebook)
+            print("invalid notebook accepted")
+        except nbformat.ValidationError:
+            print("ok", "rfc3987_syntax" in sys.modules and sys.modules["rfc3987_syntax"] is not None, seconds)
+    """)
+    verdict, slow_module_loaded, _seconds = printed.split()
+    assert verdict == "ok" and slow_module_loaded == "False", printed
+
+
+def test_every_drawing_function_is_skipped_while_grading_and_draws_otherwise(monkeypatch):
+    """Under the grader figures go to Agg and are closed unseen: building them is skipped (unseen.py)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from transformer_course.visualisation import diagrams, positional, unseen
+
+    folder = Path(unseen.__file__).parent
+    undecorated = []
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            drawing = isinstance(node, ast.FunctionDef) and (
+                node.name.startswith("plot_") or (path.name == "diagrams.py" and node.name == "show"))
+            if not drawing or node.name.endswith("_interactive"):  # plotly: the notebooks skip those themselves
+                continue
+            names = [d.id for d in node.decorator_list if isinstance(d, ast.Name)]
+            if "not_drawn_while_grading" not in names:
+                undecorated.append(f"{path.name}:{node.name}")
+    assert not undecorated, f"drawing functions built even while grading: {undecorated}"
+
+    import torch
+
+    table = torch.randn(20, 8)
+    plt.close("all")
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    blank = positional.plot_encoding_heatmap(table)
+    assert isinstance(blank, Figure) and not blank.axes and not plt.get_fignums()
+    assert diagrams.show("transformer") is None and not plt.get_fignums()
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    drawn = positional.plot_encoding_heatmap(table)
+    assert drawn.axes and plt.get_fignums()
+    plt.close("all")

@@ -248,7 +248,8 @@ class BatchGrader:
         self.records.mkdir(parents=True, exist_ok=True)
         (self.records / f"{result.student}.json").write_text(json.dumps(
             {"fingerprint": fingerprint(result.submissions), "status": result.status, "reasons": result.reasons,
-             "seconds": round(result.seconds, 1)}, indent=1))
+             "seconds": round(result.seconds, 1),
+             "notebook_seconds": {a: r.get("seconds") for a, r in sorted(report.items())}}, indent=1))
         return result
 
     def run_worker(self, student: str, assignment_ids: list[str]) -> tuple[dict, str]:
@@ -289,10 +290,13 @@ class BatchGrader:
         return [sorted(group) for group in split]
 
     def cost(self, assignment: str) -> float:
-        """Relative grading cost of an assignment (to balance the groups): about the CPU seconds one stage
-        takes (scripts/benchmark_grading.py's profile, one torch thread), else its number of code cells."""
-        measured = {"01_positional_encoding": 2.0, "02_attention": 3.5, "03_blocks": 4.5, "04_transformer": 4.0,
-                    "05_training": 9.0, "06_decoding": 9.0}
+        """Relative grading cost of an assignment (to balance the groups), else its number of code cells / 10.
+
+        The seconds each notebook took in its worker (nbgrader, its cells, its feedback), as
+        scripts/benchmark_grading.py prints them per notebook, less the sandbox start (about 2.9 s) that
+        the first notebook of each worker also pays; measured on 2026-11-24 (2 cores, bubblewrap)."""
+        measured = {"00_why_attention": 2.4, "01_positional_encoding": 0.7, "02_attention": 1.9, "03_blocks": 2.8,
+                    "04_transformer": 4.0, "05_training": 6.4, "06_decoding": 3.5, "07_fast_and_better_decoding": 4.2}
         if assignment in measured:
             return measured[assignment]
         try:

@@ -76,6 +76,7 @@ class GradeOutcome:
     outputs: list[dict[str, Any]]
     findings: list[str] = field(default_factory=list)
     message: str = ""
+    imported: int = 0  # modules the cell's sealed child imported (thrown away with it; see runner.warm_up_torch)
 
 
 # --- launching a zygote --------------------------------------------------------------------------
@@ -151,8 +152,8 @@ class Session:
     """One student's zygote. Use as a context manager; `notebook()` opens a runner for one notebook."""
 
     def __init__(self, preload: list[str], environment: dict[str, str] | None = None,
-                 launcher: Launcher | None = None) -> None:
-        self.preload = preload
+                 launcher: Launcher | None = None, warm_up: bool = True) -> None:
+        self.preload, self.warm_up = preload, warm_up
         self.environment = dict(environment if environment is not None else os.environ)
         self.launcher = launcher or plain_launcher
         self.process: Any = None
@@ -166,6 +167,7 @@ class Session:
         """Start the zygote and wait until it is ready (imports done, defences armed)."""
         control_read, control_write = os.pipe()
         argv = [sys.executable, "-m", "transformer_course.grading.runner", "--preload", ",".join(self.preload),
+                *([] if self.warm_up else ["--no-warm-up"]),
                 "--control", str(control_read)]
         self.log.seek(0)
         self.log.truncate()
@@ -396,16 +398,31 @@ def expected_titles(source: str, checks: str | None) -> list[str]:
     return [titles[name] for name in names]
 
 
+def module_source_path(name: str) -> str | None:
+    """The source file of module `name`, found without importing it or its parent packages
+    (`importlib.util.find_spec("a.b.c")` imports `a.b`, and the checks package imports torch)."""
+    import importlib.util
+
+    top, *rest = name.split(".")
+    spec = importlib.util.find_spec(top)
+    if spec is None or not spec.submodule_search_locations:
+        return spec.origin if spec is not None and not rest else None
+    for folder in spec.submodule_search_locations:
+        base = os.path.join(folder, *rest)
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                return candidate
+    return None
+
+
 @functools.lru_cache(maxsize=32)
 def declared_titles(checks: str) -> dict[str, str]:
     """{function: title} of the checks a module declares with `@check("title")`, read from its source:
     the grader need not import torch and the checks to know what a grade cell's verdicts must say
     (tests/test_grading_speed.py compares this with the titles the imported module has)."""
-    import importlib.util
-
     try:
-        spec = importlib.util.find_spec(checks)
-        tree = ast.parse(open(spec.origin, encoding="utf-8").read()) if spec and spec.origin else None
+        path = module_source_path(checks)
+        tree = ast.parse(open(path, encoding="utf-8").read()) if path else None
     except (ImportError, OSError, SyntaxError, ValueError):
         return {}
     titles: dict[str, str] = {}
@@ -437,6 +454,7 @@ def judge(records: list[dict[str, Any]], titles: list[str], problems: list[str],
     if len(dones) > 1:
         problems.append("the grade cell reported its end more than once")
     error = done.get("error") if isinstance(done.get("error"), list) else []
+    imported = done.get("imported") if type(done.get("imported")) is int else 0
     shown_titles = [str(v.get("title")) for v in verdicts]
     outputs: list[dict[str, Any]] = []
     text = done.get("output") if isinstance(done.get("output"), str) else ""
@@ -450,7 +468,7 @@ def judge(records: list[dict[str, Any]], titles: list[str], problems: list[str],
     def failed(ename: str, evalue: str) -> GradeOutcome:
         outputs.append({"output_type": "error", "ename": ename, "evalue": evalue,
                         "traceback": [f"{ename}: {evalue}"]})
-        return GradeOutcome(False, outputs, findings + [f"tampering: {p}" for p in problems], evalue)
+        return GradeOutcome(False, outputs, findings + [f"tampering: {p}" for p in problems], evalue, imported)
 
     failing = next((v for v in verdicts if v.get("passed") is not True), None)
     if timed_out:
@@ -473,7 +491,7 @@ def judge(records: list[dict[str, Any]], titles: list[str], problems: list[str],
                       f"(expected {len(titles)}, got {len(shown_titles)})")
     if not titles:
         return failed("GradingError", "this grade cell ran no check")
-    return GradeOutcome(True, outputs, findings)
+    return GradeOutcome(True, outputs, findings, imported=imported)
 
 
 # --- nbgrader's Execute, through a session --------------------------------------------------------

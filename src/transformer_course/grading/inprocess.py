@@ -36,6 +36,7 @@ class GradeOutcome:
     message: str  # the error a failing cell raised ("" when it passed)
     output: str = ""  # what the cell printed
     findings: tuple[str, ...] = ()  # what the grader flags for review (reference used, tools replaced)
+    imported: int = 0  # modules the cell imported (each grade cell's child imports them again)
 
 
 def grade_id(cell: nbformat.NotebookNode) -> str | None:
@@ -87,7 +88,7 @@ def run_grade_cells(
             message = next((f"{o['ename']}: {o['evalue']}" for o in outcome.outputs
                             if o.get("output_type") == "error"), "")
             outcomes[identifier] = GradeOutcome(identifier, outcome.passed, message, printed,
-                                                tuple(outcome.findings))
+                                                tuple(outcome.findings), outcome.imported)
             if identifier == stop_after:
                 break
     except (RunnerDied, ChannelBroken, TimeoutError):

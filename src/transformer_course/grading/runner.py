@@ -325,7 +325,9 @@ def reference_codes(exercises: dict[str, Any]) -> dict[int, str]:
 # --- the zygote ----------------------------------------------------------------------------------
 
 
-def preload(modules: list[str]) -> None:
+def preload(modules: list[str], warm_up: bool = True) -> None:
+    """Import what the notebooks will use (and, with warm_up, the course's reference modules and the
+    parts of PyTorch that load more of themselves on first use) before any notebook code runs."""
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype")
     import matplotlib
@@ -337,6 +339,8 @@ def preload(modules: list[str]) -> None:
     import transformer_course.checks.framework  # noqa: F401
     import transformer_course.reference as reference
 
+    if not warm_up:
+        return
     prefix = "transformer_course.reference."
     modules = [*modules, *(info.name for info in pkgutil.iter_modules(reference.__path__, prefix))]
     for name in modules:
@@ -344,15 +348,22 @@ def preload(modules: list[str]) -> None:
             importlib.import_module(name)
         except Exception as error:  # a module that cannot load now will fail in the cell that uses it
             print(f"runner: could not preload {name}: {error}", file=sys.stderr)
-    if "torch.optim" in modules or "transformer_course.checks.training" in modules:
-        warm_up_training()
+    warm_up_torch()
 
 
-def warm_up_training() -> None:
-    """One tiny optimiser step: PyTorch imports some 800 modules on the first one, which would
-    otherwise happen again in every grade cell's child (and be thrown away with it)."""
+def warm_up_torch() -> None:
+    """Use once, here, the parts of PyTorch that import more of PyTorch on first use: otherwise every
+    grade cell's child would import them again (and throw them away with it). `torch._check`, which
+    nn.MultiheadAttention calls on a padding mask, imports the symbolic-shapes machinery (and sympy);
+    the first optimiser step imports some 800 modules. Measured: 0.3 s + 0.6 s here, once per
+    student, against about 1.5 s in each grade cell that would meet them (scripts/benchmark_grading.py).
+    The first progress bar makes tqdm's lock, which imports multiprocessing's synchronisation module.
+    tests/test_mistakes.py fails when a grade cell of any stage imports a module."""
     import torch
+    from tqdm.auto import tqdm
 
+    tqdm.get_lock()
+    torch._check(True)
     layer = torch.nn.Linear(2, 2)
     optimizer = torch.optim.Adam(layer.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
@@ -363,14 +374,14 @@ def warm_up_training() -> None:
     optimizer.zero_grad()
 
 
-def serve(preloaded: list[str], control: int | None = None) -> None:
+def serve(preloaded: list[str], control: int | None = None, warm_up: bool = True) -> None:
     """The zygote: prepare, arm, then fork one runner per notebook the grader asks for."""
     requests, replies = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)  # notebook code writing to fd 1 must not reach the grader's channel
     control = control if control is not None and _is_open(control) else None
-    preload(preloaded)
+    preload(preloaded, warm_up)
     receive, send = make_channel(requests, replies)
     tools = _zygote_tools(requests, replies, null)
     running: list[int] = [0]
@@ -494,7 +505,7 @@ def _zygote_tools(requests: int, replies: int, null: int) -> dict[str, Any]:
         "make_reference_use": make_reference_use, "reference_codes": reference_codes,
         "reference_exercises": reference_exercises, "check_entries": check_entries,
         "import_module": importlib.import_module, "record": framework.record,
-        "disable_gc": __import__("gc").disable, "max_output": MAX_OUTPUT,
+        "disable_gc": __import__("gc").disable, "max_output": MAX_OUTPUT, "modules": sys.modules, "len": len,
     }
     _not_dumpable()
     seal.arm(hook)
@@ -635,6 +646,7 @@ def _grade_in_child(t: dict[str, Any], message: dict[str, Any]) -> None:
     t["set_threads"](1)
     t["install_seccomp"]()
     t["audit"](t["event_child"], t["replies"], message["nonce"])
+    loaded = t["len"](t["modules"])  # modules this cell imports are imported again by every cell: the warm-up's job
     findings = t["findings"]
     replaced = t["integrity"]()
     if replaced:
@@ -677,7 +689,8 @@ def _grade_in_child(t: dict[str, Any], message: dict[str, Any]) -> None:
         line = "replaced the checks' tools while a check ran: " + line
         if line not in findings:
             findings.append(line)
-    t["report_done"]({"error": error, "output": captured.getvalue()[:t["max_output"]], "findings": findings})
+    t["report_done"]({"error": error, "output": captured.getvalue()[:t["max_output"]], "findings": findings,
+                      "imported": t["len"](t["modules"]) - loaded})
     t["exit"](0)
 
 
@@ -699,8 +712,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preload", default="", help="modules to import before the first notebook")
     parser.add_argument("--control", type=int, help="file descriptor of the grader's control line")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="import only torch and the checks' framework (the batch grader's start-up test)")
     arguments = parser.parse_args(argv)
-    serve([name for name in arguments.preload.split(",") if name], arguments.control)
+    serve([name for name in arguments.preload.split(",") if name], arguments.control, not arguments.no_warm_up)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from transformer_course.visualisation.masks import add_mask_legend, draw_mask
+from transformer_course.visualisation.unseen import not_drawn_while_grading
 
 
 def _matrix(tensor: torch.Tensor) -> torch.Tensor:
@@ -54,6 +55,7 @@ def _draw_weights(axis: Axes, matrix: torch.Tensor, query_tokens: Sequence[str] 
     return image
 
 
+@not_drawn_while_grading
 def plot_attention_weights(weights: torch.Tensor, query_tokens: Sequence[str] | None = None,
                            key_tokens: Sequence[str] | None = None, title: str = "Attention weights",
                            annotate: bool = True, vmax: float | None = 1.0,
@@ -75,6 +77,7 @@ def plot_attention_weights(weights: torch.Tensor, query_tokens: Sequence[str] | 
     return figure
 
 
+@not_drawn_while_grading
 def plot_attention_heads(weights: torch.Tensor, query_tokens: Sequence[str] | None = None,
                          key_tokens: Sequence[str] | None = None, max_columns: int = 4,
                          title: str = "Attention weights, one panel per head") -> Figure:
@@ -103,6 +106,7 @@ def plot_attention_heads(weights: torch.Tensor, query_tokens: Sequence[str] | No
     return figure
 
 
+@not_drawn_while_grading
 def plot_masks(masks: Mapping[str, torch.Tensor], query_tokens: Sequence[str] | None = None,
                key_tokens: Sequence[str] | None = None) -> Figure:
     """One panel per mask: blue cells may be attended to (True / 1), grey cells are hidden (False / 0).
@@ -125,6 +129,7 @@ def plot_masks(masks: Mapping[str, torch.Tensor], query_tokens: Sequence[str] | 
     return figure
 
 
+@not_drawn_while_grading
 def plot_dot_product_variance(d_k_values: Sequence[int], raw_variances: Sequence[float],
                               scaled_variances: Sequence[float]) -> Figure:
     """Variance of q·k for random unit-variance vectors, before and after dividing by sqrt(d_k)."""
@@ -142,6 +147,7 @@ def plot_dot_product_variance(d_k_values: Sequence[int], raw_variances: Sequence
     return figure
 
 
+@not_drawn_while_grading
 def plot_softmax_saturation(scores: torch.Tensor, d_k: int) -> Figure:
     """Softmax of one row of raw scores next to the softmax of the same scores divided by sqrt(d_k)."""
     row = scores.detach().float().cpu().flatten()

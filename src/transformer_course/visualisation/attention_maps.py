@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from transformer_course.visualisation.unseen import not_drawn_while_grading
+
 if TYPE_CHECKING:  # plotly is imported where it is used: importing it costs a second, grading never needs it
     from transformer_course.visualisation.interactive import InteractiveFigure
 
@@ -39,6 +41,7 @@ def _check_labels(weights: torch.Tensor, query_tokens: Sequence[str], key_tokens
         raise ValueError(f"{len(query_tokens)} query and {len(key_tokens)} key labels for a ({q_len}, {k_len}) map")
 
 
+@not_drawn_while_grading
 def plot_attention_grid(weights: torch.Tensor, query_tokens: Sequence[str], key_tokens: Sequence[str],
                         title: str, sentence: int = 0, heads: Sequence[int] | None = None,
                         panel_inches: float = 1.9) -> Figure:
@@ -122,6 +125,7 @@ def plot_attention_interactive(weights: torch.Tensor, query_tokens: Sequence[str
     return InteractiveFigure(figure)
 
 
+@not_drawn_while_grading
 def plot_head_average(weights: torch.Tensor, query_tokens: Sequence[str], key_tokens: Sequence[str],
                       title: str, layer: int = -1, sentence: int = 0) -> Figure:
     """One layer's weights averaged over its heads, annotated: a first, readable alignment picture."""

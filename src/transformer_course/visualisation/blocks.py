@@ -11,6 +11,7 @@ import torch
 from matplotlib.figure import Figure
 
 from transformer_course.visualisation.masks import add_mask_legend, draw_mask
+from transformer_course.visualisation.unseen import not_drawn_while_grading
 
 
 def _matrix(tensor: torch.Tensor) -> np.ndarray:
@@ -21,6 +22,7 @@ def _matrix(tensor: torch.Tensor) -> np.ndarray:
     return matrix.numpy()
 
 
+@not_drawn_while_grading
 def plot_feed_forward_hidden(pre_activation: torch.Tensor, max_units: int = 64) -> Figure:
     """Left: the ReLU function. Right: ReLU(x W1 + b1) for each position (rows) and hidden unit (columns).
 
@@ -44,6 +46,7 @@ def plot_feed_forward_hidden(pre_activation: torch.Tensor, max_units: int = 64) 
     return figure
 
 
+@not_drawn_while_grading
 def plot_similarity_by_depth(curves: Mapping[str, Sequence[float]]) -> Figure:
     """Mean cosine similarity between the positions of a sequence after each layer, one line per setup."""
     figure, axis = plt.subplots(figsize=(7.5, 3.6))
@@ -58,6 +61,7 @@ def plot_similarity_by_depth(curves: Mapping[str, Sequence[float]]) -> Figure:
     return figure
 
 
+@not_drawn_while_grading
 def plot_layer_norm(before: torch.Tensor, after: torch.Tensor) -> Figure:
     """The d_model features of each position, as dots, before and after LayerNorm.
 
@@ -98,6 +102,7 @@ def _two_heatmaps(left: torch.Tensor, right: torch.Tensor, titles: tuple[str, st
     return figure
 
 
+@not_drawn_while_grading
 def plot_decoder_masks(dec_mask: torch.Tensor, enc_mask: torch.Tensor) -> Figure:
     """Where each decoder query may look: dec_mask (tgt_len, tgt_len), enc_mask as (tgt_len, src_len).
 
@@ -115,6 +120,7 @@ def plot_decoder_masks(dec_mask: torch.Tensor, enc_mask: torch.Tensor) -> Figure
     return figure
 
 
+@not_drawn_while_grading
 def plot_decoder_attention(self_weights: torch.Tensor, cross_weights: torch.Tensor) -> Figure:
     """One head's weights: self-attention (tgt_len, tgt_len) and cross-attention (tgt_len, src_len)."""
     return _two_heatmaps(self_weights, cross_weights,
@@ -122,6 +128,7 @@ def plot_decoder_attention(self_weights: torch.Tensor, cross_weights: torch.Tens
                          cmap="viridis", vmax=None)
 
 
+@not_drawn_while_grading
 def plot_gradient_norms(norms: Mapping[str, Sequence[float]]) -> Figure:
     """Gradient norm of each block's parameters (block 1 = next to the input), one bar group per setup."""
     figure, axis = plt.subplots(figsize=(7.5, 3.6))

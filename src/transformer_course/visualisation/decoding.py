@@ -9,10 +9,13 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
+from transformer_course.visualisation.unseen import not_drawn_while_grading
+
 _KIND_COLOURS = ["#d9d9d9", "#c6dbef", "#a1d99b", "#f7f7f7"]  # <bos>, word, <eos>, <pad>
 _KINDS = {"<bos>": 0, "<eos>": 2, "<pad>": 3}
 
 
+@not_drawn_while_grading
 def plot_next_token_choices(steps: Sequence[tuple[str, Sequence[str], Sequence[float]]],
                             title: str = "Greedy decoding: the top candidates at every step",
                             max_columns: int = 4, max_steps: int = 16) -> Figure:
@@ -46,6 +49,7 @@ def plot_next_token_choices(steps: Sequence[tuple[str, Sequence[str], Sequence[f
     return figure
 
 
+@not_drawn_while_grading
 def plot_decoded_batch(rows: Sequence[Sequence[str]], title: str = "A decoded batch: ys, one row per sentence"
                        ) -> Figure:
     """The output of batched decoding as a table of tokens: <bos> grey, words blue, <eos> green, <pad> white.
@@ -74,6 +78,7 @@ def plot_decoded_batch(rows: Sequence[Sequence[str]], title: str = "A decoded ba
     return figure
 
 
+@not_drawn_while_grading
 def plot_bleu_breakdown(precisions: Sequence[float], brevity_penalty: float, score: float,
                         title: str = "What the BLEU score is made of") -> Figure:
     """Bars for the n-gram precisions p1..p4 (in %) and the brevity penalty, with the resulting score."""

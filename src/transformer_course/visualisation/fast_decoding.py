@@ -10,9 +10,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
+from transformer_course.visualisation.unseen import not_drawn_while_grading
+
 COMPUTED, CACHED, ONCE, PRUNED = "#e6550d", "#9ecae1", "#a1d99b", "#d9d9d9"
 
 
+@not_drawn_while_grading
 def plot_recomputation(steps: int = 8) -> Figure:
     """Which decoder positions are computed at each step: stage 6 (the whole prefix, every step) against the
     key/value cache (only the new position; the earlier ones are read from the cache)."""
@@ -46,6 +49,7 @@ def _boxes(axis: plt.Axes, x: float, y: float, labels: Sequence[str], colours: S
     axis.text(x - 0.2, y + 0.4, caption, ha="right", va="center", fontsize=9)
 
 
+@not_drawn_while_grading
 def plot_cache_contents(position: int = 5, src_len: int = 7) -> Figure:
     """One decoder layer at one step: the new position's query attends to the cached self-attention keys and
     values (one more each step) and to the cross-attention keys and values (computed once per sentence)."""
@@ -72,6 +76,7 @@ def plot_cache_contents(position: int = 5, src_len: int = 7) -> Figure:
     return figure
 
 
+@not_drawn_while_grading
 def plot_decode_times(lengths: Sequence[int], without_cache: Sequence[float], with_cache: Sequence[float],
                       title: str = "Time to translate one sentence") -> Figure:
     """Seconds per sentence (one sentence at a time) against the number of tokens produced, both decoders."""
@@ -87,6 +92,7 @@ def plot_decode_times(lengths: Sequence[int], without_cache: Sequence[float], wi
     return figure
 
 
+@not_drawn_while_grading
 def plot_beam_tree(steps: Sequence[Sequence[tuple[tuple[str, ...], float, bool]]],
                    title: str = "Beam search, beam size 2") -> Figure:
     """A beam search as a tree: one column per step, every candidate with its probability; kept candidates
@@ -122,6 +128,7 @@ def plot_beam_tree(steps: Sequence[Sequence[tuple[tuple[str, ...], float, bool]]
     return figure
 
 
+@not_drawn_while_grading
 def plot_length_penalty(alphas: Sequence[float] = (0.0, 0.6, 1.0), max_length: int = 30,
                         log_prob_per_token: float = -0.4) -> Figure:
     """Left: lp(n) = ((5 + n) / 6) ** alpha. Right: the ranking score of a sentence whose every token has the
@@ -145,6 +152,7 @@ def plot_length_penalty(alphas: Sequence[float] = (0.0, 0.6, 1.0), max_length: i
     return figure
 
 
+@not_drawn_while_grading
 def plot_sentence_log_probs(translations: Mapping[str, tuple[Sequence[str], Sequence[float]]],
                             title: str = "Log-probability of the translation so far") -> Figure:
     """The running total of log P(token | earlier tokens, source) along each translation, tokens on the curve:
@@ -172,6 +180,7 @@ def plot_sentence_log_probs(translations: Mapping[str, tuple[Sequence[str], Sequ
     return figure
 
 
+@not_drawn_while_grading
 def plot_bleu_comparison(scores: Mapping[str, float], title: str = "BLEU on the sentences decoded") -> Figure:
     """One bar per decoding method with its corpus BLEU."""
     figure, axis = plt.subplots(figsize=(5, 3.2))

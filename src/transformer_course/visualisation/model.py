@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from transformer_course.visualisation.masks import add_mask_legend, draw_mask
+from transformer_course.visualisation.unseen import not_drawn_while_grading
 
 
 def _square(mask: torch.Tensor) -> torch.Tensor:
@@ -21,6 +22,7 @@ def _square(mask: torch.Tensor) -> torch.Tensor:
     return table != 0
 
 
+@not_drawn_while_grading
 def plot_mask_panels(panels: Mapping[str, torch.Tensor],
                      labels: Sequence[str] | Sequence[Sequence[str]] | None = None) -> Figure:
     """One panel per mask (query rows x key columns): blue = may attend, grey = hidden.
@@ -51,6 +53,7 @@ def _token_row(axis: plt.Axes, tokens: Sequence[str], y: float, colour: str) -> 
         axis.text(x, y, token, ha="center", va="center", fontsize=9)
 
 
+@not_drawn_while_grading
 def plot_teacher_forcing(target: Sequence[str], bos: str = "<bos>", eos: str = "<eos>") -> Figure:
     """The target sentence as decoder input (shifted right, starting with BOS) and as labels (ending with EOS).
 
@@ -76,6 +79,7 @@ def plot_teacher_forcing(target: Sequence[str], bos: str = "<bos>", eos: str = "
     return figure
 
 
+@not_drawn_while_grading
 def plot_parameter_counts(counts: Mapping[str, int], title: str = "Trainable parameters per component",
                           paper_total: float | None = None) -> Figure:
     """Horizontal bars, one per component, labelled in millions; the total (and the paper's) in the title."""
@@ -94,6 +98,7 @@ def plot_parameter_counts(counts: Mapping[str, int], title: str = "Trainable par
     return figure
 
 
+@not_drawn_while_grading
 def plot_next_token_probabilities(probabilities: torch.Tensor, input_labels: Sequence[str],
                                   vocabulary: Sequence[str]) -> Figure:
     """Heatmap of softmax(logits) for one sentence: rows are decoder positions, columns target-vocabulary words.

@@ -6,12 +6,15 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
+from transformer_course.visualisation.unseen import not_drawn_while_grading
+
 
 def _table(pe: torch.Tensor) -> torch.Tensor:
     """Accept (1, max_seq_length, d_model) or (max_seq_length, d_model); return the 2-D table."""
     return (pe[0] if pe.dim() == 3 else pe).detach().float().cpu()
 
 
+@not_drawn_while_grading
 def plot_encoding_heatmap(pe: torch.Tensor, max_positions: int = 100) -> Figure:
     """Heatmap of PE[pos, dim]: rows are positions, columns are embedding dimensions."""
     table = _table(pe)[:max_positions]
@@ -25,6 +28,7 @@ def plot_encoding_heatmap(pe: torch.Tensor, max_positions: int = 100) -> Figure:
     return figure
 
 
+@not_drawn_while_grading
 def plot_encoding_curves(pe: torch.Tensor, dims: tuple[int, ...] = (0, 1, 4, 5, 10, 11),
                          max_positions: int = 100) -> Figure:
     """A few columns of the table against position: low dimensions oscillate fast, high ones slowly."""
@@ -41,6 +45,7 @@ def plot_encoding_curves(pe: torch.Tensor, dims: tuple[int, ...] = (0, 1, 4, 5, 
     return figure
 
 
+@not_drawn_while_grading
 def plot_position_similarity(pe: torch.Tensor, max_positions: int = 60) -> Figure:
     """Dot product PE[p] . PE[q] for every pair of positions: largest on the diagonal, decaying with |p - q|."""
     table = _table(pe)[:max_positions]

@@ -11,7 +11,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from transformer_course.visualisation.unseen import not_drawn_while_grading
 
+
+@not_drawn_while_grading
 def plot_shifted_target(tokens: Sequence[str]) -> Figure:
     """Teacher forcing for one framed target sentence `<bos> ... <eos>`.
 
@@ -36,6 +39,7 @@ def plot_shifted_target(tokens: Sequence[str]) -> Figure:
     return figure
 
 
+@not_drawn_while_grading
 def plot_sentence_lengths(source_lengths: Sequence[int], target_lengths: Sequence[int]) -> Figure:
     """Histogram of sentence lengths in tokens (with <bos>/<eos>) for both languages."""
     figure, axis = plt.subplots(figsize=(8, 3.2))
@@ -51,6 +55,7 @@ def plot_sentence_lengths(source_lengths: Sequence[int], target_lengths: Sequenc
     return figure
 
 
+@not_drawn_while_grading
 def plot_padding_share(shares: Mapping[str, Sequence[float]]) -> Figure:
     """Histogram of the padding share per batch (0 = no padding) for each way of forming batches.
 
@@ -69,6 +74,7 @@ def plot_padding_share(shares: Mapping[str, Sequence[float]]) -> Figure:
     return figure
 
 
+@not_drawn_while_grading
 def plot_label_smoothing(vocab_size: int = 10, correct: int = 3, epsilon: float = 0.1) -> Figure:
     """Target distribution over a toy vocabulary: one-hot versus label-smoothed (PyTorch's definition:
     (1 - epsilon) on the correct token plus epsilon / vocab_size on every token)."""
@@ -90,6 +96,7 @@ def plot_label_smoothing(vocab_size: int = 10, correct: int = 3, epsilon: float 
     return figure
 
 
+@not_drawn_while_grading
 def plot_learning_rate_schedule(rate_function: Callable[..., float],
                                 settings: Sequence[tuple[int, int]] = ((512, 4000), (512, 8000), (256, 4000)),
                                 max_step: int = 20000, factor: float = 1.0) -> Figure:
@@ -112,6 +119,7 @@ def plot_learning_rate_schedule(rate_function: Callable[..., float],
     return figure
 
 
+@not_drawn_while_grading
 def plot_history(history: Sequence[Mapping[str, float]], title: str = "Training curves") -> Figure:
     """Loss and perplexity per epoch from a list of dicts with keys `epoch`, `train_loss` and, when
     measured, `val_loss` (perplexity = exp(val_loss), the loss being cross-entropy per token in nats)."""
@@ -139,6 +147,7 @@ def plot_history(history: Sequence[Mapping[str, float]], title: str = "Training 
     return figure
 
 
+@not_drawn_while_grading
 def plot_loss_curves(curves: Mapping[str, Sequence[float]], title: str = "Training loss per epoch") -> Figure:
     """One line per run: label -> mean training loss of each epoch (epochs counted from 1)."""
     figure, axis = plt.subplots(figsize=(7, 3.5))

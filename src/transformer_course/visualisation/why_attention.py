@@ -12,6 +12,8 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from transformer_course.visualisation.unseen import not_drawn_while_grading
+
 ENCODER, DECODER, SENTENCE, ATTENTION = "#deebf7", "#fee6ce", "#d62728", "#31a354"
 
 
@@ -52,6 +54,7 @@ def _draw_model(axis: Axes, source: Sequence[str], target: Sequence[str], attend
     axis.set_title("With attention: at every step t a fresh context c_t = Σ_j α_tj h_j (one step drawn)")
 
 
+@not_drawn_while_grading
 def plot_bottleneck(source: Sequence[str], target: Sequence[str]) -> Figure:
     """Two panels: the plain encoder-decoder and the same model with attention, on one sentence pair."""
     figure, axes = plt.subplots(2, 1, figsize=(1.0 * (len(source) + len(target)) + 3, 5.6))
@@ -64,6 +67,7 @@ def plot_bottleneck(source: Sequence[str], target: Sequence[str]) -> Figure:
     return figure
 
 
+@not_drawn_while_grading
 def plot_masked_softmax(scores: torch.Tensor, weights: torch.Tensor, source_tokens: Sequence[str],
                         mask: torch.Tensor) -> Figure:
     """One query: its scores e_j (left) and its weights α_j (right); padded positions are hatched."""
@@ -87,6 +91,7 @@ def plot_masked_softmax(scores: torch.Tensor, weights: torch.Tensor, source_toke
     return figure
 
 
+@not_drawn_while_grading
 def plot_bleu_by_length(results: Mapping[str, Mapping[str, Mapping[str, float]]],
                         title: str = "BLEU by source-sentence length") -> Figure:
     """Grouped bars, one group per length bucket and one bar per run.
@@ -143,6 +148,7 @@ def plot_alignment_interactive(weights: torch.Tensor, source_tokens: Sequence[st
     return figure
 
 
+@not_drawn_while_grading
 def plot_score_cost(lengths: Sequence[int], milliseconds: Mapping[str, Sequence[float]]) -> Figure:
     """Time to score every (query, key) pair of a batch, per score function, against the sentence length."""
     figure, axis = plt.subplots(figsize=(6.5, 3.6))

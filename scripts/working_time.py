@@ -20,7 +20,8 @@ For every lesson, from its solution notebook:
   and without the cache and with beam search) have no figure of their own, are executed on their full
   path instead, so their measured run time includes them.
 
-Prints one line per notebook, the total and the breakdown.
+Prints one line per notebook, the total and the breakdown. A notebook that raises (for example one that
+reads Multi30k where it is not available) stops the script with the cause: timed, it would look short.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 from transformer_course.authoring import assignments, repository_root
 
@@ -67,8 +69,12 @@ def run_seconds(path: Path, short: bool = True) -> float:
     os.environ.update(environment)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        NotebookClient(notebook, timeout=1800, kernel_name="python3", allow_errors=True,
+        NotebookClient(notebook, timeout=1800, kernel_name="python3", allow_errors=False,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
+    except CellExecutionError as error:  # a notebook that stops early would be timed as a short one
+        first = str(error).strip().splitlines()[-1][:300]
+        raise SystemExit(f"{path.name} stopped with an error, so its run time cannot be measured: {first}\n"
+                         "(a notebook that reads Multi30k needs it: set MULTI30K_DIR or run once online)") from None
     finally:
         os.environ.clear()
         os.environ.update(previous)

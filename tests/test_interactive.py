@@ -4,6 +4,8 @@ matplotlib from the same data."""
 
 import base64
 import io
+import subprocess
+import sys
 
 import matplotlib.pyplot as plt
 import nbformat
@@ -53,3 +55,34 @@ def test_nbconvert_html_and_a_plain_reader_show_the_figure():
     assert "data:image/png;base64," in html and "Plotly.newPlot" in html
     plain = {key: value for key, value in bundle.items() if key in ("image/png", "text/plain")}  # e.g. GitHub
     assert plt.imread(io.BytesIO(base64.b64decode(plain["image/png"]))).shape[-1] in (3, 4)
+
+
+def test_stage_0_alignment_heatmap_also_carries_html_and_a_png():
+    from transformer_course.visualisation.why_attention import plot_alignment_interactive
+
+    weights = torch.rand(3, 4, generator=torch.Generator().manual_seed(1)).softmax(-1)  # (tgt_len, src_len)
+    interactive = plot_alignment_interactive(weights, ["ein", "hund", "läuft", "."], ["a", "dog", "runs"])
+    bundle = interactive._repr_mimebundle_()
+    assert base64.b64decode(bundle["image/png"]).startswith(b"\x89PNG")
+    assert f'src="data:image/png;base64,{bundle["image/png"]}"' in bundle["text/html"]
+    assert np.allclose(np.asarray(interactive.figure.data[0].z, dtype=float), weights.numpy())
+
+
+def test_importing_the_figure_modules_does_not_import_plotly():
+    """Grading imports the notebooks' modules in every student's sandbox: plotly would cost a second there."""
+    code = ("import sys\nimport transformer_course.visualisation.why_attention, "
+            "transformer_course.visualisation.attention_maps\nprint('plotly' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-1000:]
+
+
+def test_an_interactive_figure_shows_nothing_while_grading(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *objects, **keywords: shown.append(objects))
+    monkeypatch.setattr("IPython.get_ipython", lambda: object())  # as if in a notebook
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    figure().show()
+    assert shown == []
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    figure().show()
+    assert len(shown) == 1

@@ -4,15 +4,18 @@ BLEU by source length, an interactive alignment heatmap and the cost of the two 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
-import plotly.graph_objects as go
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from transformer_course.visualisation.unseen import not_drawn_while_grading
+
+if TYPE_CHECKING:  # plotly is imported where it is used: importing it costs a second, grading never needs it
+    from transformer_course.visualisation.interactive import InteractiveFigure
 
 ENCODER, DECODER, SENTENCE, ATTENTION = "#deebf7", "#fee6ce", "#d62728", "#31a354"
 
@@ -121,11 +124,16 @@ def plot_bleu_by_length(results: Mapping[str, Mapping[str, Mapping[str, float]]]
 
 
 def plot_alignment_interactive(weights: torch.Tensor, source_tokens: Sequence[str], target_tokens: Sequence[str],
-                               title: str = "Where the decoder looked") -> go.Figure:
+                               title: str = "Where the decoder looked") -> InteractiveFigure:
     """Plotly heatmap of one sentence's attention: rows = English tokens produced, columns = German tokens.
 
-    Hover shows both tokens and the weight. weights: (tgt_len, src_len).
+    Hover shows both tokens and the weight. weights: (tgt_len, src_len). Returned as an InteractiveFigure
+    (HTML and PNG versions too, so it shows on GitHub and in nbconvert HTML): `.show()` it.
     """
+    import plotly.graph_objects as go
+
+    from transformer_course.visualisation.interactive import InteractiveFigure
+
     matrix = weights.detach().float().cpu().numpy()
     if matrix.shape != (len(target_tokens), len(source_tokens)):
         raise ValueError(f"{len(target_tokens)} target and {len(source_tokens)} source labels for a "
@@ -145,7 +153,7 @@ def plot_alignment_interactive(weights: torch.Tensor, source_tokens: Sequence[st
         width=max(480, 90 + 40 * len(source_tokens)), height=max(420, 160 + 30 * len(target_tokens)),
         margin={"l": 90, "r": 30, "t": 110, "b": 30},
     )
-    return figure
+    return InteractiveFigure(figure)
 
 
 @not_drawn_while_grading

@@ -128,10 +128,7 @@ def timed_command(command: list[str], environment: dict[str, str]) -> dict:
 def one_full_submission(root: Path, work: Path, repeat: int, stages: list[str] | None = None) -> dict:
     """`stages`: the notebooks of the submission (default: every stage of the course)."""
     folder, class_dir = work / "one", work / "class-one"
-    for assignment, notebook in student_submissions(root, stages or assignments(root))["ada"].items():
-        path = folder / "ada" / f"{assignment}.ipynb"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(notebook, path)
+    hand_in(folder / "ada", student_submissions(root, stages or assignments(root))["ada"])
     grader = BatchGrader(root, class_dir, folder, jobs=1, sandbox=bubblewrap_problem() is None)
     started = time.perf_counter()
     grader.prepare()
@@ -190,24 +187,25 @@ def derived(phases: dict[str, list[float]]) -> dict[str, list[float]]:
 # --- a class ----------------------------------------------------------------------------------------
 
 
+def hand_in(student_folder: Path, notebooks: dict[str, nbformat.NotebookNode]) -> None:
+    """Write one student's notebooks ({assignment: notebook}) into their submission folder."""
+    student_folder.mkdir(parents=True, exist_ok=True)
+    for assignment, notebook in notebooks.items():
+        nbformat.write(notebook, student_folder / f"{assignment}.ipynb")
+
+
 def synthetic_class(root: Path, folder: Path, assignment: str, count: int) -> None:
     kinds = student_submissions(root, [assignment])  # ada: correct, chen: one bug, blake: blank
     order = ["ada", "chen", "blake"]
     for number in range(count):
-        notebook = kinds[order[number % 3]][assignment]
-        path = folder / f"student{number:03d}" / f"{assignment}.ipynb"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(notebook, path)
+        hand_in(folder / f"student{number:03d}", {assignment: kinds[order[number % 3]][assignment]})
 
 
 def full_class(root: Path, folder: Path, stages: list[str], count: int) -> None:
     """`count` students, each handing in every notebook of `stages` (the reference solutions)."""
     notebooks = student_submissions(root, stages)["ada"]
     for number in range(count):
-        for assignment, notebook in notebooks.items():
-            path = folder / f"student{number:03d}" / f"{assignment}.ipynb"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(notebook, path)
+        hand_in(folder / f"student{number:03d}", notebooks)
 
 
 def batch_seconds(root: Path, work: Path, submissions: Path, assignment_ids: list[str], jobs: int) -> dict:

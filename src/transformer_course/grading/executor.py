@@ -468,7 +468,7 @@ def judge(records: list[dict[str, Any]], titles: list[str], problems: list[str],
     def failed(ename: str, evalue: str) -> GradeOutcome:
         outputs.append({"output_type": "error", "ename": ename, "evalue": evalue,
                         "traceback": [f"{ename}: {evalue}"]})
-        return GradeOutcome(False, outputs, findings + [f"tampering: {p}" for p in problems], evalue, imported)
+        return GradeOutcome(False, outputs, findings + [f"tampering: {p}" for p in problems], evalue, imported=imported)
 
     failing = next((v for v in verdicts if v.get("passed") is not True), None)
     if timed_out:

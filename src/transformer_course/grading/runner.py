@@ -713,7 +713,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preload", default="", help="modules to import before the first notebook")
     parser.add_argument("--control", type=int, help="file descriptor of the grader's control line")
     parser.add_argument("--no-warm-up", action="store_true",
-                        help="import only torch and the checks' framework (the batch grader's start-up test)")
+                        help="import only matplotlib, torch and the checks' framework: no notebook modules, no "
+                             "warm-up (the batch grader's start-up test)")
     arguments = parser.parse_args(argv)
     serve([name for name in arguments.preload.split(",") if name], arguments.control, not arguments.no_warm_up)
 

@@ -30,7 +30,7 @@ from matplotlib.colors import Colormap, LinearSegmentedColormap
 from matplotlib.figure import Figure
 from plotly.offline import get_plotlyjs_version
 
-from transformer_course.runtime import grading_mode
+from transformer_course.visualisation.unseen import not_drawn_while_grading
 
 PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
 
@@ -143,11 +143,9 @@ class InteractiveFigure:
             "})();</script>"
         )
 
+    @not_drawn_while_grading  # nobody sees it, and drawing its PNG would cost every student's grading time
     def show(self) -> None:
-        """Display in a notebook; elsewhere print a one-line description; while grading, nothing (nobody
-        sees it, and drawing its PNG would cost every student's grading time: see visualisation/unseen.py)."""
-        if grading_mode():
-            return
+        """Display in a notebook; elsewhere print a one-line description; while grading, nothing."""
         try:
             from IPython import get_ipython
             from IPython.display import display

@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	$(BIN)/python -m transformer_course.grading.demo
+	$(BIN)/python -m quality.demo
 
 test: setup
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=30

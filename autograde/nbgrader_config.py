@@ -9,8 +9,8 @@ from pathlib import Path
 
 from nbgrader.converters import Autograde
 
-from transformer_course.grading.executor import autograde_pipeline
-from transformer_course.grading.feedback import HideHiddenTests
+from transformer_course.grading.outputs.feedback import HideHiddenTests
+from transformer_course.grading.sandbox.executor import autograde_pipeline
 
 c = get_config()  # noqa: F821  (injected by traitlets)
 
@@ -32,7 +32,7 @@ c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedE
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
 # Autograding: nbgrader's Execute is replaced by the course's SealedExecute
-# (transformer_course.grading.executor): every notebook runs in the student's sandboxed runner, grade
+# (transformer_course.grading.sandbox.executor): every notebook runs in the student's sandboxed runner, grade
 # cells in a sealed child whose verdicts notebook code cannot forge, a cell that runs away is stopped
 # after the timeout, a runner that dies costs one cell, huge outputs are cut.
 c.SealedExecute.timeout = 120

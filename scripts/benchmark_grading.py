@@ -9,7 +9,7 @@ Measures, on this machine,
    (`--jobs 1`, sandboxed when bubblewrap works here), --repeat times: wall seconds, CPU seconds
    (user + system of the batch command, its worker and the student's sandbox, from a cpuacct
    cgroup made for the run; where none can be made, getrusage of the children, which misses the
-   sandbox), and the per-phase breakdown the worker records (`transformer_course.grading.profiling`):
+   sandbox), and the per-phase breakdown the worker records (`transformer_course.grading.sandbox.profiling`):
    worker start-up, nbgrader start-up, nbgrader's own autograde work, the database, zygote start,
    runner forks, ordinary cells, grade cells (with and without hidden tests), feedback HTML;
 2. with --full-class N, a class of N students who each hand in every notebook of the full submission,
@@ -42,11 +42,13 @@ from pathlib import Path
 import nbformat
 
 from transformer_course.authoring import assignments, repository_root
-from transformer_course.grading.batch import BatchGrader
-from transformer_course.grading.classroom import Classroom
-from transformer_course.grading.examples import student_submissions
-from transformer_course.grading.isolation import bubblewrap_problem
-from transformer_course.grading.profiling import ENVIRONMENT_VARIABLE as PROFILE
+from transformer_course.grading.classroom.batch import BatchGrader
+from transformer_course.grading.gradebook.class_folder import Classroom
+from transformer_course.grading.sandbox.isolation import bubblewrap_problem
+from transformer_course.grading.sandbox.profiling import ENVIRONMENT_VARIABLE as PROFILE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # quality/ lives at the repository root
+from quality.examples import student_submissions  # noqa: E402
 
 ORDER = ["worker start (Python, imports)", "nbgrader start-up", "nbgrader autograde (its own work)",
          "database (opening the gradebook)", "zygote start (sandbox, imports, arming)", "runner fork",

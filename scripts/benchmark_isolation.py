@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from transformer_course.grading.isolation import Sandbox, bubblewrap_problem, course_paths, python_paths, start
+from transformer_course.grading.sandbox.isolation import Sandbox, bubblewrap_problem, course_paths, python_paths, start
 
 
 def median(samples: list[float]) -> str:

@@ -1,5 +1,5 @@
 """Measure the grade cells on mistakes nobody wrote for them: mechanical mutants of the reference
-solutions (transformer_course.grading.mutations), run through the real grade cells.
+solutions (quality.mutations), run through the real grade cells.
 
 For every stage: up to --per-kind mutants of every kind, drawn with --seed from all mutants the
 generator makes, leaving out the ones drawn with the --tune-seed seeds (the sets the checks were tuned on), so
@@ -26,10 +26,11 @@ from pathlib import Path
 import nbformat
 import torch
 
-from transformer_course.grading.behaviour import equivalent
-from transformer_course.grading.measure import check_titles, reduced, run_mutants
-from transformer_course.grading.mistakes import catalog, is_solution
-from transformer_course.grading.mutations import KINDS, STAGE_MODULES, generate, sample
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # quality/ lives at the repository root
+from quality.behaviour import equivalent  # noqa: E402
+from quality.measure import check_titles, reduced, run_mutants  # noqa: E402
+from quality.mistakes import catalog, is_solution  # noqa: E402
+from quality.mutations import KINDS, STAGE_MODULES, generate, sample  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,7 +100,7 @@ def main() -> int:
                       f"{_short(verdict.failing[0].grade_id + ': ' + verdict.failing[0].message)}")
     if options.alternatives:
         _, alternatives = catalog()
-        from transformer_course.grading.inprocess import run_grade_cells
+        from quality.inprocess import run_grade_cells
 
         for alternative in alternatives:
             if alternative.assignment not in stages:

@@ -4,7 +4,7 @@
     python scripts/measure_held_out.py --alternatives                        correct alternatives
     python scripts/measure_held_out.py --timing                              seconds per grade cell
 
-The held-out mistakes (`HELD_OUT` in `transformer_course.grading.mistakes.<stage>`) were written
+The held-out mistakes (`HELD_OUT` in `quality.mistakes.<stage>`) were written
 before the stage 3-6 checks were reworked for issue 10 and are never tuned to. Each one is applied
 to the reference solution notebook and every grade cell runs in this process (as the mistake
 catalog's tests do). A mistake is *rejected* when any grade cell fails; its cause is *named* when
@@ -25,7 +25,9 @@ from pathlib import Path
 import nbformat
 
 from transformer_course.authoring import repository_root
-from transformer_course.grading.inprocess import run_grade_cells
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # quality/ lives at the repository root
+from quality.inprocess import run_grade_cells  # noqa: E402
 
 STAGES = {"03_blocks": "blocks", "04_transformer": "model", "05_training": "training", "06_decoding": "decoding"}
 
@@ -65,7 +67,7 @@ def measure(stage: str, mistake: object) -> Measured:
 def held_out(stages: list[str], verbose: bool) -> None:
     results = []
     for stage in stages:
-        module = importlib.import_module(f"transformer_course.grading.mistakes.{STAGES[stage]}")
+        module = importlib.import_module(f"quality.mistakes.{STAGES[stage]}")
         for mistake in module.HELD_OUT:
             result = measure(stage, mistake)
             results.append(result)
@@ -88,7 +90,7 @@ def held_out(stages: list[str], verbose: bool) -> None:
 
 def alternatives(stages: list[str]) -> None:
     for stage in stages:
-        module = importlib.import_module(f"transformer_course.grading.mistakes.{STAGES[stage]}")
+        module = importlib.import_module(f"quality.mistakes.{STAGES[stage]}")
         for alternative in module.ALTERNATIVES:
             path = _solution(stage)
             outcomes = run_grade_cells(alternative.apply(nbformat.read(path, as_version=4)), path.parent)

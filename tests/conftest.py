@@ -92,9 +92,9 @@ def graded_example_class(tmp_path_factory):
     module that reads it (test_batch, test_class_report, test_written_answers): a few minutes here.
 
     Returns (grader, students, scores.csv rows by student, the submissions' original bytes)."""
-    from transformer_course.grading.batch import BatchGrader
-    from transformer_course.grading.examples import write_example_class
-    from transformer_course.grading.isolation import bubblewrap_problem
+    from quality.examples import write_example_class
+    from transformer_course.grading.classroom.batch import BatchGrader
+    from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
     base = tmp_path_factory.mktemp("example-class")
     submissions, class_dir = base / "downloads", base / "class"

@@ -9,10 +9,10 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENTS, DATA_ASSIGNMENTS, IN_CI, ROOT, multi30k_problem, read, require_multi30k, solution_path
-from transformer_course.grading.answers import score_rows
-from transformer_course.grading.batch import BatchGrader
-from transformer_course.grading.examples import KNOWN_BUGS, student_submissions
-from transformer_course.grading.isolation import bubblewrap_problem
+from quality.examples import KNOWN_BUGS, student_submissions
+from transformer_course.grading.classroom.batch import BatchGrader
+from transformer_course.grading.outputs.answers import score_rows
+from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("end_to_end")]  # one worker: shared fixtures
 # Stages 5 and 6 read Multi30k: without it (offline, outside CI) they are not graded and their tests skip.

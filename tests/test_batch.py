@@ -13,10 +13,10 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENTS, ROOT, read, solution_path
-from transformer_course.grading.batch import BatchGrader, main
-from transformer_course.grading.examples import write_example_class
-from transformer_course.grading.isolation import bubblewrap_problem
-from transformer_course.grading.submissions import Release
+from quality.examples import write_example_class
+from transformer_course.grading.classroom.batch import BatchGrader, main
+from transformer_course.grading.intake.submissions import Release
+from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("example_class")]  # one worker: shared fixtures
 ASSIGNMENT = "02_attention"

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import EXAMPLE_ASSIGNMENT
-from transformer_course.grading.report import COLOURS, GRADED, grade_cells
+from transformer_course.grading.outputs.report import COLOURS, GRADED, grade_cells
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("example_class")]  # one worker: shared fixtures
 CHROMIUM = next((found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),

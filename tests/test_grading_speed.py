@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENTS, read, solution_path
-from transformer_course.grading import profiling
-from transformer_course.grading.executor import declared_titles, expected_titles
-from transformer_course.grading.guard import checks_module, is_grade_cell
+from transformer_course.grading.cells import checks_module, is_grade_cell
+from transformer_course.grading.sandbox import profiling
+from transformer_course.grading.sandbox.executor import declared_titles, expected_titles
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -65,8 +65,8 @@ def test_the_grading_process_reads_every_grade_cells_titles_without_importing_to
     printed = _run_python(f"""
         import sys
         import nbformat
-        from transformer_course.grading.executor import expected_titles
-        from transformer_course.grading.guard import checks_module, is_grade_cell
+        from transformer_course.grading.sandbox.executor import expected_titles
+        from transformer_course.grading.cells import checks_module, is_grade_cell
         count = 0
         for path in {[str(solution_path(a)) for a in ASSIGNMENTS]!r}:
             notebook = nbformat.read(path, as_version=4)
@@ -83,7 +83,7 @@ def test_grading_processes_skip_the_slow_iri_validator_and_still_validate_notebo
     printed = _run_python(f"""
         import sys, time
         started = time.perf_counter()
-        import transformer_course.grading.worker
+        import transformer_course.grading.classroom.worker
         import nbformat
         seconds = time.perf_counter() - started
         notebook = nbformat.read({str(solution_path(ASSIGNMENTS[1]))!r}, as_version=4)

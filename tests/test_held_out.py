@@ -10,11 +10,11 @@ from conftest import read, solution_path
 
 STAGES = {"03_blocks": "blocks", "04_transformer": "model", "05_training": "training", "06_decoding": "decoding"}
 HELD_OUT = [(stage, mistake) for stage, module in STAGES.items()
-            for mistake in importlib.import_module(f"transformer_course.grading.mistakes.{module}").HELD_OUT]
+            for mistake in importlib.import_module(f"quality.mistakes.{module}").HELD_OUT]
 
 
 def test_held_out_set_is_sizeable_and_distinct_from_the_catalog():
-    from transformer_course.grading.mistakes import catalog
+    from quality.mistakes import catalog
 
     mistakes, _ = catalog()
     catalogued = {(m.assignment, m.find, m.replace) for m in mistakes}

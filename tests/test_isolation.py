@@ -22,8 +22,8 @@ from subprocess import DEVNULL, PIPE
 import pytest
 
 from conftest import MULTI30K_COPY, ROOT
-from transformer_course.grading import isolation
-from transformer_course.grading.isolation import (
+from transformer_course.grading.sandbox import isolation
+from transformer_course.grading.sandbox.isolation import (
     WORKDIR,
     Limits,
     Sandbox,
@@ -131,7 +131,7 @@ def test_course_and_data_under_tmp_and_through_a_symlink():
     base = Path(tempfile.mkdtemp(dir="/tmp", prefix="isolation-checkout-"))
     try:
         package = base / "checkout" / "src" / "transformer_course"
-        shutil.copytree(Path(isolation.__file__).resolve().parents[1], package,
+        shutil.copytree(Path(isolation.__file__).resolve().parents[2], package,
                         ignore=shutil.ignore_patterns("__pycache__"))
         data = outside_tmp()
         (data / "data" / "multi30k").mkdir(parents=True)
@@ -381,7 +381,7 @@ def test_sandbox_dies_with_its_parent():
     read, write = os.pipe()
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from transformer_course.grading.isolation import Sandbox, python_paths, start
+        from transformer_course.grading.sandbox.isolation import Sandbox, python_paths, start
         confined = start(Sandbox(readable=tuple(python_paths())),
                          [sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=({write},))
         print(confined.pid, flush=True)

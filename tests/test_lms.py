@@ -3,7 +3,7 @@ keyed by the LMS ids read from the download names, ungraded written answers leav
 
 import csv
 
-from transformer_course.grading import lms
+from transformer_course.grading.outputs import lms
 
 COLUMNS = ["student", "name", "lms_id", "assignment", "autograded", "autograded_max", "manual", "manual_max",
            "manual_status", "total", "max", "status", "notebook", "reasons", "file"]

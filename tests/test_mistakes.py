@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 
 from conftest import ASSIGNMENTS, read, solution_path
-from transformer_course.grading.inprocess import run_grade_cells
-from transformer_course.grading.mistakes import catalog
+from quality.inprocess import run_grade_cells
+from quality.mistakes import catalog
 
 MISTAKES, ALTERNATIVES = catalog()
 

@@ -12,10 +12,10 @@ from collections import Counter
 import pytest
 
 from conftest import ASSIGNMENTS, read, solution_path
-from transformer_course.grading.behaviour import equivalent, load, observe
-from transformer_course.grading.measure import check_titles, reduced, run_mutants
-from transformer_course.grading.mistakes import is_solution
-from transformer_course.grading.mutations import KINDS, STAGE_MODULES, generate, sample
+from quality.behaviour import equivalent, load, observe
+from quality.measure import check_titles, reduced, run_mutants
+from quality.mistakes import is_solution
+from quality.mutations import KINDS, STAGE_MODULES, generate, sample
 
 
 def _mutants(assignment):

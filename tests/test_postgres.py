@@ -23,9 +23,9 @@ import pytest
 
 from conftest import ROOT
 from postgres_server import PostgresServer, unavailable
-from transformer_course.grading.batch import in_shard, main
-from transformer_course.grading.examples import student_submissions
-from transformer_course.grading.isolation import bubblewrap_problem
+from quality.examples import student_submissions
+from transformer_course.grading.classroom.batch import in_shard, main
+from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("postgres")]  # one worker: shared fixtures
 STAGE = "01_positional_encoding"

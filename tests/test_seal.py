@@ -1,7 +1,7 @@
 """The grading runner under attack: notebook code cannot turn a failing grade cell into a pass,
 read a grade cell's hidden tests, or hand in the reference solution unnoticed.
 
-Every attack runs in a real runner (the zygote of `transformer_course.grading.runner`, started
+Every attack runs in a real runner (the zygote of `transformer_course.grading.sandbox.runner`, started
 without a sandbox here: the sandbox is tested in test_isolation.py) before a grade cell whose
 student function has a real bug (the scores are not divided by sqrt(d_k)); that cell must still
 fail, for the bug. The honest notebook passes with no finding.
@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from transformer_course.grading import runner, seal
-from transformer_course.grading.executor import ChannelTampered, Session, expected_titles
+from transformer_course.grading.sandbox import runner, seal
+from transformer_course.grading.sandbox.executor import ChannelTampered, Session, expected_titles
 
 CHECKS = "transformer_course.checks.attention"
 GRADE = "assert check.sdpa_values(scaled_dot_product_attention)\n"

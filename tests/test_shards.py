@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from transformer_course.grading.batch import in_shard, parse_shard, scheduler_shard
+from transformer_course.grading.classroom.batch import in_shard, parse_shard, scheduler_shard
 
 CLUSTER = ROOT / "autograde" / "cluster"
 STUDENTS = [f"student{number:04d}" for number in range(300)]
@@ -125,7 +125,7 @@ def test_shards_split_by_a_stable_hash_of_the_student_id():
 
 
 def test_spare_cores_split_one_students_notebooks_heaviest_first(tmp_path, monkeypatch):
-    from transformer_course.grading.batch import BatchGrader
+    from transformer_course.grading.classroom.batch import BatchGrader
 
     stages = ["01_positional_encoding", "02_attention", "03_blocks", "04_transformer", "05_training", "06_decoding"]
     monkeypatch.setattr("os.cpu_count", lambda: 2)

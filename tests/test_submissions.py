@@ -13,11 +13,11 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENTS, ROOT, solution_path, student_path
-from transformer_course.grading import submissions as submissions_module
-from transformer_course.grading.batch import BatchGrader, collect, spreadsheet_cell, summary
-from transformer_course.grading.identities import MAX_ID_BYTES
-from transformer_course.grading.isolation import bubblewrap_problem
-from transformer_course.grading.submissions import Release, metadata_problems
+from transformer_course.grading.classroom.batch import BatchGrader, collect, spreadsheet_cell, summary
+from transformer_course.grading.intake import submissions as submissions_module
+from transformer_course.grading.intake.identities import MAX_ID_BYTES
+from transformer_course.grading.intake.submissions import Release, metadata_problems
+from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
 ASSIGNMENT = "01_positional_encoding"  # the cheapest stage to grade
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")

@@ -18,8 +18,8 @@ import random
 import nbformat
 
 from conftest import ASSIGNMENTS, ROOT, read, solution_path, student_path
-from transformer_course.grading.batch import collect
-from transformer_course.grading.submissions import Release, metadata_problems
+from transformer_course.grading.classroom.batch import collect
+from transformer_course.grading.intake.submissions import Release, metadata_problems
 
 SEED = 9
 ASSIGNMENT = "01_positional_encoding"

@@ -18,11 +18,12 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENTS, ROOT, read, solution_path, student_path
+from quality.inprocess import grade_id, run_grade_cells
+from quality.mistakes import catalog
 from transformer_course import runtime
 from transformer_course.checks import framework
-from transformer_course.grading.guard import checks_module, suspicious_code
-from transformer_course.grading.inprocess import grade_id, run_grade_cells
-from transformer_course.grading.mistakes import catalog
+from transformer_course.grading.cells import checks_module
+from transformer_course.grading.intake.scan import suspicious_code
 
 ASSIGNMENT = "02_attention"
 BUG = next(m for m in catalog()[0] if m.description == "scores not scaled by 1/sqrt(d_k)")
@@ -173,8 +174,8 @@ def test_each_stage_names_its_checks_module():
 def test_real_nbgrader_gives_the_tamperer_the_buggy_score_and_flags_them(tmp_path):
     """Through the batch command: every attack at once, plus two on IPython itself (hiding the
     traceback of a failing cell, and re-binding `check` in a hook before each cell)."""
-    from transformer_course.grading.batch import BatchGrader
-    from transformer_course.grading.isolation import bubblewrap_problem
+    from transformer_course.grading.classroom.batch import BatchGrader
+    from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
     ipython_attacks = (
         "ip = get_ipython()\n"

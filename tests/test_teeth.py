@@ -19,9 +19,9 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENTS, DATA_ASSIGNMENTS, ROOT, read, require_multi30k, solution_path, student_path
+from quality.execution import execute
+from quality.inprocess import run_grade_cells
 from transformer_course.checks._grade_cells import GRADE_CELLS
-from transformer_course.grading.execution import execute
-from transformer_course.grading.inprocess import run_grade_cells
 from transformer_course.reference import checkpoint as checkpoint_io
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ import pytest
 
 from conftest import ASSIGNMENTS, EXAMPLE_ASSIGNMENT, ROOT, read, solution_path, student_path
 from transformer_course.authoring import _nbgrader_metadata
-from transformer_course.grading import answers
-from transformer_course.grading.submissions import rebuild
+from transformer_course.grading.intake.submissions import rebuild
+from transformer_course.grading.outputs import answers
 
 pytestmark = pytest.mark.xdist_group("example_class")  # one worker: the shared example class
 

@@ -440,7 +440,7 @@ def student_code() -> Iterator[None]:
 # the checks themselves (`check.sdpa_values = ...`, `framework.fail = ...`) or their insides
 # (`__code__`, closures). The checks snapshot every tool when they are imported and, before each
 # check runs, put back whatever was replaced, with a visible warning. That is the defence in a
-# student's own notebook (Colab); the grader goes much further (transformer_course.grading.seal and
+# student's own notebook (Colab); the grader goes much further (transformer_course.grading.sandbox.seal and
 # .runner: grade cells run in a sealed child, the same snapshot, frozen, is restored every time
 # notebook code returns into a check, and verdicts are written by an audit hook).
 

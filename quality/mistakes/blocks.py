@@ -1,0 +1,329 @@
+"""Stage 3 mistakes: the feed-forward network and the post-LN encoder and decoder blocks."""
+
+from quality.mistakes import Alternative, Mistake
+
+STAGE = "03_blocks"
+
+_FFN = "return self.fc2(self.relu(self.fc1(x)))  # (batch, seq_len, d_ff) inside"
+_ENC_ATTN = "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))"
+_ENC_FFN = "x = self.norm2(x + self.dropout(self.feed_forward(x)))"
+_ENCODER = _ENC_ATTN + "\n        " + _ENC_FFN
+_DEC_SELF = "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, dec_mask)))"
+_DEC_CROSS = "x = self.norm2(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))"
+_DEC_FFN = "x = self.norm3(x + self.dropout(self.feed_forward(x)))"
+_DECODER = _DEC_SELF + "\n        " + _DEC_CROSS + "\n        " + _DEC_FFN
+
+MISTAKES: list[Mistake] = [
+    # --- PositionWiseFeedForward ---
+    Mistake(
+        STAGE, "feed-forward without the ReLU",
+        _FFN,
+        "return self.fc2(self.fc1(x))",
+        fails="block_ffn_values", cause="there is no ReLU",
+    ),
+    Mistake(
+        STAGE, "feed-forward with a second ReLU after fc2",
+        _FFN,
+        "return self.relu(self.fc2(self.relu(self.fc1(x))))",
+        fails="block_ffn_values", cause="ReLU is applied after fc2 as well",
+    ),
+    Mistake(
+        STAGE, "feed-forward with the ReLU after fc2 instead of between the layers",
+        _FFN,
+        "return self.relu(self.fc2(self.fc1(x)))",
+        fails="block_ffn_values", cause="after fc2 instead of after fc1",
+    ),
+    Mistake(
+        STAGE, "feed-forward with GELU instead of ReLU",
+        _FFN,
+        "return self.fc2(F.gelu(self.fc1(x)))",
+        fails="block_ffn_values", cause="GELU is used instead of ReLU",
+    ),
+    # --- EncoderBlock ---
+    Mistake(
+        STAGE, "encoder: no residual around self-attention",
+        _ENC_ATTN,
+        "x = self.norm1(self.dropout(self.self_attn(x, x, x, mask)))",
+        fails="block_enc_values", cause="residual around self-attention is missing",
+    ),
+    Mistake(
+        STAGE, "encoder: no residual around the feed-forward network",
+        _ENC_FFN,
+        "x = self.norm2(self.dropout(self.feed_forward(x)))",
+        fails="block_enc_values", cause="residual around the feed-forward network is missing",
+    ),
+    Mistake(
+        STAGE, "encoder: pre-LN instead of post-LN",
+        _ENCODER,
+        "h = self.norm1(x)\n"
+        "        x = x + self.dropout(self.self_attn(h, h, h, mask))\n"
+        "        x = x + self.dropout(self.feed_forward(self.norm2(x)))",
+        fails="block_enc_values", cause="pre-LN",
+    ),
+    Mistake(
+        STAGE, "encoder: one LayerNorm (norm1) shared by both sublayers",
+        _ENC_FFN,
+        "x = self.norm1(x + self.dropout(self.feed_forward(x)))",
+        fails="block_enc_values", cause="norm1 is used for both sublayers",
+    ),
+    Mistake(
+        STAGE, "encoder: LayerNorm on the sublayer output only",
+        _ENCODER,
+        "x = x + self.norm1(self.dropout(self.self_attn(x, x, x, mask)))\n"
+        "        x = x + self.norm2(self.dropout(self.feed_forward(x)))",
+        fails="block_enc_values", cause="applied to the sublayer output only",
+    ),
+    Mistake(
+        STAGE, "encoder: padding mask not passed to self-attention",
+        _ENC_ATTN,
+        "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, None)))",
+        fails="block_enc_values", cause="the mask is ignored",
+    ),
+    Mistake(
+        STAGE, "encoder: feed-forward before self-attention",
+        _ENCODER,
+        "x = self.norm1(x + self.dropout(self.feed_forward(x)))\n"
+        "        x = self.norm2(x + self.dropout(self.self_attn(x, x, x, mask)))",
+        fails="block_enc_values", cause="runs before self-attention",
+    ),
+    Mistake(
+        STAGE, "encoder: functional dropout that stays on in eval mode",
+        _ENC_FFN,
+        "x = self.norm2(x + F.dropout(self.feed_forward(x), 0.1))",
+        fails="block_enc_values", cause="F.dropout(..., training=True)",
+    ),
+    Mistake(
+        STAGE, "encoder: no dropout on either sublayer",
+        _ENCODER,
+        "x = self.norm1(x + self.self_attn(x, x, x, mask))\n"
+        "        x = self.norm2(x + self.feed_forward(x))",
+        fails="block_enc_dropout", cause="apply self.dropout to the output of each sublayer",
+    ),
+    Mistake(
+        STAGE, "encoder: dropout missing on the self-attention output",
+        _ENC_ATTN,
+        "x = self.norm1(x + self.self_attn(x, x, x, mask))",
+        fails="block_enc_dropout_place", cause="self-attention output is not dropped out",
+    ),
+    Mistake(
+        STAGE, "encoder: dropout after the LayerNorm",
+        _ENCODER,
+        "x = self.dropout(self.norm1(x + self.self_attn(x, x, x, mask)))\n"
+        "        x = self.dropout(self.norm2(x + self.feed_forward(x)))",
+        fails="block_enc_dropout_place", cause="dropout is applied after the LayerNorm",
+    ),
+    # --- DecoderBlock ---
+    Mistake(
+        STAGE, "decoder: cross-attention takes keys and values from the decoder",
+        _DEC_CROSS,
+        "x = self.norm2(x + self.dropout(self.cross_attn(x, x, x, enc_mask)))",
+        fails="block_dec_shape", cause="keys and values from the decoder",
+    ),
+    Mistake(
+        STAGE, "decoder: cross-attention takes its query from the encoder",
+        _DEC_CROSS,
+        "x = self.norm2(x + self.dropout(self.cross_attn(enc_out, x, x, enc_mask)))",
+        fails="block_dec_shape", cause="query from the encoder output",
+    ),
+    Mistake(
+        STAGE, "decoder: self-attention uses the source mask",
+        _DEC_SELF,
+        "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, enc_mask)))",
+        fails="block_dec_shape", cause="self-attention gets enc_mask",
+    ),
+    Mistake(
+        STAGE, "decoder: cross-attention uses the target mask",
+        _DEC_CROSS,
+        "x = self.norm2(x + self.dropout(self.cross_attn(x, enc_out, enc_out, dec_mask)))",
+        fails="block_dec_shape", cause="cross-attention gets dec_mask",
+    ),
+    Mistake(
+        STAGE, "decoder: self-attention without the look-ahead mask",
+        _DEC_SELF,
+        "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, None)))",
+        fails="block_dec_values", cause="self-attention ignores dec_mask",
+    ),
+    Mistake(
+        STAGE, "decoder: cross-attention reuses the self-attention module",
+        _DEC_CROSS,
+        "x = self.norm2(x + self.dropout(self.self_attn(x, enc_out, enc_out, enc_mask)))",
+        fails="block_dec_values", cause="has its own module, self.cross_attn",
+    ),
+    Mistake(
+        STAGE, "decoder: cross-attention before masked self-attention",
+        _DEC_SELF + "\n        " + _DEC_CROSS,
+        "x = self.norm1(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))\n"
+        "        x = self.norm2(x + self.dropout(self.self_attn(x, x, x, dec_mask)))",
+        fails="block_dec_values", cause="cross-attention runs before masked self-attention",
+    ),
+    Mistake(
+        STAGE, "decoder: no residual around self-attention",
+        _DEC_SELF,
+        "x = self.norm1(self.dropout(self.self_attn(x, x, x, dec_mask)))",
+        fails="block_dec_values", cause="residual around self-attention is missing",
+    ),
+    Mistake(
+        STAGE, "decoder: no residual around cross-attention",
+        _DEC_CROSS,
+        "x = self.norm2(self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))",
+        fails="block_dec_values", cause="residual around cross-attention is missing",
+    ),
+    Mistake(
+        STAGE, "decoder: pre-LN instead of post-LN",
+        _DECODER,
+        "h = self.norm1(x)\n"
+        "        x = x + self.dropout(self.self_attn(h, h, h, dec_mask))\n"
+        "        x = x + self.dropout(self.cross_attn(self.norm2(x), enc_out, enc_out, enc_mask))\n"
+        "        x = x + self.dropout(self.feed_forward(self.norm3(x)))",
+        fails="block_dec_values", cause="pre-LN",
+    ),
+    Mistake(
+        STAGE, "decoder: one LayerNorm (norm1) for all three sublayers",
+        _DECODER,
+        "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, dec_mask)))\n"
+        "        x = self.norm1(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))\n"
+        "        x = self.norm1(x + self.dropout(self.feed_forward(x)))",
+        fails="block_dec_values", cause="one LayerNorm (norm1) is used for all three",
+    ),
+    Mistake(
+        STAGE, "decoder: dropout missing on the cross-attention output",
+        _DEC_CROSS,
+        "x = self.norm2(x + self.cross_attn(x, enc_out, enc_out, enc_mask))",
+        fails="block_dec_dropout_place", cause="cross-attention output is not dropped out",
+    ),
+]
+
+ALTERNATIVES: list[Alternative] = [
+    Alternative(
+        STAGE, "feed-forward with clamp(min=0) as the ReLU",
+        _FFN,
+        "hidden = self.fc1(x).clamp(min=0)  # (batch, seq_len, d_ff)\n"
+        "        return self.fc2(hidden)",
+    ),
+    Alternative(
+        STAGE, "decoder sublayers in a loop over (sublayer, norm) pairs",
+        _DECODER,
+        "sublayers = (\n"
+        "            (lambda t: self.self_attn(t, t, t, dec_mask), self.norm1),\n"
+        "            (lambda t: self.cross_attn(t, enc_out, enc_out, enc_mask), self.norm2),\n"
+        "            (self.feed_forward, self.norm3),\n"
+        "        )\n"
+        "        for sublayer, norm in sublayers:\n"
+        "            x = norm(x + self.dropout(sublayer(x)))",
+    ),
+    Alternative(
+        STAGE, "feed-forward as one nn.Sequential with its own names (no weights are copied by name)",
+        "        self.fc1 = nn.Linear(d_model, d_ff)\n"
+        "        self.fc2 = nn.Linear(d_ff, d_model)\n"
+        "        self.relu = nn.ReLU()\n"
+        "\n"
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        ### BEGIN SOLUTION\n"
+        "        " + _FFN,
+        "        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))\n"
+        "\n"
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        ### BEGIN SOLUTION\n"
+        "        return self.net(x)",
+    ),
+    Alternative(
+        STAGE, "feed-forward with torch.relu instead of the ReLU module",
+        _FFN,
+        "return self.fc2(torch.relu(self.fc1(x)))",
+    ),
+    Alternative(
+        STAGE, "encoder block written step by step, the residual added before the LayerNorm call",
+        _ENCODER,
+        "attended = self.self_attn(x, x, x, mask)  # (batch, src_len, d_model)\n"
+        "        x = x + self.dropout(attended)\n"
+        "        x = self.norm1(x)\n"
+        "        x = self.norm2(x + self.dropout(self.feed_forward(x)))",
+    ),
+    Alternative(
+        STAGE, "encoder block with functional dropout that follows the module's mode",
+        _ENCODER,
+        "x = self.norm1(x + F.dropout(self.self_attn(x, x, x, mask), self.dropout.p, self.training))\n"
+        "        x = self.norm2(x + F.dropout(self.feed_forward(x), self.dropout.p, self.training))",
+    ),
+    Alternative(
+        STAGE, "decoder block calling attention with keyword arguments",
+        _DECODER,
+        "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask=dec_mask)))\n"
+        "        x = self.norm2(x + self.dropout(self.cross_attn(q=x, k=enc_out, v=enc_out, mask=enc_mask)))\n"
+        "        x = self.norm3(x + self.dropout(self.feed_forward(x)))",
+    ),
+]
+
+# --- held out ---------------------------------------------------------------------------------------------
+# Realistic mistakes written before the checks were reworked for issue 10 and never tuned to: they
+# measure how the checks do on bugs nobody catalogued (`scripts/measure_held_out.py`). `cause` lists
+# phrases, separated by " | ", any of which in a failing cell's message names the cause; `fails` is the
+# cell that should catch it. They are not part of `catalog()`, so tests/test_mistakes.py does not pin them.
+
+HELD_OUT: list[Mistake] = [
+    Mistake(
+        STAGE, "feed-forward with functional dropout between the layers (stays on in eval mode)",
+        _FFN,
+        "return self.fc2(F.dropout(self.relu(self.fc1(x)), 0.1))",
+        fails="block_ffn_values", cause="dropout",
+    ),
+    Mistake(
+        STAGE, "feed-forward applies fc2 before fc1",
+        _FFN,
+        "return self.fc1(self.relu(self.fc2(x)))",
+        fails="block_ffn_shape", cause="before fc1 | fc1 first | widens",
+    ),
+    Mistake(
+        STAGE, "encoder: feed-forward fed the block input instead of the first sublayer's output",
+        _ENCODER,
+        "h = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))\n"
+        "        x = self.norm2(h + self.dropout(self.feed_forward(x)))",
+        fails="block_enc_values", cause="norm1's output | output of norm1 | norm1 output",
+    ),
+    Mistake(
+        STAGE, "encoder: norm1 applied to x alone, attention added after it",
+        _ENC_ATTN,
+        "x = self.norm1(x) + self.dropout(self.self_attn(x, x, x, mask))",
+        fails="block_enc_values", cause="norm1's input | input of norm1 | norm1 gets | norm1 got | normalise the sum",
+    ),
+    Mistake(
+        STAGE, "encoder: result kept in other variables, the given `return x` returns the input",
+        _ENCODER,
+        "h = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))\n"
+        "        out = self.norm2(h + self.dropout(self.feed_forward(h)))",
+        fails="block_enc_values", cause="returns its input | input unchanged | returned unchanged | its own input",
+    ),
+    Mistake(
+        STAGE, "encoder: dropout on the residual x instead of the sublayer output",
+        _ENC_ATTN,
+        "x = self.norm1(self.dropout(x) + self.self_attn(x, x, x, mask))",
+        fails="block_enc_dropout_place", cause="dropped out x | dropout on x | residual path | on the residual",
+    ),
+    Mistake(
+        STAGE, "decoder: norm2 and norm3 swapped",
+        _DEC_CROSS + "\n        " + _DEC_FFN,
+        "x = self.norm3(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))\n"
+        "        x = self.norm2(x + self.dropout(self.feed_forward(x)))",
+        fails="block_dec_values", cause="norm2 and norm3 | norm3 and norm2",
+    ),
+    Mistake(
+        STAGE, "decoder: cross-attention values taken from the decoder",
+        _DEC_CROSS,
+        "x = self.norm2(x + self.dropout(self.cross_attn(x, enc_out, x, enc_mask)))",
+        fails="block_dec_shape", cause="values",
+    ),
+    Mistake(
+        STAGE, "decoder: cross-attention query is the block input, not the first sublayer's output",
+        _DECODER,
+        "h = self.norm1(x + self.dropout(self.self_attn(x, x, x, dec_mask)))\n"
+        "        h = self.norm2(h + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))\n"
+        "        x = self.norm3(h + self.dropout(self.feed_forward(h)))",
+        fails="block_dec_values", cause="query | norm1's output | output of norm1",
+    ),
+    Mistake(
+        STAGE, "decoder: dropout applied twice to the self-attention output",
+        _DEC_SELF,
+        "x = self.norm1(x + self.dropout(self.dropout(self.self_attn(x, x, x, dec_mask))))",
+        fails="block_dec_dropout_place", cause="twice | 2 times | two times | exactly once",
+    ),
+]

@@ -1,0 +1,232 @@
+"""Stage 4 mistakes: the target mask, the Encoder and Decoder stacks and the full Transformer."""
+
+from quality.mistakes import Alternative, Mistake
+
+STAGE = "04_transformer"
+
+_ENCODER_LAYERS = (
+    "self.layers = nn.ModuleList(\n"
+    "            [EncoderBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]\n"
+    "        )"
+)
+_DECODER_LAYERS = (
+    "self.layers = nn.ModuleList(\n"
+    "            [DecoderBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]\n"
+    "        )"
+)
+
+_ENCODER_FORWARD = (
+    "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)\n"
+    "        x = self.positional_encoding(x)\n"
+    "        for layer in self.layers:\n"
+    "            x = layer(x, mask)"
+)
+
+MISTAKES: list[Mistake] = [
+    Mistake(
+        STAGE, "target mask is the padding mask only (no look-ahead)",
+        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return padding  # (batch, 1, 1, tgt_len)",
+        fails="model_target_mask_shape", cause="padding mask alone",
+    ),
+    Mistake(
+        STAGE, "target mask is the look-ahead mask only (padding not combined)",
+        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return look_ahead.expand(tgt.size(0), 1, -1, -1)  # (batch, 1, tgt_len, tgt_len)",
+        fails="model_target_mask_values", cause="only the look-ahead mask",
+    ),
+    Mistake(
+        STAGE, "target mask combines padding and look-ahead with | instead of &",
+        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return padding | look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        fails="model_target_mask_values", cause="`|` instead of `&`",
+    ),
+    Mistake(
+        STAGE, "encoder embeddings not scaled by sqrt(d_model) (only the decoder scales)",
+        "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)",
+        "x = self.embedding(x)  # (batch, src_len, d_model)",
+        fails="model_encoder_values", cause="not multiplied by sqrt(d_model)",
+    ),
+    Mistake(
+        STAGE, "encoder skips the positional encoding",
+        "        x = self.positional_encoding(x)\n        for layer in self.layers:\n            x = layer(x, mask)",
+        "        for layer in self.layers:\n            x = layer(x, mask)",
+        fails="model_encoder_values", cause="positional encoding is never added",
+    ),
+    Mistake(
+        STAGE, "encoder blocks kept in a plain Python list",
+        _ENCODER_LAYERS,
+        "self.layers = [EncoderBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]",
+        fails="model_encoder_layers", cause="plain Python list",
+    ),
+    Mistake(
+        STAGE, "encoder uses one block object num_layers times",
+        _ENCODER_LAYERS,
+        "self.layers = nn.ModuleList([EncoderBlock(d_model, num_heads, d_ff, dropout)] * num_layers)",
+        fails="model_encoder_values", cause="one block object is repeated",
+    ),
+    Mistake(
+        STAGE, "decoder blocks kept in a plain Python list",
+        _DECODER_LAYERS,
+        "self.layers = [DecoderBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]",
+        fails="model_decoder_layers", cause="plain Python list",
+    ),
+    Mistake(
+        STAGE, "decoder repeats one block object",
+        _DECODER_LAYERS,
+        "block = DecoderBlock(d_model, num_heads, d_ff, dropout)\n"
+        "        self.layers = nn.ModuleList([block for _ in range(num_layers)])",
+        fails="model_decoder_layers", cause="repeats the same block object",
+    ),
+    Mistake(
+        STAGE, "decoder scales by sqrt(d_model) after adding the positional encoding",
+        "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, tgt_len, d_model)\n"
+        "        x = self.positional_encoding(x)",
+        "x = self.positional_encoding(self.embedding(x)) * math.sqrt(self.d_model)  # (batch, tgt_len, d_model)",
+        fails="model_decoder_values", cause="scale the embeddings *before* adding PE",
+    ),
+    Mistake(
+        STAGE, "decoder blocks get the source and target masks swapped",
+        "x = layer(x, enc_out, enc_mask, dec_mask)",
+        "x = layer(x, enc_out, dec_mask, enc_mask)",
+        fails="model_decoder_values", cause="enc_mask and dec_mask are swapped",
+    ),
+    Mistake(
+        STAGE, "decoder returns the hidden states without the prediction layer",
+        "logits = self.pred_layer(x)  # (batch, tgt_len, vocab_size)",
+        "logits = x  # (batch, tgt_len, d_model)",
+        fails="model_decoder_shape", cause="prediction layer is missing",
+    ),
+    Mistake(
+        STAGE, "decoder returns probabilities (softmax on the logits)",
+        "logits = self.pred_layer(x)  # (batch, tgt_len, vocab_size)",
+        "logits = self.pred_layer(x).softmax(dim=-1)  # (batch, tgt_len, vocab_size)",
+        fails="model_decoder_values", cause="softmax is applied",
+    ),
+    Mistake(
+        STAGE, "Transformer passes the masks to the decoder in the wrong order",
+        "logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)",
+        "logits = self.decoder(dec_in, enc_out, dec_mask, enc_mask)",
+        fails="model_transformer_values", cause="masks are swapped in the decoder call",
+    ),
+    Mistake(
+        STAGE, "Transformer runs the encoder without the source mask",
+        "enc_out = self.encoder(enc_in, enc_mask)  # (batch, src_len, d_model)",
+        "enc_out = self.encoder(enc_in, None)  # (batch, src_len, d_model)",
+        fails="model_transformer_values", cause="encoder runs without the source mask",
+    ),
+]
+
+ALTERNATIVES: list[Alternative] = [
+    Alternative(
+        STAGE, "target mask from torch.triu and logical not, broadcast against the padding mask",
+        "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
+        "future = torch.triu(torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=tgt.device), diagonal=1)\n"
+        "    look_ahead = torch.logical_not(future)  # (tgt_len, tgt_len), True on and below the diagonal",
+    ),
+    Alternative(
+        STAGE, "decoder blocks appended to an nn.ModuleList in a loop",
+        _DECODER_LAYERS,
+        "self.layers = nn.ModuleList()\n"
+        "        for _ in range(num_layers):\n"
+        "            self.layers.append(DecoderBlock(d_model, num_heads, d_ff, dropout))",
+    ),
+    Alternative(
+        STAGE, "target mask combined with torch.where",
+        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return torch.where(look_ahead, padding, torch.zeros_like(padding))  # (batch, 1, tgt_len, tgt_len)",
+    ),
+    Alternative(
+        STAGE, "target mask returned as integer 0/1",
+        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return (padding & look_ahead).int()  # 1 = may attend",
+    ),
+    Alternative(
+        STAGE, "encoder scaled with d_model ** 0.5 and its layers indexed in a loop",
+        _ENCODER_FORWARD,
+        "x = self.positional_encoding(self.embedding(x) * self.d_model ** 0.5)  # (batch, src_len, d_model)\n"
+        "        for index in range(len(self.layers)):\n"
+        "            x = self.layers[index](x, mask=mask)",
+    ),
+    Alternative(
+        STAGE, "Transformer forward in one line, with keyword arguments",
+        "enc_out = self.encoder(enc_in, enc_mask)  # (batch, src_len, d_model)\n"
+        "        logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)",
+        "logits = self.decoder(dec_in, self.encoder(enc_in, mask=enc_mask), enc_mask=enc_mask, dec_mask=dec_mask)",
+    ),
+]
+
+# --- held out ---------------------------------------------------------------------------------------------
+# Written before the checks were reworked for issue 10 and never tuned to (see grading/mistakes/blocks.py
+# and scripts/measure_held_out.py): `cause` lists phrases separated by " | ".
+
+HELD_OUT: list[Mistake] = [
+    Mistake(
+        STAGE, "target mask: look-ahead mask built on the default device, whatever the device of tgt",
+        "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
+        "look_ahead = make_look_ahead_mask(tgt.size(1))  # (1, 1, tgt_len, tgt_len)",
+        fails="model_target_mask_device", cause="device",
+    ),
+    Mistake(
+        STAGE, "target mask: float lower triangle combined with & (no bool)",
+        "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
+        "look_ahead = torch.tril(torch.ones(tgt.size(1), tgt.size(1), device=tgt.device))  # (tgt_len, tgt_len)",
+        fails="model_target_mask_shape", cause="dtype=torch.bool | .bool() | to bool",
+    ),
+    Mistake(
+        STAGE, "Encoder keeps the layers' results in another variable and returns the embeddings",
+        _ENCODER_FORWARD,
+        "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)\n"
+        "        x = self.positional_encoding(x)\n"
+        "        for layer in self.layers:\n"
+        "            out = layer(x, mask)",
+        fails="model_encoder_values", cause="never updated | not kept | positional encoding's output | "
+                                             "output of the positional encoding | no layer",
+    ),
+    Mistake(
+        STAGE, "Encoder scales the token ids instead of the embedding vectors",
+        "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)",
+        "x = self.embedding(x * math.sqrt(self.d_model))  # (batch, src_len, d_model)",
+        fails="model_encoder_shape", cause="not the ids | not the token ids | the vectors, not | before the embedding",
+    ),
+    Mistake(
+        STAGE, "Encoder adds the positional table by hand (its dropout never runs)",
+        "        x = self.positional_encoding(x)\n        for layer in self.layers:\n            x = layer(x, mask)",
+        "        x = x + self.positional_encoding.pe[:, : x.size(1)]\n"
+        "        for layer in self.layers:\n            x = layer(x, mask)",
+        fails="model_dropout", cause="dropout",
+    ),
+    Mistake(
+        STAGE, "Decoder gives its blocks the source mask twice",
+        "x = layer(x, enc_out, enc_mask, dec_mask)",
+        "x = layer(x, enc_out, enc_mask, enc_mask)",
+        fails="model_decoder_values", cause="instead of dec_mask | enc_mask twice | both masks | gets enc_mask | "
+                                             "no target mask | target mask is missing",
+    ),
+    Mistake(
+        STAGE, "Decoder applies its blocks in reverse order",
+        "for layer in self.layers:\n            x = layer(x, enc_out, enc_mask, dec_mask)",
+        "for layer in reversed(self.layers):\n            x = layer(x, enc_out, enc_mask, dec_mask)",
+        fails="model_decoder_values", cause="reverse | wrong order | in turn",
+    ),
+    Mistake(
+        STAGE, "Transformer gives the decoder the source token ids instead of the encoder output",
+        "logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)",
+        "logits = self.decoder(dec_in, enc_in, enc_mask, dec_mask)",
+        fails="model_transformer_shape", cause="token ids instead | source ids | enc_in instead | "
+                                                "instead of the encoder output | not the encoder output",
+    ),
+    Mistake(
+        STAGE, "Transformer detaches the encoder output (no gradient reaches the encoder)",
+        "enc_out = self.encoder(enc_in, enc_mask)  # (batch, src_len, d_model)",
+        "enc_out = self.encoder(enc_in, enc_mask).detach()  # (batch, src_len, d_model)",
+        fails="model_gradients", cause="gradient | detach",
+    ),
+    Mistake(
+        STAGE, "Transformer gives the decoder the source mask as its target mask",
+        "logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)",
+        "logits = self.decoder(dec_in, enc_out, enc_mask, enc_mask)",
+        fails="model_transformer_values", cause="instead of dec_mask | enc_mask twice | both masks | gets enc_mask | "
+                                                 "no target mask | target mask is missing",
+    ),
+]

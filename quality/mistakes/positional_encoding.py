@@ -1,0 +1,176 @@
+"""Stage 1 mistakes: the sinusoid table and its use in forward."""
+
+from quality.mistakes import Alternative, Mistake
+
+STAGE = "01_positional_encoding"
+
+_POSITION = "position = torch.arange(max_seq_length, dtype=torch.float).unsqueeze(1)  # (max_seq_length, 1)"
+_TWO_I = "two_i = torch.arange(0, d_model, 2, dtype=torch.float)  # (d_model / 2,) the even indices 2i"
+_SIN = "pe[:, 0::2] = torch.sin(position * div_term)  # even columns"
+_COS = "pe[:, 1::2] = torch.cos(position * div_term)  # odd columns"
+_ADD = "x = x + self.pe[:, : x.size(1)]  # broadcast over the batch"
+_RETURN = "return self.dropout(x)"
+_TABLE = (
+    "        " + _POSITION + "\n"
+    "        " + _TWO_I + "\n"
+    "        div_term = torch.exp(two_i * (-math.log(10000.0) / d_model))  # 1 / 10000^(2i / d_model)\n"
+    "        pe = torch.zeros(max_seq_length, d_model)\n"
+    "        " + _SIN + "\n"
+    "        " + _COS + "\n"
+)
+
+MISTAKES: list[Mistake] = [
+    Mistake(
+        STAGE, "sin and cos swapped",
+        _SIN + "\n        " + _COS,
+        "pe[:, 0::2] = torch.cos(position * div_term)  # even columns\n"
+        "        pe[:, 1::2] = torch.sin(position * div_term)  # odd columns",
+        fails="pe_table_values", cause="swapped",
+    ),
+    Mistake(
+        STAGE, "exponent uses i instead of 2i (arange over d_model / 2)",
+        _TWO_I,
+        "two_i = torch.arange(0, d_model // 2, dtype=torch.float)  # (d_model / 2,)",
+        fails="pe_table_values", cause="uses i instead of 2i",
+    ),
+    Mistake(
+        STAGE, "exponent without the step: arange(0, d_model) gives d_model frequencies",
+        _TWO_I,
+        "two_i = torch.arange(0, d_model, dtype=torch.float)",
+        fails="pe_buffer_shape", cause="not torch.arange(0, d_model)",
+    ),
+    Mistake(
+        STAGE, "positions a flat row: arange(max_seq_length) without .unsqueeze(1)",
+        _POSITION,
+        "position = torch.arange(max_seq_length, dtype=torch.float)  # (max_seq_length,)",
+        fails="pe_buffer_shape", cause="positions must be a column",
+    ),
+    Mistake(
+        STAGE, "2i doubled: arange(0, d_model, 2) multiplied by 2 again",
+        _TWO_I,
+        "two_i = 2 * torch.arange(0, d_model, 2, dtype=torch.float)",
+        fails="pe_table_values", cause="exponent is doubled",
+    ),
+    Mistake(
+        STAGE, "positions counted from 1",
+        _POSITION,
+        "position = torch.arange(1, max_seq_length + 1, dtype=torch.float).unsqueeze(1)",
+        fails="pe_table_values", cause="positions start at 1",
+    ),
+    Mistake(
+        STAGE, "sin written into the odd columns as well",
+        _COS,
+        "pe[:, 1::2] = torch.sin(position * div_term)  # odd columns",
+        fails="pe_table_values", cause="sin is in the odd columns too",
+    ),
+    Mistake(
+        STAGE, "cos written into column 1 only (pe[:, 1] instead of pe[:, 1::2])",
+        _COS,
+        "pe[:, 1] = torch.cos(position[:, 0] * div_term[0])  # odd columns",
+        fails="pe_table_values", cause="column 1 only",
+    ),
+    Mistake(
+        STAGE, "table stored as an nn.Parameter instead of a buffer",
+        'self.register_buffer("pe", pe.unsqueeze(0))  # (1, max_seq_length, d_model)',
+        "self.pe = nn.Parameter(pe.unsqueeze(0))",
+        fails="pe_buffer_shape", cause="register_buffer",
+    ),
+    Mistake(
+        STAGE, "positional encoding computed but not added (result discarded)",
+        _ADD,
+        "x + self.pe[:, : x.size(1)]",
+        fails="pe_forward", cause="returns x unchanged",
+    ),
+    Mistake(
+        STAGE, "forward replaces x by the table",
+        _ADD,
+        "x = self.pe[:, : x.size(1)]",
+        fails="pe_forward", cause="returns only the table",
+    ),
+    Mistake(
+        STAGE, "table sliced by d_model instead of the sequence length (pe[:, :d_model])",
+        _ADD,
+        "x = x + self.pe[:, : x.size(2)]",
+        fails="pe_forward", cause="wrong slice of pe",
+    ),
+    Mistake(
+        STAGE, "table sliced along the batch axis (pe[:seq_len])",
+        _ADD,
+        "x = x + self.pe[: x.size(1)]",
+        fails="pe_forward", cause="wrong slice of pe",
+    ),
+    Mistake(
+        STAGE, "table indexed instead of sliced (pe[:, seq_len])",
+        _ADD,
+        "x = x + self.pe[:, x.size(1)]",
+        fails="pe_forward", cause="a single row of pe",
+    ),
+    Mistake(
+        STAGE, "embeddings scaled by sqrt(d_model) inside PositionalEncoding",
+        _ADD,
+        "x = x * math.sqrt(x.size(-1)) + self.pe[:, : x.size(1)]",
+        fails="pe_forward", cause="scaled by sqrt(d_model) here",
+    ),
+    Mistake(
+        STAGE, "dropout not applied",
+        _RETURN,
+        "return x",
+        fails="pe_dropout", cause="apply self.dropout to the sum",
+    ),
+    Mistake(
+        STAGE, "dropout applied to x before adding the encoding",
+        _ADD + "\n        ### END SOLUTION\n        " + _RETURN,
+        "x = self.dropout(x) + self.pe[:, : x.size(1)]\n        ### END SOLUTION\n        return x",
+        fails="pe_dropout", cause="after adding pe",
+    ),
+    Mistake(
+        STAGE, "functional dropout that stays on in eval mode",
+        _RETURN,
+        "return nn.functional.dropout(x, self.dropout.p)",
+        fails="pe_forward", cause="still active in eval mode",
+    ),
+]
+
+ALTERNATIVES: list[Alternative] = [
+    Alternative(
+        STAGE, "frequencies with torch.pow instead of exp/log",
+        "div_term = torch.exp(two_i * (-math.log(10000.0) / d_model))  # 1 / 10000^(2i / d_model)",
+        "div_term = 1.0 / torch.pow(10000.0, two_i / d_model)  # (d_model / 2,)",
+    ),
+    Alternative(
+        STAGE, "table filled with explicit Python loops and math.sin/math.cos",
+        _TABLE,
+        "        pe = torch.zeros(max_seq_length, d_model)\n"
+        "        for pos in range(max_seq_length):\n"
+        "            for i in range(0, d_model, 2):\n"
+        "                angle = pos / (10000 ** (i / d_model))\n"
+        "                pe[pos, i] = math.sin(angle)\n"
+        "                pe[pos, i + 1] = math.cos(angle)\n",
+    ),
+    Alternative(
+        STAGE, "sin and cos interleaved with torch.stack(...).flatten(1), frequencies by a power",
+        _TABLE,
+        "        position = torch.arange(max_seq_length).unsqueeze(1).float()  # (max_seq_length, 1)\n"
+        "        frequencies = 10000 ** (-torch.arange(0, d_model, 2).float() / d_model)  # (d_model / 2,)\n"
+        "        angles = position * frequencies  # (max_seq_length, d_model / 2)\n"
+        "        pe = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # sin, cos, sin, cos, ...\n",
+    ),
+    Alternative(
+        STAGE, "table from a nested list comprehension with math.sin/math.cos, as in many tutorials",
+        _TABLE,
+        "        pe = torch.tensor([[math.sin(pos / 10000 ** (2 * (j // 2) / d_model)) if j % 2 == 0\n"
+        "                            else math.cos(pos / 10000 ** (2 * (j // 2) / d_model))\n"
+        "                            for j in range(d_model)] for pos in range(max_seq_length)],\n"
+        "                          dtype=torch.float)  # (max_seq_length, d_model)\n",
+    ),
+    Alternative(
+        STAGE, "forward slicing with x.shape[1] and all three axes spelled out",
+        _ADD,
+        "x = x + self.pe[:, : x.shape[1], :]  # (1, seq_len, d_model)",
+    ),
+    Alternative(
+        STAGE, "forward with narrow and an in-place-free addition via torch.add",
+        _ADD,
+        "x = torch.add(x, self.pe.narrow(1, 0, x.size(1)))  # (1, seq_len, d_model) broadcasts",
+    ),
+]

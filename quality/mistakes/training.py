@@ -1,0 +1,205 @@
+"""Stage 5 mistakes: the shifted batch, the loss, the warm-up schedule and the training loop."""
+
+from quality.mistakes import Alternative, Mistake
+
+STAGE = "05_training"
+
+_SHIFT = "tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # shift by one: predict the next token"
+_LOSS = "loss = criterion(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1))"
+_RATE = "return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)"
+
+_STEPS = (
+    "        optimizer.zero_grad()\n"
+    "        loss = compute_loss(model, batch, criterion)\n"
+    "        loss.backward()\n"
+    "        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n"
+    "        optimizer.step()\n"
+)
+
+MISTAKES: list[Mistake] = [
+    Mistake(
+        STAGE, "target not shifted: teacher-forcing input equals the output",
+        _SHIFT,
+        "tgt_in, tgt_out = tgt, tgt  # the decoder reads and predicts the whole target",
+        fails="train_collate_shapes", cause="not shifted",
+    ),
+    Mistake(
+        STAGE, "decoder input and labels swapped (the input loses <bos>)",
+        _SHIFT,
+        "tgt_in, tgt_out = tgt[:, 1:], tgt[:, :-1]",
+        fails="train_collate_shift", cause="tgt_in and tgt_out are swapped",
+    ),
+    Mistake(
+        STAGE, "loss compares the logits with the decoder input",
+        _LOSS,
+        "loss = criterion(logits.reshape(-1, logits.size(-1)), batch.tgt_in.reshape(-1))",
+        fails="train_loss_values", cause="compares the predictions with tgt_in",
+    ),
+    Mistake(
+        STAGE, "loss counts pad tokens (own cross-entropy without ignore_index)",
+        _LOSS,
+        "loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1),\n"
+        "                                       label_smoothing=criterion.label_smoothing)",
+        fails="train_loss_ignores_padding", cause="counts <pad> positions",
+    ),
+    Mistake(
+        STAGE, "label smoothing dropped (own cross-entropy with ignore_index only)",
+        _LOSS,
+        "loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1),\n"
+        "                                       ignore_index=criterion.ignore_index)",
+        fails="train_loss_values", cause="no label smoothing",
+    ),
+    Mistake(
+        STAGE, "warm-up branch uses warmup_steps ** -0.5",
+        _RATE,
+        "return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)",
+        fails="train_noam_values", cause="warmup_steps^-0.5 instead of warmup_steps^-1.5",
+    ),
+    Mistake(
+        STAGE, "schedule divides by zero at step 0",
+        "step = max(step, 1)\n    ",
+        "",
+        fails="train_noam_step_zero", cause="divides by zero",
+    ),
+    Mistake(
+        STAGE, "optimizer.zero_grad missing: gradients accumulate",
+        "optimizer.zero_grad()\n        ",
+        "",
+        fails="train_epoch_zero_grad", cause="gradients accumulate",
+    ),
+]
+
+ALTERNATIVES: list[Alternative] = [
+    Alternative(
+        STAGE, "label-smoothed loss written by hand with log_softmax and gather",
+        _LOSS,
+        "log_probs = logits.reshape(-1, logits.size(-1)).log_softmax(dim=-1)  # (batch * tgt_len, vocab)\n"
+        "    targets = batch.tgt_out.reshape(-1)  # (batch * tgt_len,)\n"
+        "    epsilon = criterion.label_smoothing\n"
+        "    nll = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1)  # -log p(correct token)\n"
+        "    smooth = -log_probs.mean(dim=-1)  # cross-entropy with the uniform distribution\n"
+        "    real = targets != criterion.ignore_index  # <pad> targets do not count\n"
+        "    loss = ((1 - epsilon) * nll + epsilon * smooth)[real].mean()",
+    ),
+    Alternative(
+        STAGE, "shifted target made with narrow and clone",
+        _SHIFT,
+        "tgt_in = tgt.narrow(1, 0, tgt.size(1) - 1).clone()  # all but the last token\n"
+        "    tgt_out = tgt.narrow(1, 1, tgt.size(1) - 1).clone()  # all but <bos>",
+    ),
+    Alternative(
+        STAGE, "loss with the class axis second, (batch, vocab, tgt_len), as CrossEntropyLoss also accepts",
+        _LOSS,
+        "loss = criterion(logits.transpose(1, 2), batch.tgt_out)  # (batch, vocab, tgt_len) vs (batch, tgt_len)",
+    ),
+    Alternative(
+        STAGE, "loss with functional cross-entropy and the criterion's settings",
+        _LOSS,
+        "loss = nn.functional.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),\n"
+        "                                       ignore_index=criterion.ignore_index,\n"
+        "                                       label_smoothing=criterion.label_smoothing)",
+    ),
+    Alternative(
+        STAGE, "schedule written as two branches with an if",
+        _RATE,
+        "if step <= warmup_steps:\n"
+        "        return factor * d_model ** -0.5 * step / warmup_steps ** 1.5\n"
+        "    return factor / math.sqrt(d_model * step)",
+    ),
+    Alternative(
+        STAGE, "gradients zeroed after the step (set to None) instead of before the loss",
+        _STEPS,
+        "        loss = compute_loss(model, batch, criterion)\n"
+        "        loss.backward()\n"
+        "        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n"
+        "        optimizer.step()\n"
+        "        optimizer.zero_grad(set_to_none=True)\n",
+    ),
+]
+
+# --- held out ---------------------------------------------------------------------------------------------
+# Written before the checks were reworked for issue 10 and never tuned to (see grading/mistakes/blocks.py
+# and scripts/measure_held_out.py): `cause` lists phrases separated by " | ".
+
+HELD_OUT: list[Mistake] = [
+    Mistake(
+        STAGE, "collate slices the batch axis instead of the time axis",
+        _SHIFT,
+        "tgt_in, tgt_out = tgt[:-1], tgt[1:]",
+        fails="train_collate_shapes", cause="batch axis | first axis | axis 0 | dim 0 | rows instead",
+    ),
+    Mistake(
+        STAGE, "loss averaged per sentence, then over the sentences",
+        _LOSS,
+        "per_token = nn.functional.cross_entropy(\n"
+        "        logits.transpose(1, 2), batch.tgt_out, ignore_index=criterion.ignore_index,\n"
+        "        label_smoothing=criterion.label_smoothing, reduction=\"none\")  # (batch, tgt_len)\n"
+        "    lengths = (batch.tgt_out != criterion.ignore_index).sum(dim=1)  # real tokens per sentence\n"
+        "    loss = (per_token.sum(dim=1) / lengths).mean()",
+        fails="train_loss_values", cause="per sentence | per-sentence | each sentence",
+    ),
+    Mistake(
+        STAGE, "softmax applied to the logits before the criterion",
+        _LOSS,
+        "loss = criterion(logits.softmax(dim=-1).reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1))",
+        fails="train_loss_values", cause="softmax",
+    ),
+    Mistake(
+        STAGE, "loss divided by the batch size once more",
+        _LOSS,
+        "loss = criterion(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1)) / batch.src.size(0)",
+        fails="train_loss_values", cause="batch size | divided by",
+    ),
+    Mistake(
+        STAGE, "model called with the source and target masks swapped",
+        "logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (batch, tgt_len, vocab)",
+        "logits = model(batch.src, batch.tgt_in, batch.tgt_mask, batch.src_mask)  # (batch, tgt_len, vocab)",
+        fails="train_loss_values", cause="masks are swapped | swapped masks | src_mask and tgt_mask | "
+                                          "tgt_mask and src_mask",
+    ),
+    Mistake(
+        STAGE, "schedule off by one step (step + 1)",
+        "step = max(step, 1)",
+        "step = step + 1",
+        fails="train_noam_values", cause="off by one | step s+1 | s + 1 | one step",
+    ),
+    Mistake(
+        STAGE, "warm-up branch without the step factor",
+        _RATE,
+        "return factor * d_model ** -0.5 * min(step ** -0.5, warmup_steps ** -1.5)",
+        fails="train_noam_values", cause="warm-up branch | warmup branch | rises | linear",
+    ),
+    Mistake(
+        STAGE, "the given model.train() deleted: epochs after an evaluation train without dropout",
+        "    model.train()\n    total_loss, total_tokens = 0.0, 0\n",
+        "    total_loss, total_tokens = 0.0, 0\n",
+        fails="train_epoch_mode", cause="model.train() | train mode",
+    ),
+    Mistake(
+        STAGE, "gradients clipped after optimizer.step()",
+        _STEPS,
+        "        optimizer.zero_grad()\n"
+        "        loss = compute_loss(model, batch, criterion)\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n",
+        fails="train_epoch_clips", cause="before optimizer.step | unclipped",
+    ),
+    Mistake(
+        STAGE, "loss computed under torch.no_grad()",
+        "        loss = compute_loss(model, batch, criterion)\n",
+        "        with torch.no_grad():\n"
+        "            loss = compute_loss(model, batch, criterion)\n",
+        fails="train_epoch_learns", cause="no_grad | detach",
+    ),
+    Mistake(
+        STAGE, "gradients zeroed between backward and the optimizer step",
+        _STEPS,
+        "        loss = compute_loss(model, batch, criterion)\n"
+        "        loss.backward()\n"
+        "        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n"
+        "        optimizer.zero_grad()\n"
+        "        optimizer.step()\n",
+        fails="train_epoch_zero_grad", cause="between | never changed | before loss.backward",
+    ),
+]

@@ -1,0 +1,55 @@
+"""What a notebook's cells are to the grader: grade cells, the checks module they call, hidden parts.
+
+Read from the notebook and the checks' source only (nothing is imported: no torch). Every folder of
+the grading package may use this module; it uses nothing of the grading package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from functools import cache
+from pathlib import Path
+
+import nbformat
+
+
+@cache
+def _check_names() -> dict[str, frozenset[str]]:
+    """{checks module: the public names it defines}, read from the source (nothing imported)."""
+    spec = importlib.util.find_spec("transformer_course.checks")
+    assert spec is not None and spec.submodule_search_locations
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    names = {}
+    for path in sorted(folder.glob("*.py")):
+        if path.stem.startswith("_") or path.stem == "framework":
+            continue
+        text = path.read_text(encoding="utf-8")
+        defined = set(re.findall(r"^def (\w+)\(", text, re.MULTILINE))
+        defined |= set(re.findall(r"^(\w+)\s*=", text, re.MULTILINE))
+        defined.add("summary")  # every stage re-exports the framework's summary
+        names[f"transformer_course.checks.{path.stem}"] = frozenset(defined)
+    return names
+
+
+def is_grade_cell(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and bool(cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
+
+
+def checks_module(notebook: nbformat.NotebookNode) -> str | None:
+    """The checks module the grade cells call as `check` (found from the names they use)."""
+    used = {name for cell in notebook.cells if is_grade_cell(cell)
+            for name in re.findall(r"\bcheck\.(\w+)", cell.source)}
+    if not used:
+        return None
+    matches = [module for module, defined in _check_names().items() if used <= defined]
+    return matches[0] if len(matches) == 1 else None
+
+
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n?(.*?)### END HIDDEN TESTS\n?", re.DOTALL)
+
+
+def split_hidden(source: str) -> tuple[str, str]:
+    """(visible part, hidden part) of a grade cell's source."""
+    hidden = "\n".join(match.group(1) for match in HIDDEN.finditer(source))
+    return HIDDEN.sub("", source), hidden

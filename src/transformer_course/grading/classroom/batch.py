@@ -1,0 +1,550 @@
+"""Grade a whole class with one command.
+
+    python -m transformer_course.grading.batch SUBMISSIONS [--class-dir DIR] [--jobs N] [--force]
+
+SUBMISSIONS is the folder of notebooks as downloaded from Colab or an LMS (see
+`transformer_course.grading.intake.submissions` for the layouts understood). For every student this
+
+1. checks each notebook (JSON, nbformat, nbgrader cells) and repairs it from the release when
+   metadata was stripped or graded cells deleted, or rejects it with a reason;
+2. autogrades it with real nbgrader, each kernel sandboxed (no network, no other students'
+   files, no hidden tests, no gradebook; memory and time limits), N students at a time;
+3. writes per-student HTML feedback without hidden tests;
+
+then writes DIR/scores.csv (per-cell and total scores, status and reasons) and prints a summary.
+Students already graded from identical files are skipped, so an interrupted run resumes where it
+stopped; --force regrades everyone. For a class too big for one machine, give every machine the
+same --db-url (e.g. a PostgreSQL URL) and its own --shard K/N, or `--shard slurm` / `kubernetes` /
+`auto` in a scheduler's job array (see README, "A class too big for one machine").
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+from tqdm.auto import tqdm
+
+from transformer_course.authoring import assignments as course_assignments
+from transformer_course.data import multi30k
+from transformer_course.grading.classroom.worker import runner_start_problem
+from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
+from transformer_course.grading.gradebook.config import ROOT
+from transformer_course.grading.intake.identities import student_ids
+from transformer_course.grading.intake.submissions import (
+    Release,
+    Submission,
+    discover,
+    flag_shared_files,
+    load,
+    printable,
+)
+from transformer_course.grading.outputs import answers, report
+from transformer_course.grading.sandbox.isolation import bubblewrap_problem
+
+
+@dataclass
+class StudentResult:
+    student: str  # the path-safe student id (gradebook, folders, records)
+    submissions: list[Submission] = field(default_factory=list)
+    status: str = "pending"  # graded | skipped (already graded) | rejected | failed
+    reasons: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    name: str = ""  # as the LMS or the folder wrote it, any script
+    lms_id: str = ""  # the LMS's id for the student, when the download names one
+
+
+def fingerprint(submissions: list[Submission]) -> str:
+    """The files' names and the bytes that were checked (never read again: a file may change or vanish)."""
+    digest = hashlib.sha256()
+    for submission in sorted(submissions, key=lambda s: s.relative):
+        digest.update(os.fsencode(submission.path.name) + submission.digest.encode())
+    return digest.hexdigest()
+
+
+def in_shard(student: str, shard: tuple[int, int] | None) -> bool:
+    if shard is None:
+        return True
+    index, count = shard
+    return int(hashlib.sha256(student.encode()).hexdigest(), 16) % count == index - 1
+
+
+def scheduler_shard(kind: str, environment: dict[str, str] | os._Environ) -> tuple[int, int] | None:
+    """(K, N) of this task of a scheduler's job array, read from the scheduler's own variables.
+
+    slurm: SLURM_ARRAY_TASK_ID within SLURM_ARRAY_TASK_MIN..MAX by SLURM_ARRAY_TASK_STEP, of
+    SLURM_ARRAY_TASK_COUNT tasks (ids may start at 0, 1 or anywhere; the range must be contiguous).
+    kubernetes: JOB_COMPLETION_INDEX (0-based) of an Indexed Job, with JOB_COMPLETIONS (the Job's
+    spec.completions, which Kubernetes does not pass to the pod: the manifest sets it).
+    auto: whichever of the two is there; None (the whole class) outside any job array."""
+    if kind == "auto":
+        kind = ("slurm" if "SLURM_ARRAY_TASK_ID" in environment else
+                "kubernetes" if "JOB_COMPLETION_INDEX" in environment else "")
+        if not kind:
+            return None
+
+    def number(name: str, default: int | None = None) -> int:
+        value = environment.get(name)
+        if value is None and default is not None:
+            return default
+        try:
+            return int(str(value))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--shard {kind} needs ${name} (an integer), found {value!r}") from None
+
+    if kind == "slurm":
+        task, count, first = (number(name) for name in (
+            "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN"))
+        step = number("SLURM_ARRAY_TASK_STEP", 1)
+        last = number("SLURM_ARRAY_TASK_MAX", first + (count - 1) * step)
+        position, off_step = divmod(task - first, step) if step > 0 else (-1, 1)
+        if off_step or not 0 <= position < count or (last - first) // step + 1 != count:
+            raise argparse.ArgumentTypeError(
+                f"--shard slurm: task {task} of an array {first}-{last}:{step} with {count} tasks is not a "
+                "contiguous range; submit it with --array=A-B or --array=A-B:S (a %limit is fine)")
+        return position + 1, count
+    if kind == "kubernetes":
+        index = number("JOB_COMPLETION_INDEX")
+        if "JOB_COMPLETIONS" not in environment:
+            raise argparse.ArgumentTypeError("--shard kubernetes needs $JOB_COMPLETIONS, the Job's spec.completions "
+                                             "(set it in the pod's env; Kubernetes does not)")
+        count = number("JOB_COMPLETIONS")
+        if not 0 <= index < count:
+            raise argparse.ArgumentTypeError(f"--shard kubernetes: index {index} is not in 0..{count - 1}")
+        return index + 1, count
+    raise argparse.ArgumentTypeError(f"unknown scheduler {kind!r}")
+
+
+def collect(folder: Path, release: Release) -> dict[str, StudentResult]:
+    """Every student in the folder with their checked notebooks (one per assignment, the newest).
+
+    Nothing in the folder stops this: every file found is a submission, rejected with the reason
+    when it cannot be graded. Students are told apart by LMS id, else by name (see `identities`)."""
+    submissions = [load(release, found) for found in discover(folder)]
+    ids = student_ids(submission.identity for submission in submissions if submission.identity)
+    students: dict[str, StudentResult] = {}
+    for submission in submissions:
+        assert submission.identity is not None  # load always names the student
+        submission.student = ids[submission.identity]
+        result = students.setdefault(submission.student, StudentResult(
+            submission.student, name=submission.identity.name, lms_id=submission.identity.lms_id))
+        same = [s for s in result.submissions if s.assignment and s.assignment == submission.assignment]
+        if same:
+            newest = max([*same, submission], key=lambda s: (s.modified, s.relative))
+            older = same[0] if newest is submission else submission
+            result.reasons.append(f"{submission.assignment}: two notebooks, graded the newer "
+                                  f"{printable(newest.path.name)}, ignored {printable(older.path.name)}")
+            if newest is submission:
+                result.submissions.remove(same[0])
+                result.submissions.append(submission)
+            continue
+        result.submissions.append(submission)
+    flag_shared_files([s for result in students.values() for s in result.submissions])
+    return students
+
+
+class BatchGrader:
+    def __init__(self, course: Path, class_dir: Path, submissions: Path, *, jobs: int = 2, force: bool = False,
+                 db_url: str | None = None, shard: tuple[int, int] | None = None, timeout: int = 120,
+                 memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
+                 require_sandbox: bool = False) -> None:
+        self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
+        self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
+        self.sandbox, self.require_sandbox = sandbox, require_sandbox
+        self.assignment_ids = assignment_ids or course_assignments(self.course)
+        self.classroom = Classroom(self.course, self.class_dir, database_url=db_url)
+        self.db_url = self.classroom.db_url
+        self.records = self.class_dir / "records"
+        self.data_folder: str | None = None  # Multi30k for the kernels, set by prepare()
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def prepare(self) -> list[str]:
+        """Register the assignments once (again only when the source notebooks changed)."""
+        assignment_ids = self.assignment_ids
+        stamp = hashlib.sha256(b"".join(
+            (self.course / "solutions" / a / f"{a}.ipynb").read_bytes() for a in assignment_ids)).hexdigest()
+        marker = self.class_dir / "release" / ".source-sha256"
+        # --force regenerates the release too, except in a shard: the other machines are grading from it
+        force = self.force and self.shard is None
+
+        def current() -> bool:
+            return not force and marker.exists() and marker.read_text() == stamp
+
+        if not current():
+            with gradebook_lock(self.db_url, self.class_dir):  # machines sharing the class folder: one does it
+                if not current():
+                    self.classroom.register(assignment_ids)
+                    marker.write_text(stamp)
+        self.data_folder = self.provide_data(assignment_ids)
+        return assignment_ids
+
+    def provide_data(self, assignment_ids: list[str]) -> str | None:
+        """The Multi30k folder for notebooks that read it, fetched here: the sandboxed kernels have no network."""
+        sources = [(self.course / "solutions" / a / f"{a}.ipynb").read_text(encoding="utf-8") for a in assignment_ids]
+        readers = ("transformer_course.data.multi30k", "transformer_course.reference.translation")
+        if not any(reader in source for source in sources for reader in readers):
+            return None
+        try:
+            paths = [multi30k.file_path(split, language)
+                     for split in multi30k.SPLITS for language in multi30k.LANGUAGES]
+        except (multi30k.DataUnavailable, multi30k.ChecksumMismatch) as error:
+            print(f"WARNING: Multi30k is not available to the graded notebooks, so their data cells will fail: "
+                  f"{error}", file=sys.stderr, flush=True)
+            return None
+        return str(paths[0].parent)
+
+    def record(self, result: StudentResult) -> dict:
+        """What the last run saved for this student ({} when nothing readable was saved)."""
+        try:
+            saved = json.loads((self.records / f"{result.student}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return saved if isinstance(saved, dict) else {}
+
+    def already_graded(self, result: StudentResult) -> bool:
+        saved = {} if self.force else self.record(result)
+        return saved.get("fingerprint") == fingerprint(result.submissions) and saved.get("status") == "graded"
+
+    def place(self, result: StudentResult) -> list[str]:
+        """Write the checked notebooks where nbgrader looks; returns the assignments to grade."""
+        to_grade = []
+        for submission in result.submissions:
+            result.reasons += submission.reasons
+            if submission.notebook is None or submission.assignment is None:
+                continue
+            path = self.class_dir / "submitted" / result.student / submission.assignment
+            path.mkdir(parents=True, exist_ok=True)
+            nbformat.write(submission.notebook, path / f"{submission.assignment}.ipynb")
+            to_grade.append(submission.assignment)
+        return to_grade
+
+    def grade(self, result: StudentResult) -> StudentResult:
+        start = time.perf_counter()
+        to_grade = self.place(result)
+        if not to_grade:
+            result.status = "rejected"
+            result.reasons = result.reasons or ["no gradable notebook"]
+            return result
+        report: dict = {}
+        parts = self.split(to_grade)
+        with ThreadPoolExecutor(max_workers=len(parts)) as pool:
+            for part_report, problem in pool.map(lambda part: self.run_worker(result.student, part), parts):
+                report.update(part_report)
+                if problem:
+                    result.reasons.append(problem)
+        missing = len(report) < len(to_grade)  # a part gave no report: its reason is listed
+        failures = {a: r["error"] for a, r in report.items() if not r["success"]}
+        result.reasons += [f"{a}: nbgrader could not grade it: {error.splitlines()[-1] if error else '?'}"
+                           for a, error in failures.items()]
+        result.reasons += [f"{a}: flagged for review: your notebook {finding}"
+                           for a, r in report.items() for finding in r.get("findings", [])]
+        result.status = "graded" if report and not failures and not missing else "failed"
+        result.seconds = time.perf_counter() - start
+        self.records.mkdir(parents=True, exist_ok=True)
+        (self.records / f"{result.student}.json").write_text(json.dumps(
+            {"fingerprint": fingerprint(result.submissions), "status": result.status, "reasons": result.reasons,
+             "seconds": round(result.seconds, 1),
+             "notebook_seconds": {a: r.get("seconds") for a, r in sorted(report.items())}}, indent=1))
+        return result
+
+    def run_worker(self, student: str, assignment_ids: list[str]) -> tuple[dict, str]:
+        """(the worker's report, a reason when it gave none) for grading these notebooks of a student."""
+        command = [sys.executable, "-m", "transformer_course.grading.classroom.worker", "--course", str(self.course),
+                   "--class-dir", str(self.class_dir), "--student", student, "--db-url", self.db_url,
+                   "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
+        command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
+        command += [] if self.sandbox else ["--no-sandbox"]
+        limit = 60 + 3 * self.timeout * 20 * len(assignment_ids)  # generous: a notebook has ~20 slow cells at most
+        try:
+            process = subprocess.run(command, capture_output=True, text=True, timeout=limit,
+                                     env={**self.thread_limits(), **_clean_environment(), **self.data_environment(),
+                                          "PYTHONWARNINGS": "ignore"})
+        except subprocess.TimeoutExpired:
+            return {}, f"grading took longer than {limit} s and was stopped"
+        try:
+            report = json.loads(process.stdout.strip().splitlines()[-1]) if process.stdout.strip() else {}
+        except json.JSONDecodeError:
+            report = {}
+        if not isinstance(report, dict) or not report:
+            return {}, "the grading process failed: " + " | ".join(process.stderr.strip().splitlines()[-3:])
+        return report, ""
+
+    def split(self, assignment_ids: list[str]) -> list[list[str]]:
+        """A student's notebooks in groups graded at the same time, each group by its own worker and sandbox.
+
+        With fewer students at once (--jobs) than cores, one student's notebooks share the spare
+        cores, as threads used to (one torch thread per runner is cheaper): the heaviest notebooks
+        first, each to the lightest group. With --jobs at least the number of cores: one group."""
+        groups = min(len(assignment_ids), max(1, (os.cpu_count() or 1) // max(1, self.jobs)))
+        if groups == 1:
+            return [list(assignment_ids)]
+        weight = {a: self.cost(a) for a in assignment_ids}
+        split: list[list[str]] = [[] for _ in range(groups)]
+        for assignment in sorted(assignment_ids, key=lambda a: -weight[a]):
+            min(split, key=lambda group: sum(weight[a] for a in group)).append(assignment)
+        return [sorted(group) for group in split]
+
+    def cost(self, assignment: str) -> float:
+        """Relative grading cost of an assignment (to balance the groups), else its number of code cells / 10.
+
+        The seconds each notebook took in its worker (nbgrader, its cells, its feedback), as
+        scripts/benchmark_grading.py prints them per notebook, less the sandbox start (about 2.9 s) that
+        the first notebook of each worker also pays; measured on 2026-11-24 (2 cores, bubblewrap)."""
+        measured = {"00_why_attention": 2.4, "01_positional_encoding": 0.7, "02_attention": 1.9, "03_blocks": 2.8,
+                    "04_transformer": 4.0, "05_training": 6.4, "06_decoding": 3.5, "07_fast_and_better_decoding": 4.2}
+        if assignment in measured:
+            return measured[assignment]
+        try:
+            notebook = nbformat.read(self.class_dir / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+            return sum(cell.cell_type == "code" for cell in notebook.cells) / 10
+        except (OSError, ValueError):
+            return 1.0
+
+    def preflight(self) -> None:
+        """Stop with the cause when no runner can start here, instead of failing every student."""
+        problem = runner_start_problem(self.course, self.memory_gb, self.sandbox, self.data_folder)
+        if problem:
+            how = "sandboxed" if self.sandbox else "unsandboxed"
+            raise GradingUnavailable(f"a student's notebook runner cannot start on this machine ({how}, "
+                                     f"{self.memory_gb} GB of memory), so nobody was graded: {problem}")
+
+    def data_environment(self) -> dict[str, str]:
+        return {multi30k.ENVIRONMENT_VARIABLE: self.data_folder} if self.data_folder else {}
+
+    def thread_limits(self) -> dict[str, str]:
+        """One torch thread per student's runner (unless the caller chose), whatever --jobs is.
+
+        What the notebooks run while graded is small (grading-mode demos, checks on tiny tensors):
+        a second thread brings no speed, only OpenMP's synchronisation. Measured on the course's
+        notebooks (2-core machine shared with other work): the demo cell of stage 3 took 0.7 s of CPU
+        with one thread and 16.9 s with two; a full submission 34 s of sandbox CPU against 98 s. With
+        several kernels on the same cores the threads also spin against each other (3 students on
+        2 cores: 238 s with default threads, 99 s with one thread each). Fill the cores with --jobs."""
+        return {name: "1" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
+    def run(self, grade: bool = True) -> dict[str, StudentResult]:
+        """Grade this shard's students (all of them without a shard) and write scores.csv for the
+        whole class; returns this shard's students. grade=False only writes scores.csv."""
+        problem = bubblewrap_problem() if self.sandbox and grade else None
+        if problem and self.require_sandbox:
+            raise GradingUnavailable(f"--require-sandbox: student notebooks cannot be isolated here: {problem}")
+        if problem:
+            _warn_unsandboxed(problem)
+        assignment_ids = self.prepare() if grade else self.assignment_ids
+        release = Release(self.class_dir / "release", assignment_ids)
+        everyone = collect(self.submissions, release)
+        if not grade:
+            self.write_csv(self.elsewhere(everyone, {}))
+            report.write_report(self.class_dir)
+            return everyone
+        students = {name: result for name, result in everyone.items() if in_shard(name, self.shard)}
+        pending = []
+        for result in students.values():
+            if self.already_graded(result):
+                result.status = "skipped"
+                result.reasons = [str(reason) for reason in self.record(result).get("reasons", [])]
+            else:
+                pending.append(result)
+        if pending:
+            self.preflight()
+        with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
+            futures = {pool.submit(self.grade, result): result for result in pending}
+            for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="student"):
+                if future.exception() is not None:  # one student's unexpected error is their row, not the batch's end
+                    error = future.exception()
+                    futures[future].status = "failed"
+                    futures[future].reasons.append(f"the grader failed on this student ({type(error).__name__}: "
+                                                   f"{printable(str(error))[:200]})")
+        self.write_csv({**self.elsewhere(everyone, students), **students})
+        report.write_report(self.class_dir)  # report.html beside scores.csv
+        answers.write_formgrader_config(self.class_dir, self.course, self.db_url)  # for grading answers by hand
+        return students
+
+    def elsewhere(self, everyone: dict[str, StudentResult], mine: dict[str, StudentResult]) -> dict[str, StudentResult]:
+        """The class's other students (other shards'), as far as this machine knows: their record when
+        the class folder is shared, else 'pending' (the gradebook's scores, when there, still show)."""
+        others = {}
+        for name, result in everyone.items():
+            if name in mine:
+                continue
+            saved = self.record(result)
+            if saved.get("fingerprint") == fingerprint(result.submissions) and saved.get("status"):
+                result.status = str(saved["status"])
+                result.reasons = [str(reason) for reason in saved.get("reasons", [])]
+            else:
+                result.status = "pending"
+                result.reasons.append("not graded yet (by the machine of its shard) when this file was written")
+            others[name] = result
+        return others
+
+    # --- reporting ------------------------------------------------------------------------------
+
+    def write_csv(self, students: dict[str, StudentResult]) -> Path:
+        """scores.csv: one row per (student, assignment) graded, plus one per file that was not, with the reason.
+
+        Every text cell is safe to open in a spreadsheet (`spreadsheet_cell`); numbers stay numbers."""
+        rows = answers.score_rows(self.db_url)  # written answers not yet graded: "needs manual grading"
+        graded = {(row["student"], row["assignment"]) for row in rows}
+        by_student: dict[object, list[dict]] = {}
+        for row in rows:
+            by_student.setdefault(row["student"], []).append(row)
+        for result in students.values():
+            person = {"name": result.name, "lms_id": result.lms_id}
+            files = {s.assignment: s.relative for s in result.submissions if s.assignment}
+            checked = {s.assignment: s.status for s in result.submissions if s.assignment}
+            # a student of another shard whose scores are in the gradebook was graded there
+            status = "graded" if result.status == "pending" and result.student in by_student else result.status
+            for row in by_student.get(result.student, []):
+                reasons = self.reasons_for(result, str(row["assignment"])) if status == result.status else [
+                    "graded on another machine, whose records are not in this class folder"]
+                row.update(person, status=status, file=files.get(str(row["assignment"]), ""),
+                           notebook=checked.get(str(row["assignment"]), ""), reasons="; ".join(reasons))
+            for submission in result.submissions:
+                if (result.student, submission.assignment) in graded:
+                    continue
+                rejected = submission.status == "rejected"
+                reasons = submission.reasons if rejected else self.reasons_for(result, submission.assignment or "?")
+                rows.append({"student": result.student, **person, "assignment": submission.assignment or "?",
+                             "status": "rejected" if rejected else result.status, "notebook": submission.status,
+                             "reasons": "; ".join(reasons or result.reasons), "file": submission.relative})
+        fixed = ["student", "name", "lms_id", "assignment", *answers.GRADEBOOK_COLUMNS, "status", "notebook",
+                 "reasons", "file"]
+        columns = [*fixed[:4], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[4:]]
+        path = self.class_dir / "scores.csv"
+        partial = path.with_name(f".scores.csv.{os.getpid()}")  # machines sharing the folder: replaced whole
+        with open(partial, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow([spreadsheet_cell(column) for column in columns])
+            for row in sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]))):
+                writer.writerow([spreadsheet_cell(row.get(column, "")) for column in columns])
+        os.replace(partial, path)
+        return path
+
+    def reasons_for(self, result: StudentResult, assignment: str) -> list[str]:
+        """The student's reasons about this assignment or about no assignment in particular."""
+        rejected = {reason for s in result.submissions if s.status == "rejected" for reason in s.reasons}
+        return list(dict.fromkeys(
+            reason for reason in result.reasons if reason not in rejected
+            and (assignment in reason or not any(a in reason for a in self.assignment_ids))))
+
+
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # OWASP's CSV injection list
+
+
+def spreadsheet_cell(value: object) -> object:
+    """VALUE as a CSV cell no spreadsheet runs as a formula (OWASP CSV injection).
+
+    Numbers stay numbers; text that begins with = + - @, a tab or a carriage return gets a leading
+    single quote; control characters are shown as <U+XXXX>, so no cell hides a line or an escape."""
+    if value is None or isinstance(value, int | float):
+        return value
+    text = str(value)
+    return printable("'" + text if text.startswith(_FORMULA_STARTS) else text)
+
+
+def _clean_environment() -> dict[str, str]:
+    """The grader's environment minus anything a student's kernel should not inherit."""
+    secret_words = ("TOKEN", "SECRET", "PASSWORD", "KEY", "CREDENTIAL")
+    return {name: value for name, value in os.environ.items() if not any(w in name.upper() for w in secret_words)}
+
+
+class GradingUnavailable(RuntimeError):
+    """This machine cannot grade at all (e.g. a kernel cannot start); the message says why."""
+
+
+def _warn_unsandboxed(problem: str) -> None:
+    bar = "!" * 100
+    print(f"{bar}\n!! WARNING: student notebooks will run WITHOUT isolation: {problem}.\n"
+          "!! A submission could read other students' files and the hidden tests, and reach the network.\n"
+          "!! Memory and time limits still apply. Install bubblewrap (Debian/Ubuntu: apt install bubblewrap)\n"
+          f"!! or pass --no-sandbox to acknowledge this.\n{bar}", flush=True)
+
+
+def summary(students: dict[str, StudentResult], csv_path: Path) -> str:
+    lines = [f"{'student':24s} {'status':9s} {'score':>9s}  notes"]
+    totals: dict[str, list[float]] = {}
+    with open(csv_path, encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row.get("total"):
+                pair = totals.setdefault(row["student"], [0.0, 0.0])
+                pair[0] += float(row["total"])
+                pair[1] += float(row["max"])
+    for name in sorted(students):
+        result = students[name]
+        score = f"{totals[name][0]:g}/{totals[name][1]:g}" if name in totals else "-"
+        note = result.reasons[0] if result.reasons else ""
+        more = f" (+{len(result.reasons) - 1} more)" if len(result.reasons) > 1 else ""
+        lines.append(f"{printable(name):24s} {result.status:9s} {score:>9s}  {printable(note)[:90]}{more}")
+    return "\n".join(lines)
+
+
+def parse_shard(text: str) -> tuple[int, int] | None:
+    """--shard K/N (1 <= K <= N), or a scheduler's job array: slurm, kubernetes, auto (see scheduler_shard)."""
+    if text in ("slurm", "kubernetes", "auto"):
+        return scheduler_shard(text, os.environ)
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError("--shard takes K/N, slurm, kubernetes or auto") from None
+    if not 1 <= index <= count:
+        raise argparse.ArgumentTypeError("--shard K/N needs 1 <= K <= N")
+    return index, count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("submissions", type=Path, help="folder of student notebooks")
+    parser.add_argument("--class-dir", type=Path, default=ROOT / "autograde" / "class",
+                        help="where the gradebook, autograded copies, feedback and scores.csv go")
+    parser.add_argument("--jobs", type=int, default=2, help="students graded at the same time")
+    parser.add_argument("--force", action="store_true", help="regrade students already graded")
+    parser.add_argument("--db-url", help="SQLAlchemy URL of a shared gradebook (default: sqlite in --class-dir)")
+    parser.add_argument("--shard", type=parse_shard,
+                        help="K/N: grade only the K-th of N slices of the class; slurm, kubernetes or auto: the slice "
+                             "of this task of the scheduler's job array (auto outside an array: the whole class)")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds one cell may run")
+    parser.add_argument("--memory-gb", type=float, default=6.0, help="memory one student's kernel may use")
+    parser.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
+    parser.add_argument("--no-sandbox", action="store_true", help="run kernels without bubblewrap isolation")
+    parser.add_argument("--require-sandbox", action="store_true",
+                        help="stop (exit status 2) instead of grading without isolation where bubblewrap cannot run")
+    parser.add_argument("--scores-only", action="store_true",
+                        help="grade nobody: write scores.csv for the whole class from the gradebook (after all shards)")
+    arguments = parser.parse_args(argv)
+    if not arguments.submissions.is_dir():
+        parser.error(f"{arguments.submissions} is not a folder")
+    grader = BatchGrader(ROOT, arguments.class_dir, arguments.submissions, jobs=arguments.jobs, force=arguments.force,
+                         db_url=arguments.db_url, shard=arguments.shard, timeout=arguments.timeout,
+                         memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
+                         assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox)
+    if arguments.shard:
+        print(f"this machine grades shard {arguments.shard[0]}/{arguments.shard[1]} of the class", flush=True)
+    try:
+        students = grader.run(grade=not arguments.scores_only)
+    except GradingUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    csv_path = grader.class_dir / "scores.csv"
+    print(summary(students, csv_path))
+    print(f"\nscores: {csv_path}\nfeedback: {grader.class_dir / 'feedback'}/<student>/<assignment>/\n"
+          f"class report: {grader.class_dir / 'report.html'}")
+    waiting = sum(answers.pending(row) for row in answers.read_csv(csv_path))
+    if waiting:
+        print(f"{waiting} graded notebook(s) have written answers to grade by hand: "
+              f"python -m transformer_course.grading.answers export {grader.class_dir}  (README, 'Written answers')")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""Grade one student: real nbgrader autograde and generate_feedback, in a process of its own.
+
+The batch grader starts one of these per student (so a crash stays with that student) and reads
+the JSON it prints last. nbgrader is driven through its Python API, so its start-up cost is paid
+once per student, not once per command. nbgrader's Execute step is the course's `SealedExecute`
+(`transformer_course.grading.sandbox.executor`): all of this student's notebooks run in one sandboxed
+runner zygote (`transformer_course.grading.sandbox.isolation` confines it, `.runner` serves it), which
+imports torch and the course once for all of them.
+
+    python -m transformer_course.grading.classroom.worker --course ROOT --class-dir DIR --student NAME \
+        --assignment 01_positional_encoding --assignment 02_attention [--db-url URL] [--no-sandbox]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import nbformat
+from nbgrader.converters import Autograde
+from traitlets.config import Config
+
+from transformer_course.grading.gradebook.config import nbgrader_config
+from transformer_course.grading.sandbox import executor, isolation, profiling
+from transformer_course.grading.sandbox.executor import Session
+
+
+def course_config(course: Path, class_dir: Path, db_url: str, timeout: int) -> Config:
+    """The course's nbgrader configuration for this class, with the course's Execute and its time limit."""
+    config = nbgrader_config(course, class_dir, db_url)
+    config.SealedExecute.timeout = timeout
+    pipeline = config.Autograde.get("autograde_preprocessors") or Autograde.class_traits()[
+        "autograde_preprocessors"].default()
+    config.Autograde.autograde_preprocessors = executor.autograde_pipeline(list(pipeline))
+    return config
+
+
+def session_factory(course: Path, notebooks: list[nbformat.NotebookNode], memory_gb: float, isolate: bool,
+                    data_folder: str | None, warm_up: bool = True) -> Callable[[nbformat.NotebookNode], Session]:
+    """Sessions for this student: sandboxed runners that preload what all their notebooks import."""
+    threads = max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
+    limits = isolation.Limits(memory_bytes=int(memory_gb * 2**30))
+    launcher = executor.sandboxed_launcher(limits=limits, isolate=isolate, course_root=course)
+    environment = executor.grading_environment(threads, data_folder)
+    preload = executor.preload_modules(notebooks)
+    return lambda notebook: Session(preload, environment=environment, launcher=launcher, warm_up=warm_up).start()
+
+
+def runner_start_problem(course: Path, memory_gb: float, isolate: bool, data_folder: str | None) -> str | None:
+    """None when a runner starts under this class's sandbox and imports the checks, else why not.
+
+    Run once before a batch: a sandbox that hides the Python environment (or a memory limit too low
+    for torch) would otherwise fail every student, one by one. The runner skips its warm-up here
+    (the course's reference modules, PyTorch's first optimiser step): measured, 1.5 s instead of 3.3 s."""
+    factory = session_factory(course, [], memory_gb, isolate, data_folder, warm_up=False)
+    try:
+        with factory(nbformat.v4.new_notebook()) as session:
+            session.notebook("transformer_course.checks.framework", [], "preflight")
+            outputs = session.run_cell(0, "import torch, transformer_course.checks.framework", 300)
+            errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs if o.get("output_type") == "error"]
+            session.end_notebook()
+            return errors[0] if errors else None
+    except (executor.RunnerDied, executor.ChannelBroken, TimeoutError, OSError, isolation.SandboxError) as error:
+        return f"{type(error).__name__}: {error}"
+
+
+def grade(arguments: argparse.Namespace) -> dict[str, object]:
+    profiling.add("worker start (Python, imports)", _seconds_since_start(), time.process_time())
+    course, class_dir = arguments.course.resolve(), arguments.class_dir.resolve()
+    db_url = arguments.db_url or f"sqlite:///{class_dir / 'gradebook.db'}"
+    config = course_config(course, class_dir, db_url, arguments.timeout)
+    released = [nbformat.read(class_dir / "release" / a / f"{a}.ipynb", as_version=4) for a in arguments.assignment
+                if (class_dir / "release" / a / f"{a}.ipynb").exists()]
+    from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
+
+    executor.use_session_factory(session_factory(course, released, arguments.memory_gb, not arguments.no_sandbox,
+                                                 os.environ.get(MULTI30K_DIR)))
+    os.environ.setdefault("MPLBACKEND", "Agg")
+
+    with profiling.phase("nbgrader start-up"):
+        from nbgrader.apps import NbGraderAPI  # imported late: it is slow and reads the environment
+
+        api = NbGraderAPI(config=config)
+    if profiling.enabled():
+        _profile_gradebook()
+    report: dict[str, object] = {}
+    try:
+        for assignment in arguments.assignment:
+            started = time.perf_counter()
+            with profiling.phase("nbgrader autograde"):
+                result = _autograde(api, assignment, arguments.student)
+            if result["success"]:
+                with profiling.phase("feedback HTML"):
+                    result = api.generate_feedback(assignment, arguments.student, force=True)
+            report[assignment] = {"success": bool(result["success"]),
+                                  "error": "" if result["success"] else _last_lines(result),
+                                  "seconds": round(time.perf_counter() - started, 1),
+                                  "findings": _findings(class_dir, arguments.student, assignment)}
+    finally:
+        executor.close_session()
+        profiling.dump(arguments.student)
+    return report
+
+
+_DATABASE_TROUBLE = ("IntegrityError", "OperationalError", "deadlock detected", "could not serialize",
+                     "database is locked")
+
+
+def _autograde(api: object, assignment: str, student: str, attempts: int = 3) -> dict:
+    """nbgrader's autograde, tried again when the shared gradebook refused a write (another machine
+    wrote the same rows at the same moment, a deadlock PostgreSQL broke, sqlite busy)."""
+    for attempt in range(attempts):
+        result = api.autograde(assignment, student, force=True, create=True)  # type: ignore[attr-defined]
+        text = f"{result.get('error') or ''} {result.get('log') or ''}"
+        if result["success"] or not any(sign in text for sign in _DATABASE_TROUBLE) or attempt == attempts - 1:
+            return result
+        time.sleep(1 + attempt)
+    return result
+
+
+def _seconds_since_start() -> float:
+    """Wall seconds since this process started (Linux), 0 where that cannot be read."""
+    try:
+        started = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+        uptime = float(open("/proc/uptime").read().split()[0])
+        return max(0.0, uptime - started / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _profile_gradebook() -> None:
+    """Count the time spent opening nbgrader's gradebook (every step of nbgrader opens it anew)."""
+    from nbgrader import api
+
+    opening = api.Gradebook.__init__
+
+    def timed(self, *arguments, **keywords):  # noqa: ANN001, ANN002, ANN003
+        with profiling.phase("database (opening the gradebook)"):
+            opening(self, *arguments, **keywords)
+
+    api.Gradebook.__init__ = timed
+
+
+def _findings(class_dir: Path, student: str, assignment: str) -> list[str]:
+    """What the grader flagged for review while running this notebook (see executor.FINDINGS_KEY)."""
+    path = class_dir / "autograded" / student / assignment / f"{assignment}.ipynb"
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except (OSError, ValueError):
+        return []
+    found = notebook.metadata.get(executor.FINDINGS_KEY, {}).get("findings", [])
+    return [str(finding) for finding in found] if isinstance(found, list) else []
+
+
+def _last_lines(result: dict[str, str]) -> str:
+    text = "\n".join(part for part in (result.get("error"), result.get("log")) if part)
+    return "\n".join(text.strip().splitlines()[-8:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--course", type=Path, required=True)
+    parser.add_argument("--class-dir", type=Path, required=True)
+    parser.add_argument("--student", required=True)
+    parser.add_argument("--assignment", action="append", required=True)
+    parser.add_argument("--db-url")
+    parser.add_argument("--timeout", type=int, default=120, help="seconds a cell may run")
+    parser.add_argument("--memory-gb", type=float, default=6.0, help="memory all of a student's processes may use")
+    parser.add_argument("--no-sandbox", action="store_true")
+    arguments = parser.parse_args(argv)
+    report = grade(arguments)
+    sys.stdout.write("\n" + json.dumps(report) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

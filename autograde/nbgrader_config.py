@@ -31,11 +31,12 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Autograding: nbgrader's Execute is replaced by the course's SealedExecute
-# (transformer_course.grading.sandbox.executor): every notebook runs in the student's sandboxed runner, grade
-# cells in a sealed child whose verdicts notebook code cannot forge, a cell that runs away is stopped
-# after the timeout, a runner that dies costs one cell, huge outputs are cut.
-c.SealedExecute.timeout = 120
+# Autograding: nbgrader's Execute is replaced by the course's JudgedExecute
+# (transformer_course.grading.sandbox.executor): every notebook runs in the student's sandboxed runner, and
+# every grade cell is judged in the grader's own process, which runs no student code (only values come back
+# from the student's side); a cell that runs away is stopped after the timeout, a runner that dies costs one
+# cell, huge outputs are cut.
+c.JudgedExecute.timeout = 120
 c.Autograde.autograde_preprocessors = autograde_pipeline(
     Autograde.class_traits()["autograde_preprocessors"].default())
 

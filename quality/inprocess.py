@@ -1,16 +1,18 @@
-"""Run a notebook's cells the way the grader does and report what every grade cell said.
+"""Run a notebook the way the grader does and report what every grade cell said.
 
-The tests and the mistake catalog run hundreds of notebook variants, so they share one runner
-zygote per test process (`transformer_course.grading.sandbox.runner`, started without a sandbox: what it
-runs is the course's own reference code and its edits) instead of nbgrader's per-notebook
-machinery. Cells run exactly as under the batch grader: ordinary cells in IPython, grade cells in a
-sealed child with the strict checks, `NBGRADER_EXECUTION` set so the training and decoding demos
-take their short grading path. A cell that raises does not stop the run.
+The tests and the mistake catalog run hundreds of notebook variants, so they share one runner zygote per
+test process (`transformer_course.grading.sandbox.runner`, started without a sandbox: what it runs is the
+course's own reference code and its edits) instead of a sandbox per notebook. Everything else is the
+batch grader's own path: nbgrader's Execute replaced by `JudgedExecute`, ordinary cells in the runner, each
+grade cell judged in this process against a servant, hidden parts at the end against snapshots,
+`NBGRADER_EXECUTION` set so the training and decoding demos take their short grading path.
 """
 
 from __future__ import annotations
 
 import atexit
+import copy
+import logging
 import os
 import pkgutil
 from dataclasses import dataclass
@@ -18,15 +20,10 @@ from pathlib import Path
 
 import nbformat
 
-from transformer_course.grading.cells import checks_module, is_grade_cell
-from transformer_course.grading.sandbox.executor import (
-    ChannelBroken,
-    RunnerDied,
-    Session,
-    exercise_names,
-    expected_titles,
-    preload_modules,
-)
+from transformer_course.grading.cells import is_grade_cell
+from transformer_course.grading.sandbox import executor
+from transformer_course.grading.sandbox.executor import FINDINGS_KEY, JudgedExecute, preload_modules
+from transformer_course.grading.sandbox.session import Session
 
 
 @dataclass(frozen=True)
@@ -35,8 +32,7 @@ class GradeOutcome:
     passed: bool
     message: str  # the error a failing cell raised ("" when it passed)
     output: str = ""  # what the cell printed
-    findings: tuple[str, ...] = ()  # what the grader flags for review (reference used, tools replaced)
-    imported: int = 0  # modules the cell imported (each grade cell's child imports them again)
+    findings: tuple[str, ...] = ()  # what the grader flags for review in this notebook
 
 
 def grade_id(cell: nbformat.NotebookNode) -> str | None:
@@ -62,41 +58,38 @@ def shared_session() -> Session:
     return session
 
 
-def run_grade_cells(
-    notebook: nbformat.NotebookNode, directory: Path, stop_after: str | None = None, guard: bool = True,
-    timeout: float = 600,
-) -> dict[str, GradeOutcome]:
-    """Execute the code cells of `notebook` with `directory` as working directory.
+def run_notebook(notebook: nbformat.NotebookNode, directory: Path, timeout: float = 600) -> nbformat.NotebookNode:
+    """The notebook as the grader leaves it: every cell's outputs, the findings in its metadata."""
+    executor._SESSION[0] = shared_session()
+    executor._SESSION_FACTORY[0] = lambda _notebook: shared_session()
+    preprocessor = JudgedExecute(timeout=timeout)
+    preprocessor.log = logging.getLogger("inprocess")
+    graded, _ = preprocessor.preprocess(copy.deepcopy(notebook), {"cwd": str(directory)})
+    _SESSION[0] = executor._SESSION[0]
+    return graded
 
-    Returns {grade_id: outcome} for every grade cell reached; with `stop_after`, execution ends
-    after that grade cell (the cells below cannot change its outcome). Grade cells always run
-    sealed, as under the batch grader (`guard` is kept for old callers)."""
-    session = shared_session()
-    checks = checks_module(notebook)
-    session.notebook(checks or "transformer_course.checks.framework", exercise_names(notebook), str(directory))
+
+def run_grade_cells(notebook: nbformat.NotebookNode, directory: Path, stop_after: str | None = None,
+                    timeout: float = 600) -> dict[str, GradeOutcome]:
+    """{grade_id: outcome} for every grade cell of `notebook` run with `directory` as working directory;
+    with `stop_after`, the cells below that grade cell are left out (they cannot change its outcome)."""
+    notebook = copy.deepcopy(notebook)
+    if stop_after is not None:
+        last = next((index for index, cell in enumerate(notebook.cells) if grade_id(cell) == stop_after), None)
+        if last is not None:
+            notebook.cells = notebook.cells[:last + 1]
+    graded = run_notebook(notebook, directory, timeout)
+    findings = tuple(graded.metadata.get(FINDINGS_KEY, {}).get("findings", []))
     outcomes: dict[str, GradeOutcome] = {}
-    try:
-        for index, cell in enumerate(notebook.cells):
-            if cell.get("cell_type") != "code":
-                continue
-            identifier = grade_id(cell)
-            if identifier is None:
-                session.run_cell(index, cell.source, timeout)
-                continue
-            outcome = session.run_grade_cell(index, cell.source, expected_titles(cell.source, checks), timeout)
-            printed = "".join(o.get("text", "") for o in outcome.outputs if o.get("output_type") == "stream")
-            message = next((f"{o['ename']}: {o['evalue']}" for o in outcome.outputs
-                            if o.get("output_type") == "error"), "")
-            outcomes[identifier] = GradeOutcome(identifier, outcome.passed, message, printed,
-                                                tuple(outcome.findings), outcome.imported)
-            if identifier == stop_after:
-                break
-    except (RunnerDied, ChannelBroken, TimeoutError):
-        session.close()
-        _SESSION[0] = None
-        raise
-    session.end_notebook()
+    for cell in graded.cells:
+        identifier = grade_id(cell) if is_grade_cell(cell) else None
+        if identifier is None:
+            continue
+        printed = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        error = next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+        message = f"{error['ename']}: {error['evalue']}" if error is not None else ""
+        outcomes[identifier] = GradeOutcome(identifier, error is None, message, printed, findings)
     return outcomes
 
 
-__all__ = ["GradeOutcome", "grade_id", "is_grade_cell", "run_grade_cells", "shared_session"]
+__all__ = ["GradeOutcome", "grade_id", "is_grade_cell", "run_grade_cells", "run_notebook", "shared_session"]

@@ -27,7 +27,6 @@ from transformer_course.checks.framework import (
     expect_shape,
     fail,
     generator,
-    protect,
     randn,
     reject_builtin_modules,
     student_code,
@@ -81,7 +80,7 @@ def _explain_runtime_errors() -> Iterator[None]:
     except RuntimeError as error:
         text = str(error)
         if "only supports boolean masks" in text or "condition to be a boolean tensor" in text:
-            where = student_frame(error.__traceback__)
+            where = student_frame(error)
             fail(
                 "your code needs a bool mask, but masks may also arrive as integers 0/1.",
                 expected="the same result for a bool mask and for the integer mask mask.long()",
@@ -859,7 +858,7 @@ def _run_traced(module: nn.Module, reference: nn.Module, q: torch.Tensor, k: tor
         diagnosis = _diagnose_mha(reference, q, k, v, mask, trace)
         if diagnosis is None:
             raise
-        where = student_frame(error.__traceback__)
+        where = student_frame(error)
         fail(f"forward crashed: {diagnosis.where}.", expected="forward(q, k, v, mask) -> (batch, q_len, d_model)",
              got=f"{type(error).__name__}: {first_line(error, 160)}" + (f"\n  {where}" if where else ""),
              cause=diagnosis.cause)
@@ -1137,6 +1136,3 @@ def mha_cross_attention(MultiHeadAttention: type[nn.Module], d_model: int = 16, 
                  diagnose=lambda _: _diagnose_mha(reference, q, k, v, mask, trace),
                  cause="take each sequence length from its own input: split_heads reads seq_len from "
                        "x.shape, so Q has q_len rows and K, V have k_len rows." + FIX_ATTENTION_FIRST)
-
-
-protect(__name__)  # snapshot the tools these checks use (see framework.protect)

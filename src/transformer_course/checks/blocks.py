@@ -24,7 +24,6 @@ from transformer_course.checks.framework import (
     expect_close,
     expect_shape,
     fail,
-    protect,
     randn,
     reject_builtin_modules,
     student_code,
@@ -878,6 +877,3 @@ def decoder_dropout_placement(DecoderBlock: type[nn.Module], d_model: int = 16, 
                                  {**DECODER_DROPOUT_SUSPECTS, **DECODER_SUSPECTS}, seed=6),
                        cause="call self.dropout exactly once per sublayer (three times in all), on the sublayer's "
                              "output: norm(x + self.dropout(sublayer(...))).", seed=6)
-
-
-protect(__name__)  # snapshot the tools these checks use (see framework.protect)

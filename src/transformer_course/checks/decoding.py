@@ -31,7 +31,6 @@ from transformer_course.checks.framework import (
     expect_tensor,
     fail,
     generator,
-    protect,
     student_code,
     summary,
 )
@@ -806,6 +805,3 @@ def attention_maps_rows_sum_to_one(attention_maps: Callable, tgt_len: int = 5, *
                  got=f"up to {float(leaked.abs().max()):.3g}",
                  cause="the weights must come from the forward pass with the masks: read attn_weights after the "
                        "model ran, do not recompute attention without masks.")
-
-
-protect(__name__)  # snapshot the tools these checks use (see framework.protect)

@@ -18,6 +18,8 @@ from types import TracebackType
 
 import torch
 
+from transformer_course.checks.boundary import Frame, student_error_of
+
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 
@@ -186,27 +188,46 @@ def _source_line(filename: str, lineno: int, module_globals: Mapping[str, object
     return line
 
 
-def student_frame(tb: TracebackType | None, sources: Mapping[str, str] | None = None) -> str:
-    """'in `forward`, line 3: x = …' for the innermost frame that is the student's (neither torch, the
-    standard library nor this package); the line number alone when the source is nowhere to be had."""
-    described = ""
-    for frame, lineno in traceback.walk_tb(tb):
+def frames_of(where: BaseException | TracebackType | None,
+              sources: Mapping[str, str] | None = None) -> list[Frame]:
+    """The frames of an exception (or a traceback), innermost last, each with its line as written. An
+    exception that came from the student's process carries them (`boundary.StudentError`)."""
+    if isinstance(where, BaseException):
+        remote = student_error_of(where)
+        if remote is not None:
+            return list(remote.frames)
+        where = where.__traceback__
+    frames = []
+    for frame, lineno in traceback.walk_tb(where):
         filename = frame.f_code.co_filename
-        if _from_the_course(filename):
+        line = "" if _from_the_course(filename) else _source_line(filename, lineno, frame.f_globals, sources)
+        frames.append(Frame(filename, lineno, frame.f_code.co_name, line[:200]))
+    return frames
+
+
+def student_frame(where: BaseException | TracebackType | None, sources: Mapping[str, str] | None = None) -> str:
+    """'in `forward`, line 3: x = …' for the innermost frame that is the student's (neither torch, the
+    standard library nor this package); the line number alone when the source is nowhere to be had.
+    `where` is the exception (also one from the student's process) or its traceback."""
+    described = ""
+    for frame in frames_of(where, sources):
+        if _from_the_course(frame.filename):
             continue
-        line = _source_line(filename, lineno, frame.f_globals, sources)
-        where = f"in `{frame.f_code.co_name}`, line {lineno}"
-        if line:
-            described = f"{where}: {line[:160]}"
+        where_ = f"in `{frame.name}`, line {frame.lineno}"
+        if frame.line:
+            described = f"{where_}: {frame.line[:160]}"
         else:
-            cell = f" of {filename}" if filename.startswith("<") else ""
-            described = f"{where}{cell}"
+            cell = f" of {frame.filename}" if frame.filename.startswith("<") else ""
+            described = f"{where_}{cell}"
     return described
 
 
 def is_stub(error: BaseException) -> bool:
     """A NotImplementedError the student's code raised itself (an exercise not done yet), as opposed to
     one from inside torch ('"softmax_lastdim_kernel_impl" not implemented for 'Bool'': a dtype problem)."""
+    remote = student_error_of(error)
+    if remote is not None:
+        return remote.stub
     if not isinstance(error, NotImplementedError):
         return False
     if re.search(r"not implemented for '|Could not run '|not currently implemented|is not implemented for",
@@ -224,7 +245,7 @@ def first_line(error: BaseException, limit: int = 240) -> str:
 def explain_crash(error: BaseException, tb: TracebackType | None = None,
                   sources: Mapping[str, str] | None = None) -> str:
     """The student's message for a crash inside a check: the error, the student's line, what it means."""
-    where = student_frame(tb if tb is not None else error.__traceback__, sources)
+    where = student_frame(tb if tb is not None and student_error_of(error) is None else error, sources)
     kind = kind_of(error)
     meaning = kind.meaning if kind else (
         "unknown: the checks do not recognise this kind of error; read it together with the line shown."

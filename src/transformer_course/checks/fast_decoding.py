@@ -47,7 +47,6 @@ from transformer_course.checks.framework import (
     expect_tensor,
     fail,
     generator,
-    protect,
     student_code,
     summary,
 )
@@ -1329,6 +1328,3 @@ def beam_matches_reference(beam_search: Callable, beam_size: int = 3, alpha: flo
                             f"{config.seed}) differs from the reference.",
                     cause="rows of sentence b are b * beam_size .. b * beam_size + beam_size - 1; after "
                           "select_beams, follow the parents in ys, the cache, finished and lengths.")
-
-
-protect(__name__)  # snapshot the tools these checks use (see framework.protect)

@@ -4,10 +4,8 @@ checks' defence against notebook code that replaces the tools they grade with.""
 
 from __future__ import annotations
 
-import builtins
 import functools
 import inspect
-import math
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -15,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from types import FunctionType, ModuleType
+from types import ModuleType
 from typing import Any, TypeVar
 
 import torch
@@ -60,8 +58,9 @@ def record(name: str, title: str, passed: bool, message: str = "", module: str |
     result = Result(title, passed, message)
     _RESULTS[name] = result
     if module is None:
-        module = next((module_name for module_name, checks in _MODULES.items()
-                       if getattr(getattr(checks, name, None), "check_title", None) == title), None)
+        module = next((module_name for module_name, checks in list(sys.modules.items())
+                       if module_name.startswith("transformer_course.checks.") and checks is not None
+                       and getattr(getattr(checks, name, None), "check_title", None) == title), None)
     if module is not None:
         _LATEST.pop((module, name), None)  # keep the latest run last
         _LATEST[module, name] = result
@@ -140,15 +139,9 @@ def summary(module: str | ModuleType | None = None) -> None:
     show(text, html)
 
 
-def fail(problem: str, _audit: Callable[..., None] = sys.audit, /, *, expected: Any, got: Any, cause: str) -> None:
-    """Raise CheckFailed in the course's one message layout.
-
-    It also announces the failure as the audit event `transformer_course.check_failed`: the grader
-    records that the moment it happens, so a failure that notebook code swallows later (a replaced
-    `__exit__`, say) still counts. (`sys.audit` is bound as a positional default, which notebook
-    code cannot replace.)"""
+def fail(problem: str, *, expected: Any, got: Any, cause: str) -> None:
+    """Raise CheckFailed in the course's one message layout."""
     message = f"{problem}\n  expected: {expected}\n  got:      {got}\n  likely cause: {cause}"
-    _audit("transformer_course.check_failed", message)
     raise CheckFailed(message)
 
 
@@ -166,7 +159,7 @@ def crash_explained(problem: str, *, expected: Any, cause: str | Callable[[], st
     except RuntimeError as error:
         if not when(error):
             raise
-        where = student_frame(error.__traceback__)
+        where = student_frame(error)
         fail(problem, expected=expected,
              got=f"RuntimeError: {first_line(error, 160)}" + (f"\n  {where}" if where else ""),
              cause=(cause(error) if inspect.signature(cause).parameters else cause()) if callable(cause) else cause)
@@ -189,7 +182,6 @@ def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = 
     with linecache (files, IPython cells); for code compiled from a string that linecache does not
     know (`compile(source, "<cell 3>", "exec")`), pass `sources={"<cell 3>": source}`, or only the
     line number is shown."""
-    restore_tools()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a warning on stderr would zero the grade cell
@@ -217,9 +209,7 @@ def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
     The decorated function keeps the original as `__wrapped__` and its title as `check_title`."""
 
     def decorate(function: CheckFunction) -> CheckFunction:
-        # Checks imported while grading stay strict even if notebook code later removes
-        # NBGRADER_EXECUTION: the flag lives in this closure, which restore_tools puts back.
-        graded = grading_mode()
+        graded = grading_mode()  # checks imported while grading stay strict
 
         @functools.wraps(function)
         def run(*args: Any, **kwargs: Any) -> bool:
@@ -432,150 +422,3 @@ def student_code() -> Iterator[None]:
     """Run the student's code with PyTorch's built-in attention functions rejected."""
     with _RejectBuiltins():
         yield
-
-
-# --- the checks defend their tools --------------------------------------------------------------
-#
-# A notebook cell could replace what the checks compare with (`torch.allclose = lambda *a: True`),
-# the checks themselves (`check.sdpa_values = ...`, `framework.fail = ...`) or their insides
-# (`__code__`, closures). The checks snapshot every tool when they are imported and, before each
-# check runs, put back whatever was replaced, with a visible warning. That is the defence in a
-# student's own notebook (Colab); the grader goes much further (transformer_course.grading.sandbox.seal and
-# .runner: grade cells run in a sealed child, the same snapshot, frozen, is restored every time
-# notebook code returns into a check, and verdicts are written by an audit hook).
-
-_MISSING = object()
-_SNAPSHOTS: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(owner) -> (module or class, its namespace then)
-_FUNCTIONS: dict[int, tuple[FunctionType, Any, Any, Any, tuple[Any, ...]]] = {}  # code, defaults, closure
-_MODULES: dict[str, ModuleType] = {}  # checks modules as first imported
-_BUILTINS_THAT_CHANGE = {"input"}  # ipykernel swaps builtins.input before every cell it runs
-_PRIVATE_BUILTINS_KEPT = {"__import__", "__build_class__"}
-
-
-def _label(owner: Any, name: str) -> str:
-    prefix = getattr(owner, "__name__", type(owner).__name__)
-    return f"{prefix}.{name}"
-
-
-def _ours(value: Any) -> bool:
-    """Whether a module, class or function belongs to this course package."""
-    return any((getattr(value, attribute, None) or "").startswith("transformer_course")
-               for attribute in ("__name__", "__module__"))
-
-
-def _remember_function(function: FunctionType) -> None:
-    if id(function) in _FUNCTIONS or not (function.__module__ or "").startswith("transformer_course"):
-        return
-    cells = tuple(cell.cell_contents for cell in function.__closure__ or ())
-    _FUNCTIONS[id(function)] = (function, function.__code__, function.__defaults__, function.__kwdefaults__, cells)
-    for value in (*cells, getattr(function, "__wrapped__", None)):
-        if isinstance(value, FunctionType):
-            _remember_function(value)
-    home = sys.modules.get(function.__module__)
-    if home is not None and home.__name__.startswith("transformer_course.checks."):
-        _remember(home)  # the names it looks up at run time (a helper imported from errors.py, say)
-
-
-def _remember(owner: Any) -> None:
-    """Snapshot a module's callables (or a class's whole namespace) and our functions' insides."""
-    if id(owner) in _SNAPSHOTS:
-        return
-    namespace = dict(vars(owner))
-    if isinstance(owner, ModuleType):
-        namespace = {name: value for name, value in namespace.items()
-                     if (callable(value) or isinstance(value, ModuleType))
-                     and not (owner is builtins and name in _BUILTINS_THAT_CHANGE)
-                     and not (owner is builtins and name.startswith("_") and name not in _PRIVATE_BUILTINS_KEPT)}
-    _SNAPSHOTS[id(owner)] = (owner, namespace)
-    if not _ours(owner):
-        return
-    for value in namespace.values():
-        if isinstance(value, FunctionType):
-            _remember_function(value)
-        elif isinstance(value, staticmethod | classmethod) and isinstance(value.__func__, FunctionType):
-            _remember_function(value.__func__)
-        elif isinstance(value, property):
-            for accessor in (value.fget, value.fset):
-                if isinstance(accessor, FunctionType):
-                    _remember_function(accessor)
-        elif isinstance(value, ModuleType | type) and _ours(value):
-            _remember(value)
-
-
-def _remember_torch() -> None:
-    for module in (torch, F, torch.testing, torch.linalg, torch.nn.init, math, builtins, functools):
-        _remember(module)
-    for value in (*vars(nn).values(), torch.Tensor):
-        if isinstance(value, type) and issubclass(value, nn.Module | torch.Tensor):
-            _remember(value)
-
-
-def protect(module_name: str) -> None:
-    """Snapshot a checks module, everything of ours it uses (framework, reference), and torch.
-
-    Each stage's checks module calls this as its last line, so the snapshot is taken when the
-    notebook imports the checks (the grader imports them before any student cell runs)."""
-    module = sys.modules[module_name]
-    _MODULES.setdefault(module_name, module)
-    _remember_torch()
-    _remember(sys.modules[__name__])
-    _remember(module)
-
-
-def _torch_wraps(new: Any, old: Any) -> bool:
-    """Whether `new` is PyTorch's own wrapper around `old` (torch wraps some of its functions
-    lazily: torch.manual_seed when dynamo loads, an optimizer class's step on first use)."""
-    value = new
-    for _ in range(4):
-        code = getattr(value, "__code__", None)
-        if code is None or not code.co_filename.startswith(_TORCH_DIR):
-            return False
-        value = getattr(value, "__wrapped__", None)
-        if value is old:
-            return True
-    return False
-
-
-def _inherited(owner: type, name: str) -> Any:
-    return next((vars(base)[name] for base in owner.__mro__[1:] if name in vars(base)), _MISSING)
-
-
-def restore_tools() -> list[str]:
-    """Put back every protected tool that notebook code replaced; warn (on stdout) when any was."""
-    replaced: list[str] = []
-    for owner, namespace in list(_SNAPSHOTS.values()):
-        current = vars(owner)
-        for name, value in namespace.items():
-            now = current.get(name, _MISSING)
-            if now is value:
-                continue
-            if _torch_wraps(now, value):
-                namespace[name] = now  # PyTorch's own doing: adopt it
-                continue
-            setattr(owner, name, value)
-            replaced.append(_label(owner, name))
-        if isinstance(owner, type):  # an attribute added to a class can shadow its base's (Tensor.__eq__)
-            for name in [name for name in current if name not in namespace]:
-                if _torch_wraps(current[name], _inherited(owner, name)):
-                    namespace[name] = current[name]
-                    continue
-                delattr(owner, name)
-                replaced.append(_label(owner, name))
-    for function, code, defaults, keyword_defaults, cells in list(_FUNCTIONS.values()):
-        if function.__code__ is not code or function.__defaults__ is not defaults \
-                or function.__kwdefaults__ is not keyword_defaults:
-            function.__code__, function.__defaults__, function.__kwdefaults__ = code, defaults, keyword_defaults
-            replaced.append(f"{function.__module__}.{function.__qualname__} (its code)")
-        for cell, content in zip(function.__closure__ or (), cells, strict=False):
-            if cell.cell_contents is not content:
-                cell.cell_contents = content
-                replaced.append(f"{function.__module__}.{function.__qualname__} (its closure)")
-    for name, module in _MODULES.items():
-        if sys.modules.get(name) is not module:
-            sys.modules[name] = module
-            replaced.append(f"sys.modules[{name!r}]")
-    if replaced:
-        shown = ", ".join(dict.fromkeys(replaced))
-        print(f"⚠ code in this notebook replaced {shown[:300]}{'…' if len(shown) > 300 else ''}; "
-              "the checks put the originals back and grade with them.")
-    return replaced

@@ -30,7 +30,6 @@ from transformer_course.checks.framework import (
     expect_tensor,
     fail,
     generator,
-    protect,
     randn,
     reject_builtin_modules,
     student_code,
@@ -976,6 +975,3 @@ def no_builtin_modules(Transformer: type[nn.Module], **sizes: float) -> None:
     except Exception:  # noqa: BLE001  (a crash is graded by the checks of the part that crashes, not here)
         pass
     reject_builtin_modules(model, "Transformer")
-
-
-protect(__name__)  # snapshot the tools these checks use (see framework.protect)

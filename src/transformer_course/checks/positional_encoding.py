@@ -6,10 +6,13 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
+from transformer_course.checks import differential
+from transformer_course.checks.boundary import on_student_side
 from transformer_course.checks.compare import index_ranges
 from transformer_course.checks.framework import (
     Diagnosis,
@@ -18,7 +21,6 @@ from transformer_course.checks.framework import (
     expect_close,
     expect_shape,
     fail,
-    protect,
     randn,
     student_code,
     summary,
@@ -29,28 +31,17 @@ __all__ = ["buffer_shape", "dropout_behaviour", "forward_adds_encoding", "summar
 from transformer_course.reference import PositionalEncoding as ReferencePositionalEncoding
 
 
-def _table(d_model: int, max_seq_length: int, *, swap: bool = False, exponent_scale: float = 2.0,
-           use_index_i: bool = False, cos_first_odd_only: bool = False, start: int = 0,
-           cos_everywhere: bool = False, sin_everywhere: bool = False) -> torch.Tensor:
-    """The sinusoid table (max_seq_length, d_model) in float64, optionally with a known mistake."""
-    position = torch.arange(start, start + max_seq_length, dtype=torch.float64).unsqueeze(1)
-    i = torch.arange(d_model // 2, dtype=torch.float64)  # (d_model / 2,)
-    exponent = (i if use_index_i else exponent_scale * i) / d_model
-    angle = position / torch.pow(10000.0, exponent)  # (max_seq_length, d_model / 2)
-    even, odd = (torch.cos(angle), torch.sin(angle)) if swap else (torch.sin(angle), torch.cos(angle))
-    if cos_everywhere:
-        even = torch.cos(angle)
-    if sin_everywhere:
-        odd = torch.sin(angle)
+def _table(d_model: int, max_seq_length: int) -> torch.Tensor:
+    """The paper's sinusoid table (max_seq_length, d_model) in float64."""
+    position = torch.arange(max_seq_length, dtype=torch.float64).unsqueeze(1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,)
+    angle = position / torch.pow(10000.0, two_i / d_model)  # (max_seq_length, d_model / 2)
     table = torch.zeros(max_seq_length, d_model, dtype=torch.float64)
-    table[:, 0::2] = even
-    if cos_first_odd_only:
-        table[:, 1] = odd[:, 0]
-    else:
-        table[:, 1::2] = odd
+    table[:, 0::2], table[:, 1::2] = torch.sin(angle), torch.cos(angle)
     return table
 
 
+@on_student_side
 def _pe_buffer(module: nn.Module) -> torch.Tensor:
     buffers = dict(module.named_buffers())
     if "pe" not in buffers:
@@ -91,6 +82,7 @@ def _build_crash_cause(d_model: int, max_seq_length: int) -> Callable[[RuntimeEr
     return cause
 
 
+@on_student_side
 def _build(PositionalEncoding: type[nn.Module], d_model: int, max_seq_length: int, dropout: float) -> nn.Module:
     with crash_explained(
         f"building the table crashed on a size mismatch (d_model={d_model}, max_seq_length={max_seq_length}).",
@@ -100,28 +92,6 @@ def _build(PositionalEncoding: type[nn.Module], d_model: int, max_seq_length: in
         when=_size_mismatch,
     ), student_code():
         return PositionalEncoding(d_model, max_seq_length, dropout)
-
-
-TABLE_SUSPECTS = {
-    "sin and cos are swapped: sin belongs in the even columns 0, 2, 4, ... and cos in the odd ones.": (
-        lambda d, n: _table(d, n, swap=True)
-    ),
-    "the exponent uses i instead of 2i: divide by 10000^(2i / d_model), where 2i is the even column index.": (
-        lambda d, n: _table(d, n, use_index_i=True)
-    ),
-    "the exponent is doubled (4i / d_model): `torch.arange(0, d_model, 2)` already gives 2i, "
-    "so do not multiply it by 2 again.": lambda d, n: _table(d, n, exponent_scale=4.0),
-    "cos is written to column 1 only: use the slice `pe[:, 1::2]` for every odd column.": (
-        lambda d, n: _table(d, n, cos_first_odd_only=True)
-    ),
-    "positions start at 1: the first token has position 0.": lambda d, n: _table(d, n, start=1),
-    "cos is in the even columns too: the even columns 0, 2, 4, ... hold sin.": (
-        lambda d, n: _table(d, n, cos_everywhere=True)
-    ),
-    "sin is in the odd columns too: the odd columns 1, 3, 5, ... hold cos of the same angle.": (
-        lambda d, n: _table(d, n, sin_everywhere=True)
-    ),
-}
 
 
 # --- what a wrong table does ------------------------------------------------------------------------
@@ -431,6 +401,41 @@ def diagnose_forward(got: torch.Tensor, x: torch.Tensor, pe: torch.Tensor) -> Di
     return None
 
 
+@on_student_side
+def _forward_twice(module: nn.Module, x: torch.Tensor, max_seq_length: int) -> tuple[Any, Any]:
+    """The student's forward on x, twice, in eval mode and float64."""
+    module = module.double().eval()
+    seq_len, d_model = x.size(1), x.size(2)
+    with crash_explained(
+        f"forward crashed on x of shape {tuple(x.shape)} (batch, seq_len, d_model), "
+        f"max_seq_length={max_seq_length}.",
+        expected=f"pe sliced to (1, seq_len, d_model) = (1, {seq_len}, {d_model}), which broadcasts over x",
+        cause="a wrong slice of pe: axis 1 of pe is the position, so keep its first x.size(1) rows, "
+              "self.pe[:, :x.size(1)] (x.size(0) is the batch, x.size(2) is d_model).",
+        when=_size_mismatch,
+    ), torch.no_grad(), student_code():
+        return module(x.clone()), module(x.clone())
+
+
+@on_student_side
+def _train_then_eval(module: nn.Module, x: torch.Tensor, seed: int) -> tuple[Any, Any]:
+    """The student's forward on x in train mode (torch seeded with `seed`), then in eval mode."""
+    module = module.double()
+    with torch.random.fork_rng(devices=[]), torch.no_grad(), student_code():
+        torch.manual_seed(seed)
+        module.train()
+        trained = module(x)
+        module.eval()
+        return trained, module(x)
+
+
+def _context(d_model: int, max_seq_length: int, seq_len: int | None = None) -> differential.Context:
+    sizes = {"position": max_seq_length, "d_model": d_model, "column pair": d_model // 2}
+    if seq_len is not None:
+        sizes = {"position": seq_len, "d_model": d_model}
+    return differential.Context(sizes=sizes, quantities={"d_model": d_model, "max_seq_length": max_seq_length})
+
+
 @check("PositionalEncoding stores a `pe` buffer of shape (1, max_seq_length, d_model)")
 def buffer_shape(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq_length: int = 50) -> None:
     module = _build(PositionalEncoding, d_model, max_seq_length, 0.0)
@@ -446,11 +451,19 @@ def buffer_shape(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq
 def table_values(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq_length: int = 60) -> None:
     got = _pe_buffer(_build(PositionalEncoding, d_model, max_seq_length, 0.0))
     expected = _table(d_model, max_seq_length).unsqueeze(0)
-    suspects = {cause: (lambda make=make: make(d_model, max_seq_length).unsqueeze(0))
-                for cause, make in TABLE_SUSPECTS.items()}
+
+    def diagnose(table: torch.Tensor) -> Diagnosis | None:
+        """What the table does (its formula, fitted to its values) and the line that first computes something
+        else than the reference (the two constructors recorded operation by operation)."""
+        described = diagnose_table(table, d_model, max_seq_length)
+        student = differential.traced(PositionalEncoding, d_model, max_seq_length, 0.0)
+        reference = differential.traced_call(ReferencePositionalEncoding, d_model, max_seq_length, 0.0)
+        engine = differential.explain(student, reference, table, reference.output.pe,
+                                      _context(d_model, max_seq_length), ("batch", "position", "column"))
+        return differential.combined(described, engine)
+
     expect_close(
-        "pe", got, expected, atol=1e-4, rtol=1e-4, suspects=suspects, axes=("batch", "position", "column"),
-        diagnose=lambda table: diagnose_table(table, d_model, max_seq_length),
+        "pe", got, expected, atol=1e-4, rtol=1e-4, axes=("batch", "position", "column"), diagnose=diagnose,
         cause="check the formula PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same angle).",
     )
 
@@ -458,17 +471,9 @@ def table_values(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq
 @check("forward adds pe[:, :seq_len] to the input (eval mode, so no dropout)")
 def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq_length: int = 40,
                           seq_len: int = 7) -> None:
-    module = _build(PositionalEncoding, d_model, max_seq_length, 0.1).double().eval()
+    module = _build(PositionalEncoding, d_model, max_seq_length, 0.1)
     x = randn(3, seq_len, d_model, seed=1)
-    with crash_explained(
-        f"forward crashed on x of shape {tuple(x.shape)} (batch, seq_len, d_model), "
-        f"max_seq_length={max_seq_length}.",
-        expected=f"pe sliced to (1, seq_len, d_model) = (1, {seq_len}, {d_model}), which broadcasts over x",
-        cause="a wrong slice of pe: axis 1 of pe is the position, so keep its first x.size(1) rows, "
-              "self.pe[:, :x.size(1)] (x.size(0) is the batch, x.size(2) is d_model).",
-        when=_size_mismatch,
-    ), torch.no_grad(), student_code():
-        got, again = module(x.clone()), module(x.clone())
+    got, again = _forward_twice(module, x, max_seq_length)
     if isinstance(got, torch.Tensor) and isinstance(again, torch.Tensor) and got.shape == again.shape \
             and not torch.equal(got, again):
         fail(
@@ -486,33 +491,27 @@ def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16
         fail("forward(x) is the positional table alone.", expected=f"x + pe, shape {tuple(x.shape)}",
              got=f"pe[:, :seq_len], shape {tuple(got.shape)}",
              cause="forward returns only the table: add it to x, do not replace x.")
-    expect_close(
-        "forward(x)", got, expected, atol=1e-4, rtol=1e-4, axes=("batch", "position", "feature"),
-        diagnose=lambda output: diagnose_forward(output, x, reference.pe),
-        suspects={
-            "forward returns x unchanged: add the positional table.": lambda: x,
-            "forward returns only the table: add it to x, do not replace x.": lambda: pe.expand_as(x),
-            "a single row of pe, pe[:, seq_len], is added to every position: slice with a colon, "
-            "self.pe[:, :x.size(1)], to get one row per position.": lambda: x + reference.pe[:, seq_len],
-            "the embeddings are scaled by sqrt(d_model) here: that scaling belongs to the Encoder/Decoder "
-            "(stage 4), not to PositionalEncoding.": lambda: x * math.sqrt(d_model) + pe,
-        },
-        cause="return x + self.pe[:, :x.size(1)] (the slice keeps only the first seq_len positions).",
-    )
+
+    def diagnose(output: torch.Tensor) -> Diagnosis | None:
+        described = diagnose_forward(output, x, reference.pe)
+        student = differential.traced(module, x, names=("x",))
+        recorded = differential.traced_call(reference, x, names=("x",))
+        return differential.combined(described, differential.explain(
+            student, recorded, output, expected, _context(d_model, max_seq_length, seq_len),
+            ("batch", "position", "feature")))
+
+    expect_close("forward(x)", got, expected, atol=1e-4, rtol=1e-4, axes=("batch", "position", "feature"),
+                 diagnose=diagnose, cause="return x + self.pe[:, :x.size(1)] (the slice keeps only the first "
+                                          "seq_len positions).")
 
 
 @check("dropout is applied after the addition in train mode and switched off in eval mode")
 def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq_length: int = 40) -> None:
     p = 0.5
-    module = _build(PositionalEncoding, d_model, max_seq_length, p).double()
+    module = _build(PositionalEncoding, d_model, max_seq_length, p)
     x = randn(4, 10, d_model, seed=2)
     summed = x + _table(d_model, max_seq_length)[:10]
-    torch.manual_seed(0)
-    with torch.no_grad(), student_code():
-        module.train()
-        trained = module(x)
-        module.eval()
-        evaluated = module(x)
+    trained, evaluated = _train_then_eval(module, x, 0)
     if not isinstance(trained, torch.Tensor) or trained.shape != x.shape:
         fail("forward returned the wrong thing.", expected=f"shape {tuple(x.shape)}",
              got=getattr(trained, "shape", type(trained).__name__), cause="return a tensor shaped like x.")
@@ -535,6 +534,3 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
     expect_close("forward(x) in eval mode", evaluated, summed, atol=1e-4, rtol=1e-4,
                  cause="in eval mode dropout must do nothing: use nn.Dropout (self.dropout), not F.dropout "
                        "with training=True.")
-
-
-protect(__name__)  # snapshot the tools these checks use (see framework.protect)

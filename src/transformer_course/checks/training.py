@@ -27,7 +27,6 @@ from transformer_course.checks.framework import (
     expect_tensor,
     fail,
     generator,
-    protect,
     student_code,
     summary,
     tensors_close,
@@ -868,6 +867,3 @@ def train_epoch_mean_loss_per_token(train_epoch: Callable[..., Any], sizes: Sequ
                                       "backpropagated, computed before the update.": after_update},
                  cause="`loss` must be the batch's mean loss from compute_loss; the given lines weight it by "
                        "the batch's real tokens.")
-
-
-protect(__name__)  # snapshot the tools these checks use (see framework.protect)

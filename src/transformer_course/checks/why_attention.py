@@ -24,7 +24,6 @@ from transformer_course.checks.framework import (
     expect_close,
     expect_shape,
     fail,
-    protect,
     randn,
     reject_builtin_modules,
     student_code,
@@ -375,6 +374,3 @@ def sentences_are_independent(AdditiveAttention: AttentionClass, batch: int = 3,
                  cause="the softmax must run over each query's own source positions (dim=-1), never over the "
                        "batch (dim=0), and padding must be hidden with the mask's query axis, "
                        "mask.unsqueeze(1) == 0." + FIX_SCORE_FIRST)
-
-
-protect(__name__)  # snapshot the tools these checks use (see framework.protect)

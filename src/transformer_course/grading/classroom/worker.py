@@ -2,7 +2,7 @@
 
 The batch grader starts one of these per student (so a crash stays with that student) and reads
 the JSON it prints last. nbgrader is driven through its Python API, so its start-up cost is paid
-once per student, not once per command. nbgrader's Execute step is the course's `SealedExecute`
+once per student, not once per command. nbgrader's Execute step is the course's `JudgedExecute`
 (`transformer_course.grading.sandbox.executor`): all of this student's notebooks run in one sandboxed
 runner zygote (`transformer_course.grading.sandbox.isolation` confines it, `.runner` serves it), which
 imports torch and the course once for all of them.
@@ -33,7 +33,7 @@ from transformer_course.grading.sandbox.executor import Session
 def course_config(course: Path, class_dir: Path, db_url: str, timeout: int) -> Config:
     """The course's nbgrader configuration for this class, with the course's Execute and its time limit."""
     config = nbgrader_config(course, class_dir, db_url)
-    config.SealedExecute.timeout = timeout
+    config.JudgedExecute.timeout = timeout
     pipeline = config.Autograde.get("autograde_preprocessors") or Autograde.class_traits()[
         "autograde_preprocessors"].default()
     config.Autograde.autograde_preprocessors = executor.autograde_pipeline(list(pipeline))

@@ -1,36 +1,29 @@
-"""The grader's side of notebook execution: a student's sandboxed runner and nbgrader's Execute step.
+"""The grader's verdicts: nbgrader's Execute step, with every grade cell judged where no student code runs.
 
-`Session` starts one student's zygote (`transformer_course.grading.sandbox.runner`), by default confined by
-`transformer_course.grading.sandbox.isolation`, and talks to it over pipes: ordinary cells come back with
-their outputs, grade cells with the records the child's audit hook wrote. `judge` decides a grade
-cell from those records alone: it passes only when the cell ended normally, every check the cell
-calls reported a verdict in the order the cell calls them, every verdict passed, and no check
-announced a failure on the way (even one that notebook code swallowed). Anything else on the
-channel — bytes that are not records, a record with a wrong nonce, a second end — is tampering:
-the cell fails and the submission is flagged.
+`JudgedExecute` replaces nbgrader's Execute in the autograde pipeline. It runs a notebook's ordinary cells
+in the student's sandboxed runner (`session`, `runner`) and keeps their outputs, as a kernel would. A grade
+cell is never run there: its source (nbgrader restores it from the gradebook, so it is the instructor's) is
+read here, and must be a list of `assert check.NAME(name, ..., keyword=literal, ...)` lines. Each check runs
+in *this* process, against a throwaway servant forked from the notebook's state at that cell: whatever
+the check needs from the student's objects it asks for as an experiment (`checks.boundary`), and only
+values come back. The verdict, the message and the cell's outputs are made here. A grade cell's hidden
+part runs the same way after the notebook's last cell, against a snapshot taken at that cell.
 
-`SealedExecute` is the nbgrader preprocessor (it replaces nbgrader's Execute in the autograde
-pipeline): it runs every code cell through a session, restarts a runner that died (os._exit, a
-crash, the memory limit) and replays the cells above it, stops a cell that runs past the time
-limit, and records the findings (reference solution used, tools replaced, tampering) in the
-notebook's metadata for the batch grader's CSV.
+A runner that dies (os._exit, a crash, the memory limit) costs the cell that killed it: a new runner is
+forked, the cells above that ran cleanly are run again (and the snapshots retaken), and the notebook goes
+on. A cell that runs past the time limit is stopped. What the grader flags for review (the reference
+solution handed in, run, or copied in at run time) is written to the notebook's metadata for the batch
+grader.
 """
 
 from __future__ import annotations
 
 import ast
-import functools
 import importlib
 import os
 import re
-import secrets
-import select
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,71 +34,146 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer
 
 from transformer_course.grading.cells import checks_module, is_grade_cell, split_hidden
-from transformer_course.grading.sandbox import profiling, seal
-from transformer_course.grading.sandbox.runner import PRIVATE_FOLDERS, encode_request
+from transformer_course.grading.sandbox import fingerprint, profiling
+from transformer_course.grading.sandbox.channel import StudentName
+from transformer_course.grading.sandbox.session import (
+    CellTimedOut,
+    ChannelBroken,
+    RunnerDied,
+    ServantFailed,
+    Session,
+    grading_environment,
+    sandboxed_launcher,
+)
 
-MAX_RECORD = 64 * 2**20
-KERNEL_DIED = ("the Python process running your notebook stopped while running this cell (os._exit, a crash in "
-               "native code, or more memory than allowed); this cell scores 0, the cells after it still ran")
 FINDINGS_KEY = "transformer_course"  # notebook metadata key holding the findings for the batch grader
 
 
-class ChannelBroken(Exception):
-    """The runner's replies are not what the protocol says (tampering, or the runner is gone)."""
+# --- grade cells as the grader reads them ----------------------------------------------------------------
 
 
-class RunnerDied(Exception):
-    """The notebook's runner process ended (the zygote said how)."""
+class GradeCellError(ValueError):
+    """A grade cell that is not a list of `assert check.NAME(...)` lines."""
 
 
-class ChannelTampered(RunnerDied):
-    """Notebook code wrote into the grader's channel: the session is closed and must be restarted."""
+@dataclass(frozen=True)
+class CheckCall:
+    """`assert check.NAME(arg, ..., key=value, ...)`: notebook names as arguments, literals as keywords."""
+
+    name: str
+    args: tuple[str, ...]
+    kwargs: tuple[tuple[str, Any], ...]
 
 
-CHANNEL_TAMPERED = ("your notebook wrote into the grader's own channel, so its process was stopped and this "
-                    "cell scores 0")
+def parse_checks(source: str) -> list[CheckCall]:
+    """The check calls of (one part of) a grade cell, in order; GradeCellError for anything else."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
+        raise GradeCellError(f"the grade cell cannot be read ({type(error).__name__})") from None
+    calls = []
+    for statement in tree.body:
+        node = statement.test if isinstance(statement, ast.Assert) else (
+            statement.value if isinstance(statement, ast.Expr) else None)
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "check"):
+            raise GradeCellError(f"line {statement.lineno} of the grade cell is not `assert check.NAME(...)`")
+        if not all(isinstance(arg, ast.Name) for arg in node.args):
+            raise GradeCellError(f"line {statement.lineno}: a check's arguments must be names from the notebook")
+        try:
+            kwargs = tuple((keyword.arg, ast.literal_eval(keyword.value)) for keyword in node.keywords
+                           if keyword.arg is not None)
+        except ValueError:
+            raise GradeCellError(f"line {statement.lineno}: a check's keywords must be plain values") from None
+        if len(kwargs) != len(node.keywords):
+            raise GradeCellError(f"line {statement.lineno}: **keywords are not allowed in a grade cell")
+        calls.append(CheckCall(node.func.attr, tuple(arg.id for arg in node.args), kwargs))
+    return calls
 
 
-class CellTimedOut(TimeoutError):
-    """A cell ran past its time limit and was stopped; args[0] holds the outputs it had by then."""
+def parse_grade_cell(source: str) -> tuple[list[CheckCall], list[CheckCall]]:
+    """(visible calls, hidden calls) of a grade cell."""
+    visible, hidden = split_hidden(source)
+    return parse_checks(visible), parse_checks(hidden) if hidden.strip() else []
+
+
+# --- judging -------------------------------------------------------------------------------------------------
 
 
 @dataclass
-class GradeOutcome:
+class Verdict:
+    name: str
+    title: str
     passed: bool
-    outputs: list[dict[str, Any]]
-    findings: list[str] = field(default_factory=list)
     message: str = ""
-    imported: int = 0  # modules the cell's sealed child imported (thrown away with it; see runner.warm_up_torch)
 
 
-# --- launching a zygote --------------------------------------------------------------------------
+@dataclass
+class Judged:
+    """What the checks of one part of a grade cell decided."""
+
+    verdicts: list[Verdict] = field(default_factory=list)
+    error: tuple[str, str] | None = None  # (ename, evalue) of the cell's error, None when every check passed
+    notes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None
 
 
-Launcher = Callable[..., Any]
+def judge(calls: list[CheckCall], checks: str | None, servant: Any, timeout: float) -> Judged:
+    """Run each check here, its experiments in the servant; stop at the first that fails (as `assert` does)."""
+    from transformer_course.checks.boundary import judging
+    from transformer_course.checks.framework import run_check
+    judged = Judged()
+    module = importlib.import_module(checks) if checks else None
+    for call in calls:
+        function = getattr(module, call.name, None) if module is not None else None
+        inner, title = getattr(function, "__wrapped__", None), getattr(function, "check_title", None)
+        if inner is None or not isinstance(title, str):
+            judged.error = ("AttributeError", f"the checks have no check named {call.name!r}")
+            break
+        args = tuple(StudentName(name) for name in call.args)
+        try:
+            with judging(servant):
+                result = run_check(inner, title, args, dict(call.kwargs))
+        except ServantFailed as failure:
+            judged.error = (("CellTimeoutError", f"this cell ran longer than {timeout:g} s and was stopped")
+                            if str(failure) == "timeout" else
+                            ("KernelDied", f"the process running your code for this check stopped ({failure}); "
+                                           "this cell scores 0"))
+            break
+        judged.verdicts.append(Verdict(call.name, title, result.passed, result.message))
+        if not result.passed:
+            judged.error = ("CheckFailed", f"✘ {title}: {result.message}")
+            break
+    judged.notes = list(getattr(servant, "notes", []))
+    return judged
 
 
-class PlainProcess(subprocess.Popen):
-    """The zygote without a sandbox, in a private working folder and TMPDIR removed at close."""
-
-    def __init__(self, argv: list[str], private: str, **kwargs: Any) -> None:
-        self.private = private
-        super().__init__(argv, **kwargs)
-
-    def close(self) -> None:
-        shutil.rmtree(self.private, ignore_errors=True)
+NOTE_WORDS = {
+    "reference": "hands in the course's reference solution itself ({reference})",
+    "subclass": "hands in a subclass of the course's reference solution ({reference})",
+    "runs": "runs the course's reference solution ({reference}) from inside its own code",
+    "copy": "runs a copy of the reference solution's code ({reference}) that is not written in the notebook "
+            "(made while it ran: exec, eval, an import, unpickling...)",
+}
 
 
-def plain_launcher(argv: list[str], *, environment: dict[str, str], pass_fds: tuple[int, ...],
-                   stderr: Any) -> subprocess.Popen:
-    """Start the zygote without a sandbox (tests of the runner itself), in folders of its own."""
-    private = tempfile.mkdtemp(prefix="course-runner-")
-    work, tmp = os.path.join(private, "work"), os.path.join(private, "tmp")
-    os.mkdir(work)
-    os.mkdir(tmp)
-    environment = {**environment, "TMPDIR": tmp, PRIVATE_FOLDERS: "1"}
-    return PlainProcess(argv, private, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                        env=environment, cwd=work, pass_fds=pass_fds, start_new_session=True)
+def findings_from(notes: list[dict[str, Any]], written: set[str], labels: set[str]) -> list[str]:
+    """What to flag from the servant's notes: a copy counts only when no cell of the notebook holds that code
+    (`written`: digests of the notebook's own functions); `labels` are the reference parts it may name."""
+    found = []
+    for note in notes:
+        kind, reference, digest = note.get("kind"), note.get("reference"), note.get("digest", "")
+        if kind not in NOTE_WORDS or reference not in labels:
+            continue
+        if kind == "copy" and digest in written:
+            continue
+        text = NOTE_WORDS[kind].format(reference=reference)
+        if text not in found:
+            found.append(text)
+    return found
 
 
 def preload_modules(notebooks: list[NotebookNode]) -> list[str]:
@@ -145,363 +213,16 @@ def exercise_names(notebook: NotebookNode) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-# --- a session ------------------------------------------------------------------------------------
 
 
-class Session:
-    """One student's zygote. Use as a context manager; `notebook()` opens a runner for one notebook."""
-
-    def __init__(self, preload: list[str], environment: dict[str, str] | None = None,
-                 launcher: Launcher | None = None, warm_up: bool = True) -> None:
-        self.preload, self.warm_up = preload, warm_up
-        self.environment = dict(environment if environment is not None else os.environ)
-        self.launcher = launcher or plain_launcher
-        self.process: Any = None
-        self.buffer = b""
-        self.control_write: int | None = None
-        self.log = tempfile.TemporaryFile()
-
-    # lifecycle -------------------------------------------------------------------------------------
-
-    def start(self, timeout: float = 600) -> Session:
-        """Start the zygote and wait until it is ready (imports done, defences armed)."""
-        control_read, control_write = os.pipe()
-        argv = [sys.executable, "-m", "transformer_course.grading.sandbox.runner", "--preload", ",".join(self.preload),
-                *([] if self.warm_up else ["--no-warm-up"]),
-                "--control", str(control_read)]
-        self.log.seek(0)
-        self.log.truncate()
-        with profiling.phase("zygote start (sandbox, imports, arming)", self.cpu_seconds):
-            self.process = self.launcher(argv, environment=self.environment, pass_fds=(control_read,),
-                                         stderr=self.log)
-            os.close(control_read)
-            self.control_write = control_write
-            self.buffer = b""
-            self._await("ready", timeout)
-        return self
-
-    def cpu_seconds(self) -> float:
-        """CPU seconds used so far by the sandbox's processes (see profiling.tree_cpu_seconds)."""
-        return profiling.tree_cpu_seconds(self.process.pid) if self.process is not None else 0.0
-
-    def _await(self, op: str, timeout: float) -> None:
-        try:
-            for record in self.records(time.monotonic() + timeout):
-                if record.get("op") == op:
-                    return
-                if record.get("op") == "runner-exit":
-                    raise RunnerDied(self._death(record))
-                raise ChannelBroken(f"an unexpected record arrived while waiting for '{op}'")
-        except TimeoutError:
-            raise RunnerDied(f"the grading process was not {op} after {timeout:g} s ({self.stderr_tail()})") from None
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def close(self) -> None:
-        if self.process is None:
-            return
-        with suppress(OSError):
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if hasattr(self.process, "close"):
-            self.process.close()
-        if self.control_write is not None:
-            with suppress(OSError):
-                os.close(self.control_write)
-        self.control_write = None
-        self.process = None
-
-    def __enter__(self) -> Session:
-        return self if self.process is not None else self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def stderr_tail(self, lines: int = 5) -> str:
-        self.log.seek(0)
-        text = self.log.read()[-20_000:].decode("utf-8", "replace")
-        return " | ".join(text.strip().splitlines()[-lines:])
-
-    def reason(self) -> str | None:
-        """Why the sandbox ended, when its launcher knows (e.g. the memory limit)."""
-        explain = getattr(self.process, "reason", None)
-        return explain() if callable(explain) else None
-
-    # protocol -----------------------------------------------------------------------------------
-
-    def send(self, request: dict[str, Any]) -> None:
-        try:
-            self.process.stdin.write(encode_request(request))
-            self.process.stdin.flush()
-        except (OSError, ValueError) as error:
-            raise RunnerDied(f"the grading process is gone ({error})") from None
-
-    def control(self, command: bytes) -> None:
-        if self.control_write is not None:
-            with suppress(OSError):
-                os.write(self.control_write, command)
-
-    def records(self, deadline: float) -> Iterator[dict[str, Any]]:
-        """Decoded records as they arrive until `deadline` (then TimeoutError)."""
-        fd = self.process.stdout.fileno()
-        while True:
-            while len(self.buffer) >= 12:
-                if self.buffer[:4] != seal.RECORD_MAGIC:
-                    raise ChannelBroken("bytes that are not the grader's records arrived on its channel")
-                size = int.from_bytes(self.buffer[4:12], "big")
-                if size > MAX_RECORD:
-                    raise ChannelBroken(f"a record of {size} bytes arrived on the grader's channel")
-                if len(self.buffer) < 12 + size:
-                    break
-                payload, self.buffer = self.buffer[12:12 + size], self.buffer[12 + size:]
-                try:
-                    record = seal.unpack(payload)
-                except (ValueError, UnicodeDecodeError) as error:
-                    raise ChannelBroken(f"an unreadable record arrived on the grader's channel ({error})") from None
-                if not isinstance(record, dict):
-                    raise ChannelBroken("a record that is not a message arrived on the grader's channel")
-                yield record
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
-            if not ready:
-                continue
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                raise RunnerDied(f"the grading process ended ({self.reason() or self.stderr_tail()})")
-            self.buffer += chunk
-
-    # notebooks ----------------------------------------------------------------------------------
-
-    def notebook(self, checks: str, exercises: list[str], cwd: str, timeout: float = 300) -> None:
-        """Fork a runner for one notebook and wait until it is ready for its first cell."""
-        self.send({"op": "notebook", "checks": checks, "exercises": exercises, "cwd": cwd})
-        self._await("runner-ready", timeout)
-
-    def end_notebook(self, timeout: float = 30) -> None:
-        self.send({"op": "end"})
-        try:
-            for record in self.records(time.monotonic() + timeout):
-                if record.get("op") == "runner-exit":
-                    return
-        except (TimeoutError, ChannelBroken):
-            self.control(b"k")
-
-    def wait_runner_exit(self, timeout: float = 10) -> str:
-        with suppress(TimeoutError, ChannelBroken):
-            for record in self.records(time.monotonic() + timeout):
-                if record.get("op") == "runner-exit":
-                    return str(record.get("status"))
-        return "?"
-
-    def next_record(self, deadline: float) -> dict[str, Any]:
-        """The next record, waiting until `deadline` at most (then TimeoutError)."""
-        return next(self.records(deadline))
-
-    def run_cell(self, index: int, source: str, timeout: float) -> list[dict[str, Any]]:
-        """Outputs of an ordinary cell. Raises RunnerDied, or CellTimedOut after interrupting it (with the
-        outputs it had when it stopped; a runner that ignored the interrupt is killed)."""
-        nonce = secrets.token_hex(16)
-        self.send({"op": "cell", "index": index, "source": source, "nonce": nonce})
-        deadline = time.monotonic() + timeout
-        interrupted = False
-        while True:
-            try:
-                record = self.next_record(deadline)
-            except ChannelBroken as error:
-                self.close()
-                raise ChannelTampered(f"{CHANNEL_TAMPERED} ({error})") from None
-            except TimeoutError:
-                if interrupted:
-                    self.control(b"k")
-                    self.wait_runner_exit()
-                    raise CellTimedOut([]) from None
-                interrupted = True
-                self.control(b"i")
-                deadline = time.monotonic() + 10
-                continue
-            if record.get("op") == "runner-exit":
-                raise RunnerDied(self._death(record))
-            if record.get("op") != "cell-done" or record.get("nonce") != nonce:
-                self.close()
-                raise ChannelTampered(f"{CHANNEL_TAMPERED} (a record that is not the grader's arrived)")
-            outputs = [dict(output) for output in record.get("outputs", []) if isinstance(output, dict)]
-            if interrupted:
-                raise CellTimedOut(outputs)
-            return outputs
-
-    def run_grade_cell(self, index: int, source: str, titles: list[str], timeout: float) -> GradeOutcome:
-        """Run a grade cell in a sealed child and judge it from the records (see `judge`)."""
-        nonce = secrets.token_hex(16)
-        visible, hidden = split_hidden(source)
-        self.send({"op": "grade", "index": index, "visible": visible, "hidden": hidden, "nonce": nonce})
-        records: list[dict[str, Any]] = []
-        problems: list[str] = []
-        deadline = time.monotonic() + timeout
-        timed_out = False
-        try:
-            for record in self.records(deadline):
-                if record.get("op") == "runner-exit":
-                    raise RunnerDied(self._death(record))
-                if record.get("nonce") != nonce:
-                    problems.append("a record without the grader's nonce arrived while this cell ran")
-                    continue
-                if record.get("op") == "grade-exit":
-                    records.append({"record": "exit", "status": record.get("status")})
-                    break
-                records.append(record)
-        except TimeoutError:
-            timed_out = True
-            self.control(b"i")
-            with suppress(TimeoutError):
-                for record in self.records(time.monotonic() + 10):
-                    if record.get("op") == "runner-exit":
-                        raise RunnerDied(self._death(record)) from None
-                    if record.get("op") == "grade-exit" and record.get("nonce") == nonce:
-                        break
-        except ChannelBroken as error:
-            self.close()
-            raise ChannelTampered(f"{CHANNEL_TAMPERED} ({error})") from None
-        outcome = judge(records, titles, problems, timed_out, timeout, hidden_count=_hidden_calls(hidden, titles))
-        results = [[str(r.get("name")), str(r.get("title")), r.get("passed") is True, str(r.get("message"))]
-                   for r in records if r.get("record") == "verdict" and r.get("name")]
-        if results:
-            self.send({"op": "results", "results": results})
-        return outcome
-
-    def _death(self, record: dict[str, Any]) -> str:
-        reason = self.reason()
-        status = record.get("status", "?")
-        return f"{KERNEL_DIED} [{reason or status}]"
-
-
-def _hidden_calls(hidden: str, titles: list[str]) -> int:
-    return len(re.findall(r"\bcheck\.\w+\s*\(", hidden)) if hidden else 0
-
-
-def expected_titles(source: str, checks: str | None) -> list[str]:
-    """The titles of the checks a grade cell calls, in the order it calls them (visible part, then hidden)."""
-    if not checks:
-        return []
-    visible, hidden = split_hidden(source)
-    names = [name for part in (visible, hidden) for name in re.findall(r"\bcheck\.(\w+)\s*\(", part)]
-    titles = declared_titles(checks)
-    if not all(name in titles for name in names):  # a check the source does not declare plainly: ask the module
-        module = importlib.import_module(checks)
-        return [getattr(getattr(module, name, None), "check_title", f"check.{name}") for name in names]
-    return [titles[name] for name in names]
-
-
-def module_source_path(name: str) -> str | None:
-    """The source file of module `name`, found without importing it or its parent packages
-    (`importlib.util.find_spec("a.b.c")` imports `a.b`, and the checks package imports torch)."""
-    import importlib.util
-
-    top, *rest = name.split(".")
-    spec = importlib.util.find_spec(top)
-    if spec is None or not spec.submodule_search_locations:
-        return spec.origin if spec is not None and not rest else None
-    for folder in spec.submodule_search_locations:
-        base = os.path.join(folder, *rest)
-        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
-            if os.path.isfile(candidate):
-                return candidate
-    return None
-
-
-@functools.lru_cache(maxsize=32)
-def declared_titles(checks: str) -> dict[str, str]:
-    """{function: title} of the checks a module declares with `@check("title")`, read from its source:
-    the grader need not import torch and the checks to know what a grade cell's verdicts must say
-    (tests/test_grading_speed.py compares this with the titles the imported module has)."""
-    try:
-        path = module_source_path(checks)
-        tree = ast.parse(open(path, encoding="utf-8").read()) if path else None
-    except (ImportError, OSError, SyntaxError, ValueError):
-        return {}
-    titles: dict[str, str] = {}
-    for node in tree.body if tree else []:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        for decorator in node.decorator_list:
-            if not (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Name)
-                    and decorator.func.id == "check" and len(decorator.args) == 1):
-                continue
-            title = decorator.args[0]
-            if isinstance(title, ast.Constant) and isinstance(title.value, str):
-                titles[node.name] = title.value
-    return titles
-
-
-def judge(records: list[dict[str, Any]], titles: list[str], problems: list[str], timed_out: bool,
-          timeout: float, hidden_count: int = 0) -> GradeOutcome:
-    """A grade cell's outcome from its records (see the module docstring)."""
-    notes = [r for r in records if r.get("record") == "fail"]
-    verdicts = [r for r in records if r.get("record") == "verdict"]
-    dones = [r for r in records if r.get("record") == "done"]
-    exits = [r for r in records if r.get("record") == "exit"]
-    findings: list[str] = []
-    done = dones[0] if len(dones) == 1 else {}
-    for finding in done.get("findings", []) if isinstance(done.get("findings"), list) else []:
-        if isinstance(finding, str):
-            findings.append(finding)
-    if len(dones) > 1:
-        problems.append("the grade cell reported its end more than once")
-    error = done.get("error") if isinstance(done.get("error"), list) else []
-    imported = done.get("imported") if type(done.get("imported")) is int else 0
-    shown_titles = [str(v.get("title")) for v in verdicts]
-    outputs: list[dict[str, Any]] = []
-    text = done.get("output") if isinstance(done.get("output"), str) else ""
-    visible_count = len(titles) - hidden_count
-    for position, verdict in enumerate(verdicts):
-        if position >= visible_count and verdict.get("passed") is True:
-            text += f"✔ {verdict.get('title')} (hidden test)\n"
-    if text:
-        outputs.append({"output_type": "stream", "name": "stdout", "text": text})
-
-    def failed(ename: str, evalue: str) -> GradeOutcome:
-        outputs.append({"output_type": "error", "ename": ename, "evalue": evalue,
-                        "traceback": [f"{ename}: {evalue}"]})
-        return GradeOutcome(False, outputs, findings + [f"tampering: {p}" for p in problems], evalue, imported=imported)
-
-    failing = next((v for v in verdicts if v.get("passed") is not True), None)
-    if timed_out:
-        return failed("CellTimeoutError", f"this cell ran longer than {timeout:g} s and was stopped")
-    if failing is not None:
-        return failed("CheckFailed", f"✘ {failing.get('title')}: {failing.get('message')}")
-    if error:
-        name, value = (str(error[0]), str(error[1])) if len(error) > 1 else ("Error", str(error[0]))
-        return failed(name, value)
-    if notes:
-        return failed("CheckFailed", "a check failed although the notebook's code hid the failure: "
-                      + str(notes[0].get("message", "")).splitlines()[0])
-    if problems:
-        return failed("GradingError", "the notebook interfered with the grader: " + problems[0])
-    if not dones:
-        status = exits[0].get("status") if exits else "?"
-        return failed("GradingError", f"the grade cell ended without reporting ({status})")
-    if shown_titles != titles:
-        return failed("GradingError", "the checks that ran are not the ones this cell calls "
-                      f"(expected {len(titles)}, got {len(shown_titles)})")
-    if not titles:
-        return failed("GradingError", "this grade cell ran no check")
-    return GradeOutcome(True, outputs, findings, imported=imported)
-
-
-# --- nbgrader's Execute, through a session --------------------------------------------------------
+# --- nbgrader's Execute, judged ----------------------------------------------------------------------------
 
 _SESSION: list[Session | None] = [None]
 _SESSION_FACTORY: list[Callable[[NotebookNode], Session] | None] = [None]
 
 
 def use_session_factory(factory: Callable[[NotebookNode], Session] | None) -> None:
-    """Make SealedExecute use sessions from `factory` (the batch worker sets its sandboxed one)."""
+    """Make JudgedExecute use sessions from `factory` (the batch worker sets its sandboxed one)."""
     close_session()
     _SESSION_FACTORY[0] = factory
 
@@ -523,64 +244,10 @@ def _session_for(notebook: NotebookNode) -> Session:
 
 
 def default_session(notebook: NotebookNode) -> Session:
-    """A sandboxed session for nbgrader used on its own, outside the batch grader (which sets a
-    factory of its own through `use_session_factory`)."""
+    """A sandboxed session for nbgrader used on its own, outside the batch grader (which sets a factory of
+    its own through `use_session_factory`)."""
     return Session(preload_modules([notebook]), environment=grading_environment(1),
                    launcher=sandboxed_launcher()).start()
-
-
-def grading_environment(threads: int, data_folder: str | None = None) -> dict[str, str]:
-    """The whole environment of a student's runner (added to the sandbox's base environment)."""
-    from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
-
-    environment = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg", "PLOTLY_RENDERER": "plotly_mimetype",
-                   "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-                   PRIVATE_FOLDERS: "1"}
-    data = data_folder or os.environ.get(MULTI30K_DIR)
-    if data:
-        environment[MULTI30K_DIR] = data
-    return environment
-
-
-class ConfinedProcess:
-    """`isolation.Confined` with the Popen-like face `Session` talks to."""
-
-    def __init__(self, confined: Any) -> None:
-        self.confined = confined
-        self.stdin, self.stdout = confined.process.stdin, confined.process.stdout
-        self.pid = confined.pid
-
-    def poll(self) -> int | None:
-        return self.confined.process.poll()
-
-    def wait(self, timeout: float | None = None) -> int:
-        return self.confined.wait(timeout)
-
-    def kill(self) -> None:
-        self.confined.kill()
-
-    def reason(self) -> str | None:
-        return self.confined.reason()
-
-    def close(self) -> None:
-        self.confined.close()
-
-
-def sandboxed_launcher(readable: list[str] | None = None, limits: Any = None, isolate: bool = True,
-                       course_root: Any = None) -> Launcher:
-    """A launcher that confines the zygote (transformer_course.grading.sandbox.isolation): it reads only the
-    Python environment, the course package and checkpoint, and the data folder it is given."""
-    from transformer_course.grading.sandbox import isolation
-
-    def launch(argv: list[str], *, environment: dict[str, str], pass_fds: tuple[int, ...], stderr: Any) -> Any:
-        data = [environment[name] for name in ("MULTI30K_DIR",) if environment.get(name)]
-        sandbox = isolation.Sandbox(
-            readable=tuple(readable or [*isolation.python_paths(), *isolation.course_paths(course_root), *data]),
-            environment=environment, limits=limits or isolation.Limits(), isolate=isolate)
-        return ConfinedProcess(isolation.start(sandbox, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                               stderr=stderr, pass_fds=pass_fds))
-
-    return launch
 
 
 class LimitOutputSize(NbGraderPreprocessor):
@@ -601,19 +268,28 @@ class LimitOutputSize(NbGraderPreprocessor):
 
 
 def autograde_pipeline(preprocessors: list) -> list:
-    """nbgrader's autograde pipeline with SealedExecute for Execute and LimitOutputSize after it."""
+    """nbgrader's autograde pipeline with JudgedExecute for Execute and LimitOutputSize after it."""
     replaced = []
     for preprocessor in preprocessors:
         name = preprocessor if isinstance(preprocessor, str) else preprocessor.__name__
         if name.rsplit(".", 1)[-1] == "Execute":
-            replaced += [SealedExecute, LimitOutputSize]
+            replaced += [JudgedExecute, LimitOutputSize]
         else:
             replaced.append(preprocessor)
     return replaced
 
 
-class SealedExecute(NbGraderPreprocessor):
-    """nbgrader's Execute replaced: cells run in the student's sandboxed runner (see module docstring)."""
+@dataclass
+class _Hidden:
+    """A grade cell whose hidden part waits for the end of the notebook, in a snapshot."""
+
+    index: int
+    calls: list[CheckCall]
+    snapshot: int | None = None
+
+
+class JudgedExecute(NbGraderPreprocessor):
+    """nbgrader's Execute replaced (see the module docstring)."""
 
     timeout = Integer(120, help="Seconds a cell may run.").tag(config=True)
     max_kernel_deaths = Integer(3, help="Runner crashes tolerated per notebook before giving up.").tag(config=True)
@@ -621,80 +297,164 @@ class SealedExecute(NbGraderPreprocessor):
         config=True)
 
     def preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:
-        checks = checks_module(nb)
-        cwd = os.path.join("work", re.sub(r"[^\w.-]", "_", str(resources.get("unique_key", "notebook")))[:60])
-        exercises = exercise_names(nb)
-        findings: list[str] = []
-        clean: list[int] = []
-        deaths = 0
-        session = _session_for(nb)
-        with profiling.phase("runner fork", session.cpu_seconds):
-            self._open(session, checks, exercises, cwd)
+        self.nb, self.checks = nb, checks_module(nb)
+        self.cwd = str(resources.get("cwd") or os.path.join(
+            "work", re.sub(r"[^\w.-]", "_", str(resources.get("unique_key", "notebook")))[:60]))
+        self.exercises = exercise_names(nb)
+        self.notes: list[dict[str, Any]] = []
+        self.replay: list[tuple[str, Any]] = []  # what to run again after a runner died: cells, snapshots
+        self.hidden: list[_Hidden] = []
+        self.deaths = 0
+        self.session = _session_for(nb)
+        with profiling.phase("runner fork", self.session.cpu_seconds):
+            self._open()
         count = 0
         for index, cell in enumerate(nb.cells):
             if cell.get("cell_type") != "code":
                 continue
             count += 1
             cell.execution_count = count
-            if deaths > self.max_kernel_deaths:
+            if self.deaths > self.max_kernel_deaths:
                 cell.outputs = [_error("NotRun", "not run: the notebook's process crashed too often above")]
                 continue
-            try:
-                if is_grade_cell(cell):
-                    kind = "grade cells with hidden tests" if split_hidden(cell.source)[1] else "grade cells"
-                    with profiling.phase(kind, session.cpu_seconds):
-                        outcome = session.run_grade_cell(index, cell.source, expected_titles(cell.source, checks),
-                                                         self.timeout)
-                    cell.outputs = [_node(o) for o in outcome.outputs]
-                    findings += [f for f in outcome.findings if f not in findings]
-                else:
-                    with profiling.phase("ordinary cells", session.cpu_seconds):
-                        cell.outputs = [_node(o) for o in session.run_cell(index, cell.source, self.timeout)]
-                    if not any(o.get("output_type") == "error" for o in cell.outputs):
-                        clean.append(index)
-            except CellTimedOut as stopped:
-                partial = stopped.args[0] if stopped.args and isinstance(stopped.args[0], list) else []
-                cell.outputs = [_node(o) for o in partial if o.get("output_type") != "error"]
-                cell.outputs.append(_error("CellTimeoutError", f"this cell ran longer than {self.timeout} s "
-                                           "and was stopped"))
-                if not session.alive() or not self._runner_answers(session):
-                    deaths += 1
-                    session = self._restart(session, nb, checks, exercises, cwd, clean, index)
-            except RunnerDied as died:
-                deaths += 1
-                cell.outputs = [_error("KernelDied", str(died))]
-                if isinstance(died, ChannelTampered) and "tampering: wrote into the grader's channel" not in findings:
-                    findings.append("tampering: wrote into the grader's channel")
-                self.log.warning("runner died in cell %d: %s", index, died)
-                if deaths <= self.max_kernel_deaths:
-                    session = self._restart(session, nb, checks, exercises, cwd, clean, index)
-        with suppress(RunnerDied, OSError), profiling.phase("runner end", session.cpu_seconds):
-            session.end_notebook()
+            if is_grade_cell(cell):
+                self._grade_cell(index, cell)
+            else:
+                self._ordinary_cell(index, cell)
+        self._hidden_parts()
+        with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner end", self.session.cpu_seconds):
+            self.session.end_notebook()
+        written = fingerprint.notebook_digests(nb)
+        labels = set(fingerprint.exercise_labels(self.exercises))
+        findings = findings_from(self.notes, written, labels)
         nb.metadata.setdefault(FINDINGS_KEY, {})["findings"] = findings
         return nb, resources
 
-    def _open(self, session: Session, checks: str | None, exercises: list[str], cwd: str) -> None:
-        session.notebook(checks or "transformer_course.checks.framework", exercises, cwd)
+    # cells ------------------------------------------------------------------------------------------------
 
-    def _runner_answers(self, session: Session) -> bool:
+    def _ordinary_cell(self, index: int, cell: NotebookNode) -> None:
         try:
-            session.run_cell(-1, "pass", 10)
-            return True
-        except (TimeoutError, RunnerDied, ChannelBroken):
-            return False
+            with profiling.phase("ordinary cells", self.session.cpu_seconds):
+                cell.outputs = [_node(o) for o in self.session.run_cell(cell.source, self.timeout)]
+            if not any(o.get("output_type") == "error" for o in cell.outputs):
+                self.replay.append(("cell", index))
+        except CellTimedOut as stopped:
+            partial = stopped.args[0] if stopped.args and isinstance(stopped.args[0], list) else []
+            cell.outputs = [_node(o) for o in partial if o.get("output_type") != "error"]
+            cell.outputs.append(_error("CellTimeoutError", f"this cell ran longer than {self.timeout} s and was "
+                                       "stopped"))
+            if self.session.runner is None:
+                self._died(index, None)
+        except RunnerDied as died:
+            self._died(index, died)
+            cell.outputs = [_error("KernelDied", str(died))]
 
-    def _restart(self, session: Session, nb: NotebookNode, checks: str | None, exercises: list[str], cwd: str,
-                 clean: list[int], upto: int) -> Session:
+    def _grade_cell(self, index: int, cell: NotebookNode) -> None:
+        try:
+            visible, hidden = parse_grade_cell(cell.source)
+        except GradeCellError as problem:
+            cell.outputs = [_error("GradingError", str(problem))]
+            return
+        kind = "grade cells with hidden tests" if hidden else "grade cells"
+        with profiling.phase(kind, self.session.cpu_seconds):
+            judged = self._judge(visible, None, index)
+        cell.outputs = _outputs(judged, hidden=False)
+        self.session_results(judged)
+        if judged.passed and hidden:
+            entry = _Hidden(index, hidden)
+            self.hidden.append(entry)
+            self._take_snapshot(entry)
+
+    def _judge(self, calls: list[CheckCall], snapshot: int | None, index: int) -> Judged:
+        if self.session.runner is None:
+            self._died(index, None)
+            if self.session.runner is None:
+                return Judged(error=("NotRun", "not run: the notebook's process crashed too often above"))
+        deadline = time.monotonic() + self.timeout
+        try:
+            with self.session.servant(deadline, snapshot) as servant:
+                judged = judge(calls, self.checks, servant, self.timeout)
+        except ServantFailed as failure:
+            judged = Judged(error=(("CellTimeoutError", f"this cell ran longer than {self.timeout} s and was stopped")
+                                   if str(failure) == "timeout" else
+                                   ("KernelDied", f"the process running your code for this check stopped "
+                                                  f"({failure}); this cell scores 0")))
+        except RunnerDied as died:
+            judged = Judged(error=("KernelDied", str(died)))
+        self.notes += [note for note in judged.notes if note not in self.notes]
+        if self.session.runner is None:
+            self._died(index, None)
+        return judged
+
+    def session_results(self, judged: Judged) -> None:
+        results = [[v.name, v.title, v.passed, v.message] for v in judged.verdicts]
+        with suppress(RunnerDied, OSError):
+            if self.session.runner is not None:
+                self.session.send_results(results)
+
+    def _take_snapshot(self, entry: _Hidden) -> None:
+        try:
+            entry.snapshot = self.session.snapshot()
+            self.replay.append(("snapshot", entry))
+        except (RunnerDied, ChannelBroken) as died:
+            entry.snapshot = None
+            self._died(entry.index, died if isinstance(died, RunnerDied) else None)
+
+    def _hidden_parts(self) -> None:
+        for entry in self.hidden:
+            cell = self.nb.cells[entry.index]
+            if entry.snapshot is None:
+                judged = Judged(error=("KernelDied", "the hidden tests could not run: the notebook's process "
+                                       "stopped after this cell"))
+            else:
+                with profiling.phase("hidden tests", self.session.cpu_seconds):
+                    judged = self._judge(entry.calls, entry.snapshot, entry.index)
+            cell.outputs = _merge(cell.outputs, judged)
+
+    # a runner that died ----------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self.session.notebook(self.checks or "transformer_course.checks.framework", self.exercises, self.cwd)
+
+    def _died(self, upto: int, died: RunnerDied | None) -> None:
+        """A new runner: fork it, run the clean cells above `upto` again and retake their snapshots."""
+        self.deaths += 1
+        if died is not None:
+            self.log.warning("runner died in cell %d: %s", upto, died)
+        if self.deaths > self.max_kernel_deaths:
+            return
+        session = self.session
+        session.kill_runner()
         if not session.alive():
             session.close()
-            session = _session_for(nb)
-        self._open(session, checks, exercises, cwd)
-        for index in clean:
-            if index >= upto:
-                break
-            with suppress(TimeoutError, RunnerDied, ChannelBroken):
-                session.run_cell(index, nb.cells[index].source, self.timeout)
-        return session
+            session = self.session = _session_for(self.nb)
+        try:
+            self._open()
+            for kind, item in list(self.replay):
+                if kind == "cell" and item < upto:
+                    with suppress(CellTimedOut):
+                        session.run_cell(self.nb.cells[item].source, self.timeout)
+                elif kind == "snapshot" and item.index < upto:
+                    item.snapshot = session.snapshot()
+        except (RunnerDied, ChannelBroken):
+            self.session.kill_runner()
+
+
+def _outputs(judged: Judged, hidden: bool) -> list[NotebookNode]:
+    text = "".join(f"✔ {v.title}{' (hidden test)' if hidden else ''}\n" for v in judged.verdicts if v.passed)
+    outputs = [new_output("stream", name="stdout", text=text)] if text else []
+    if judged.error is not None:
+        outputs.append(_error(*judged.error))
+    return outputs
+
+
+def _merge(outputs: list[NotebookNode], judged: Judged) -> list[NotebookNode]:
+    """A passing visible part's outputs with the hidden part's verdicts added."""
+    added = _outputs(judged, hidden=True)
+    streams = [o for o in outputs if o.get("output_type") == "stream"]
+    if streams and added and added[0].get("output_type") == "stream":
+        streams[-1]["text"] += added.pop(0)["text"]
+    return [*outputs, *added]
 
 
 def _error(ename: str, evalue: str) -> NotebookNode:

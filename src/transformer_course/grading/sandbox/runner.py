@@ -1,94 +1,81 @@
-"""The process that runs one student's notebooks for the grader (inside that student's sandbox).
+"""The student's side of grading: the process that runs one student's notebooks, inside their sandbox.
 
     python -m transformer_course.grading.sandbox.runner --preload MODULE[,MODULE...]
 
-One process per student, the *zygote*, imports torch, IPython and the course once, arms the
-defences of `transformer_course.grading.sandbox.seal`, and then serves the grader
-(`transformer_course.grading.sandbox.executor`) over two pipes:
+It holds no grading secret and decides nothing. It talks to the grader over one channel
+(`channel`: requests on stdin, replies on stdout, both framed and typed) and answers with values only:
 
-- requests arrive on stdin, encoded with `marshal` (they come from the grader, so they are
-  trusted; decoding them calls no Python code a notebook could have replaced);
-- replies leave on stdout as `seal.frame_record`s of `seal.make_packer` (hex-JSON: the grader
-  never decodes anything richer from a student's process);
-- `--control FD` is the grader's control line: one byte `i` interrupts the running notebook (a
-  cell ran out of time), `k` kills it.
+- the **zygote** imports torch, IPython and the course once, then forks one *runner* per notebook and,
+  when a runner has ended, ends every process it left behind and empties the scratch folders (so one
+  notebook cannot leave anything for the next). The zygote never runs notebook code.
+- a **runner** executes the notebook's ordinary cells with IPython (magics, `display`, the last
+  expression's value, as in Colab) and sends back their outputs. For a grade cell the grader asks it to
+  fork a **servant**: a throwaway copy of the notebook's state at that cell, which runs the experiments
+  the grader's checks ask for (`checks.boundary`: build the student's module, call their function,
+  record what it computes) and sends back what they return. A grade cell's hidden part runs later, in a
+  **snapshot** forked at that cell and woken only after the notebook's last cell has run, so nothing it
+  sees, writes or keeps can reach anything the student is shown.
 
-For each notebook the zygote forks a *runner*, which executes the ordinary cells with IPython
-(magics, `display`, the last expression's value, as in Colab) in a fresh namespace. A grade cell
-never goes through IPython: the runner forks a *sealed child* which blocks signals, installs
-seccomp (no threads, no processes), registers the result channel and a one-time nonce with the
-audit hook, restores the checks' tools, compiles the cell itself (the hidden part arrives only in
-this request and runs with its output discarded) and runs it with `check` bound to a strict proxy
-of the stage's checks. The audit hook writes the records (`fail` notes, `verdict`s, `done`); the
-runner reports the child's exit status. When a runner dies (os._exit, a crash, the memory limit)
-the zygote says so and the grader starts another and replays the cells above.
+Verdicts are decided by the grader (`executor`), in a process that never runs student code, from the
+values the servant sends. Whatever the notebook does to this process (patching torch, the checks or this
+module, threads, hooks) can only change the values its own code appears to return.
 
-Everything that runs after notebook code has run here is *sealed* (see `seal`): it uses only
-names bound when the zygote started, never module globals a notebook could rebind.
+While a servant runs experiments it watches which code runs (`sys.settrace`, 'call' events only): the
+reference solution of this notebook's exercises running other than through what the check supplied, or a
+copy of it (same fingerprint) running, becomes a note for the grader, which decides what to flag.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import importlib
 import io
-import marshal
 import os
 import pkgutil
 import shutil
 import signal
 import sys
 import tempfile
-import threading
-import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from transformer_course.grading.sandbox import seal
+from transformer_course.grading.sandbox import channel, fingerprint
 
 MAX_OUTPUT = 1_000_000  # characters of text one cell may print before the rest is cut
+PRIVATE_FOLDERS = "COURSE_RUNNER_PRIVATE"  # set by the launchers when cwd and TMPDIR belong to this runner alone
 
 
-# --- requests and replies ----------------------------------------------------------------------
+# --- the channel ------------------------------------------------------------------------------------------
 
 
-def make_channel(requests: int, replies: int) -> tuple[Callable[[], Any], Callable[[dict], None]]:
-    """Sealed reader of requests and writer of replies over the two pipes."""
-    pack = seal.make_packer()
+class Channel:
+    """Framed messages: requests read from `requests`, replies written to `replies`. Handles of the
+    servant's table are resolved in requests; `names` resolves a notebook name."""
 
-    def receive(_read=os.read, _fd=requests, _loads=marshal.loads, _len=len, _from=int.from_bytes,
-                _magic=seal.RECORD_MAGIC, _EOFError=EOFError):
-        header = b""
-        while _len(header) < 12:
-            chunk = _read(_fd, 12 - _len(header))
+    def __init__(self, requests: int, replies: int) -> None:
+        self.requests, self.replies = requests, replies
+        self.resolve: Callable[[int], Any] | None = None
+        self.names: Callable[[str], Any] | None = None
+        self.keep: Callable[[Any], channel.Handle] | None = None
+
+    def _read(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = os.read(self.requests, count - len(data))
             if not chunk:
-                raise _EOFError
-            header += chunk
-        if header[:4] != _magic:
-            raise _EOFError
-        size = _from(header[4:], "big")
-        body = b""
-        while _len(body) < size:
-            chunk = _read(_fd, size - _len(body))
-            if not chunk:
-                raise _EOFError
-            body += chunk
-        return _loads(body)
+                raise EOFError
+            data += chunk
+        return data
 
-    def send(message, _write=os.write, _fd=replies, _pack=pack, _len=len, _magic=seal.RECORD_MAGIC):
-        payload = _pack(message)
-        data = _magic + _len(payload).to_bytes(8, "big") + payload
+    def receive(self) -> Any:
+        size = channel.read_header(self._read(channel.HEADER))
+        payload = self._read(size)
+        return channel.decode(payload, requests=True, resolve=self.resolve, names=self.names)
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = channel.encode(message, self.keep)
         while data:
-            data = data[_write(_fd, data):]
-
-    return receive, send
-
-
-def encode_request(request: dict[str, Any]) -> bytes:
-    """Grader side: one request as the runner reads it."""
-    payload = marshal.dumps(request)
-    return seal.RECORD_MAGIC + len(payload).to_bytes(8, "big") + payload
-
+            data = data[os.write(self.replies, data):]
 
 # --- IPython for ordinary cells ------------------------------------------------------------------
 
@@ -177,144 +164,7 @@ def make_shell(user_ns: dict[str, Any], current: list[CellRecorder]) -> Any:
     return shell
 
 
-# --- the strict check proxy of a grade cell ----------------------------------------------------
-
-
-def proxy_call(inner: Callable, title: str, name: str, run: Callable, audit: Callable, integrity: Callable,
-               reference_use: Callable, findings: list, captured: Any, failed: type, kind: type, text: type,
-               *args: Any, **kwargs: Any) -> bool:
-    """One check called from a grade cell: tools restored, the check run by `framework.run_check`,
-    the verdict reported to the audit hook (which accepts it from this function only), a failure
-    stops the cell. Sealed: called through a functools.partial that binds everything but the
-    check's own arguments."""
-    replaced = integrity()
-    if replaced:
-        line = "replaced the checks' tools before this cell: " + ", ".join(replaced[:4])
-        if line not in findings:
-            findings.append(line)
-    reference_use(args, kwargs, findings)
-    result = run(inner, title, args, kwargs)
-    integrity()
-    passed = result.passed is True
-    message = result.message if kind(result.message) is text else "?"
-    audit("transformer_course.seal.verdict", title, passed, message, name)
-    if not passed:
-        raise failed(f"✘ {title}: {message}")
-    captured.write(f"✔ {title}\n")
-    return True
-
-
-def check_entries(module: types.ModuleType) -> tuple[tuple[str, Callable, str], ...]:
-    """(name, undecorated check, title) of every decorated check of a checks module."""
-    entries = []
-    for name, value in vars(module).items():
-        inner = getattr(value, "__wrapped__", None)
-        title = getattr(value, "check_title", None)
-        if callable(inner) and isinstance(title, str):
-            entries.append((name, inner, title))
-    return tuple(entries)
-
-
-def make_reference_use(exercises: dict[str, Any]) -> Callable[[tuple, dict, list], None]:
-    """A sealed function flagging grade-cell arguments that are, subclass, or copy the reference
-    solution of one of this notebook's exercises (`exercises`: name -> reference object)."""
-    fingerprints: dict[tuple, str] = {}
-    identities: dict[int, str] = {}
-    classes: list[tuple[type, str]] = []
-    for name, value in exercises.items():
-        identities[id(value)] = name
-        if isinstance(value, type):
-            classes.append((value, name))
-        for function in seal._functions_of(value):
-            if not _written_by_students(function):
-                continue  # given code (a constructor, say) is the same in every notebook
-            code = function.__code__
-            print_ = _fingerprint(code)
-            if len(print_) >= 20:  # a one-liner may well be written the same way by anyone
-                fingerprints[print_] = f"{name}.{function.__name__}" if isinstance(value, type) else name
-
-    def reference_use(args, kwargs, findings, _identities=identities, _classes=tuple(classes),
-                      _fingerprints=fingerprints, _fp=_fingerprint, _functions=seal._functions_of, _id=id,
-                      _isinstance=isinstance, _type=type, _subclass=type.__subclasscheck__, _list=list,
-                      _Exception=Exception):
-        for value in (*args, *_list(kwargs.values())):
-            lines = []
-            name = _identities.get(_id(value))
-            if name is not None:
-                lines.append(f"hands in the course's reference solution itself ({name})")
-            elif _isinstance(value, _type):
-                for reference, reference_name in _classes:
-                    if _subclass(reference, value):
-                        lines.append(f"hands in a subclass of the reference solution ({reference_name})")
-            try:
-                for function in _functions(value):
-                    copied = _fingerprints.get(_fp(function.__code__))
-                    if copied is not None:
-                        lines.append(f"contains a copy of the reference solution's code ({copied})")
-            except _Exception:
-                pass
-            for line in lines:
-                if line not in findings:
-                    findings.append(line)
-
-    return reference_use
-
-
-def _written_by_students(function: types.FunctionType) -> bool:
-    """Whether a reference function holds a `### BEGIN SOLUTION` region (what students write)."""
-    import inspect
-
-    try:
-        return "### BEGIN SOLUTION" in inspect.getsource(function)
-    except (OSError, TypeError):
-        return False
-
-
-def _fingerprint(code: types.CodeType) -> tuple:
-    """The instructions of a code object, without what depends on where it was compiled (line
-    numbers, jump offsets, whether `math` was imported in the same file: LOAD_ATTR vs LOAD_METHOD)."""
-    import dis
-
-    steps = []
-    for instruction in dis.get_instructions(code):
-        name = {"LOAD_METHOD": "LOAD_ATTR", "PRECALL": None, "CACHE": None, "RESUME": None}.get(
-            instruction.opname, instruction.opname)
-        if name is None:
-            continue
-        if instruction.opcode in dis.hasjrel or instruction.opcode in dis.hasjabs:
-            steps.append(name)
-        elif isinstance(instruction.argval, types.CodeType):
-            steps.append((name, _fingerprint(instruction.argval)))
-        else:
-            argument = instruction.argrepr.removeprefix("NULL + ").removeprefix("NULL|self + ")
-            steps.append((name, argument))
-    return tuple(steps)
-
-
-def reference_exercises(names: list[str]) -> dict[str, Any]:
-    """The reference objects (transformer_course.reference.*, imported by the zygote) named like this
-    notebook's exercises."""
-    found: dict[str, Any] = {}
-    for module_name, module in sorted(sys.modules.items()):
-        if not module_name.startswith("transformer_course.reference.") or module is None:
-            continue
-        for name in names:
-            value = vars(module).get(name)
-            if value is not None and getattr(value, "__module__", "") == module.__name__:
-                found.setdefault(name, value)
-    return found
-
-
-def reference_codes(exercises: dict[str, Any]) -> dict[int, str]:
-    codes: dict[int, str] = {}
-    for name, value in exercises.items():
-        for function in seal._functions_of(value):
-            for code in seal._code_tree(function.__code__):
-                codes[id(code)] = f"{name}.{function.__name__}" if isinstance(value, type) else name
-    return codes
-
-
-# --- the zygote ----------------------------------------------------------------------------------
+# --- before the first notebook ----------------------------------------------------------------------------
 
 
 def preload(modules: list[str], warm_up: bool = True) -> None:
@@ -366,36 +216,55 @@ def warm_up_torch() -> None:
     optimizer.zero_grad()
 
 
-def serve(preloaded: list[str], control: int | None = None, warm_up: bool = True) -> None:
-    """The zygote: prepare, arm, then fork one runner per notebook the grader asks for."""
+
+
+# --- the zygote ---------------------------------------------------------------------------------------------
+
+
+def serve(preloaded: list[str], warm_up: bool = True) -> None:
+    """The zygote: prepare, then fork one runner per notebook the grader asks for."""
     requests, replies = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)  # notebook code writing to fd 1 must not reach the grader's channel
-    control = control if control is not None and _is_open(control) else None
     preload(preloaded, warm_up)
-    receive, send = make_channel(requests, replies)
-    tools = _zygote_tools(requests, replies, null)
-    running: list[int] = [0]
-    if control is not None:
-        threading.Thread(target=_control_loop, args=(control, running), daemon=True).start()
+    _subreaper()
+    link = Channel(requests, replies)
     scratch = _scratch_folders()
-    send({"op": "ready"})
+    link.send({"op": "ready", "pid": os.getpid()})
     while True:
         try:
-            request = receive()
-        except EOFError:
+            request = link.receive()
+        except (EOFError, channel.ChannelError):
             os._exit(0)
-        if request.get("op") != "notebook":
+        if not isinstance(request, dict) or request.get("op") != "notebook":
             os._exit(0)
         pid = os.fork()
         if pid == 0:
-            _run_notebook(tools, receive, send, request)  # never returns
-        running[0] = pid
+            try:
+                Runner(link, request).loop()
+            finally:
+                os._exit(0)
+        link.send({"op": "runner-started", "pid": pid})
         _, status = os.waitpid(pid, 0)
-        running[0] = 0
         _clean_up(scratch)
-        send({"op": "runner-exit", "status": _describe_status(status)})
+        link.send({"op": "runner-exit", "status": _describe_status(status)})
+
+
+def _subreaper() -> None:
+    """prctl(PR_SET_CHILD_SUBREAPER): what a runner leaves running is re-parented here, to be ended."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        print("runner: could not become a subreaper", file=sys.stderr)
+
+
+def _describe_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit {os.WEXITSTATUS(status)}"
 
 
 def _descendants(root: int) -> list[int]:
@@ -418,16 +287,13 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-PRIVATE_FOLDERS = "COURSE_RUNNER_PRIVATE"  # set by the launchers when cwd and TMPDIR belong to this runner alone
-
-
 def _scratch_folders() -> dict[str, set[str]]:
     """The runner's own writable folders (working folder, TMPDIR) with what the zygote put there;
     none unless the launcher said they are private to this student (`PRIVATE_FOLDERS`)."""
     folders: dict[str, set[str]] = {}
     if os.environ.get(PRIVATE_FOLDERS) != "1":
         return folders
-    for folder in {os.getcwd(), tempfile.gettempdir()}:
+    for folder in {os.getcwd(), tempfile.gettempdir(), "/dev/shm"}:
         try:
             folders[folder] = set(os.listdir(folder))
         except OSError:
@@ -467,235 +333,322 @@ def _clean_up(scratch: dict[str, set[str]]) -> None:
                     pass
 
 
-def _zygote_tools(requests: int, replies: int, null: int) -> dict[str, Any]:
-    """Everything a runner and its sealed children use, bound before any notebook code runs, and the
-    audit hook armed. A plain dict (a builtin type: no method of it can be replaced)."""
-    import builtins
-
-    import torch
-
-    from transformer_course.checks import framework
-
-    code_kind, file_kind, trusted, grader = seal.make_provenance(seal.library_roots())
-    seal.trust_loaded_code(trusted, file_kind)
-    integrity = seal.make_integrity_check(seal.frozen_tools())
-    hook = seal.make_audit_hook(code_kind, file_kind, trusted, grader, seal.allowed_frame_users(),
-                                proxy_call.__code__, _report_done.__code__)
-    current: list[CellRecorder] = [CellRecorder()]
-    user_ns: dict[str, Any] = {}
-    tools = {
-        "requests": requests, "replies": replies, "null": null, "code_kind": code_kind, "integrity": integrity,
-        "install_seccomp": seal.make_seccomp_installer(), "block_signals": seal.make_signal_blocker(),
-        "shell": make_shell(user_ns, current), "user_ns": user_ns, "current": current,
-        "run_check": framework.run_check, "failed": framework.CheckFailed, "set_threads": torch.set_num_threads,
-        "audit": sys.audit, "event_child": seal.EVENT + ".child", "event_grader": seal.EVENT + ".grader",
-        "report_done": _report_done, "proxy_call": proxy_call, "partial": functools.partial,
-        "namespace_type": types.SimpleNamespace, "StringIO": io.StringIO, "dict": dict, "list": list,
-        "type": type, "str": str, "compile": compile, "exec": exec, "builtins": builtins, "sys": sys,
-        "setprofile": sys.setprofile, "dup2": os.dup2, "exit": os._exit, "text": _text, "join": ", ".join,
-        "SyntaxError": SyntaxError, "BaseException": BaseException, "make_guard": seal.make_profile_guard,
-        "make_reference_use": make_reference_use, "reference_codes": reference_codes,
-        "reference_exercises": reference_exercises, "check_entries": check_entries,
-        "import_module": importlib.import_module, "record": framework.record,
-        "disable_gc": __import__("gc").disable, "max_output": MAX_OUTPUT, "modules": sys.modules, "len": len,
-    }
-    _not_dumpable()
-    seal.arm(hook)
-    return tools
+# --- a runner: one notebook ---------------------------------------------------------------------------------
 
 
-def _not_dumpable() -> None:
-    """prctl(PR_SET_DUMPABLE, 0): no other process of the sandbox may read this one's memory through
-    /proc/PID/mem (they share a uid); runners and grade cells' children inherit it. Also
-    PR_SET_CHILD_SUBREAPER: what a runner leaves running is re-parented here, to be ended."""
-    import ctypes
+class Runner:
+    """One notebook: ordinary cells in IPython; servants and snapshots forked for grade cells."""
 
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-        prctl(4, 0, 0, 0, 0)
-        prctl(36, 1, 0, 0, 0)
-    except (OSError, AttributeError):
-        print("runner: could not make the process non-dumpable", file=sys.stderr)
+    def __init__(self, link: Channel, request: dict[str, Any]) -> None:
+        self.link = link
+        self.checks = str(request.get("checks") or "")
+        # the reference solution of this notebook's exercises, found before any notebook code runs
+        self.exercises = fingerprint.exercise_code([str(name) for name in request.get("exercises", [])])
+        self.snapshots: dict[int, tuple[int, int]] = {}  # id -> (pid, write end of its wake-up pipe)
+        self.current: list[CellRecorder] = [CellRecorder()]
+        self.user_ns: dict[str, Any] = {"__name__": "__main__"}
+        self.shell = make_shell(self.user_ns, self.current)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with contextlib.suppress(OSError, ValueError):
+            os.makedirs(str(request.get("cwd") or "work"), exist_ok=True)
+            os.chdir(str(request.get("cwd") or "work"))
+            import torch
 
+            torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+        if self.checks:
+            with contextlib.suppress(Exception):
+                __import__(self.checks)
+        import matplotlib.pyplot as plt
 
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
+        self.close_figures = lambda: plt.close("all")
+        link.send({"op": "runner-ready", "pid": os.getpid()})
 
-
-def _control_loop(control: int, running: list[int]) -> None:
-    while True:
-        command = os.read(control, 1)
-        if not command:
-            return
-        pid = running[0]
-        if pid:
+    def loop(self) -> None:
+        while True:
             try:
-                os.kill(pid, signal.SIGINT if command == b"i" else signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+                message = self.link.receive()
+            except (EOFError, KeyboardInterrupt, channel.ChannelError):
+                return
+            op = message.get("op") if isinstance(message, dict) else None
+            if op == "cell":
+                self.cell(message)
+            elif op == "serve":
+                self.fork_servant(message["id"])
+            elif op == "snapshot":
+                self.snapshot(message["id"])
+            elif op == "resume":
+                self.resume(message["id"])
+            elif op == "results":  # what the grader decided, for the notebook's own summary cell
+                from transformer_course.checks import framework
 
+                for name, title, passed, text in message.get("results", []):
+                    framework.record(name, title, passed, text)
+            else:
+                return
 
-def _describe_status(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"signal {os.WTERMSIG(status)}"
-    return f"exit {os.WEXITSTATUS(status)}"
-
-
-# --- a runner: one notebook ----------------------------------------------------------------------
-
-
-def _run_notebook(zygote: dict[str, Any], receive: Callable, send: Callable, request: dict[str, Any]) -> None:
-    """The runner's loop, in the process forked for one notebook. Everything it and its grade
-    cells' children use is bound here, before the notebook's first cell runs."""
-    t = dict(zygote)
-    exercises = t["reference_exercises"](list(request.get("exercises", [])))
-    module = t["import_module"](request["checks"])
-    t["checks"] = t["check_entries"](module)
-    t["reference_use"] = t["make_reference_use"](exercises)
-    t["findings"] = []
-    t["guard"] = t["make_guard"](t["code_kind"], t["integrity"], t["reference_codes"](exercises), {}, t["findings"])
-    shell, user_ns, current = t["shell"], t["user_ns"], t["current"]
-    run_cell, fork, waitpid, kill, exit_now = shell.run_cell, os.fork, os.waitpid, os.kill, os._exit
-    describe, close_figures, recorder = _describe_status, _figure_closer(), CellRecorder
-    sigkill, interrupted, base, system, kind, text = signal.SIGKILL, KeyboardInterrupt, BaseException, sys, type, str
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        os.makedirs(request["cwd"], exist_ok=True)
-        os.chdir(request["cwd"])
-        t["set_threads"](max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    except (OSError, ValueError):
-        pass
-    stdout, stderr = _Writer(lambda: current[0], "stdout"), _Writer(lambda: current[0], "stderr")
-    user_ns["__name__"] = "__main__"
-    send({"op": "runner-ready"})
-    while True:
+    def cell(self, message: dict[str, Any]) -> None:
+        self.current[0] = CellRecorder()
+        saved = sys.stdout, sys.stderr
+        sys.stdout = _Writer(lambda: self.current[0], "stdout")
+        sys.stderr = _Writer(lambda: self.current[0], "stderr")
         try:
-            message = receive()
-        except (EOFError, interrupted):
-            exit_now(0)
-        op = message.get("op")
-        if op == "cell":
-            current[0] = recorder()
-            saved = system.stdout, system.stderr
-            system.stdout, system.stderr = stdout, stderr
-            try:
-                run_cell(message["source"], store_history=True)
-            except interrupted:
-                current[0].outputs.append({"output_type": "error", "ename": "KeyboardInterrupt", "evalue": "",
-                                           "traceback": ["KeyboardInterrupt"]})
-            except base as error:  # SystemExit and the like end the cell, not the runner
-                current[0].outputs.append({"output_type": "error", "ename": kind(error).__name__,
-                                           "evalue": text(error)[:1000], "traceback": [kind(error).__name__]})
-            finally:
-                system.stdout, system.stderr = saved
-                close_figures()
-            system.last_type = system.last_value = system.last_traceback = None
-            try:
-                send({"op": "cell-done", "index": message["index"], "nonce": message["nonce"],
-                      "outputs": current[0].outputs})
-            except (OSError, interrupted):
-                exit_now(3)
-        elif op == "grade":
-            pid = fork()
-            if pid == 0:
-                _grade_in_child(t, message)  # never returns
-            status = "?"
-            try:
-                status = describe(waitpid(pid, 0)[1])
-            except interrupted:
-                kill(pid, sigkill)
-                waitpid(pid, 0)
-                status = "interrupted"
-            try:
-                send({"op": "grade-exit", "index": message["index"], "nonce": message["nonce"], "status": status})
-            except (OSError, interrupted):
-                exit_now(3)
-        elif op == "results":  # what the grade cells decided, for the notebook's own summary cell
-            for name, title, passed, text_ in message.get("results", []):
-                t["record"](name, title, passed, text_)
-        else:
-            exit_now(0)
-
-
-def _figure_closer() -> Callable[[], None]:
-    import matplotlib.pyplot as plt
-
-    return functools.partial(plt.close, "all")
-
-
-def _grade_in_child(t: dict[str, Any], message: dict[str, Any]) -> None:
-    """The sealed child of one grade cell (see the module docstring); ends with os._exit.
-
-    Sealed: it reads only `t` (a plain dict filled before any notebook code ran) and its locals."""
-    t["block_signals"]()
-    t["disable_gc"]()
-    t["dup2"](t["null"], 1)
-    t["dup2"](t["null"], 2)
-    t["set_threads"](1)
-    t["install_seccomp"]()
-    t["audit"](t["event_child"], t["replies"], message["nonce"])
-    loaded = t["len"](t["modules"])  # modules this cell imports are imported again by every cell: the warm-up's job
-    findings = t["findings"]
-    replaced = t["integrity"]()
-    if replaced:
-        findings.append("replaced the checks' tools before this cell: " + t["join"](replaced[:4]))
-    captured, discarded = t["StringIO"](), t["StringIO"]()
-    bound = (t["run_check"], t["audit"], t["integrity"], t["reference_use"], findings, captured, t["failed"],
-             t["type"], t["str"])
-    check = t["namespace_type"]()
-    partial = t["partial"]
-    for name, inner, title in t["checks"]:
-        check.__dict__[name] = partial(t["proxy_call"], inner, title, name, *bound)
-    namespace = t["dict"](t["user_ns"])
-    namespace["check"] = check
-    namespace["__builtins__"] = t["builtins"]
-    error = []
-    parts = [(message["visible"], captured)]
-    if message.get("hidden"):
-        parts.append((message["hidden"], discarded))
-    system, setprofile, guard = t["sys"], t["setprofile"], t["guard"]
-    for source, output in parts:
-        try:
-            code = t["compile"](source, "<grade cell>", "exec")
-        except t["SyntaxError"] as problem:
-            error = ["SyntaxError", t["text"](problem)]
-            break
-        t["audit"](t["event_grader"], code)
-        system.stdout = system.stderr = output
-        setprofile(guard)
-        try:
-            t["exec"](code, namespace)
-        except t["BaseException"] as problem:
-            setprofile(None)
-            error = [t["type"](problem).__name__, t["text"](problem)]
+            self.shell.run_cell(message["source"], store_history=True)
+        except KeyboardInterrupt:
+            self.current[0].outputs.append({"output_type": "error", "ename": "KeyboardInterrupt", "evalue": "",
+                                            "traceback": ["KeyboardInterrupt"]})
+        except BaseException as error:  # SystemExit and the like end the cell, not the runner
+            self.current[0].outputs.append({"output_type": "error", "ename": type(error).__name__,
+                                            "evalue": _text(error), "traceback": [type(error).__name__]})
         finally:
-            setprofile(None)
-            system.stdout = system.stderr = discarded
-        if error:
-            break
-    for line in t["integrity"]():
-        line = "replaced the checks' tools while a check ran: " + line
-        if line not in findings:
-            findings.append(line)
-    t["report_done"]({"error": error, "output": captured.getvalue()[:t["max_output"]], "findings": findings,
-                      "imported": t["len"](t["modules"]) - loaded})
-    t["exit"](0)
+            sys.stdout, sys.stderr = saved
+            with contextlib.suppress(Exception):
+                self.close_figures()
+        sys.last_type = sys.last_value = sys.last_traceback = None
+        self.link.send({"op": "cell-done", "id": message["id"], "outputs": self.current[0].outputs})
+
+    def fork_servant(self, identity: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            Servant(self, identity).loop()  # never returns
+        self._wait(pid, identity)
+
+    def snapshot(self, identity: int) -> None:
+        """Fork a copy of the notebook's state now, asleep until `resume`: a grade cell's hidden part runs
+        in it after the notebook's last cell (see the module docstring)."""
+        wake_read, wake_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(wake_write)
+            for _, other in self.snapshots.values():
+                os.close(other)
+            try:
+                go = os.read(wake_read, 1)
+            except BaseException:
+                os._exit(0)
+            if go != b"g":
+                os._exit(0)
+            Servant(self, identity).loop()  # never returns
+        os.close(wake_read)
+        self.snapshots[identity] = (pid, wake_write)
+        self.link.send({"op": "snapshot-taken", "id": identity, "pid": pid})
+
+    def resume(self, identity: int) -> None:
+        pid, wake = self.snapshots.pop(identity, (0, -1))
+        if not pid:
+            self.link.send({"op": "servant-exit", "id": identity, "status": "no such snapshot"})
+            return
+        os.write(wake, b"g")
+        os.close(wake)
+        self._wait(pid, identity)
+
+    def _wait(self, pid: int, identity: int) -> None:
+        status = "?"
+        try:
+            status = _describe_status(os.waitpid(pid, 0)[1])
+        except KeyboardInterrupt:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            status = "interrupted"
+        self.link.send({"op": "servant-exit", "id": identity, "status": status})
 
 
-def _text(problem: BaseException, _str=str, _type=type, _Exception=Exception) -> str:
+# --- a servant: the experiments of one grade cell -------------------------------------------------------------
+
+
+class Servant:
+    """Runs the experiments the grader's checks ask for, on the notebook's objects, and sends their values."""
+
+    def __init__(self, runner: Runner, identity: int) -> None:
+        self.runner, self.identity, self.link = runner, identity, runner.link
+        self.table: dict[int, Any] = {}
+        self.ids: dict[int, int] = {}
+        self.watcher = Watcher(runner.exercises)
+        self.link.resolve, self.link.names, self.link.keep = self.table.__getitem__, self.name, self.keep
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        null = open(os.devnull, "w")  # noqa: SIM115 (lives as long as this process)
+        sys.stdout = sys.stderr = null
+        import warnings
+
+        warnings.simplefilter("ignore")
+        from transformer_course.checks import boundary
+
+        boundary._SUPPLIED[:] = [self.watcher.supply]
+
+    def keep(self, value: Any) -> channel.Handle:
+        number = self.ids.get(id(value))
+        if number is None:
+            number = len(self.table) + 1
+            self.table[number], self.ids[id(value)] = value, number
+        return channel.Handle(number, _describe(value))
+
+    def name(self, name: str) -> Any:
+        if name not in self.runner.user_ns:
+            raise NameError(f"name '{name}' is not defined")
+        value = self.runner.user_ns[name]
+        self.watcher.handed_in(name, value)
+        return value
+
+    def loop(self) -> None:
+        try:
+            self.link.send({"op": "servant-ready", "id": self.identity, "pid": os.getpid()})
+            while True:
+                try:
+                    message = self.link.receive()
+                except (EOFError, channel.ChannelError):
+                    break
+                except BaseException as error:  # a request naming something the notebook lacks
+                    self.link.send({"op": "raised", "id": -1, "error": student_error(error), "notes": []})
+                    continue
+                if not isinstance(message, dict) or message.get("op") != "run":
+                    break
+                self.run(message)
+        finally:
+            os._exit(0)
+
+    def run(self, message: dict[str, Any]) -> None:
+        number = message.get("id")
+        try:
+            function = channel._lookup(str(message["module"]), str(message["function"]))
+            experiment = getattr(function, "experiment", None)
+            if experiment is None:
+                raise TypeError(f"{message['module']}.{message['function']} is not an experiment")
+            with self.watcher.watching():
+                value = experiment(*message.get("args", ()), **message.get("kwargs", {}))
+            reply = {"op": "result", "id": number, "value": value, "notes": self.watcher.take()}
+        except BaseException as error:  # everything the student's code raises goes back as data
+            reply = {"op": "raised", "id": number, "error": student_error(error), "notes": self.watcher.take()}
+        try:
+            self.link.send(reply)
+        except channel.ChannelError as problem:
+            self.link.send({"op": "raised", "id": number, "notes": [],
+                            "error": student_error(ValueError(f"what your code returned cannot be graded: {problem}"))})
+
+
+def student_error(error: BaseException) -> Any:
+    from transformer_course.checks import boundary, errors
+
+    bases = tuple(cls.__name__ for cls in type(error).__mro__ if cls.__module__ == "builtins")
+    frames = tuple(errors.frames_of(error))[-40:]
+    return boundary.StudentError(type(error).__name__, bases, _text(error), frames, errors.is_stub(error))
+
+
+def _describe(value: Any) -> str:
+    kind = type(value)
+    name = getattr(value, "__qualname__", None) if isinstance(value, type) or callable(value) else None
+    return f"{kind.__name__} {name}" if name and not isinstance(value, type) else f"{kind.__name__}"
+
+
+def _text(error: BaseException) -> str:
     try:
-        text = _str(problem)
-    except _Exception:  # a notebook exception whose str() fails
+        text = str(error)
+    except Exception:  # a notebook exception whose str() fails
         return "?"
-    return text[:4000] if _type(text) is _str else "?"
+    return text[:4000]
 
 
-def _report_done(fields: dict[str, Any], _audit=sys.audit, _event=seal.EVENT + ".done") -> None:
-    _audit(_event, fields)
+# --- the watcher: the reference solution running -----------------------------------------------------------
+
+
+class Watcher:
+    """Notes for the grader when the reference solution of this notebook's exercises runs in an experiment
+    other than through what the check supplied (`checks.boundary.supplied`), or when code with the same
+    fingerprint as the reference's runs (a copy of it, however it was made)."""
+
+    def __init__(self, exercises: fingerprint.ExerciseCode) -> None:
+        self.exercises = exercises
+        self.supplied_objects: set[int] = set()
+        self.supplied_codes: set[int] = set()
+        self.notes: list[dict[str, str]] = []
+        self.seen: dict[int, str | None] = {}  # id(code) -> the reference it copies, or None
+        self.library = tuple(_library_roots())
+
+    def supply(self, value: Any) -> None:
+        modules = getattr(value, "modules", None)
+        if callable(modules) and type(value).__module__.startswith(("transformer_course", "torch")):
+            with contextlib.suppress(Exception):
+                for module in modules():
+                    self.supplied_objects.add(id(module))
+        self.supplied_objects.add(id(value))
+        for function in fingerprint.functions_of(value):
+            for code in fingerprint.code_tree(function.__code__):
+                self.supplied_codes.add(id(code))
+
+    def handed_in(self, name: str, value: Any) -> None:
+        """A grade cell's argument: is it the reference itself, a subclass, or made of its methods?"""
+        exercise = self.exercises.objects.get(id(fingerprint.unwrap(value)))
+        if exercise is not None:
+            self._note("reference", exercise, f"{name} is the course's reference solution ({exercise})")
+            return
+        if isinstance(value, type):
+            for reference, exercise in self.exercises.classes:
+                if value is not reference and issubclass(value, reference):
+                    self._note("subclass", exercise, f"{name} is a subclass of the reference solution ({exercise})")
+        for function in fingerprint.functions_of(value):
+            label = self.exercises.codes.get(id(function.__code__))
+            if label is not None:
+                self._note("reference", label, f"{name} is made of the reference solution's code ({label})")
+
+    def _note(self, kind: str, reference: str, text: str, digest: str = "") -> None:
+        note = {"kind": kind, "reference": reference, "text": text, "digest": digest}
+        if note not in self.notes:
+            self.notes.append(note)
+
+    def take(self) -> list[dict[str, str]]:
+        notes, self.notes = self.notes, []
+        return notes
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        previous = sys.gettrace()
+        sys.settrace(self.trace)
+        try:
+            yield
+        finally:
+            sys.settrace(previous)
+
+    def trace(self, frame: Any, event: str, argument: Any) -> None:
+        if event != "call":
+            return None
+        code = frame.f_code
+        label = self.exercises.codes.get(id(code))
+        if label is not None:
+            if id(code) in self.supplied_codes or id(frame.f_locals.get("self")) in self.supplied_objects:
+                return None
+            caller = frame.f_back
+            while caller is not None and caller.f_code.co_filename.startswith(self.library):
+                caller = caller.f_back
+            if caller is not None and id(caller.f_code) not in self.exercises.codes:
+                self._note("runs", label, f"your code runs the course's reference solution ({label})")
+            return None
+        known = self.seen.get(id(code), False)
+        if known is False:
+            known = None
+            if not code.co_filename.startswith(self.library) and fingerprint.substantial(code):
+                label = self.exercises.digests.get(fingerprint.digest(code))
+                known = label
+            self.seen[id(code)] = known
+        if known:
+            self._note("copy", known, f"your code runs a copy of the reference solution ({known})",
+                       fingerprint.digest(code))
+        return None
+
+
+def _library_roots() -> list[str]:
+    import site
+
+    import transformer_course
+
+    folders = [sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(),
+               os.path.dirname(transformer_course.__file__), "<frozen"]
+    roots = set()
+    for folder in folders:
+        if folder.startswith("<"):
+            roots.add(folder)
+            continue
+        for form in (os.path.abspath(folder), os.path.realpath(folder)):
+            roots.add(form.rstrip(os.sep) + os.sep)
+    return sorted(roots)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -703,12 +656,11 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preload", default="", help="modules to import before the first notebook")
-    parser.add_argument("--control", type=int, help="file descriptor of the grader's control line")
     parser.add_argument("--no-warm-up", action="store_true",
                         help="import only matplotlib, torch and the checks' framework: no notebook modules, no "
                              "warm-up (the batch grader's start-up test)")
     arguments = parser.parse_args(argv)
-    serve([name for name in arguments.preload.split(",") if name], arguments.control, not arguments.no_warm_up)
+    serve([name for name in arguments.preload.split(",") if name], not arguments.no_warm_up)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,136 @@
+"""Where the student's code runs: the checks' side of the boundary between the student and the grader.
+
+A check is two kinds of code. Most of it compares values with the reference and words the message;
+the parts that touch the student's objects (build the student's module, call their function, record what
+their `forward` does) are *experiments*, marked with `@on_student_side`. In a student's own notebook both
+run together, in one process. When the course grades a notebook, the check runs in the grader's process,
+which never runs student code: every call of an experiment is sent to the student's sandboxed process,
+runs there, and only its values come back (tensors and plain data; anything else stays behind as an
+opaque handle). So a verdict is decided where no student code has ever run.
+
+Rules for experiments (tests/test_boundary.py and the real grader hold the checks to them):
+- they take and return values the channel can carry: numbers, strings, tensors, lists, tuples, dicts, the
+  checks' own dataclasses, and objects of the student's side (passed back as they came);
+- they never decide that a property holds: they observe, the check judges (an experiment may *fail* a
+  check, e.g. "your module has no attribute W_q", because a failure it reports can only cost the student);
+- what they plug into the student's objects (reference parts, a model handed to `train_epoch`) is declared
+  with `supplied(...)`, so that its running is never counted as the student running the reference.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+class Remote(Protocol):
+    """The grader's connection to the student's process (`grading.sandbox.executor.Servant`)."""
+
+    def run(self, module: str, qualname: str, args: tuple, kwargs: dict) -> Any: ...
+
+
+_REMOTE: ContextVar[Remote | None] = ContextVar("transformer_course_remote", default=None)
+
+
+@contextlib.contextmanager
+def judging(remote: Remote) -> Iterator[None]:
+    """Inside: every experiment runs in the student's process through `remote` (the grader's side)."""
+    token = _REMOTE.set(remote)
+    try:
+        yield
+    finally:
+        _REMOTE.reset(token)
+
+
+def judged() -> bool:
+    """Whether checks are running in the grader's process, away from the student's code."""
+    return _REMOTE.get() is not None
+
+
+def on_student_side(function: Function) -> Function:
+    """Mark an experiment: a function that touches the student's objects and returns what it observed.
+
+    Called while judging, it runs in the student's process (see the module docstring); otherwise here."""
+
+    @functools.wraps(function)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        remote = _REMOTE.get()
+        if remote is None:
+            return function(*args, **kwargs)
+        return remote.run(function.__module__, function.__qualname__, args, kwargs)
+
+    run.experiment = function  # type: ignore[attr-defined]  (what the student's side calls)
+    return run  # type: ignore[return-value]
+    # (the student's side finds an experiment by its module and qualified name: define experiments with the
+    # decorator syntax, so that the name leads to this wrapper)
+
+
+# --- what the checks plug in -------------------------------------------------------------------------------
+
+_SUPPLIED: list[Callable[[Any], None]] = []  # the student's side registers its watcher here
+
+
+def supplied(*objects: Any) -> None:
+    """Declare objects (modules with all their submodules, functions) that a check hands to the student's
+    code. The grader's watcher of reference code counts their running as the check's doing, not the
+    student's. Outside grading this does nothing."""
+    for watcher in _SUPPLIED:
+        for value in objects:
+            watcher(value)
+
+
+# --- errors from the student's side ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a traceback: file, line number, function and the line as written."""
+
+    filename: str
+    lineno: int
+    name: str
+    line: str
+
+
+@dataclass(frozen=True)
+class StudentError:
+    """An exception raised on the student's side, as plain data: its type (and the built-in types it
+    derives from), its text, its frames (innermost last) and whether it is an unfinished exercise's
+    `raise NotImplementedError()`."""
+
+    type_name: str
+    bases: tuple[str, ...]
+    message: str
+    frames: tuple[Frame, ...]
+    stub: bool
+
+
+def as_exception(error: StudentError, check_failed: type[BaseException]) -> BaseException:
+    """The exception to raise in the grader for an error of the student's side: the built-in type it
+    derives from (a student's own exception class becomes a subclass of its nearest built-in base, with
+    its name), CheckFailed for a check that failed there. It carries the record as `.student_error`."""
+    if error.type_name == "CheckFailed":
+        exception: BaseException = check_failed(error.message)
+    else:
+        base = next((getattr(builtins, name) for name in error.bases
+                     if isinstance(getattr(builtins, name, None), type)
+                     and issubclass(getattr(builtins, name), Exception)), Exception)
+        if base.__name__ != error.type_name:
+            base = type(error.type_name, (base,), {"__module__": "student"})
+        try:
+            exception = base(error.message)
+        except Exception:  # a built-in whose constructor wants more (UnicodeDecodeError, say)
+            exception = type(error.type_name, (Exception,), {"__module__": "student"})(error.message)
+    exception.student_error = error  # type: ignore[attr-defined]
+    return exception
+
+
+def student_error_of(exception: BaseException) -> StudentError | None:
+    return getattr(exception, "student_error", None)

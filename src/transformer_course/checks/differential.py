@@ -1,0 +1,1157 @@
+"""Differential diagnosis: where the student's computation first departs from the reference's, and how.
+
+The student's component and the reference run on the same inputs (modules with the same weights), each
+under a `Recorder`: every torch operation with a tensor result is written down (a `TorchFunctionMode`), with
+where its tensor arguments came from (an input, a parameter, an earlier operation), its other arguments,
+its result, the module whose `forward` was running and the line of code that called it. Then
+`diagnose(student, reference)`:
+
+1. *matches* every value of the reference computation with the student's values (same numbers, in any
+   layout: a reshape or a transpose of the same values counts as the same value);
+2. finds the *departure*: the first reference operation whose tensor arguments the student has but whose
+   result the student never computes, and from which every path to the final result is unmatched (so a
+   value the student simply computed in another order is not blamed);
+3. finds what the student computed *instead* (the student's operation that takes the same arguments) and
+   says what the difference is, derived from the values: a constant factor (named when it is a known
+   quantity: 1/√d_k, √d_model, log₁₀ e, 1/(1−p), …) or a sign, axes swapped, a shift by one along an axis,
+   columns in another order (halves instead of interleaved, pairs swapped), positions hidden or shown by
+   a mask that should not be, a normalisation over another axis, an operation missing or added, another
+   operation in its place, an argument that is another value of the computation (named);
+4. points at the student's line that computed it.
+
+Nothing here is a list of known mistakes: every phrase comes from comparing values.
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import permutations
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from transformer_course.checks.boundary import Frame, on_student_side
+
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
+_CHECKS_DIR = str(Path(__file__).resolve().parent)
+_REFERENCE_DIR = str(Path(__file__).resolve().parents[1] / "reference")
+MAX_ELEMENTS = 2_000_000  # values kept per trace; beyond it results are not kept (the trace says so)
+
+# operations that only move or relabel values (the same numbers in another layout)
+LAYOUT = {"view", "reshape", "transpose", "permute", "unsqueeze", "squeeze", "flatten", "unflatten", "contiguous",
+          "expand", "expand_as", "view_as", "reshape_as", "t", "T", "mT", "clone", "detach", "to", "float", "double",
+          "type", "type_as", "__getitem__", "narrow", "select", "movedim", "swapaxes", "chunk", "split", "unbind",
+          "broadcast_to", "repeat", "cpu", "cuda", "long", "int", "bool", "half"}
+PERMUTING = {"transpose", "permute", "movedim", "swapaxes", "t", "T", "mT", "transpose_"}
+IDENTITY_WHEN_SAME = {"dropout", "contiguous", "clone", "detach", "to", "float", "double", "type_as", "cpu"}
+SKIPPED = {"__get__", "__set__", "size", "dim", "numel", "item", "tolist", "__len__", "__bool__", "__index__",
+           "__format__", "__repr__", "__hash__", "data_ptr", "element_size", "stride", "is_contiguous",
+           "__iter__", "requires_grad_", "retain_grad", "__reduce_ex__", "__deepcopy__", "storage_offset",
+           "untyped_storage", "is_floating_point", "__array__", "numpy", "get_device", "is_complex"}
+
+
+# --- recording ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Op:
+    """One operation of a computation."""
+
+    index: int
+    name: str  # "matmul", "softmax", "__setitem__", "linear", ...
+    sources: tuple[str, ...]  # per tensor argument: "input:q", "leaf:W_q.weight", "op:3", "new"
+    params: tuple[tuple[str, str], ...]  # the other arguments, as short text ("dim", "-1")
+    output: torch.Tensor | None
+    line: Frame | None  # the line of code that called it (student's or reference's)
+    scope: str  # the module whose forward was running ("", "self_attn", "layers.0.norm1")
+    variable: str = ""  # the name that line assigns, when it assigns one
+    user: Frame | None = None  # the innermost line that is neither a library's nor the reference's
+
+
+@dataclass
+class Trace:
+    """A recorded computation: its inputs by name, its leaves (parameters, buffers, other tensors it did
+    not make), its operations in order and its result."""
+
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    leaves: dict[str, torch.Tensor] = field(default_factory=dict)
+    ops: list[Op] = field(default_factory=list)
+    output: Any = None
+    truncated: bool = False
+
+
+def _library(filename: str) -> bool:
+    if filename.startswith(_REFERENCE_DIR):
+        return False
+    return (filename.startswith((_TORCH_DIR, _CHECKS_DIR, "<frozen")) or "/lib/python" in filename
+            or "/site-packages/" in filename or f"{_PACKAGE_DIR}/grading" in filename
+            or f"{_PACKAGE_DIR}/runtime" in filename)
+
+
+def _frame(frame: Any) -> Frame:
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno, frame.f_globals).strip()
+    return Frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, line[:200])
+
+
+def _caller_lines() -> tuple[Frame | None, Frame | None]:
+    """(the innermost line of code that is not a library's, the innermost that is not the reference's either:
+    the student's own line, when reference parts plugged into the student's module made the call)."""
+    frame, line = sys._getframe(2), None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _library(filename):
+            if line is None:
+                line = _frame(frame)
+            if not filename.startswith(_REFERENCE_DIR):
+                return line, _frame(frame)
+        frame = frame.f_back
+    return line, None
+
+
+_ASSIGNMENT = re.compile(r"^\s*([A-Za-z_][\w.]*(?:\s*\[[^\]]*\])?(?:\s*,\s*[A-Za-z_]\w*)*)\s*(?:[+\-*/@]?=)(?!=)")
+
+
+def _assigned(line: str) -> str:
+    match = _ASSIGNMENT.match(line)
+    return match.group(1).strip() if match else ""
+
+
+def _name_of(func: Any) -> str:
+    name = getattr(func, "__name__", None) or type(func).__name__
+    if name == "__get__":  # a property such as Tensor.T
+        owner = getattr(func, "__self__", None)
+        name = getattr(owner, "__name__", name)
+    return name
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, slice):
+        parts = ["" if value.start is None else str(value.start), "" if value.stop is None else str(value.stop)]
+        if value.step is not None:
+            parts.append(str(value.step))
+        return ":".join(parts)
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_short(item) for item in value) + ")"
+    if value is Ellipsis:
+        return "..."
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class Recorder(TorchFunctionMode):
+    """Records the torch operations run inside it (see the module docstring)."""
+
+    def __init__(self, trace: Trace, modules: nn.Module | None = None) -> None:
+        super().__init__()
+        self.trace = trace
+        self.origin: dict[int, str] = {}  # id(tensor) -> its source key
+        self.alive: list[Any] = []  # keeps recorded tensors alive, so that ids are not reused
+        self.kept = 0
+        self.scopes: list[str] = []
+        self.names: dict[int, str] = {}
+        if modules is not None:
+            for name, module in modules.named_modules():
+                self.names[id(module)] = name
+            for name, tensor in [*modules.named_parameters(), *modules.named_buffers()]:
+                self._leaf(tensor, name)
+
+    def input(self, name: str, tensor: Any) -> None:
+        if isinstance(tensor, torch.Tensor):
+            self.trace.inputs[name] = self._keep(tensor)
+            self.origin[id(tensor)] = f"input:{name}"
+            self.alive.append(tensor)
+
+    def _keep(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        if tensor.device.type == "meta":
+            return tensor.detach()
+        self.kept += tensor.numel()
+        if self.kept > MAX_ELEMENTS:
+            self.trace.truncated = True
+            return None
+        return tensor.detach().clone()
+
+    def _leaf(self, tensor: torch.Tensor, name: str) -> str:
+        key = f"leaf:{name}"
+        if key not in self.trace.leaves:
+            value = self._keep(tensor)
+            if value is not None:
+                self.trace.leaves[name] = value
+        self.origin[id(tensor)] = key
+        self.alive.append(tensor)
+        return key
+
+    def _source(self, tensor: torch.Tensor) -> str:
+        key = self.origin.get(id(tensor))
+        if key is None:
+            key = self._leaf(tensor, f"new {len(self.trace.leaves)}")
+        return key
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        name = _name_of(func)
+        if name in SKIPPED or name.startswith("_has_compatible") or name.startswith("__torch"):
+            return result
+        tensors, params = [], []
+        for position, value in enumerate(args):
+            if isinstance(value, torch.Tensor):
+                tensors.append(self._source(value))
+            elif isinstance(value, list | tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+                tensors += [self._source(v) for v in value]
+            elif position or not isinstance(value, nn.Module):
+                params.append((str(position), _short(value)))
+        for key, value in kwargs.items():
+            if isinstance(value, torch.Tensor):
+                tensors.append(self._source(value))
+            else:
+                params.append((key, _short(value)))
+        in_place = name.endswith("_") and not name.endswith("__") or name in ("__setitem__", "__iadd__", "__isub__",
+                                                                                "__imul__", "__itruediv__")
+        output = args[0] if in_place and args and isinstance(args[0], torch.Tensor) else result
+        if isinstance(output, tuple | list) and output and isinstance(output[0], torch.Tensor):
+            outputs = list(output)
+        elif isinstance(output, torch.Tensor):
+            outputs = [output]
+        else:
+            return result
+        line, user = _caller_lines()
+        for tensor in outputs:
+            index = len(self.trace.ops)
+            self.trace.ops.append(Op(index, name, tuple(tensors), tuple(params), self._keep(tensor), line,
+                                     self.scopes[-1] if self.scopes else "", _assigned(line.line) if line else "",
+                                     user))
+            self.origin[id(tensor)] = f"op:{index}"
+            self.alive.append(tensor)
+        return result
+
+    # module scopes, through global forward hooks
+    def enter(self, module: nn.Module, _args: Any) -> None:
+        self.scopes.append(self.names.get(id(module), type(module).__name__))
+
+    def leave(self, module: nn.Module, _args: Any, output: Any) -> None:
+        if self.scopes:
+            self.scopes.pop()
+
+
+@contextmanager
+def recording(modules: nn.Module | None = None, inputs: Mapping[str, Any] | None = None) -> Iterator[Trace]:
+    """Record the torch operations run inside the block. `modules`: the module whose parameters and submodules
+    name leaves and scopes; `inputs`: the tensors handed in, by name."""
+    trace = Trace()
+    recorder = Recorder(trace, modules)
+    for name, value in (inputs or {}).items():
+        recorder.input(name, value)
+    pre = nn.modules.module.register_module_forward_pre_hook(recorder.enter)
+    post = nn.modules.module.register_module_forward_hook(recorder.leave)
+    try:
+        with recorder:
+            yield trace
+    finally:
+        pre.remove()
+        post.remove()
+
+
+def record(function: Callable[..., Any], *args: Any, modules: nn.Module | None = None,
+           names: Sequence[str] = (), **kwargs: Any) -> Trace:
+    """Call `function(*args, **kwargs)` under a recorder; the trace's `output` is what it returned. `names`
+    name the positional arguments (default "x0", "x1", ...); keyword tensors keep their names."""
+    inputs = {(names[i] if i < len(names) else f"x{i}"): value for i, value in enumerate(args)}
+    inputs |= {key: value for key, value in kwargs.items() if isinstance(value, torch.Tensor)}
+    with recording(modules, inputs) as trace:
+        trace.output = function(*args, **kwargs)
+    return trace
+
+
+# --- matching values ---------------------------------------------------------------------------------------
+
+
+def _float(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to(torch.float64).cpu()
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
+    """Elementwise close: |a - b| <= atol * typical + rtol * |b|, where `typical` is the size of b's ordinary
+    values (a fill of -1e9 does not make every other difference small); infinities must agree."""
+    if a.shape != b.shape:
+        return False
+    a, b = _float(a), _float(b)
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    ordinary = b[finite & (b.abs() < 1e6)]
+    typical = max(ordinary.abs().mean().item() if ordinary.numel() else 1.0, 1e-3)
+    same_inf = (a == b) & ~finite
+    return bool((same_inf | (finite & ((a - b).abs() <= atol * typical + rtol * b.abs()))).all())
+
+
+@dataclass
+class _Value:
+    key: str
+    tensor: torch.Tensor
+    total: float
+    square: float
+
+
+def _value(key: str, tensor: torch.Tensor) -> _Value | None:
+    if tensor is None or tensor.device.type == "meta" or tensor.numel() == 0 or tensor.is_complex():
+        return None
+    flat = _float(tensor)
+    finite = flat[torch.isfinite(flat)]
+    return _Value(key, tensor, float(finite.sum()), float((finite * finite).sum()))
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor, permuted: bool = True) -> bool:
+    """The same numbers, in this layout or another: equal, equal after a reshape, or (with `permuted`) equal
+    after permuting axes (a transpose)."""
+    if a.numel() != b.numel():
+        return False
+    if a.shape == b.shape and _close(a, b):
+        return True
+    squeezed_a, squeezed_b = a.squeeze(), b.squeeze()
+    if squeezed_a.shape == squeezed_b.shape and _close(squeezed_a, squeezed_b):
+        return True
+    if _close(a.reshape(-1), b.reshape(-1)):
+        return True
+    return permuted and _permutation(a, b) is not None
+
+
+def _permutation(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...] | None:
+    """The axis order that turns b into a's layout (a == b.permute(order)), if one does."""
+    a, b = a.squeeze(), b.squeeze()
+    if a.dim() != b.dim() or a.dim() < 2 or a.dim() > 5 or sorted(a.shape) != sorted(b.shape):
+        return None
+    for order in permutations(range(b.dim())):
+        if order == tuple(range(b.dim())):
+            continue
+        if tuple(b.shape[i] for i in order) == tuple(a.shape) and _close(a, b.permute(order)):
+            return order
+    return None
+
+
+class Index:
+    """The values of one computation, for finding a given value among them quickly."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.values: list[_Value] = []
+        for name, tensor in trace.inputs.items():
+            self._add(f"input:{name}", tensor)
+        for name, tensor in trace.leaves.items():
+            self._add(f"leaf:{name}", tensor)
+        for op in trace.ops:
+            self._add(f"op:{op.index}", op.output)
+
+    def _add(self, key: str, tensor: Any) -> None:
+        if isinstance(tensor, torch.Tensor):
+            value = _value(key, tensor)
+            if value is not None:
+                self.values.append(value)
+
+    def find(self, tensor: torch.Tensor | None, layout: bool = False) -> list[str]:
+        """Keys of the values equal to `tensor` (in any layout, or with `layout` in this layout or a reshape of
+        it: a transpose is then a different value), in order of computation."""
+        target = _value("", tensor) if isinstance(tensor, torch.Tensor) else None
+        if target is None:
+            return []
+        found = []
+        for value in self.values:
+            if value.tensor.numel() != target.tensor.numel():
+                continue
+            tolerance = 1e-4 * (abs(target.square) + value.tensor.numel()) + 1e-6
+            if abs(value.square - target.square) > tolerance:
+                continue
+            if same_values(value.tensor, target.tensor, permuted=not layout):
+                found.append(value.key)
+        return found
+
+
+# --- the departure -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Where the student's computation departs (`where`: the student's line and the value) and how (`how`)."""
+
+    where: str
+    how: str
+    line: Frame | None = None
+
+    def text(self) -> str:
+        return f"{self.where}: {self.how}" if self.where else self.how
+
+
+def _producer(key: str) -> int | None:
+    return int(key[3:]) if key.startswith("op:") else None
+
+
+def _value_of(trace: Trace, key: str) -> torch.Tensor | None:
+    kind, _, rest = key.partition(":")
+    if kind == "op":
+        return trace.ops[int(rest)].output
+    if kind == "input":
+        return trace.inputs.get(rest)
+    if kind == "leaf":
+        return trace.leaves.get(rest)
+    return None
+
+
+def _final_key(trace: Trace, final: torch.Tensor | None) -> int | None:
+    """The reference operation whose result is the final value (the last one equal to it)."""
+    if final is None:
+        return len(trace.ops) - 1 if trace.ops else None
+    for op in reversed(trace.ops):
+        if op.output is not None and op.output.shape == final.shape and _close(op.output, final, 1e-9, 1e-12):
+            return op.index
+    return len(trace.ops) - 1 if trace.ops else None
+
+
+def _ancestors(trace: Trace, last: int) -> set[int]:
+    found, pending = set(), [last]
+    while pending:
+        index = pending.pop()
+        if index in found:
+            continue
+        found.add(index)
+        for source in trace.ops[index].sources:
+            producer = _producer(source)
+            if producer is not None:
+                pending.append(producer)
+    return found
+
+
+@dataclass
+class Context:
+    """What the check knows that names things: sizes of axes by name ("query": 6), quantities that may be a
+    factor ("d_k": 8, "d_model": 16, "p": 0.1), words for values (reference keys or variables -> words)."""
+
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    quantities: Mapping[str, float] = field(default_factory=dict)
+    words: Mapping[str, str] = field(default_factory=dict)
+
+    def axis(self, size: int, dim: int) -> str:
+        names = [name for name, value in self.sizes.items() if value == size]
+        return f"the {names[0]} axis" if len(names) == 1 else f"axis {dim} (of size {size})"
+
+
+def diagnose(student: Trace, reference: Trace, *, context: Context | None = None,
+             student_final: torch.Tensor | None = None, reference_final: torch.Tensor | None = None
+             ) -> Diagnosis | None:
+    """Where and how the student's computation first departs from the reference's (None when it cannot say)."""
+    context = context or Context()
+    if not reference.ops:
+        return None
+    index = Index(student)
+    final = _final_key(reference, reference_final)
+    if final is None:
+        return None
+    useful = _ancestors(reference, final)
+    matched: dict[int, list[str]] = {}
+    for op in reference.ops:
+        if op.index not in useful:
+            continue
+        found = index.find(op.output, layout=op.name in PERMUTING or op.name in IDENTITY_WHEN_SAME)
+        if not found and op.name in IDENTITY_WHEN_SAME and op.sources:
+            producer = _producer(op.sources[0])
+            if producer is not None and matched.get(producer):
+                found = matched[producer]
+        matched[op.index] = found
+    consumers: dict[int, list[int]] = {}
+    for op in reference.ops:
+        for source in op.sources:
+            producer = _producer(source)
+            if producer is not None:
+                consumers.setdefault(producer, []).append(op.index)
+    bad: dict[int, bool] = {}
+    for op in reversed(reference.ops):
+        if op.index not in useful:
+            continue
+        unmatched = not matched.get(op.index)
+        downstream = [c for c in consumers.get(op.index, []) if c in useful]
+        bad[op.index] = unmatched and (op.index == final or any(bad.get(c, False) for c in downstream))
+    if not bad.get(final, False):
+        return None  # the final value is among the student's: nothing departs here
+    departure = None
+    for op in reference.ops:
+        if not bad.get(op.index):
+            continue
+        inputs_known = all(_producer(s) is None or matched.get(_producer(s)) for s in op.sources)
+        if inputs_known:
+            departure = op
+            break
+    if departure is None:
+        return None
+    return _explain(departure, reference, student, index, matched, context)
+
+
+OPERATION_WORDS = {
+    "mul": "product", "__mul__": "product", "__rmul__": "product", "matmul": "matrix product",
+    "__matmul__": "matrix product", "bmm": "matrix product", "add": "sum", "__add__": "sum", "__radd__": "sum",
+    "sub": "difference", "__sub__": "difference", "__rsub__": "difference", "div": "division",
+    "__truediv__": "division", "__rtruediv__": "division", "exp": "exponential", "log": "logarithm",
+    "softmax": "softmax", "log_softmax": "log-softmax", "masked_fill": "masked fill", "__getitem__": "slice",
+    "__setitem__": "assignment", "linear": "linear layer", "layer_norm": "layer norm", "dropout": "dropout",
+    "relu": "ReLU", "tanh": "tanh", "sin": "sin", "cos": "cos", "pow": "power", "__pow__": "power",
+    "__rpow__": "power", "sqrt": "square root", "arange": "arange", "transpose": "transpose", "view": "view",
+    "reshape": "reshape", "permute": "permute", "sum": "sum", "mean": "mean", "embedding": "embedding lookup",
+    "cat": "concatenation", "stack": "stack", "tril": "lower triangle", "triu": "upper triangle",
+    "neg": "negation", "__neg__": "negation", "eq": "comparison", "__eq__": "comparison", "ne": "comparison",
+    "__ne__": "comparison", "unsqueeze": "unsqueeze", "argmax": "argmax", "cross_entropy": "cross-entropy",
+}
+
+
+def operation_words(name: str) -> str:
+    return OPERATION_WORDS.get(name, f"`{name}`")
+
+
+def _last_on_its_line(op: Op, trace: Trace) -> bool:
+    """Whether op makes the value its line assigns (the last operation run from that line)."""
+    if op.line is None:
+        return False
+    following = trace.ops[op.index + 1:op.index + 2]
+    return not (following and following[0].line == op.line)
+
+
+def _module_output(op: Op, trace: Trace | None) -> bool:
+    """Whether op is the last operation of a call of its module (its output)."""
+    if not op.scope or trace is None:
+        return False
+    following = trace.ops[op.index + 1] if op.index + 1 < len(trace.ops) else None
+    return following is None or not (following.scope == op.scope or following.scope.startswith(op.scope + "."))
+
+
+def _reference_words(op: Op, context: Context, trace: Trace | None = None) -> str:
+    """How to call the result of a reference operation in a message."""
+    for key in (f"op:{op.index}", op.variable, op.scope):
+        if key and key in context.words:
+            return context.words[key]
+    if _module_output(op, trace):
+        return f"the output of self.{op.scope}"
+    variable = op.variable if op.variable and "," not in re.sub(r"\[.*\]", "", op.variable) else ""
+    if not variable and op.line is not None and op.line.line.startswith("return") and op.line.name != "forward" \
+            and (trace is None or _last_on_its_line(op, trace)):
+        return f"what `{op.line.name}` returns"
+    if variable and op.name == "__setitem__":
+        return f"`{variable.split('[')[0]}` once `{variable}` is written"
+    if variable and (trace is None or _last_on_its_line(op, trace)):
+        if trace is not None:
+            function = op.line.name if op.line is not None else ""
+            lines = {}
+            for o in trace.ops:  # the assignments of this name in this function, one per line
+                if o.variable == variable and o.line is not None and o.line.name == function \
+                        and _last_on_its_line(o, trace):
+                    lines.setdefault(o.line.lineno, o)
+            same = [lines[number] for number in sorted(lines)]
+            if op not in same and op.line is not None and op.line.lineno in lines:
+                op = lines[op.line.lineno]
+            if len(same) > 1 and same[0] is op:
+                return f"`{variable}` as first computed (before the {operation_words(same[1].name)})"
+            if len(same) > 1:
+                before = same[same.index(op) - 1] if op in same else None
+                return f"`{variable}` after the {operation_words(op.name)}" if before is not None else f"`{variable}`"
+        return f"`{variable}`"
+    if variable:
+        return f"the {operation_words(op.name)} inside `{variable}`"
+    if op.scope:
+        return f"the output of `{op.scope}`"
+    return f"the {operation_words(op.name)}"
+
+
+def _source_words(key: str, trace: Trace, context: Context) -> str:
+    kind, _, rest = key.partition(":")
+    if kind == "input":
+        return context.words.get(key, f"the input `{rest}`")
+    if kind == "leaf":
+        return context.words.get(key, f"`{rest}`" if not rest.startswith("new") else "a constant tensor")
+    if kind == "op":
+        return _reference_words(trace.ops[int(rest)], context, trace)
+    return "a value"
+
+
+def _student_line(op: Op | None) -> str:
+    frame = op.user or op.line if op is not None else None
+    if frame is None:
+        return ""
+    return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
+
+
+def _direct(departure: Op, student: Trace, reference: Trace, matched: dict[int, list[str]], index: Index
+            ) -> list[Op]:
+    """The student's operations that take one of the departure's arguments (for a tensor made from nothing,
+    such as `arange`, the student's operations of the same kind)."""
+    if not departure.sources:
+        return [op for op in student.ops if op.name == departure.name and not op.sources]
+    wanted: set[str] = set()
+    for source in departure.sources:
+        producer = _producer(source)
+        if producer is not None:
+            wanted.update(matched.get(producer, []))
+        else:
+            wanted.add(source)
+            value = _value_of(reference, source)
+            wanted.update(index.find(value) if value is not None else [])
+    return [op for op in student.ops if set(op.sources) & wanted]
+
+
+def _counterpart(departure: Op, student: Trace, reference: Trace, matched: dict[int, list[str]],
+                 index: Index, context: Context) -> Op | None:
+    """The student's operation that does what the departure does: among the operations that take the same
+    arguments (or, for a tensor made from nothing such as `arange`, the student's operations of the same kind)
+    and the unmatched ones right after them, the one whose value is most plainly related to the expected
+    value; then the one of the same kind; then the first."""
+    wanted: set[str] = set()
+    for source in departure.sources:
+        producer = _producer(source)
+        if producer is not None:
+            wanted.update(matched.get(producer, []))
+        else:
+            wanted.add(source)
+            value = _value_of(reference, source)
+            wanted.update(index.find(value) if value is not None else [])
+    reference_index = Index(reference)
+    direct = _direct(departure, student, reference, matched, index)
+    fresh_keys = {f"op:{op.index}" for op in student.ops if not reference_index.find(op.output)}
+    pool: list[Op] = []
+    for op in direct:
+        pool.append(op)
+        frontier = [f"op:{op.index}"]
+        for _ in range(3):  # what the student computes next from it, while it is still unmatched
+            following = [o for o in student.ops if set(o.sources) & set(frontier) and f"op:{o.index}" in fresh_keys]
+            pool += following
+            frontier = [f"op:{o.index}" for o in following]
+    pool = list({op.index: op for op in pool}.values())
+    if not pool:
+        return None
+    expected = departure.output
+
+    def rank(op: Op) -> tuple:
+        how = relation(op.output, expected, context, departure) if op.output is not None and expected is not None \
+            else ""
+        fresh = f"op:{op.index}" in fresh_keys
+        return (not fresh, "factor is" not in how, not how, op.name != departure.name, op.index)
+
+    return min(pool, key=rank)
+
+
+def _creation_difference(departure: Op, counterpart: Op) -> str:
+    """The arguments that differ between two operations of the same kind ('' when the same)."""
+    if counterpart.name != departure.name:
+        return ""
+    mine, wanted = dict(counterpart.params), dict(departure.params)
+    if set(mine) != set(wanted):
+        return ""
+    differ = [(key, mine.get(key, "—"), value) for key, value in wanted.items() if mine.get(key) != value
+              and key not in ("dtype", "device", "requires_grad", "layout", "out")]
+    if not differ or len(differ) > 2:
+        return ""
+    return "; ".join(f"argument {key if not key.isdigit() else int(key) + 1}: {got} where {value} is expected"
+                     for key, got, value in differ)
+
+
+def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matched: dict[int, list[str]],
+             context: Context) -> Diagnosis:
+    """What the student computed instead of the departure, tried in this order: the same operation with other
+    settings; the same operation on another value; the step left out; the operation whose value is plainly
+    related to the expected one; another operation in its place (or in another order)."""
+    expected = departure.output
+    what = _reference_words(departure, context, reference)
+    direct = _direct(departure, student, reference, matched, index)
+    same_kind = [op for op in direct if op.name == departure.name]
+    place = _place(departure, reference)
+    same_kind += [op for op in student.ops if op.name == departure.name and op not in same_kind
+                  and _place(op, student) == place]
+    deferred = None
+    for same in same_kind:  # 1. same operation, same arguments, other settings
+        if _same_arguments(departure, same, reference, student) and same.output is not None and expected is not None:
+            how = relation(same.output, expected, context, departure)
+            settings = _creation_difference(departure, same)
+            if settings or how:
+                text = f"{what} " + (f"is {how}" if how else "has other values than expected")
+                if settings:
+                    text += f": the {operation_words(departure.name)} has {settings}"
+                found = Diagnosis(_student_line(same), text, same.line)
+                if _plain(how) or (settings and not how):
+                    return found
+                deferred = deferred or found
+    for same in same_kind:  # 2. same operation, another value
+        argument = _wrong_argument(departure, same, reference, student, matched, context)
+        if argument:
+            return Diagnosis(_student_line(same), argument, same.line)
+    unused = _unused_input(departure, student, reference, context)
+    if unused is not None:
+        return unused
+    uncalled = _uncalled_module(departure, student, reference, index, context)
+    if uncalled is not None:
+        return uncalled
+    missing = _missing_step(departure, reference, student, index, context)  # 3.
+    if missing is not None:
+        return missing
+    counterpart = _counterpart(departure, student, reference, matched, index, context)
+    if deferred is not None and (counterpart is None or not _plain(
+            relation(counterpart.output, expected, context, departure) if counterpart.output is not None else "")):
+        return deferred
+    if counterpart is None:
+        return Diagnosis(f"the step that computes {what}",
+                         f"your code never computes {what} (the {operation_words(departure.name)} of "
+                         f"{_arguments_words(departure, reference, context)}): it is missing, or computed from "
+                         "other values")
+    where, got = _student_line(counterpart), counterpart.output
+    how = relation(got, expected, context, departure) if got is not None and expected is not None else ""
+    if counterpart.name == departure.name or (how and "factor is" in how):  # 4.
+        text = f"{what} " + (f"is {how}" if how else "has other values than expected")
+        settings = _creation_difference(departure, counterpart)
+        if settings and (not how or not departure.sources):
+            text += f" ({operation_words(departure.name)} with {settings})"
+        return Diagnosis(where, text, counterpart.line)
+    first = _first_on(departure, student, reference, matched, index) or counterpart  # 5.
+    if first.name == departure.name:
+        return Diagnosis(where, f"{what} " + (f"is {how}" if how else "has other values than expected"),
+                         counterpart.line)
+    later = next((op for op in student.ops if op.index > first.index and op.name == departure.name), None)
+    text = (f"your code applies the {operation_words(first.name)} where the paper applies the "
+            f"{operation_words(departure.name)} to {_arguments_words(departure, reference, context)}")
+    if later is not None:
+        text += (f"; your {operation_words(departure.name)} comes later ({_student_line(later)}): the two steps "
+                 "are in another order")
+    elif how and first is counterpart:
+        text += f"; the result is {how}"
+    return Diagnosis(_student_line(first), text, first.line)
+
+
+def _place(op: Op, trace: Trace) -> tuple[str, str, int]:
+    """Where an operation sits: its module, its function and how many of its kind came before it there."""
+    function = op.line.name if op.line is not None else ""
+    count = sum(1 for o in trace.ops[:op.index] if o.name == op.name and o.scope == op.scope
+                and (o.line.name if o.line is not None else "") == function)
+    return op.scope, function, count
+
+
+def _unused_input(departure: Op, student: Trace, reference: Trace, context: Context) -> Diagnosis | None:
+    """The departure needs an input of the computation that the student's code never reads."""
+    used = {source for op in student.ops for source in op.sources}
+    for source in departure.sources:
+        if source.startswith("input:") and source not in used and source in {f"input:{n}" for n in student.inputs}:
+            words = _source_words(source, reference, context)
+            return Diagnosis("", f"your code never uses {words}: the paper uses it to compute "
+                                 f"{_reference_words(departure, context, reference)}")
+    return None
+
+
+def _uncalled_module(departure: Op, student: Trace, reference: Trace, index: Index, context: Context
+                     ) -> Diagnosis | None:
+    """The departure runs inside a submodule the student's forward never calls."""
+    if not departure.scope:
+        return None
+    top = departure.scope.split(".")[0]
+    if any(op.scope == top or op.scope.startswith(top + ".") for op in student.ops):
+        return None
+    reference_ops = [op for op in reference.ops if op.scope == top or op.scope.startswith(top + ".")]
+    last = reference_ops[-1] if reference_ops else departure
+    first = reference_ops[0] if reference_ops else departure
+    data = _value_of(reference, first.sources[0]) if first.sources else None
+    takes = ""
+    if data is not None and student.ops and student.ops[-1].output is not None \
+            and same_values(student.ops[-1].output, data):
+        takes = f"; your code returns {_source_words(first.sources[0], reference, context)} as it is"
+    del last
+    return Diagnosis("", f"self.{top} is never called: the paper applies it to "
+                         f"{_source_words(first.sources[0], reference, context) if first.sources else 'its input'}"
+                         + takes)
+
+
+def _plain(how: str) -> bool:
+    """A relation worth stating on its own: anything but an unnamed factor."""
+    return bool(how) and not (re.match(r"^-?[\d.]+(e[-+]?\d+)? × the expected values$", how) is not None)
+
+
+def _same_arguments(departure: Op, op: Op, reference: Trace, student: Trace) -> bool:
+    if len(op.sources) != len(departure.sources):
+        return False
+    for wanted, got in zip(departure.sources, op.sources, strict=True):
+        wanted_value, got_value = _value_of(reference, wanted), _value_of(student, got)
+        if wanted_value is None or got_value is None or not same_values(got_value, wanted_value):
+            return False
+    return True
+
+
+def _first_on(departure: Op, student: Trace, reference: Trace, matched: dict[int, list[str]], index: Index
+              ) -> Op | None:
+    """The student's first operation on the departure's first argument (the data it transforms)."""
+    if not departure.sources:
+        return None
+    source = departure.sources[0]
+    producer = _producer(source)
+    keys = set(matched.get(producer, [])) if producer is not None else {source}
+    if producer is None:
+        value = _value_of(reference, source)
+        keys.update(index.find(value) if value is not None else [])
+    return next((op for op in student.ops if set(op.sources) & keys), None)
+
+
+def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index, context: Context
+                  ) -> Diagnosis | None:
+    """The departure left out: an operation the reference applies to the departure's result is applied, in the
+    student's code, to the departure's argument itself."""
+    if not departure.sources or departure.output is None:
+        return None
+    data = _value_of(reference, departure.sources[0])
+    if data is None:
+        return None
+    keys = set(index.find(data))
+    consumers = [op for op in reference.ops if f"op:{departure.index}" in op.sources]
+    if not consumers and student.ops and student.ops[-1].output is not None \
+            and same_values(student.ops[-1].output, data):
+        last = student.ops[-1]
+        data_words = _source_words(departure.sources[0], reference, context)
+        return Diagnosis(_student_line(last), f"a step is missing at the end: the paper applies a "
+                         f"{operation_words(departure.name)} to {data_words} to get "
+                         f"{_reference_words(departure, context, reference)}; your code stops before it")
+    for consumer in consumers:
+        position = consumer.sources.index(f"op:{departure.index}")
+        for op in student.ops:
+            if op.name != consumer.name or len(op.sources) != len(consumer.sources):
+                continue
+            if op.sources[position] not in keys:
+                continue
+            function = departure.line.name if departure.line is not None else None
+            later = next((o for o in student.ops if o.index > op.index and o.name == departure.name
+                          and (o.line.name if o.line is not None else None) == function), None)
+            if later is not None:
+                return Diagnosis(_student_line(later),
+                                 f"your {operation_words(departure.name)} comes after your "
+                                 f"{operation_words(consumer.name)} ({_student_line(op)}): the paper applies the "
+                                 f"{operation_words(departure.name)} first, to "
+                                 f"{_source_words(departure.sources[0], reference, context)}, and the "
+                                 f"{operation_words(consumer.name)} to its result", later.line)
+            step = relation(departure.output, data, context, departure) if departure.output.shape == data.shape else ""
+            place = f"in `{function}` " if function else ""
+            data_words = _source_words(departure.sources[0], reference, context)
+            text = (f"a step is missing: {place}the paper applies a {operation_words(departure.name)} to {data_words}"
+                    + (f" (the result is {step.replace('the expected values', 'it')})" if step else "")
+                    + f", and your {operation_words(consumer.name)} receives {data_words} without it")
+            return Diagnosis(_student_line(op), text, op.line)
+    return None
+
+
+def _arguments_words(op: Op, trace: Trace, context: Context) -> str:
+    words = [_source_words(source, trace, context) for source in op.sources]
+    return ", ".join(dict.fromkeys(words)) or "its arguments"
+
+
+def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: Trace, matched: dict[int, list[str]],
+                    context: Context) -> str:
+    """The same operation fed with another value of the computation than the reference feeds it."""
+    if counterpart.name != departure.name or len(counterpart.sources) != len(departure.sources):
+        return ""
+    reference_index = Index(reference)
+    for position, (wanted, got) in enumerate(zip(departure.sources, counterpart.sources, strict=True)):
+        wanted_value = _value_of(reference, wanted)
+        got_value = _value_of(student, got)
+        if wanted_value is None or got_value is None or same_values(got_value, wanted_value):
+            continue
+        equal = [key for key in reference_index.find(got_value) if key != wanted]
+        if len(departure.sources) == 2:
+            other = departure.sources[1 - position]
+            other_value = _value_of(reference, other)
+            mine = _value_of(student, counterpart.sources[1 - position])
+            if other_value is not None and mine is not None and same_values(got_value, other_value) \
+                    and same_values(mine, wanted_value):
+                return (f"the two arguments of the {operation_words(departure.name)} are swapped: "
+                        f"{_source_words(other, reference, context)} and {_source_words(wanted, reference, context)}")
+        if equal:
+            return (f"the {operation_words(departure.name)} receives {_source_words(equal[-1], reference, context)} "
+                    f"where the paper gives it {_source_words(wanted, reference, context)}")
+        how = relation(got_value, wanted_value, context, None)
+        if how:
+            return (f"the {operation_words(departure.name)} receives {_source_words(wanted, reference, context)} "
+                    f"changed: {how}")
+    return ""
+
+
+# --- how one value departs from another --------------------------------------------------------------------
+
+
+def known_factor(factor: float, context: Context) -> str:
+    """Words for a factor that equals a known quantity ('1/√d_k', 'log₁₀ e', '1/(1 − p)'), '' otherwise."""
+    candidates: list[tuple[float, str]] = [(-1.0, "−1"), (2.0, "2"), (0.5, "1/2"),
+                                           (1 / math.log(10), "log₁₀ e (a base-10 logarithm where the natural one "
+                                                              "belongs)"),
+                                           (math.log(10), "ln 10 (a natural logarithm where the base-10 one "
+                                                          "belongs)")]
+    for name, value in context.quantities.items():
+        if not value:
+            continue
+        if name == "p":
+            candidates += [(1 / (1 - value), "1/(1 − p), dropout's rescaling"), (1 - value, "1 − p")]
+            continue
+        candidates += [(value, name), (1 / value, f"1/{name}")]
+        if value > 0:
+            candidates += [(math.sqrt(value), f"√{name}"), (1 / math.sqrt(value), f"1/√{name}")]
+    for value, words in candidates:
+        if abs(factor - value) <= 1e-3 * max(1.0, abs(value)):
+            return words
+    named = [(name, value) for name, value in context.quantities.items() if value and value > 0 and name != "p"]
+    for (first, x), (second, y) in permutations(named, 2):  # a quantity used where another belongs
+        for power, root in ((0.5, "√"), (1.0, "")):
+            if abs(factor - (x / y) ** power) <= 1e-3 * max(1.0, factor):
+                return f"{root}{first}/{root}{second}: {root}{second} used where {root}{first} belongs"
+    return ""
+
+
+def relation(got: torch.Tensor, expected: torch.Tensor, context: Context, op: Op | None) -> str:
+    """A relation that turns `expected` into `got`, derived from the values ('' when none is found)."""
+    if got.dtype == torch.bool and expected.dtype == torch.bool and got.shape == expected.shape:
+        return _bool_relation(got, expected, context)
+    a, b = _float(got), _float(expected)
+    if a.numel() == 0 or b.numel() == 0:
+        return ""
+    if a.shape != b.shape:
+        return _shape_relation(a, b, context)
+    if not torch.isfinite(a).all() and torch.isfinite(b).all():
+        return "NaN or inf where numbers are expected"
+    ordinary = b[torch.isfinite(b) & (b.abs() < 1e6)].abs()
+    scale = max(ordinary.mean().item() if ordinary.numel() else 0.0, 1e-12)
+    if a.abs().max().item() <= 1e-9 * scale and b.abs().max().item() > 1e-9:
+        return "0 everywhere"
+    masked = _mask_relation(a, b, context)
+    if masked:
+        return masked
+    denominator = (b * b).sum().item()
+    if denominator > 0:
+        factor = (a * b).sum().item() / denominator
+        if abs(factor - 1) > 1e-6 and _close(a, factor * b, 1e-4, 1e-9):
+            named = known_factor(factor, context)
+            if abs(factor + 1) < 1e-6:
+                return "the expected values with the opposite sign"
+            return f"{factor:.4g} × the expected values" + (f" (the factor is {named})" if named else "")
+    offset = (a - b).mean().item()
+    if abs(offset) > 1e-9 and _close(a - offset, b, 1e-4, 1e-9):
+        return f"the expected values {offset:+.4g}"
+    layout = _layout_relation(a, b, context)
+    if layout:
+        return layout
+    if op is not None and op.name in ("softmax", "log_softmax", "sum", "mean", "cumsum", "layer_norm", "amax", "max"):
+        axis = _reduction_axis(a, b, op, context)
+        if axis:
+            return axis
+    if b.dim() >= 1:
+        power = _power_relation(a, b)
+        if power:
+            return power
+    return ""
+
+
+def _bool_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
+    if torch.equal(a, ~b):
+        return "the opposite: True exactly where False is expected"
+    extra, missing = int((a & ~b).sum()), int((~a & b).sum())
+    parts = [f"True at {extra} positions where False is expected" if extra else "",
+             f"False at {missing} positions where True is expected" if missing else ""]
+    return "; ".join(part for part in parts if part)
+
+
+def _mask_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
+    """Values equal except where one side is 'hidden' (0 after a softmax, or a very negative fill)."""
+    differ = ~(((a - b).abs() <= 1e-6 + 1e-4 * b.abs()) | ((a == b) & ~torch.isfinite(a)))
+    if not differ.any() or differ.all():
+        return ""
+    hidden_a = (a == 0) | (a <= -1e8) | (a == float("-inf"))
+    hidden_b = (b == 0) | (b <= -1e8) | (b == float("-inf"))
+    shown = differ & hidden_b & ~hidden_a
+    covered = differ & hidden_a & ~hidden_b
+    if not (shown | covered).any() or (differ & ~(shown | covered)).any():
+        rows = _rows_normalised(a, b)
+        return rows
+    parts = []
+    if shown.any():
+        parts.append(f"{int(shown.sum())} positions that should be hidden are visible"
+                     + _positions(shown, context))
+    if covered.any():
+        parts.append(f"{int(covered.sum())} positions that should be visible are hidden" + _positions(covered, context))
+    return "; ".join(parts)
+
+
+def _rows_normalised(a: torch.Tensor, b: torch.Tensor) -> str:
+    return ""
+
+
+def _positions(where: torch.Tensor, context: Context) -> str:
+    """' (query 2 -> key 4, ...)' for masks of attention: the last two axes read as query and key."""
+    if where.dim() < 2:
+        return ""
+    pairs = where.reshape(-1, where.size(-2), where.size(-1)).any(dim=0).nonzero().tolist()
+    shown = ", ".join(f"{q}→{k}" for q, k in pairs[:6]) + (", ..." if len(pairs) > 6 else "")
+    return f" (query→key: {shown})"
+
+
+def _layout_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
+    """Same values in another place: axes swapped, a shift by one, a reversal, entries of one axis reordered."""
+    if a.dim() >= 2:
+        for first in range(a.dim()):
+            for second in range(first + 1, a.dim()):
+                if a.size(first) == a.size(second) and _close(a, b.transpose(first, second)):
+                    return (f"transposed: {context.axis(a.size(first), first)} and "
+                            f"{context.axis(a.size(second), second)} swapped")
+    for dim in range(a.dim()):
+        size = a.size(dim)
+        if size < 3:
+            continue
+        for step in (1, -1):
+            head = [slice(None)] * a.dim()
+            left, right = list(head), list(head)
+            left[dim] = slice(0, size - 1) if step == 1 else slice(1, size)
+            right[dim] = slice(1, size) if step == 1 else slice(0, size - 1)
+            if _close(a[tuple(left)], b[tuple(right)]):
+                return (f"shifted by one along {context.axis(size, dim)}: entry i holds the expected entry "
+                        f"i{step:+d}")
+        if _close(a, b.flip(dim)):
+            return f"reversed along {context.axis(size, dim)}"
+        order = _reordering(a, b, dim)
+        if order is not None:
+            return f"the entries of {context.axis(size, dim)} in another order: {_describe_order(order)}"
+    return ""
+
+
+def _reordering(a: torch.Tensor, b: torch.Tensor, dim: int) -> list[int] | None:
+    """order with a.select(dim, i) == b.select(dim, order[i]) for every i, when such an order exists."""
+    size = a.size(dim)
+    if size > 512:
+        return None
+    order: list[int] = []
+    for i in range(size):
+        slice_a = a.select(dim, i)
+        match = next((j for j in range(size) if j not in order and _close(slice_a, b.select(dim, j))), None)
+        if match is None:
+            return None
+        order.append(match)
+    if order == list(range(size)) or len(set(order)) != size:
+        return None
+    return order
+
+
+def _describe_order(order: list[int]) -> str:
+    size = len(order)
+    half = size // 2
+    halves = [i // 2 if i % 2 == 0 else half + i // 2 for i in range(size)]  # interleaved expected, halves got
+    if size % 2 == 0 and order == [halves.index(i) for i in range(size)]:
+        return "the first half holds the even entries and the second half the odd ones (two halves instead of " \
+               "interleaved)"
+    if size % 2 == 0 and order == halves:
+        return "even and odd entries interleaved where the expected values keep them in two halves"
+    if size % 2 == 0 and order == [i + 1 if i % 2 == 0 else i - 1 for i in range(size)]:
+        return "each pair of neighbouring entries (0 and 1, 2 and 3, ...) swapped"
+    moved = [i for i, j in enumerate(order) if i != j][:8]
+    return (f"entries {', '.join(map(str, moved))} hold the expected entries "
+            f"{', '.join(str(order[i]) for i in moved)}")
+
+
+def _shape_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
+    shapes = f"shape {tuple(a.shape)} where {tuple(b.shape)} is expected"
+    if a.numel() == b.numel():
+        if _close(a.reshape(-1), b.reshape(-1)):
+            return f"the right values, reshaped: {shapes}"
+        order = _permutation(a, b)
+        if order is not None:
+            return f"the right values with the axes in another order: {shapes}"
+        return f"{shapes}, with other values"
+    if a.dim() == b.dim() + 1 or a.dim() + 1 == b.dim():
+        return f"{shapes}: an axis too many or too few"
+    return shapes
+
+
+def _reduction_axis(a: torch.Tensor, b: torch.Tensor, op: Op, context: Context) -> str:
+    """For a normalisation over one axis: the axis the student's values are normalised over instead."""
+    params = dict(op.params)
+    wanted = params.get("dim", params.get("1", ""))
+    if op.name in ("softmax", "log_softmax"):
+        values = a.exp() if op.name == "log_softmax" else a
+        for dim in range(values.dim()):
+            one = torch.ones((), dtype=values.dtype)
+            if values.size(dim) > 1 and torch.allclose(values.sum(dim=dim), one, atol=1e-5) \
+                    and str(dim) != wanted and str(dim - values.dim()) != wanted:
+                return (f"normalised over {context.axis(values.size(dim), dim)} (its entries sum to 1 there) "
+                        f"instead of over dim={wanted}")
+    return ""
+
+
+def _power_relation(a: torch.Tensor, b: torch.Tensor) -> str:
+    """got = expected ** k or expected ** (1/k), for the few powers that mistakes make."""
+    positive = (b > 0) & (a > 0)
+    if positive.sum() < max(2, b.numel() // 2):
+        return ""
+    ratio = (a[positive].log() / b[positive].log()).median().item() if (b[positive] != 1).any() else 1.0
+    for power, words in ((2.0, "squared"), (0.5, "square-rooted"), (-1.0, "inverted (1/x)")):
+        if abs(ratio - power) < 1e-3 and _close(a, b.sign() * b.abs() ** power):
+            return f"the expected values {words}"
+    return ""
+
+
+
+
+# --- on the student's side, and the message -----------------------------------------------------------------
+
+
+def _resolve(target: Any, method: str | None) -> Any:
+    return getattr(target, method) if method else target
+
+
+def traced_call(target: Any, *args: Any, method: str | None = None, names: Sequence[str] = (),
+                modules: Any = None, seed: int | None = None, **kwargs: Any) -> Trace:
+    """Record `target(*args, **kwargs)` (or `target.method(...)`): the student's component on the student's
+    side (`traced` sends it there), the reference here. `modules`: the module whose parameters and submodules
+    name leaves and scopes (default: target itself when it is a module); `seed` seeds torch's global random
+    stream for the call, without changing it outside."""
+    function = _resolve(target, method)
+    root = modules if modules is not None else (target if isinstance(target, nn.Module) else None)
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        return record(function, *args, modules=root, names=names, **kwargs)
+
+
+def explain(student: Trace, reference: Trace, got: torch.Tensor, expected: torch.Tensor,
+            context: Context | None = None, axes: Sequence[str] | None = None) -> Any:
+    """The framework's Diagnosis of `got` against `expected` from the two recorded computations: where the
+    final values differ, and as the likely cause the student's line and what it computes differently. None
+    when the engine finds no departure (the check then says what it can from the values alone)."""
+    from transformer_course.checks.compare import describe_difference
+    from transformer_course.checks.framework import Diagnosis as Said
+
+    try:
+        found = diagnose(student, reference, context=context, student_final=got, reference_final=expected)
+    except Exception:  # a diagnosis that cannot be made here says nothing
+        return None
+    if found is None:
+        return None
+    where = describe_difference(got, expected, axes) if got.shape == expected.shape else ""
+    return Said(where, (f"{found.where}: " if found.where else "") + found.how + ".")
+
+
+@on_student_side
+def traced(target: Any, *args: Any, method: str | None = None, names: Sequence[str] = (), modules: Any = None,
+           seed: int | None = None, **kwargs: Any) -> Trace:
+    """`traced_call` on the student's side (while grading): the student's component recorded where it runs."""
+    from transformer_course.checks.framework import student_code
+
+    with student_code():
+        return traced_call(target, *args, method=method, names=names, modules=modules, seed=seed, **kwargs)
+
+
+def combined(described: Any, engine: Any) -> Any:
+    """A check's own reading of the values (`described`, where it departs) with the engine's (`engine`, the
+    student's line and what it computes): the first's place, both causes. Either may be None."""
+    from transformer_course.checks.framework import Diagnosis as Said
+
+    if engine is None:
+        return described
+    if described is None:
+        return engine
+    return Said(described.where or engine.where, f"{engine.cause.rstrip('.')}; {described.cause}".strip())

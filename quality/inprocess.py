@@ -58,14 +58,21 @@ def shared_session() -> Session:
     return session
 
 
-def run_notebook(notebook: nbformat.NotebookNode, directory: Path, timeout: float = 600) -> nbformat.NotebookNode:
-    """The notebook as the grader leaves it: every cell's outputs, the findings in its metadata."""
-    executor._SESSION[0] = shared_session()
-    executor._SESSION_FACTORY[0] = lambda _notebook: shared_session()
+def run_notebook(notebook: nbformat.NotebookNode, directory: Path, timeout: float = 600,
+                 session: Session | None = None) -> nbformat.NotebookNode:
+    """The notebook as the grader leaves it: every cell's outputs, the findings in its metadata. `session`:
+    a zygote of the caller's (default: the test process's shared one)."""
+    executor._SESSION[0] = session or shared_session()
+    executor._SESSION_FACTORY[0] = (lambda _notebook: session.start()) if session else (
+        lambda _notebook: shared_session())
     preprocessor = JudgedExecute(timeout=timeout)
     preprocessor.log = logging.getLogger("inprocess")
-    graded, _ = preprocessor.preprocess(copy.deepcopy(notebook), {"cwd": str(directory)})
-    _SESSION[0] = executor._SESSION[0]
+    try:
+        graded, _ = preprocessor.preprocess(copy.deepcopy(notebook), {"cwd": str(directory)})
+    finally:
+        if session is None:
+            _SESSION[0] = executor._SESSION[0]
+        executor._SESSION[0], executor._SESSION_FACTORY[0] = None, None
     return graded
 
 

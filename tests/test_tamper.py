@@ -2,26 +2,21 @@
 
 A submission of stage 2 with a real bug (attention scores not divided by sqrt(d_k)) adds one cell
 of tampering before the grade cells: replacing torch.allclose and Tensor comparisons, the check
-helpers, the checks' code and closures, or the name `check` itself. Under the grader (the sealed
-runner, see test_seal.py for attacks on the runner itself) the bug's grade cell must still fail,
-naming the bug, and the submission is flagged; in a student's own notebook (Colab, no grader) the
-checks still put their tools back; the static scan flags every attack; honest notebooks are left
-alone (no tampering finding, full marks).
+helpers, the checks' code and closures, or the name `check` itself. Under the grader every grade cell is
+judged in the grader's own process (test_boundary.py attacks that design directly), so the bug's grade
+cell must still fail, naming the bug; the static scan flags every attack for review; honest notebooks
+are left alone (no finding, full marks). In a student's own notebook (Colab, no grader) tampering only
+fools the student's own self-check: nothing is at stake there, and the checks do not defend themselves.
 """
 
-import contextlib
 import csv
-import io
-import os
 
 import nbformat
 import pytest
 
 from conftest import ASSIGNMENTS, ROOT, read, solution_path, student_path
-from quality.inprocess import grade_id, run_grade_cells
+from quality.inprocess import run_grade_cells
 from quality.mistakes import catalog
-from transformer_course import runtime
-from transformer_course.checks import framework
 from transformer_course.grading.cells import checks_module
 from transformer_course.grading.intake.scan import suspicious_code
 
@@ -61,50 +56,12 @@ ATTACKS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def restore_after():
-    yield
-    framework.restore_tools()  # a test's tampering must not reach the next test
-
-
 def tampered(attack: str, base: nbformat.NotebookNode | None = None) -> nbformat.NotebookNode:
     notebook = base if base is not None else BUG.apply(read(solution_path(ASSIGNMENT)))
     first_grade = next(i for i, cell in enumerate(notebook.cells)
                        if cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
     notebook.cells.insert(first_grade, nbformat.v4.new_code_cell(attack))
     return notebook
-
-
-TAMPERING = "replaced the checks' tools"
-
-
-def run_in_this_process(notebook: nbformat.NotebookNode, directory) -> dict[str, tuple[bool, str]]:
-    """The cells run as a student runs them in Colab: plain exec, no grader, in this process. The student
-    asked to stop at the first failing check (so a failing check raises instead of showing a red block)."""
-    namespace: dict[str, object] = {"__name__": "__main__"}
-    outcomes, previous = {}, os.getcwd()
-    strict = os.environ.get(runtime.STRICT_VARIABLE)
-    os.environ[runtime.STRICT_VARIABLE] = "1"
-    os.chdir(directory)
-    try:
-        for cell in notebook.cells:
-            if cell.cell_type != "code":
-                continue
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    exec(compile(cell.source, "<cell>", "exec"), namespace)  # noqa: S102
-                message = ""
-            except Exception as error:  # a failing cell is a result
-                message = f"{type(error).__name__}: {error}"
-            if grade_id(cell):
-                outcomes[grade_id(cell)] = (not message, message)
-    finally:
-        os.chdir(previous)
-        if strict is None:
-            os.environ.pop(runtime.STRICT_VARIABLE, None)
-        else:
-            os.environ[runtime.STRICT_VARIABLE] = strict
-    return outcomes
 
 
 def test_the_bug_alone_fails_its_cell():
@@ -120,18 +77,6 @@ def test_tampering_does_not_turn_the_failing_cell_into_a_pass(attack):
     outcome = outcomes[BUG.fails]
     assert not outcome.passed, f"{attack}: the bug passes after tampering"
     assert BUG.cause in outcome.message, outcome.message
-    # re-binding a name touches no tool; swapping a check's code is refused at once: nothing to restore
-    if attack not in ("re-bound check", "function internals"):
-        findings = [finding for o in outcomes.values() for finding in o.findings]
-        assert any(TAMPERING in finding for finding in findings), findings
-
-
-@pytest.mark.parametrize("attack", ["torch comparisons", "check helpers", "function internals"])
-def test_the_checks_defend_themselves_without_the_grader(attack):
-    """In Colab there is no grader: every check run first puts back what was replaced."""
-    path = solution_path(ASSIGNMENT)
-    passed, message = run_in_this_process(tampered(ATTACKS[attack]), path.parent)[BUG.fails]
-    assert not passed and BUG.cause in message, message
 
 
 def test_harmless_patching_in_a_correct_notebook_still_gets_full_marks():
@@ -142,10 +87,10 @@ def test_harmless_patching_in_a_correct_notebook_still_gets_full_marks():
     assert outcomes and all(outcome.passed for outcome in outcomes.values())
 
 
-def test_the_untampered_solution_has_no_tampering_finding():
+def test_the_untampered_solution_has_no_finding():
     path = solution_path(ASSIGNMENT)
     outcomes = run_grade_cells(read(path), path.parent)
-    assert all(o.passed and not any(TAMPERING in f for f in o.findings) for o in outcomes.values())
+    assert all(o.passed and not o.findings for o in outcomes.values())
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
@@ -195,7 +140,6 @@ def test_real_nbgrader_gives_the_tamperer_the_buggy_score_and_flags_them(tmp_pat
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     assert rows["tamperer"]["attn_sdpa_values"] == "0.0"
     assert float(rows["tamperer"]["total"]) <= float(rows["plain_bug"]["total"]) < float(rows["plain_bug"]["max"])
-    assert TAMPERING in rows["tamperer"]["reasons"] and "flagged for review: cell" in rows["tamperer"]["reasons"]
-    honest = rows["plain_bug"]["reasons"]
-    assert TAMPERING not in honest and "flagged for review: cell" not in honest
+    assert "flagged for review: cell" in rows["tamperer"]["reasons"]
+    assert "flagged for review" not in rows["plain_bug"]["reasons"]
     assert students["tamperer"].status == "graded"

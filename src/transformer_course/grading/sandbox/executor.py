@@ -355,9 +355,12 @@ class JudgedExecute(NbGraderPreprocessor):
         except GradeCellError as problem:
             cell.outputs = [_error("GradingError", str(problem))]
             return
+        if not visible and not hidden:
+            cell.outputs = [_error("GradingError", "this grade cell runs no check")]
+            return
         kind = "grade cells with hidden tests" if hidden else "grade cells"
         with profiling.phase(kind, self.session.cpu_seconds):
-            judged = self._judge(visible, None, index)
+            judged = self._judge(visible, None, index) if visible else Judged()
         cell.outputs = _outputs(judged, hidden=False)
         self.session_results(judged)
         if judged.passed and hidden:
@@ -408,7 +411,7 @@ class JudgedExecute(NbGraderPreprocessor):
                                        "stopped after this cell"))
             else:
                 with profiling.phase("hidden tests", self.session.cpu_seconds):
-                    judged = self._judge(entry.calls, entry.snapshot, entry.index)
+                    judged = _without_hidden_values(self._judge(entry.calls, entry.snapshot, entry.index))
             cell.outputs = _merge(cell.outputs, judged)
 
     # a runner that died ----------------------------------------------------------------------------------
@@ -438,6 +441,25 @@ class JudgedExecute(NbGraderPreprocessor):
                     item.snapshot = session.snapshot()
         except (RunnerDied, ChannelBroken):
             self.session.kill_runner()
+
+
+HIDDEN_FAILED = ("fails on the hidden test's inputs (other sizes than the visible checks'; they are not shown, "
+                 "and neither is what your code printed or raised with them). The visible checks pass, so look "
+                 "for what holds only for their sizes: a size written as a number, an axis or a length taken "
+                 "from the wrong place, a shape that only works when two sizes are equal.")
+
+
+def _without_hidden_values(judged: Judged) -> Judged:
+    """A hidden part's outcome without anything computed from its inputs: the message of a failing check
+    (its numbers, shapes and whatever the student's code raised) would tell the student the hidden inputs."""
+    if judged.error is None or judged.error[0] != "CheckFailed":
+        if judged.error is not None and judged.error[0] not in ("CellTimeoutError", "KernelDied", "NotRun"):
+            judged.error = (judged.error[0], f"a hidden test {HIDDEN_FAILED}")
+        return judged
+    failing = next((v for v in judged.verdicts if not v.passed), None)
+    title = failing.title if failing is not None else "a hidden test"
+    judged.error = ("CheckFailed", f"✘ {title} (hidden test): {HIDDEN_FAILED}")
+    return judged
 
 
 def _outputs(judged: Judged, hidden: bool) -> list[NotebookNode]:

@@ -562,6 +562,8 @@ class Watcher:
         self.notes: list[dict[str, str]] = []
         self.seen: dict[int, str | None] = {}  # id(code) -> the reference it copies, or None
         self.library = tuple(_library_roots())
+        self.reference_folder = _reference_folder()
+        self.genuine = _reference_code_ids()  # the reference modules' own code objects
 
     def supply(self, value: Any) -> None:
         modules = getattr(value, "modules", None)
@@ -588,6 +590,11 @@ class Watcher:
             label = self.exercises.codes.get(id(function.__code__))
             if label is not None:
                 self._note("reference", label, f"{name} is made of the reference solution's code ({label})")
+            elif fingerprint.substantial(function.__code__):
+                digest = fingerprint.digest(function.__code__)
+                copied = self.exercises.digests.get(digest)
+                if copied is not None:
+                    self._note("copy", copied, f"{name} holds a copy of the reference solution ({copied})", digest)
 
     def _note(self, kind: str, reference: str, text: str, digest: str = "") -> None:
         note = {"kind": kind, "reference": reference, "text": text, "digest": digest}
@@ -624,7 +631,9 @@ class Watcher:
         known = self.seen.get(id(code), False)
         if known is False:
             known = None
-            if not code.co_filename.startswith(self.library) and fingerprint.substantial(code):
+            foreign = not code.co_filename.startswith(self.library) or (
+                code.co_filename.startswith(self.reference_folder) and id(code) not in self.genuine)
+            if foreign and fingerprint.substantial(code):
                 label = self.exercises.digests.get(fingerprint.digest(code))
                 known = label
             self.seen[id(code)] = known
@@ -632,6 +641,27 @@ class Watcher:
             self._note("copy", known, f"your code runs a copy of the reference solution ({known})",
                        fingerprint.digest(code))
         return None
+
+
+def _reference_folder() -> str:
+    import transformer_course.reference as reference
+
+    return os.path.dirname(os.path.abspath(reference.__file__)) + os.sep
+
+
+def _reference_code_ids() -> set[int]:
+    """Every code object of the reference modules loaded now (code claiming their files but not among these
+    was made elsewhere: a copy)."""
+    import types
+
+    found: set[int] = set()
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("transformer_course.reference") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            for function in fingerprint.functions_of(value) if isinstance(value, type | types.FunctionType) else []:
+                found.update(id(code) for code in fingerprint.code_tree(function.__code__))
+    return found
 
 
 def _library_roots() -> list[str]:

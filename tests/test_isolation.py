@@ -541,3 +541,34 @@ def test_readable_paths_may_not_hide_what_the_sandbox_provides():
     for path in ("/", "/tmp", "/proc/self", "/home"):
         with pytest.raises(ValueError):
             isolation._layout(Sandbox(readable=(path,)))
+
+
+BUSY = """
+import time
+children = []
+for _ in range(4):
+    child = os.fork()
+    if child == 0:
+        end = time.time() + 2.0
+        while time.time() < end:
+            pass
+        os._exit(0)
+    children.append(child)
+for child in children:
+    os.waitpid(child, 0)
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+report(cpu=usage.ru_utime + usage.ru_stime)
+"""
+
+
+@needs_cgroups
+def test_a_busy_student_gets_only_its_share_of_the_cpu():
+    """Four processes spinning for 2 s under a share of half a core use about 1 CPU second, not 8: a
+    student's busy loops cannot slow the other students' cells into their time limits."""
+    import transformer_course.grading.sandbox.isolation as isolation_module
+
+    if isolation_module._cpu_parent() is None:
+        pytest.skip("no cpu cgroup can be made here")
+    results, error, confined = confine("import resource\n" + BUSY, limits=Limits(cpus=0.5))
+    assert results, error
+    assert results["cpu"] < 1.6, results

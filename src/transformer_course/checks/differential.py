@@ -846,10 +846,44 @@ def _arguments_words(op: Op, trace: Trace, context: Context) -> str:
     return ", ".join(dict.fromkeys(words)) or "its arguments"
 
 
+def _operation_name(op: Op) -> str:
+    """'self.feed_forward' when op is the first operation of a submodule's forward (its input), else the
+    operation's words ('the linear layer')."""
+    return f"the {operation_words(op.name)}" + (f" in self.{op.scope}" if op.scope else "")
+
+
+def _student_value_words(key: str, student: Trace) -> str:
+    """Words for a value of the student's computation that the reference never computes: what made it."""
+    producer = _producer(key)
+    if producer is None:
+        kind, _, rest = key.partition(":")
+        return f"the input `{rest}`" if kind == "input" else "a value the reference never computes"
+    op = student.ops[producer]
+    where = _student_line(op)
+    made = (f"the output of self.{op.scope}" if _module_output(op, student) else
+            f"`{op.variable}`" if op.variable and "[" not in op.variable and "," not in op.variable else
+            f"the result of a {operation_words(op.name)}")
+    return f"{made} ({where})" if where else made
+
+
 def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: Trace, matched: dict[int, list[str]],
                     context: Context) -> str:
-    """The same operation fed with another value of the computation than the reference feeds it."""
-    if counterpart.name != departure.name or len(counterpart.sources) != len(departure.sources):
+    """The same operation fed with another value of the computation than the reference feeds it, or with
+    one of its values left out (a residual sum that adds nothing, say)."""
+    if counterpart.name != departure.name:
+        return ""
+    what = _operation_name(departure)
+    if len(counterpart.sources) < len(departure.sources):
+        kept = [_value_of(student, source) for source in counterpart.sources]
+        missing = [source for source in departure.sources
+                   if not any(value is not None and _value_of(reference, source) is not None
+                              and same_values(value, _value_of(reference, source)) for value in kept)]
+        if missing and len(missing) == len(departure.sources) - len(counterpart.sources):
+            words = " and ".join(_source_words(source, reference, context) for source in missing)
+            return (f"{what} leaves out {words}: the paper combines "
+                    f"{_arguments_words(departure, reference, context)}")
+        return ""
+    if len(counterpart.sources) != len(departure.sources):
         return ""
     reference_index = Index(reference)
     for position, (wanted, got) in enumerate(zip(departure.sources, counterpart.sources, strict=True)):
@@ -864,15 +898,23 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
             mine = _value_of(student, counterpart.sources[1 - position])
             if other_value is not None and mine is not None and same_values(got_value, other_value) \
                     and same_values(mine, wanted_value):
-                return (f"the two arguments of the {operation_words(departure.name)} are swapped: "
+                return (f"the two arguments of {what} are swapped: "
                         f"{_source_words(other, reference, context)} and {_source_words(wanted, reference, context)}")
         if equal:
-            return (f"the {operation_words(departure.name)} receives {_source_words(equal[-1], reference, context)} "
+            instead = equal[-1]
+            if wanted.startswith("leaf:") and instead.startswith("leaf:") and "." in wanted and "." in instead:
+                mine, theirs = instead[5:].rpartition(".")[0], wanted[5:].rpartition(".")[0]
+                if mine != theirs:
+                    return (f"your code uses self.{mine} where the paper uses self.{theirs} (its "
+                            f"{operation_words(departure.name)} gets `{instead[5:]}` instead of `{wanted[5:]}`)")
+            return (f"{what} receives {_source_words(instead, reference, context)} "
                     f"where the paper gives it {_source_words(wanted, reference, context)}")
         how = relation(got_value, wanted_value, context, None)
         if how:
-            return (f"the {operation_words(departure.name)} receives {_source_words(wanted, reference, context)} "
-                    f"changed: {how}")
+            return f"{what} receives {_source_words(wanted, reference, context)} changed: {how}"
+        if _producer(got) is not None:
+            return (f"{what} receives {_student_value_words(got, student)} where the paper gives it "
+                    f"{_source_words(wanted, reference, context)}")
     return ""
 
 

@@ -44,7 +44,7 @@ def session_factory(course: Path, notebooks: list[nbformat.NotebookNode], memory
                     data_folder: str | None, warm_up: bool = True) -> Callable[[nbformat.NotebookNode], Session]:
     """Sessions for this student: sandboxed runners that preload what all their notebooks import."""
     threads = max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
-    limits = isolation.Limits(memory_bytes=int(memory_gb * 2**30))
+    limits = isolation.Limits(memory_bytes=int(memory_gb * 2**30), cpus=float(threads))  # its share of the cores
     launcher = executor.sandboxed_launcher(limits=limits, isolate=isolate, course_root=course)
     environment = executor.grading_environment(threads, data_folder)
     preload = executor.preload_modules(notebooks)

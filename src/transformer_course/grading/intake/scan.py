@@ -27,8 +27,13 @@ _PATTERNS: list[tuple[str, str]] = [
     (r"\b(settrace|setprofile|_getframe|currentframe|excepthook)\b|\bf_(back|locals|globals)\b|\bgc\.get_",
      "inspects the running interpreter (frames, tracing, gc)"),
     (r"\btransformer_course\b", "imports the course package (its checks or the reference solution)"),
-    (r"\b(ctypes|subprocess|socket|signal|multiprocessing)\b|\bos\.(system|_exit|kill|fork|exec\w*|popen)\b",
-     "starts processes, signals or network connections"),
+    (r"\b(ctypes|subprocess|socket|signal|multiprocessing|threading|_thread)\b|"
+     r"\bos\.(system|_exit|kill|fork|exec\w*|popen|write|dup2?|pipe|open)\b|/proc/",
+     "starts processes, threads, signals or network connections, or writes to raw file descriptors"),
+    (r"(?<![.\w])(eval|exec|compile)\s*\(|\b(marshal|pickle|dill|cloudpickle)\b|\b(FunctionType|CodeType|CellType)\b",
+     "makes code at run time (eval, exec, compile, unpickled or rebuilt functions)"),
+    (r"\baddaudithook\b|\bsys\.(settrace|setprofile|monitoring)\b|\bTorchFunctionMode\b|__torch_function__",
+     "installs hooks on the interpreter or on torch"),
 ]
 
 

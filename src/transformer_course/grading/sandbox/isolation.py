@@ -112,6 +112,7 @@ class Limits:
     work_bytes: int = 512 * 2**20  # the working folder (tmpfs)
     tmp_bytes: int = 256 * 2**20  # /tmp (tmpfs)
     shared_memory_bytes: int = 64 * 2**20  # /dev/shm (tmpfs)
+    cpus: float = 0.0  # CPU time for all processes together, in cores (0: no limit); needs a cpu cgroup
 
 
 @dataclass(frozen=True)
@@ -509,6 +510,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@lru_cache(maxsize=1)
+def _cpu_parent() -> Path | None:
+    """The folder for cpu cgroups (the same as for memory under cgroup v2, the cpu hierarchy under v1), or
+    None where no CPU share can be set here (the sandbox then runs without one)."""
+    parents = _cgroup_parents()
+    if parents is None:
+        return None
+    if parents[0] == 2:
+        folder = parents[1]
+        try:
+            if "cpu" not in (folder / "cgroup.controllers").read_text().split():
+                return None
+            if "cpu" not in (folder / "cgroup.subtree_control").read_text().split():
+                (folder / "cgroup.subtree_control").write_text("+cpu")
+        except OSError:
+            return None
+        return folder
+    try:
+        mounts, own = _mounts(), _own_cgroups()
+    except (OSError, ValueError):
+        return None
+    for point, root, kind, options in mounts:
+        if kind == "cgroup" and "cpu" in options and "cpu" in own:
+            folder = _folder(point, root, own["cpu"])
+            return folder if os.access(folder, os.W_OK) else None
+    return None
+
+
 _sequence = count()
 
 
@@ -517,6 +546,7 @@ class _Cgroup:
     version: int
     memory: Path
     pids: Path
+    cpu: Path | None = None
 
     @classmethod
     def create(cls, limits: Limits) -> _Cgroup | None:
@@ -525,10 +555,12 @@ class _Cgroup:
             return None
         version, memory_parent, pids_parent = parents
         name = f"{CGROUP_PREFIX}{os.getpid()}-{next(_sequence)}"
-        cgroup = cls(version, memory_parent / name, pids_parent / name)
+        cpu_parent = _cpu_parent() if limits.cpus > 0 else None
+        cgroup = cls(version, memory_parent / name, pids_parent / name,
+                     cpu_parent / name if cpu_parent is not None else None)
         try:
             for folder in cgroup.folders:
-                folder.mkdir()
+                folder.mkdir(exist_ok=True)
             cgroup.configure(limits)
         except OSError:
             cgroup.remove()
@@ -537,7 +569,7 @@ class _Cgroup:
 
     @property
     def folders(self) -> list[Path]:
-        return list(dict.fromkeys([self.memory, self.pids]))
+        return list(dict.fromkeys([self.memory, self.pids, *([self.cpu] if self.cpu is not None else [])]))
 
     def configure(self, limits: Limits) -> None:
         if self.version == 2:
@@ -549,6 +581,14 @@ class _Cgroup:
             if (self.memory / "memory.memsw.limit_in_bytes").exists():  # no escape into swap
                 (self.memory / "memory.memsw.limit_in_bytes").write_text(str(limits.memory_bytes))
         (self.pids / "pids.max").write_text(str(limits.processes))
+        if self.cpu is not None:  # a share of the machine: a busy student cannot slow the others' cells
+            period = 100_000
+            quota = max(1_000, int(limits.cpus * period))
+            if self.version == 2:
+                (self.cpu / "cpu.max").write_text(f"{quota} {period}")
+            else:
+                (self.cpu / "cpu.cfs_period_us").write_text(str(period))
+                (self.cpu / "cpu.cfs_quota_us").write_text(str(quota))
 
     def add(self, pid: int) -> None:
         for folder in self.folders:

@@ -310,9 +310,67 @@ def _stage6(module: Any, observations: Observations) -> None:
         _record(observations, f"maps {bias}", lambda m=model: module.attention_maps(m))
 
 
+def _stage0(module: Any, observations: Observations) -> None:
+    for query_size, key_size, size, q_len, k_len in ((5, 7, 6, 3, 4), (4, 4, 3, 1, 6), (6, 3, 8, 2, 2)):
+        torch.manual_seed(query_size)
+        attention = _record(observations, f"additive {query_size}",
+                            lambda q=query_size, k=key_size, a=size: _randomised(module.AdditiveAttention(q, k, a)))
+        if attention is None:
+            continue
+        query, keys = _randn(3, q_len, query_size, seed=1), _randn(3, k_len, key_size, seed=2)
+        mask = torch.arange(k_len) < torch.tensor([k_len, max(1, k_len - 1), max(1, k_len - 2)])[:, None]
+        _record(observations, f"score {query_size}", lambda a=attention, q=query, k=keys: a.score(q, k))
+        _record(observations, f"forward {query_size}", lambda a=attention, q=query, k=keys, m=mask: a(q, k, m))
+        _record(observations, f"forward int {query_size}", lambda a=attention, q=query, k=keys, m=mask:
+                a(q, k, m.int()))
+
+
+def _cache_fields(cache: Any) -> tuple[Any, ...]:
+    return tuple(getattr(cache, name, None) for name in ("self_keys", "self_values", "cross_keys", "cross_values"))
+
+
+def _stage7(module: Any, observations: Observations) -> None:
+    pad, bos, eos = 1, 2, 3
+    src = _tokens(3, 6, 13, pad, 8)
+    source_mask = (src != pad).view(3, 1, 1, 6)
+    for bias in (0.0, 2.5):
+        torch.manual_seed(11)
+        model = _randomised(Transformer(13, 11, 16, 2, 2, 24, 40, 0.0)).eval()
+        with torch.no_grad():
+            model.decoder.pred_layer.bias[eos] += bias
+            memory = model.encoder(src, source_mask)
+        cache = _record(observations, f"start {bias}", lambda m=model, e=memory: module.start_cache(m, e, source_mask))
+        if cache is not None:
+            _record(observations, f"start fields {bias}", lambda c=cache: _cache_fields(c))
+            tokens = torch.full((3, 1), bos)
+            for step in range(3):
+                logits = _record(observations, f"step {bias} {step}", lambda m=model, c=cache, t=tokens:
+                                 module.decoder_step(m, c, t))
+                _record(observations, f"step fields {bias} {step}", lambda c=cache: _cache_fields(c))
+                if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
+                    break
+                tokens = logits.argmax(dim=-1, keepdim=True)
+        for max_len in (1, 7):
+            _record(observations, f"cached greedy {bias} {max_len}", lambda m=model, n=max_len:
+                    module.cached_greedy_decode(m, src, pad, bos, eos, n))
+            for beam, alpha in ((1, 0.0), (3, 0.6), (2, 1.0)):
+                _record(observations, f"beam {bias} {max_len} {beam} {alpha}", lambda m=model, n=max_len, b=beam,
+                        a=alpha: module.beam_search(m, src, pad, bos, eos, n, beam_size=b, alpha=a))
+    lengths = torch.tensor([[1, 2, 3], [4, 1, 2]])
+    for alpha in (0.0, 0.6, 1.0):
+        _record(observations, f"penalty {alpha}", lambda a=alpha: module.length_penalty(lengths.float(), a))
+    generator = torch.Generator().manual_seed(4)
+    scores = -torch.rand(2, 3, generator=generator) * 3
+    log_probs = torch.log_softmax(torch.randn(2, 3, 7, generator=generator), dim=-1)
+    for finished in (torch.zeros(2, 3, dtype=torch.bool), torch.tensor([[False, True, False], [True, False, True]])):
+        for beam, alpha in ((3, 0.0), (2, 0.6), (3, 1.0)):
+            _record(observations, f"select {finished.sum()} {beam} {alpha}", lambda f=finished, b=beam, a=alpha:
+                    module.select_beams(scores, log_probs, f, lengths, b, a, pad))
+
+
 STAGES: dict[str, Callable[[Any, Observations], None]] = {
-    "01_positional_encoding": _stage1, "02_attention": _stage2, "03_blocks": _stage3,
-    "04_transformer": _stage4, "05_training": _stage5, "06_decoding": _stage6,
+    "00_why_attention": _stage0, "01_positional_encoding": _stage1, "02_attention": _stage2, "03_blocks": _stage3,
+    "04_transformer": _stage4, "05_training": _stage5, "06_decoding": _stage6, "07_fast_and_better_decoding": _stage7,
 }
 
 
@@ -331,10 +389,21 @@ def _nothing() -> Iterator[None]:
 _REFERENCE: dict[str, Observations] = {}
 
 
+def stage_code(assignment: str, replaced: dict[str, str] | None = None) -> types.SimpleNamespace:
+    """What a stage's exercises define, from all its reference modules (one of them replaced by a mutant's
+    source): each module loaded afresh, and the names each one defines gathered in one namespace."""
+    names: dict[str, Any] = {}
+    for module_name in STAGE_MODULES[assignment]:
+        source = (replaced or {}).get(module_name) or module_source(module_name)
+        loaded = load(source, f"{module_name.rpartition('.')[2]}_{assignment}")
+        names |= {name: value for name, value in vars(loaded).items()
+                  if getattr(value, "__module__", None) == loaded.__name__}
+    return types.SimpleNamespace(**names)
+
+
 def reference_observations(assignment: str) -> Observations:
     if assignment not in _REFERENCE:
-        module = load(module_source(STAGE_MODULES[assignment]), f"reference_{assignment}")
-        _REFERENCE[assignment] = observe(assignment, module)
+        _REFERENCE[assignment] = observe(assignment, stage_code(assignment))
     return _REFERENCE[assignment]
 
 
@@ -342,7 +411,8 @@ def equivalent(mutant: Mutant, seconds: float = 60.0) -> bool:
     """Whether the mutant behaves like the reference on every observation (then it is no mistake)."""
     expected = reference_observations(mutant.assignment)
     try:
-        module = load(mutant.module_source, f"mutant_{mutant.assignment}")
+        module = stage_code(mutant.assignment, {mutant.module or STAGE_MODULES[mutant.assignment][0]:
+                                                mutant.module_source})
         got = observe(mutant.assignment, module, seconds)
     except Exception:  # a module that cannot even load, or runs past its time, is a mistake
         return False

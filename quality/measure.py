@@ -1,5 +1,15 @@
 """Measure the checks on mistakes they were not written against: run mechanical mutants of the
-reference solutions (`grading.mutations`) through the real grade cells and judge the outcome.
+reference solutions (`quality.mutations`) through the real grade cells and judge the outcome.
+
+THE RULE (written before the measurement it is used for; `names_operation_and_relation`): a failure message
+*names* a mutant when it names both
+1. the operation the mutation touched: the student's line in the mutated function ("in `split_heads`,
+   line 3"), or the value, call or module it changes by the name the code or the lesson uses (the targets
+   and aliases below, the calls and variables the mutation's description quotes); and
+2. the relation the mutation introduced, by one of the words its kind declares in `RELATION_WORDS`
+   (swapped, sign, factor, axis, shifted, missing, twice, another operation, opposite, ...).
+A message that says where but not what, or what but not where, does not name it. The words are matched
+case-insensitively in the message with the check titles and any "what is expected" recipe taken out.
 
 A mutant is *rejected* when at least one grade cell fails. Its failure is *named* when a failing
 cell's message (with the check titles and any "what is expected" recipe taken out, since those say
@@ -95,6 +105,10 @@ class Verdict:
     def named_first(self, titles: Iterable[str]) -> bool:
         return bool(self.failing) and self.named_in(self.failing[0], titles)
 
+    def named_by_the_rule(self, titles: Iterable[str]) -> bool:
+        """Some failing cell's message names the operation and the relation (the rule)."""
+        return any(names_operation_and_relation(self.mutant, outcome.message, titles) for outcome in self.failing)
+
 
 def _region_size(mutant: Mutant) -> int:
     """Statements in the exercise region of the mutated function."""
@@ -162,10 +176,54 @@ def names_the_mutation(mutant: Mutant, message: str, titles: Iterable[str]) -> b
     return False
 
 
+# What a message must say about the change each kind of mutation makes (the rule above, part 2).
+RELATION_WORDS: dict[str, tuple[str, ...]] = {
+    "swap_operands": ("swapped", "opposite", "sign", "order", "reversed", "transposed", "the other way",
+                      "inverted", "instead of", "where the paper"),
+    "swap_arguments": ("swapped", "order", "receives", "where the paper", "instead of", "transposed", "axis",
+                       "axes", "shape", "argument"),
+    "change_axis": ("axis", "axes", "dim", "transposed", "normalised over", "shape", "swapped", "order",
+                    "argument"),
+    "off_by_one": ("shifted", "by one", "off by one", "+1", "-1", "−1", "one more", "one fewer", "length", "shape",
+                   "argument", "missing", "extra", "instead of", "where", "is expected"),
+    "drop_call": ("missing", "never", "without", "not applied", "leaves out", "skipped", "not called", "unchanged",
+                  "left out", "no ", "not ", "as it is", "where the paper", "instead of"),
+    "change_constant": ("factor", "×", "constant", "argument", "where", "instead of", "sign", "is expected",
+                        "+", "shifted", "value"),
+    "swap_comparison": ("opposite", "inverted", "true", "false", "visible", "hidden", "comparison", "where",
+                        "instead of", "is expected", "never", "stops"),
+    "delete_statement": ("missing", "never", "without", "not ", "unchanged", "leaves out", "skipped",
+                         "left out", "no ", "as it is", "empty"),
+    "swap_variable": ("receives", "instead of", "where the paper", "uses self.", "swapped", "changed", "another",
+                      "same as", "equals", "is the", "shape"),
+    "duplicate_call": ("twice", "more than once", "extra", "again", "×", "factor", "times", "applied to its result",
+                       "another order", "instead of", "where the paper"),
+    "replace_operator": ("applies the", "another", "instead of", "where the paper", "×", "sign", "opposite",
+                         "inverted", "normalised", "factor", "squared", "log", "exp", "sum", "mean"),
+}
+
+
+def names_operation(mutant: Mutant, message: str, titles: Iterable[str]) -> bool:
+    """Part 1 of the rule: the message names the operation the mutation touched (its line or its name)."""
+    return names_the_mutation(mutant, message, titles)
+
+
+def names_relation(mutant: Mutant, message: str, titles: Iterable[str]) -> bool:
+    """Part 2 of the rule: the message says what the change is, in one of its kind's words."""
+    body = _without(message, titles).lower()
+    return any(word.lower() in body for word in RELATION_WORDS.get(mutant.kind, ()))
+
+
+def names_operation_and_relation(mutant: Mutant, message: str, titles: Iterable[str]) -> bool:
+    """THE RULE (see the module docstring): both the operation and the relation are named."""
+    return names_operation(mutant, message, titles) and names_relation(mutant, message, titles)
+
+
 def check_titles(assignment: str) -> list[str]:
     """The titles of every check of a stage (they are the same whatever the mistake)."""
-    name = {"01_positional_encoding": "positional_encoding", "02_attention": "attention", "03_blocks": "blocks",
-            "04_transformer": "model", "05_training": "training", "06_decoding": "decoding"}[assignment]
+    name = {"00_why_attention": "why_attention", "01_positional_encoding": "positional_encoding",
+            "02_attention": "attention", "03_blocks": "blocks", "04_transformer": "model", "05_training": "training",
+            "06_decoding": "decoding", "07_fast_and_better_decoding": "fast_decoding"}[assignment]
     module = importlib.import_module(f"transformer_course.checks.{name}")
     return sorted((title for value in vars(module).values() if (title := getattr(value, "check_title", None))),
                   key=len, reverse=True)

@@ -12,6 +12,9 @@ are parsed, and every small syntactic change of a few kinds is made, one at a ti
     swap_comparison    != -> ==, < -> <=
     delete_statement   a statement replaced by `pass`
     swap_variable      one use of a variable (or of `self.<attribute>`) replaced by another in scope
+    duplicate_call     an operation applied twice: self.dropout(self.dropout(x)), softmax(softmax(s)), a + b + b
+    replace_operator   another operator or function of the same kind: + <-> -, * <-> /, @ -> *, sin <-> cos,
+                       exp <-> log, softmax <-> log_softmax, relu -> tanh, sum <-> mean, max <-> min, tril <-> triu
 
 Each mutant is an `Edit` of the solution notebook's exercise cell (like the mistake catalog's) plus
 the mutated module source, so its behaviour can be compared with the reference's without a
@@ -31,16 +34,28 @@ from pathlib import Path
 from quality.mistakes import Edit
 
 KINDS = ("swap_operands", "swap_arguments", "change_axis", "off_by_one", "drop_call", "change_constant",
-         "swap_comparison", "delete_statement", "swap_variable")
+         "swap_comparison", "delete_statement", "swap_variable", "duplicate_call", "replace_operator")
 
-STAGE_MODULES = {
-    "01_positional_encoding": "transformer_course.reference.positional_encoding",
-    "02_attention": "transformer_course.reference.attention",
-    "03_blocks": "transformer_course.reference.blocks",
-    "04_transformer": "transformer_course.reference.model",
-    "05_training": "transformer_course.reference.training",
-    "06_decoding": "transformer_course.reference.decoding",
+# The reference modules whose student regions each stage's exercises are (a stage may span several).
+STAGE_MODULES: dict[str, tuple[str, ...]] = {
+    "00_why_attention": ("transformer_course.reference.additive_attention",),
+    "01_positional_encoding": ("transformer_course.reference.positional_encoding",),
+    "02_attention": ("transformer_course.reference.attention",),
+    "03_blocks": ("transformer_course.reference.blocks",),
+    "04_transformer": ("transformer_course.reference.model",),
+    "05_training": ("transformer_course.reference.training",),
+    "06_decoding": ("transformer_course.reference.decoding",),
+    "07_fast_and_better_decoding": ("transformer_course.reference.kv_cache",
+                                    "transformer_course.reference.beam_search"),
 }
+# Operators and functions that a mistake may put in each other's place.
+OPERATOR_SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.MatMult: ast.Mult,
+                  ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv}
+FUNCTION_SWAPS = {"sin": "cos", "cos": "sin", "exp": "log", "log": "exp", "softmax": "log_softmax",
+                  "log_softmax": "softmax", "relu": "tanh", "tanh": "relu", "sum": "mean", "mean": "sum",
+                  "max": "min", "min": "max", "amax": "amin", "amin": "amax", "tril": "triu", "triu": "tril",
+                  "argmax": "argmin", "argmin": "argmax", "sqrt": "log", "topk": "kthvalue", "unsqueeze": "squeeze",
+                  "masked_fill": "masked_fill", "cat": "stack", "stack": "cat", "exp_": "log_"}
 
 # Methods and functions whose integer arguments are axes.
 AXIS_CALLS = {"transpose", "softmax", "log_softmax", "size", "unsqueeze", "squeeze", "sum", "mean", "amax",
@@ -67,6 +82,7 @@ class Mutant:
     targets: tuple[str, ...]  # what the statement assigns (or returns): the intermediate values it changes
     edit: Edit = field(repr=False)
     module_source: str = field(repr=False)
+    module: str = ""  # the reference module it mutates (a stage may span several)
 
     @property
     def identifier(self) -> str:
@@ -231,6 +247,14 @@ class _Finder(ast.NodeVisitor):
         if isinstance(node.op, NON_COMMUTATIVE):
             new = ast.BinOp(left=node.right, op=node.op, right=node.left)
             self.replace_node("swap_operands", node, new, f"operands of `{ast.unparse(node)}` swapped")
+        replacement = OPERATOR_SWAPS.get(type(node.op))
+        if replacement is not None:
+            new = ast.BinOp(left=node.left, op=replacement(), right=node.right)
+            self.replace_node("replace_operator", node, new, f"`{ast.unparse(node)}` -> `{ast.unparse(new)}`")
+        if isinstance(node.op, ast.Add | ast.Mult | ast.Sub | ast.Div):
+            new = ast.BinOp(left=node, op=node.op, right=node.right)
+            self.replace_node("duplicate_call", node, new, f"`{ast.unparse(node)}` -> `{ast.unparse(new)}` "
+                              "(the operation applied twice)")
         self.generic_visit(node)
 
     def visit_Compare(self, node: ast.Compare) -> None:
@@ -263,7 +287,36 @@ class _Finder(ast.NodeVisitor):
             for argument in node.args[:2]:
                 self._bound(argument, f"`{name}` bound")
         self._drop(node, name)
+        self._duplicate(node, name)
+        self._replace_function(node, name)
         self.generic_visit(node)
+
+    def _duplicate(self, node: ast.Call, name: str) -> None:
+        """f(x) -> f(f(x)) for a call of one tensor argument; x.f(...) -> x.f(...).f(...)."""
+        function = node.func
+        if isinstance(function, ast.Attribute) and not (isinstance(function.value, ast.Name)
+                                                        and function.value.id in MODULE_NAMES):
+            new = ast.Call(func=ast.Attribute(value=node, attr=function.attr, ctx=ast.Load()), args=node.args,
+                           keywords=node.keywords)
+            self.replace_node("duplicate_call", node, new, f"`.{name}(...)` applied twice")
+        elif node.args and not isinstance(node.args[0], ast.Starred) and name not in {"range", "len", "zip",
+                                                                                           "enumerate", "isinstance"}:
+            new = ast.Call(func=node.func, args=[node, *node.args[1:]], keywords=node.keywords)
+            self.replace_node("duplicate_call", node, new, f"`{name}` applied twice")
+
+    def _replace_function(self, node: ast.Call, name: str) -> None:
+        other = FUNCTION_SWAPS.get(name)
+        if other is None or other == name:
+            return
+        function = node.func
+        if isinstance(function, ast.Attribute):
+            new_function: ast.expr = ast.Attribute(value=function.value, attr=other, ctx=ast.Load())
+        elif isinstance(function, ast.Name):
+            new_function = ast.Name(id=other, ctx=ast.Load())
+        else:
+            return
+        new = ast.Call(func=new_function, args=node.args, keywords=node.keywords)
+        self.replace_node("replace_operator", node, new, f"`{name}` -> `{other}`")
 
     def _drop(self, node: ast.Call, name: str) -> None:
         function = node.func
@@ -412,11 +465,18 @@ def _first_line(text: str) -> str:
 def generate(assignment: str, solution_cells: list[str] | None = None) -> list[Mutant]:
     """Every mutant of one stage, in a fixed order. With `solution_cells` (the sources of the solution
     notebook's exercise cells), only mutants whose edit applies to exactly one cell are kept."""
-    text = module_source(STAGE_MODULES[assignment])
+    mutants: dict[str, Mutant] = {}
+    for module_name in STAGE_MODULES[assignment]:
+        for mutant in _generate_module(assignment, module_name, solution_cells):
+            mutants.setdefault(mutant.identifier, mutant)
+    return list(mutants.values())
+
+
+def _generate_module(assignment: str, module_name: str, solution_cells: list[str] | None) -> Iterator[Mutant]:
+    text = module_source(module_name)
     source = _Source(text)
     tree = ast.parse(text)
     regions = _regions(source.lines)
-    mutants: dict[str, Mutant] = {}
     for qualname, function, attributes in _functions(tree):
         if not any(function.lineno <= start and end <= function.end_lineno for start, end in regions):
             continue
@@ -438,10 +498,8 @@ def generate(assignment: str, solution_cells: list[str] | None = None) -> list[M
             edit = _edit(assignment, original, changed, text, line_start, solution_cells)
             if edit is None:
                 continue
-            mutant = Mutant(assignment, site.kind, site.description, qualname, _first_line(original),
-                            _first_line(changed), _targets(site.statement, qualname), edit, mutated_text)
-            mutants.setdefault(mutant.identifier, mutant)
-    return list(mutants.values())
+            yield Mutant(assignment, site.kind, site.description, qualname, _first_line(original),
+                         _first_line(changed), _targets(site.statement, qualname), edit, mutated_text, module_name)
 
 
 def _edit(assignment: str, original: str, changed: str, text: str, start: int,

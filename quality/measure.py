@@ -37,6 +37,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import torch
@@ -217,6 +218,53 @@ def names_relation(mutant: Mutant, message: str, titles: Iterable[str]) -> bool:
 def names_operation_and_relation(mutant: Mutant, message: str, titles: Iterable[str]) -> bool:
     """THE RULE (see the module docstring): both the operation and the relation are named."""
     return names_operation(mutant, message, titles) and names_relation(mutant, message, titles)
+
+
+def _normal(text: str) -> str:
+    """Code as Python reads it: comments, spacing and docstring layout folded (ast.unparse)."""
+    try:
+        return ast.unparse(ast.parse(text))
+    except SyntaxError:
+        return " ".join(text.split())
+
+
+def _changed_cells(edit: Any, notebook: nbformat.NotebookNode) -> tuple[str, ...]:
+    """The exercise cells an edit changes, as they read afterwards (whitespace folded)."""
+    try:
+        edited = edit.apply(copy.deepcopy(notebook))
+    except ValueError:
+        return ()
+    return tuple(_normal(new.source) for old, new in zip(notebook.cells, edited.cells, strict=True)
+                 if old.source != new.source)
+
+
+def catalogued_edits() -> set[tuple[str, tuple[str, ...]]]:
+    """(stage, the exercise cells as a catalogued mistake leaves them) for every mistake of the catalog: a
+    mutant that leaves a cell the same way is a mistake the checks were written against, and is left out
+    of the measure."""
+    from quality.mistakes import catalog
+
+    mistakes, _ = catalog()
+    found = set()
+    for mistake in mistakes:
+        found.add((mistake.assignment, _changed_cells(mistake, _solution(mistake.assignment))))
+    return found
+
+
+def in_catalog(mutant: Mutant, catalogued: set[tuple[str, tuple[str, ...]]]) -> bool:
+    return (mutant.assignment, _changed_cells(mutant.edit, _solution(mutant.assignment))) in catalogued
+
+
+_SOLUTIONS: dict[str, nbformat.NotebookNode] = {}
+
+
+def _solution(assignment: str) -> nbformat.NotebookNode:
+    if assignment not in _SOLUTIONS:
+        from transformer_course.authoring import repository_root
+
+        _SOLUTIONS[assignment] = nbformat.read(repository_root() / "solutions" / assignment / f"{assignment}.ipynb",
+                                               as_version=4)
+    return _SOLUTIONS[assignment]
 
 
 def check_titles(assignment: str) -> list[str]:

@@ -2,18 +2,27 @@
 
 The generator must make mutants of every kind in every stage, each an edit of exactly one exercise
 cell; equivalent mutants must be told apart by behaviour; and a fixed sample of non-equivalent
-mutants across the stages must be rejected by the grade cells (scripts/measure_checks.py measures
-the full figures; this is its cheap, always-on part: about 30-60 s on two cores)."""
+mutants across the stages must be rejected by the grade cells; mutants that are catalogued mistakes are left
+out of the measure; the naming rule asks for both the operation and the relation (scripts/measure_checks.py
+measures the full figures; this is its cheap, always-on part: about 30-60 s on two cores)."""
 
 import ast
 import copy
+import dataclasses
 from collections import Counter
 
 import pytest
 
 from conftest import ASSIGNMENTS, read, solution_path
 from quality.behaviour import equivalent, load, observe
-from quality.measure import check_titles, reduced, run_mutants
+from quality.measure import (
+    catalogued_edits,
+    check_titles,
+    in_catalog,
+    names_operation_and_relation,
+    reduced,
+    run_mutants,
+)
 from quality.mistakes import is_solution
 from quality.mutations import KINDS, STAGE_MODULES, generate, sample
 
@@ -24,12 +33,12 @@ def _mutants(assignment):
 
 
 def test_every_stage_gets_mutants_and_every_kind_occurs():
-    kinds = Counter()
-    # the six core stages; the optional stages 0 and 7 are covered by the mistake catalog only
-    assert set(STAGE_MODULES) == {assignment for assignment in ASSIGNMENTS if assignment[:2] not in ("00", "07")}
+    kinds, total = Counter(), 0
+    assert set(STAGE_MODULES) == set(ASSIGNMENTS)  # all eight stages, the optional 0 and 7 included
     for assignment in STAGE_MODULES:
         _, mutants = _mutants(assignment)
         assert len(mutants) >= 50, (assignment, len(mutants))
+        total += len(mutants)
         kinds.update(mutant.kind for mutant in mutants)
         original = read(solution_path(assignment))
         for mutant in mutants[:: max(1, len(mutants) // 15)]:  # a spread of them, each fully checked
@@ -40,6 +49,40 @@ def test_every_stage_gets_mutants_and_every_kind_occurs():
             assert len(changed) == 1 and mutant.mutated.split("#")[0].strip() in changed[0], mutant
     assert set(kinds) == set(KINDS), kinds
     assert all(kinds[kind] >= 5 for kind in KINDS), kinds
+    assert total >= 300, total
+
+
+def test_a_stage_spanning_two_modules_is_mutated_in_both():
+    _, mutants = _mutants("07_fast_and_better_decoding")
+    modules = Counter(mutant.module for mutant in mutants)
+    assert set(modules) == set(STAGE_MODULES["07_fast_and_better_decoding"]) and min(modules.values()) >= 10, modules
+
+
+def test_mutants_that_are_catalogued_mistakes_are_left_out_of_the_measure():
+    catalogued = catalogued_edits()
+    _, mutants = _mutants("02_attention")
+    found = [mutant for mutant in mutants if in_catalog(mutant, catalogued)]
+    assert found and len(found) < len(mutants) / 4, [m.identifier for m in found]
+
+
+MESSAGES = {  # (kind, function, mutated line, message, named by the rule?)
+    "a factor on its line": ("change_constant", "PositionalEncoding.__init__", "x",
+                             "likely cause: in `__init__`, line 4 (`div_term = ...`): the product inside "
+                             "`div_term` is 0.4343 × the expected values", True),
+    "the line but no relation": ("drop_call", "MultiHeadAttention.combine_heads", "x",
+                                 "likely cause: in `combine_heads`, line 2: other values", False),
+    "a relation but no place": ("swap_arguments", "MultiHeadAttention.forward", "x",
+                                "likely cause: two values are swapped somewhere", False),
+}
+
+
+@pytest.mark.parametrize("case", MESSAGES)
+def test_the_naming_rule_asks_for_the_operation_and_the_relation(case):
+    kind, function, mutated, message, named = MESSAGES[case]
+    _, mutants = _mutants("01_positional_encoding" if function.startswith("Positional") else "02_attention")
+    mutant = next(m for m in mutants if m.function == function)
+    probe = dataclasses.replace(mutant, kind=kind, mutated=mutated)
+    assert names_operation_and_relation(probe, message, []) is named
 
 
 def test_sampling_is_fixed_by_the_seed_and_leaves_out_the_tuning_set():

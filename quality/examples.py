@@ -155,6 +155,71 @@ HOSTILE_CELLS = {
         "getattr(shell, 'input_' + 'transformers_post').append(lambda lines: lines)  # harmless here"
     ),
     "prints a flood": "print('spam ' * 2_000_000)",
+    "floods standard error at the descriptor": (
+        "import os\n"
+        "for _ in range(64):\n"
+        "    os.write(2, b'noise ' * 2**20)  # 384 MiB at the grader's log, which keeps a bounded tail"
+    ),
+    "leaves processes and zombies behind": (
+        "import os, subprocess, sys, time\n"
+        "daemon = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(0.1)'],\n"
+        "                          start_new_session=True)\n"
+        "for _ in range(20):\n"
+        "    if os.fork() == 0:\n"
+        "        os._exit(0)  # never waited for: a zombie\n"
+        "time.sleep(0.2)\n"
+        "print('left behind:', daemon.pid)"
+    ),
+    "plants hooks on the interpreter and torch": (
+        "import signal, sys\n"
+        "from torch.overrides import TorchFunctionMode\n"
+        "sys.addaudithook(lambda event, args: None)\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "class Quiet(TorchFunctionMode):\n"
+        "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+        "        return func(*args, **(kwargs or {{}}))\n"
+        "Quiet().__enter__()"
+    ),
+    "poisons caches: a fake torch, a .pth file, matplotlib's config, __pycache__": (
+        "import os, tempfile\n"
+        "for folder in ('.', tempfile.gettempdir(), os.path.expanduser('~')):\n"
+        "    for name, text in (('torch.py', 'raise SystemExit(\"poisoned\")'), ('sitecustomize.py', 'import os'),\n"
+        "                       ('evil.pth', 'import os; os.environ[\"POISONED\"] = \"1\"')):\n"
+        "        try:\n"
+        "            open(os.path.join(folder, name), 'w').write(text)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "os.makedirs(os.path.join(tempfile.gettempdir(), 'matplotlib'), exist_ok=True)\n"
+        "open(os.path.join(tempfile.gettempdir(), 'matplotlib', 'matplotlibrc'), 'w').write('backend: nonsense')"
+    ),
+    "makes a hundred thousand files": (
+        "import os\n"
+        "os.makedirs('many', exist_ok=True)\n"
+        "made = 0\n"
+        "try:\n"
+        "    for made in range(100_000):\n"
+        "        open(f'many/{{made}}', 'w').close()\n"
+        "except OSError as error:\n"
+        "    print('stopped after', made, type(error).__name__)\n"
+        "print('files made:', made)"
+    ),
+    "shows HTML, script and terminal escapes": (
+        "from IPython.display import HTML, Javascript, Markdown, display\n"
+        "display(HTML('<img src=x onerror=\"document.title=1\"><script>document.title=2</script>'))\n"
+        "display(Javascript('document.title = 3'))\n"
+        "display(Markdown('<script>document.title=4</script>'))\n"
+        "print('\\x1b[2J\\x1b]0;owned\\x07<script>document.title=5</script>')"
+    ),
+    "keeps two cores busy for a while": (
+        "import threading, time\n"
+        "def spin(seconds=4.0):\n"
+        "    end = time.time() + seconds\n"
+        "    while time.time() < end:\n"
+        "        pass\n"
+        "for _ in range(4):\n"
+        "    threading.Thread(target=spin, daemon=True).start()"
+    ),
     "kills its kernel": "import os\nos._exit(1)",
 }
 

@@ -110,7 +110,25 @@ def test_the_hostile_student_leaves_the_others_and_the_gradebook_untouched(grade
         assert float(rows[name]["autograded"]) == float(rows[name]["autograded_max"]), (name, rows[name]["reasons"])
         feedback = grader.class_dir / "feedback" / name / ASSIGNMENT / f"{ASSIGNMENT}.html"
         assert feedback.is_file() and name not in ("hana",) and "hana" not in feedback.read_text()
-    assert "replaced the checks' tools" in rows["hana"]["reasons"]
+
+
+def test_nothing_the_hostile_student_starts_outlives_her_grading(graded):
+    """Her daemon, her zombies and her busy threads end with her grading; nothing of hers runs on the host."""
+    import subprocess
+
+    running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "while True: time.sleep(0.1)" not in running
+
+
+def test_her_outputs_are_text_and_pictures_only(graded):
+    """HTML, JavaScript and Markdown she displays are dropped, terminal escapes taken out: the formgrader shows
+    these outputs on the instructor's logged-in page."""
+    grader, _, _, _ = graded
+    for source, output in outputs(grader, "hana"):
+        data = output.get("data", {})
+        assert set(data) <= {"text/plain", "image/png", "image/jpeg"}, (source[:80], set(data))
+        text = output.get("text", "") + data.get("text/plain", "") + output.get("evalue", "")
+        assert "\x1b" not in text and "\x07" not in text
 
 
 def test_feedback_for_every_graded_student_without_hidden_tests(graded):
@@ -182,12 +200,10 @@ def test_the_hostile_student_is_flagged_for_review_and_the_honest_ones_are_not(g
     assert "flagged for review" in rows["hana"]["reasons"]
     assert "os._exit" in rows["hana"]["reasons"] or "socket" in rows["hana"]["reasons"]
     for name in ("ada", "blake", "chen", "dana_12345", "eve", "gus"):
-        reasons = rows[name]["reasons"]
-        # they are made from the published solutions, so they are flagged as copies of it, and for nothing else
-        flags = [part for part in reasons.split("; ") if "flagged for review" in part]
-        assert all("copy of the reference solution" in flag for flag in flags), reasons
-    assert "copy of the reference solution" in rows["ada"]["reasons"]
-    assert "copy of the reference solution" not in rows["blake"]["reasons"]
+        # honest work carries no flag: not the blank notebook, not the published solution typed into the
+        # notebook (ada, and chen's correct functions): only code made from the course's reference while the
+        # notebook runs is laundering (test_boundary.py), and copying is a plagiarism checker's question
+        assert "flagged for review" not in rows[name]["reasons"], (name, rows[name]["reasons"])
 
 
 def test_the_grader_fetches_multi30k_for_the_sandboxed_kernels(multi30k, tmp_path, monkeypatch):

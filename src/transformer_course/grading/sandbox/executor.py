@@ -463,7 +463,7 @@ def _without_hidden_values(judged: Judged) -> Judged:
 
 
 def _outputs(judged: Judged, hidden: bool) -> list[NotebookNode]:
-    text = "".join(f"✔ {v.title}{' (hidden test)' if hidden else ''}\n" for v in judged.verdicts if v.passed)
+    text = _plain("".join(f"✔ {v.title}{' (hidden test)' if hidden else ''}\n" for v in judged.verdicts if v.passed))
     outputs = [new_output("stream", name="stdout", text=text)] if text else []
     if judged.error is not None:
         outputs.append(_error(*judged.error))
@@ -480,21 +480,41 @@ def _merge(outputs: list[NotebookNode], judged: Judged) -> list[NotebookNode]:
 
 
 def _error(ename: str, evalue: str) -> NotebookNode:
+    ename, evalue = _plain(ename), _plain(evalue)  # a message may quote what the student's code raised
     return NotebookNode({"output_type": "error", "ename": ename, "evalue": evalue,
                          "traceback": [f"{ename}: {evalue}"]})
 
 
+# What a student's cell may show in the graded notebook, the feedback and the formgrader: text and pictures.
+# Anything a browser would run or lay out as markup (HTML, SVG, JavaScript, Markdown, widgets) is dropped:
+# the formgrader shows these outputs on the instructor's logged-in page.
+INERT_OUTPUTS = ("text/plain", "image/png", "image/jpeg")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[\]PX^_].*?(?:\x07|\x1b\\)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _plain(text: str) -> str:
+    """Text without terminal control sequences (ANSI colours, cursor moves, title changes) or control
+    characters other than tabs and newlines."""
+    return _ANSI.sub("", text)
+
+
 def _node(output: dict[str, Any]) -> NotebookNode:
-    """An nbformat output from the runner's plain dict (only the fields nbformat knows, as strings)."""
+    """An nbformat output from the runner's plain dict (only the fields nbformat knows, as strings; only inert
+    kinds of data, see INERT_OUTPUTS; no terminal control sequences)."""
     kind = str(output.get("output_type"))
     if kind == "error":
-        return new_output("error", ename=str(output.get("ename", "Error")), evalue=str(output.get("evalue", "")),
-                          traceback=[str(line) for line in output.get("traceback", [])][:60])
+        return new_output("error", ename=_plain(str(output.get("ename", "Error")))[:200],
+                          evalue=_plain(str(output.get("evalue", ""))),
+                          traceback=[_plain(str(line)) for line in output.get("traceback", [])][:60])
     if kind in ("display_data", "execute_result"):
-        data = {str(mime): value for mime, value in (output.get("data") or {}).items() if isinstance(value, str)}
+        data = {str(mime): (_plain(value) if mime == "text/plain" else value)
+                for mime, value in (output.get("data") or {}).items()
+                if isinstance(value, str) and mime in INERT_OUTPUTS}
+        if not data:
+            data = {"text/plain": "[an output the grader does not show: only text and pictures are kept]"}
         if kind == "execute_result":
             count = output.get("execution_count")
             return new_output(kind, data=data, execution_count=count if isinstance(count, int) else None)
         return new_output(kind, data=data)
     name = "stderr" if output.get("name") == "stderr" else "stdout"
-    return new_output("stream", name=name, text=str(output.get("text", "")))
+    return new_output("stream", name=name, text=_plain(str(output.get("text", ""))))

@@ -43,6 +43,7 @@ from transformer_course.grading.sandbox import channel, fingerprint
 
 MAX_OUTPUT = 1_000_000  # characters of text one cell may print before the rest is cut
 PRIVATE_FOLDERS = "COURSE_RUNNER_PRIVATE"  # set by the launchers when cwd and TMPDIR belong to this runner alone
+PRIVATE_SHM = "COURSE_RUNNER_PRIVATE_SHM"  # set when /dev/shm is the sandbox's own (never the host's)
 
 
 # --- the channel ------------------------------------------------------------------------------------------
@@ -293,7 +294,8 @@ def _scratch_folders() -> dict[str, set[str]]:
     folders: dict[str, set[str]] = {}
     if os.environ.get(PRIVATE_FOLDERS) != "1":
         return folders
-    for folder in {os.getcwd(), tempfile.gettempdir(), "/dev/shm"}:
+    private = {os.getcwd(), tempfile.gettempdir()} | ({"/dev/shm"} if os.environ.get(PRIVATE_SHM) == "1" else set())
+    for folder in private:
         try:
             folders[folder] = set(os.listdir(folder))
         except OSError:

@@ -31,7 +31,7 @@ from typing import Any
 from transformer_course.checks.boundary import as_exception
 from transformer_course.grading.sandbox import channel, profiling
 from transformer_course.grading.sandbox.isolation import process_tree
-from transformer_course.grading.sandbox.runner import PRIVATE_FOLDERS
+from transformer_course.grading.sandbox.runner import PRIVATE_FOLDERS, PRIVATE_SHM
 
 MAX_CELL_MESSAGE = 16 * 2**20  # a cell's outputs, as the runner sends them
 KERNEL_DIED = ("the Python process running your notebook stopped while running this cell (os._exit, a crash in "
@@ -114,6 +114,8 @@ def sandboxed_launcher(readable: list[str] | None = None, limits: Any = None, is
 
     def launch(argv: list[str], *, environment: dict[str, str], stderr: Any) -> Any:
         data = [environment[name] for name in ("MULTI30K_DIR",) if environment.get(name)]
+        if isolate and isolation.bubblewrap_problem() is None:
+            environment = {**environment, PRIVATE_SHM: "1"}  # the sandbox's own /dev/shm: emptied between notebooks
         sandbox = isolation.Sandbox(
             readable=tuple(readable or [*isolation.python_paths(), *isolation.course_paths(course_root), *data]),
             environment=environment, limits=limits or isolation.Limits(), isolate=isolate)

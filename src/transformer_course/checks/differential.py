@@ -1159,6 +1159,33 @@ def traced_call(target: Any, *args: Any, method: str | None = None, names: Seque
         return record(function, *args, modules=root, names=names, **kwargs)
 
 
+class _OutOfTime(Exception):
+    pass
+
+
+@contextmanager
+def _time_budget(seconds: float) -> Iterator[None]:
+    """At most `seconds` for the block (main thread only; elsewhere no limit): whatever values a student's
+    code returns, diagnosing them cannot hold the grader up for longer."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(_signum: int, _frame: Any) -> None:
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def explain(student: Trace, reference: Trace, got: torch.Tensor, expected: torch.Tensor,
             context: Context | None = None, axes: Sequence[str] | None = None) -> Any:
     """The framework's Diagnosis of `got` against `expected` from the two recorded computations: where the
@@ -1168,8 +1195,9 @@ def explain(student: Trace, reference: Trace, got: torch.Tensor, expected: torch
     from transformer_course.checks.framework import Diagnosis as Said
 
     try:
-        found = diagnose(student, reference, context=context, student_final=got, reference_final=expected)
-    except Exception:  # a diagnosis that cannot be made here says nothing
+        with _time_budget(20.0):
+            found = diagnose(student, reference, context=context, student_final=got, reference_final=expected)
+    except Exception:  # a diagnosis that cannot be made here (or in time) says nothing
         return None
     if found is None:
         return None

@@ -301,3 +301,25 @@ def test_the_students_process_holds_only_the_channel(session, tmp_path):
                       if o.get("output_type") == "stream")
     kinds = eval(printed.split("KINDS", 1)[1].strip().splitlines()[0])  # noqa: S307 (our own print)
     assert kinds.count("pipe") <= 3 and not [kind for kind in kinds if kind not in ("pipe", "/dev/null", "anon_inode")]
+
+
+def test_a_flood_on_standard_error_stays_a_bounded_tail(session, tmp_path):
+    """Standard error is a pipe the grader drains into a bounded buffer: 200 MiB written at the descriptor
+    reach neither the grader's disk nor its memory."""
+    flood = "import os\nfor _ in range(200):\n    os.write(2, b'x' * 2**20)\n"
+    grades, _, _ = run(session, notebook([CORRECT, flood]), tmp_path)
+    assert failed(grades[0]) is None
+    assert len(session.log.text()) <= session.log.keep
+
+
+def test_a_check_that_runs_away_in_the_students_code_is_stopped_and_the_notebook_goes_on(session, tmp_path):
+    """The student's constructor loops forever for the sizes a check uses: that check's cell is stopped at
+    the time limit (its servant killed from outside), and the cells after it still run and pass."""
+    stuck = CORRECT.replace("        self.dropout = nn.Dropout(dropout)\n",
+                            "        self.dropout = nn.Dropout(dropout)\n        while max_seq_length == 60:\n"
+                            "            pass\n")
+    nb = notebook([stuck], [GRADE, "assert check.buffer_shape(PositionalEncoding)\n"])
+    graded = run_notebook(nb, tmp_path, timeout=8, session=session)
+    grades = [cell for cell in graded.cells if cell.metadata.get("nbgrader", {}).get("grade")]
+    assert failed(grades[0]).startswith("CellTimeoutError"), failed(grades[0])
+    assert failed(grades[1]) is None

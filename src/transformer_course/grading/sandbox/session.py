@@ -50,8 +50,9 @@ class CellTimedOut(TimeoutError):
     """A cell ran past its time limit and was stopped; args[0] holds the outputs it had by then."""
 
 
-class ServantFailed(Exception):
-    """The process running a grade cell's experiments ended, broke the protocol or ran out of time."""
+class ServantFailed(BaseException):
+    """The process running a grade cell's experiments ended, broke the protocol or ran out of time. A
+    BaseException, so that no check's `except Exception` mistakes it for the student's code crashing."""
 
 
 # --- launching a zygote --------------------------------------------------------------------------------------
@@ -505,7 +506,7 @@ class Servant:
                 if message["op"] == "runner-exit":
                     self.session.runner, self.session.snapshots = None, {}
                     self.broken = self.session._death(message)
-                    raise RunnerDied(self.broken)
+                    raise ServantFailed(self.broken)
                 if message["op"] == "servant-exit":
                     self.broken = f"the process running this cell's checks ended ({message.get('status')})"
                     self.exited = True

@@ -61,7 +61,7 @@ def runner_start_problem(course: Path, memory_gb: float, isolate: bool, data_fol
     try:
         with factory(nbformat.v4.new_notebook()) as session:
             session.notebook("transformer_course.checks.framework", [], "preflight")
-            outputs = session.run_cell(0, "import torch, transformer_course.checks.framework", 300)
+            outputs = session.run_cell("import torch, transformer_course.checks.framework", 300)
             errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs if o.get("output_type") == "error"]
             session.end_notebook()
             return errors[0] if errors else None

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import nbformat
 
+from transformer_course.grading.outputs.files import write_text_atomically
 from transformer_course.grading.outputs.scores import NEEDS_MANUAL_GRADING, is_answer_cell, read_csv
 
 # one colour per kind of plot (the report's browser test finds the plots by them)
@@ -363,12 +364,8 @@ def render(class_dir: Path) -> str:
 
 
 def write_report(class_dir: Path) -> Path:
-    path = class_dir / "report.html"
-    text = render(class_dir)
-    temporary = path.with_suffix(".html.part")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
-    return path
+    """CLASS_DIR/report.html, replaced whole (several machines may write it at once: the last one wins)."""
+    return write_text_atomically(class_dir / "report.html", render(class_dir))
 
 
 def main(argv: list[str] | None = None) -> int:

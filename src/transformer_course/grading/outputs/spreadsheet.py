@@ -4,7 +4,8 @@
 (OWASP's CSV injection). A cell that begins with `=`, `+`, `-`, `@`, a tab or a carriage return gets a
 leading `'`. A spreadsheet that reads the comma-separated file with `;` as its separator (Excel and
 LibreOffice set to German, French, ... do) starts a new cell after every `;` outside quotes, so the same
-protection goes after every `;` (and tab) that a formula character follows. `unprotect` undoes exactly
+protection goes after every `;` (and tab) that a formula character follows, spaces and quotes between
+them included. `unprotect` undoes exactly
 this when a sheet comes back.
 
 **Reading.** `read_sheet` takes a sheet as any spreadsheet saves it: comma, semicolon or tab separated;
@@ -22,20 +23,21 @@ from pathlib import Path
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _FORMULA = r"[=+\-@\t\r]"
-_AFTER_SEPARATOR = re.compile(rf"([;\t])(?=[ \"]*{_FORMULA})")
-_PROTECTED = re.compile(rf"([;\t])'(?=[ \"]*{_FORMULA})")
+_LEADING = re.compile(rf"[\s\"]*{_FORMULA}")  # spaces or quotes before it do not stop every spreadsheet
+_AFTER_SEPARATOR = re.compile(rf"([;\t])(?=[\s\"]*{_FORMULA})")
+_PROTECTED = re.compile(rf"([;\t])'(?=[\s\"]*{_FORMULA})")
 SEPARATORS = (",", ";", "\t")
 
 
 def protect(text: str) -> str:
     """TEXT as a cell that no spreadsheet runs as a formula, whether it splits cells at `,` or `;`."""
     text = _AFTER_SEPARATOR.sub(r"\1'", text)
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
+    return "'" + text if _LEADING.match(text) else text
 
 
 def unprotect(text: str) -> str:
     """The text `protect` was given (a sheet saved back by a spreadsheet keeps the added quotes)."""
-    if text.startswith("'") and text[1:].startswith(FORMULA_STARTS):
+    if text.startswith("'") and _LEADING.match(text, 1):
         text = text[1:]
     return _PROTECTED.sub(r"\1", text)
 

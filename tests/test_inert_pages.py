@@ -72,7 +72,8 @@ def hostile_class(graded_example_class, tmp_path_factory):
 def test_the_browser_runs_the_payload_where_nothing_stops_it(tmp_path):
     """The control: the same text in a page with no policy and no escaping runs, so each check below can fail."""
     page = tmp_path / "control.html"
-    page.write_text(f"<!DOCTYPE html><html><body>{PAYLOAD}</body></html>", encoding="utf-8")
+    link = f"<a href=\"javascript:{MARK.format('link')}\">click me</a>"  # what the markdown link would render as
+    page.write_text(f"<!DOCTYPE html><html><body>{PAYLOAD} {link}</body></html>", encoding="utf-8")
     with Browser(tmp_path / "profile") as browser:
         browser.open(page.as_uri())
         assert browser.evaluate(RAN) in ("img", "script", "svg")

@@ -259,9 +259,14 @@ def test_a_german_excel_sheet_imports_whole_and_its_protection_is_undone(class_c
     assert answers.main(["import", str(class_copy), str(sheet)]) == 0
     row = rows_of(class_copy)["gus"]
     assert [float(row[q]) for q in QUESTIONS] == [1.5, 1.5, 1.5] and row["manual_status"] == "graded by hand"
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{class_copy / 'gradebook.db'}") as gradebook:
+        comment = gradebook.find_comment(QUESTIONS[0], EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT, "gus").manual_comment
+    assert comment == "- fehlt: die Skalierung (Größe)"
     feedback = (class_copy / "feedback" / "gus" / EXAMPLE_ASSIGNMENT / f"{EXAMPLE_ASSIGNMENT}.html").read_text()
     text = htmllib.unescape(re.sub(r"<[^>]+>", "", feedback))
-    assert "- fehlt: die Skalierung (Größe)" in text and "'- fehlt" not in text
+    assert "fehlt: die Skalierung (Größe)" in text and "'" not in text.split("fehlt: die Skalierung")[0][-5:]
 
     broken = class_copy / "broken.csv"
     broken.write_bytes(lines[0].encode() + b"\r\n" + lines[1].encode() + b";extra;cells\r\n")
@@ -322,7 +327,7 @@ def test_regrading_a_changed_notebook_keeps_the_hand_grades_of_unchanged_answers
              if row["student"] == "chen" and row["question"] == "attn_q_mask"]
     assert fresh[0]["state"].startswith("changed since graded: was 2 points") and fresh[0]["score"] == ""
     assert "decoder cannot copy the next word" in fresh[0]["answer"]
-    fresh[0]["score"] = "3"
+    fresh[0]["score"] = "1.5"
     regraded = tmp_path / "new.csv"
     with open(regraded, "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(fresh[0]))
@@ -330,7 +335,7 @@ def test_regrading_a_changed_notebook_keeps_the_hand_grades_of_unchanged_answers
         writer.writerows(fresh)
     assert answers.main(["import", str(class_dir), str(regraded)]) == 0
     row = rows_of(class_dir)["chen"]
-    assert float(row["attn_q_mask"]) == 3 and row["manual_status"] == "graded by hand"
+    assert float(row["attn_q_mask"]) == 1.5 and row["manual_status"] == "graded by hand"
 
 
 def nbformat_write(notebook, path):

@@ -83,6 +83,8 @@ def keep_unchanged(class_dir: Path, db_url: str) -> list[tuple[str, str, str]]:
     """Clear the review mark nbgrader put on hand-graded answers whose text did not change since they
     were graded; returns the (student, assignment, question) cleared."""
     cleared = []
+    records: dict[str, dict[str, dict[str, str]]] = {}
+    texts: dict[tuple[str, str], dict[str, str]] = {}
     with Gradebook(db_url) as gradebook:
         from nbgrader.api import Grade
 
@@ -90,10 +92,12 @@ def keep_unchanged(class_dir: Path, db_url: str) -> list[tuple[str, str, str]]:
                                                    Grade.manual_score.isnot(None)).all()
         for grade in waiting:
             student, assignment = grade.student.id, grade.assignment.name
-            known = _load(class_dir, student).get(assignment, {}).get(grade.name)
+            known = records.setdefault(student, _load(class_dir, student)).get(assignment, {}).get(grade.name)
             if known is None:
                 continue
-            text = answer_texts(class_dir, student, assignment).get(grade.name)
+            if (student, assignment) not in texts:
+                texts[student, assignment] = answer_texts(class_dir, student, assignment)
+            text = texts[student, assignment].get(grade.name)
             if text is not None and version(text) == known:
                 grade.needs_manual_grade = False
                 cleared.append((student, assignment, grade.name))

@@ -20,6 +20,7 @@ import re
 from nbconvert.preprocessors import Preprocessor
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbformat import NotebookNode
+from traitlets import Bool
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _CODE_SPAN = re.compile(r"(`+)(?:.+?)\1", re.DOTALL)
@@ -67,7 +68,12 @@ def inert_markdown(text: str) -> str:
 
 
 class InertNotebook(Preprocessor):
-    """nbconvert preprocessor: every markdown and raw cell, nbgrader comment and rich output made inert."""
+    """nbconvert preprocessor: every markdown and raw cell, nbgrader comment and rich output made inert.
+
+    Enabled by default: nbgrader registers a converter's preprocessors without enabling them (its own
+    preprocessors enable themselves), and an nbconvert preprocessor is off unless told otherwise."""
+
+    enabled = Bool(True).tag(config=True)
 
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
         self._outputs = SanitizeHTML(parent=self)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import nbformat
 from nbgrader.api import Gradebook
+from sqlalchemy.exc import SQLAlchemyError
 
 from transformer_course.grading.outputs.files import write_text_atomically
 from transformer_course.grading.outputs.scores import is_answer_cell
@@ -88,8 +89,8 @@ def keep_unchanged(class_dir: Path, db_url: str) -> list[tuple[str, str, str]]:
     with Gradebook(db_url) as gradebook:
         from nbgrader.api import Grade
 
-        waiting = gradebook.db.query(Grade).filter(Grade.needs_manual_grade.is_(True),
-                                                   Grade.manual_score.isnot(None)).all()
+        waiting = (gradebook.db.query(Grade).filter(Grade.needs_manual_grade.is_(True), Grade.manual_score.isnot(None))
+                   .order_by(Grade.id).all())  # one order on every machine: two updating at once never deadlock
         for grade in waiting:
             student, assignment = grade.student.id, grade.assignment.name
             known = records.setdefault(student, _load(class_dir, student)).get(assignment, {}).get(grade.name)
@@ -102,5 +103,9 @@ def keep_unchanged(class_dir: Path, db_url: str) -> list[tuple[str, str, str]]:
                 grade.needs_manual_grade = False
                 cleared.append((student, assignment, grade.name))
         if cleared:
-            gradebook.db.commit()
+            try:
+                gradebook.db.commit()
+            except SQLAlchemyError:  # another machine wrote these rows at the same moment: it did the same
+                gradebook.db.rollback()
+                return []
     return cleared

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from nbgrader.converters import Autograde
 
-from transformer_course.grading.outputs.feedback import HideHiddenTests
+from transformer_course.grading.outputs.feedback import HideHiddenTests, InertNotebook, SafeFeedbackExporter
 from transformer_course.grading.sandbox.executor import autograde_pipeline
 
 c = get_config()  # noqa: F821  (injected by traitlets)
@@ -48,9 +48,17 @@ c.IgnorePattern.pattern = r"\w*Warning\b"
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 12
 
-# Feedback never shows hidden test source (nor its tracebacks, which would quote it).
+# Feedback never shows hidden test source (nor its tracebacks, which would quote it), and nothing a student
+# or an instructor wrote runs: answers, comments and rich outputs are made inert (InertNotebook, after
+# GetGrades has put the comments in), and the page has a Content-Security-Policy and no script
+# (SafeFeedbackExporter; MathJax is not loaded, math reads as written).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     HideHiddenTests,
+    InertNotebook,
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+c.GenerateFeedback.exporter_class = SafeFeedbackExporter
+# Every notebook page nbgrader renders with an HTML exporter, the formgrader's grading pages included,
+# shows answers, comments and outputs made inert (the formgrader's own scripts must run, so it gets no CSP).
+c.HTMLExporter.preprocessors = [InertNotebook]

@@ -4,7 +4,9 @@
         url = server.create_database("gradebook")   # postgresql+psycopg2://grader@/gradebook?host=/tmp/...
 
 The server listens on a Unix socket in its own temporary folder only (no TCP port), trusts local
-connections, runs without fsync (it is thrown away) and is stopped and removed on exit. PostgreSQL
+connections, runs without fsync (it is thrown away), keeps its dynamic shared memory in its data folder
+rather than in /dev/shm (which other programs on a shared machine may clear), and is stopped and removed
+on exit. PostgreSQL
 refuses to run as root, so under root (CI) it runs as the unprivileged `postgres` user (or `nobody`)
 through `runuser`/`setpriv`. `unavailable()` says in one line why no server can start here (None when
 one can); the tests skip with that line, except in CI (`CI=true`), where they fail.
@@ -97,7 +99,7 @@ class PostgresServer:
         self._run([str(self.binaries / "initdb"), "-D", str(self.data), "-U", SUPERUSER, "--auth=trust",
                    "--encoding=UTF8", "--no-sync"])
         options = (f"-k {self.socket} -c listen_addresses='' -c fsync=off -c synchronous_commit=off "
-                   "-c full_page_writes=off -c max_connections=100")
+                   "-c full_page_writes=off -c max_connections=100 -c dynamic_shared_memory_type=mmap")
         self._run([str(self.binaries / "pg_ctl"), "-D", str(self.data), "-l", str(self.base / "server.log"), "-w",
                    "-t", "60", "-o", options, "start"])
         self.started = True

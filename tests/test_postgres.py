@@ -7,8 +7,13 @@ student) and started again, as Slurm does when it requeues a task. Then: the sco
 single-machine run; the restarted task regraded none of the students it had finished; the gradebook
 and scores.csv hold no duplicate; and scores.csv, written by either machine, lists every student.
 
-Cost: one cheap stage (01_positional_encoding), four students: about a minute on two cores. Outside CI
-a machine without PostgreSQL (or psycopg2) skips with the reason; in CI (CI=true) that is a failure."""
+Then the same class through the Slurm recipe as README gives it, on a single-node Slurm cluster started by
+the test (tests/slurm_cluster.py): the job array and the final scores job, whose scores.csv must equal the
+single-machine run's.
+
+Cost: one cheap stage (01_positional_encoding), four students: about a minute on two cores for the two
+machines, and about as much for the Slurm run. Outside CI a machine without PostgreSQL (or psycopg2), or
+without Slurm, skips with the reason; in CI (CI=true) that is a failure."""
 
 import csv
 import json
@@ -24,6 +29,8 @@ import pytest
 from conftest import ROOT
 from postgres_server import PostgresServer, unavailable
 from quality.examples import student_submissions
+from slurm_cluster import SlurmCluster
+from slurm_cluster import unavailable as slurm_unavailable
 from transformer_course.grading.classroom.batch import in_shard, main
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
@@ -192,3 +199,42 @@ def test_one_students_notebooks_graded_at_once_by_two_workers(postgres, tmp_path
     assert sorted(row["assignment"] for row in rows) == stages
     assert all(row["status"] == "graded" and float(row["autograded"]) == float(row["autograded_max"]) > 0
                for row in rows), rows  # written answers wait for the instructor
+
+
+# --- the Slurm recipe on a real (single-node) Slurm cluster ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def slurm():
+    require(slurm_unavailable())
+    with SlurmCluster() as cluster:
+        yield cluster
+
+
+def test_the_slurm_recipe_runs_as_documented(slurm, postgres, downloads, graded, tmp_path):
+    """README's two sbatch commands on a real slurmctld and slurmd: the array (two tasks here, one CPU each:
+    options on sbatch's command line override the script's) grades the class into a shared class folder and
+    the PostgreSQL gradebook named by the README's `postgresql://` URL as written (the psycopg driver); the
+    scores job, which depends on the array, runs once after it and writes the scores.csv of one machine."""
+    require(bubblewrap_problem())  # the recipe grades only in the sandbox (--require-sandbox)
+    folder, _ = downloads
+    db_url = postgres.create_database("slurm").replace("postgresql+psycopg2://", "postgresql://")
+    class_dir = tmp_path / "class"
+    environment = slurm.environment(COURSE=str(ROOT), SUBMISSIONS=str(folder), CLASS_DIR=str(class_dir),
+                                    GRADEBOOK_URL=db_url, PYTHON=sys.executable)
+    cluster = ROOT / "autograde" / "cluster"
+    array = slurm.sbatch(["--export=ALL", "--array=1-2", "--cpus-per-task=1", "--mem=1G", str(cluster / "slurm.sbatch"),
+                          "--assignment", STAGE, "--timeout", "60"], tmp_path, environment)
+    scores = slurm.sbatch([f"--dependency=afterany:{array}", "--export=ALL", "--mem=1G",
+                           str(cluster / "slurm-scores.sbatch"), "--assignment", STAGE], tmp_path, environment)
+    slurm.wait([array, scores], timeout=900)
+    logs = {path.name: path.read_text(errors="replace") for path in tmp_path.glob("grade-*.log")}
+    assert slurm.state(array) == {"1": "COMPLETED", "2": "COMPLETED"}, logs
+    assert slurm.state(scores) == {scores: "COMPLETED"}, logs
+    assert sorted(logs) == [f"grade-{array}_1.log", f"grade-{array}_2.log", f"grade-{scores}-scores.log"]
+    assert "grades shard 1/2" in logs[f"grade-{array}_1.log"] and "grades shard 2/2" in logs[f"grade-{array}_2.log"]
+    assert "grades shard" not in logs[f"grade-{scores}-scores.log"]  # the final step grades nobody
+    rows = {(row["student"], row["assignment"]): row for row in read_scores(class_dir / "scores.csv")}
+    assert {key: row["total"] for key, row in rows.items()} == {
+        key: row["total"] for key, row in graded["single"].items()}
+    assert {row["status"] for row in rows.values()} == {"graded"}
+    assert (class_dir / "report.html").exists() and not list(class_dir.glob(".*.part"))

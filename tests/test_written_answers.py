@@ -193,6 +193,8 @@ def formgrader(class_dir):
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.read().decode()
 
+    call.url = lambda path: f"http://127.0.0.1:{port}{path}{'&' if '?' in path else '?'}token={token}"  # a browser's
+
     try:
         deadline = time.monotonic() + 180
         while True:
@@ -232,3 +234,111 @@ def test_grading_in_the_formgrader_reaches_scores_and_feedback(class_copy):
     assert row["manual_status"].startswith("needs manual grading: 2 of 3")
     feedback = (class_copy / "feedback" / "dana_12345" / EXAMPLE_ASSIGNMENT / f"{EXAMPLE_ASSIGNMENT}.html")
     assert "Formgrader comment: say what the softmax does." in htmllib.unescape(feedback.read_text())
+
+
+# --- sheets from any spreadsheet, and hand grades that survive a regrade (slow) ---------------------------
+
+def sheet_rows(folder):
+    with open(folder / "grading.csv", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.slow
+def test_a_german_excel_sheet_imports_whole_and_its_protection_is_undone(class_copy):
+    """Semicolons, Windows-1252, decimal commas and the `'` the export put before a comment that starts like
+    a formula: the scores and the comment reach the gradebook and the feedback as the instructor wrote them."""
+    folder = answers.export(class_copy, ROOT)
+    exported = [row for row in sheet_rows(folder) if row["student"] == "gus"]
+    assert {row["state"] for row in exported} == {"to grade"} and all(row["answer_version"] for row in exported)
+    lines = [";".join(["assignment", "question", "student", "score", "comment", "answer_version"])]
+    for row in exported:
+        lines.append(";".join([row["assignment"], row["question"], row["student"], "1,5",
+                               "'- fehlt: die Skalierung (Größe)", row["answer_version"]]))
+    sheet = class_copy / "excel-de.csv"
+    sheet.write_bytes(("\r\n".join(lines) + "\r\n").encode("cp1252"))
+    assert answers.main(["import", str(class_copy), str(sheet)]) == 0
+    row = rows_of(class_copy)["gus"]
+    assert [float(row[q]) for q in QUESTIONS] == [1.5, 1.5, 1.5] and row["manual_status"] == "graded by hand"
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{class_copy / 'gradebook.db'}") as gradebook:
+        comment = gradebook.find_comment(QUESTIONS[0], EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT, "gus").manual_comment
+    assert comment == "- fehlt: die Skalierung (Größe)"
+    feedback = (class_copy / "feedback" / "gus" / EXAMPLE_ASSIGNMENT / f"{EXAMPLE_ASSIGNMENT}.html").read_text()
+    text = htmllib.unescape(re.sub(r"<[^>]+>", "", feedback))
+    assert "fehlt: die Skalierung (Größe)" in text and "'" not in text.split("fehlt: die Skalierung")[0][-5:]
+
+    broken = class_copy / "broken.csv"
+    broken.write_bytes(lines[0].encode() + b"\r\n" + lines[1].encode() + b";extra;cells\r\n")
+    before = (class_copy / "scores.csv").read_bytes()
+    assert answers.main(["import", str(class_copy), str(broken)]) == 1
+    assert (class_copy / "scores.csv").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_regrading_a_changed_notebook_keeps_the_hand_grades_of_unchanged_answers(graded_example_class, tmp_path):
+    """chen's three answers are graded by hand; chen hands in again with one answer rewritten; the real batch
+    command regrades the notebook: the two unchanged answers keep their grades off the review list, the
+    changed one waits for a person, and no old sheet can put it back as graded."""
+    from nbgrader.api import Gradebook
+
+    from transformer_course.grading.classroom.batch import BatchGrader
+    from transformer_course.grading.sandbox.isolation import bubblewrap_problem
+
+    grader, _, _, originals = graded_example_class
+    class_dir = tmp_path / "class"
+    shutil.copytree(grader.class_dir, class_dir)
+    folder = answers.export(class_dir, ROOT)
+    old_sheet = [row for row in sheet_rows(folder) if row["student"] == "chen"]
+    for row in old_sheet:
+        row["score"] = "2"
+    graded_sheet = tmp_path / "old.csv"
+    with open(graded_sheet, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(old_sheet[0]))
+        writer.writeheader()
+        writer.writerows(old_sheet)
+    assert answers.main(["import", str(class_dir), str(graded_sheet)]) == 0
+
+    chen = read(next(path for path in originals if path.parent.name == "chen"))
+    changed = next(cell for cell in chen.cells if cell.metadata.get("nbgrader", {}).get("grade_id") == "attn_q_mask")
+    changed.source = "The mask hides the future tokens, so the decoder cannot copy the next word."
+    downloads = tmp_path / "downloads" / "chen"
+    downloads.mkdir(parents=True)
+    nbformat_write(chen, downloads / f"{EXAMPLE_ASSIGNMENT}.ipynb")
+    BatchGrader(ROOT, class_dir, downloads.parent, jobs=1, timeout=30, assignment_ids=[EXAMPLE_ASSIGNMENT],
+                sandbox=bubblewrap_problem() is None).run()
+    with Gradebook(f"sqlite:///{class_dir / 'gradebook.db'}") as gradebook:
+        grades = {q: gradebook.find_grade(q, EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT, "chen") for q in QUESTIONS}
+        assert {q: (g.manual_score, g.needs_manual_grade) for q, g in grades.items()} == {
+            "attn_q_scale": (2, False), "attn_q_mask": (2, True), "attn_q_heads": (2, False)}
+    row = rows_of(class_dir)["chen"]
+    assert "review: 1 answer(s)" in row["manual_status"] and "attn_q_mask" in row["manual_status"]
+
+    # the sheet graded before the new hand-in: its answer_version is the old text's, so it is left out
+    assert answers.main(["import", str(class_dir), str(graded_sheet)]) == 0
+    # a hand-made sheet repeating the old score says nothing about which text was read: the mark stays
+    repeated = tmp_path / "repeated.csv"
+    repeated.write_text(f"assignment,question,student,score\n{EXAMPLE_ASSIGNMENT},attn_q_mask,chen,2\n")
+    assert answers.main(["import", str(class_dir), str(repeated)]) == 0
+    with Gradebook(f"sqlite:///{class_dir / 'gradebook.db'}") as gradebook:
+        assert gradebook.find_grade("attn_q_mask", EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT, "chen").needs_manual_grade
+    # a sheet exported now shows the new text with no score; giving one there takes it off the list
+    fresh = [row for row in sheet_rows(answers.export(class_dir, ROOT))
+             if row["student"] == "chen" and row["question"] == "attn_q_mask"]
+    assert fresh[0]["state"].startswith("changed since graded: was 2 points") and fresh[0]["score"] == ""
+    assert "decoder cannot copy the next word" in fresh[0]["answer"]
+    fresh[0]["score"] = "1.5"
+    regraded = tmp_path / "new.csv"
+    with open(regraded, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(fresh[0]))
+        writer.writeheader()
+        writer.writerows(fresh)
+    assert answers.main(["import", str(class_dir), str(regraded)]) == 0
+    row = rows_of(class_dir)["chen"]
+    assert float(row["attn_q_mask"]) == 1.5 and row["manual_status"] == "graded by hand"
+
+
+def nbformat_write(notebook, path):
+    import nbformat
+
+    nbformat.write(notebook, path)

@@ -49,7 +49,9 @@ from transformer_course.grading.intake.submissions import (
     load,
     printable,
 )
-from transformer_course.grading.outputs import answers, report
+from transformer_course.grading.outputs import answers, hand_grades, report
+from transformer_course.grading.outputs.files import replace_atomically
+from transformer_course.grading.outputs.spreadsheet import protect
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
 
@@ -393,7 +395,11 @@ class BatchGrader:
     def write_csv(self, students: dict[str, StudentResult]) -> Path:
         """scores.csv: one row per (student, assignment) graded, plus one per file that was not, with the reason.
 
-        Every text cell is safe to open in a spreadsheet (`spreadsheet_cell`); numbers stay numbers."""
+        Every text cell is safe to open in a spreadsheet (`spreadsheet_cell`); numbers stay numbers. Written
+        answers graded by hand whose text did not change are taken off nbgrader's review list first
+        (`hand_grades.keep_unchanged`). The file is replaced whole (`replace_atomically`): machines sharing
+        the class folder never mix two versions, and of two writing at once the last one wins whole."""
+        hand_grades.keep_unchanged(self.class_dir, self.db_url)
         rows = answers.score_rows(self.db_url)  # written answers not yet graded: "needs manual grading"
         graded = {(row["student"], row["assignment"]) for row in rows}
         by_student: dict[object, list[dict]] = {}
@@ -421,15 +427,14 @@ class BatchGrader:
         fixed = ["student", "name", "lms_id", "assignment", *answers.GRADEBOOK_COLUMNS, "status", "notebook",
                  "reasons", "file"]
         columns = [*fixed[:4], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[4:]]
-        path = self.class_dir / "scores.csv"
-        partial = path.with_name(f".scores.csv.{os.getpid()}")  # machines sharing the folder: replaced whole
-        with open(partial, "w", newline="", encoding="utf-8") as handle:
+
+        def write(handle) -> None:  # noqa: ANN001
             writer = csv.writer(handle)
             writer.writerow([spreadsheet_cell(column) for column in columns])
             for row in sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]))):
                 writer.writerow([spreadsheet_cell(row.get(column, "")) for column in columns])
-        os.replace(partial, path)
-        return path
+
+        return replace_atomically(self.class_dir / "scores.csv", write, newline="")
 
     def reasons_for(self, result: StudentResult, assignment: str) -> list[str]:
         """The student's reasons about this assignment or about no assignment in particular."""
@@ -439,18 +444,14 @@ class BatchGrader:
             and (assignment in reason or not any(a in reason for a in self.assignment_ids))))
 
 
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # OWASP's CSV injection list
-
-
 def spreadsheet_cell(value: object) -> object:
-    """VALUE as a CSV cell no spreadsheet runs as a formula (OWASP CSV injection).
+    """VALUE as a CSV cell no spreadsheet runs as a formula (OWASP CSV injection), whether it splits
+    cells at commas or at semicolons (`outputs.spreadsheet.protect`).
 
-    Numbers stay numbers; text that begins with = + - @, a tab or a carriage return gets a leading
-    single quote; control characters are shown as <U+XXXX>, so no cell hides a line or an escape."""
+    Numbers stay numbers; control characters are shown as <U+XXXX>, so no cell hides a line or an escape."""
     if value is None or isinstance(value, int | float):
         return value
-    text = str(value)
-    return printable("'" + text if text.startswith(_FORMULA_STARTS) else text)
+    return printable(protect(str(value)))
 
 
 def _clean_environment() -> dict[str, str]:

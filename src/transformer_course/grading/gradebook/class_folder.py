@@ -16,9 +16,7 @@ import contextlib
 import csv
 import fcntl
 import hashlib
-import os
 import shutil
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +26,6 @@ from nbgrader.api import Gradebook
 from sqlalchemy.orm import joinedload
 
 from transformer_course.authoring import assignments, run_nbgrader
-
-# nbgrader's Gradebook runs the `alembic` command of the environment it is installed in.
-_BIN = str(Path(sys.executable).parent)
-if _BIN not in os.environ.get("PATH", "").split(os.pathsep):
-    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
 
 
 @dataclass

@@ -15,11 +15,14 @@ other answer waits for a person. Nothing waits silently: `score_rows` shows such
 
 `export` writes CLASS_DIR/answers/: index.html, one page per question (every student's answer
 beside the model answer and the rubric) and grading.csv, one row per (student, question) with the
-answer text and empty `score` and `comment` columns. Fill those in (any spreadsheet), then `import`
-checks every row first (unknown students or questions, scores that are not numbers between 0 and
-the question's points: nothing is written and each problem is listed), writes the scores and
-comments into the gradebook, regenerates those students' feedback (comments included) and
-rewrites scores.csv and report.html. A blank score leaves that answer as it was.
+answer text, its `state` (to grade, graded, changed since graded, left blank), the `score` and
+`comment` so far and `answer_version` (which text the row shows). Fill those in (any spreadsheet; it
+may save the sheet with commas or semicolons, in UTF-8 or Windows-1252), then `import` checks every row
+first (a sheet it cannot read, unknown students or questions, scores that are not numbers between 0
+and the question's points: nothing is written and each problem is listed with its line), writes the
+scores and comments into the gradebook, regenerates those students' feedback (comments included) and
+rewrites scores.csv and report.html. A blank score leaves that answer as it was; a row whose answer
+changed since the sheet was exported is left out, with a note (see `import_scores`).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
 from transformer_course.grading.gradebook.config import ROOT, default_db_url, nbgrader_config
+from transformer_course.grading.outputs import hand_grades
+from transformer_course.grading.outputs.files import replace_atomically, write_text_atomically
 from transformer_course.grading.outputs.report import write_report
 from transformer_course.grading.outputs.scores import (  # noqa: F401  (re-exported: answers.NEEDS_MANUAL_GRADING, ...)
     GRADEBOOK_COLUMNS,
@@ -47,8 +52,11 @@ from transformer_course.grading.outputs.scores import (  # noqa: F401  (re-expor
     read_csv,
     score_rows,
 )
+from transformer_course.grading.outputs.spreadsheet import SheetError, protect, read_sheet
 
-SHEET_COLUMNS = ("assignment", "question", "student", "name", "lms_id", "points", "score", "comment", "answer")
+SHEET_COLUMNS = ("assignment", "question", "student", "name", "lms_id", "points", "state", "score", "comment",
+                 "answer_version", "answer")
+REQUIRED_COLUMNS = ("assignment", "question", "student", "score")
 _RUBRIC_LINE = re.compile(r"^\s*-\s*(\d+(?:\.\d+)?)\s+points?\s*:\s*(.*)$")
 
 
@@ -121,6 +129,7 @@ class Answer:
     by_hand: bool
     comment: str
     blank: bool = False
+    review: bool = False  # graded by hand, then the notebook was graded again and this answer changed
 
 
 @dataclass
@@ -139,7 +148,7 @@ def collect(class_dir: Path, course: Path, db_url: str | None = None) -> list[Sh
         known = course_questions(course, assignment_ids)
         for assignment in gradebook.assignments:
             for submission in sorted(assignment.submissions, key=lambda s: s.student_id):
-                notebook_cells = _answer_texts(class_dir, submission.student_id, assignment.name)
+                notebook_cells = hand_grades.answer_texts(class_dir, submission.student_id, assignment.name)
                 for notebook in submission.notebooks:
                     comments = {comment.name: comment for comment in notebook.comments}
                     for grade in notebook.grades:
@@ -153,18 +162,10 @@ def collect(class_dir: Path, course: Path, db_url: str | None = None) -> list[Sh
                         sheet.answers.append(Answer(
                             submission.student_id, name, lms_id, notebook_cells.get(grade.name), score,
                             grade.manual_score is not None, (comment.manual_comment or "") if comment else "",
-                            blank=grade.manual_score is None and grade.auto_score is not None))
+                            blank=grade.manual_score is None and grade.auto_score is not None,
+                            review=grade.manual_score is not None and bool(grade.needs_manual_grade)))
     order = {key: index for index, key in enumerate(known)}
     return [sheets[key] for key in sorted(sheets, key=lambda key: order.get(key, len(order)))]
-
-
-def _answer_texts(class_dir: Path, student: str, assignment: str) -> dict[str, str]:
-    path = class_dir / "autograded" / student / assignment / f"{assignment}.ipynb"
-    try:
-        notebook = nbformat.read(path, as_version=4)
-    except (OSError, ValueError):
-        return {}
-    return {cell.metadata["nbgrader"]["grade_id"]: cell.source for cell in notebook.cells if is_answer_cell(cell)}
 
 
 def _people(class_dir: Path) -> dict[tuple[str, str], tuple[str, str]]:
@@ -183,7 +184,7 @@ def export(class_dir: Path, course: Path, db_url: str | None = None) -> Path:
         question = sheet.question
         page = folder / question.assignment / f"{question.grade_id}.html"
         page.parent.mkdir(exist_ok=True)
-        page.write_text(_question_page(sheet), encoding="utf-8")
+        write_text_atomically(page, _question_page(sheet))
         waiting = sum(answer.score is None for answer in sheet.answers)
         links.append(f'<li><a href="{question.assignment}/{question.grade_id}.html">{question.assignment}, '
                      f"question {question.number} ({question.grade_id}, {question.points:g} points)</a>: "
@@ -191,23 +192,33 @@ def export(class_dir: Path, course: Path, db_url: str | None = None) -> Path:
     index = (f"<h1>Written answers</h1><p>Grade in <code>grading.csv</code> (columns <code>score</code> and "
              f"<code>comment</code>), then run <code>python -m transformer_course.grading.answers import "
              f"{html.escape(str(class_dir))} grading.csv</code>.</p><ul>{''.join(links)}</ul>")
-    (folder / "index.html").write_text(_page("Written answers", index), encoding="utf-8")
-    with open(folder / "grading.csv", "w", newline="", encoding="utf-8") as handle:
+    write_text_atomically(folder / "index.html", _page("Written answers", index))
+
+    def write(handle) -> None:  # noqa: ANN001
         writer = csv.writer(handle)
         writer.writerow(SHEET_COLUMNS)
         for sheet in sheets:
             for answer in sheet.answers:
-                score = f"{answer.score:g}" if answer.by_hand and answer.score is not None else ""
-                writer.writerow([_cell(value) for value in (
+                state, score = _state(answer)
+                text = "(no answer)" if answer.blank else answer.text if answer.text is not None else "(not graded)"
+                writer.writerow([protect(value) for value in (
                     sheet.question.assignment, sheet.question.grade_id, answer.student, answer.name, answer.lms_id,
-                    f"{sheet.question.points:g}", score, answer.comment,
-                    "(no answer)" if answer.blank else answer.text if answer.text is not None else "(not graded)")])
+                    f"{sheet.question.points:g}", state, score, answer.comment,
+                    hand_grades.version(answer.text) if answer.text is not None else "", text)])
+
+    replace_atomically(folder / "grading.csv", write, newline="")
     return folder
 
 
-def _cell(value: str) -> str:
-    """A text cell no spreadsheet runs as a formula (the answers are the students' own text)."""
-    return "'" + value if value.startswith(("=", "+", "-", "@", "\t", "\r")) else value
+def _state(answer: Answer) -> tuple[str, str]:
+    """(the sheet's `state` of an answer, the score the sheet shows for it)."""
+    if answer.blank:
+        return "left blank (0 points)", ""
+    if answer.review:  # the score must be given again, so the sheet shows none
+        return f"changed since graded: was {answer.score:g} points, give a score again", ""
+    if answer.by_hand and answer.score is not None:
+        return "graded", f"{answer.score:g}"
+    return "to grade", ""
 
 
 _STYLE = """
@@ -251,6 +262,9 @@ def _question_page(sheet: Sheet) -> str:
             text = f"<div class='answer'>{html.escape(answer.text)}</div>"
         if answer.score is None:
             score = f"<b>{NEEDS_MANUAL_GRADING}</b>"
+        elif answer.review:
+            score = (f"<b>changed since graded</b>: was {answer.score:g} / {question.points:g}; give a score "
+                     "again")
         else:
             score = f"{answer.score:g} / {question.points:g}" + (" (by hand)" if answer.by_hand else "")
         comment = f"<div class='muted'>{html.escape(answer.comment)}</div>" if answer.comment else ""
@@ -278,20 +292,40 @@ class Imported:
     scores: int = 0
     comments: int = 0
     students: set[tuple[str, str]] = field(default_factory=set)  # (student, assignment) whose grades changed
+    notes: list[str] = field(default_factory=list)  # rows left out on purpose, and why
+
+
+def _score(text: str) -> float:
+    """A score as a spreadsheet writes it: 2.5, 2,5 (a decimal comma) or 2."""
+    return float(text.replace(",", ".")) if text.count(",") <= 1 and "." not in text else float(text)
 
 
 def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None) -> Imported:
-    """Write the sheets' scores and comments into the gradebook, all or nothing."""
+    """Write the sheets' scores and comments into the gradebook, all or nothing.
+
+    A sheet that cannot be read whole, or any row that names an unknown answer or a score out of range,
+    stops the import before anything is written (`SheetProblems`, with the file and line of each). A row
+    whose answer changed since the sheet was exported (its `answer_version` is not the answer's now) is
+    left out with a note: its score was given to another text. A score never clears nbgrader's review
+    mark of an answer that changed after its hand score, unless the sheet shows that the grader saw the
+    new text (an `answer_version` equal to it)."""
     db_url = db_url or default_db_url(class_dir)
-    rows = [(path, number, row) for path in sheets for number, row in enumerate(read_csv(path), 2)]
-    result = Imported()
+    rows = []
     problems: list[str] = []
+    for path in sheets:
+        try:
+            rows += [(path, number, row) for number, row in read_sheet(path, REQUIRED_COLUMNS)]
+        except SheetError as error:
+            problems.append(str(error))
+    if problems:
+        raise SheetProblems("nothing was imported; fix these first:\n  " + "\n  ".join(problems))
+    result = Imported()
+    texts: dict[tuple[str, str], dict[str, str]] = {}
     with Gradebook(db_url) as gradebook:
         updates = []
         for path, number, row in rows:
             where = f"{path.name} line {number}"
-            assignment, question, student = (row.get(key, "").strip().lstrip("'") for key in
-                                             ("assignment", "question", "student"))
+            assignment, question, student = (row.get(key, "").strip() for key in ("assignment", "question", "student"))
             score_text, comment = row.get("score", "").strip(), row.get("comment", "").strip()
             if not (score_text or comment):
                 continue
@@ -308,26 +342,45 @@ def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None
             score = None
             if score_text:
                 try:
-                    score = float(score_text.replace(",", "."))
+                    score = _score(score_text)
                 except ValueError:
                     problems.append(f"{where}: score '{score_text}' is not a number")
                     continue
                 if not 0 <= score <= grade.max_score:
                     problems.append(f"{where}: score {score:g} is outside 0 to {grade.max_score:g} points")
                     continue
+            seen = row.get("answer_version", "").strip()
+            current = texts.setdefault((student, assignment), hand_grades.answer_texts(class_dir, student, assignment))
+            now = hand_grades.version(current[question]) if question in current else ""
+            if seen and now and seen != now:
+                result.notes.append(f"{where}: {student}'s answer to {question} changed since this sheet was "
+                                    "exported (a new hand-in was graded): not imported; export the sheet again and "
+                                    "grade the answer as it is now")
+                continue
+            confirmed = bool(seen)  # the grader had this very text before them
+            if score is not None and grade.needs_manual_grade and grade.manual_score == score and not confirmed:
+                result.notes.append(f"{where}: {student}'s answer to {question} changed after its score was given; "
+                                    f"the sheet repeats the old score ({score:g}), so it stays marked for review "
+                                    "(grade it in a sheet exported now, or in the formgrader)")
+                score = None
             updates.append((grade, note, score, comment, (student, assignment)))
         if problems:
             raise SheetProblems("nothing was imported; fix these rows first:\n  " + "\n  ".join(problems))
         for grade, note, score, comment, who in updates:
-            if score is not None:
+            changed = False
+            if score is not None and (grade.manual_score != score or grade.needs_manual_grade):
                 grade.manual_score = score
                 grade.needs_manual_grade = False  # as nbgrader's formgrader does when a grader saves a score
                 result.scores += 1
-            if comment:
+                changed = True
+            if comment and comment != (note.manual_comment or ""):
                 note.manual_comment = comment
                 result.comments += 1
-            result.students.add(who)
+                changed = True
+            if changed:
+                result.students.add(who)
         gradebook.db.commit()
+    hand_grades.remember(class_dir, db_url, result.students)
     return result
 
 
@@ -375,13 +428,16 @@ def refresh_scores_csv(class_dir: Path, db_url: str | None = None) -> Path:
             if key not in columns:
                 columns.insert(columns.index("total") if "total" in columns else len(columns), key)
     position = {name: index for index, name in enumerate(header)}
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+
+    def write(handle) -> None:  # noqa: ANN001
         writer = csv.writer(handle)
         writer.writerow(columns)
         for values in rows:
             old = {name: values[position[name]] if position[name] < len(values) else "" for name in header}
             new = fresh.get((old.get("student", ""), old.get("assignment", "")), {})
             writer.writerow([new[name] if name in new else old.get(name, "") for name in columns])
+
+    replace_atomically(path, write, newline="")
     return path
 
 
@@ -437,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if arguments.command == "refresh":
         imported = Imported(students=graded_by_hand(arguments.db_url or default_db_url(class_dir)))
+        hand_grades.remember(class_dir, arguments.db_url or default_db_url(class_dir), imported.students)
     elif not arguments.sheets:
         parser.error("import needs the grading CSV file(s)")
     else:
@@ -452,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         f"imported {imported.scores} scores and {imported.comments} comments; ")
     print(f"{done}feedback regenerated for {len(imported.students)} submission(s) graded by hand; "
           "scores.csv and report.html rewritten")
+    for note in imported.notes:
+        print(f"note: {note}")
     for failure in failures:
         print(f"warning: feedback not regenerated for {failure}", file=sys.stderr)
     return 0 if not failures else 1

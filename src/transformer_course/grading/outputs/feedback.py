@@ -1,15 +1,30 @@
-"""nbgrader feedback preprocessor: strip hidden tests and the tracebacks that would quote them."""
+"""The feedback pages nbgrader writes for students: no hidden tests, and nothing that runs.
+
+`HideHiddenTests` (a feedback preprocessor) strips hidden tests and the tracebacks that would quote them.
+`InertNotebook` (see `inert`) makes written answers, comments and rich outputs inert before rendering.
+`SafeFeedbackExporter` is the HTML exporter of nbgrader's generate_feedback: the page it writes has a
+Content-Security-Policy that allows no script, no connection and nothing fetched from elsewhere (styles and
+inline images only), and carries no script element at all: nbgrader's template would load MathJax and
+require.js from a CDN, so math in answers reads as written ($\\sqrt{d_k}$) instead of being typeset.
+"""
 
 from __future__ import annotations
 
 import re
 
+from nbconvert.exporters import HTMLExporter
 from nbconvert.exporters.exporter import ResourcesDict
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
+from transformer_course.grading.outputs.inert import InertNotebook  # noqa: F401  (nbgrader_config.py uses it)
+
 HIDDEN_REGION = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.DOTALL)
 HIDDEN_NOTE = "# (hidden tests: their source is not shown in feedback)"
+POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; font-src data:; base-uri 'none'; "
+          "form-action 'none'")
+CSP_META = f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
+_SCRIPT = re.compile(r"<script\b[^>]*>.*?</script\s*>", re.DOTALL | re.IGNORECASE)
 
 
 class HideHiddenTests(NbGraderPreprocessor):
@@ -25,3 +40,21 @@ class HideHiddenTests(NbGraderPreprocessor):
             if output.output_type == "error":
                 output.traceback = [f"{output.ename}: {output.evalue}"]
         return cell, resources
+
+
+def without_scripts(page: str) -> str:
+    """PAGE with its script elements removed and the policy as the first element of its head.
+
+    Every `<` of what a student wrote was escaped before rendering (`InertNotebook`), so each script element
+    left in the page is the template's own; the policy forbids any that would remain."""
+    page = _SCRIPT.sub("", page)
+    head = re.search(r"<head\b[^>]*>", page, re.IGNORECASE)
+    return page[:head.end()] + CSP_META + page[head.end():] if head else CSP_META + page
+
+
+class SafeFeedbackExporter(HTMLExporter):
+    """nbgrader's feedback HTML with a Content-Security-Policy and without scripts (see the module)."""
+
+    def from_notebook_node(self, nb: NotebookNode, resources: dict | None = None, **kw: object) -> tuple[str, dict]:
+        page, resources = super().from_notebook_node(nb, resources, **kw)
+        return without_scripts(page), resources

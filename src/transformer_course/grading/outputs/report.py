@@ -2,26 +2,33 @@
 
     python -m transformer_course.grading.report CLASS_DIR     (the batch command writes it after grading)
 
-CLASS_DIR/report.html holds
-1. the score distribution of every stage (a histogram per stage, and a table of the numbers);
-2. the pass rate of every check (grade cell): the share of graded students with its full points;
-   written answers show their mean score instead, with how many still wait for a person;
+CLASS_DIR/report.html holds, in the order an instructor acts on it:
+1. the students who need a person: a row per student and stage that was flagged for review, rejected,
+   repaired, whose grading failed, whose written answers wait for a grade or changed since graded, with
+   the reasons and a link to the student's feedback page (and to the answer pages once exported);
+2. the score distribution of every stage (a histogram per stage, and a table of the numbers);
 3. the most frequent named causes: the "likely cause:" lines of the checks' failure messages in the
    autograded notebooks, counted once per student ("scores not divided by sqrt(d_k): 31 students");
-4. the students whose notebook was flagged for review, repaired, rejected, or whose grading failed.
+4. the pass rate of every check (grade cell): the share of graded notebooks with its full points;
+   written answers show their mean score instead, with how many still wait for a person.
 
 Everything comes from scores.csv (the numbers), the class's release notebooks (points and order of
 the grade cells) and the autograded notebooks (the failure messages). Plots are matplotlib SVG inlined
-in the page, so it works offline and has no scripts; each plot fits on one screen.
+in the page (text drawn as text, a "$" as a "$"); each fits on one screen. The page works offline: its
+only script sorts a table by the heading clicked, and its Content-Security-Policy allows that script
+alone (by its hash), so no text in the page can ever run.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import html
 import io
 import re
 import statistics
+import urllib.parse
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +36,7 @@ from pathlib import Path
 
 import nbformat
 
+from transformer_course.grading.outputs.files import write_text_atomically
 from transformer_course.grading.outputs.scores import NEEDS_MANUAL_GRADING, is_answer_cell, read_csv
 
 # one colour per kind of plot (the report's browser test finds the plots by them)
@@ -120,9 +128,10 @@ def pass_rates(rows: list[dict[str, str]], cells: dict[str, list[GradeCell]]) ->
     return result
 
 
-def named_causes(class_dir: Path, rows: list[dict[str, str]]) -> list[tuple[str, list[str], list[str]]]:
-    """(cause, grade cells, students) for every "likely cause" of a failed check, most students first."""
-    students: dict[str, set[str]] = defaultdict(set)
+def named_causes(class_dir: Path, rows: list[dict[str, str]]) -> list[tuple[str, list[str], list[tuple[str, str]]]]:
+    """(cause, grade cells, [(student, assignment)]) for every "likely cause" of a failed check, most students
+    first (a student counts once per cause, whatever the number of cells or stages it failed)."""
+    students: dict[str, set[tuple[str, str]]] = defaultdict(set)
     where: dict[str, set[str]] = defaultdict(set)
     seen = {(row["student"], row["assignment"]) for row in rows if row.get("status") in GRADED}
     for student, assignment in sorted(seen):
@@ -140,26 +149,48 @@ def named_causes(class_dir: Path, rows: list[dict[str, str]]) -> list[tuple[str,
                     continue
                 text = _ANSI.sub("", "\n".join([str(output.get("evalue", "")), *output.get("traceback", [])]))
                 for cause in dict.fromkeys(match.strip().rstrip(".") for match in _CAUSE.findall(text)):
-                    students[cause].add(student)
+                    students[cause].add((student, assignment))
                     where[cause].add(nbgrader.get("grade_id", "?"))
-    ranked = sorted(students, key=lambda cause: (-len(students[cause]), cause))
+    ranked = sorted(students, key=lambda cause: (-len({s for s, _ in students[cause]}), cause))
     return [(cause, sorted(where[cause]), sorted(students[cause])) for cause in ranked]
 
 
+NEEDS = ("flagged for review", "rejected", "repaired", "grading failed", "answers to grade",
+         "answers changed since graded")
+
+
+def needs(row: dict[str, str]) -> list[str]:
+    """What a person must do about this row of scores.csv (one or more of NEEDS; [] when nothing)."""
+    reasons, status = row.get("reasons", ""), str(row.get("manual_status", ""))
+    found = []
+    if "flagged for review" in reasons:
+        found.append("flagged for review")
+    if row.get("status") == "rejected":
+        found.append("rejected")
+    if row.get("notebook") == "repaired" or "rebuilt from the released notebook" in reasons:
+        found.append("repaired")
+    if row.get("status") == "failed":
+        found.append("grading failed")
+    if row.get("status") in GRADED and status.startswith(NEEDS_MANUAL_GRADING):
+        found.append("answers to grade")
+    if row.get("status") in GRADED and "review:" in status:
+        found.append("answers changed since graded")
+    return found
+
+
 def flagged_students(rows: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
-    groups: dict[str, list[dict[str, str]]] = {"flagged for review": [], "repaired": [], "rejected": [],
-                                               "grading failed": []}
+    """{what must be done (NEEDS): the rows of scores.csv that need it}."""
+    groups: dict[str, list[dict[str, str]]] = {name: [] for name in NEEDS}
     for row in rows:
-        reasons = row.get("reasons", "")
-        if "flagged for review" in reasons:
-            groups["flagged for review"].append(row)
-        if row.get("notebook") == "repaired" or "rebuilt from the released notebook" in reasons:
-            groups["repaired"].append(row)
-        if row.get("status") == "rejected":
-            groups["rejected"].append(row)
-        if row.get("status") == "failed":
-            groups["grading failed"].append(row)
+        for name in needs(row):
+            groups[name].append(row)
     return groups
+
+
+def waiting_answers(row: dict[str, str]) -> int:
+    """How many written answers of this row nobody graded yet."""
+    match = re.match(rf"{NEEDS_MANUAL_GRADING}: (\d+) of", str(row.get("manual_status", "")))
+    return int(match.group(1)) if match else 0
 
 
 # --- plots ---------------------------------------------------------------------------------------
@@ -180,27 +211,28 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # text.parse_math off: a "$" in a cause or a name is drawn as a "$", never read as mathtext
     plt.rcParams.update({"svg.fonttype": "none", "font.size": 10, "axes.spines.top": False,
-                         "axes.spines.right": False})
+                         "axes.spines.right": False, "text.parse_math": False})
     return plt
 
 
 def distribution_plot(stages: dict[str, StageSummary]) -> str:
     plt = _pyplot()
     count = max(1, len(stages))
-    columns = min(3, count)
+    columns = min(4, count)
     lines = (count + columns - 1) // columns
-    figure, axes = plt.subplots(lines, columns, figsize=(3.6 * columns, 2.4 * lines), squeeze=False)
+    figure, axes = plt.subplots(lines, columns, figsize=(2.9 * columns, 2.0 * lines), squeeze=False)
     for axis in axes.flat[count:]:
         axis.set_visible(False)
     for axis, stage in zip(axes.flat, stages.values(), strict=False):
         percent = [100 * total / stage.maximum if stage.maximum else 0 for total in stage.totals]
         axis.hist(percent, bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.001], color=COLOURS["distribution"],
                   edgecolor="white")
-        axis.set_title(f"{stage.assignment} ({stage.students} students)", fontsize=10)
+        axis.set_title(f"{stage.assignment} ({stage.students} notebooks)", fontsize=9)
         axis.set_xlim(0, 100)
-        axis.set_xlabel("total, % of the maximum")
-        axis.set_ylabel("students")
+        axis.set_xlabel("total, % of the maximum", fontsize=8)
+        axis.set_ylabel("students", fontsize=8)
         axis.yaxis.get_major_locator().set_params(integer=True)
     figure.tight_layout()
     return _svg(figure)
@@ -209,7 +241,7 @@ def distribution_plot(stages: dict[str, StageSummary]) -> str:
 def pass_rate_plot(assignment: str, entries: list[dict]) -> str:
     plt = _pyplot()
     entries = [entry for entry in entries if not entry["cell"].written]
-    figure, axis = plt.subplots(figsize=(9, min(7.0, 0.8 + 0.24 * len(entries))))
+    figure, axis = plt.subplots(figsize=(9, min(6.0, 0.8 + 0.2 * len(entries))))
     labels = [entry["cell"].grade_id for entry in entries][::-1]
     rates = [100 * entry["passed"] / entry["students"] if entry["students"] else 0 for entry in entries][::-1]
     axis.barh(labels, rates, color=COLOURS["pass_rate"])
@@ -223,16 +255,16 @@ def pass_rate_plot(assignment: str, entries: list[dict]) -> str:
     return _svg(figure)
 
 
-def causes_plot(causes: list[tuple[str, list[str], list[str]]], top: int = 12) -> str:
+def causes_plot(causes: list[tuple[str, list[str], list[tuple[str, str]]]], top: int = 8) -> str:
     plt = _pyplot()
     shown = causes[:top][::-1]
-    figure, axis = plt.subplots(figsize=(10, min(6.5, 0.9 + 0.36 * len(shown))))
-    labels = [_shorten(cause, 70) for cause, _, _ in shown]
-    axis.barh(range(len(shown)), [len(students) for _, _, students in shown], color=COLOURS["causes"])
+    figure, axis = plt.subplots(figsize=(10, min(4.0, 0.8 + 0.3 * len(shown))))
+    labels = [_shorten(cause, 80) for cause, _, _ in shown]
+    axis.barh(range(len(shown)), [len({s for s, _ in pairs}) for _, _, pairs in shown], color=COLOURS["causes"])
     axis.set_yticks(range(len(shown)), labels, fontsize=8)
     axis.set_xlabel("students")
     axis.xaxis.get_major_locator().set_params(integer=True)
-    axis.set_title("Most frequent named causes of failed checks", fontsize=10)
+    axis.set_title(f"The {len(shown)} most frequent named causes of failed checks", fontsize=10)
     figure.tight_layout()
     return _svg(figure)
 
@@ -245,16 +277,61 @@ def _shorten(text: str, width: int) -> str:
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 0 auto; max-width: 1150px; padding: 0 1rem 3rem; color: #1a1a1a; }
-h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
-h3 { font-size: 1rem; } .muted { color: #666; }
-table { border-collapse: collapse; margin: 0.5rem 0; font-size: 0.9rem; }
-td, th { border-bottom: 1px solid #e3e3e3; padding: 0.25rem 0.6rem; text-align: left; vertical-align: top; }
+h1 { font-size: 1.4rem; margin: 0.8rem 0 0.2rem; } h2 { font-size: 1.15rem; margin-top: 1.6rem;
+  border-bottom: 1px solid #ddd; } h3 { font-size: 1rem; } .muted { color: #666; } p { margin: 0.3rem 0; }
+table { border-collapse: collapse; margin: 0.4rem 0; font-size: 0.88rem; }
+td, th { border-bottom: 1px solid #e3e3e3; padding: 0.2rem 0.5rem; text-align: left; vertical-align: top; }
+th { background: #f4f6fa; position: sticky; top: 0; cursor: pointer; user-select: none; white-space: nowrap; }
+th[aria-sort=ascending]::after { content: " \\25B2"; } th[aria-sort=descending]::after { content: " \\25BC"; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
-figure { margin: 0.5rem 0; } figure svg { max-width: 100%; height: auto; max-height: 88vh; }
-.cards { display: flex; gap: 0.8rem; flex-wrap: wrap; } .card { background: #f4f6fa; padding: 0.5rem 0.9rem;
-  border-radius: 6px; } .card b { font-size: 1.3rem; display: block; }
-details summary { cursor: pointer; }
+.scroll { max-height: 45vh; overflow: auto; border: 1px solid #e3e3e3; border-radius: 4px; }
+.scroll table { margin: 0; width: 100%; }
+figure { margin: 0.4rem 0; } figure svg { max-width: 100%; height: auto; max-height: 80vh; }
+.cards { display: flex; gap: 0.6rem; flex-wrap: wrap; margin: 0.5rem 0; } .card { background: #f4f6fa;
+  padding: 0.35rem 0.8rem; border-radius: 6px; font-size: 0.85rem; } .card b { font-size: 1.2rem; display: block; }
+.card.act { background: #fdecea; } .tag { display: inline-block; background: #fdecea; border-radius: 3px;
+  padding: 0 0.3rem; margin: 0 0.2rem 0.1rem 0; font-size: 0.8rem; white-space: nowrap; }
+details summary { cursor: pointer; } .reasons { max-width: 34rem; }
 """
+
+# Sorts a table by the column whose heading is clicked (or focused and Enter); numbers as numbers. The page's
+# Content-Security-Policy allows this script alone, by its hash: nothing else on the page can run.
+_SORT = """
+document.documentElement.dataset.sortable = "on";
+for (const table of document.querySelectorAll("table.sortable")) {
+  const heads = [...table.tHead.rows[0].cells];
+  heads.forEach((th, column) => {
+    th.tabIndex = 0;
+    const sort = () => {
+      const up = th.getAttribute("aria-sort") !== "ascending";
+      heads.forEach(other => other.removeAttribute("aria-sort"));
+      th.setAttribute("aria-sort", up ? "ascending" : "descending");
+      const key = row => {
+        const cell = row.cells[column], text = cell ? (cell.dataset.value ?? cell.textContent.trim()) : "";
+        return /^-?\\d+(\\.\\d+)?%?$/.test(text) ? parseFloat(text) : text.toLowerCase();
+      };
+      const order = (a, b) => {
+        const x = key(a), y = key(b);
+        if (typeof x !== typeof y) return typeof x === "number" ? -1 : 1;
+        return x < y ? -1 : x > y ? 1 : 0;
+      };
+      const body = table.tBodies[0];
+      body.append(...[...body.rows].sort((a, b) => up ? order(a, b) : order(b, a)));
+    };
+    th.addEventListener("click", sort);
+    th.addEventListener("keydown", event => {
+      if (event.key === "Enter" || event.key === " ") { event.preventDefault(); sort(); }
+    });
+  });
+}
+"""
+
+
+def policy() -> str:
+    """The report's Content-Security-Policy: its own sorting script (by hash), inline styles and images."""
+    digest = base64.b64encode(hashlib.sha256(_SORT.encode("utf-8")).digest()).decode("ascii")
+    return (f"default-src 'none'; script-src 'sha256-{digest}'; style-src 'unsafe-inline'; img-src data:; "
+            "base-uri 'none'; form-action 'none'")
 
 
 def _cell(value: object, key: str = "", numeric: bool = False, **data: str) -> str:
@@ -263,8 +340,50 @@ def _cell(value: object, key: str = "", numeric: bool = False, **data: str) -> s
     return f"<td{' class=n' if numeric else ''}{attributes}>{html.escape(str(value))}</td>"
 
 
+def _table(headings: list[str], rows: list[str], table_id: str = "") -> str:
+    """A sortable table: its headings and its rows (each "<tr>...</tr>")."""
+    identity = f" id={table_id}" if table_id else ""
+    head = "".join(f"<th scope=col>{html.escape(heading)}</th>" for heading in headings)
+    return f"<table class=sortable{identity}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
 def _fmt(value: float) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _feedback_link(class_dir: Path, student: str, assignment: str, text: str = "feedback") -> str:
+    """A link to the student's feedback page for this stage, relative to report.html ("" when there is none)."""
+    relative = f"feedback/{student}/{assignment}/{assignment}.html"
+    if not student or not assignment or not (class_dir / relative).is_file():
+        return ""
+    return f'<a href="{html.escape(urllib.parse.quote(relative))}">{html.escape(text)}</a>'
+
+
+def _people(class_dir: Path, rows: list[dict[str, str]]) -> tuple[str, dict[str, int]]:
+    """The table of rows that need a person, and how many students each kind of need concerns."""
+    entries, students = [], defaultdict(set)
+    for row in rows:
+        found = needs(row)
+        if not found:
+            continue
+        for name in found:
+            students[name].add(row["student"])
+        links = [_feedback_link(class_dir, row["student"], row.get("assignment", ""))]
+        if "answers to grade" in found or "answers changed since graded" in found:
+            links.append('<a href="answers/index.html">answers</a>' if (class_dir / "answers" / "index.html").is_file()
+                         else "<span class=muted>answers: run answers export</span>")
+        waiting = waiting_answers(row)
+        tags = "".join(f"<span class=tag>{html.escape(name)}" + (f": {waiting}" if name == "answers to grade" else "")
+                       + "</span>" for name in found)
+        reasons = "; ".join(filter(None, [row.get("reasons", ""), row.get("manual_status", "")]))
+        shown = html.escape(_shorten(reasons, 150))
+        if len(reasons) > 150:
+            shown = f"<details><summary>{shown}</summary>{html.escape(reasons)}</details>"
+        entries.append("<tr>" + _cell(row["student"]) + _cell(row.get("name", "")) + _cell(row.get("assignment", ""))
+                       + f"<td data-value='{html.escape(' '.join(found))}'>{tags}</td>"
+                       + f"<td class=reasons>{shown}</td><td>{' '.join(filter(None, links))}</td></tr>")
+    table = _table(["student", "name", "stage", "needs", "reasons", "open"], entries, "people") if entries else ""
+    return table, {name: len(students[name]) for name in NEEDS}
 
 
 def render(class_dir: Path) -> str:
@@ -273,31 +392,38 @@ def render(class_dir: Path) -> str:
     cells = grade_cells(class_dir, sorted({row["assignment"] for row in rows if row.get("assignment")}))
     rates = pass_rates(rows, cells)
     causes = named_causes(class_dir, rows)
-    groups = flagged_students(rows)
+    people, concerned = _people(class_dir, rows)
     students = {row["student"] for row in rows}
+    waiting = [waiting_answers(row) for row in rows if row.get("status") in GRADED]
     parts = [f"<h1>Class report</h1><p class=muted>{html.escape(str(class_dir))}, written "
-             f"{datetime.now():%Y-%m-%d %H:%M} from scores.csv ({len(rows)} rows).</p><div class=cards>"]
-    cards = [("students", len(students)), ("graded notebooks", sum(s.students for s in stages.values())),
-             ("written answers to grade", sum(s.pending for s in stages.values()))]
-    cards += [(name, len({row["student"] for row in members})) for name, members in groups.items()]
-    parts += [f"<div class=card data-key='{html.escape(name)}'><b>{count}</b>{html.escape(name)}</div>"
-              for name, count in cards]
+             f"{datetime.now():%Y-%m-%d %H:%M} from scores.csv ({len(rows)} rows: one per student and stage, "
+             "and one per file that could not be graded).</p><div class=cards>"]
+    cards = [("students", len(students), ""), ("notebooks graded", sum(s.students for s in stages.values()), ""),
+             ("written answers to grade", sum(waiting), f"in {sum(1 for n in waiting if n)} notebooks")]
+    cards += [(f"students: {name}", concerned[name], "") for name in NEEDS if name != "answers to grade"]
+    parts += [f"<div class='card{' act' if count and index > 1 else ''}' data-key='{html.escape(name)}'><b>{count}</b>"
+              f"{html.escape(name)}{f' <span class=muted>({html.escape(note)})</span>' if note else ''}</div>"
+              for index, (name, count, note) in enumerate(cards)]
     parts.append("</div>")
+
+    parts.append("<h2 id=students>Students who need a person</h2>")
+    summary = " · ".join(f"{html.escape(name)} ({concerned[name]})" for name in NEEDS)
+    parts.append(f"<p class=muted>Students per kind: {summary}. A row per student and stage; click a heading to "
+                 "sort.</p>")
+    parts.append(f"<div class=scroll>{people}</div>" if people else "<p>Nobody: no flag, no rejected, repaired "
+                 "or failed notebook, no written answer waiting.</p>")
 
     parts.append("<h2 id=distribution>Score distribution per stage</h2>")
     if stages:
         parts.append(f"<figure>{distribution_plot(stages)}</figure>")
-        waiting = sum(stage.pending for stage in stages.values())
-        if waiting:
-            parts.append(f"<p class=muted>{waiting} graded notebooks still have written answers nobody graded: "
-                         "their totals count those answers as 0 until they are graded "
+        if sum(waiting):
+            parts.append(f"<p class=muted>{sum(waiting)} written answers in {sum(1 for n in waiting if n)} graded "
+                         "notebooks wait for a person: those totals count them as 0 until they are graded "
                          "(python -m transformer_course.grading.answers export CLASS_DIR).</p>")
-        parts.append("<table id=stages><tr><th>stage</th><th>graded</th><th>max points</th><th>mean total</th>"
-                     "<th>median</th><th>lowest</th><th>highest</th><th>mean autograded</th><th>mean manual</th>"
-                     "<th>answers to grade</th></tr>")
+        stage_rows = []
         for stage in stages.values():
             name = stage.assignment
-            parts.append("<tr>" + "".join([
+            stage_rows.append("<tr>" + "".join([
                 _cell(name), _cell(stage.students, "students", True, stage=name),
                 _cell(_fmt(stage.maximum), "max", True, stage=name),
                 _cell(_fmt(stage.mean(stage.totals)), "mean_total", True, stage=name),
@@ -307,68 +433,57 @@ def render(class_dir: Path) -> str:
                 _cell(_fmt(stage.mean(stage.autograded)), "mean_autograded", True, stage=name),
                 _cell(_fmt(stage.mean(stage.manual)), "mean_manual", True, stage=name),
                 _cell(stage.pending, "pending", True, stage=name)]) + "</tr>")
-        parts.append("</table>")
+        parts.append(_table(["stage", "notebooks graded", "max points", "mean total", "median", "lowest", "highest",
+                             "mean from checks", "mean from written answers", "notebooks with answers to grade"],
+                            stage_rows, "stages"))
     else:
         parts.append("<p>No graded notebooks yet.</p>")
 
-    parts.append("<h2 id=checks>Pass rate of every check</h2><p class=muted>Share of graded students with the "
+    parts.append("<h2 id=causes>Most frequent named causes</h2><p class=muted>The \"likely cause\" of every "
+                 "failed check, counted once per student.</p>")
+    if causes:
+        cause_rows = []
+        for cause, where, pairs in causes:
+            who = sorted({student for student, _ in pairs})
+            links = ", ".join(_feedback_link(class_dir, student, assignment, student) or html.escape(student)
+                              for student, assignment in sorted(pairs))
+            cause_rows.append("<tr>" + _cell(cause) + _cell(len(who), "students", True, cause=cause)
+                              + _cell(", ".join(where)) + f"<td><details><summary>{len(who)} students</summary>"
+                              f"{links}</details></td></tr>")
+        parts.append(f"<figure>{causes_plot(causes)}</figure>")
+        parts.append(_table(["likely cause", "students", "grade cells", "who (their feedback)"], cause_rows, "causes"))
+    else:
+        parts.append("<p>No check failed with a named cause.</p>")
+
+    parts.append("<h2 id=checks>Pass rate of every check</h2><p class=muted>Share of graded notebooks with the "
                  "check's full points. Written answers: mean score, and how many wait for a person.</p>")
     for assignment, entries in rates.items():
+        parts.append(f"<h3>{html.escape(assignment)}</h3>")
         if any(not entry["cell"].written for entry in entries):
-            parts.append(f"<h3>{html.escape(assignment)}</h3><figure>{pass_rate_plot(assignment, entries)}</figure>")
-        parts.append("<details><summary>the numbers</summary><table><tr><th>grade cell</th><th>checks</th>"
-                     "<th>points</th><th>full points</th><th>of</th><th>pass rate</th><th>mean score</th>"
-                     "<th>waiting</th></tr>")
+            parts.append(f"<figure>{pass_rate_plot(assignment, entries)}</figure>")
+        check_rows = []
         for entry in entries:
             cell = entry["cell"]
             rate = f"{100 * entry['passed'] / entry['students']:.0f}%" if entry["students"] else "-"
-            parts.append("<tr>" + "".join([
+            check_rows.append("<tr>" + "".join([
                 _cell(cell.grade_id), _cell(cell.title), _cell(_fmt(cell.points), numeric=True),
                 _cell(entry["passed"], "passed", True, check=cell.grade_id),
                 _cell(entry["students"], "students", True, check=cell.grade_id),
                 _cell(rate, numeric=True), _cell(_fmt(entry["mean"]), "mean", True, check=cell.grade_id),
                 _cell(entry["waiting"] if cell.written else "", "waiting", True, check=cell.grade_id)]) + "</tr>")
-        parts.append("</table></details>")
-
-    parts.append("<h2 id=causes>Most frequent named causes</h2><p class=muted>The \"likely cause\" of every "
-                 "failed check, counted once per student.</p>")
-    if causes:
-        parts.append(f"<figure>{causes_plot(causes)}</figure><table><tr><th>likely cause</th><th>students</th>"
-                     "<th>grade cells</th><th>who</th></tr>")
-        for cause, where, who in causes:
-            names = ", ".join(who)
-            parts.append("<tr>" + _cell(cause) + _cell(len(who), "students", True, cause=cause)
-                         + _cell(", ".join(where)) + f"<td><details><summary>{len(who)} students</summary>"
-                         f"{html.escape(names)}</details></td></tr>")
-        parts.append("</table>")
-    else:
-        parts.append("<p>No check failed with a named cause.</p>")
-
-    parts.append("<h2 id=students>Students to look at</h2>")
-    for name, members in groups.items():
-        parts.append(f"<h3>{html.escape(name)} ({len({row['student'] for row in members})})</h3>")
-        if not members:
-            parts.append("<p class=muted>none</p>")
-            continue
-        parts.append("<table><tr><th>student</th><th>name</th><th>assignment</th><th>status</th><th>reasons</th>"
-                     "</tr>")
-        for row in members:
-            parts.append("<tr>" + "".join(_cell(row.get(key, "")) for key in
-                                          ("student", "name", "assignment", "status", "reasons")) + "</tr>")
-        parts.append("</table>")
+        parts.append("<details><summary>the numbers</summary>" + _table(
+            ["grade cell", "checks", "points", "notebooks with full points", "notebooks graded", "pass rate",
+             "mean score", "answers waiting"], check_rows) + "</details>")
     body = "".join(parts)
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-            f"<title>Class report</title><style>{_STYLE}</style></head><body>{body}</body></html>")
+            f"<meta http-equiv='Content-Security-Policy' content=\"{policy()}\">"
+            f"<title>Class report</title><style>{_STYLE}</style></head><body>{body}"
+            f"<script>{_SORT}</script></body></html>")
 
 
 def write_report(class_dir: Path) -> Path:
-    path = class_dir / "report.html"
-    text = render(class_dir)
-    temporary = path.with_suffix(".html.part")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
-    return path
+    """CLASS_DIR/report.html, replaced whole (several machines may write it at once: the last one wins)."""
+    return write_text_atomically(class_dir / "report.html", render(class_dir))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,183 @@
+"""A throwaway single-node Slurm cluster for the tests (Debian's `slurm-wlm` and `munge`; `.ci/run` installs
+them): munged, slurmctld and slurmd on localhost, each with its own socket, ports, state and logs in a
+temporary folder, started and stopped by the test.
+
+    with SlurmCluster() as cluster:
+        job = cluster.sbatch(["--array=1-2", "script.sbatch"], cwd=folder, environment=...)
+        cluster.wait([job])
+        cluster.state(job)    # {"1": "COMPLETED", "2": "COMPLETED"} for an array
+
+The node has this machine's cores and most of its memory; jobs run as the submitting user (root in CI)
+with no cgroup or accounting plugin, so nothing of the host's configuration is needed or touched.
+`unavailable()` says in one line why no cluster can start here (None when one can); the tests skip with it,
+except in CI (CI=true), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from functools import lru_cache
+from pathlib import Path
+
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo")
+
+
+def _which(name: str) -> str | None:
+    return shutil.which(name) or next((str(Path(folder) / name) for folder in ("/usr/sbin", "/sbin")
+                                       if (Path(folder) / name).exists()), None)
+
+
+@lru_cache(maxsize=1)
+def unavailable() -> str | None:
+    missing = [name for name in DAEMONS if _which(name) is None]
+    if missing:
+        return f"Slurm is not installed ({', '.join(missing)} missing; Debian: apt-get install slurm-wlm munge)"
+    if os.geteuid() != 0:
+        return "a local Slurm cluster needs root here (slurmd starts jobs as their user)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _memory_mb() -> int:
+    with open("/proc/meminfo") as handle:
+        total_kb = int(re.search(r"MemTotal:\s+(\d+)", handle.read()).group(1))
+    return int(total_kb / 1024 * 0.8)
+
+
+class SlurmCluster:
+    NODE = "localnode"
+
+    def __init__(self) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))  # short: socket paths have 107 bytes
+        self.conf = self.base / "slurm.conf"
+        self.socket = self.base / "munge.socket"
+        self.started = False
+
+    def environment(self, **extra: str) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf), **extra}
+
+    def _run(self, command: list[str], timeout: float = 60, **keywords) -> str:
+        process = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                 env=keywords.pop("env", self.environment()), **keywords)
+        if process.returncode != 0:
+            raise RuntimeError(f"{' '.join(command[:2])} failed: {process.stderr.strip()[-1500:]}\n{self.logs()}")
+        return process.stdout
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-1500:]}"
+                         for path in sorted(self.base.glob("*.log")))
+
+    def start(self) -> SlurmCluster:
+        os.chmod(self.base, 0o755)
+        for folder in ("state", "spool"):
+            (self.base / folder).mkdir()
+        key = self.base / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        self._run([_which("munged"), "--force", f"--socket={self.socket}", f"--key-file={key}",
+                   f"--log-file={self.base / 'munged.log'}", f"--pid-file={self.base / 'munged.pid'}",
+                   f"--seed-file={self.base / 'munged.seed'}"])
+        self.started = True
+        b = self.base
+        self.conf.write_text(f"""ClusterName=coursetest
+SlurmctldHost=localhost(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={self.socket}
+CredType=cred/munge
+StateSaveLocation={b / 'state'}
+SlurmdSpoolDir={b / 'spool'}
+SlurmctldPidFile={b / 'slurmctld.pid'}
+SlurmdPidFile={b / 'slurmd.pid'}
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+SlurmctldLogFile={b / 'slurmctld.log'}
+SlurmdLogFile={b / 'slurmd.log'}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SchedulerType=sched/backfill
+MinJobAge=3600
+ReturnToService=2
+MpiDefault=none
+NodeName={self.NODE} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} RealMemory={_memory_mb()} State=UNKNOWN
+PartitionName=test Nodes={self.NODE} Default=YES MaxTime=INFINITE State=UP
+""")
+        self._run([_which("slurmctld"), "-i"])
+        self._run([_which("slurmd"), "-N", self.NODE])
+        deadline = time.monotonic() + 60
+        while "idle" not in self._run([_which("sinfo"), "-h", "-o", "%T"]):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Slurm node did not become idle\n{self.logs()}")
+            time.sleep(0.5)
+        return self
+
+    def sbatch(self, arguments: list[str], cwd: Path, environment: dict[str, str]) -> str:
+        """Submit a job; returns its id."""
+        return self._run([_which("sbatch"), "--parsable", *arguments], cwd=cwd, env=environment).strip().split(";")[0]
+
+    def wait(self, jobs: list[str], timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while self._run([_which("squeue"), "-h", "-j", ",".join(jobs)]).strip():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Slurm jobs {jobs} still running after {timeout} s\n{self.logs()}")
+            time.sleep(1)
+
+    def state(self, job: str) -> dict[str, str]:
+        """{array task id (or the job id): its JobState} of a job, read from scontrol."""
+        text = self._run([_which("scontrol"), "-o", "show", "job", job])
+        found = {}
+        for line in text.splitlines():
+            task = re.search(r"\bArrayTaskId=(\S+)", line)
+            found[task.group(1) if task else job] = re.search(r"\bJobState=(\S+)", line).group(1)
+        return found
+
+    def stop(self) -> None:
+        if self.started:
+            subprocess.run([_which("scontrol"), "shutdown"], env=self.environment(), capture_output=True, timeout=60)
+            for name in ("slurmctld.pid", "slurmd.pid"):
+                _wait_gone(self.base / name)
+            subprocess.run([_which("munged"), "--stop", f"--socket={self.socket}"], capture_output=True, timeout=60)
+            self.started = False
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> SlurmCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exception: object) -> None:
+        self.stop()
+
+
+def _wait_gone(pid_file: Path, timeout: float = 30) -> None:
+    """Wait until the daemon whose pid the file holds has exited (scontrol shutdown does not wait)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)

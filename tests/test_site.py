@@ -122,22 +122,6 @@ def html_pages(out: Path) -> list[str]:
     return sorted(path.relative_to(out).as_posix() for path in out.rglob("*.html") if "_static" not in path.parts)
 
 
-def test_every_page_loads_offline_without_console_errors(site, browser):
-    _, out = site
-    paths = html_pages(out)
-    assert {f"stages/{name}.html" for name in ASSIGNMENTS} | {"index.html", "search.html"} <= set(paths)
-    for path in paths:
-        visit = Visit(browser, path)
-        try:
-            assert visit.errors == [], (path, visit.errors)
-            assert visit.outside == [], (path, visit.outside)
-        finally:
-            visit.close()
-    for path in out.rglob("*.html"):
-        text = path.read_text(encoding="utf-8")
-        assert not re.search(r"""<(script|link|img)[^>]+(src|href)=["'](https?:)?//""", text), path
-
-
 PIXELS = """(element) => {  // how many distinct colours the element's image has (1: blank)
     const canvas = document.createElement("canvas");
     canvas.width = element.naturalWidth; canvas.height = element.naturalHeight;
@@ -150,29 +134,72 @@ PIXELS = """(element) => {  // how many distinct colours the element's image has
 }"""
 
 
-def test_every_figure_area_is_non_blank(site, browser):
-    for name in EXECUTED:
-        visit = Visit(browser, f"stages/{name}.html")
+def look_at(visit: Visit) -> dict:
+    """What a reader sees on one page: its errors, requests, buttons, folded answers, pictures and maps."""
+    page = visit.page
+    seen = {"errors": visit.errors, "outside": visit.outside}
+    buttons = page.locator("a.colab-button")
+    seen["colab"] = [(buttons.nth(i).text_content(), buttons.nth(i).get_attribute("href"), buttons.nth(i).is_visible())
+                     for i in range(buttons.count())]
+    folded = page.locator("details.sd-dropdown")
+    seen["folded"] = [(folded.nth(i).get_attribute("open"), folded.nth(i).locator(".sd-summary-content").is_visible(),
+                       "Model answer" in folded.nth(i).locator(".sd-summary-content").text_content())
+                      for i in range(folded.count())]
+    if folded.count():
+        folded.first.locator("summary").click()
+        seen["opens"] = folded.first.locator(".sd-summary-content").is_visible()
+    images = page.locator(".cell_output img")
+    seen["images"] = []
+    for index in range(images.count()):
+        images.nth(index).scroll_into_view_if_needed()
+        loaded = images.nth(index).evaluate("element => element.complete && element.naturalWidth > 0")
+        seen["images"].append((loaded, images.nth(index).evaluate(PIXELS) if loaded else 0))
+    maps = page.locator(".course-interactive")
+    seen["maps"] = []
+    for index in range(maps.count()):
+        box = maps.nth(index).locator(".course-plot .main-svg").first.bounding_box() or {"width": 0, "height": 0}
+        heatmaps = maps.nth(index).locator(".heatmaplayer image").count()
+        seen["maps"].append((box["width"], box["height"], heatmaps))
+    seen["formulas"] = page.locator("mjx-container svg").count()
+    return seen
+
+
+@pytest.fixture(scope="module")
+def pages_seen(site, browser) -> dict[str, dict]:
+    """Every page of the site, opened once in Chromium."""
+    _, out = site
+    seen = {}
+    for path in html_pages(out):
+        visit = Visit(browser, path)
         try:
-            images = visit.page.locator(".cell_output img")
-            assert images.count() >= 3, name
-            for index in range(images.count()):
-                image = images.nth(index)
-                image.scroll_into_view_if_needed()
-                assert image.evaluate("element => element.complete && element.naturalWidth > 0"), (name, index)
-                assert image.evaluate(PIXELS) > 20, (name, index, "a blank picture")
-            maps = visit.page.locator(".course-interactive")
-            for index in range(maps.count()):
-                drawn = maps.nth(index).locator(".course-plot .main-svg").first
-                box = drawn.bounding_box()
-                assert box and box["width"] > 300 and box["height"] > 300, (name, index)
-                assert maps.nth(index).locator("image, .heatmaplayer").count() > 0, (name, index, "no heatmap")
-            formulas = visit.page.locator("mjx-container svg")
-            if name == "06_decoding":
-                assert maps.count() == 3  # cross-attention, encoder and decoder self-attention
-                assert formulas.count() > 5, "MathJax drew no formula"
+            seen[path] = look_at(visit)
         finally:
             visit.close()
+    return seen
+
+
+def test_every_page_loads_offline_without_console_errors(site, pages_seen):
+    _, out = site
+    assert {f"stages/{name}.html" for name in ASSIGNMENTS} | {"index.html", "search.html"} <= set(pages_seen)
+    for path, seen in pages_seen.items():
+        assert seen["errors"] == [], (path, seen["errors"])
+        assert seen["outside"] == [], (path, seen["outside"])
+    for path in out.rglob("*.html"):
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"""<(script|link|img)[^>]+(src|href)=["'](https?:)?//""", text), path
+
+
+def test_every_figure_area_is_non_blank(pages_seen):
+    for name in EXECUTED:
+        seen = pages_seen[f"stages/{name}.html"]
+        assert len(seen["images"]) >= 3, name
+        for index, (loaded, colours) in enumerate(seen["images"]):
+            assert loaded and colours > 20, (name, index, "a blank or missing picture")
+        for index, (width, height, heatmaps) in enumerate(seen["maps"]):
+            assert width > 300 and height > 300 and heatmaps == 1, (name, index)
+    decoding = pages_seen["stages/06_decoding.html"]
+    assert len(decoding["maps"]) == 3  # cross-attention, encoder and decoder self-attention
+    assert decoding["formulas"] > 5, "MathJax drew no formula"
 
 
 def test_the_slider_changes_the_heatmap(site, browser):
@@ -212,43 +239,27 @@ def test_search_finds_positional_encoding(site, browser):
         visit.close()
 
 
-def test_colab_buttons_open_the_student_notebook_of_the_release_tag(site, browser):
+def test_colab_buttons_open_the_student_notebook_of_the_release_tag(site, pages_seen):
     repository = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
     github = repository.removeprefix("https://github.com/")
-    _, out = site
     for name in ASSIGNMENTS:
-        visit = Visit(browser, f"stages/{name}.html")
-        try:
-            buttons = visit.page.locator("a.colab-button")
-            assert buttons.count() == 1 and buttons.first.is_visible(), name
-            assert buttons.first.text_content() == "Open in Colab"
-            assert buttons.first.get_attribute("href") == (
-                f"https://colab.research.google.com/github/{github}/blob/{TAG}/notebooks/{name}/{name}.ipynb")
-        finally:
-            visit.close()
+        link = f"https://colab.research.google.com/github/{github}/blob/{TAG}/notebooks/{name}/{name}.ipynb"
+        assert pages_seen[f"stages/{name}.html"]["colab"] == [("Open in Colab", link, True)], name
+    _, out = site
     landing = (out / "index.html").read_text(encoding="utf-8")
     for name in ASSIGNMENTS:
         assert f'href="stages/{name}.html"' in landing, name
     assert TAG in landing
 
 
-def test_model_answers_are_folded_away(site, browser):
+def test_model_answers_are_folded_away(pages_seen):
     for name in ASSIGNMENTS:
         answers = [cell for cell in nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", 4).cells
                    if pages.is_answer_cell(cell)]
-        visit = Visit(browser, f"stages/{name}.html")
-        try:
-            folded = visit.page.locator("details.sd-dropdown")
-            assert folded.count() == len(answers) >= 2, name
-            for index in range(folded.count()):
-                dropdown = folded.nth(index)
-                assert dropdown.get_attribute("open") is None
-                body = dropdown.locator(".sd-summary-content")
-                assert "Model answer" in body.text_content() and not body.is_visible()
-            folded.first.locator("summary").click()
-            assert folded.first.locator(".sd-summary-content").is_visible()
-        finally:
-            visit.close()
+        seen = pages_seen[f"stages/{name}.html"]
+        assert len(seen["folded"]) == len(answers) >= 2, name
+        assert all(state == (None, False, True) for state in seen["folded"]), (name, seen["folded"])
+        assert seen["opens"], name
 
 
 def test_stage_5_says_it_trains_one_epoch_and_prints_the_recorded_run():
@@ -275,24 +286,23 @@ def test_a_changed_lesson_is_refused_by_the_site_edits_with_a_message():
 
 
 def test_a_rebuild_runs_only_the_page_whose_code_changed(site, tmp_path):
+    """Stage 6's prose and stage 1's code are edited: only stage 1 runs again, both pages show their edit."""
     work, out = site
-    unchanged = build_site(work, out)
-    assert ran(unchanged) == set(), unchanged
     solutions = tmp_path / "solutions"
     shutil.copytree(ROOT / "solutions", solutions)
-    path = solutions / "01_positional_encoding" / "01_positional_encoding.ipynb"
-    notebook = nbformat.read(path, 4)
-    prose = next(cell for cell in notebook.cells if cell.cell_type == "markdown" and "## " in cell.source)
-    prose.source += "\n\nA sentence added to the prose."
-    nbformat.write(notebook, path)
-    prose_only = build_site(work, out, "--solutions", str(solutions))
-    assert ran(prose_only) == set(), prose_only
-    assert "A sentence added to the prose." in (out / "stages" / "01_positional_encoding.html").read_text()
-    code = next(cell for cell in notebook.cells if cell.cell_type == "code" and "import" in cell.source)
-    code.source += "\nprint('a line added to the code')"
-    nbformat.write(notebook, path)
-    code_changed = build_site(work, out, "--solutions", str(solutions))
-    assert ran(code_changed) == {"01_positional_encoding"}, code_changed
+    edits = {"06_decoding": ("markdown", "\n\nA sentence added to the prose."),
+             "01_positional_encoding": ("code", "\nprint('a line added to the code')")}
+    for name, (kind, added) in edits.items():
+        path = solutions / name / f"{name}.ipynb"
+        notebook = nbformat.read(path, 4)
+        cell = next(cell for cell in notebook.cells if cell.cell_type == kind and ("## " in cell.source or
+                                                                                  "import" in cell.source))
+        cell.source += added
+        nbformat.write(notebook, path)
+    rebuilt = build_site(work, out, "--solutions", str(solutions))
+    assert ran(rebuilt) == {"01_positional_encoding"}, rebuilt
+    assert "06_decoding: outputs from the cache" in rebuilt
+    assert "A sentence added to the prose." in (out / "stages" / "06_decoding.html").read_text()
     assert "a line added to the code" in (out / "stages" / "01_positional_encoding.html").read_text()
 
 

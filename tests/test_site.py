@@ -249,7 +249,7 @@ def test_colab_buttons_open_the_student_notebook_of_the_release_tag(site, pages_
     landing = (out / "index.html").read_text(encoding="utf-8")
     for name in ASSIGNMENTS:
         assert f'href="stages/{name}.html"' in landing, name
-    assert TAG in landing
+    assert f"release of the course ({TAG})" in re.sub(r"<[^>]+>", "", landing)
 
 
 def test_model_answers_are_folded_away(pages_seen):

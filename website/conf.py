@@ -41,6 +41,7 @@ html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]
 html_css_files = ["course.css"]
 html_last_updated_fmt = None
+html_use_index = False  # no API to index: an empty "Index" page would only confuse
 html_copy_source = False  # the .ipynb sources are large; the Colab button opens the exercise notebook instead
 html_show_sourcelink = False
 html_favicon = "_static/favicon.svg"

@@ -1,6 +1,7 @@
 """Build the course website: every stage's solution notebook, run, as a page (`make site`).
 
     python -m website.build [--out website/_build/html] [--jobs 2] [--short] [--execute 01 06] [--fresh]
+                            [--solutions FOLDER]
 
 1. Each `solutions/NN_name/NN_name.ipynb` becomes a page notebook (`website.pages.page_from_solution`).
 2. Pages whose code has run before with the same course package are taken from the execution cache

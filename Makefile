@@ -1,6 +1,7 @@
 # Two commands on a fresh machine (see README):
 #   make demo   set up .venv, build the student notebooks, autograde the built-in example class
 #   make test   set up .venv and run the test suite (what CI runs)
+#   make site   build the course website (every stage's notebook run) into website/_build/html
 PYTHON ?= python3
 VENV ?= .venv
 # CI and this Makefile pin the CPU torch wheel that CI machines carry; the package itself only
@@ -9,14 +10,14 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test notebooks check-notebooks clean
+.PHONY: setup demo test notebooks check-notebooks site clean
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e ".[grading,postgres,dev]"
+	$(BIN)/pip install -q -e ".[grading,postgres,dev,site]"
 	touch $@
 
 demo: setup
@@ -30,6 +31,11 @@ notebooks: setup
 
 check-notebooks: setup
 	$(BIN)/python -m transformer_course.authoring check
+
+# The website (README, "The course as a website"): pages from solutions/, run with an execution cache, so a
+# second build re-runs only the pages whose code changed. SITE_OPTIONS: e.g. --fresh, --jobs 1, --short.
+site: setup
+	$(BIN)/python -m website.build $(SITE_OPTIONS)
 
 clean:
 	rm -rf autograde/demo autograde/class .pytest_cache

@@ -142,26 +142,48 @@ def test_a_late_canvas_file_is_noted_when_it_is_the_one_graded(tmp_path, release
 
 
 def test_moodle_folders_and_flat_files_use_the_participant_id(tmp_path, release):
-    """Moodle: '<Full Name>_<id>_assignsubmission_file_' as a folder (also one level down) or a prefix."""
+    """Moodle: '<Full Name>_<id>_assignsubmission_file_' as a folder (with the student's own folders in
+    it) or as a prefix of each file; blind marking names everyone 'Participant'."""
     save(tmp_path, f"Jane Doe_501_assignsubmission_file_/{ASSIGNMENT}.ipynb", solution())
-    save(tmp_path, f"week 1/Jane Doe_502_assignsubmission_file_/work/{ASSIGNMENT}.ipynb", blank())
+    save(tmp_path, f"Jane Doe_502_assignsubmission_file_/work/week 1/{ASSIGNMENT}.ipynb", blank())
     save(tmp_path, f"Ana María_503_assignsubmission_file_{ASSIGNMENT}.ipynb", blank())
+    save(tmp_path, f"Participant_504_assignsubmission_file_/{ASSIGNMENT}.ipynb", blank())
     students = collect(tmp_path, release)
-    assert set(students) == {"jane_doe_501", "jane_doe_502", "ana_maría_503"}
+    assert set(students) == {"jane_doe_501", "jane_doe_502", "ana_maría_503", "participant_504"}
     assert students["ana_maría_503"].name == "Ana María" and students["jane_doe_502"].lms_id == "502"
+    assert all(result.submissions[0].assignment == ASSIGNMENT for result in students.values())
+
+
+def test_a_download_unpacked_into_a_folder_of_its_own_is_read_inside_it(tmp_path, release):
+    """Unpacking submissions.zip often makes a folder `submissions/` around the download: the students
+    are inside it. A folder holding one student's files is never taken for such a wrapper."""
+    save(tmp_path, f"wrapped/course-Stage 1-4711/Jane Doe_501_assignsubmission_file_/{ASSIGNMENT}.ipynb", solution())
+    save(tmp_path, f"wrapped/course-Stage 1-4711/John Roe_502_assignsubmission_file_/{ASSIGNMENT}.ipynb", blank())
+    save(tmp_path, "wrapped/.DS_Store", b"\0\0\0\1Bud1")
+    students = collect(tmp_path / "wrapped", release)
+    assert set(students) == {"jane_doe_501", "john_roe_502"}
+    assert students["jane_doe_501"].submissions[0].relative == f"Jane Doe_501_assignsubmission_file_/{ASSIGNMENT}.ipynb"
+    save(tmp_path, f"alone/mallory/smithjohn_12345_67890_{ASSIGNMENT}.ipynb", blank())  # one student: no wrapper
+    assert set(collect(tmp_path / "alone", release)) == {"mallory"}
 
 
 def test_names_in_any_script_are_kept_and_told_apart(tmp_path, release):
     names = ["山田太郎", "田中花子", "Αλέξης", "Νίκος", "दिव्या", "فاطمه\u200cزهرا", "Ольга"]
     for name in names:
         save(tmp_path, f"{name}/{ASSIGNMENT}.ipynb", blank())
-    save(tmp_path, f"Jose\u0301/{ASSIGNMENT}.ipynb", blank())  # decomposed é ...
-    save(tmp_path, f"José/Copy of {ASSIGNMENT} (1).ipynb", solution())  # ... is the same student as composed é
+    save(tmp_path, f"Jose\u0301/{ASSIGNMENT}.ipynb", blank())  # decomposed é: another folder ...
+    save(tmp_path, f"José/Copy of {ASSIGNMENT} (1).ipynb", solution())  # ... than composed é: two students
     students = collect(tmp_path, release)
-    assert len(students) == len(names) + 1 and "unknown" not in students
-    assert {result.name for result in students.values()} == {*names, "José"}
+    assert len(students) == len(names) + 2 and "unknown" not in students
+    assert sorted(result.name for result in students.values()) == sorted([*names, "José", "José"])
     assert all(path_safe(name) for name in students), list(students)
-    assert [s.relative for s in students["josé"].submissions] == [f"José/Copy of {ASSIGNMENT} (1).ipynb"]
+    assert all(not result.reasons for result in students.values() if result.name in names)
+    composed, decomposed = (next(result for result in students.values() if result.submissions[0].relative.startswith(
+        folder)) for folder in ("José/", "Jose\u0301/"))
+    assert composed.submissions[0].assignment == decomposed.submissions[0].assignment == ASSIGNMENT
+    assert [s.relative for s in composed.submissions] == [f"José/Copy of {ASSIGNMENT} (1).ipynb"]
+    assert decomposed.student in composed.reasons[0] and composed.student in decomposed.reasons[0]
+    assert "reads the same" in composed.reasons[0]
 
 
 def test_awkward_file_and_folder_names_get_distinct_path_safe_ids(tmp_path, release):

@@ -46,6 +46,7 @@ from transformer_course.grading.intake.submissions import (
     Release,
     Submission,
     discover,
+    download_root,
     flag_shared_files,
     load,
     other_file,
@@ -188,10 +189,11 @@ class BatchGrader:
     def __init__(self, course: Path, class_dir: Path, submissions: Path, *, jobs: int = 2, force: bool = False,
                  db_url: str | None = None, shard: tuple[int, int] | None = None, timeout: int = 120,
                  memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
-                 require_sandbox: bool = False) -> None:
+                 require_sandbox: bool = False, limits: Limits | None = None) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
         self.sandbox, self.require_sandbox = sandbox, require_sandbox
+        self.limits = limits or Limits()  # how much of a file intake reads (tests lower them)
         self.assignment_ids = assignment_ids or course_assignments(self.course)
         self.classroom = Classroom(self.course, self.class_dir, database_url=db_url)
         self.db_url = self.classroom.db_url
@@ -374,7 +376,11 @@ class BatchGrader:
             _warn_unsandboxed(problem)
         assignment_ids = self.prepare() if grade else self.assignment_ids
         release = Release(self.class_dir / "release", assignment_ids)
-        everyone = collect(self.submissions, release)
+        root = download_root(self.submissions)
+        if root != self.submissions:
+            print(f"the download lies in the folder {printable(root.name)} of {self.submissions}: reading it there",
+                  flush=True)
+        everyone = collect(self.submissions, release, self.limits)
         if not grade:
             self.write_csv(self.elsewhere(everyone, {}))
             report.write_report(self.class_dir)

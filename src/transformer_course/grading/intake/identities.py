@@ -100,10 +100,11 @@ def words(text: str) -> list[str]:
 
 
 def readable(text: str, limit: int = 200) -> str:
-    """A name as people write it: letters of any script, spaces and name punctuation, NFC."""
+    """A name as people write it: letters of any script, spaces and name punctuation, NFC, beginning
+    with a letter or digit (so no spreadsheet or LMS import reads it as a formula, even unescaped)."""
     kept = "".join(char if unicodedata.category(char)[0] in "LMN" or char in _NAME_PUNCTUATION + _JOINERS
                    else " " for char in unicodedata.normalize("NFC", text))
-    return " ".join(kept.split())[:limit].strip()
+    return " ".join(kept.split()).lstrip(_NAME_PUNCTUATION + _JOINERS + " ")[:limit].strip()
 
 
 def identify(relative: PurePath, assignment_ids: Iterable[str]) -> tuple[Identity, list[str]]:

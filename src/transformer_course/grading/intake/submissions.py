@@ -340,6 +340,24 @@ def read(path: Path, limits: Limits) -> Read:
     return Read(data, info, str(header["digest"]), _trim_notes(header, info.st_size, limits) + notes)
 
 
+def _trim_notes(header: dict, size: int, limits: Limits) -> list[str]:
+    """What trim.py left out, in a student's words (the file was too large, or too deep, to parse)."""
+    notes = []
+    if size > limits.whole_bytes:
+        parts = [f"{what} ({_size(int(header[key]))})" for key, what in
+                 (("outputs", "its saved outputs"), ("attachments", "its pasted images")) if header.get(key)]
+        left_out = " and ".join(parts) or "its notebook metadata"
+        notes.append(f"the file is {_size(size)}, more than the grader reads whole: {left_out} were left out and "
+                     "its code was graded (outputs are never graded: every cell runs again)")
+    if header.get("deep"):
+        notes.append(f"{header['deep']} value(s) nested more than {limits.depth} levels deep (no notebook field "
+                     "is) were left out")
+    elif size <= limits.whole_bytes:
+        notes.append("the file is nested more deeply than a JSON reader goes, in its saved outputs or notebook "
+                     "metadata: those were left out (nothing grades them)")
+    return notes
+
+
 _TRIM = Path(__file__).with_name("trim.py")
 
 
@@ -364,21 +382,6 @@ def _trimmed(descriptor: int, limits: Limits) -> tuple[bytes, dict]:
                         if done.stderr.strip() else f"exit status {done.returncode}")
         raise Unreadable(f"the grader could not read it ({why}); please tell the instructor")
     return text, found
-
-
-def _trim_notes(header: dict, size: int, limits: Limits) -> list[str]:
-    """What trim.py left out, in a student's words."""
-    notes = []
-    if size > limits.whole_bytes:
-        parts = [f"{what} ({_size(int(header[key]))})" for key, what in
-                 (("outputs", "its saved outputs"), ("attachments", "its pasted images")) if header.get(key)]
-        left_out = " and ".join(parts) or "its notebook metadata"
-        notes.append(f"the file is {_size(size)}, more than the grader reads whole: {left_out} were left out and "
-                     "its code was graded (outputs are never graded: every cell runs again)")
-    if header.get("deep"):
-        notes.append(f"{header['deep']} value(s) nested more than {limits.depth} levels deep (no notebook field "
-                     "is) were left out")
-    return notes
 
 
 def _size(count: int) -> str:

@@ -16,7 +16,7 @@ from conftest import ASSIGNMENTS, ROOT, solution_path, student_path
 from transformer_course.grading.classroom.batch import BatchGrader, collect, spreadsheet_cell, summary
 from transformer_course.grading.intake import submissions as submissions_module
 from transformer_course.grading.intake.identities import MAX_ID_BYTES
-from transformer_course.grading.intake.submissions import Release, metadata_problems
+from transformer_course.grading.intake.submissions import Limits, Release, metadata_problems
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
 ASSIGNMENT = "01_positional_encoding"  # the cheapest stage to grade
@@ -247,10 +247,12 @@ def test_spreadsheet_cells_never_start_a_formula_and_numbers_stay_numbers():
 
 @pytest.mark.slow
 def test_the_batch_grades_honest_students_beside_malformed_and_identity_cases(tmp_path, monkeypatch):
-    """The real batch command (nbgrader, sandboxed kernels) on a class of eight files: two honest
+    """The real batch command (nbgrader, sandboxed kernels) on a class of ten files: two honest
     students (the solution, the blank notebook), two Canvas students with the same Japanese name and
     different ids, a malformed solution in a 253-character folder, a broken file whose name is a
-    spreadsheet formula, a link to another student's notebook, and a student whose grading raises."""
+    spreadsheet formula, a link to another student's notebook, a student whose grading raises, a
+    solution with a saved output larger than the grader reads whole (limits lowered: graded, its
+    outputs left out) and one with more code cells than the grader runs (rejected)."""
     downloads, class_dir = tmp_path / "downloads", tmp_path / "class"
     long_name = "x" * 253
     malformed = solution()
@@ -264,6 +266,12 @@ def test_the_batch_grades_honest_students_beside_malformed_and_identity_cases(tm
     for relative in blank_ones:
         save(downloads, relative, blank())
     save(downloads, "=2+3 HYPERLINK.ipynb", b'{"cells": [')
+    oversized = solution()
+    next(cell for cell in oversized["cells"] if cell["cell_type"] == "code")["outputs"] = [
+        {"output_type": "stream", "name": "stdout", "text": "0.5\n" * 2**19}]  # 2.5 MB of JSON
+    save(downloads, f"olga/{ASSIGNMENT}.ipynb", oversized)
+    save(downloads, f"cody/{ASSIGNMENT}.ipynb", {**solution(), "cells": solution()["cells"] + [
+        {**nbformat.v4.new_code_cell(f"v{n} = {n}"), "id": f"v{n}"} for n in range(250)]})
     (downloads / "mallory").mkdir()
     (downloads / "mallory" / f"{ASSIGNMENT}.ipynb").symlink_to(downloads / full[0])
 
@@ -276,7 +284,7 @@ def test_the_batch_grades_honest_students_beside_malformed_and_identity_cases(tm
 
     monkeypatch.setattr(BatchGrader, "place", place)
     grader = BatchGrader(ROOT, class_dir, downloads, jobs=2, timeout=60, assignment_ids=[ASSIGNMENT],
-                         sandbox=bubblewrap_problem() is None)
+                         sandbox=bubblewrap_problem() is None, limits=Limits(whole_bytes=2**20, code_cells=200))
     students = grader.run()
     with open(class_dir / "scores.csv", encoding="utf-8", newline="") as handle:
         table = list(csv.reader(handle))
@@ -286,10 +294,15 @@ def test_the_batch_grades_honest_students_beside_malformed_and_identity_cases(tm
     assert {"name", "lms_id", "file", "total", "reasons"} <= set(header)
     by_file = {row["file"].removeprefix("'"): row for row in rows}
     assert set(by_file) == {str(path.relative_to(downloads)) for path in downloads.rglob("*.ipynb")}
-    assert len(rows) == len({row["student"] for row in rows}) == 8  # a row for every file, no two merged
+    assert len(rows) == len({row["student"] for row in rows}) == 10  # a row for every file, no two merged
     maximum = float(by_file[full[0]]["autograded_max"])  # written answers wait for a person
-    for relative in full:
+    for relative in [*full, f"olga/{ASSIGNMENT}.ipynb"]:
         assert (by_file[relative]["status"], float(by_file[relative]["autograded"])) == ("graded", maximum), relative
+    olga = by_file[f"olga/{ASSIGNMENT}.ipynb"]
+    assert olga["notebook"] == "repaired" and "its saved outputs (2.5 MB) were left out" in olga["reasons"]
+    assert (class_dir / "submitted" / olga["student"] / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").stat().st_size < 2**17
+    cody = by_file[f"cody/{ASSIGNMENT}.ipynb"]
+    assert cody["status"] == "rejected" and "266 code cells with code in them" in cody["reasons"]
     for relative in blank_ones:
         assert by_file[relative]["status"] == "graded" and float(by_file[relative]["autograded"]) < maximum, relative
     canvas = [by_file[blank_ones[1]], by_file[full[1]]]

@@ -110,7 +110,7 @@ class Limits:
     cells: int = 5_000
     code_cells: int = 2_000  # cells with code in them: each runs
     depth: int = 100  # a value nested deeper is left out (only `trim` reads such a file)
-    trim_seconds: float = 60.0
+    trim_seconds: float = 30.0  # 300 MB of outputs take about 2 s
 
 
 class Unreadable(ValueError):

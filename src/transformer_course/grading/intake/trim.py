@@ -48,6 +48,7 @@ class TrimError(ValueError):
 class Trimmer:
     def __init__(self, data: bytes | mmap.mmap, depth: int, kept_bytes: int) -> None:
         self.data, self.depth, self.kept_bytes = data, depth, kept_bytes
+        self.capped: dict[int, re.Pattern[bytes]] = {}  # runs of opening brackets read no further than needed
         self.pieces: list[bytes] = []
         self.kept = 0
         self.left_out = {"outputs": 0, "attachments": 0, "deep": 0}
@@ -88,11 +89,13 @@ class Trimmer:
         """(the end, the depth) of the array or object at POSITION; with DEEPEST, (-1, depth) as soon as
         it nests deeper than that. Brackets are counted, not matched: what is skipped is not read."""
         depth = most = 0
+        opening = _OPENING if deepest is None else self.capped.setdefault(
+            deepest, re.compile(rb"[\[{]{1,%d}" % (deepest + 1)))
         while True:
             position = _NO_BRACKETS.match(self.data, position).end()  # type: ignore[union-attr]
             char = self._char(position)
             if char in (b"[", b"{"):
-                run = _OPENING.match(self.data, position).end()  # type: ignore[union-attr]
+                run = opening.match(self.data, position).end()  # type: ignore[union-attr]
                 depth, position = depth + run - position, run
                 most = max(most, depth)
                 if deepest is not None and most > deepest:
@@ -103,7 +106,7 @@ class Trimmer:
                     return position + depth, most
                 depth, position = depth - (run - position), run
             else:  # a quote that opens no string: the file ends inside one
-                raise TrimError(f"a text in the file never ends (from byte {position:,})")
+                raise TrimError(f"a text in the file never ends (from byte {position:,}): is the file cut short?")
 
     def value(self, position: int, role: str, depth: int) -> int:
         """Copy (or leave out) the value at POSITION; returns where it ends."""

@@ -170,11 +170,12 @@ def test_every_file_in_the_folder_is_accounted_for(tmp_path, release):
     (tmp_path / "cy").mkdir()
     (tmp_path / "cy" / "homework.zip").write_bytes(b"PK\x03\x04")
     (tmp_path / "dee_homework.py").write_text("print(1)")
+    save(tmp_path, f".eve_{ASSIGNMENT}.ipynb", student_path(ASSIGNMENT), NOW)  # a flat file saved hidden
     for litter in ("ada/.DS_Store", "ada/._report.pdf", "ada/Thumbs.db", "__MACOSX/ada/._report.pdf", ".git/HEAD"):
         (tmp_path / litter).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / litter).write_bytes(b"\0")
     students = collect(tmp_path, release)
-    assert set(students) == {"ada", "bo", "cy", "dee_homework"}
+    assert set(students) == {"ada", "bo", "cy", "dee_homework", "eve"}
     ada = students["ada"]
     assert [s.relative for s in ada.submissions] == [f"ada/{ASSIGNMENT}.ipynb"]  # the checkpoint is not graded
     assert any("ada/report.pdf" in note and "checkpoint" in note for note in ada.reasons), ada.reasons

@@ -9,12 +9,12 @@ Accepted layouts of the submissions folder (who handed a file in: see `identitie
 Every file is accounted for: a notebook gets a row; another file (a PDF, a zip) is named on its
 student's rows, and a student who handed in no notebook at all gets a row saying so. Only what
 machines add is passed over: macOS' __MACOSX folders and `._` files, .DS_Store, Thumbs.db,
-desktop.ini, and hidden entries at the top of the folder (the instructor's own). A download that
-lies in a single folder of its own (an archive unpacked into a folder named after it) is read
-inside that folder. Links are never followed: a notebook that is a symbolic link, or a folder that
-is one, gets a row with the reason and nothing behind it is read. Which assignment a notebook is
-comes from its content (nbgrader ids, then the title), so names like "Copy of 02_attention (1).ipynb"
-are fine.
+desktop.ini, and hidden folders and files other than notebooks at the top of the folder (the
+instructor's own, such as .git). A download that lies in a single folder of its own (an archive
+unpacked into a folder named after it) is read inside that folder. Links are never followed: a
+notebook that is a symbolic link, or a folder that is one, gets a row with the reason and nothing
+behind it is read. Which assignment a notebook is comes from its content (nbgrader ids, then the
+title), so names like "Copy of 02_attention (1).ipynb" are fine.
 
 Every field the grader and nbgrader read is checked before anything else looks at it: the file is
 read as JSON (UTF-8 with or without a byte-order mark, UTF-16 or UTF-32), then rebuilt as a
@@ -231,8 +231,12 @@ _CHECKPOINTS = ".ipynb_checkpoints"
 
 def _visible(entry: os.DirEntry, top: bool) -> bool:
     """Whether ENTRY is something a student (or the LMS) put there: not what macOS, Windows or Finder
-    add, nor a hidden entry at the top of the folder (the instructor's own, e.g. .git)."""
-    return not (entry.name in _MACHINE_MADE or entry.name.startswith("._") or (top and entry.name.startswith(".")))
+    add, nor a hidden folder or file at the top of the folder (the instructor's own, e.g. .git), unless
+    it is a notebook (a student's file saved under a name that begins with a dot)."""
+    if entry.name in _MACHINE_MADE or entry.name.startswith("._"):
+        return False
+    return not (top and entry.name.startswith(".") and not (
+        entry.name.lower().endswith(".ipynb") and not entry.is_dir(follow_symlinks=False)))
 
 
 def download_root(folder: Path) -> Path:

@@ -176,7 +176,7 @@ def _name_other_files(result: StudentResult, files: list[Submission]) -> None:
     names = ", ".join(printable(file.relative) for file in files[:5])
     names += f" and {len(files) - 5} more" if len(files) > 5 else ""
     if result.submissions:
-        result.reasons.append(f"also handed in, not graded (not notebooks): {names}")
+        result.reasons.append(f"also handed in, not graded (only notebooks are): {names}")
         return
     first = files[0]
     first.status = "rejected"

@@ -10,6 +10,7 @@ such a notebook in test_submissions.py's class.
 
 import copy
 import json
+import os
 import re
 import time
 
@@ -86,8 +87,10 @@ def test_pathological_files_get_a_row_each_and_sane_code_is_graded_with_outputs_
         "huge": with_output(solution(), printed(7)),
         "cut": json.dumps(with_output(solution(), printed(1))).encode()[:-300_000],
         "wide": json.dumps(with_output(solution(), printed(1))).encode("utf-16"),
+        "zero": b"",  # made 2 MB of zero bytes below, as a file of holes
     }
     files = {student: write(tmp_path, student, content) for student, content in cases.items()}
+    os.truncate(tmp_path / files["zero"], 2 * 2**20)
     started = time.perf_counter()
     students = collect(tmp_path, release, LIMITS)
     seconds = time.perf_counter() - started
@@ -113,11 +116,21 @@ def test_pathological_files_get_a_row_each_and_sane_code_is_graded_with_outputs_
     assert any("rebuilt from the released notebook" in reason for reason in rows["gail"][0].reasons)
     expected = {"manny": "434 cells; the grader reads at most 400", "cody": "266 code cells with code in them",
                 "tess": "more than 0.5 MB", "huge": "more than the 6.0 MB the grader reads",
-                "cut": "cut short", "wide": "UTF-16"}
+                "cut": "cut short", "wide": "UTF-16", "zero": "zero bytes"}
     for name, reason in expected.items():
         [submission] = rows[name]
         assert submission.status == "rejected" and reason in submission.reasons[0], (name, submission.reasons)
     assert seconds < 60, seconds  # each file alone: its parse or trim.py's seconds
+
+
+def test_a_file_over_a_gigabyte_is_rejected_without_being_read(tmp_path, release):
+    """With the default limits: 1.5 GB of holes (no disk used) is refused by its size alone."""
+    os.truncate(tmp_path / write(tmp_path, "gigi", b""), 3 * 2**29)
+    started = time.perf_counter()
+    [gigi] = collect(tmp_path, release)["gigi"].submissions
+    assert time.perf_counter() - started < 10 and gigi.status == "rejected" and gigi.digest == ""
+    assert gigi.reasons == ["the file is 1.5 GB, more than the 1.0 GB the grader reads of a notebook (a course "
+                            "notebook with its outputs is well under 1 MB)"]
 
 
 def test_a_file_that_would_take_minutes_to_read_costs_its_time_limit_only(tmp_path, release):

@@ -55,8 +55,10 @@ class Trimmer:
 
     def trim(self) -> bytes:
         start = 3 if self.data[:3] == b"\xef\xbb\xbf" else 0
-        if self.data[start:start + 2] in (b"\xff\xfe", b"\xfe\xff") or b"\0" in self.data[start:start + 4]:
+        if self.data[start:start + 2] in (b"\xff\xfe", b"\xfe\xff"):
             raise TrimError("the file is saved as UTF-16 or UTF-32 text; save it as UTF-8")
+        if b"\0" in self.data[start:start + 4]:
+            raise TrimError("the file is not UTF-8 text (it holds zero bytes): is it really a .ipynb notebook?")
         end = self.value(self._space(start), "notebook", 0)
         if self._space(end) != len(self.data):
             raise TrimError(f"the JSON goes on after the notebook ends (at byte {end:,})")

@@ -147,6 +147,9 @@ def test_a_canvas_file_keeps_canvas_lower_case_late_mark_and_an_old_download_wit
     assert (nameless.lms, nameless.lms_id) == ("canvas", "12345")
     anonymous, _ = identify(PurePosixPath(f"anon_Xy3zQ_68000_{ASSIGNMENT}.ipynb"), ASSIGNMENTS)
     assert anonymous.lms_id == "anon_Xy3zQ"
+    for digits in ("\uff11\uff12\uff13", "\u0661\u0662\u0663"):  # fullwidth and Arabic-Indic 123: not an LMS's id
+        assert identify(PurePosixPath(f"smithjohn_{digits}_67890_x.ipynb"), ASSIGNMENTS)[0].lms == ""
+        assert identify(PurePosixPath(f"Jane Doe_{digits}_assignsubmission_file_/x.ipynb"), ASSIGNMENTS)[0].lms == ""
 
 
 def test_canvas_anonymous_ids_that_differ_only_by_case_get_ids_no_file_system_confuses(tmp_path, release):

@@ -48,9 +48,10 @@ _NAME_PUNCTUATION = "'’-.,()"
 
 # Canvas: no name at all is tried first (old anonymous downloads start with the user id); the name
 # is the shortest prefix followed by `_[LATE_]<id>_<id>_` (Canvas removes `_<digits>_` from names).
-_CANVAS = re.compile(r"^(?:(?P<name>.*?)_)??(?P<late>(?i:late)_)?(?P<id>[1-9]\d*|anon_[A-Za-z0-9]+)_[1-9]\d*_"
+# Ids are ASCII digits, as the LMSs write them (`\d` would also take fullwidth or Arabic-Indic digits).
+_CANVAS = re.compile(r"^(?:(?P<name>.*?)_)??(?P<late>(?i:late)_)?(?P<id>[1-9][0-9]*|anon_[A-Za-z0-9]+)_[1-9][0-9]*_"
                      r"(?P<file>.+)$", re.DOTALL)
-_MOODLE = re.compile(r"^(?P<name>[^_]*)_(?P<id>\d+)_assignsubmission_[a-z]+_(?P<file>.*)$", re.DOTALL)
+_MOODLE = re.compile(r"^(?P<name>[^_]*)_(?P<id>[0-9]+)_assignsubmission_[a-z]+_(?P<file>.*)$", re.DOTALL)
 _DOWNLOAD_NOISE = re.compile(r"^\s*copy of\s+|\s*\(\d+\)|\s*-\s*copy\b", re.IGNORECASE)
 _SEPARATORS = " \t_-."
 # scripts that honest names mix within one word (Japanese, Korean, Chinese with Bopomofo)

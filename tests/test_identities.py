@@ -90,11 +90,12 @@ def test_a_name_a_student_chose_never_takes_a_classmates_place(tmp_path, release
 
 def test_names_that_differ_only_by_case_or_unicode_form_are_different_students(tmp_path, release):
     """Folders that an instructor (or an attacker, in a flat layout) named ada, ADA, Ada, ａｄａ (fullwidth),
-    ada with a zero-width space, аda with a Cyrillic а, and José composed and decomposed: each keeps
+    ada with a zero-width space or a trailing space, аda with a Cyrillic а, and José composed and
+    decomposed: each keeps
     its own notebook and row. `ada` keeps the id `ada`; the others get ids that no file system that
     ignores case or normalisation confuses; the instructor is told which names read the same, and
     which one mixes alphabets within a word."""
-    twins = ["ada", "ADA", "Ada", "ａｄａ", "ada\u200b", "\u0430da", "Jos\u00e9", "Jose\u0301"]
+    twins = ["ada", "ADA", "Ada", "ａｄａ", "ada\u200b", "ada ", "\u0430da", "Jos\u00e9", "Jose\u0301"]
     for number, name in enumerate(twins):
         save(tmp_path, f"{name}/{ASSIGNMENT}.ipynb", solution_path(ASSIGNMENT) if number == 0 else
              student_path(ASSIGNMENT), NOW - 3600 * (number == 0))

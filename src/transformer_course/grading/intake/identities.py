@@ -118,7 +118,7 @@ def identify(relative: PurePath, assignment_ids: Iterable[str]) -> tuple[Identit
     if lms:
         return lms
     if len(relative.parts) > 1:
-        return _by_name(top.strip())
+        return _by_name(top)  # exactly: "ada " is not "ada"
     stem = top[:-len(".ipynb")] if top.lower().endswith(".ipynb") else top.rsplit(".", 1)[0] or top
     for assignment in assignment_ids:
         stem = stem.replace(assignment, " ")
@@ -193,8 +193,9 @@ def lookalike_notes(identities: Iterable[Identity], ids: dict[Identity, str]) ->
         for identity in members:
             others = sorted(ids[other] for other in members if other != identity)
             if others:
-                notes[identity].append(f"another student's name reads the same ({', '.join(others[:3])}): they "
-                                       "are different students, told apart by their LMS id or exact name")
+                more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+                notes[identity].append(f"another student's name reads the same ({', '.join(others[:5])}{more}): "
+                                       "they are different students, told apart by their LMS id or exact name")
     for identity in set(identities):
         mixed = [word for word in words(identity.name) if len(_scripts(word)) > 1]
         if mixed and not identity.lms_id:

@@ -37,7 +37,6 @@ _SCALAR = re.compile(rb'[^ \t\n\r,:\[\]{}"]+')
 # everything up to the next bracket that is not inside a string, strings matched whole
 _NO_BRACKETS = re.compile(rb'(?:[^"\[\]{}]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+', re.DOTALL)
 _OPENING, _CLOSING = re.compile(rb"[\[{]+"), re.compile(rb"[\]}]+")
-_OPEN = b"[{"
 _LEFT_OUT = {"outputs": b"[]", "attachments": b"{}", "metadata": b"{}"}
 
 
@@ -91,8 +90,9 @@ class Trimmer:
         """(the end, the depth) of the array or object at POSITION; with DEEPEST, (-1, depth) as soon as
         it nests deeper than that. Brackets are counted, not matched: what is skipped is not read."""
         depth = most = 0
-        opening = _OPENING if deepest is None else self.capped.setdefault(
-            deepest, re.compile(rb"[\[{]{1,%d}" % (deepest + 1)))
+        if deepest is not None and deepest not in self.capped:
+            self.capped[deepest] = re.compile(rb"[\[{]{1,%d}" % (deepest + 1))
+        opening = _OPENING if deepest is None else self.capped[deepest]
         while True:
             position = _NO_BRACKETS.match(self.data, position).end()  # type: ignore[union-attr]
             char = self._char(position)

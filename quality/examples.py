@@ -6,6 +6,7 @@ They are made from the committed notebooks at run time (never stored), so they c
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -233,7 +234,10 @@ def write_example_class(course: Path, folder: Path, assignment: str, class_dir: 
     (tries to read others' work, the hidden tests and the instructor's files, write the gradebook and
     plant symlinks to it, reach the network and the grader's sockets, allocate 64 GiB, fill the disk,
     re-patch the checks from a thread, hook IPython, flood the output, kill its process and print the
-    input history, hidden tests included, into its feedback).
+    input history, hidden tests included, into its feedback); two who try to take a classmate's place
+    with a blank notebook handed in later: mallory names her file as Canvas names dana's, in her own
+    folder, and a folder ADA differs from ada's only by case (before issue 19, each replaced the
+    classmate's notebook as the newer one of the same student).
     """
     solution = nbformat.read(course / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     release = nbformat.read(course / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -274,6 +278,10 @@ def write_example_class(course: Path, folder: Path, assignment: str, class_dir: 
     hostile.cells[first_test:first_test] = [nbformat.v4.new_code_cell(source) for source in sources]
     hostile.cells.append(nbformat.v4.new_code_cell("print('HISTORY:', In)  # would copy hidden tests into feedback"))
     save(hostile, f"hana/{assignment}.ipynb")
+    later = (folder / f"ada/{assignment}.ipynb").stat().st_mtime + 3600  # newer than every honest file
+    for impostor in (f"mallory/dana_12345_67890_{assignment}.ipynb", f"ADA/{assignment}.ipynb"):
+        save(release, impostor)
+        os.utime(folder / impostor, (later, later))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     root = repository_root()
     class_dir = arguments.class_dir or root / "autograde" / "class"
     write_example_class(root, arguments.folder, arguments.assignment, class_dir.resolve(), arguments.folder.resolve())
-    print(f"wrote eight example students to {arguments.folder}; grade them with\n"
+    print(f"wrote ten example students to {arguments.folder}; grade them with\n"
           f"  python -m transformer_course.grading.batch {arguments.folder} --assignment {arguments.assignment}")
     return 0
 

@@ -1,6 +1,7 @@
 """The batch grading command on a class as an instructor receives it: correct, blank, buggy,
-metadata-stripped, cell-deleted, broken, looping and hostile submissions, graded by real nbgrader
-in sandboxed kernels, two at a time. Everyone gets a score or a clear reason; nothing leaks."""
+metadata-stripped, cell-deleted, broken, looping and hostile submissions, and two students who try to
+take a classmate's place, graded by real nbgrader in sandboxed kernels, two at a time. Everyone gets a
+score or a clear reason under their own name; nothing leaks."""
 
 import csv
 import html as htmllib
@@ -15,6 +16,7 @@ import pytest
 from conftest import ASSIGNMENTS, ROOT, read, solution_path
 from quality.examples import write_example_class
 from transformer_course.grading.classroom.batch import BatchGrader, main
+from transformer_course.grading.intake.identities import Identity
 from transformer_course.grading.intake.submissions import Release
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
@@ -22,6 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("example_class")]  # one
 ASSIGNMENT = "02_attention"
 needs_bubblewrap = pytest.mark.skipif(bubblewrap_problem() is not None,
                                       reason=f"no sandbox here: {bubblewrap_problem()}")
+ADA_IN_CAPITALS = f"ada-{Identity('', '', 'ADA', 'ADA').digest}"  # the id of the folder ADA beside ada
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,8 @@ def outputs(grader, student):
 
 def test_every_student_gets_a_score_or_a_reason(graded):
     _, students, rows, _ = graded
-    assert set(rows) == {"ada", "blake", "chen", "dana_12345", "eve", "finn", "gus", "hana"}  # dana: Canvas user 12345
+    assert set(rows) == {"ada", "blake", "chen", "dana_12345", "eve", "finn", "gus", "hana",  # dana: Canvas user 12345
+                         "mallory", ADA_IN_CAPITALS}
     for name, row in rows.items():
         assert row["total"] or row["reasons"], f"{name} has neither a score nor a reason: {row}"
     assert {name for name, result in students.items() if result.status == "graded"} == set(rows) - {"finn"}
@@ -49,6 +53,23 @@ def test_scores_reflect_the_work(graded):
     assert full > 0 and float(rows["ada"]["autograded"]) == full
     assert float(rows["blake"]["total"]) == 0
     assert 0 < float(rows["chen"]["autograded"]) < full
+
+
+def test_a_file_or_folder_named_after_a_classmate_takes_nobodys_place(graded):
+    """mallory's file is named as Canvas names dana's, in mallory's own folder; the folder ADA differs
+    from ada's only by case. Both are blank and handed in later, so before issue 19 each replaced the
+    classmate's notebook as the newer one of the same student. Now each is a student of their own,
+    graded on their own notebook, and the classmates keep their marks and their ids."""
+    grader, _, rows, _ = graded
+    full = float(rows["ada"]["autograded_max"])
+    for victim, impostor, file in (("dana_12345", "mallory", f"mallory/dana_12345_67890_{ASSIGNMENT}.ipynb"),
+                                   ("ada", ADA_IN_CAPITALS, f"ADA/{ASSIGNMENT}.ipynb")):
+        assert float(rows[victim]["autograded"]) == full and rows[victim]["file"] != file, rows[victim]
+        assert rows[impostor]["file"] == file and float(rows[impostor]["autograded"]) == 0, rows[impostor]
+        assert (grader.class_dir / "feedback" / impostor / ASSIGNMENT / f"{ASSIGNMENT}.html").exists()
+        assert "two notebooks" not in rows[victim]["reasons"] + rows[impostor]["reasons"]
+    assert (rows["mallory"]["name"], rows["mallory"]["lms_id"], rows[ADA_IN_CAPITALS]["name"]) == ("mallory", "", "ADA")
+    assert ADA_IN_CAPITALS in rows["ada"]["reasons"] and "reads the same" in rows[ADA_IN_CAPITALS]["reasons"]
 
 
 def test_stripped_metadata_and_deleted_test_cells_are_restored_not_zeroed(graded):

@@ -16,7 +16,7 @@ from conftest import ASSIGNMENTS, ROOT, solution_path, student_path
 from transformer_course.grading.classroom.batch import BatchGrader, collect, spreadsheet_cell, summary
 from transformer_course.grading.intake import submissions as submissions_module
 from transformer_course.grading.intake.identities import MAX_ID_BYTES
-from transformer_course.grading.intake.submissions import Release, metadata_problems
+from transformer_course.grading.intake.submissions import Limits, Release, metadata_problems
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
 ASSIGNMENT = "01_positional_encoding"  # the cheapest stage to grade
@@ -142,26 +142,48 @@ def test_a_late_canvas_file_is_noted_when_it_is_the_one_graded(tmp_path, release
 
 
 def test_moodle_folders_and_flat_files_use_the_participant_id(tmp_path, release):
-    """Moodle: '<Full Name>_<id>_assignsubmission_file_' as a folder (also one level down) or a prefix."""
+    """Moodle: '<Full Name>_<id>_assignsubmission_file_' as a folder (with the student's own folders in
+    it) or as a prefix of each file; blind marking names everyone 'Participant'."""
     save(tmp_path, f"Jane Doe_501_assignsubmission_file_/{ASSIGNMENT}.ipynb", solution())
-    save(tmp_path, f"week 1/Jane Doe_502_assignsubmission_file_/work/{ASSIGNMENT}.ipynb", blank())
+    save(tmp_path, f"Jane Doe_502_assignsubmission_file_/work/week 1/{ASSIGNMENT}.ipynb", blank())
     save(tmp_path, f"Ana María_503_assignsubmission_file_{ASSIGNMENT}.ipynb", blank())
+    save(tmp_path, f"Participant_504_assignsubmission_file_/{ASSIGNMENT}.ipynb", blank())
     students = collect(tmp_path, release)
-    assert set(students) == {"jane_doe_501", "jane_doe_502", "ana_maría_503"}
+    assert set(students) == {"jane_doe_501", "jane_doe_502", "ana_maría_503", "participant_504"}
     assert students["ana_maría_503"].name == "Ana María" and students["jane_doe_502"].lms_id == "502"
+    assert all(result.submissions[0].assignment == ASSIGNMENT for result in students.values())
+
+
+def test_a_download_unpacked_into_a_folder_of_its_own_is_read_inside_it(tmp_path, release):
+    """Unpacking submissions.zip often makes a folder `submissions/` around the download: the students
+    are inside it. A folder holding one student's files is never taken for such a wrapper."""
+    save(tmp_path, f"wrapped/course-Stage 1-4711/Jane Doe_501_assignsubmission_file_/{ASSIGNMENT}.ipynb", solution())
+    save(tmp_path, f"wrapped/course-Stage 1-4711/John Roe_502_assignsubmission_file_/{ASSIGNMENT}.ipynb", blank())
+    save(tmp_path, "wrapped/.DS_Store", b"\0\0\0\1Bud1")
+    students = collect(tmp_path / "wrapped", release)
+    assert set(students) == {"jane_doe_501", "john_roe_502"}
+    assert students["jane_doe_501"].submissions[0].relative == f"Jane Doe_501_assignsubmission_file_/{ASSIGNMENT}.ipynb"
+    save(tmp_path, f"alone/mallory/smithjohn_12345_67890_{ASSIGNMENT}.ipynb", blank())  # one student: no wrapper
+    assert set(collect(tmp_path / "alone", release)) == {"mallory"}
 
 
 def test_names_in_any_script_are_kept_and_told_apart(tmp_path, release):
     names = ["山田太郎", "田中花子", "Αλέξης", "Νίκος", "दिव्या", "فاطمه\u200cزهرا", "Ольга"]
     for name in names:
         save(tmp_path, f"{name}/{ASSIGNMENT}.ipynb", blank())
-    save(tmp_path, f"Jose\u0301/{ASSIGNMENT}.ipynb", blank())  # decomposed é ...
-    save(tmp_path, f"José/Copy of {ASSIGNMENT} (1).ipynb", solution())  # ... is the same student as composed é
+    save(tmp_path, f"Jose\u0301/{ASSIGNMENT}.ipynb", blank())  # decomposed é: another folder ...
+    save(tmp_path, f"José/Copy of {ASSIGNMENT} (1).ipynb", solution())  # ... than composed é: two students
     students = collect(tmp_path, release)
-    assert len(students) == len(names) + 1 and "unknown" not in students
-    assert {result.name for result in students.values()} == {*names, "José"}
+    assert len(students) == len(names) + 2 and "unknown" not in students
+    assert sorted(result.name for result in students.values()) == sorted([*names, "José", "José"])
     assert all(path_safe(name) for name in students), list(students)
-    assert [s.relative for s in students["josé"].submissions] == [f"José/Copy of {ASSIGNMENT} (1).ipynb"]
+    assert all(not result.reasons for result in students.values() if result.name in names)
+    composed, decomposed = (next(result for result in students.values() if result.submissions[0].relative.startswith(
+        folder)) for folder in ("José/", "Jose\u0301/"))
+    assert composed.submissions[0].assignment == decomposed.submissions[0].assignment == ASSIGNMENT
+    assert [s.relative for s in composed.submissions] == [f"José/Copy of {ASSIGNMENT} (1).ipynb"]
+    assert decomposed.student in composed.reasons[0] and composed.student in decomposed.reasons[0]
+    assert "reads the same" in composed.reasons[0]
 
 
 def test_awkward_file_and_folder_names_get_distinct_path_safe_ids(tmp_path, release):
@@ -225,10 +247,12 @@ def test_spreadsheet_cells_never_start_a_formula_and_numbers_stay_numbers():
 
 @pytest.mark.slow
 def test_the_batch_grades_honest_students_beside_malformed_and_identity_cases(tmp_path, monkeypatch):
-    """The real batch command (nbgrader, sandboxed kernels) on a class of eight files: two honest
+    """The real batch command (nbgrader, sandboxed kernels) on a class of ten files: two honest
     students (the solution, the blank notebook), two Canvas students with the same Japanese name and
     different ids, a malformed solution in a 253-character folder, a broken file whose name is a
-    spreadsheet formula, a link to another student's notebook, and a student whose grading raises."""
+    spreadsheet formula, a link to another student's notebook, a student whose grading raises, a
+    solution with a saved output larger than the grader reads whole (limits lowered: graded, its
+    outputs left out) and one with more code cells than the grader runs (rejected)."""
     downloads, class_dir = tmp_path / "downloads", tmp_path / "class"
     long_name = "x" * 253
     malformed = solution()
@@ -242,6 +266,12 @@ def test_the_batch_grades_honest_students_beside_malformed_and_identity_cases(tm
     for relative in blank_ones:
         save(downloads, relative, blank())
     save(downloads, "=2+3 HYPERLINK.ipynb", b'{"cells": [')
+    oversized = solution()
+    next(cell for cell in oversized["cells"] if cell["cell_type"] == "code")["outputs"] = [
+        {"output_type": "stream", "name": "stdout", "text": "0.5\n" * 2**19}]  # 2.5 MB of JSON
+    save(downloads, f"olga/{ASSIGNMENT}.ipynb", oversized)
+    save(downloads, f"cody/{ASSIGNMENT}.ipynb", {**solution(), "cells": solution()["cells"] + [
+        {**nbformat.v4.new_code_cell(f"v{n} = {n}"), "id": f"v{n}"} for n in range(250)]})
     (downloads / "mallory").mkdir()
     (downloads / "mallory" / f"{ASSIGNMENT}.ipynb").symlink_to(downloads / full[0])
 
@@ -254,7 +284,7 @@ def test_the_batch_grades_honest_students_beside_malformed_and_identity_cases(tm
 
     monkeypatch.setattr(BatchGrader, "place", place)
     grader = BatchGrader(ROOT, class_dir, downloads, jobs=2, timeout=60, assignment_ids=[ASSIGNMENT],
-                         sandbox=bubblewrap_problem() is None)
+                         sandbox=bubblewrap_problem() is None, limits=Limits(whole_bytes=2**20, code_cells=200))
     students = grader.run()
     with open(class_dir / "scores.csv", encoding="utf-8", newline="") as handle:
         table = list(csv.reader(handle))
@@ -264,10 +294,15 @@ def test_the_batch_grades_honest_students_beside_malformed_and_identity_cases(tm
     assert {"name", "lms_id", "file", "total", "reasons"} <= set(header)
     by_file = {row["file"].removeprefix("'"): row for row in rows}
     assert set(by_file) == {str(path.relative_to(downloads)) for path in downloads.rglob("*.ipynb")}
-    assert len(rows) == len({row["student"] for row in rows}) == 8  # a row for every file, no two merged
+    assert len(rows) == len({row["student"] for row in rows}) == 10  # a row for every file, no two merged
     maximum = float(by_file[full[0]]["autograded_max"])  # written answers wait for a person
-    for relative in full:
+    for relative in [*full, f"olga/{ASSIGNMENT}.ipynb"]:
         assert (by_file[relative]["status"], float(by_file[relative]["autograded"])) == ("graded", maximum), relative
+    olga = by_file[f"olga/{ASSIGNMENT}.ipynb"]
+    assert olga["notebook"] == "repaired" and "its saved outputs (2.5 MB) were left out" in olga["reasons"]
+    assert (class_dir / "submitted" / olga["student"] / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").stat().st_size < 2**17
+    cody = by_file[f"cody/{ASSIGNMENT}.ipynb"]
+    assert cody["status"] == "rejected" and "266 code cells with code in them" in cody["reasons"]
     for relative in blank_ones:
         assert by_file[relative]["status"] == "graded" and float(by_file[relative]["autograded"]) < maximum, relative
     canvas = [by_file[blank_ones[1]], by_file[full[1]]]

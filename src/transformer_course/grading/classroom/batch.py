@@ -40,13 +40,16 @@ from transformer_course.data import multi30k
 from transformer_course.grading.classroom.worker import runner_start_problem
 from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
 from transformer_course.grading.gradebook.config import ROOT
-from transformer_course.grading.intake.identities import student_ids
+from transformer_course.grading.intake.identities import lookalike_notes, student_ids
 from transformer_course.grading.intake.submissions import (
+    Limits,
     Release,
     Submission,
     discover,
+    download_root,
     flag_shared_files,
     load,
+    other_file,
     printable,
 )
 from transformer_course.grading.outputs import answers, hand_grades, report
@@ -127,42 +130,72 @@ def scheduler_shard(kind: str, environment: dict[str, str] | os._Environ) -> tup
     raise argparse.ArgumentTypeError(f"unknown scheduler {kind!r}")
 
 
-def collect(folder: Path, release: Release) -> dict[str, StudentResult]:
+def collect(folder: Path, release: Release, limits: Limits | None = None) -> dict[str, StudentResult]:
     """Every student in the folder with their checked notebooks (one per assignment, the newest).
 
-    Nothing in the folder stops this: every file found is a submission, rejected with the reason
-    when it cannot be graded. Students are told apart by LMS id, else by name (see `identities`)."""
-    submissions = [load(release, found) for found in discover(folder)]
-    ids = student_ids(submission.identity for submission in submissions if submission.identity)
+    Nothing in the folder stops this and every file is accounted for: a notebook is a submission,
+    rejected with the reason when it cannot be graded; another file is named on its student's rows,
+    and a student with no notebook at all gets a rejected row naming their files. Students are told
+    apart by LMS id, else by their exact name (see `identities`)."""
+    found = discover(folder)
+    submissions = [load(release, item, limits) if item.notebook else other_file(release, item) for item in found]
+    identities = [submission.identity for submission in submissions if submission.identity]
+    ids = student_ids(identities)
+    notes = lookalike_notes(identities, ids)
     students: dict[str, StudentResult] = {}
+    others: dict[str, list[Submission]] = {}
     for submission in submissions:
         assert submission.identity is not None  # load always names the student
         submission.student = ids[submission.identity]
-        result = students.setdefault(submission.student, StudentResult(
-            submission.student, name=submission.identity.name, lms_id=submission.identity.lms_id))
+        result = students.get(submission.student)
+        if result is None:
+            result = students[submission.student] = StudentResult(
+                submission.student, name=submission.identity.name, lms_id=submission.identity.lms_id,
+                reasons=list(notes.get(submission.identity, [])))
+        if submission.status == "other":
+            others.setdefault(submission.student, []).append(submission)
+            continue
         same = [s for s in result.submissions if s.assignment and s.assignment == submission.assignment]
         if same:
             newest = max([*same, submission], key=lambda s: (s.modified, s.relative))
             older = same[0] if newest is submission else submission
             result.reasons.append(f"{submission.assignment}: two notebooks, graded the newer "
-                                  f"{printable(newest.path.name)}, ignored {printable(older.path.name)}")
+                                  f"{printable(newest.relative)}, ignored {printable(older.relative)}")
             if newest is submission:
                 result.submissions.remove(same[0])
                 result.submissions.append(submission)
             continue
         result.submissions.append(submission)
+    for student, files in others.items():
+        _name_other_files(students[student], files)
     flag_shared_files([s for result in students.values() for s in result.submissions])
     return students
+
+
+def _name_other_files(result: StudentResult, files: list[Submission]) -> None:
+    """Files that are not notebooks, on the student's rows; a student with no notebook gets a row of
+    its own for them, rejected with the reason."""
+    names = ", ".join(printable(file.relative) for file in files[:5])
+    names += f" and {len(files) - 5} more" if len(files) > 5 else ""
+    if result.submissions:
+        result.reasons.append(f"also handed in, not graded (only notebooks are): {names}")
+        return
+    first = files[0]
+    first.status = "rejected"
+    first.reasons = [f"no notebook (.ipynb) among the files handed in: {names}; only notebooks are graded "
+                     "(archives are not unpacked, and Jupyter's .ipynb_checkpoints copies are not graded)"]
+    result.submissions.append(first)
 
 
 class BatchGrader:
     def __init__(self, course: Path, class_dir: Path, submissions: Path, *, jobs: int = 2, force: bool = False,
                  db_url: str | None = None, shard: tuple[int, int] | None = None, timeout: int = 120,
                  memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
-                 require_sandbox: bool = False) -> None:
+                 require_sandbox: bool = False, limits: Limits | None = None) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
         self.sandbox, self.require_sandbox = sandbox, require_sandbox
+        self.limits = limits or Limits()  # how much of a file intake reads (tests lower them)
         self.assignment_ids = assignment_ids or course_assignments(self.course)
         self.classroom = Classroom(self.course, self.class_dir, database_url=db_url)
         self.db_url = self.classroom.db_url
@@ -345,7 +378,11 @@ class BatchGrader:
             _warn_unsandboxed(problem)
         assignment_ids = self.prepare() if grade else self.assignment_ids
         release = Release(self.class_dir / "release", assignment_ids)
-        everyone = collect(self.submissions, release)
+        root = download_root(self.submissions)
+        if root != self.submissions:
+            print(f"the download lies in the folder {printable(root.name)} of {self.submissions}: reading it there",
+                  flush=True)
+        everyone = collect(self.submissions, release, self.limits)
         if not grade:
             self.write_csv(self.elsewhere(everyone, {}))
             report.write_report(self.class_dir)

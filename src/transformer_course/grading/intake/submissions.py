@@ -6,16 +6,27 @@ Accepted layouts of the submissions folder (who handed a file in: see `identitie
     submissions/<student>_<assignment>.ipynb       flat files; Canvas names such as
     submissions/smithjo_12345_67890_02_attention.ipynb   are understood too
 
-Links are never followed: a notebook that is a symbolic link, or a folder that is one, gets a row
-with the reason and nothing behind it is read. Which assignment a notebook is comes from its content
-(nbgrader ids, then the title), so names like "Copy of 02_attention (1).ipynb" are fine.
+Every file is accounted for: a notebook gets a row; another file (a PDF, a zip) is named on its
+student's rows, and a student who handed in no notebook at all gets a row saying so. Only what
+machines add is passed over: macOS' __MACOSX folders and `._` files, .DS_Store, Thumbs.db,
+desktop.ini, and hidden folders and files other than notebooks at the top of the folder (the
+instructor's own, such as .git). A download that lies in a single folder of its own (an archive
+unpacked into a folder named after it) is read inside that folder. Links are never followed: a
+notebook that is a symbolic link, or a folder that is one, gets a row with the reason and nothing
+behind it is read. Which assignment a notebook is comes from its content (nbgrader ids, then the
+title), so names like "Copy of 02_attention (1).ipynb" are fine.
 
 Every field the grader and nbgrader read is checked before anything else looks at it: the file is
 read as JSON (UTF-8 with or without a byte-order mark, UTF-16 or UTF-32), then rebuilt as a
 current-format notebook keeping only well-typed fields: cells of a known type whose source is text
 (or a list of texts), cell ids, metadata whose nbgrader part has the types nbgrader expects. What
 can be repaired is, and each repair is reported; what cannot is rejected with a reason a student
-understands. Outputs are dropped (nbgrader clears them before running the notebook anyway).
+understands. Outputs are dropped (nbgrader clears them before running the notebook anyway). A file
+too large to parse whole (hundreds of MB of saved outputs), or nested deeper than the JSON parser
+goes, is read without its outputs and deep values (`trim`, in a process of its own with a time and
+memory limit), graded, and the row says what was left out. How much is read is bounded (`Limits`):
+a notebook with more cells, code cells or text than a grader can run in reasonable time is rejected
+with the reason.
 
 The notebook is then checked against the released version: every graded, locked and exercise cell
 present once with its nbgrader metadata, no other cell claiming to be one. A notebook that fails the
@@ -34,6 +45,8 @@ import math
 import os
 import re
 import stat
+import subprocess
+import sys
 import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -41,13 +54,11 @@ from pathlib import Path, PurePosixPath
 
 import nbformat
 
-from transformer_course.grading.intake.identities import Identity, identify
+from transformer_course.grading.intake.identities import Identity, identify, lms_identity
 from transformer_course.grading.intake.scan import suspicious_code
 
 _GRADED_KEYS = ("grade", "solution", "locked", "points", "task")  # what nbgrader grades by
 _COMPARED_KEYS = (*_GRADED_KEYS, "schema_version")  # an old schema makes nbgrader "upgrade" the cell away
-MAX_BYTES = 64 * 2**20  # a course notebook with its outputs is well under 1 MB
-MAX_CELLS = 5_000  # the longest course notebook has about 100
 _CELL_TYPES = ("code", "markdown", "raw")
 _CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -85,17 +96,40 @@ _CELL_METADATA = {
 }
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How much of a file the grader reads; a file over a limit is rejected with the reason.
+
+    The course's notebooks have at most 99 cells, 56 code cells and 81 KB of JSON (stage 5); each
+    limit leaves a wide margin. Measured on the shared 2-core machine: 4,000 one-line code cells added
+    7.6 s to grading a notebook, 20,000 took 303 s (README, "What it accepts")."""
+
+    file_bytes: int = 2**30  # a larger file is not read at all
+    whole_bytes: int = 16 * 2**20  # a larger file is read without its outputs (trim.py)
+    kept_bytes: int = 8 * 2**20  # the cells' text, outputs left out
+    cells: int = 5_000
+    code_cells: int = 2_000  # cells with code in them: each runs
+    depth: int = 100  # a value nested deeper is left out (only `trim` reads such a file)
+    trim_seconds: float = 30.0  # 300 MB of outputs took 1.8 to 3.3 s
+
+
 class Unreadable(ValueError):
     """A file that is not a notebook this grader can read; the message says why, to the student."""
 
 
+class TooDeep(Unreadable):
+    """JSON nested deeper than Python's parser goes (it stops near 1,000 levels)."""
+
+
 @dataclass(frozen=True)
 class Found:
-    """A notebook in the submissions folder, or a reason it cannot be read (a link, a device...)."""
+    """A file in the submissions folder: a notebook, another kind of file (never read), or a reason it
+    cannot be read (a link, a device...)."""
 
     path: Path
     relative: PurePosixPath
     problem: str = ""
+    notebook: bool = True  # False: not a .ipynb file; it is named on its student's rows, never read
 
 
 @dataclass
@@ -104,7 +138,7 @@ class Submission:
     assignment: str | None
     path: Path
     notebook: nbformat.NotebookNode | None = None
-    status: str = "ok"  # ok | repaired | rejected
+    status: str = "ok"  # ok | repaired | rejected | other (not a notebook: named on the student's rows)
     reasons: list[str] = field(default_factory=list)
     relative: str = ""  # where it lies in the submissions folder
     identity: Identity | None = None
@@ -191,19 +225,47 @@ _LINK = "it is a link (symlink) to another file, so it was not read: hand in the
 _FOLDER_LINK = "the folder '{}' is a link (symlink) to another folder, so nothing in it was read"
 
 
-def discover(folder: Path) -> list[Found]:
-    """Every notebook in the submissions folder, and every link or odd file where one could be.
+_MACHINE_MADE = frozenset({"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini"})  # never handed in by anyone
+_CHECKPOINTS = ".ipynb_checkpoints"
 
-    Hidden files and folders (checkpoints) and macOS' __MACOSX are skipped; links are reported,
-    never followed; so nothing outside the folder is ever read."""
-    root = Path(os.path.realpath(folder))  # the folder itself may be reached through a link: the grader chose it
+
+def _visible(entry: os.DirEntry, top: bool) -> bool:
+    """Whether ENTRY is something a student (or the LMS) put there: not what macOS, Windows or Finder
+    add, nor a hidden folder or file at the top of the folder (the instructor's own, e.g. .git), unless
+    it is a notebook (a student's file saved under a name that begins with a dot)."""
+    if entry.name in _MACHINE_MADE or entry.name.startswith("._"):
+        return False
+    return not (top and entry.name.startswith(".") and not (
+        entry.name.lower().endswith(".ipynb") and not entry.is_dir(follow_symlinks=False)))
+
+
+def download_root(folder: Path) -> Path:
+    """The folder that holds the students: FOLDER, or the one folder in it when that folder is not
+    named by an LMS and holds entries of at least two LMS students (an archive unpacked into a
+    folder named after it). A student's own folder never qualifies: a student is one LMS id."""
+    with os.scandir(folder) as listing:
+        entries = [entry for entry in listing if _visible(entry, True)]
+    if len(entries) != 1 or not entries[0].is_dir(follow_symlinks=False) or lms_identity(entries[0].name):
+        return folder
+    with os.scandir(entries[0].path) as listing:
+        students = {found[0] for entry in listing if _visible(entry, True) and (found := lms_identity(entry.name))}
+    return Path(entries[0].path) if len(students) >= 2 else folder
+
+
+def discover(folder: Path) -> list[Found]:
+    """Every file in the submissions folder (see `download_root`): notebooks, other files, and links or
+    odd files with the reason they are not read.
+
+    Links are reported, never followed, so nothing outside the folder is ever read."""
+    root = download_root(Path(os.path.realpath(folder)))  # the folder itself may be a link: the grader chose it
     found: list[Found] = []
     pending = [root]
     while pending:
         directory = pending.pop()
         try:
             with os.scandir(directory) as listing:
-                entries = sorted(listing, key=lambda entry: entry.name)
+                entries = sorted((entry for entry in listing if _visible(entry, directory == root)),
+                                 key=lambda entry: entry.name)
         except OSError as error:
             if directory == root:
                 raise
@@ -211,15 +273,16 @@ def discover(folder: Path) -> list[Found]:
                                f"the folder could not be read ({error.strerror})"))
             continue
         for entry in entries:
-            if entry.name.startswith(".") or entry.name == "__MACOSX":
-                continue
             path = Path(entry.path)
-            notebook = entry.name.lower().endswith(".ipynb")
+            # Jupyter's automatic copies in .ipynb_checkpoints are named with the files, never graded
+            notebook = entry.name.lower().endswith(".ipynb") and _CHECKPOINTS not in path.parts
             try:
                 if entry.is_symlink():
                     if notebook or path.is_dir():
                         problem = _LINK if notebook else _FOLDER_LINK.format(printable(entry.name))
                         found.append(Found(path, _relative(path, root), problem))
+                    else:
+                        found.append(Found(path, _relative(path, root), notebook=False))
                 elif entry.is_dir(follow_symlinks=False):
                     pending.append(path)
                 elif notebook:
@@ -228,6 +291,8 @@ def discover(folder: Path) -> list[Found]:
                     if not problem and not os.path.realpath(path).startswith(str(root) + os.sep):
                         problem = "its real location is outside the submissions folder, so it was not read"
                     found.append(Found(path, _relative(path, root), problem))
+                else:
+                    found.append(Found(path, _relative(path, root), notebook=False))
             except OSError as error:
                 found.append(Found(path, _relative(path, root), f"it could not be read ({error.strerror})"))
     return sorted(found, key=lambda item: item.relative.parts)
@@ -239,8 +304,20 @@ def _relative(path: Path, root: Path) -> PurePosixPath:
 
 # --- reading and normalising one file ---------------------------------------------------------------
 
-def _read(path: Path) -> tuple[bytes, os.stat_result]:
-    """The file's bytes, refusing a link (even one swapped in since it was found) and anything not a file."""
+@dataclass
+class Read:
+    """What reading a file gave: its JSON, its size and checksum, and what was left out to read it."""
+
+    data: object
+    info: os.stat_result
+    digest: str  # sha256 of the whole file
+    notes: list[str]
+
+
+def read(path: Path, limits: Limits) -> Read:
+    """The JSON in the file at PATH, refusing a link (even one swapped in since it was found) and
+    anything not a file. A file larger than limits.whole_bytes, or nested deeper than the parser goes,
+    is read by `trim` (saved outputs and deep values left out, and said so in the notes)."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
@@ -251,10 +328,69 @@ def _read(path: Path) -> tuple[bytes, os.stat_result]:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise Unreadable("it is not a regular file (a pipe, socket or device), so it was not read")
-        raw = handle.read(MAX_BYTES + 1)
-    if len(raw) > MAX_BYTES:
-        raise Unreadable(f"the file is larger than {MAX_BYTES // 2**20} MB, far more than a notebook of this course")
-    return raw, info
+        if info.st_size > limits.file_bytes:
+            raise Unreadable(f"the file is {_size(info.st_size)}, more than the {_size(limits.file_bytes)} the "
+                             "grader reads of a notebook (a course notebook with its outputs is well under 1 MB)")
+        if info.st_size <= limits.whole_bytes:
+            raw = handle.read(limits.whole_bytes + 1)
+            if len(raw) <= limits.whole_bytes:  # else it grew since: read it as a large file
+                try:
+                    data, notes = parse(raw)
+                    return Read(data, info, hashlib.sha256(raw).hexdigest(), notes)
+                except TooDeep:
+                    pass
+        text, header = _trimmed(handle.fileno(), limits)
+    data, notes = parse(text)
+    return Read(data, info, str(header["digest"]), _trim_notes(header, info.st_size, limits) + notes)
+
+
+def _trim_notes(header: dict, size: int, limits: Limits) -> list[str]:
+    """What trim.py left out, in a student's words (the file was too large, or too deep, to parse)."""
+    notes = []
+    if size > limits.whole_bytes:
+        parts = [f"{what} ({_size(int(header[key]))})" for key, what in
+                 (("outputs", "its saved outputs"), ("attachments", "its pasted images")) if header.get(key)]
+        left_out = " and ".join(parts) or "its notebook metadata"
+        notes.append(f"the file is {_size(size)}, more than the grader reads whole: {left_out} were left out and "
+                     "its code was graded (outputs are never graded: every cell runs again)")
+    if header.get("deep"):
+        notes.append(f"{header['deep']} value(s) nested more than {limits.depth} levels deep (no notebook field "
+                     "is) were left out")
+    elif size <= limits.whole_bytes:
+        notes.append("the file is nested more deeply than a JSON reader goes, in its saved outputs or notebook "
+                     "metadata: those were left out (nothing grades them)")
+    return notes
+
+
+_TRIM = Path(__file__).with_name("trim.py")
+
+
+def _trimmed(descriptor: int, limits: Limits) -> tuple[bytes, dict]:
+    """(the notebook's JSON without outputs and deep values, trim.py's header), from a process of its own."""
+    command = [sys.executable, "-I", "-S", str(_TRIM), str(descriptor), str(limits.depth), str(limits.kept_bytes)]
+    try:
+        done = subprocess.run(command, pass_fds=(descriptor,), capture_output=True, timeout=limits.trim_seconds,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise Unreadable(f"reading it took more than {limits.trim_seconds:g} s (a notebook takes a fraction of a "
+                         "second), so it was not read") from None
+    if done.returncode == 3:
+        raise Unreadable(printable(done.stderr.decode("utf-8", "replace").strip())[:300])
+    header, _, text = done.stdout.partition(b"\n")
+    try:
+        found = json.loads(header) if done.returncode == 0 else None
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        why = printable(done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:][0][:150]
+                        if done.stderr.strip() else f"exit status {done.returncode}")
+        raise Unreadable(f"the grader could not read it ({why}); please tell the instructor")
+    return text, found
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:.1f} GB" if count >= 2**30 else f"{count / 2**20:.1f} MB" if count >= 2**20 else (
+        f"{count / 2**10:.0f} KB" if count >= 2**10 else f"{count} bytes")
 
 
 def parse(raw: bytes) -> tuple[object, list[str]]:
@@ -277,25 +413,28 @@ def parse(raw: bytes) -> tuple[object, list[str]]:
                          "so accented letters may look wrong")
             return json.loads(text, parse_constant=lambda name: None), notes
     except RecursionError:
-        raise Unreadable("not a valid notebook: its JSON is nested far too deeply") from None
+        raise TooDeep("not a valid notebook: its JSON is nested far too deeply") from None
     except ValueError as error:
         raise Unreadable(f"not a valid notebook: the JSON is broken ({printable(str(error))[:120]})") from None
 
 
-def normalise(data: object) -> tuple[dict, list[str]]:
+def normalise(data: object, limits: Limits | None = None) -> tuple[dict, list[str]]:
     """A notebook in the current format (4.5) with only well-typed fields, from any parsed JSON.
 
     Returns the notebook (as plain JSON, without outputs or notebook metadata) and the repairs
-    made, in a student's words; raises Unreadable when there is no notebook to repair."""
+    made, in a student's words; raises Unreadable when there is no notebook to repair, or one with
+    more cells, code cells or text than LIMITS allow (a grader could not run it in reasonable time)."""
+    limits = limits or Limits()
     if isinstance(data, dict) and data.get("nbformat") == 3 and isinstance(data.get("worksheets"), list):
+        _check_size(sum(len(sheet.get("cells", [])) for sheet in data["worksheets"]
+                        if isinstance(sheet, dict) and isinstance(sheet.get("cells"), list)), 0, 0, limits)
         try:
             data = json.loads(json.dumps(nbformat.convert(nbformat.from_dict(data), 4)))
         except Exception:  # the converter trusts its input; a broken old notebook fails anywhere in it
             raise Unreadable("an old (version 3) notebook that could not be converted") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise Unreadable("the file is JSON but not a Jupyter notebook (it has no list of cells)")
-    if len(data["cells"]) > MAX_CELLS:
-        raise Unreadable(f"the notebook has {len(data['cells'])} cells, more than {MAX_CELLS:,}")
+    _check_size(len(data["cells"]), 0, 0, limits)
     notes: list[str] = []
     cells = []
     for number, cell in enumerate(data["cells"], 1):
@@ -303,6 +442,8 @@ def normalise(data: object) -> tuple[dict, list[str]]:
             cells.append(_cell(cell, number, notes))
         else:
             notes.append(f"cell {number} is {_describe(cell)}, not a cell, and was left out")
+    _check_size(len(cells), sum(cell["cell_type"] == "code" and bool(cell["source"].strip()) for cell in cells),
+                sum(len(cell["source"].encode("utf-8", "surrogatepass")) for cell in cells), limits)
     taken = {cell["id"] for cell in cells if cell["id"]}
     if len(taken) < len(cells):  # missing, invalid or repeated ids: nbformat 4.5 needs unique ones
         seen: set[str] = set()
@@ -313,6 +454,20 @@ def normalise(data: object) -> tuple[dict, list[str]]:
                 taken.add(cell["id"])
             seen.add(cell["id"])
     return {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells}, notes
+
+
+def _check_size(cells: int, code_cells: int, text_bytes: int, limits: Limits) -> None:
+    """Reject a notebook with more cells, code cells or text than LIMITS: no grader runs it in reasonable time."""
+    advice = "so it was not graded: hand in the course notebook with your answers"
+    if cells > limits.cells:
+        raise Unreadable(f"the notebook has {cells:,} cells; the grader reads at most {limits.cells:,} (a course "
+                         f"notebook has about 100), {advice}")
+    if code_cells > limits.code_cells:
+        raise Unreadable(f"the notebook has {code_cells:,} code cells with code in them; the grader runs at most "
+                         f"{limits.code_cells:,} (a course notebook has about 50), {advice}")
+    if text_bytes > limits.kept_bytes:
+        raise Unreadable(f"the notebook's cells hold {_size(text_bytes)} of text; the grader reads at most "
+                         f"{_size(limits.kept_bytes)} (a course notebook has about 80 KB), {advice}")
 
 
 def _cell(cell: dict, number: int, notes: list[str]) -> dict:
@@ -389,16 +544,13 @@ def _attachments_ok(attachments: object) -> bool:
 
 # --- one submission ------------------------------------------------------------------------------
 
-def load(release: Release, found: Found) -> Submission:
+def load(release: Release, found: Found, limits: Limits | None = None) -> Submission:
     """Read, identify, check and if needed repair one notebook. Never raises: a file that cannot be
     read, or that breaks the grader, is a rejected submission with the reason."""
     submission = Submission("", None, found.path, relative=str(found.relative))
+    submission.identity, notes = _identify(release, found)
     try:
-        submission.identity, notes = identify(found.relative, list(release.notebooks))
-    except Exception:  # a name that breaks the parser must not cost the file: it is named by a hash
-        submission.identity, notes = Identity("", "", f"raw:{found.relative}", ""), []
-    try:
-        _check(release, found, submission, notes)
+        _check(release, found, submission, notes, limits or Limits())
     except Unreadable as error:
         _reject(submission, str(error))
     except Exception as error:  # a bug of ours costs this file, not the class
@@ -407,18 +559,32 @@ def load(release: Release, found: Found) -> Submission:
     return submission
 
 
-def _check(release: Release, found: Found, submission: Submission, notes: list[str]) -> None:
+def other_file(release: Release, found: Found) -> Submission:
+    """A file that is not a notebook (a PDF, a zip, Jupyter's checkpoint copy): whose it is. Never read."""
+    submission = Submission("", None, found.path, status="other", relative=str(found.relative))
+    submission.identity = _identify(release, found)[0]
+    return submission
+
+
+def _identify(release: Release, found: Found) -> tuple[Identity, list[str]]:
+    try:
+        return identify(found.relative, list(release.notebooks))
+    except Exception:  # a name that breaks the parser must not cost the file: it is named by a hash
+        return Identity("", "", f"raw:{found.relative}", ""), []
+
+
+def _check(release: Release, found: Found, submission: Submission, notes: list[str], limits: Limits) -> None:
     if found.problem:
         raise Unreadable(found.problem)
-    raw, info = _read(found.path)
-    submission.digest = hashlib.sha256(raw).hexdigest()
+    done = read(found.path, limits)
+    info = done.info
+    submission.digest = done.digest
     submission.inode, submission.modified = (info.st_dev, info.st_ino), info.st_mtime
     if info.st_nlink > 1:
         notes.append(f"flagged for review: the file has {info.st_nlink} names (hard links), "
                      "so the same file may have been handed in for someone else")
-    data, encoding_notes = parse(raw)
-    data, repairs = normalise(data)
-    repairs = encoding_notes + repairs
+    data, repairs = normalise(done.data, limits)
+    repairs = done.notes + repairs
     notebook = nbformat.from_dict(data)
     assignment = release.identify(notebook, found.path.name)
     if assignment is None:

@@ -293,6 +293,8 @@ class JudgedExecute(NbGraderPreprocessor):
 
     timeout = Integer(120, help="Seconds a cell may run.").tag(config=True)
     max_kernel_deaths = Integer(3, help="Runner crashes tolerated per notebook before giving up.").tag(config=True)
+    notebook_timeout = Integer(1800, help="Seconds a whole notebook may run; the cells after are not run.").tag(
+        config=True)
     interrupt_on_timeout = Bool(True, help="Kept for nbgrader's configuration; cells are always stopped.").tag(
         config=True)
 
@@ -309,6 +311,7 @@ class JudgedExecute(NbGraderPreprocessor):
         with profiling.phase("runner fork", self.session.cpu_seconds):
             self._open()
         count = 0
+        started = time.monotonic()
         for index, cell in enumerate(nb.cells):
             if cell.get("cell_type") != "code":
                 continue
@@ -316,6 +319,10 @@ class JudgedExecute(NbGraderPreprocessor):
             cell.execution_count = count
             if self.deaths > self.max_kernel_deaths:
                 cell.outputs = [_error("NotRun", "not run: the notebook's process crashed too often above")]
+                continue
+            if time.monotonic() - started > self.notebook_timeout:  # many slow cells must not hold a class up
+                cell.outputs = [_error("NotRun", f"not run: the notebook had run for more than "
+                                       f"{self.notebook_timeout // 60} minutes in all")]
                 continue
             if is_grade_cell(cell):
                 self._grade_cell(index, cell)

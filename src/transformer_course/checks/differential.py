@@ -866,6 +866,21 @@ def _student_value_words(key: str, student: Trace) -> str:
     return f"{made} ({where})" if where else made
 
 
+def _extra_step(got: str, wanted: torch.Tensor, student: Trace) -> str:
+    """'after an extra softmax (line …)' when the student's value is one more operation applied to the value the
+    paper uses (a step done twice, or one too many); '' otherwise."""
+    producer = _producer(got)
+    for _ in range(3):  # up to three steps back
+        if producer is None:
+            return ""
+        op = student.ops[producer]
+        inputs = [_value_of(student, source) for source in op.sources]
+        if any(value is not None and same_values(value, wanted, permuted=False) for value in inputs):
+            return f"after an extra {operation_words(op.name)} ({_student_line(op)})"
+        producer = _producer(op.sources[0]) if op.sources and op.name in LAYOUT else None
+    return ""
+
+
 def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: Trace, matched: dict[int, list[str]],
                     context: Context) -> str:
     """The same operation fed with another value of the computation than the reference feeds it, or with
@@ -909,6 +924,9 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
                             f"{operation_words(departure.name)} gets `{instead[5:]}` instead of `{wanted[5:]}`)")
             return (f"{what} receives {_source_words(instead, reference, context)} "
                     f"where the paper gives it {_source_words(wanted, reference, context)}")
+        extra = _extra_step(got, wanted_value, student)
+        if extra:
+            return f"{what} receives {_source_words(wanted, reference, context)} {extra}"
         how = relation(got_value, wanted_value, context, None)
         if how:
             return f"{what} receives {_source_words(wanted, reference, context)} changed: {how}"
@@ -994,9 +1012,11 @@ def relation(got: torch.Tensor, expected: torch.Tensor, context: Context, op: Op
 def _bool_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
     if torch.equal(a, ~b):
         return "the opposite: True exactly where False is expected"
-    extra, missing = int((a & ~b).sum()), int((~a & b).sum())
-    parts = [f"True at {extra} positions where False is expected" if extra else "",
-             f"False at {missing} positions where True is expected" if missing else ""]
+    extra, missing = a & ~b, ~a & b
+    parts = [f"True at {int(extra.sum())} positions where False is expected{_positions(extra, context)}"
+             if extra.any() else "",
+             f"False at {int(missing.sum())} positions where True is expected{_positions(missing, context)}"
+             if missing.any() else ""]
     return "; ".join(part for part in parts if part)
 
 
@@ -1031,7 +1051,7 @@ def _positions(where: torch.Tensor, context: Context) -> str:
         return ""
     pairs = where.reshape(-1, where.size(-2), where.size(-1)).any(dim=0).nonzero().tolist()
     shown = ", ".join(f"{q}→{k}" for q, k in pairs[:6]) + (", ..." if len(pairs) > 6 else "")
-    return f" (query→key: {shown})"
+    return f" (row→column, that is query→key for a mask: {shown})"
 
 
 def _layout_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
@@ -1095,9 +1115,28 @@ def _describe_order(order: list[int]) -> str:
             f"{', '.join(str(order[i]) for i in moved)}")
 
 
+def _merged_axes(fewer: tuple[int, ...], more: tuple[int, ...]) -> int | None:
+    """d when `fewer` is `more` with its axes d and d + 1 joined into one, else None."""
+    if len(fewer) + 1 != len(more):
+        return None
+    for d in range(len(fewer)):
+        if tuple(fewer[:d]) == tuple(more[:d]) and fewer[d] == more[d] * more[d + 1] \
+                and tuple(fewer[d + 1:]) == tuple(more[d + 2:]):
+            return d
+    return None
+
+
 def _shape_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
     shapes = f"shape {tuple(a.shape)} where {tuple(b.shape)} is expected"
     if a.numel() == b.numel():
+        merged = _merged_axes(a.shape, b.shape)
+        if merged is not None and _close(a.reshape(-1), b.reshape(-1)):
+            return (f"the right values with two axes of the expected shape merged into one ({shapes}): a "
+                    f"concatenation where a stack belongs, or a view that joins axes {merged} and {merged + 1}")
+        merged = _merged_axes(b.shape, a.shape)
+        if merged is not None and _close(a.reshape(-1), b.reshape(-1)):
+            return (f"the right values with one axis split in two ({shapes}): a stack where a concatenation "
+                    f"belongs, or a view that splits axis {merged}")
         if _close(a.reshape(-1), b.reshape(-1)):
             return f"the right values, reshaped: {shapes}"
         order = _permutation(a, b)

@@ -127,5 +127,5 @@ def write_class(root: Path, folder: Path, assignments: list[str] | None = None) 
     return written
 
 
-__all__ = ["STAGES", "STYLES", "Answer", "answers", "release_path", "student_notebook", "with_hidden_tests",
+__all__ = ["STAGES", "STUB", "STYLES", "Answer", "answers", "release_path", "student_notebook", "with_hidden_tests",
            "write_class"]

@@ -3,13 +3,18 @@
 The checks promise two things to honest work: right code written differently passes every check, and no honest
 student is flagged for review. This class measures both on code the course did not write for its checks:
 
-    annotated   in the style of Harvard NLP's "The Annotated Transformer": an `attention()` helper, `clones`,
-                sublayers passed as lambdas, one-line comprehensions, einsum where it reads naturally
+    annotated   in the style of Harvard NLP's "The Annotated Transformer": its attention helper, sublayers passed
+                as lambdas to a residual helper, comprehensions over zip(layers, inputs), einsum where it
+                reads naturally, its `rate` schedule and `greedy_decode`
     tutorial    in the style of the PyTorch tutorials and d2l.ai: reshape/permute, `torch.where` masks with -inf,
-                `F.` functional calls, d2l's folding of the heads into the batch axis, loops where d2l loops
-    prose       a careful student who worked from the lesson's prose alone: explicit loops over heads, batch
-                elements and layers, hand-written softmax and gradient clipping, integer masks, tensors
-                filled in place
+                `F.` functional calls, d2l's heads folded into the batch axis for `torch.bmm`, its add & norm
+                and hand-written gradient clipping
+    prose       a careful student who worked from the lesson's prose alone: explicit loops over positions, heads,
+                key positions, layers, sentences and beams, hand-written softmax, 0/1 masks, tensors allocated
+                and filled in place
+
+The constructors are given (the lessons ask to keep them), so the styles differ in the code of the stubs and in
+the helpers a student adds at the top of a cell.
 
 Each style is a package with one module per stage (named like the stage's checks module) whose `ANSWERS` maps an
 exercise cell's id to an `Answer`: the code that replaces each `# YOUR CODE HERE / raise NotImplementedError()`

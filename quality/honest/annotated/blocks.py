@@ -1,0 +1,33 @@
+"""Stage 3 with the Annotated Transformer's sublayer connection, adapted to the paper's post-LN order: one
+helper `sublayer(x, fn, norm, dropout)` applies norm(x + dropout(fn(x))), and each block passes its sublayers
+to it as lambdas."""
+
+from quality.honest import Answer
+
+_SUBLAYER = '''
+def sublayer(x, fn, norm, dropout):
+    "A residual connection followed by a layer norm (post-LN, as in the paper): norm(x + dropout(fn(x)))."
+    return norm(x + dropout(fn(x)))
+'''
+
+ANSWERS = {
+    "block_feed_forward": Answer(stubs=(
+        """
+        return self.fc2(self.fc1(x).relu())
+        """,
+    )),
+    "block_encoder": Answer(helpers=_SUBLAYER, stubs=(
+        """
+        x = sublayer(x, lambda x: self.self_attn(x, x, x, mask), self.norm1, self.dropout)
+        x = sublayer(x, self.feed_forward, self.norm2, self.dropout)
+        """,
+    )),
+    "block_decoder": Answer(stubs=(
+        """
+        m = enc_out
+        x = sublayer(x, lambda x: self.self_attn(x, x, x, dec_mask), self.norm1, self.dropout)
+        x = sublayer(x, lambda x: self.cross_attn(x, m, m, enc_mask), self.norm2, self.dropout)
+        x = sublayer(x, self.feed_forward, self.norm3, self.dropout)
+        """,
+    )),
+}

@@ -1,0 +1,39 @@
+"""Stage 5 after the Annotated Transformer's `Batch`, `SimpleLossCompute`, `rate` and `run_epoch`: the shift
+as `tgt[:, :-1]` / `tgt[:, 1:]`, the loss on `.contiguous().view(-1, ...)`, the schedule with its
+`if step == 0: step = 1`, the update with `zero_grad(set_to_none=True)`."""
+
+from quality.honest import Answer
+
+ANSWERS = {
+    "collate": Answer(stubs=(
+        """
+        tgt_in = tgt[:, :-1]
+        tgt_out = tgt[:, 1:]
+        """,
+    )),
+    "compute_loss": Answer(stubs=(
+        """
+        out = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss = criterion(out.contiguous().view(-1, out.size(-1)), batch.tgt_out.contiguous().view(-1))
+        """,
+    )),
+    "noam_learning_rate": Answer(stubs=(
+        """
+        # we have to default the step to 1 for LambdaLR function to avoid zero raising to negative power.
+        if step == 0:
+            step = 1
+        return factor * (d_model ** (-0.5) * min(step ** (-0.5), step * warmup_steps ** (-1.5)))
+        """,
+    )),
+    "train_epoch": Answer(stubs=(
+        """
+        optimizer.zero_grad(set_to_none=True)
+        loss = compute_loss(model, batch, criterion)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        """,
+    )),
+}

@@ -1,0 +1,44 @@
+"""Stage 3 step by step as the lesson's sublayer pattern lists it: keep the input as the residual, run the
+sublayer, apply dropout to its output, add the residual, normalise; max(0, .) written as the formula says."""
+
+from quality.honest import Answer
+
+ANSWERS = {
+    "block_feed_forward": Answer(stubs=(
+        """
+        hidden = self.fc1(x)  # x W1 + b1: (batch, seq_len, d_ff)
+        hidden = torch.maximum(hidden, torch.zeros_like(hidden))  # max(0, .)
+        return self.fc2(hidden)  # (batch, seq_len, d_model)
+        """,
+    )),
+    "block_encoder": Answer(stubs=(
+        """
+        # sublayer 1: multi-head self-attention
+        residual = x
+        x = self.self_attn(x, x, x, mask)
+        x = self.dropout(x)
+        x = self.norm1(residual + x)
+        # sublayer 2: the position-wise feed-forward network
+        residual = x
+        x = self.feed_forward(x)
+        x = self.dropout(x)
+        x = self.norm2(residual + x)
+        """,
+    )),
+    "block_decoder": Answer(stubs=(
+        """
+        # sublayer 1: masked self-attention over the target written so far
+        residual = x
+        x = self.self_attn(x, x, x, dec_mask)
+        x = self.norm1(residual + self.dropout(x))
+        # sublayer 2: cross-attention, queries from the decoder, keys and values from the encoder output
+        residual = x
+        x = self.cross_attn(x, enc_out, enc_out, enc_mask)
+        x = self.norm2(residual + self.dropout(x))
+        # sublayer 3: the position-wise feed-forward network
+        residual = x
+        x = self.feed_forward(x)
+        x = self.norm3(residual + self.dropout(x))
+        """,
+    )),
+}

@@ -1,0 +1,43 @@
+"""Stage 5 as d2l.ai and the TensorFlow/PyTorch tutorials write it: contiguous slices for the shift; the
+cross-entropy on logits permuted to (batch, vocab, steps) as d2l's `MaskedSoftmaxCELoss` does; the schedule in
+its rsqrt form (`arg1`, `arg2`); d2l's hand-written `grad_clipping`."""
+
+from quality.honest import Answer
+
+ANSWERS = {
+    "collate": Answer(stubs=(
+        """
+        tgt_in, tgt_out = tgt[:, :-1].contiguous(), tgt[:, 1:].contiguous()
+        """,
+    )),
+    "compute_loss": Answer(stubs=(
+        """
+        Y_hat = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (batch, steps, vocab)
+        loss = criterion(Y_hat.permute(0, 2, 1), batch.tgt_out)  # classes on axis 1, as CrossEntropyLoss wants
+        """,
+    )),
+    "noam_learning_rate": Answer(stubs=(
+        """
+        step = max(step, 1)
+        arg1 = 1 / math.sqrt(step)
+        arg2 = step * (warmup_steps ** -1.5)
+        return factor * (1 / math.sqrt(d_model)) * min(arg1, arg2)
+        """,
+    )),
+    "train_epoch": Answer(stubs=(
+        """
+        optimizer.zero_grad()
+        loss = compute_loss(model, batch, criterion)
+        loss.backward()
+        # d2l's grad_clipping: scale every gradient by clip_norm / norm when the total norm exceeds clip_norm
+        params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
+        norm = torch.sqrt(sum(torch.sum(p.grad ** 2) for p in params))
+        if norm > clip_norm:
+            for param in params:
+                param.grad[:] *= clip_norm / norm
+        optimizer.step()
+        if scheduler:
+            scheduler.step()
+        """,
+    )),
+}

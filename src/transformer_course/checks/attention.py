@@ -429,7 +429,7 @@ def _read_weights(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch
             return Diagnosis("the weights are the scores themselves: no softmax was applied",
                              "`weights` must be softmax(scores, dim=-1), not the scaled scores.")
         low, high = w.sum(dim=-1).aminmax()
-        sums = f"every row sums to {low:.3g}" if high - low < 1e-6 else f"their sums run from {low:.3g} to {high:.3g}"
+        sums = f"every row sums to {low:.6g}" if high - low < 1e-6 else f"their sums run from {low:.4g} to {high:.4g}"
         return Diagnosis(f"the rows of weights do not sum to 1 ({sums})", "weights = softmax(scores, dim=-1): one "
                          "softmax over the keys, with nothing done to the weights afterwards.")
     visible = ~hidden

@@ -396,51 +396,18 @@ def _divisor(divisor: float, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) 
     return f"the scores are divided by {divisor:.4g} where the paper divides by √d_k = {math.sqrt(d_k):.4g}."
 
 
-def _read_axis(w: torch.Tensor) -> Diagnosis | None:
-    """Weights whose rows do not sum to 1 but whose entries along another axis do."""
-    for dim in range(w.dim() - 1):
-        if not _sums_to_one(w, -1) and w.size(dim) > 1 and _sums_to_one(w, dim):
-            axis = _axes(w)[dim]
-            return Diagnosis(f"the weights sum to 1 over the {axis} axis, not over the keys",
-                             f"the softmax runs over the wrong axis, the {_PLURAL[axis]}: each query's weights over "
-                             "the keys must sum to 1, so use dim=-1.")
-    return None
-
-
-def _read_weights(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None,
-                  weights: torch.Tensor) -> Diagnosis | None:
-    """What the weights show: NaN, the axis they are normalised over, no softmax at all, and the scores before
-    the softmax (log-weights are the scores up to one constant per row) compared with Q K^T / √d_k."""
-    scores = _scores(Q, K)
-    if weights.shape != scores.shape:
-        return None
-    w = weights.detach().to(torch.float64).cpu()
-    if not torch.isfinite(w).all():
-        return Diagnosis("the weights hold NaN or inf",
-                         "a row whose scores are all -inf (every key hidden) gives NaN; fill hidden scores with a "
-                         "large negative number (-1e9), and check the division.")
-    hidden = (mask == 0).expand_as(w) if mask is not None else torch.zeros_like(w, dtype=torch.bool)
-    if not _sums_to_one(w, -1):
-        axis = _read_axis(w)
-        if axis is not None:
-            return axis
-        masked = scores.masked_fill(hidden, -1e9)
-        if _same(w, masked) or _same(w, scores):
-            return Diagnosis("the weights are the scores themselves: no softmax was applied",
-                             "`weights` must be softmax(scores, dim=-1), not the scaled scores.")
-        low, high = w.sum(dim=-1).aminmax()
-        sums = f"every row sums to {low:.6g}" if high - low < 1e-6 else f"their sums run from {low:.4g} to {high:.4g}"
-        return Diagnosis(f"the rows of weights do not sum to 1 ({sums})", "weights = softmax(scores, dim=-1): one "
-                         "softmax over the keys, with nothing done to the weights afterwards.")
+def _read_scores(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, w: torch.Tensor, hidden: torch.Tensor
+                 ) -> Diagnosis:
+    """Weights whose rows sum to 1 and whose mask is right: the log-weights are the scores up to one constant per
+    row; compared with Q K^T / √d_k they show a factor (and the divisor it means) or a transpose."""
     visible = ~hidden
-    if (w[visible] <= 0).any() or (w[hidden] != 0).any():
-        return None  # the mask's reading says more
     counts = visible.sum(dim=-1, keepdim=True).clamp_min(1)
 
     def centred(values: torch.Tensor) -> torch.Tensor:
         values = torch.where(visible, values, torch.zeros_like(values))
         return (values - values.sum(dim=-1, keepdim=True) / counts) * visible
 
+    scores = _scores(Q, K)
     got, wanted = centred(w.clamp_min(1e-300).log()), centred(scores)
     factor = ((got * wanted).sum() / (wanted * wanted).sum().clamp_min(1e-300)).item()
     if abs(factor) > 1e-9 and tensors_close(got, factor * wanted, 1e-5, 1e-4):
@@ -450,85 +417,94 @@ def _read_weights(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch
         return Diagnosis("the scores before the softmax are transposed: row i holds the scores of key i",
                          "scores = Q @ K.transpose(-2, -1): one row per query, one column per key.")
     return Diagnosis("the scores before the softmax are not Q K^T / √d_k, nor a multiple of it",
-                     "scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k): each query times each key, over their "
-                     "last axis.")
+                     "scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k): each query times each key, over their last "
+                     "axis.")
 
 
 def _fill_value(scores: torch.Tensor, w: torch.Tensor, hidden: torch.Tensor) -> float | None:
     """The score the hidden keys were given, read from the weights of the rows where they got some: the visible
     keys' log-weights are their scores plus one constant per row, which places the hidden ones' scores."""
-    rows = (hidden & (w > 0)).any(dim=-1) & (~hidden & (w > 0)).any(dim=-1)
-    if not rows.any():
-        return None
-    log_w = w.clamp_min(1e-300).log()
-    visible = ~hidden & rows.unsqueeze(-1)
-    offset = torch.where(visible, log_w - scores, torch.zeros_like(w)).sum(dim=-1) / visible.sum(dim=-1).clamp_min(1)
-    if not tensors_close(torch.where(visible, log_w - scores - offset.unsqueeze(-1), torch.zeros_like(w)),
-                         torch.zeros_like(w), 1e-5, 0.0):
-        return None  # the visible scores are not the expected ones: the fill cannot be placed
-    fills = (log_w - offset.unsqueeze(-1))[hidden & rows.unsqueeze(-1) & (w > 0)]
-    if fills.numel() == 0 or (fills.max() - fills.min()).item() > 1e-4 * max(1.0, fills.abs().max().item()):
+    rows = ((hidden & (w > 0)).any(dim=-1) & (~hidden & (w > 0)).any(dim=-1)).unsqueeze(-1)
+    log_w, visible = w.clamp_min(1e-300).log(), ~hidden & rows
+    offset = (torch.where(visible, log_w - scores, 0.0).sum(dim=-1) / visible.sum(dim=-1).clamp_min(1)).unsqueeze(-1)
+    if not rows.any() or not tensors_close(torch.where(visible, log_w - scores - offset, 0.0), torch.zeros_like(w),
+                                           1e-5, 0.0):
+        return None  # no row to read it from, or the visible scores are not the expected ones
+    fills = (log_w - offset)[hidden & rows & (w > 0)]
+    if (fills.max() - fills.min()).item() > 1e-4 * max(1.0, fills.abs().max().item()):
         return None
     return fills.mean().item()
 
 
-def _read_masking(Q: torch.Tensor, K: torch.Tensor, mask: torch.Tensor, weights: Any,
-                  unmasked: torch.Tensor | None) -> Diagnosis | None:
-    """What the masked weights show: hidden keys that get weight (and the score they were given), allowed keys
-    that get none, hidden keys zeroed after the softmax. `unmasked`: the student's weights without a mask."""
-    scores = _scores(Q, K)
-    if not isinstance(weights, torch.Tensor) or weights.shape != scores.shape:
-        return None
-    w = weights.detach().to(torch.float64).cpu()
-    hidden = (mask == 0).expand_as(w)
-    if not torch.isfinite(w).all():
-        return None
-    plain = unmasked.detach().to(torch.float64).cpu() if isinstance(unmasked, torch.Tensor) \
-        and unmasked.shape == w.shape else None
-    some_hidden = hidden.any(dim=-1, keepdim=True) & ~hidden.all(dim=-1, keepdim=True)
-    if bool((w[~hidden & some_hidden] == 0).all()) and bool((w[hidden & some_hidden] > 0).all()):
+def _read_masking(Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor, hidden: torch.Tensor,
+                  plain: torch.Tensor | None) -> Diagnosis | None:
+    """What masked weights show: allowed keys that get none, hidden keys zeroed after the softmax, hidden keys that
+    get weight (as without the mask, or with the score they were given). `plain`: the weights without a mask."""
+    some = hidden.any(dim=-1, keepdim=True) & ~hidden.all(dim=-1, keepdim=True)  # rows with hidden and allowed keys
+    if bool((w[~hidden & some] == 0).all()) and bool((w[hidden & some] > 0).all()):
         return Diagnosis("the keys the mask allows get weight 0, and the keys it hides share the weight",
                          "the mask is inverted: True (1) means 'may attend', so hide the positions where mask == 0.")
     leaked = w[hidden]
     if not (leaked != 0).any():
-        softmax = plain if plain is not None else torch.softmax(scores, dim=-1)
-        if _sums_to_one(w, -1) or not _same(w, softmax * ~hidden):
+        if _sums_to_one(w, -1) or not _same(w, (plain if plain is not None else torch.softmax(_scores(Q, K), -1))
+                                            * ~hidden):
             return None
         return Diagnosis("the hidden keys get 0, but the rows of weights sum to less than 1: the allowed keys keep "
                          "the weights of a softmax over every key",
-                         "the mask is applied after the softmax: zeroing weights after normalising leaves rows that "
-                         "do not sum to 1; fill the scores with -1e9 before the softmax, so that it shares each row "
-                         "among the allowed keys alone.")
+                         "the mask is applied after the softmax: zeroing weights after normalising leaves rows that do "
+                         "not sum to 1; fill the scores with -1e9 before the softmax, so that it shares each row among "
+                         "the allowed keys alone.")
     most = f"up to {leaked.abs().max().item():.3g}"
     if plain is not None and _same(w, plain):
         return Diagnosis(f"the mask changes nothing: hidden keys get weight ({most}), as without a mask",
                          "the mask is not applied: scores = scores.masked_fill(mask == 0, -1e9), before the softmax.")
-    fill = _fill_value(scores, w, hidden)
-    if fill is not None and abs(fill) < 1e-6:
-        return Diagnosis(f"hidden keys get weight ({most}): their scores are set to 0",
-                         "hidden scores are set to 0, and exp(0) = 1 still gives those keys weight: fill them with "
-                         "a very negative number such as -1e9 (or float('-inf')).")
+    fill = _fill_value(_scores(Q, K), w, hidden)
     if fill is not None:
         return Diagnosis(f"hidden keys get weight ({most}): their scores are set to {fill:.4g}",
-                         f"a fill of {fill:.4g} is not negative enough: next to large scores exp({fill:.4g}) still "
-                         "counts; use a very negative number such as -1e9 (or float('-inf')).")
+                         ("hidden scores are set to 0, and exp(0) = 1 still gives those keys weight" if abs(fill) < 1e-6
+                          else f"a fill of {fill:.4g} is not negative enough: next to large scores exp({fill:.4g}) "
+                               "still counts") + "; use a very negative number such as -1e9 (or float('-inf')).")
     return Diagnosis(f"hidden keys get weight ({most})",
                      "fill the hidden scores with a very negative number (-1e9 or float('-inf')) before the softmax; "
                      "True (1) means 'may attend', so hide where mask == 0.")
 
 
 def diagnose_weights(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None,
-                     weights: torch.Tensor, unmasked: torch.Tensor | None = None) -> Diagnosis | None:
+                     weights: Any, unmasked: Any = None) -> Diagnosis | None:
     """How attention weights (..., q_len, k_len) depart from softmax(Q K^T / √d_k) with `mask`, read from their
-    values alone: what the mask hides, the axis they are normalised over, the scores before the softmax.
-    `unmasked`: the same function's weights without the mask, when known."""
-    if isinstance(weights, torch.Tensor) and weights.shape == (*Q.shape[:-1], K.size(-2)) \
-            and torch.isfinite(weights).all():
-        axis = _read_axis(weights.detach().to(torch.float64).cpu())
-        if axis is not None:
-            return axis
-    return (_read_masking(Q, K, mask, weights, unmasked) if mask is not None else None) \
-        or _read_weights(Q, K, V, mask, weights)
+    values alone, in this order: NaN, the axis they are normalised over, what the mask hides, no softmax, rows
+    that do not sum to 1, the scores before the softmax. `unmasked`: the same function's weights without a mask."""
+    shape = (*Q.shape[:-1], K.size(-2))
+    if not isinstance(weights, torch.Tensor) or weights.shape != shape:
+        return None
+    w = weights.detach().to(torch.float64).cpu()
+    if not torch.isfinite(w).all():
+        return Diagnosis("the weights hold NaN or inf", "a row whose scores are all -inf (every key hidden) gives "
+                         "NaN; fill hidden scores with a large negative number (-1e9), and check the division.")
+    for dim in range(w.dim() - 1):
+        if not _sums_to_one(w, -1) and w.size(dim) > 1 and _sums_to_one(w, dim):
+            axis = _axes(w)[dim]
+            return Diagnosis(f"the weights sum to 1 over the {axis} axis, not over the keys",
+                             f"the softmax runs over the wrong axis, the {_PLURAL[axis]}: each query's weights over "
+                             "the keys must sum to 1, so use dim=-1.")
+    hidden = (mask == 0).expand(shape) if mask is not None else torch.zeros(shape, dtype=torch.bool)
+    plain = unmasked.detach().to(torch.float64).cpu() if isinstance(unmasked, torch.Tensor) \
+        and unmasked.shape == shape else None
+    masking = _read_masking(Q, K, w, hidden, plain) if mask is not None else None
+    if masking is not None:
+        return masking
+    if not _sums_to_one(w, -1):
+        scores = _scores(Q, K)
+        if _same(w, scores.masked_fill(hidden, -1e9)) or _same(w, scores):
+            return Diagnosis("the weights are the scores themselves: no softmax was applied",
+                             "`weights` must be softmax(scores, dim=-1), not the scaled scores.")
+        low, high = w.sum(dim=-1).aminmax()
+        sums = f"every row sums to {low:.6g}" if high - low < 1e-6 else f"their sums run from {low:.4g} to {high:.4g}"
+        return Diagnosis(f"the rows of weights do not sum to 1 ({sums})", "weights = softmax(scores, dim=-1): one "
+                         "softmax over the keys, with nothing done to the weights afterwards.")
+    if (w[~hidden] <= 0).any() or (w[hidden] != 0).any():
+        return None
+    return _read_scores(Q, K, V, w, hidden)
 
 
 _ELEMENTWISE = {"tanh": torch.tanh, "ReLU": torch.relu, "a sigmoid": torch.sigmoid, "exp": torch.exp,
@@ -684,42 +660,6 @@ def sdpa_matches_pytorch(scaled_dot_product_attention: AttentionFunction, batch:
                            "convention (True = may attend).")
 
 
-def _check_masked_weights(weights: torch.Tensor, mask: torch.Tensor, which: str,
-                          scores: torch.Tensor | None = None) -> None:
-    hidden = (mask == 0).expand_as(weights)
-    leaked = weights[hidden]
-    column_sums = weights.sum(dim=-2)  # 1 everywhere when the softmax ran over the queries
-    columns_normalised = torch.allclose(column_sums, torch.ones_like(column_sums))
-    if leaked.numel() and leaked.abs().max() != 0 and columns_normalised:
-        fail(
-            f"keys hidden by the {which} still get attention weight, and each *column* of weights sums to 1.",
-            expected="exactly 0 weight wherever mask == 0, every row summing to 1",
-            got=f"weights up to {leaked.abs().max().item():.3g} on hidden keys",
-            cause="the softmax runs over dim=-2 (the queries); normalise over the keys with dim=-1.",
-        )
-    if leaked.numel() and leaked.abs().max() != 0:
-        fill = _fill_value(scores, weights.detach().to(torch.float64).cpu(), hidden) if scores is not None else None
-        said = f"; the hidden scores are set to {fill:.4g}" if fill is not None else ""
-        fail(
-            f"keys hidden by the {which} still get attention weight.",
-            expected="exactly 0 weight wherever mask == 0",
-            got=f"weights up to {leaked.abs().max().item():.3g} on hidden keys{said}",
-            cause="fill the hidden scores with a very negative number (-1e9 or float('-inf')) before the softmax, "
-                  "so that exp() of them is exactly 0 even next to large scores; True (1) means 'may attend', so "
-                  "hide where mask == 0.",
-        )
-    row_sums = weights.sum(dim=-1)
-    if not torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-6):
-        worst = (row_sums - 1).abs().max().item()
-        fail(
-            "the attention weights of a query do not sum to 1.",
-            expected="every row of weights (over the keys) sums to 1",
-            got=f"row sums off by up to {worst:.3g}",
-            cause="apply the mask to the scores *before* the softmax (not to the weights after it), and take "
-                  "the softmax over the keys, dim=-1.",
-        )
-
-
 @check("masked keys get exactly zero weight and every row of weights sums to 1")
 def sdpa_masked_keys_get_zero(scaled_dot_product_attention: AttentionFunction, batch: int = 3, heads: int = 2,
                               q_len: int = 6, k_len: int = 6, d_k: int = 4) -> None:
@@ -731,9 +671,17 @@ def sdpa_masked_keys_get_zero(scaled_dot_product_attention: AttentionFunction, b
     for which, mask in (("padding mask", padding), ("look-ahead mask", look_ahead),
                         ("combined mask", padding & look_ahead)):
         _, weights = _attend(scaled_dot_product_attention, Q_scaled, K, V, mask)
-        expect_shape("weights", weights, (batch, heads, q_len, k_len),
-                     cause="weights keep one row per query and one column per key.")
-        _check_masked_weights(weights, mask, which, _scores(Q_scaled, K))
+        w = expect_shape("weights", weights, (batch, heads, q_len, k_len),
+                         cause="weights keep one row per query and one column per key.").to(torch.float64)
+        leaked = w[(mask == 0).expand_as(w)]
+        if (leaked != 0).any() or not _sums_to_one(w, -1):
+            reading = diagnose_weights(Q_scaled, K, V, mask, w)
+            fail(f"with the {which}, " + ("hidden keys still get attention weight." if (leaked != 0).any() else
+                                          "the weights of a query do not sum to 1."),
+                 expected="exactly 0 weight wherever mask == 0, and every row of weights (over the keys) summing to 1",
+                 got=reading.where if reading else f"weights up to {leaked.abs().max().item():.3g} on hidden keys",
+                 cause=reading.cause if reading else "fill the hidden scores with a very negative number (-1e9 or "
+                 "float('-inf')) before the softmax, so that exp() of them is exactly 0 even next to large scores.")
 
 
 @check("scaled_dot_product_attention accepts an integer 0/1 mask as well as a bool one")
@@ -1299,22 +1247,16 @@ def _read_combine(got: torch.Tensor, heads: torch.Tensor) -> Diagnosis | None:
 
 
 def _read_round_trip(got: torch.Tensor, x: torch.Tensor) -> Diagnosis | None:
-    if not isinstance(got, torch.Tensor) or got.shape != x.shape:
-        return None
-    origins = _origins(got, x)
+    """Where each value of combine_heads(split_heads(x)) comes from in x."""
+    origins = _origins(got, x) if isinstance(got, torch.Tensor) and got.shape == x.shape else None
     if origins is None:
         return None
-    _, seq_len, d_model = x.shape
-    token = origins // d_model % seq_len
-    position = torch.arange(seq_len).view(1, -1, 1)
-    if not torch.equal(token, position.expand_as(token)):
-        b, p, _ = (token != position).nonzero()[0].tolist()
-        return Diagnosis(f"position {p} holds features of token {index_ranges(token[b, p].tolist())}: the round trip "
-                         "mixes the tokens", "combine_heads must undo split_heads step by step in reverse order: "
-                         "transpose(1, 2), then view to (batch, seq_len, d_model).")
-    return Diagnosis("each token's features come back in another order",
-                     "combine_heads must undo split_heads step by step in reverse order: transpose(1, 2), then view "
-                     "to (batch, seq_len, d_model), so each head's d_k features return to their place.")
+    token = origins // x.size(2) % x.size(1)
+    mixed = (token != torch.arange(x.size(1)).view(1, -1, 1)).nonzero()
+    where = (f"position {mixed[0, 1].item()} holds features of token {token[tuple(mixed[0].tolist())].item()}: the "
+             "round trip mixes the tokens" if len(mixed) else "each token's features come back in another order")
+    return Diagnosis(where, "combine_heads must undo split_heads step by step in reverse order: transpose(1, 2), "
+                            "then view to (batch, seq_len, d_model).")
 
 
 def _heads_diagnosis(module: nn.Module, reference: nn.Module, method: str, x: torch.Tensor, expected: torch.Tensor,

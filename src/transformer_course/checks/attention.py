@@ -329,8 +329,9 @@ def _unused_results(trace: differential.Trace) -> Diagnosis | None:
         frame = op.user or op.line
         if frame is None or frame.line.startswith("return"):
             continue
-        return Diagnosis("", f"nothing uses what {_line(frame)} computes: `{op.name}` returns a new tensor and leaves "
-                             "its input unchanged, so assign the result (scores = scores.masked_fill(...)).")
+        return Diagnosis("", f"the result of `{frame.line}` (in `{frame.name}`, line {frame.lineno}) is never used: "
+                             f"`{op.name}` returns a new tensor and leaves its input unchanged, so assign the result "
+                             "(scores = scores.masked_fill(...)).")
     return None
 
 
@@ -460,8 +461,9 @@ def _read_masking(Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor, hidden: tor
                          "the mask is not applied: scores = scores.masked_fill(mask == 0, -1e9), before the softmax.")
     fill = _fill_value(_scores(Q, K), w, hidden)
     if fill is not None:
+        fill = 0.0 if abs(fill) < 1e-6 else fill
         return Diagnosis(f"hidden keys get weight ({most}): their scores are set to {fill:.4g}",
-                         ("hidden scores are set to 0, and exp(0) = 1 still gives those keys weight" if abs(fill) < 1e-6
+                         ("hidden scores are set to 0, and exp(0) = 1 still gives those keys weight" if fill == 0
                           else f"a fill of {fill:.4g} is not negative enough: next to large scores exp({fill:.4g}) "
                                "still counts") + "; use a very negative number such as -1e9 (or float('-inf')).")
     return Diagnosis(f"hidden keys get weight ({most})",
@@ -815,7 +817,7 @@ def _read_triangle(mask: torch.Tensor, size: int) -> Diagnosis | None:
                 return Diagnosis(f"row i is True in columns i{offset:+d}..size-1 (the future) and False on the past",
                                  "the mask is inverted: True marks what a position may see, the positions before it "
                                  "and itself (the lower triangle); the upper triangle is what it must not see.")
-            return Diagnosis(f"row i is True in columns i{offset:+d}..size-1: the upper triangle",
+            return Diagnosis(f"row i is True in columns i{offset:+d}..size-1: the upper triangle".replace("+0", ""),
                              "the mask is transposed: row i is the query, so row i may see columns 0..i, the lower "
                              "triangle (tril), not the upper one (triu).")
     return None
@@ -847,7 +849,9 @@ def look_ahead_mask_values(make_look_ahead_mask: Callable[..., Any], size: int =
         raise as_exception(error, CheckFailed)
     if made != asked:
         fail("the mask is not made on the device it is asked for.",
-             expected=f"make_look_ahead_mask(size, device) on the {asked} device returns a mask on that device",
+             expected=f"make_look_ahead_mask(size, device={asked!r}) returns a mask on that device"
+                      + (" (PyTorch's `meta` device holds shapes without values; it stands in for a GPU here)"
+                         if asked == "meta" else ""),
              got=f"a mask on the {made} device",
              cause="create the mask directly on `device`: torch.ones(size, size, dtype=torch.bool, device=device); "
                    "a mask made on the CPU cannot be combined with the model's tensors on a GPU.")

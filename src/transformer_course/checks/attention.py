@@ -1281,8 +1281,12 @@ def split_heads_shape(MultiHeadAttention: type[nn.Module], d_model: int = 12, nu
                       batch: int = 2, seq_len: int = 5) -> None:
     module = _build(MultiHeadAttention, d_model, num_heads)  # no weights: any layer names pass
     split = _heads(module, "split_heads", randn(batch, seq_len, d_model, seed=91))
-    expect_shape("split_heads(x)", split, (batch, num_heads, seq_len, d_model // num_heads),
-                 cause="view as (batch, seq_len, num_heads, d_k), then transpose(1, 2) to bring the heads forward.")
+    shape = tuple(split.shape) if isinstance(split, torch.Tensor) else ()
+    cause = "view as (batch, seq_len, num_heads, d_k), then transpose(1, 2) to bring the heads forward."
+    if len(shape) == 3 and d_model in shape:
+        cause = (f"split_heads returns {len(shape)} axes with d_model = {d_model} still whole: the view to (batch, "
+                 "seq_len, num_heads, d_k) that cuts each token's features into heads is missing; " + cause)
+    expect_shape("split_heads(x)", split, (batch, num_heads, seq_len, d_model // num_heads), cause=cause)
 
 
 @check("split_heads gives head h the features h*d_k ... (h+1)*d_k - 1 of every token")

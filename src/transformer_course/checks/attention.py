@@ -21,6 +21,7 @@ reference's parts plugged in, and passes when that run is right.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -246,7 +247,7 @@ def _attention_arguments(args: tuple, kwargs: dict) -> list[Any]:
 def _reference_parts(module: nn.Module, sizes: _Sizes, calls: list[dict[str, Any]]) -> Iterator[None]:
     """Inside, the student's forward uses the reference's scaled_dot_product_attention (the name its code
     looks up), split_heads and combine_heads, and every call of the attention is noted in `calls`."""
-    namespace = getattr(getattr(type(module), "forward", None), "__globals__", None)
+    namespace = getattr(inspect.unwrap(getattr(type(module), "forward", None)), "__globals__", None)
     name = "scaled_dot_product_attention"
     original = namespace.get(name) if isinstance(namespace, dict) else None
     split, combine = _ReferenceMultiHeadAttention.split_heads, _ReferenceMultiHeadAttention.combine_heads

@@ -105,17 +105,17 @@ def _qkv():
 
 
 @pytest.mark.parametrize(("weights_of", "says"), [
-    (lambda s, m: torch.softmax(s, dim=-2), "scores match; weights differ: the rows (over the keys) do not sum to 1"),
+    (lambda s, m: torch.softmax(s, dim=-2), "the weights sum to 1 over the query axis, not over the keys"),
     (lambda s, m: torch.softmax((s * 2.0).masked_fill(m == 0, -1e9), dim=-1), "the scores before the softmax are 2 ×"),
     (lambda s, m: torch.softmax(s, dim=-1), "hidden keys get weight"),
     (lambda s, m: torch.softmax(s.masked_fill(m == 0, -1e9), dim=-1) * 0.5,
-     "the rows do not sum to 1"),
+     "the rows of weights do not sum to 1"),
 ])
 def test_attention_names_the_first_place_it_departs(weights_of, says):
     Q, K, V = _qkv()
     mask = torch.ones(5, 5, dtype=torch.bool).tril().view(1, 1, 5, 5)
     scores = Q @ K.transpose(-2, -1) / math.sqrt(4)
-    diagnosis = attention.diagnose_attention(Q, K, V, mask, weights_of(scores, mask))
+    diagnosis = attention.diagnose_weights(Q, K, V, mask, weights_of(scores, mask))
     assert diagnosis is not None and says in diagnosis.where, diagnosis
 
 

@@ -71,7 +71,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "scores not scaled by 1/sqrt(d_k)",
         _SCORES,
         "scores = Q @ K.transpose(-2, -1)  # (..., q_len, k_len)",
-        fails="attn_sdpa_values", cause="divide Q K^T by sqrt(d_k)",
+        fails="attn_sdpa_values", cause="not divided by √d_k",
     ),
     Mistake(
         STAGE, "scores divided by d_k instead of sqrt(d_k)",
@@ -83,13 +83,13 @@ MISTAKES: list[Mistake] = [
         STAGE, "scores scaled by the square root of the query length",
         _SCORES,
         "scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-2))",
-        fails="attn_sdpa_values", cause="square root of the wrong size",
+        fails="attn_sdpa_values", cause="divided by √q_len",
     ),
     Mistake(
         STAGE, "softmax over the queries (dim=-2)",
         _SOFTMAX,
         "weights = torch.softmax(scores, dim=-2)",
-        fails="attn_sdpa_values", cause="runs over dim=-2",
+        fails="attn_sdpa_values", cause="runs over the wrong axis, the queries",
     ),
     Mistake(
         STAGE, "softmax over a fixed front axis (dim=1, the heads)",
@@ -136,6 +136,12 @@ MISTAKES: list[Mistake] = [
         fails="attn_sdpa_masked_zero", cause="very negative number",
     ),
     Mistake(
+        STAGE, "output passed through tanh after the product with V",
+        "    output = weights @ V  # (..., q_len, d_v)\n",
+        "    output = torch.tanh(weights @ V)  # (..., q_len, d_v)\n",
+        fails="attn_sdpa_values", cause="the output is tanh of weights @ V",
+    ),
+    Mistake(
         STAGE, "bitwise ~ on the mask: fine for bool, wrong for integer 0/1 masks",
         _FILL,
         "scores = scores.masked_fill(~mask, -1e9)",
@@ -179,6 +185,12 @@ MISTAKES: list[Mistake] = [
         fails="attn_look_ahead_mask_values", cause="the mask is transposed",
     ),
     Mistake(
+        STAGE, "look-ahead mask made on the CPU whatever the device",
+        _TRIANGLE,
+        "allowed = torch.ones(size, size, dtype=torch.bool).tril()  # diagonal included",
+        fails="attn_look_ahead_mask_values", cause="not made on the device it is asked for",
+    ),
+    Mistake(
         STAGE, "look-ahead mask built as floats",
         _TRIANGLE,
         "allowed = torch.ones(size, size, device=device).tril()",
@@ -220,7 +232,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "W_o skipped",
         _OUTPUT,
         "output = self.combine_heads(heads)",
-        fails="attn_mha_values", cause="W_o is skipped",
+        fails="attn_mha_values", cause="self.W_o is never called",
     ),
     Mistake(
         STAGE, "mask not passed to the attention",
@@ -229,22 +241,35 @@ MISTAKES: list[Mistake] = [
         fails="attn_mha_values", cause="the mask is not passed on",
     ),
     Mistake(
+        STAGE, "mask given one more axis in forward (unsqueeze on the already 4-D mask)",
+        _ATTEND,
+        "mask = mask.unsqueeze(1) if mask is not None else None  # (batch, 1, seq_len) -> (batch, 1, 1, seq_len)?\n"
+        "        " + _ATTEND,
+        fails="attn_mha_values", cause="(5 axes) where the given mask has shape",
+    ),
+    Mistake(
+        STAGE, "residual connection added inside multi-head attention",
+        _OUTPUT,
+        "output = self.W_o(self.combine_heads(heads)) + q  # (batch, q_len, d_model)",
+        fails="attn_mha_values", cause="the output of W_o plus `q`",
+    ),
+    Mistake(
         STAGE, "keys and values projected from the wrong inputs (swapped)",
         _K_AND_V,
         "K = self.split_heads(self.W_k(v))\n        V = self.split_heads(self.W_v(k))",
-        fails="attn_mha_values", cause="keys and values are mixed up",
+        fails="attn_mha_values", cause="keys and values are swapped",
     ),
     Mistake(
         STAGE, "keys and values projected from q (self-attention only)",
         _K_AND_V,
         "K = self.split_heads(self.W_k(q))\n        V = self.split_heads(self.W_v(q))",
-        fails="attn_mha_values", cause="K and V are computed from q",
+        fails="attn_mha_values", cause="keys and values come from q",
     ),
     Mistake(
         STAGE, "inline attention scaled by sqrt(d_model) instead of sqrt(d_k)",
         _ATTEND,
         _inline_attention("self.d_model"),
-        fails="attn_mha_values", cause="sqrt(d_model) instead of sqrt(d_k)",
+        fails="attn_mha_values", cause="√d_model used where √d_k belongs",
     ),
 ]
 

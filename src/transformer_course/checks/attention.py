@@ -1,42 +1,61 @@
 """Stage 2 checks: scaled dot-product attention, the two masks and multi-head attention.
 
-Expected values always come from the reference implementation (float64, same inputs, same
-weights); PyTorch's built-ins (`F.scaled_dot_product_attention`, `nn.MultiheadAttention`) are
-used as a second yardstick and run outside `student_code()`.
+Expected values come from the reference implementation (float64, same inputs, same weights); PyTorch's
+built-ins (`F.scaled_dot_product_attention`, `nn.MultiheadAttention`) are a second yardstick. Whatever
+touches the student's code is an experiment (`@on_student_side`: call their function, build and run their
+module, record what it computes); the comparisons, the diagnosis and the verdict run in the check.
+
+A wrong value is explained twice, in one message: by a reading of the values themselves (the scores
+recovered from the weights, what a mask hides, where each element of the split heads comes from, what
+each projection and the attention call receive) and by the differential engine (`checks.differential`),
+which names the student's line that first computes something else.
+
+One requirement, one charge: the masked-attention checks accept a function whose masking is right even
+when its scores are not (the student's own function on the visible keys alone is the yardstick; the
+scores have checks of their own), the integer-mask check compares with the student's own bool-mask
+result, and the MultiHeadAttention checks grade forward's own composition: when forward with the
+student's scaled_dot_product_attention, split_heads and combine_heads differs, it runs again with the
+reference's parts plugged in, and passes when that run is right.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import product
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course.checks.compare import close_elements, describe_difference, index_ranges
-from transformer_course.checks.errors import first_line, student_frame
+from transformer_course.checks import differential
+from transformer_course.checks.boundary import StudentError, as_exception, on_student_side, supplied
+from transformer_course.checks.compare import index_ranges
+from transformer_course.checks.errors import first_line, frames_of, is_stub, student_frame
 from transformer_course.checks.framework import (
+    CheckFailed,
     Diagnosis,
     check,
-    copy_weights,
     expect_close,
     expect_shape,
     fail,
     generator,
+    parameter_names,
     randn,
     reject_builtin_modules,
     student_code,
     summary,
     tensors_close,
 )
-from transformer_course.reference import MultiHeadAttention as ReferenceMultiHeadAttention
-from transformer_course.reference import make_look_ahead_mask as reference_look_ahead_mask
-from transformer_course.reference import make_padding_mask as reference_padding_mask
-from transformer_course.reference import scaled_dot_product_attention as reference_attention
+from transformer_course.reference import MultiHeadAttention as _ReferenceMultiHeadAttention
+from transformer_course.reference import make_look_ahead_mask as _reference_look_ahead_mask
+from transformer_course.reference import make_padding_mask as _reference_padding_mask
+from transformer_course.reference import scaled_dot_product_attention as _reference_attention
 
 __all__ = [
     "combine_heads_inverts_split",
@@ -63,18 +82,17 @@ __all__ = [
 ]
 
 AttentionFunction = Callable[..., Any]
-FIX_ATTENTION_FIRST = (
-    " If a scaled_dot_product_attention check above fails, fix that first: forward uses your function."
-)
+_QKV = ("Q", "K", "V", "mask")
+_PLURAL = {"batch": "sentences of the batch", "head": "heads", "query": "queries", "key": "keys"}
 
 
-# --- helpers --------------------------------------------------------------------------------------
+# --- on the student's side -----------------------------------------------------------------------------------
 
 
 @contextmanager
-def _explain_runtime_errors() -> Iterator[None]:
-    """A bool-only operation on a mask that may arrive as integers 0/1 gets its own message; every
-    other error is explained by its kind (framework.run_check)."""
+def _bool_only_explained() -> Iterator[None]:
+    """A bool-only operation on a mask that may arrive as integers 0/1 gets its own message; every other error
+    is explained by its kind (framework.run_check)."""
     try:
         yield
     except RuntimeError as error:
@@ -91,17 +109,243 @@ def _explain_runtime_errors() -> Iterator[None]:
         raise
 
 
-def _as_pair(result: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def _error_record(error: BaseException) -> StudentError:
+    """An error of the student's code as plain data, to be raised again where the check judges."""
+    bases = tuple(kind.__name__ for kind in type(error).__mro__ if kind.__module__ == "builtins")
+    return StudentError(type(error).__name__, bases, str(error)[:4000], tuple(frames_of(error))[-40:],
+                        is_stub(error))
+
+
+def _clone(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+@on_student_side
+def _attend(function: AttentionFunction, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
+            mask: torch.Tensor | None = None) -> tuple[Any, Any]:
+    """The student's attention on copies of these inputs: (output, weights)."""
+    with torch.no_grad(), student_code(), _bool_only_explained():
+        result = function(Q.clone(), K.clone(), V.clone(), _clone(mask))
     if not (isinstance(result, tuple) and len(result) == 2):
         fail("scaled_dot_product_attention returned the wrong thing.", expected="a pair (output, weights)",
-             got=f"{type(result).__name__}", cause="keep the given `return output, weights` line.")
+             got=type(result).__name__, cause="keep the given `return output, weights` line.")
     return result
 
 
-def _student_attention(function: AttentionFunction, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
-                       mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    with torch.no_grad(), student_code(), _explain_runtime_errors():
-        return _as_pair(function(Q, K, V, mask))
+@on_student_side
+def _attend_each(function: AttentionFunction, inputs: list[tuple[torch.Tensor, ...]]) -> list[Any] | None:
+    """The student's attention, without a mask, on each (Q, K, V) of `inputs`; None when a call fails."""
+    results = []
+    with torch.no_grad(), student_code():
+        for Q, K, V in inputs:
+            try:
+                result = function(Q.clone(), K.clone(), V.clone(), None)
+            except Exception:  # a call this check can do without: the masked result is then compared as it is
+                return None
+            if not (isinstance(result, tuple) and len(result) == 2):
+                return None
+            results.append(result)
+    return results
+
+
+@on_student_side
+def _call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """What the student's function returns for these arguments."""
+    with torch.no_grad(), student_code():
+        return function(*args, **kwargs)
+
+
+@on_student_side
+def _mask_on_another_device(function: Callable[..., Any], size: int) -> tuple[str, str, StudentError | None]:
+    """The look-ahead mask asked for on a device that is not the CPU: a GPU where there is one, else PyTorch's
+    `meta` device (shapes without values). (the device asked for, the device of the mask, the error)."""
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("meta")
+    try:
+        with torch.no_grad(), student_code():
+            mask = function(size, device=device)
+    except Exception as error:
+        return device.type, "", _error_record(error)
+    return device.type, mask.device.type if isinstance(mask, torch.Tensor) else type(mask).__name__, None
+
+
+@on_student_side
+def _build(MultiHeadAttention: type[nn.Module], d_model: int, num_heads: int) -> nn.Module:
+    """The student's module in float64 and eval mode (the global random stream left as it was)."""
+    with torch.random.fork_rng(devices=[]), student_code():
+        module = MultiHeadAttention(d_model, num_heads)
+    reject_builtin_modules(module, "MultiHeadAttention")
+    return module.double().eval()
+
+
+@on_student_side
+def _parameter_shapes(module: nn.Module) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(value.shape) for name, value in module.state_dict().items()}
+
+
+@on_student_side
+def _load(module: nn.Module, values: dict[str, torch.Tensor]) -> None:
+    """Copy `values` into the module's parameters of those names."""
+    state = module.state_dict()
+    with torch.no_grad():
+        for name, value in values.items():
+            state[name].copy_(value)
+
+
+@on_student_side
+def _heads(module: nn.Module, method: str, x: torch.Tensor) -> Any:
+    """module.split_heads(x), module.combine_heads(x), or (method "round trip") combine_heads(split_heads(x))."""
+    with torch.no_grad(), student_code(), _bool_only_explained():
+        if method == "round trip":
+            return module.combine_heads(module.split_heads(x.clone()))
+        return getattr(module, method)(x.clone())
+
+
+@on_student_side
+def _forward_output(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    mask: torch.Tensor | None) -> tuple[Any, Any, bool]:
+    """forward with the student's own parts: (output, self.attn_weights, whether it ran without an error)."""
+    try:
+        with torch.no_grad(), student_code():
+            output = module(q.clone(), k.clone(), v.clone(), _clone(mask))
+    except Exception:  # the check runs forward again with the reference's parts, and judges that run
+        return None, None, False
+    return output, getattr(module, "attn_weights", None), True
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """What the reference's split_heads and combine_heads read from `self`."""
+
+    d_model: int
+    num_heads: int
+    d_k: int
+
+
+@dataclass
+class _Forward:
+    """One call of the student's forward: its computation operation by operation (`trace`), the arguments and
+    results of each call of scaled_dot_product_attention (`calls`), the output, self.attn_weights after the
+    call, and the error when it crashed."""
+
+    trace: differential.Trace | None
+    calls: list[dict[str, Any]]
+    output: Any
+    weights: Any
+    error: StudentError | None
+
+
+def _attention_arguments(args: tuple, kwargs: dict) -> list[Any]:
+    values = list(args[:4]) + [None] * (4 - len(args[:4]))
+    for index, name in enumerate(_QKV):
+        for key in (name, name.lower()):
+            if key in kwargs:
+                values[index] = kwargs[key]
+    return values
+
+
+@contextmanager
+def _reference_parts(module: nn.Module, sizes: _Sizes, calls: list[dict[str, Any]]) -> Iterator[None]:
+    """Inside, the student's forward uses the reference's scaled_dot_product_attention (the name its code
+    looks up), split_heads and combine_heads, and every call of the attention is noted in `calls`."""
+    namespace = getattr(inspect.unwrap(getattr(type(module), "forward", None)), "__globals__", None)
+    name = "scaled_dot_product_attention"
+    original = namespace.get(name) if isinstance(namespace, dict) else None
+    split, combine = _ReferenceMultiHeadAttention.split_heads, _ReferenceMultiHeadAttention.combine_heads
+    supplied(_reference_attention, split, combine)
+
+    def attention(*args: Any, **kwargs: Any) -> Any:
+        result = _reference_attention(*args, **kwargs)
+        calls.append({"arguments": _attention_arguments(args, kwargs), "result": result})
+        return result
+
+    kept = {key: module.__dict__[key] for key in ("split_heads", "combine_heads") if key in module.__dict__}
+    if callable(original):
+        namespace[name] = attention
+    object.__setattr__(module, "split_heads", functools.partial(split, sizes))  # an instance attribute shadows
+    object.__setattr__(module, "combine_heads", functools.partial(combine, sizes))  # the method
+    try:
+        yield
+    finally:
+        if callable(original):
+            namespace[name] = original
+        for key in ("split_heads", "combine_heads"):
+            module.__dict__.pop(key, None)
+        module.__dict__.update(kept)
+
+
+@on_student_side
+def _forward_observed(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      mask: torch.Tensor | None, sizes: _Sizes) -> _Forward:
+    """forward with the reference's attention, split_heads and combine_heads plugged in, recorded operation by
+    operation; a crash is kept with what was recorded before it."""
+    calls: list[dict[str, Any]] = []
+    error = None
+    inputs = {"q": q.clone(), "k": k.clone(), "v": v.clone(), "mask": _clone(mask)}
+    with _reference_parts(module, sizes, calls), torch.no_grad(), student_code(), \
+            differential.recording(module, inputs) as trace:
+        try:
+            trace.output = module(*inputs.values())
+        except Exception as crash:
+            error = _error_record(crash)
+    return _Forward(trace, calls, trace.output, getattr(module, "attn_weights", None), error)
+
+
+# --- reading values ----------------------------------------------------------------------------------------
+
+
+def _same(got: Any, expected: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-5) -> bool:
+    return isinstance(got, torch.Tensor) and tensors_close(got, expected, atol, rtol)
+
+
+def _sums_to_one(weights: torch.Tensor, dim: int) -> bool:
+    return torch.allclose(weights.sum(dim=dim), torch.ones((), dtype=weights.dtype), atol=1e-6)
+
+
+def _line(frame: Any) -> str:
+    """'in `forward`, line 3 (`mask = mask.unsqueeze(1)`)' for a recorded line of code."""
+    if frame is None:
+        return ""
+    return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
+
+
+def _recorded(trace: differential.Trace, key: str) -> torch.Tensor | None:
+    """The value a recorded argument refers to ('input:q', 'op:3', 'leaf:W_q.weight')."""
+    kind, _, rest = key.partition(":")
+    if kind == "op":
+        return trace.ops[int(rest)].output
+    return (trace.inputs if kind == "input" else trace.leaves).get(rest)
+
+
+def _unused_results(trace: differential.Trace) -> Diagnosis | None:
+    """A line whose result nothing uses (masked_fill, say, without assigning what it returns)."""
+    used = {source for op in trace.ops for source in op.sources}
+    returned = trace.output if isinstance(trace.output, tuple | list) else (trace.output,)
+    for op in trace.ops:
+        if f"op:{op.index}" in used or op.output is None or op.name.endswith("_") or op.name in differential.LAYOUT \
+                or op.name.startswith("__") and op.name not in ("__matmul__", "__truediv__", "__mul__", "__add__"):
+            continue
+        if any(isinstance(value, torch.Tensor) and value.shape == op.output.shape
+               and torch.equal(value.detach().cpu(), op.output) for value in returned):
+            continue
+        frame = op.user or op.line
+        if frame is None or frame.line.startswith("return"):
+            continue
+        return Diagnosis("", f"the result of `{frame.line}` (in `{frame.name}`, line {frame.lineno}) is never used: "
+                             f"`{op.name}` returns a new tensor and leaves its input unchanged, so assign the result "
+                             "(scores = scores.masked_fill(...)).")
+    return None
+
+
+def _merged(*readings: Diagnosis | None) -> Diagnosis | None:
+    """Several readings of one difference, in order: the first one's place, every cause."""
+    found = [reading for reading in readings if reading is not None]
+    if not found:
+        return None
+    where = next((reading.where for reading in found if reading.where), "")
+    return Diagnosis(where, "; ".join(reading.cause.strip().rstrip(".") for reading in found if reading.cause) + ".")
+
+
+# --- scaled dot-product attention -----------------------------------------------------------------------------
 
 
 def _qkv(batch: int, heads: int, q_len: int, k_len: int, d_k: int, d_v: int, seed: int
@@ -123,410 +367,204 @@ def _random_mask(batch: int, q_len: int, k_len: int, seed: int, heads_axis: bool
     return mask.unsqueeze(1) if heads_axis else mask
 
 
-def _attention_variant(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None = None, *,
-                       scale: float | None = None, softmax_dim: int = -1, mask_mode: str = "before",
-                       fill: float = -1e9) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Attention with one known mistake switched on; returns (output, weights, scores)."""
-    scale = math.sqrt(Q.size(-1)) if scale is None else scale
-    scores = Q @ K.transpose(-2, -1) / scale  # (..., q_len, k_len)
-    if mask is not None and mask_mode == "before":
-        scores = scores.masked_fill(mask == 0, fill)
-    if mask is not None and mask_mode == "inverted":
-        scores = scores.masked_fill(mask != 0, fill)
-    weights = torch.softmax(scores, dim=softmax_dim)
-    if mask is not None and mask_mode == "after":
-        weights = weights.masked_fill(mask == 0, 0.0)
-    return weights @ V, weights, scores
+def _axes(tensor: torch.Tensor) -> tuple[str, ...]:
+    return ("batch", "head", "query", "key") if tensor.dim() == 4 else ("batch", "query", "key")[-tensor.dim():]
 
 
-def _sdpa_suspects(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None,
-                   part: int) -> dict[str, Callable[[], torch.Tensor]]:
-    """Known mistakes for the output (part 0) or the weights (part 1)."""
-    d_k, q_len = Q.size(-1), Q.size(-2)
-
-    def variant(**kwargs: Any) -> Callable[[], torch.Tensor]:
-        return lambda: _attention_variant(Q, K, V, mask, **kwargs)[part]
-
-    suspects = {
-        "the scores are not scaled: divide Q K^T by sqrt(d_k) before the softmax.": variant(scale=1.0),
-        "the scores are divided by d_k: the paper divides by the square root, math.sqrt(d_k).": (
-            variant(scale=d_k)
-        ),
-        "the scores are divided by the square root of the wrong size (the query length): d_k is the last "
-        "axis of Q, Q.size(-1).": variant(scale=math.sqrt(q_len)),
-        "the softmax runs over dim=-2 (the queries): each query's weights over the keys must sum to 1, "
-        "so use dim=-1.": variant(softmax_dim=-2),
-    }
-    if Q.dim() == 4:
-        suspects["the softmax runs over the wrong axis, dim=1 (the heads): count from the end and normalise "
-                 "over the keys, dim=-1."] = variant(softmax_dim=1)
-    if mask is not None:
-        suspects |= {
-            "the mask is applied after the softmax: zeroing weights after normalising leaves rows that "
-            "do not sum to 1; fill the scores with -1e9 before the softmax.": variant(mask_mode="after"),
-            "the mask is inverted: True (1) means 'may attend', so hide the positions where mask == 0.": (
-                variant(mask_mode="inverted")
-            ),
-            "hidden scores are set to 0: exp(0) = 1 still gives those keys weight; use a very negative "
-            "number such as -1e9 (or float('-inf')).": variant(fill=0.0),
-            "the mask is ignored: apply it with scores = scores.masked_fill(mask == 0, -1e9) (masked_fill "
-            "returns a new tensor, so assign the result).": (
-                variant(mask_mode="none")
-            ),
-        }
-    if part == 1:
-        suspects["`weights` holds the scaled scores, not their softmax: return softmax(scores, dim=-1)."] = (
-            lambda: _attention_variant(Q, K, V, mask)[2]
-        )
-    return suspects
+def _scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    return Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))  # (..., q_len, k_len)
 
 
-# --- where attention departs from the reference -------------------------------------------------------
-#
-# The weights and the output are checked against the reference step by step: the scores before the
-# softmax (recovered from the weights: log(weights) is the scores up to one constant per row), the
-# weights (do the rows sum to 1, or another axis? do hidden keys get exactly 0?), each head, then
-# the output. The first place that departs is named, with how it departs and the likely cause.
-
-AXES = ("batch", "head", "query", "key")
+def _context(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> differential.Context:
+    sizes = dict(zip(_axes(Q)[:-2], Q.shape[:-2], strict=True))
+    sizes |= {"query": Q.size(-2), "key": K.size(-2), "d_k": Q.size(-1), "d_v": V.size(-1)}
+    return differential.Context(sizes=sizes, quantities={"d_k": Q.size(-1), "q_len": Q.size(-2), "k_len": K.size(-2)})
 
 
-def _close(a: Any, b: torch.Tensor, atol: float = 1e-6, rtol: float = 1e-5) -> bool:
-    return isinstance(a, torch.Tensor) and tensors_close(a, b, atol, rtol)
+def _divisor(divisor: float, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> str:
+    """What the student divides Q K^T by, in words."""
+    d_k = Q.size(-1)
+    if abs(divisor - 1) < 1e-3:
+        return "the scores are not divided by √d_k: divide Q K^T by math.sqrt(d_k) before the softmax."
+    if abs(divisor - 1 / math.sqrt(d_k)) < 1e-3 * divisor:
+        return "the scores are multiplied by √d_k instead of divided by it."
+    for name, size in (("d_k", d_k), ("q_len", Q.size(-2)), ("k_len", K.size(-2)), ("d_v", V.size(-1))):
+        for value, words in ((float(size), f"{name} = {size}"), (math.sqrt(size), f"√{name} = {math.sqrt(size):.4g}")):
+            if abs(divisor - value) < 1e-3 * value and (name, value) != ("d_k", math.sqrt(d_k)):
+                hint = ("divide by its square root, math.sqrt(d_k)" if name == "d_k" else
+                        "d_k is the width of the queries and keys, the last axis: Q.size(-1)")
+                return (f"the scores are divided by {words} where the paper divides by √d_k = {math.sqrt(d_k):.4g}: "
+                        f"{hint}.")
+    return f"the scores are divided by {divisor:.4g} where the paper divides by √d_k = {math.sqrt(d_k):.4g}."
 
 
-def _axes_for(tensor: torch.Tensor) -> tuple[str, ...]:
-    return AXES if tensor.dim() == 4 else ("batch", "query", "key")[-tensor.dim():]
-
-
-def _heads_text(got: torch.Tensor, expected: torch.Tensor) -> str:
-    """' in heads 1, 3 (of 4)' when only some heads differ (4-D tensors), else ''."""
-    if got.dim() != 4 or got.shape != expected.shape or got.size(1) < 2:
-        return ""
-    wrong = ~close_elements(got, expected, 1e-6, 1e-5)
-    heads = wrong.any(dim=(0, 2, 3)).nonzero().flatten().tolist()
-    return f" in head{'s' if len(heads) > 1 else ''} {index_ranges(heads)} (of {got.size(1)})" \
-        if 0 < len(heads) < got.size(1) else ""
-
-
-def _scale_cause(factor: float, d_k: int, q_len: int, k_len: int) -> str:
-    """Name the divisor that turns the expected scores into factor × them."""
-    divisor = math.sqrt(d_k) / factor  # the student divides Q K^T by this
-    for value, cause in ((1.0, "the scores are not scaled: divide Q K^T by sqrt(d_k) before the softmax."),
-                         (d_k, "the scores are divided by d_k: the paper divides by the square root, math.sqrt(d_k)."),
-                         (math.sqrt(q_len), "the scores are divided by the square root of the wrong size (the query "
-                                            "length): d_k is the last axis of Q, Q.size(-1)."),
-                         (math.sqrt(k_len), "the scores are divided by the square root of the key length: d_k is "
-                                            "the last axis of Q, Q.size(-1)."),
-                         (1 / math.sqrt(d_k), "the scores are multiplied by sqrt(d_k): divide by it.")):
-        if abs(divisor - value) < 1e-3 * max(1.0, value):
-            return cause
-    return f"the scores are divided by {divisor:.4g} instead of sqrt(d_k) = {math.sqrt(d_k):.4g}."
-
-
-def diagnose_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None,
-                       weights: Any, output: Any = None) -> Diagnosis | None:
-    """The first place where the student's attention departs from the reference on these inputs:
-    the scores, the weights (normalisation, hidden keys), or the output."""
-    expected_output, expected_weights = reference_attention(Q, K, V, mask)
-    if not isinstance(weights, torch.Tensor) or weights.shape != expected_weights.shape:
-        return None
-    d_k, q_len, k_len = Q.size(-1), Q.size(-2), K.size(-2)
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)  # (..., q_len, k_len)
-    hidden = (mask == 0).expand_as(scores) if mask is not None else torch.zeros_like(scores, dtype=torch.bool)
-    w = weights.detach().to(torch.float64)
-    if _close(w, expected_weights):
-        if output is None or not isinstance(output, torch.Tensor) or output.shape != expected_output.shape:
-            return None
-        out = output.detach().to(torch.float64)
-        for candidate, cause in ((scores.masked_fill(hidden, -1e9) @ V, "the output multiplies the scores, not the "
-                                  "weights, with V: output = weights @ V."),
-                                 (V[..., :q_len, :] if V.size(-2) >= q_len else None, "the output is V itself: "
-                                  "multiply the weights with it, output = weights @ V.")):
-            if candidate is not None and _close(out, candidate):
-                return Diagnosis("scores match; weights match; the output differs", cause)
-        return Diagnosis(f"scores match; weights match; the output differs{_heads_text(out, expected_output)}: "
-                         f"{describe_difference(out, expected_output, _axes_for(out)) or 'other values'}",
-                         "output = weights @ V: one row of weights per query times V (..., k_len, d_v).")
-    if not torch.isfinite(w).all():
-        return Diagnosis("the weights hold NaN or inf",
-                         "a row whose scores are all -inf (every key hidden) gives NaN; fill hidden scores with "
-                         "a large negative number (-1e9) or check the division.")
-    heads = _heads_text(w, expected_weights)
-    row_sums = w.sum(dim=-1)
-    if not torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-6):
-        masked = scores.masked_fill(hidden, -1e9)
-        for dim in range(-2, -w.dim() - 1, -1):
-            if _close(w, torch.softmax(masked, dim=dim)) or _close(w, torch.softmax(scores, dim=dim)):
-                axis = _axes_for(w)[dim]
-                plural = {"query": "queries", "head": "heads", "batch": "batch"}.get(axis, axis)
-                return Diagnosis(f"scores match; weights differ: the rows (over the keys) do not sum to 1, the "
-                                 f"{axis} axis does — softmax over the wrong axis (dim={dim}, the {plural})",
-                                 f"the softmax runs over dim={dim} (the {plural}): each query's weights over the keys "
-                                 "must sum to 1, so use dim=-1." if dim == -2 else
-                                 f"the softmax runs over the wrong axis, dim={dim} (the {plural}): count from the end "
-                                 "and normalise over the keys, dim=-1.")
-        if mask is not None and _close(w, torch.softmax(scores, dim=-1).masked_fill(hidden, 0.0)):
-            return Diagnosis("scores match; weights differ: the rows do not sum to 1 because the hidden keys were "
-                             "zeroed after the softmax",
-                             "the mask is applied after the softmax: zeroing weights after normalising leaves rows "
-                             "that do not sum to 1; fill the scores with -1e9 before the softmax.")
-        if _close(w, masked) or _close(w, scores):
-            return Diagnosis("weights differ: they are the scores themselves, no softmax was applied",
-                             "`weights` holds the scaled scores, not their softmax: return softmax(scores, dim=-1).")
-        return Diagnosis(f"weights differ{heads}: the rows do not sum to 1 (sums from {row_sums.min().item():.3g} to "
-                         f"{row_sums.max().item():.3g})", "weights = softmax(scores, dim=-1): one softmax over the "
-                         "keys, with nothing done to the weights afterwards.")
-    leaked = w[hidden]
-    if leaked.numel() and leaked.abs().max() > 1e-9:
-        for candidate, cause in (
-            (torch.softmax(scores, dim=-1), "the mask is ignored: apply it with scores = scores.masked_fill(mask == 0, "
-             "-1e9) (masked_fill returns a new tensor, so assign the result)."),
-            (torch.softmax(scores.masked_fill(hidden, 0.0), dim=-1), "hidden scores are set to 0: exp(0) = 1 still "
-             "gives those keys weight; use a very negative number such as -1e9 (or float('-inf'))."),
-            (torch.softmax(scores.masked_fill(~hidden, -1e9), dim=-1), "the mask is inverted: True (1) means 'may "
-             "attend', so hide the positions where mask == 0."),
-        ):
-            if _close(w, candidate):
-                return Diagnosis(f"scores match; weights differ: hidden keys get weight (up to "
-                                 f"{leaked.abs().max().item():.3g})", cause)
-        return Diagnosis(f"weights differ: hidden keys get weight (up to {leaked.abs().max().item():.3g})",
-                         "fill the hidden scores with a very negative number (-1e9 or float('-inf')) before the "
-                         "softmax; True (1) means 'may attend', so hide where mask == 0.")
-    starved = w[~hidden & (expected_weights > 1e-6)]
-    if mask is not None and starved.numel() and (starved < 1e-12).any():
-        return Diagnosis("weights differ: keys that may be attended get weight 0",
-                         "the mask is inverted: True (1) means 'may attend', so hide the positions where mask == 0.")
-    # The rows sum to 1 and the mask is right, so the weights are a softmax of other scores: recover
-    # them (log-weights up to one constant per row) and compare with the expected scores.
+def _read_scores(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, w: torch.Tensor, hidden: torch.Tensor
+                 ) -> Diagnosis:
+    """Weights whose rows sum to 1 and whose mask is right: the log-weights are the scores up to one constant per
+    row; compared with Q K^T / √d_k they show a factor (and the divisor it means) or a transpose."""
     visible = ~hidden
     counts = visible.sum(dim=-1, keepdim=True).clamp_min(1)
-    log_w = torch.where(visible, w.clamp_min(1e-300).log(), torch.zeros_like(w))
-    got_scores = log_w - (log_w * visible).sum(dim=-1, keepdim=True) / counts
-    centred = torch.where(visible, scores, torch.zeros_like(scores))
-    centred = (centred - (centred * visible).sum(dim=-1, keepdim=True) / counts) * visible
-    got_scores = got_scores * visible
-    factor = ((got_scores * centred).sum() / (centred * centred).sum().clamp_min(1e-300)).item()
-    if _close(got_scores, factor * centred, 1e-5, 1e-4):
-        return Diagnosis(f"the scores before the softmax are {factor:.4g} × the expected Q K^T / sqrt(d_k){heads}",
-                         _scale_cause(factor, d_k, q_len, k_len))
-    if q_len == k_len:
-        transposed = torch.where(visible, scores.transpose(-2, -1), torch.zeros_like(scores))
-        transposed = (transposed - (transposed * visible).sum(dim=-1, keepdim=True) / counts) * visible
-        if _close(got_scores, transposed, 1e-5, 1e-4):
-            return Diagnosis("the scores before the softmax are transposed: row i holds the scores of key i",
-                             "scores = Q @ K.transpose(-2, -1): one row per query, one column per key.")
-    return Diagnosis(f"the scores before the softmax differ{heads} (not by a scale factor)",
-                     "scores = Q @ K.transpose(-2, -1) / sqrt(d_k): queries times keys, over the last axis of each.")
+
+    def centred(values: torch.Tensor) -> torch.Tensor:
+        values = torch.where(visible, values, torch.zeros_like(values))
+        return (values - values.sum(dim=-1, keepdim=True) / counts) * visible
+
+    scores = _scores(Q, K)
+    got, wanted = centred(w.clamp_min(1e-300).log()), centred(scores)
+    factor = ((got * wanted).sum() / (wanted * wanted).sum().clamp_min(1e-300)).item()
+    if abs(factor) > 1e-9 and tensors_close(got, factor * wanted, 1e-5, 1e-4):
+        return Diagnosis(f"the scores before the softmax are {factor:.4g} × Q K^T / √d_k",
+                         _divisor(math.sqrt(Q.size(-1)) / factor, Q, K, V))
+    if w.size(-1) == w.size(-2) and tensors_close(got, centred(scores.transpose(-2, -1)), 1e-5, 1e-4):
+        return Diagnosis("the scores before the softmax are transposed: row i holds the scores of key i",
+                         "scores = Q @ K.transpose(-2, -1): one row per query, one column per key.")
+    return Diagnosis("the scores before the softmax are not Q K^T / √d_k, nor a multiple of it",
+                     "scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k): each query times each key, over their last "
+                     "axis.")
 
 
-# --- where multi-head attention departs -------------------------------------------------------------
+def _fill_value(scores: torch.Tensor, w: torch.Tensor, hidden: torch.Tensor) -> float | None:
+    """The score the hidden keys were given, read from the weights of the rows where they got some: the visible
+    keys' log-weights are their scores plus one constant per row, which places the hidden ones' scores."""
+    rows = ((hidden & (w > 0)).any(dim=-1) & (~hidden & (w > 0)).any(dim=-1)).unsqueeze(-1)
+    log_w, visible = w.clamp_min(1e-300).log(), ~hidden & rows
+    offset = (torch.where(visible, log_w - scores, 0.0).sum(dim=-1) / visible.sum(dim=-1).clamp_min(1)).unsqueeze(-1)
+    if not rows.any() or not tensors_close(torch.where(visible, log_w - scores - offset, 0.0), torch.zeros_like(w),
+                                           1e-5, 0.0):
+        return None  # no row to read it from, or the visible scores are not the expected ones
+    fills = (log_w - offset)[hidden & rows & (w > 0)]
+    if (fills.max() - fills.min()).item() > 1e-4 * max(1.0, fills.abs().max().item()):
+        return None
+    return fills.mean().item()
 
 
-@dataclass
-class _Trace:
-    """What happened inside the student's forward: every nn.Linear call, every call of the attention
-    function, and the output (or the error)."""
-
-    linear: list[tuple[str, torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    attention: list[list[Any]] = field(default_factory=list)  # [args, kwargs, result or None]
-    combined: list[Any] = field(default_factory=list)  # what combine_heads was given
-    output: Any = None
-    error: BaseException | None = None
-
-    roles: dict[str, str] = field(default_factory=dict)  # W_q -> the student's name for it, when they differ
-
-    def layer(self, name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-        name = self.roles.get(name, name)
-        return next(((given, result) for layer, given, result in self.linear if layer == name), None)
-
-
-@contextmanager
-def _tracing(module: nn.Module, trace: _Trace) -> Iterator[None]:
-    """Record the student's linear layers (forward hooks) and attention calls (the function forward
-    looks up by name is wrapped while the check runs)."""
-    hooks = [layer.register_forward_hook(
-        lambda _, inputs, result, name=name: trace.linear.append((name, inputs[0].detach(), result.detach())))
-        for name, layer in module.named_modules() if isinstance(layer, nn.Linear)]
-    namespace = getattr(getattr(type(module), "forward", None), "__globals__", {})
-    original = namespace.get("scaled_dot_product_attention")
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        entry = [args, kwargs, None]
-        trace.attention.append(entry)
-        entry[2] = original(*args, **kwargs)
-        return entry[2]
-
-    if callable(original):
-        namespace["scaled_dot_product_attention"] = recording
-    combine = getattr(module, "combine_heads", None)
-
-    def combining(x: Any, *args: Any, **kwargs: Any) -> Any:
-        trace.combined.append(x.detach() if isinstance(x, torch.Tensor) else x)
-        return combine(x, *args, **kwargs)
-
-    if callable(combine):
-        object.__setattr__(module, "combine_heads", combining)  # an instance attribute shadows the method
-    try:
-        yield
-    finally:
-        for hook in hooks:
-            hook.remove()
-        if callable(original):
-            namespace["scaled_dot_product_attention"] = original
-        module.__dict__.pop("combine_heads", None)
-
-
-def _attention_arguments(entry: list[Any]) -> tuple[Any, Any, Any, Any]:
-    args, kwargs, _ = entry
-    names = ("Q", "K", "V", "mask")
-    values = list(args) + [None] * (4 - len(args))
-    for index, name in enumerate(names):
-        for key in (name, name.lower()):
-            if key in kwargs:
-                values[index] = kwargs[key]
-    return tuple(values[:4])  # type: ignore[return-value]
-
-
-def _diagnose_mha(reference: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  mask: torch.Tensor | None, trace: _Trace) -> Diagnosis | None:
-    """Follow forward step by step (projections, split heads, the attention call, its heads, the combined
-    heads, W_o) and name the first place where the student's values depart from the reference's."""
-    inputs = {"q": q, "k": k, "v": v}
-    expected: dict[str, torch.Tensor] = {}
-    with torch.no_grad():
-        for layer, source in (("W_q", "q"), ("W_k", "k"), ("W_v", "v")):
-            expected[layer] = getattr(reference, layer)(inputs[source])
-    passed: list[str] = []
-
-    def departs(where: str, cause: str) -> Diagnosis:
-        return Diagnosis("; ".join([*passed, where]), cause)
-
-    for layer, source in (("W_q", "q"), ("W_k", "k"), ("W_v", "v")):
-        call = trace.layer(layer)
-        if call is None:
-            if trace.error is None:
-                return departs(f"`self.{layer}` is never called", f"project the input: self.{layer}({source}).")
+def _read_masking(Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor, hidden: torch.Tensor,
+                  plain: torch.Tensor | None) -> Diagnosis | None:
+    """What masked weights show: allowed keys that get none, hidden keys zeroed after the softmax, hidden keys that
+    get weight (as without the mask, or with the score they were given). `plain`: the weights without a mask."""
+    some = hidden.any(dim=-1, keepdim=True) & ~hidden.all(dim=-1, keepdim=True)  # rows with hidden and allowed keys
+    if bool((w[~hidden & some] == 0).all()) and bool((w[hidden & some] > 0).all()):
+        return Diagnosis("the keys the mask allows get weight 0, and the keys it hides share the weight",
+                         "the mask is inverted: True (1) means 'may attend', so hide the positions where mask == 0.")
+    leaked = w[hidden]
+    if not (leaked != 0).any():
+        if _sums_to_one(w, -1) or not _same(w, (plain if plain is not None else torch.softmax(_scores(Q, K), -1))
+                                            * ~hidden):
             return None
-        given = call[0]
-        if not _close(given, inputs[source]):
-            used = next((name for name, tensor in inputs.items() if _close(given, tensor)), None)
-            if used is None:
-                return departs(f"`self.{layer}` gets another input than `{source}`",
-                               f"apply self.{layer} to the {source} argument of forward.")
-            cause = {("W_k", "v"): "keys and values are mixed up: K = W_k(k) and V = W_v(v).",
-                     ("W_v", "k"): "keys and values are mixed up: K = W_k(k) and V = W_v(v).",
-                     ("W_k", "q"): "K and V are computed from q: keys come from W_k(k) and values from W_v(v), "
-                                   "which differ from q in cross-attention.",
-                     ("W_v", "q"): "K and V are computed from q: keys come from W_k(k) and values from W_v(v), "
-                                   "which differ from q in cross-attention."}.get(
-                (layer, used), f"apply self.{layer} to {source}, not to {used}.")
-            return departs(f"`self.{layer}` is applied to `{used}` instead of `{source}`", cause)
-    passed.append("projections match")
-    if not trace.attention:
-        return _diagnose_inline(reference, expected, mask, trace, passed)
-    Q, K, V, given_mask = _attention_arguments(trace.attention[0])
-    with torch.no_grad():
-        wanted = {"Q": reference.split_heads(expected["W_q"]), "K": reference.split_heads(expected["W_k"]),
-                  "V": reference.split_heads(expected["W_v"])}
-    for name, tensor in (("Q", Q), ("K", K), ("V", V)):
-        if _close(tensor, wanted[name]):
-            continue
-        shape = tuple(wanted[name].shape)
-        if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != shape:
-            got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-            return departs(f"the {name} passed to scaled_dot_product_attention has shape {got} instead of "
-                           f"(batch, num_heads, len, d_k) = {shape}",
-                           "split every projection into heads, self.split_heads(self.W_q(q)) and so on, before "
-                           "attending.")
-        other = next((o for o in wanted if o != name and _close(tensor, wanted[o])), None)
-        if other:
-            return departs(f"the {name} passed to scaled_dot_product_attention is the expected {other}",
-                           "call scaled_dot_product_attention(Q, K, V, mask) with the arguments in this order.")
-        return departs(f"the {name} passed to scaled_dot_product_attention differs: "
-                       f"{describe_difference(tensor, wanted[name], AXES) or 'other values'}",
-                       "split_heads must give head h the features h*d_k ... (h+1)*d_k - 1 of every token: view as "
-                       "(batch, seq_len, num_heads, d_k), then transpose(1, 2).")
-    passed.append("split heads match")
-    if mask is not None and given_mask is None:
-        return departs("scaled_dot_product_attention gets no mask",
-                       "the mask is not passed on: call scaled_dot_product_attention(Q, K, V, mask).")
-    if mask is not None and isinstance(given_mask, torch.Tensor) and given_mask.shape != mask.shape:
-        return departs(f"the mask passed to scaled_dot_product_attention has shape {tuple(given_mask.shape)} "
-                       f"({given_mask.dim()} axes) instead of the given {tuple(mask.shape)}",
-                       "pass the mask on as it is given: it already broadcasts against the scores (batch, num_heads, "
-                       "q_len, k_len); adding an axis (unsqueeze) breaks that.")
-    if mask is not None and isinstance(given_mask, torch.Tensor) and not torch.equal(given_mask != 0, mask != 0):
-        return departs("the mask passed to scaled_dot_product_attention is not the given one",
-                       "pass the mask on unchanged: scaled_dot_product_attention(Q, K, V, mask).")
-    passed.append("the mask is passed on")
-    result = trace.attention[0][2]
-    if result is None:
+        return Diagnosis("the hidden keys get 0, but the rows of weights sum to less than 1: the allowed keys keep "
+                         "the weights of a softmax over every key",
+                         "the mask is applied after the softmax: zeroing weights after normalising leaves rows that do "
+                         "not sum to 1; fill the scores with -1e9 before the softmax, so that it shares each row among "
+                         "the allowed keys alone.")
+    most = f"up to {leaked.abs().max().item():.3g}"
+    if plain is not None and _same(w, plain):
+        return Diagnosis(f"the mask changes nothing: hidden keys get weight ({most}), as without a mask",
+                         "the mask is not applied: scores = scores.masked_fill(mask == 0, -1e9), before the softmax.")
+    fill = _fill_value(_scores(Q, K), w, hidden)
+    if fill is not None:
+        fill = 0.0 if abs(fill) < 1e-6 else fill
+        return Diagnosis(f"hidden keys get weight ({most}): their scores are set to {fill:.4g}",
+                         ("hidden scores are set to 0, and exp(0) = 1 still gives those keys weight" if fill == 0
+                          else f"a fill of {fill:.4g} is not negative enough: next to large scores exp({fill:.4g}) "
+                               "still counts") + "; use a very negative number such as -1e9 (or float('-inf')).")
+    return Diagnosis(f"hidden keys get weight ({most})",
+                     "fill the hidden scores with a very negative number (-1e9 or float('-inf')) before the softmax; "
+                     "True (1) means 'may attend', so hide where mask == 0.")
+
+
+def diagnose_weights(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None,
+                     weights: Any, unmasked: Any = None) -> Diagnosis | None:
+    """How attention weights (..., q_len, k_len) depart from softmax(Q K^T / √d_k) with `mask`, read from their
+    values alone, in this order: NaN, the axis they are normalised over, what the mask hides, no softmax, rows
+    that do not sum to 1, the scores before the softmax. `unmasked`: the same function's weights without a mask."""
+    shape = (*Q.shape[:-1], K.size(-2))
+    if not isinstance(weights, torch.Tensor) or weights.shape != shape:
         return None
-    heads = result[0] if isinstance(result, tuple) else result
-    with torch.no_grad():
-        expected_heads = reference_attention(wanted["Q"], wanted["K"], wanted["V"], mask)[0]
-    if not _close(heads, expected_heads):
-        return departs(f"your scaled_dot_product_attention returns other heads{_heads_text(heads, expected_heads)}",
-                       "scaled_dot_product_attention gives another result on these heads: fix its checks first.")
-    passed.append("attention matches")
-    known = {"`q`": q, "`k`": k, "`v`": v, "Q": wanted["Q"], "K": wanted["K"], "V": wanted["V"]}
-    return _diagnose_output(reference, expected_heads, trace, passed, known)
-
-
-def _diagnose_inline(reference: nn.Module, expected: dict[str, torch.Tensor], mask: torch.Tensor | None,
-                     trace: _Trace, passed: list[str]) -> Diagnosis | None:
-    """Attention written inside forward (no call to the function): compare the heads W_o receives."""
-    with torch.no_grad():
-        Q, K, V = (reference.split_heads(expected[name]) for name in ("W_q", "W_k", "W_v"))
-        expected_heads = reference_attention(Q, K, V, mask)[0]
-        wider = _attention_variant(Q, K, V, mask, scale=math.sqrt(reference.d_model))[0]
-    call = trace.layer("W_o")
-    if call is not None and not _close(call[0], reference.combine_heads(expected_heads)):
-        if _close(call[0], reference.combine_heads(wider)):
-            return Diagnosis("; ".join([*passed, "the heads differ: their scores are divided by sqrt(d_model)"]),
-                             "the scores are scaled by sqrt(d_model) instead of sqrt(d_k) = sqrt(d_model / "
-                             "num_heads).")
-        return Diagnosis("; ".join([*passed, "the attention written in forward gives other heads (the input of "
-                                             "W_o differs)"]),
-                         "attend each head with softmax(Q K^T / sqrt(d_k)) V, d_k = d_model / num_heads.")
-    return _diagnose_output(reference, expected_heads, trace, passed, {"Q": Q, "K": K, "V": V})
-
-
-def _diagnose_output(reference: nn.Module, heads: torch.Tensor, trace: _Trace, passed: list[str],
-                     known: dict[str, torch.Tensor]) -> Diagnosis | None:
-    with torch.no_grad():
-        combined = reference.combine_heads(heads)
-    if trace.combined and not _close(trace.combined[0], heads):
-        given = trace.combined[0]
-        name = next((name for name, value in known.items() if _close(given, value)), None)
-        what = f"{name}" if name else (f"a tensor of shape {tuple(given.shape)}" if isinstance(given, torch.Tensor)
-                                       else type(given).__name__)
-        return Diagnosis("; ".join([*passed, f"combine_heads is given {what} instead of the heads that "
-                                             "scaled_dot_product_attention returned"]),
-                         "join the heads the attention returned: self.W_o(self.combine_heads(heads)).")
-    call = trace.layer("W_o")
-    if call is None:
-        if trace.error is None:
-            return Diagnosis("; ".join([*passed, "`self.W_o` is never called"]),
-                             "W_o is skipped: the concatenated heads go through the output projection, "
-                             "self.W_o(self.combine_heads(...)).")
+    w = weights.detach().to(torch.float64).cpu()
+    if not torch.isfinite(w).all():
+        return Diagnosis("the weights hold NaN or inf", "a row whose scores are all -inf (every key hidden) gives "
+                         "NaN; fill hidden scores with a large negative number (-1e9), and check the division.")
+    for dim in range(w.dim() - 1):
+        if not _sums_to_one(w, -1) and w.size(dim) > 1 and _sums_to_one(w, dim):
+            axis = _axes(w)[dim]
+            return Diagnosis(f"the weights sum to 1 over the {axis} axis, not over the keys",
+                             f"the softmax runs over the wrong axis, the {_PLURAL[axis]}: each query's weights over "
+                             "the keys must sum to 1, so use dim=-1.")
+    hidden = (mask == 0).expand(shape) if mask is not None else torch.zeros(shape, dtype=torch.bool)
+    plain = unmasked.detach().to(torch.float64).cpu() if isinstance(unmasked, torch.Tensor) \
+        and unmasked.shape == shape else None
+    masking = _read_masking(Q, K, w, hidden, plain) if mask is not None else None
+    if masking is not None:
+        return masking
+    if not _sums_to_one(w, -1):
+        scores = _scores(Q, K)
+        if _same(w, scores.masked_fill(hidden, -1e9)) or _same(w, scores):
+            return Diagnosis("the weights are the scores themselves: no softmax was applied",
+                             "`weights` must be softmax(scores, dim=-1), not the scaled scores.")
+        low, high = w.sum(dim=-1).aminmax()
+        sums = f"every row sums to {low:.6g}" if high - low < 1e-6 else f"their sums run from {low:.4g} to {high:.4g}"
+        return Diagnosis(f"the rows of weights do not sum to 1 ({sums})", "weights = softmax(scores, dim=-1): one "
+                         "softmax over the keys, with nothing done to the weights afterwards.")
+    if (w[~hidden] <= 0).any() or (w[hidden] != 0).any():
         return None
-    if not _close(call[0], combined):
-        got = call[0]
-        how = describe_difference(got, combined, ("batch", "query", "feature")) if got.shape == combined.shape else \
-            f"shape {tuple(got.shape)} instead of {tuple(combined.shape)}"
-        return Diagnosis("; ".join([*passed, f"the combined heads (the input of W_o) differ: {how or 'other values'}"]),
-                         "combine_heads must undo split_heads: transpose(1, 2) back to (batch, seq_len, num_heads, "
-                         "d_k), then view as (batch, seq_len, d_model), so each head's d_k features stay together.")
-    passed.append("combined heads match")
-    if trace.output is not None and not _close(trace.output, call[1]):
-        return Diagnosis("; ".join([*passed, "forward returns something other than the output of W_o"]),
-                         "return output = self.W_o(self.combine_heads(heads)).")
+    return _read_scores(Q, K, V, w, hidden)
+
+
+_ELEMENTWISE = {"tanh": torch.tanh, "ReLU": torch.relu, "a sigmoid": torch.sigmoid, "exp": torch.exp,
+                "a softmax over the last axis": lambda x: torch.softmax(x, dim=-1)}
+
+
+def _read_output(V: torch.Tensor, weights: Any, output: torch.Tensor) -> Diagnosis | None:
+    """The output of attention whose weights are right: is it weights @ V with something done to it?"""
+    if not isinstance(weights, torch.Tensor):
+        return None
+    product_ = weights.detach().to(torch.float64).cpu() @ V
+    if output.shape != product_.shape:
+        return None
+    for name, function in _ELEMENTWISE.items():
+        if _same(output, function(product_)):
+            return Diagnosis(f"the output is {name} of weights @ V",
+                             f"nothing follows the product: output = weights @ V, without {name}.")
     return None
 
 
-# --- scaled dot-product attention ------------------------------------------------------------------
+def _diagnoses(function: AttentionFunction, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
+               mask: torch.Tensor | None, weights: Any, unmasked: torch.Tensor | None = None
+               ) -> tuple[Callable[[torch.Tensor], Any], Callable[[torch.Tensor], Any]]:
+    """How the student's weights and output depart from the reference's: the readings of the values (the mask's
+    first when there is one; for the output, the weights' when they already differ), merged with the engine's
+    comparison of the two computations, recorded once when first needed."""
+    expected = _reference_attention(Q, K, V, mask)
+    kept: list[tuple[differential.Trace, differential.Trace]] = []
+
+    def engine(value: torch.Tensor, part: int) -> Any:
+        if not kept:
+            student = differential.traced(function, Q.clone(), K.clone(), V.clone(), _clone(mask), names=_QKV)
+            kept.append((student, differential.traced_call(_reference_attention, Q, K, V, mask, names=_QKV)))
+        return differential.explain(*kept[0], value, expected[part], _context(Q, K, V), _axes(Q))
+
+    def of_weights(value: torch.Tensor) -> Any:
+        found = engine(value, 1)
+        reading = diagnose_weights(Q, K, V, mask, value, unmasked)
+        return differential.combined(_merged(reading, _unused_results(kept[0][0])), found)
+
+    def of_output(value: torch.Tensor) -> Any:
+        if isinstance(weights, torch.Tensor) and weights.shape == expected[1].shape \
+                and not _same(weights, expected[1], 1e-7):
+            return of_weights(weights)
+        return differential.combined(_read_output(V, weights, value), engine(value, 0))
+
+    return of_weights, of_output
+
+
+def _expect_attention(function: AttentionFunction, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
+                      mask: torch.Tensor | None, got: tuple[Any, Any], *, cause: str,
+                      unmasked: torch.Tensor | None = None) -> None:
+    """The weights, then the output, compared with the reference's."""
+    expected = _reference_attention(Q, K, V, mask)
+    of_weights, of_output = _diagnoses(function, Q, K, V, mask, got[1], unmasked)
+    expect_close("weights", got[1], expected[1], atol=1e-7, diagnose=of_weights, cause=cause)
+    expect_close("output", got[0], expected[0], atol=1e-7, diagnose=of_output, cause="output = weights @ V.")
 
 
 @check("scaled_dot_product_attention returns output (..., q_len, d_v) and weights (..., q_len, k_len)")
@@ -537,14 +575,14 @@ def sdpa_shapes(scaled_dot_product_attention: AttentionFunction, batch: int = 2,
         Q, K, V = _qkv(batch, heads_here, q_len, k_len, d_k, d_v, seed=10)
         leading = (batch, heads_here) if heads_here else (batch,)
         try:
-            output, weights = _student_attention(scaled_dot_product_attention, Q, K, V)
+            output, weights = _attend(scaled_dot_product_attention, Q, K, V)
         except (IndexError, RuntimeError) as error:
-            if heads_here == heads:  # the inputs the caller asked for: report the error as it is
+            if heads_here == heads or isinstance(error, NotImplementedError):  # the inputs asked for: as it is
                 raise
             fail(
                 f"scaled_dot_product_attention fails on {Q.dim()}-D inputs Q {tuple(Q.shape)}.",
                 expected="the same code working for any number of leading axes (..., q_len, d_k)",
-                got=f"{type(error).__name__}: {str(error).splitlines()[0][:100]}",
+                got=f"{type(error).__name__}: {first_line(error, 100)}",
                 cause="count axes from the end: K.transpose(-2, -1), softmax(dim=-1), Q.size(-1).",
             )
         expect_shape("weights", weights, (*leading, q_len, k_len),
@@ -557,30 +595,57 @@ def sdpa_shapes(scaled_dot_product_attention: AttentionFunction, batch: int = 2,
 def sdpa_values(scaled_dot_product_attention: AttentionFunction, batch: int = 2, heads: int = 3,
                 q_len: int = 4, k_len: int = 6, d_k: int = 5, d_v: int = 7) -> None:
     Q, K, V = _qkv(batch, heads, q_len, k_len, d_k, d_v, seed=20)
-    output, weights = _student_attention(scaled_dot_product_attention, Q, K, V)
-    expected_output, expected_weights = reference_attention(Q, K, V)
-    expect_close("weights", weights, expected_weights, atol=1e-7, suspects=_sdpa_suspects(Q, K, V, None, 1),
-                 diagnose=lambda got: diagnose_attention(Q, K, V, None, got),
-                 cause="weights = softmax(Q @ K.transpose(-2, -1) / sqrt(d_k), dim=-1).")
-    expect_close("output", output, expected_output, atol=1e-7, suspects=_sdpa_suspects(Q, K, V, None, 0),
-                 diagnose=lambda got: diagnose_attention(Q, K, V, None, weights, got),
-                 cause="output = weights @ V.")
+    got = _attend(scaled_dot_product_attention, Q, K, V)
+    _expect_attention(scaled_dot_product_attention, Q, K, V, None, got,
+                      cause="weights = softmax(Q @ K.transpose(-2, -1) / sqrt(d_k), dim=-1).")
+
+
+def _by_removal(function: AttentionFunction, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
+                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """What masking must give by the student's own attention: each query attends, without a mask, to the keys
+    it may see and to no other. None when the student's function cannot be run that way."""
+    leading, q_len = Q.shape[:-2], Q.size(-2)
+    visible = (mask != 0).expand(*leading, q_len, K.size(-2))
+    places, inputs = [], []
+    for index in product(*(range(size) for size in leading)):
+        for query in range(q_len):
+            keys = visible[index][query].nonzero().flatten()
+            ones = (1,) * len(leading)
+            inputs.append((Q[index][query:query + 1].reshape(*ones, 1, -1),
+                           K[index][keys].reshape(*ones, len(keys), -1), V[index][keys].reshape(*ones, len(keys), -1)))
+            places.append((index, query, keys))
+    results = _attend_each(function, inputs)
+    if results is None:
+        return None
+    output = torch.zeros(*leading, q_len, V.size(-1), dtype=torch.float64)
+    weights = torch.zeros(*leading, q_len, K.size(-2), dtype=torch.float64)
+    for (index, query, keys), (row_output, row_weights) in zip(places, results, strict=True):
+        if not (isinstance(row_output, torch.Tensor) and isinstance(row_weights, torch.Tensor)) \
+                or row_output.numel() != V.size(-1) or row_weights.numel() != len(keys):
+            return None
+        output[index][query] = row_output.reshape(-1).to(torch.float64)
+        weights[index][query][keys] = row_weights.reshape(-1).to(torch.float64)
+    return output, weights
 
 
 @check("scaled_dot_product_attention hides the keys where the mask is False (before the softmax)")
 def sdpa_masked_values(scaled_dot_product_attention: AttentionFunction, batch: int = 2, heads: int = 3,
-                       q_len: int = 5, k_len: int = 6, d_k: int = 4, d_v: int = 3) -> None:
+                       q_len: int = 5, k_len: int = 6, d_k: int = 4, d_v: int = 7) -> None:
+    """Masking is graded on its own: a result equal to the student's attention over the allowed keys alone
+    passes, whatever the scores (the unmasked checks grade those)."""
     Q, K, V = _qkv(batch, heads, q_len, k_len, d_k, d_v, seed=30)
     mask = _random_mask(batch, q_len, k_len, seed=31, heads_axis=heads > 0)
-    output, weights = _student_attention(scaled_dot_product_attention, Q, K, V, mask)
-    expected_output, expected_weights = reference_attention(Q, K, V, mask)
-    expect_close("weights", weights, expected_weights, atol=1e-7, suspects=_sdpa_suspects(Q, K, V, mask, 1),
-                 diagnose=lambda got: diagnose_attention(Q, K, V, mask, got),
-                 cause="before the softmax, fill the scores with -1e9 where mask == 0; the mask broadcasts "
-                       "against the scores (batch, heads, q_len, k_len).")
-    expect_close("output", output, expected_output, atol=1e-7, suspects=_sdpa_suspects(Q, K, V, mask, 0),
-                 diagnose=lambda got: diagnose_attention(Q, K, V, mask, weights, got),
-                 cause="output = weights @ V, with the masked weights.")
+    expected = _reference_attention(Q, K, V, mask)
+    output, weights = _attend(scaled_dot_product_attention, Q, K, V, mask)
+    if _same(output, expected[0], 1e-7) and _same(weights, expected[1], 1e-7):
+        return
+    own = _by_removal(scaled_dot_product_attention, Q, K, V, mask)
+    if own is not None and _same(output, own[0], 1e-7) and _same(weights, own[1], 1e-7):
+        return
+    unmasked = _attend(scaled_dot_product_attention, Q, K, V)[1]
+    _expect_attention(scaled_dot_product_attention, Q, K, V, mask, (output, weights), unmasked=unmasked,
+                      cause="before the softmax, fill the scores with -1e9 where mask == 0; the mask broadcasts "
+                            "against the scores (batch, heads, q_len, k_len).")
 
 
 @check("scaled_dot_product_attention agrees with torch.nn.functional.scaled_dot_product_attention")
@@ -589,46 +654,13 @@ def sdpa_matches_pytorch(scaled_dot_product_attention: AttentionFunction, batch:
     Q, K, V = _qkv(batch, heads, q_len, k_len, d_k, d_v, seed=40)
     mask = _random_mask(batch, q_len, k_len, seed=41, heads_axis=heads > 0)
     for name, used_mask in (("without a mask", None), ("with a bool mask", mask)):
-        output, weights = _student_attention(scaled_dot_product_attention, Q, K, V, used_mask)
-        with torch.no_grad():  # the built-in is the yardstick: it runs outside student_code()
+        with torch.no_grad():  # the built-in is the yardstick
             expected = F.scaled_dot_product_attention(Q, K, V, attn_mask=used_mask)  # True = may attend
+        output, weights = _attend(scaled_dot_product_attention, Q, K, V, used_mask)
         expect_close(f"output {name}", output, expected, atol=1e-5, rtol=1e-5,
-                     suspects=_sdpa_suspects(Q, K, V, used_mask, 0),
-                     diagnose=lambda got, m=used_mask, w=weights: diagnose_attention(Q, K, V, m, w, got),
+                     diagnose=_diagnoses(scaled_dot_product_attention, Q, K, V, used_mask, weights)[1],
                      cause="PyTorch's built-in computes softmax(Q K^T / sqrt(d_k)) V with the same mask "
                            "convention (True = may attend).")
-
-
-def _check_masked_weights(weights: torch.Tensor, mask: torch.Tensor, which: str) -> None:
-    hidden = (mask == 0).expand_as(weights)
-    leaked = weights[hidden]
-    column_sums = weights.sum(dim=-2)  # 1 everywhere when the softmax ran over the queries
-    columns_normalised = torch.allclose(column_sums, torch.ones_like(column_sums))
-    if leaked.numel() and leaked.abs().max() != 0 and columns_normalised:
-        fail(
-            f"keys hidden by the {which} still get attention weight, and each *column* of weights sums to 1.",
-            expected="exactly 0 weight wherever mask == 0, every row summing to 1",
-            got=f"weights up to {leaked.abs().max().item():.3g} on hidden keys",
-            cause="the softmax runs over dim=-2 (the queries); normalise over the keys with dim=-1.",
-        )
-    if leaked.numel() and leaked.abs().max() != 0:
-        fail(
-            f"keys hidden by the {which} still get attention weight.",
-            expected="exactly 0 weight wherever mask == 0",
-            got=f"weights up to {leaked.abs().max().item():.3g} on hidden keys",
-            cause="fill the hidden scores with a very negative number (-1e9 or float('-inf')) before the "
-                  "softmax; True (1) means 'may attend', so hide where mask == 0.",
-        )
-    row_sums = weights.sum(dim=-1)
-    if not torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-6):
-        worst = (row_sums - 1).abs().max().item()
-        fail(
-            "the attention weights of a query do not sum to 1.",
-            expected="every row of weights (over the keys) sums to 1",
-            got=f"row sums off by up to {worst:.3g}",
-            cause="apply the mask to the scores *before* the softmax (not to the weights after it), and take "
-                  "the softmax over the keys, dim=-1.",
-        )
 
 
 @check("masked keys get exactly zero weight and every row of weights sums to 1")
@@ -638,34 +670,59 @@ def sdpa_masked_keys_get_zero(scaled_dot_product_attention: AttentionFunction, b
     lengths = torch.tensor([k_len, k_len - 2, 1] + [k_len] * (batch - 3))[:batch]
     padding = (torch.arange(k_len) < lengths[:, None]).view(batch, 1, 1, k_len)  # (batch, 1, 1, k_len)
     look_ahead = torch.ones(q_len, k_len, dtype=torch.bool).tril().view(1, 1, q_len, k_len)
+    Q_scaled = Q * 10  # large scores: a weak fill value such as -100 would still leak
     for which, mask in (("padding mask", padding), ("look-ahead mask", look_ahead),
                         ("combined mask", padding & look_ahead)):
-        Q_scaled = Q * 10  # large scores: a weak fill value such as -100 would still leak
-        _, weights = _student_attention(scaled_dot_product_attention, Q_scaled, K, V, mask)
-        expect_shape("weights", weights, (batch, heads, q_len, k_len),
-                     cause="weights keep one row per query and one column per key.")
-        _check_masked_weights(weights, mask, which)
+        _, weights = _attend(scaled_dot_product_attention, Q_scaled, K, V, mask)
+        w = expect_shape("weights", weights, (batch, heads, q_len, k_len),
+                         cause="weights keep one row per query and one column per key.").to(torch.float64)
+        leaked = w[(mask == 0).expand_as(w)]
+        if (leaked != 0).any() or not _sums_to_one(w, -1):
+            reading = diagnose_weights(Q_scaled, K, V, mask, w)
+            fail(f"with the {which}, " + ("hidden keys still get attention weight." if (leaked != 0).any() else
+                                          "the weights of a query do not sum to 1."),
+                 expected="exactly 0 weight wherever mask == 0, and every row of weights (over the keys) summing to 1",
+                 got=reading.where if reading else f"weights up to {leaked.abs().max().item():.3g} on hidden keys",
+                 cause=reading.cause if reading else "fill the hidden scores with a very negative number (-1e9 or "
+                 "float('-inf')) before the softmax, so that exp() of them is exactly 0 even next to large scores.")
 
 
 @check("scaled_dot_product_attention accepts an integer 0/1 mask as well as a bool one")
-def sdpa_integer_mask(scaled_dot_product_attention: AttentionFunction, batch: int = 2, heads: int = 2,
+def sdpa_integer_mask(scaled_dot_product_attention: AttentionFunction, batch: int = 2, heads: int = 3,
                       q_len: int = 4, k_len: int = 5, d_k: int = 6) -> None:
+    """The property is that the mask's dtype changes nothing: the integer masks' results are compared with the
+    student's own bool-mask result (the reference's when that one fails)."""
     Q, K, V = _qkv(batch, heads, q_len, k_len, d_k, d_k, seed=60)
     mask = _random_mask(batch, q_len, k_len, seed=61, heads_axis=heads > 0)
-    expected_output, _ = reference_attention(Q, K, V, mask)
-    inverted = _attention_variant(Q, K, V, mask, mask_mode="inverted")[0]
+    try:
+        with_bool = _attend(scaled_dot_product_attention, Q, K, V, mask)
+    except CheckFailed:
+        raise
+    except Exception:  # noqa: BLE001  (the bool mask has checks of its own; compare with the reference then)
+        with_bool = None
+    if not (isinstance(with_bool, tuple) and all(isinstance(part, torch.Tensor) for part in with_bool)
+            and torch.isfinite(with_bool[1]).all()):
+        with_bool = _reference_attention(Q, K, V, mask)
     for dtype in (torch.long, torch.int32):
         integer_mask = mask.to(dtype)  # 1 = may attend, 0 = hidden
-        output, weights = _student_attention(scaled_dot_product_attention, Q, K, V, integer_mask)
-        _check_masked_weights(weights, mask, f"integer 0/1 mask ({dtype})")
-        expect_close(f"output with a {dtype} 0/1 mask", output, expected_output, atol=1e-7,
-                     suspects={"an integer 1 is treated as 'hidden': hide where mask == 0, so 1 means "
-                               "'may attend'.": lambda: inverted},
-                     diagnose=lambda got, w=weights: diagnose_attention(Q, K, V, mask, w, got),
+        output, weights = _attend(scaled_dot_product_attention, Q, K, V, integer_mask)
+
+        def diagnose(got: torch.Tensor, w: Any = weights) -> Diagnosis | None:
+            if isinstance(w, torch.Tensor) and w.shape == with_bool[1].shape:
+                zero = w == 0
+                if bool(zero.any()) and torch.equal(zero, (mask != 0).expand_as(w)):
+                    return Diagnosis("with the integer mask the keys where mask == 1 get weight 0",
+                                     "an integer 1 is treated as 'hidden': hide where mask == 0, so 1 means "
+                                     "'may attend' (`~mask` on integers flips bits, 1 -> -2).")
+            return None
+
+        expect_close(f"weights with a {dtype} 0/1 mask", weights, with_bool[1], atol=1e-9, diagnose=diagnose,
+                     cause="hide the keys where mask == 0; the result must not depend on the mask's dtype.")
+        expect_close(f"output with a {dtype} 0/1 mask", output, with_bool[0], atol=1e-9,
                      cause="hide the keys where mask == 0; the result must not depend on the mask's dtype.")
 
 
-# --- masks -----------------------------------------------------------------------------------------
+# --- masks ---------------------------------------------------------------------------------------------------
 
 
 def _token_batch(batch: int, seq_len: int, pad_idx: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -677,11 +734,6 @@ def _token_batch(batch: int, seq_len: int, pad_idx: int, seed: int) -> tuple[tor
     positions = torch.arange(seq_len)
     tokens[positions >= lengths[:, None]] = pad_idx
     return tokens, lengths
-
-
-def _student_mask(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    with torch.no_grad(), student_code():
-        return function(*args, **kwargs)
 
 
 def _expect_mask_dtype(name: str, mask: torch.Tensor, cause: str) -> None:
@@ -698,11 +750,31 @@ def _expect_mask_dtype(name: str, mask: torch.Tensor, cause: str) -> None:
              "is (bool), or as .int(); `~` on an integer mask flips bits (1 -> -2).")
 
 
+def _read_padding(mask: torch.Tensor, tokens: torch.Tensor, pad_idx: int) -> Diagnosis | None:
+    """Which tokens the student's padding mask hides, told by the token id they share."""
+    shown = (mask != 0).reshape(tokens.shape)
+    for value in [pad_idx, *sorted((set(tokens.unique().tolist()) | {0, 1}) - {pad_idx})]:
+        for hides, opposite in ((tokens != value, False), (tokens == value, True)):
+            if not torch.equal(shown, hides):
+                continue
+            if value == pad_idx and opposite:
+                return Diagnosis("True at the padding and False at the real tokens",
+                                 "the mask is inverted: it must be True where the token is real "
+                                 "(token_ids != pad_idx).")
+            if value != pad_idx:
+                return Diagnosis(f"the mask {'keeps only' if opposite else 'hides'} the tokens with id {value}, not "
+                                 f"the padding (id {pad_idx})",
+                                 f"the comparison uses {value} instead of pad_idx: compare with the argument pad_idx, "
+                                 "(token_ids != pad_idx)." + (" It is also inverted: True marks the real tokens."
+                                                              if opposite else ""))
+    return None
+
+
 @check("make_padding_mask returns shape (batch, 1, 1, seq_len)")
 def padding_mask_shape(make_padding_mask: Callable[..., Any], batch: int = 3, seq_len: int = 7,
                        pad_idx: int = 1) -> None:
     tokens, _ = _token_batch(batch, seq_len, pad_idx, seed=70)
-    mask = _student_mask(make_padding_mask, tokens, pad_idx)
+    mask = _call(make_padding_mask, tokens, pad_idx)
     if isinstance(mask, torch.Tensor) and tuple(mask.shape) == (batch, 1, seq_len, 1) and seq_len > 1:
         fail("padding mask has the wrong shape.", expected=(batch, 1, 1, seq_len), got=tuple(mask.shape),
              cause="this mask hides padded queries (rows of the scores) instead of padded keys (columns): "
@@ -716,225 +788,153 @@ def padding_mask_shape(make_padding_mask: Callable[..., Any], batch: int = 3, se
 def padding_mask_values(make_padding_mask: Callable[..., Any], batch: int = 4, seq_len: int = 8,
                         pad_idx: int = 1) -> None:
     tokens, _ = _token_batch(batch, seq_len, pad_idx, seed=80)
-    mask = _student_mask(make_padding_mask, tokens, pad_idx)
-    expected = reference_padding_mask(tokens, pad_idx)
-    expect_shape("padding mask", mask, tuple(expected.shape),
-                 cause="the mask has shape (batch, 1, 1, seq_len).")
+    mask = _call(make_padding_mask, tokens, pad_idx)
+    expected = _reference_padding_mask(tokens, pad_idx)
+    expect_shape("padding mask", mask, tuple(expected.shape), cause="the mask has shape (batch, 1, 1, seq_len).")
     _expect_mask_dtype("padding mask", mask,
                        cause="return the comparison itself (token_ids != pad_idx), a bool tensor; stage 4 combines "
                              "masks with `&`, which floats do not support.")
-    expect_close(
-        "padding mask", mask.double(), expected.double(), atol=0.0, rtol=0.0,
-        suspects={
-            "the mask is inverted: it must be True where the token is real (token_ids != pad_idx).": (
-                lambda: (~expected).double()
-            ),
-            "the comparison uses 0 instead of pad_idx: the padding id is the argument pad_idx.": (
-                lambda: reference_padding_mask(tokens, 0).double()
-            ),
-        },
-        cause="True (may attend) for real tokens, False for padding: (token_ids != pad_idx).",
-    )
+    expect_close("padding mask", mask.double(), expected.double(), atol=0.0, rtol=0.0,
+                 diagnose=lambda got: _read_padding(got, tokens, pad_idx), axes=("batch", "head", "query", "key"),
+                 cause="True (may attend) for real tokens, False for padding: (token_ids != pad_idx).")
+
+
+def _read_triangle(mask: torch.Tensor, size: int) -> Diagnosis | None:
+    """The look-ahead mask's True region as a triangle: which side of which diagonal it keeps."""
+    shown = (mask != 0).reshape(size, size)
+    rows, columns = torch.arange(size).unsqueeze(1), torch.arange(size).unsqueeze(0)
+    if bool(shown.all()) or not shown.any():
+        return Diagnosis(f"the mask is {'True' if shown.any() else 'False'} everywhere",
+                         "row i (the query) is True in columns 0..i and False after: "
+                         "torch.ones(size, size, dtype=torch.bool).tril().")
+    for offset in range(-size + 1, size):
+        if torch.equal(shown, columns - rows <= offset) and offset != 0:
+            return Diagnosis(f"row i is True in columns 0..i{offset:+d}" + (": the diagonal is hidden, so no position "
+                                                                             "sees itself" if offset < 0 else ""),
+                             "a position may attend to itself and to the positions before it: keep the diagonal, "
+                             "tril() with diagonal=0" + (" (not tril(-1))." if offset == -1 else "."))
+        if torch.equal(shown, columns - rows >= offset):
+            if offset >= 1:
+                return Diagnosis(f"row i is True in columns i{offset:+d}..size-1 (the future) and False on the past",
+                                 "the mask is inverted: True marks what a position may see, the positions before it "
+                                 "and itself (the lower triangle); the upper triangle is what it must not see.")
+            return Diagnosis(f"row i is True in columns i{offset:+d}..size-1: the upper triangle".replace("+0", ""),
+                             "the mask is transposed: row i is the query, so row i may see columns 0..i, the lower "
+                             "triangle (tril), not the upper one (triu).")
+    return None
 
 
 @check("make_look_ahead_mask returns shape (1, 1, size, size)")
 def look_ahead_mask_shape(make_look_ahead_mask: Callable[..., Any], size: int = 6) -> None:
-    mask = _student_mask(make_look_ahead_mask, size)
+    mask = _call(make_look_ahead_mask, size)
     expect_shape("look-ahead mask", mask, (1, 1, size, size),
-                 cause="build a (size, size) lower triangle, then add two leading axes "
-                       "(.unsqueeze(0) twice).")
+                 cause="build a (size, size) lower triangle, then add two leading axes (.unsqueeze(0) twice).")
 
 
 @check("make_look_ahead_mask lets position i see positions 0..i (diagonal included), on the given device")
 def look_ahead_mask_values(make_look_ahead_mask: Callable[..., Any], size: int = 6) -> None:
-    mask = _student_mask(make_look_ahead_mask, size, device=torch.device("cpu"))
-    expected = reference_look_ahead_mask(size)
-    expect_shape("look-ahead mask", mask, tuple(expected.shape),
-                 cause="the mask has shape (1, 1, size, size).")
+    mask = _call(make_look_ahead_mask, size, device="cpu")
+    expected = _reference_look_ahead_mask(size)
+    expect_shape("look-ahead mask", mask, tuple(expected.shape), cause="the mask has shape (1, 1, size, size).")
     _expect_mask_dtype("look-ahead mask", mask,
                        cause="create it with dtype=torch.bool (for example torch.ones(size, size, "
                              "dtype=torch.bool).tril()); stage 4 combines it with the padding mask using `&`, which "
                              "floats do not support.")
-    ones = torch.ones(size, size, dtype=torch.float64)
-    expect_close(
-        "look-ahead mask", mask.double(), expected.double(), atol=0.0, rtol=0.0,
-        suspects={
-            "the diagonal is hidden: a position may attend to itself, so keep the diagonal (tril(), not "
-            "tril(-1) or triu(1) inverted).": lambda: ones.tril(-1).view(1, 1, size, size),
-            "the mask is inverted: True must mark the allowed past (lower triangle), False the future.": (
-                lambda: ones.triu(1).view(1, 1, size, size)
-            ),
-            "the mask is transposed: row i is the query, so row i may see columns 0..i "
-            "(lower triangle, tril).": (
-                lambda: ones.triu().view(1, 1, size, size)
-            ),
-        },
-        cause="row i (the query) is True in columns 0..i: torch.ones(size, size, dtype=torch.bool).tril().",
-    )
-    if mask.device.type != "cpu":
-        fail("the mask is not on the requested device.", expected="device cpu", got=str(mask.device),
-             cause="pass device=device to the torch.ones/torch.tril call that creates the mask.")
+    expect_close("look-ahead mask", mask.double(), expected.double(), atol=0.0, rtol=0.0,
+                 diagnose=lambda got: _read_triangle(got, size), axes=("batch", "head", "query", "key"),
+                 cause="row i (the query) is True in columns 0..i: torch.ones(size, size, dtype=torch.bool).tril().")
+    asked, made, error = _mask_on_another_device(make_look_ahead_mask, size)
+    if error is not None and asked == "meta" and "meta" in error.message.lower():
+        return  # an operation without a `meta` version ran on the device asked for: the device is used
+    if error is not None:
+        raise as_exception(error, CheckFailed)
+    if made != asked:
+        fail("the mask is not made on the device it is asked for.",
+             expected=f"make_look_ahead_mask(size, device={asked!r}) returns a mask on that device"
+                      + (" (PyTorch's `meta` device holds shapes without values; it stands in for a GPU here)"
+                         if asked == "meta" else ""),
+             got=f"a mask on the {made} device",
+             cause="create the mask directly on `device`: torch.ones(size, size, dtype=torch.bool, device=device); "
+                   "a mask made on the CPU cannot be combined with the model's tensors on a GPU.")
 
 
-# --- multi-head attention --------------------------------------------------------------------------
+# --- multi-head attention ------------------------------------------------------------------------------------
+
+_ROLES = ("W_q", "W_k", "W_v", "W_o")
+_QKV_INPUTS = ("q", "k", "v", "mask")
 
 
 def _reference_module(d_model: int, num_heads: int, seed: int) -> nn.Module:
-    """The reference MultiHeadAttention in float64 with weights drawn from a private generator."""
+    """The reference MultiHeadAttention in float64 with distinct weights drawn from a private generator."""
     with torch.random.fork_rng(devices=[]):
-        module = ReferenceMultiHeadAttention(d_model, num_heads).double().eval()
+        module = _ReferenceMultiHeadAttention(d_model, num_heads).double().eval()
     with torch.no_grad():
         for index, (_, parameter) in enumerate(sorted(module.named_parameters())):
-            fan_in = parameter.shape[-1]
-            parameter.copy_(randn(*parameter.shape, seed=seed + index) / math.sqrt(fan_in))
+            parameter.copy_(randn(*parameter.shape, seed=seed + index) / math.sqrt(parameter.shape[-1]))
     return module
 
 
-def _student_module(MultiHeadAttention: type[nn.Module], d_model: int, num_heads: int,
-                    reference: nn.Module | None = None, *, names_required: bool = True) -> nn.Module:
-    """The student's module in float64 and eval mode; with `reference`, holding its weights (copied by
-    parameter name: only the checks that compare values with the same weights need the names; with
-    `names_required=False` other names are fine and the weights stay as they are)."""
-    with torch.random.fork_rng(devices=[]), student_code():
-        module = MultiHeadAttention(d_model, num_heads)
-    reject_builtin_modules(module, "MultiHeadAttention")
-    module = module.double().eval()  # before copying, so the float64 weights are not rounded to float32
-    if reference is None:
-        return module
-    if set(module.state_dict()) == set(reference.state_dict()):
-        copy_weights(reference, module, "MultiHeadAttention")
-    elif not _copy_by_role(reference, module) and names_required:
-        copy_weights(reference, module, "MultiHeadAttention")  # fails, naming the parameters it needs
-    return module
+def _sizes(reference: nn.Module) -> _Sizes:
+    return _Sizes(reference.d_model, reference.num_heads, reference.d_k)
 
 
-def _copy_by_role(reference: nn.Module, module: nn.Module) -> bool:
-    """Copy the reference weights into a module whose layers have other names, by what each layer does:
-    one forward pass with distinct q, k, v shows which linear layer projects q, k and v and which one
-    comes last (the output projection). False when the roles are not clear."""
-    layers = {name: layer for name, layer in module.named_modules() if isinstance(layer, nn.Linear)}
-    if len(layers) != 4 or len(list(module.parameters())) != 8:
-        return False
+def _roles(module: nn.Module, reference: nn.Module) -> dict[str, str] | None:
+    """Which of the student's linear layers projects q, k and v, and which comes last (W_o), read from one
+    forward pass with distinct q, k, v; None when that is not clear."""
     d_model = reference.d_model
     q, k, v = (randn(2, length, d_model, seed=seed) for seed, length in ((201, 3), (202, 5), (203, 5)))
-    trace = _Trace()
-    try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]), student_code(), _tracing(module, trace):
-            module(q, k, v, None)
-    except Exception:  # a forward that crashes has no roles to read; the names decide
-        return False
+    observed = _forward_observed(module, q, k, v, None, _sizes(reference))
+    if observed.error is not None or observed.trace is None:
+        return None
+    trace = observed.trace
+    linear = [op for op in trace.ops if op.name == "linear" and op.scope and op.sources]
     roles: dict[str, str] = {}
-    for role, source in (("W_q", q), ("W_k", k), ("W_v", v)):
-        users = {name for name, given, _ in trace.linear if _close(given, source)}
+    for role, given in (("W_q", q), ("W_k", k), ("W_v", v)):
+        users = {op.scope for op in linear if _same(_recorded(trace, op.sources[0]), given)}
         if len(users) != 1:
-            return False
+            return None
         roles[role] = users.pop()
-    rest = set(layers) - set(roles.values())
+    rest = {op.scope for op in linear} - set(roles.values())
     if len(rest) != 1 or len(set(roles.values())) != 3:
-        return False
+        return None
     roles["W_o"] = rest.pop()
-    with torch.no_grad():
-        for role, name in roles.items():
-            if layers[name].weight.shape != getattr(reference, role).weight.shape or layers[name].bias is None:
-                return False
-            layers[name].weight.copy_(getattr(reference, role).weight)
-            layers[name].bias.copy_(getattr(reference, role).bias)
-    module.linear_roles = roles  # type: ignore[assignment]  # read by the diagnosis
-    return True
+    return roles
 
 
-def _run_traced(module: nn.Module, reference: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                mask: torch.Tensor | None) -> tuple[Any, _Trace]:
-    """Run forward while recording its steps; a crash is explained by the first step that departed
-    before it (an extra mask axis, heads split into the wrong shape), else by its kind."""
-    trace = _Trace(roles=dict(getattr(module, "linear_roles", {})))
-    try:
-        with torch.no_grad(), student_code(), _tracing(module, trace), _explain_runtime_errors():
-            trace.output = module(q, k, v, mask)
-    except (RuntimeError, IndexError, ValueError, TypeError) as error:
-        if isinstance(error, NotImplementedError):
-            raise
-        trace.error = error
-        diagnosis = _diagnose_mha(reference, q, k, v, mask, trace)
-        if diagnosis is None:
-            raise
-        where = student_frame(error)
-        fail(f"forward crashed: {diagnosis.where}.", expected="forward(q, k, v, mask) -> (batch, q_len, d_model)",
-             got=f"{type(error).__name__}: {first_line(error, 160)}" + (f"\n  {where}" if where else ""),
-             cause=diagnosis.cause)
-    return trace.output, trace
-
-
-def _split(module: nn.Module, x: torch.Tensor, mistake: str = "") -> torch.Tensor:
-    """split_heads of the reference, or a known wrong way of doing it."""
-    batch, seq_len, _ = x.shape
-    if mistake == "view without transpose":
-        return x.reshape(batch, module.num_heads, seq_len, module.d_k)
-    if mistake == "interleaved":
-        return x.reshape(batch, seq_len, module.d_k, module.num_heads).permute(0, 3, 1, 2)
-    return module.split_heads(x)
-
-
-def _combine(module: nn.Module, x: torch.Tensor, mistake: str = "") -> torch.Tensor:
-    """combine_heads of the reference, or a known wrong way of doing it."""
-    batch, _, seq_len, _ = x.shape
-    if mistake == "view without transpose":
-        return x.reshape(batch, seq_len, module.d_model)
-    if mistake == "interleaved":
-        return x.permute(0, 2, 3, 1).reshape(batch, seq_len, module.d_model)
-    return module.combine_heads(x)
-
-
-def _mha_variant(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 mask: torch.Tensor | None, *, split: str = "", combine: str = "", use_W_o: bool = True,
-                 one_head: bool = False, scale: float | None = None, swap_k_v: bool = False,
-                 mask_used: bool = True, kv_from_q: bool = False) -> torch.Tensor:
-    """The reference forward pass with one known mistake switched on; returns (batch, q_len, d_model)."""
-    with torch.no_grad():
-        projected_k, projected_v = module.W_k(k), module.W_v(v)
-        if swap_k_v:
-            projected_k, projected_v = module.W_k(v), module.W_v(k)
-        if kv_from_q:
-            projected_k, projected_v = module.W_k(q), module.W_v(q)
-        mask = mask if mask_used else None
-        if one_head:
-            heads, _, _ = _attention_variant(module.W_q(q), projected_k, projected_v,
-                                             None if mask is None else mask[:, 0])
-            return module.W_o(heads) if use_W_o else heads
-        Q, K, V = (_split(module, t, split) for t in (module.W_q(q), projected_k, projected_v))
-        heads, _, _ = _attention_variant(Q, K, V, mask, scale=scale)  # (batch, heads, q_len, d_k)
-        combined = _combine(module, heads, combine or split)
-        return module.W_o(combined) if use_W_o else combined
-
-
-def _mha_suspects(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  mask: torch.Tensor | None) -> dict[str, Callable[[], torch.Tensor]]:
-    def variant(**kwargs: Any) -> Callable[[], torch.Tensor]:
-        return lambda: _mha_variant(module, q, k, v, mask, **kwargs)
-
-    return {
-        "W_o is skipped: the concatenated heads go through the output projection, "
-        "self.W_o(self.combine_heads(...)).": variant(use_W_o=False),
-        "the heads are split with .view but no transpose: view to (batch, seq_len, num_heads, d_k), then "
-        "transpose(1, 2) (and undo both in combine_heads).": variant(split="view without transpose"),
-        "combine_heads reshapes without transposing back: transpose(1, 2) first, then view to "
-        "(batch, seq_len, d_model).": variant(combine="view without transpose"),
-        "each head takes every num_heads-th feature instead of a block of d_k neighbouring features: view "
-        "as (batch, seq_len, num_heads, d_k).": variant(split="interleaved"),
-        "the heads are never split: attention runs once over the full d_model width (so it is scaled by "
-        "sqrt(d_model) instead of sqrt(d_k)); apply split_heads to the projected Q, K and V.": (
-            variant(one_head=True)
-        ),
-        "the scores are scaled by sqrt(d_model) instead of sqrt(d_k) = sqrt(d_model / num_heads).": variant(
-            scale=math.sqrt(module.d_model)
-        ),
-        "keys and values are mixed up: K = W_k(k) and V = W_v(v).": variant(swap_k_v=True),
-        "K and V are computed from q: keys come from W_k(k) and values from W_v(v), which differ from q in "
-        "cross-attention.": variant(kv_from_q=True),
-        "the mask is not passed on: call scaled_dot_product_attention(Q, K, V, mask).": (
-            variant(mask_used=False)
-        ),
-    }
+def _prepared(MultiHeadAttention: type[nn.Module], reference: nn.Module, *, required: bool = True
+              ) -> tuple[nn.Module, dict[str, str] | None]:
+    """The student's module holding the reference's weights, and the names of its layers by role. The weights
+    are copied by parameter name, or, for a module whose four linear layers have other names, by what each
+    layer does; with `required=False` a module whose layers cannot be matched keeps its own weights."""
+    module = _build(MultiHeadAttention, reference.d_model, reference.num_heads)
+    shapes = _parameter_shapes(module)
+    state = reference.state_dict()
+    roles: dict[str, str] | None = {role: role for role in _ROLES}
+    names = {key: key for key in state} if set(shapes) == set(state) else None
+    if names is None:
+        roles = _roles(module, reference)
+        mapping = {f"{roles[role]}.{leaf}": f"{role}.{leaf}" for role in _ROLES for leaf in ("weight", "bias")} \
+            if roles is not None else {}
+        names = mapping if set(mapping) == set(shapes) else None
+    if names is None:
+        if not required:
+            return module, None
+        missing = [key for key in state if key not in shapes]
+        extra = [key for key in shapes if key not in state]
+        fail("MultiHeadAttention: this check copies the reference weights into your module by parameter name, and "
+             "your module's names differ.", expected=f"the parameters {parameter_names(list(state))}",
+             got="; ".join(part for part in (f"missing {parameter_names(missing)}" if missing else "",
+                                             f"not expected {parameter_names(extra)}" if extra else "") if part),
+             cause="keep the given `__init__` and its attribute names (other names work only when four linear layers "
+                   "can be told apart by what forward gives them): only the checks that compare values with the same "
+                   "weights need them.")
+    for mine, theirs in names.items():
+        if shapes[mine] != tuple(state[theirs].shape):
+            fail(f"MultiHeadAttention: the parameter `{mine}` has another shape than the reference's.",
+                 expected=tuple(state[theirs].shape), got=shapes[mine],
+                 cause="keep the given `__init__`: build each layer with the sizes it is given.")
+    _load(module, {mine: state[theirs] for mine, theirs in names.items()})
+    return module, roles
 
 
 def _mha_inputs(batch: int, q_len: int, k_len: int, d_model: int, seed: int
@@ -948,116 +948,425 @@ def _mha_inputs(batch: int, q_len: int, k_len: int, d_model: int, seed: int
     return q, k, v, mask
 
 
+def _maker(trace: differential.Trace, tensor: torch.Tensor) -> str:
+    """The student's line that made `tensor` (the last recorded operation with its value), or ''."""
+    for op in reversed(trace.ops):
+        if op.output is not None and op.output.shape == tensor.shape and torch.equal(op.output, tensor.cpu()):
+            return _line(op.user or op.line)
+    return ""
+
+
+def _read_projections(trace: differential.Trace, given: dict[str, torch.Tensor], roles: dict[str, str],
+                      finished: bool) -> Diagnosis | None:
+    """What each projection is applied to."""
+    wrong: dict[str, str] = {}
+    for role, name in (("W_q", "q"), ("W_k", "k"), ("W_v", "v")):
+        layer = roles[role]
+        calls = [op for op in trace.ops if op.name == "linear" and op.scope == layer and op.sources]
+        if not calls:
+            if finished:
+                return Diagnosis(f"`self.{layer}` is never called",
+                                 f"project the {name} input with it: self.{layer}({name}).")
+            return None
+        value = _recorded(trace, calls[0].sources[0])
+        if not _same(value, given[name]):
+            wrong[layer] = next((other for other, tensor in given.items() if _same(value, tensor)), "")
+    if not wrong:
+        return None
+    said = " and ".join(f"`self.{layer}` to `{used}`" if used else f"`self.{layer}` to something other than "
+                        "its input" for layer, used in wrong.items())
+    keys, values = roles["W_k"], roles["W_v"]
+    if wrong.get(keys) == "v" and wrong.get(values) == "k":
+        cause = "keys and values are swapped: K = W_k(k) and V = W_v(v)."
+    elif "q" in (wrong.get(keys), wrong.get(values)):
+        cause = ("keys and values come from q: K = W_k(k) and V = W_v(v), which differ from q in cross-attention "
+                 "(the decoder's queries attend to the encoder's output).")
+    else:
+        cause = "each projection takes its own input: Q = W_q(q), K = W_k(k), V = W_v(v)."
+    return Diagnosis(f"forward applies {said}", cause)
+
+
+def _read_attention_call(observed: _Forward, expected: dict[str, torch.Tensor], mask: torch.Tensor | None
+                         ) -> Diagnosis | None:
+    """What forward hands to scaled_dot_product_attention (when it calls it once)."""
+    if len(observed.calls) != 1 or observed.trace is None:
+        return None
+    arguments = observed.calls[0]["arguments"]
+    for position, name in enumerate(("Q", "K", "V")):
+        tensor, wanted = arguments[position], expected[name]
+        if _same(tensor, wanted):
+            continue
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        if tensor.shape != wanted.shape:
+            shape, target = tuple(tensor.shape), tuple(wanted.shape)
+            if tensor.dim() == 3:
+                return Diagnosis(f"the {name} handed to scaled_dot_product_attention has shape {shape}, (batch, len, "
+                                 "d_model): the heads are never split",
+                                 "the heads are never split: apply split_heads to every projection before attending, "
+                                 "Q = self.split_heads(self.W_q(q)) and so on, and join them with combine_heads "
+                                 "before W_o; attention over the full d_model width is one head scaled by √d_model.")
+            return Diagnosis(f"the {name} handed to scaled_dot_product_attention has shape {shape} where "
+                             f"(batch, num_heads, len, d_k) = {target} is expected",
+                             "split every projection into heads, self.split_heads(self.W_q(q)) and so on, before "
+                             "attending.")
+        other = next((o for o in expected if o != name and _same(tensor, expected[o])), None)
+        if other is not None:
+            return Diagnosis(f"scaled_dot_product_attention receives the {other} where its {name} belongs",
+                             "call scaled_dot_product_attention(Q, K, V, mask) with the arguments in this order.")
+        return None
+    given = arguments[3]
+    if mask is None:
+        return None
+    if given is None:
+        return Diagnosis("scaled_dot_product_attention receives no mask",
+                         "the mask is not passed on: call scaled_dot_product_attention(Q, K, V, mask).")
+    if not isinstance(given, torch.Tensor):
+        return None
+    made = _maker(observed.trace, given)
+    made = f"; it is made {made}" if made and "input:mask" not in made else ""
+    if given.shape != mask.shape:
+        return Diagnosis(f"the mask handed to scaled_dot_product_attention has shape {tuple(given.shape)} "
+                         f"({given.dim()} axes) where the given mask has shape {tuple(mask.shape)}{made}",
+                         "pass the mask on as it is given: it already broadcasts against the scores (batch, "
+                         "num_heads, q_len, k_len); adding or removing an axis breaks that.")
+    if not torch.equal(given != 0, mask != 0):
+        return Diagnosis(f"the mask handed to scaled_dot_product_attention is not the given one{made}",
+                         "pass the mask on unchanged: scaled_dot_product_attention(Q, K, V, mask).")
+    return None
+
+
+def _read_output_projection(observed: _Forward, known: dict[str, torch.Tensor], combined: torch.Tensor,
+                            given: dict[str, torch.Tensor], layer: str) -> Diagnosis | None:
+    """What W_o receives, and whether forward returns what W_o gives."""
+    trace = observed.trace
+    calls = [op for op in trace.ops if op.name == "linear" and op.scope == layer and op.sources]
+    if not calls:
+        return None
+    received = _recorded(trace, calls[-1].sources[0])
+    if not _same(received, combined):
+        found = next((words for words, tensor in known.items() if isinstance(received, torch.Tensor)
+                      and received.numel() == tensor.numel() and differential.same_values(received, tensor)), None)
+        if found is None:
+            return None
+        return Diagnosis(f"`self.{layer}` receives {found} instead of the combined heads",
+                         "join the heads that scaled_dot_product_attention returns: "
+                         "self.W_o(self.combine_heads(heads)).")
+    result, output = calls[-1].output, observed.output
+    if observed.error is not None or not isinstance(output, torch.Tensor) or output.shape != result.shape \
+            or _same(output, result):
+        return None
+    extra = output.detach().to(torch.float64).cpu() - result
+    named = next((f"`{name}`" for name, tensor in given.items() if _same(extra, tensor)), None)
+    if named is not None:
+        return Diagnosis(f"forward returns the output of W_o plus {named}",
+                         "return self.W_o(self.combine_heads(heads)) as it is: the residual connection "
+                         "(x + sublayer(x)) belongs to the blocks of stage 3.")
+    return Diagnosis("forward returns something other than the output of W_o",
+                     "return output = self.W_o(self.combine_heads(heads)).")
+
+
+def _read_forward(observed: _Forward, reference: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  mask: torch.Tensor | None, roles: dict[str, str] | None) -> Diagnosis | None:
+    """Follow forward step by step with the reference's parts plugged in (the projections, what the attention
+    receives, what W_o receives and what forward returns), and name the first place it departs."""
+    trace = observed.trace
+    if trace is None:
+        return None
+    given = {"q": q, "k": k, "v": v}
+    if roles is not None:
+        reading = _read_projections(trace, given, roles, observed.error is None)
+        if reading is not None:
+            return reading
+    with torch.no_grad():
+        expected = {name: reference.split_heads(getattr(reference, role)(given[source]))
+                    for name, role, source in (("Q", "W_q", "q"), ("K", "W_k", "k"), ("V", "W_v", "v"))}
+        heads = _reference_attention(expected["Q"], expected["K"], expected["V"], mask)[0]
+        combined = reference.combine_heads(heads)
+    reading = _read_attention_call(observed, expected, mask)
+    if reading is not None or roles is None:
+        return reading
+    known = {"the heads before combine_heads": heads, "V, the split values, not the attended heads": expected["V"],
+             "the input `q`": q, "the projected values W_v(v)": reference.W_v(v).detach()}
+    return _read_output_projection(observed, known, combined, given, roles["W_o"])
+
+
+@dataclass
+class _Run:
+    """forward's output and self.attn_weights as graded; `observed` is the run with the reference's parts
+    plugged in (None when the student's own parts already gave what is expected)."""
+
+    output: Any
+    weights: Any
+    observed: _Forward | None
+
+
+def _graded_forward(module: nn.Module, reference: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    mask: torch.Tensor | None, accept: Callable[[Any, Any], bool]) -> _Run:
+    """forward with the student's own parts; when `accept` rejects that, again with the reference's attention,
+    split_heads and combine_heads (their mistakes cost the points of their own checks, not forward's)."""
+    output, weights, ran = _forward_output(module, q, k, v, mask)
+    if ran and accept(output, weights):
+        return _Run(output, weights, None)
+    observed = _forward_observed(module, q, k, v, mask, _sizes(reference))
+    return _Run(observed.output, observed.weights, observed)
+
+
+def _crashed(run: _Run, reference: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             mask: torch.Tensor | None, roles: dict[str, str] | None) -> None:
+    """A forward that crashed: explained by the first step that departed before the crash when one did, else by
+    the error's kind (raised again as the student's error)."""
+    observed = run.observed
+    if observed is None or observed.error is None:
+        return
+    error = as_exception(observed.error, CheckFailed)
+    if observed.error.stub or isinstance(error, CheckFailed):
+        raise error
+    reading = _read_forward(observed, reference, q, k, v, mask, roles)
+    if reading is None:
+        raise error
+    where = student_frame(error)
+    fail(f"forward crashed: {reading.where}.", expected="forward(q, k, v, mask) -> (batch, q_len, d_model)",
+         got=f"{observed.error.type_name}: {first_line(error, 160)}" + (f"\n  {where}" if where else ""),
+         cause=reading.cause)
+
+
+def _mha_context(reference: nn.Module, recorded: differential.Trace, batch: int, q_len: int, k_len: int
+                 ) -> differential.Context:
+    """Sizes of the axes, d_k and d_model as factors, and words for what the reference's attention returns."""
+    sizes = {"batch": batch, "head": reference.num_heads, "query": q_len, "key": k_len, "d_k": reference.d_k,
+             "d_model": reference.d_model}
+    said = {"output": "the heads that scaled_dot_product_attention returns", "weights": "the attention weights"}
+    words = {f"op:{op.index}": said[op.variable] for op in recorded.ops
+             if op.line is not None and op.line.name == "scaled_dot_product_attention" and op.variable in said}
+    return differential.Context(sizes=sizes, quantities={"d_k": reference.d_k, "d_model": reference.d_model},
+                                words=words)
+
+
+def _forward_diagnosis(run: _Run, reference: nn.Module, roles: dict[str, str] | None, q: torch.Tensor,
+                       k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, expected: torch.Tensor,
+                       weights: bool = False) -> Callable[[torch.Tensor], Diagnosis | None] | None:
+    """The reading of the plugged-in run and the engine's comparison with the reference's forward, for the output
+    (or, with `weights`, for self.attn_weights)."""
+    observed = run.observed
+    if observed is None or observed.trace is None:
+        return None
+
+    def diagnose(got: torch.Tensor) -> Diagnosis | None:
+        reading = _read_forward(observed, reference, q, k, v, mask, roles)
+        recorded = differential.traced_call(reference, q, k, v, mask, names=_QKV_INPUTS)
+        if weights:
+            recorded.output = reference.attn_weights
+        axes = ("batch", "head", "query", "key") if weights else ("batch", "query", "feature")
+        engine = differential.explain(observed.trace, recorded, got, expected,
+                                      _mha_context(reference, recorded, q.size(0), q.size(1), k.size(1)), axes)
+        return differential.combined(reading, engine)
+
+    return diagnose
+
+
+def _expect_forward(module: nn.Module, reference: nn.Module, roles: dict[str, str] | None, q: torch.Tensor,
+                    k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, expected: torch.Tensor, *,
+                    name: str, cause: str, atol: float = 1e-7, rtol: float = 1e-5) -> None:
+    run = _graded_forward(module, reference, q, k, v, mask, lambda output, _: _same(output, expected, atol, rtol))
+    _crashed(run, reference, q, k, v, mask, roles)
+    expect_close(name, run.output, expected, atol=atol, rtol=rtol,
+                 diagnose=_forward_diagnosis(run, reference, roles, q, k, v, mask, expected), cause=cause)
+
+
+# --- split_heads and combine_heads: where each value goes ------------------------------------------------------
+
+
+def _origins(got: torch.Tensor, source: torch.Tensor) -> torch.Tensor | None:
+    """For each element of got, the flat index of the element of `source` (distinct values) it holds; None when
+    got holds values that are not in source."""
+    values, order = source.detach().to(torch.float64).cpu().reshape(-1).sort()
+    wanted = got.detach().to(torch.float64).cpu().reshape(-1)
+    place = torch.searchsorted(values, wanted).clamp(max=values.numel() - 1)
+    if not torch.equal(values[place], wanted):
+        return None
+    return order[place].reshape(got.shape)
+
+
+def _read_split(got: torch.Tensor, x: torch.Tensor, num_heads: int) -> Diagnosis | None:
+    """Which token and which features of x each place of the split heads (batch, heads, seq_len, d_k) holds."""
+    batch, seq_len, d_model = x.shape
+    d_k = d_model // num_heads
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != (batch, num_heads, seq_len, d_k):
+        return None
+    origins = _origins(got, x)
+    if origins is None:
+        return None
+    sentence, token, feature = origins // (seq_len * d_model), origins // d_model % seq_len, origins % d_model
+    head = torch.arange(num_heads).view(1, -1, 1, 1)
+    position = torch.arange(seq_len).view(1, 1, -1, 1)
+    column = torch.arange(d_k).view(1, 1, 1, -1)
+    if not torch.equal(sentence, torch.arange(batch).view(-1, 1, 1, 1).expand_as(sentence)):
+        return Diagnosis("a sentence's heads hold values of another sentence of the batch",
+                         "keep the batch axis first: view as (batch, seq_len, num_heads, d_k), then transpose(1, 2).")
+    if not torch.equal(token, position.expand_as(token)):
+        b, h, p, _ = (token != position).nonzero()[0].tolist()
+        return Diagnosis(f"head {h} at position {p} holds features {index_ranges(feature[b, h, p].tolist())} of token "
+                         f"{index_ranges(token[b, h, p].tolist())}: the tokens are mixed inside a head",
+                         "viewed straight to (batch, num_heads, seq_len, d_k) without a transpose, the memory is read "
+                         "in the wrong order and pieces of one token pose as other positions: view as (batch, "
+                         "seq_len, num_heads, d_k), then transpose(1, 2).")
+    if torch.equal(feature, (column * num_heads + head).expand_as(feature)):
+        return Diagnosis("head h holds features h, h + num_heads, h + 2·num_heads, ... of each token",
+                         "each head takes every num_heads-th feature instead of a block of d_k neighbouring "
+                         "features: view as (batch, seq_len, num_heads, d_k), the heads before d_k.")
+    wrong = (feature != head * d_k + column).any(dim=(0, 2, 3)).nonzero().flatten().tolist()
+    h = wrong[0]
+    return Diagnosis(f"head {h} holds features {index_ranges(feature[0, h, 0].tolist())} of each token instead of "
+                     f"{h * d_k}–{(h + 1) * d_k - 1}",
+                     "head h holds the d_k features h·d_k ... (h+1)·d_k − 1 of every token: view as (batch, seq_len, "
+                     "num_heads, d_k), then transpose(1, 2).")
+
+
+def _read_combine(got: torch.Tensor, heads: torch.Tensor) -> Diagnosis | None:
+    """Which head, position and feature each place of the combined (batch, seq_len, d_model) tensor holds."""
+    batch, num_heads, seq_len, d_k = heads.shape
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != (batch, seq_len, num_heads * d_k):
+        return None
+    origins = _origins(got, heads)
+    if origins is None:
+        return None
+    head, position = origins // (seq_len * d_k) % num_heads, origins // d_k % seq_len
+    within = origins % d_k
+    place = torch.arange(seq_len).view(1, -1, 1)
+    feature = torch.arange(num_heads * d_k).view(1, 1, -1)
+    if not torch.equal(position, place.expand_as(position)):
+        b, p, f = (position != place).nonzero()[0].tolist()
+        return Diagnosis(f"position {p} holds values of position {position[b, p, f].item()} (head "
+                         f"{head[b, p, f].item()}): the positions are mixed",
+                         "combine_heads views without transposing back: transpose(1, 2) first, to (batch, seq_len, "
+                         "num_heads, d_k), then view as (batch, seq_len, d_model).")
+    if torch.equal(head, (feature % num_heads).expand_as(head)) and torch.equal(within, (feature // num_heads)
+                                                                               .expand_as(within)):
+        return Diagnosis("feature f holds head f mod num_heads: the heads are interleaved feature by feature",
+                         "after transpose(1, 2) the tensor is (batch, seq_len, num_heads, d_k); view it to (batch, "
+                         "seq_len, d_model) directly, so each head's d_k features stay together.")
+    return Diagnosis("the features of each position hold the heads in another order",
+                     "features h·d_k ... (h+1)·d_k − 1 of a position are head h's: transpose(1, 2), then view as "
+                     "(batch, seq_len, d_model).")
+
+
+def _read_round_trip(got: torch.Tensor, x: torch.Tensor) -> Diagnosis | None:
+    """Where each value of combine_heads(split_heads(x)) comes from in x."""
+    origins = _origins(got, x) if isinstance(got, torch.Tensor) and got.shape == x.shape else None
+    if origins is None:
+        return None
+    token = origins // x.size(2) % x.size(1)
+    mixed = (token != torch.arange(x.size(1)).view(1, -1, 1)).nonzero()
+    where = (f"position {mixed[0, 1].item()} holds features of token {token[tuple(mixed[0].tolist())].item()}: the "
+             "round trip mixes the tokens" if len(mixed) else "each token's features come back in another order")
+    return Diagnosis(where, "combine_heads must undo split_heads step by step in reverse order: transpose(1, 2), "
+                            "then view to (batch, seq_len, d_model).")
+
+
+def _heads_diagnosis(module: nn.Module, reference: nn.Module, method: str, x: torch.Tensor, expected: torch.Tensor,
+                     reading: Callable[[torch.Tensor], Diagnosis | None]) -> Callable[[torch.Tensor], Any]:
+    def diagnose(got: torch.Tensor) -> Any:
+        student = differential.traced(module, x.clone(), method=method, names=("x",))
+        recorded = differential.traced_call(reference, x, method=method, names=("x",))
+        batch = x.size(0)
+        sizes = {"batch": batch, "head": reference.num_heads, "d_k": reference.d_k, "d_model": reference.d_model}
+        context = differential.Context(sizes=sizes, quantities={"d_k": reference.d_k, "d_model": reference.d_model})
+        return differential.combined(reading(got), differential.explain(student, recorded, got, expected, context))
+
+    return diagnose
+
+
 @check("split_heads turns (batch, seq_len, d_model) into (batch, num_heads, seq_len, d_k)")
 def split_heads_shape(MultiHeadAttention: type[nn.Module], d_model: int = 12, num_heads: int = 3,
                       batch: int = 2, seq_len: int = 5) -> None:
-    module = _student_module(MultiHeadAttention, d_model, num_heads)  # no weights: any layer names pass
-    x = randn(batch, seq_len, d_model, seed=91)
-    with torch.no_grad(), student_code(), _explain_runtime_errors():
-        split = module.split_heads(x)
-    expect_shape("split_heads(x)", split, (batch, num_heads, seq_len, d_model // num_heads),
-                 cause="view as (batch, seq_len, num_heads, d_k), then transpose(1, 2) to bring the heads "
-                       "forward.")
+    module = _build(MultiHeadAttention, d_model, num_heads)  # no weights: any layer names pass
+    split = _heads(module, "split_heads", randn(batch, seq_len, d_model, seed=91))
+    shape = tuple(split.shape) if isinstance(split, torch.Tensor) else ()
+    cause = "view as (batch, seq_len, num_heads, d_k), then transpose(1, 2) to bring the heads forward."
+    if len(shape) == 3 and d_model in shape:
+        cause = (f"split_heads returns {len(shape)} axes with d_model = {d_model} still whole: the view to (batch, "
+                 "seq_len, num_heads, d_k) that cuts each token's features into heads is missing; " + cause)
+    expect_shape("split_heads(x)", split, (batch, num_heads, seq_len, d_model // num_heads), cause=cause)
 
 
 @check("split_heads gives head h the features h*d_k ... (h+1)*d_k - 1 of every token")
 def split_heads_values(MultiHeadAttention: type[nn.Module], d_model: int = 12, num_heads: int = 3,
                        batch: int = 2, seq_len: int = 5) -> None:
     reference = _reference_module(d_model, num_heads, 100)
-    module = _student_module(MultiHeadAttention, d_model, num_heads)  # no weights: any layer names pass
+    module = _build(MultiHeadAttention, d_model, num_heads)
     x = randn(batch, seq_len, d_model, seed=101)
-    with torch.no_grad(), student_code(), _explain_runtime_errors():
-        split = module.split_heads(x)
-    expect_close(
-        "split_heads(x)", split, reference.split_heads(x), atol=0.0, rtol=0.0,
-        suspects={
-            "reshaped straight to (batch, num_heads, seq_len, d_k) without a transpose: that mixes the "
-            "features of different tokens into one head; view as (batch, seq_len, num_heads, d_k) then "
-            "transpose(1, 2).": (
-                lambda: _split(reference, x, "view without transpose")
-            ),
-            "each head takes every num_heads-th feature: view as (batch, seq_len, num_heads, d_k), so a head "
-            "gets a block of d_k neighbouring features.": lambda: _split(reference, x, "interleaved"),
-        },
-        cause="view as (batch, seq_len, num_heads, d_k), then transpose(1, 2).",
-    )
+    expected = reference.split_heads(x)
+    expect_close("split_heads(x)", _heads(module, "split_heads", x), expected, atol=0.0, rtol=0.0,
+                 axes=("batch", "head", "position", "feature"),
+                 diagnose=_heads_diagnosis(module, reference, "split_heads", x, expected,
+                                           lambda got: _read_split(got, x, num_heads)),
+                 cause="view as (batch, seq_len, num_heads, d_k), then transpose(1, 2).")
 
 
 @check("combine_heads turns (batch, num_heads, seq_len, d_k) back into (batch, seq_len, d_model)")
 def combine_heads_values(MultiHeadAttention: type[nn.Module], d_model: int = 12, num_heads: int = 3,
                          batch: int = 2, seq_len: int = 5) -> None:
     reference = _reference_module(d_model, num_heads, 110)
-    module = _student_module(MultiHeadAttention, d_model, num_heads)  # no weights: any layer names pass
+    module = _build(MultiHeadAttention, d_model, num_heads)
     heads = randn(batch, num_heads, seq_len, d_model // num_heads, seed=111)
-    with torch.no_grad(), student_code(), _explain_runtime_errors():
-        combined = module.combine_heads(heads)
-    expect_close(
-        "combine_heads(x)", combined, reference.combine_heads(heads), atol=0.0, rtol=0.0,
-        suspects={
-            "reshaped straight to (batch, seq_len, d_model) without transposing back: transpose(1, 2) first, "
-            "then .contiguous().view(batch, seq_len, d_model).": lambda: _combine(reference, heads,
-                                                                                  "view without transpose"),
-            "the heads are interleaved feature by feature: after transpose(1, 2) the tensor is "
-            "(batch, seq_len, num_heads, d_k); view it to (batch, seq_len, d_model) so each head's d_k "
-            "features stay together.": (
-                lambda: _combine(reference, heads, "interleaved")
-            ),
-        },
-        cause="transpose(1, 2) to (batch, seq_len, num_heads, d_k), .contiguous(), then view(batch, seq_len, "
-              "d_model).",
-    )
+    expected = reference.combine_heads(heads)
+    expect_close("combine_heads(x)", _heads(module, "combine_heads", heads), expected, atol=0.0, rtol=0.0,
+                 axes=("batch", "position", "feature"),
+                 diagnose=_heads_diagnosis(module, reference, "combine_heads", heads, expected,
+                                           lambda got: _read_combine(got, heads)),
+                 cause="transpose(1, 2) to (batch, seq_len, num_heads, d_k), .contiguous(), then view(batch, seq_len, "
+                       "d_model).")
 
 
 @check("combine_heads(split_heads(x)) gives x back")
 def combine_heads_inverts_split(MultiHeadAttention: type[nn.Module], d_model: int = 12, num_heads: int = 4,
-                                batch: int = 2, seq_len: int = 3) -> None:
-    reference = _reference_module(d_model, num_heads, 120)
-    module = _student_module(MultiHeadAttention, d_model, num_heads)  # no weights: any layer names pass
+                                batch: int = 2, seq_len: int = 5) -> None:
+    module = _build(MultiHeadAttention, d_model, num_heads)
     x = randn(batch, seq_len, d_model, seed=121)
-    with torch.no_grad(), student_code(), _explain_runtime_errors():
-        round_trip = module.combine_heads(module.split_heads(x))
-    with torch.no_grad():
-        split = reference.split_heads(x)  # (batch, num_heads, seq_len, d_k)
-    expect_close("combine_heads(split_heads(x))", round_trip, x, atol=0.0, rtol=0.0,
-                 suspects={"combine_heads reshapes without transposing back: transpose(1, 2) first, then "
-                           "view to (batch, seq_len, d_model).": lambda: _combine(reference, split,
-                                                                                  "view without transpose")},
-                 cause="combine_heads must undo split_heads step by step in reverse order: transpose(1, 2), "
-                       "then view to (batch, seq_len, d_model).")
+    expect_close("combine_heads(split_heads(x))", _heads(module, "round trip", x), x, atol=0.0, rtol=0.0,
+                 axes=("batch", "position", "feature"), diagnose=lambda got: _read_round_trip(got, x),
+                 cause="combine_heads must undo split_heads step by step in reverse order: transpose(1, 2), then "
+                       "view to (batch, seq_len, d_model).")
+
+
+# --- forward -------------------------------------------------------------------------------------------------
 
 
 @check("MultiHeadAttention.forward returns (batch, q_len, d_model)")
 def mha_output_shape(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                      batch: int = 2, q_len: int = 5, k_len: int = 5) -> None:
     reference = _reference_module(d_model, num_heads, 130)
-    module = _student_module(MultiHeadAttention, d_model, num_heads, reference, names_required=False)
+    module, roles = _prepared(MultiHeadAttention, reference, required=False)
     q, k, v, mask = _mha_inputs(batch, q_len, k_len, d_model, seed=131)
-    output, _ = _run_traced(module, reference, q, k, v, mask)
-    expect_shape("forward(q, k, v, mask)", output, (batch, q_len, d_model),
-                 cause="project, split_heads, attend, combine_heads, then W_o: the output has one "
-                       "d_model-wide row per query.")
+    wanted = (batch, q_len, d_model)
+    run = _graded_forward(module, reference, q, k, v, mask,
+                          lambda output, _: isinstance(output, torch.Tensor) and tuple(output.shape) == wanted)
+    _crashed(run, reference, q, k, v, mask, roles)
+    reading = _read_forward(run.observed, reference, q, k, v, mask, roles) if run.observed is not None \
+        and not (isinstance(run.output, torch.Tensor) and tuple(run.output.shape) == wanted) else None
+    expect_shape("forward(q, k, v, mask)", run.output, wanted,
+                 cause=reading.cause if reading is not None else
+                 "project, split_heads, attend, combine_heads, then W_o: the output has one d_model-wide row per "
+                 "query.")
 
 
 @check("MultiHeadAttention.forward matches the reference with the same weights (padding mask)")
-def mha_values(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 4, batch: int = 3,
-               seq_len: int = 6) -> None:
+def mha_values(MultiHeadAttention: type[nn.Module], d_model: int = 15, num_heads: int = 3, batch: int = 2,
+               seq_len: int = 7) -> None:
     reference = _reference_module(d_model, num_heads, 140)
-    module = _student_module(MultiHeadAttention, d_model, num_heads, reference)
+    module, roles = _prepared(MultiHeadAttention, reference)
     q, k, v, mask = _mha_inputs(batch, seq_len, seq_len, d_model, seed=141)
-    output, trace = _run_traced(module, reference, q, k, v, mask)
     with torch.no_grad():
         expected = reference(q, k, v, mask)
-    expect_close("forward(q, k, v, mask)", output, expected, atol=1e-7,
-                 suspects=_mha_suspects(reference, q, k, v, mask),
-                 diagnose=lambda _: _diagnose_mha(reference, q, k, v, mask, trace),
-                 cause="Q = split_heads(W_q(q)), K = split_heads(W_k(k)), V = split_heads(W_v(v)); attend "
-                       "with the mask; return W_o(combine_heads(heads))." + FIX_ATTENTION_FIRST)
+    _expect_forward(module, reference, roles, q, k, v, mask, expected, name="forward(q, k, v, mask)",
+                    cause="Q = split_heads(W_q(q)), K = split_heads(W_k(k)), V = split_heads(W_v(v)); attend with the "
+                          "mask; return W_o(combine_heads(heads)).")
 
 
 def _pytorch_twin(reference: nn.Module) -> nn.MultiheadAttention:
     """nn.MultiheadAttention holding the reference's weights: in_proj = [W_q; W_k; W_v], out_proj = W_o."""
-    d_model, num_heads = reference.d_model, reference.num_heads
-    builtin = nn.MultiheadAttention(d_model, num_heads, batch_first=True, dtype=torch.float64)
+    builtin = nn.MultiheadAttention(reference.d_model, reference.num_heads, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
         projections = (reference.W_q, reference.W_k, reference.W_v)
         builtin.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))  # (3 * d_model, d_model)
@@ -1067,72 +1376,65 @@ def _pytorch_twin(reference: nn.Module) -> nn.MultiheadAttention:
     return builtin.eval()
 
 
-def _compare_with_pytorch(module: nn.Module, reference: nn.Module, q: torch.Tensor, k: torch.Tensor,
-                          v: torch.Tensor, our_mask: torch.Tensor, **builtin_masks: torch.Tensor) -> None:
-    output, trace = _run_traced(module, reference, q, k, v, our_mask)
+def _compare_with_pytorch(MultiHeadAttention: type[nn.Module], reference: nn.Module, q: torch.Tensor,
+                          k: torch.Tensor, v: torch.Tensor, our_mask: torch.Tensor, **builtin_masks: torch.Tensor
+                          ) -> None:
+    module, roles = _prepared(MultiHeadAttention, reference)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        builtin = _pytorch_twin(reference)
-        expected, _ = builtin(q, k, v, need_weights=False, **builtin_masks)
-    # Only the output is compared: the weights kept in self.attn_weights have a check of their own.
-    expect_close("forward(q, k, v, mask)", output, expected, atol=1e-5, rtol=1e-5,
-                 suspects=_mha_suspects(reference, q, k, v, our_mask),
-                 diagnose=lambda _: _diagnose_mha(reference, q, k, v, our_mask, trace),
-                 cause="nn.MultiheadAttention with the same weights computes W_o(concat of heads) with "
-                       "in_proj = [W_q; W_k; W_v]." + FIX_ATTENTION_FIRST)
+        expected, _ = _pytorch_twin(reference)(q, k, v, need_weights=False, **builtin_masks)
+    # only the output: the weights kept in self.attn_weights have a check of their own
+    _expect_forward(module, reference, roles, q, k, v, our_mask, expected, name="forward(q, k, v, mask)",
+                    atol=1e-5, rtol=1e-5, cause="nn.MultiheadAttention with the same weights computes W_o(concat of "
+                                                "heads) with in_proj = [W_q; W_k; W_v].")
 
 
 @check("MultiHeadAttention agrees with torch.nn.MultiheadAttention (same weights, padding mask)")
-def mha_matches_pytorch(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 4,
+def mha_matches_pytorch(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 2,
                         batch: int = 3, q_len: int = 5, k_len: int = 6) -> None:
     reference = _reference_module(d_model, num_heads, 150)
-    module = _student_module(MultiHeadAttention, d_model, num_heads, reference)
     q, k, v, mask = _mha_inputs(batch, q_len, k_len, d_model, seed=151)
     key_padding_mask = ~mask[:, 0, 0, :]  # (batch, k_len); PyTorch's True means "ignore", unlike ours
-    _compare_with_pytorch(module, reference, q, k, v, mask, key_padding_mask=key_padding_mask)
+    _compare_with_pytorch(MultiHeadAttention, reference, q, k, v, mask, key_padding_mask=key_padding_mask)
 
 
 @check("MultiHeadAttention agrees with torch.nn.MultiheadAttention under a look-ahead mask")
 def mha_matches_pytorch_causal(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 2,
-                               batch: int = 2, seq_len: int = 6) -> None:
+                               batch: int = 3, seq_len: int = 6) -> None:
     reference = _reference_module(d_model, num_heads, 160)
-    module = _student_module(MultiHeadAttention, d_model, num_heads, reference)
     x = randn(batch, seq_len, d_model, seed=161)
-    look_ahead = reference_look_ahead_mask(seq_len)  # (1, 1, seq_len, seq_len), True = may attend
-    _compare_with_pytorch(module, reference, x, x, x, look_ahead, attn_mask=~look_ahead[0, 0])
+    look_ahead = _reference_look_ahead_mask(seq_len)  # (1, 1, seq_len, seq_len), True = may attend
+    _compare_with_pytorch(MultiHeadAttention, reference, x, x, x, look_ahead, attn_mask=~look_ahead[0, 0])
 
 
 @check("MultiHeadAttention keeps attn_weights (batch, num_heads, q_len, k_len): rows sum to 1, pads get 0")
 def mha_attention_weights(MultiHeadAttention: type[nn.Module], d_model: int = 12, num_heads: int = 3,
-                          batch: int = 3, q_len: int = 4, k_len: int = 6) -> None:
+                          batch: int = 2, q_len: int = 5, k_len: int = 7) -> None:
     reference = _reference_module(d_model, num_heads, 170)
-    module = _student_module(MultiHeadAttention, d_model, num_heads, reference)
+    module, roles = _prepared(MultiHeadAttention, reference)
     q, k, v, mask = _mha_inputs(batch, q_len, k_len, d_model, seed=171)
-    _, trace = _run_traced(module, reference, q, k, v, mask)
-    weights = expect_shape("self.attn_weights", getattr(module, "attn_weights", None),
-                           (batch, num_heads, q_len, k_len),
-                           cause="keep the given line `self.attn_weights = weights.detach()`, where "
-                                 "`weights` is the second result of scaled_dot_product_attention on the "
-                                 "split heads.")
-    _check_masked_weights(weights, mask, "padding mask")
     with torch.no_grad():
         reference(q, k, v, mask)
-    expect_close("self.attn_weights", weights, reference.attn_weights, atol=1e-7,
-                 diagnose=lambda _: _diagnose_mha(reference, q, k, v, mask, trace),
-                 cause="the weights of every head, from the same projections the output uses."
-                       + FIX_ATTENTION_FIRST)
+    expected = reference.attn_weights
+    run = _graded_forward(module, reference, q, k, v, mask, lambda _, weights: _same(weights, expected, 1e-7))
+    _crashed(run, reference, q, k, v, mask, roles)
+    expect_shape("self.attn_weights", run.weights, (batch, num_heads, q_len, k_len),
+                 cause="keep the given line `self.attn_weights = weights.detach()`, where `weights` is the second "
+                       "result of scaled_dot_product_attention on the split heads.")
+    expect_close("self.attn_weights", run.weights, expected, atol=1e-7,
+                 diagnose=_forward_diagnosis(run, reference, roles, q, k, v, mask, expected, weights=True),
+                 cause="the weights of every head, from the same projections the output uses: rows sum to 1 and "
+                       "the padded keys get 0.")
 
 
 @check("MultiHeadAttention works as cross-attention: queries and keys of different lengths")
-def mha_cross_attention(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 4,
+def mha_cross_attention(MultiHeadAttention: type[nn.Module], d_model: int = 20, num_heads: int = 4,
                         batch: int = 2, q_len: int = 3, k_len: int = 7) -> None:
     reference = _reference_module(d_model, num_heads, 180)
-    module = _student_module(MultiHeadAttention, d_model, num_heads, reference)
+    module, roles = _prepared(MultiHeadAttention, reference)
     q, k, v, mask = _mha_inputs(batch, q_len, k_len, d_model, seed=181)
-    output, trace = _run_traced(module, reference, q, k, v, mask)
     with torch.no_grad():
         expected = reference(q, k, v, mask)
-    expect_close("forward(q, k, v, mask) with q_len != k_len", output, expected, atol=1e-7,
-                 suspects=_mha_suspects(reference, q, k, v, mask),
-                 diagnose=lambda _: _diagnose_mha(reference, q, k, v, mask, trace),
-                 cause="take each sequence length from its own input: split_heads reads seq_len from "
-                       "x.shape, so Q has q_len rows and K, V have k_len rows." + FIX_ATTENTION_FIRST)
+    _expect_forward(module, reference, roles, q, k, v, mask, expected,
+                    name="forward(q, k, v, mask) with q_len != k_len",
+                    cause="take each sequence length from its own input: split_heads reads seq_len from x.shape, so Q "
+                          "has q_len rows and K, V have k_len rows.")

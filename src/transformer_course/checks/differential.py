@@ -88,6 +88,7 @@ class Trace:
     ops: list[Op] = field(default_factory=list)
     output: Any = None
     truncated: bool = False
+    error: Any = None  # with `traced(..., keep_error=True)`: what the call raised (a boundary.StudentError)
 
 
 def _library(filename: str) -> bool:
@@ -477,8 +478,9 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
         unmatched = not matched.get(op.index)
         downstream = [c for c in consumers.get(op.index, []) if c in useful]
         bad[op.index] = unmatched and (op.index == final or any(bad.get(c, False) for c in downstream))
-    if not bad.get(final, False):
-        return None  # the final value is among the student's: nothing departs here
+    if not bad.get(final, False):  # the final value is among the student's: anything after it?
+        return _after_the_end(reference.ops[final], matched.get(final, []), student, student_final, context,
+                              reference)
     departure = None
     for op in reference.ops:
         if not bad.get(op.index):
@@ -528,9 +530,32 @@ def _module_output(op: Op, trace: Trace | None) -> bool:
     return following is None or not (following.scope == op.scope or following.scope.startswith(op.scope + "."))
 
 
+def _after_the_end(last: Op, keys: list[str], student: Trace, student_final: torch.Tensor | None,
+                   context: Context, reference: Trace) -> Diagnosis | None:
+    """The student computes the expected result, then does more to it: which operations, on which lines."""
+    if student_final is None or not keys or same_values(student_final, last.output):
+        return None
+    start = keys[0]
+    chain: list[Op] = []
+    frontier = {start}
+    for op in student.ops:
+        if set(op.sources) & frontier:
+            chain.append(op)
+            frontier.add(f"op:{op.index}")
+            if op.output is not None and same_values(op.output, student_final, permuted=False):
+                break
+    else:
+        return None
+    steps = [op for op in chain if op.name not in LAYOUT] or chain
+    words = ", then ".join(f"a {operation_words(op.name)} ({_student_line(op)})" for op in steps[:3])
+    return Diagnosis(_student_line(steps[0]), f"your code computes {_reference_words(last, context, reference)} "
+                     f"as the paper does, then applies {words} to it: the paper stops there", steps[0].line)
+
+
 def _reference_words(op: Op, context: Context, trace: Trace | None = None) -> str:
     """How to call the result of a reference operation in a message."""
-    for key in (f"op:{op.index}", op.variable, op.scope):
+    function = op.line.name if op.line is not None else ""
+    for key in (f"op:{op.index}", f"{function}:{op.variable}" if op.variable else "", op.variable, op.scope):
         if key and key in context.words:
             return context.words[key]
     if _module_output(op, trace):
@@ -834,9 +859,14 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
             step = relation(departure.output, data, context, departure) if departure.output.shape == data.shape else ""
             place = f"in `{function}` " if function else ""
             data_words = _source_words(departure.sources[0], reference, context)
+            made = _producer(op.sources[position])  # where the student's code makes the value the step belongs to
+            made_op = student.ops[made] if made is not None else None
             text = (f"a step is missing: {place}the paper applies a {operation_words(departure.name)} to {data_words}"
                     + (f" (the result is {step.replace('the expected values', 'it')})" if step else "")
-                    + f", and your {operation_words(consumer.name)} receives {data_words} without it")
+                    + f", and your {operation_words(consumer.name)} ({_student_line(op)}) receives {data_words} "
+                    "without it")
+            if made_op is not None and made_op.line is not None:
+                return Diagnosis(f"after {_student_line(made_op)}", text, made_op.line)
             return Diagnosis(_student_line(op), text, op.line)
     return None
 
@@ -941,12 +971,13 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
 
 def known_factor(factor: float, context: Context) -> str:
     """Words for a factor that equals a known quantity ('1/√d_k', 'log₁₀ e', '1/(1 − p)'), '' otherwise."""
-    candidates: list[tuple[float, str]] = [(-1.0, "−1"), (2.0, "2"), (0.5, "1/2"),
-                                           (1 / math.log(10), "log₁₀ e (a base-10 logarithm where the natural one "
+    if abs(factor + 1) <= 1e-3:
+        return "−1"
+    candidates: list[tuple[float, str]] = [(1 / math.log(10), "log₁₀ e (a base-10 logarithm where the natural one "
                                                               "belongs)"),
                                            (math.log(10), "ln 10 (a natural logarithm where the base-10 one "
                                                           "belongs)")]
-    for name, value in context.quantities.items():
+    for name, value in context.quantities.items():  # the quantities of this computation come first
         if not value:
             continue
         if name == "p":
@@ -963,6 +994,9 @@ def known_factor(factor: float, context: Context) -> str:
         for power, root in ((0.5, "√"), (1.0, "")):
             if abs(factor - (x / y) ** power) <= 1e-3 * max(1.0, factor):
                 return f"{root}{first}/{root}{second}: {root}{second} used where {root}{first} belongs"
+    for value, words in ((2.0, "2"), (0.5, "1/2")):
+        if abs(factor - value) <= 1e-3 * value:
+            return words
     return ""
 
 
@@ -1185,17 +1219,28 @@ def _resolve(target: Any, method: str | None) -> Any:
 
 
 def traced_call(target: Any, *args: Any, method: str | None = None, names: Sequence[str] = (),
-                modules: Any = None, seed: int | None = None, **kwargs: Any) -> Trace:
+                modules: Any = None, seed: int | None = None, keep_error: bool = False, **kwargs: Any) -> Trace:
     """Record `target(*args, **kwargs)` (or `target.method(...)`): the student's component on the student's
     side (`traced` sends it there), the reference here. `modules`: the module whose parameters and submodules
     name leaves and scopes (default: target itself when it is a module); `seed` seeds torch's global random
     stream for the call, without changing it outside."""
     function = _resolve(target, method)
     root = modules if modules is not None else (target if isinstance(target, nn.Module) else None)
+    inputs = {(names[i] if i < len(names) else f"x{i}"): value for i, value in enumerate(args)}
+    inputs |= {key: value for key, value in kwargs.items() if isinstance(value, torch.Tensor)}
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
-        return record(function, *args, modules=root, names=names, **kwargs)
+        with recording(root, inputs) as trace:
+            try:
+                trace.output = function(*args, **kwargs)
+            except Exception as error:
+                if not keep_error:
+                    raise
+                from transformer_course.checks.errors import as_record
+
+                trace.error = as_record(error)  # the operations recorded up to the crash are kept
+    return trace
 
 
 class _OutOfTime(Exception):
@@ -1246,12 +1291,15 @@ def explain(student: Trace, reference: Trace, got: torch.Tensor, expected: torch
 
 @on_student_side
 def traced(target: Any, *args: Any, method: str | None = None, names: Sequence[str] = (), modules: Any = None,
-           seed: int | None = None, **kwargs: Any) -> Trace:
-    """`traced_call` on the student's side (while grading): the student's component recorded where it runs."""
+           seed: int | None = None, keep_error: bool = False, **kwargs: Any) -> Trace:
+    """`traced_call` on the student's side (while grading): the student's component recorded where it runs.
+    With `keep_error`, a crash does not raise: the trace comes back with what was recorded up to it and the
+    error (`trace.error`, raise it with `boundary.as_exception` when needed)."""
     from transformer_course.checks.framework import student_code
 
     with student_code():
-        return traced_call(target, *args, method=method, names=names, modules=modules, seed=seed, **kwargs)
+        return traced_call(target, *args, method=method, names=names, modules=modules, seed=seed,
+                           keep_error=keep_error, **kwargs)
 
 
 def combined(described: Any, engine: Any) -> Any:

@@ -18,7 +18,7 @@ from types import TracebackType
 
 import torch
 
-from transformer_course.checks.boundary import Frame, student_error_of
+from transformer_course.checks.boundary import Frame, StudentError, student_error_of
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
@@ -235,6 +235,17 @@ def is_stub(error: BaseException) -> bool:
         return False  # torch's kernels say which operation and dtype
     frames = list(traceback.walk_tb(error.__traceback__))
     return not frames or not frames[-1][0].f_code.co_filename.startswith(_TORCH_DIR)
+
+
+def as_record(error: BaseException) -> StudentError:
+    """An exception as plain data (its type and built-in bases, text, frames, whether it is an unfinished
+    exercise): what crosses from the student's side to the grader."""
+    bases = tuple(cls.__name__ for cls in type(error).__mro__ if cls.__module__ == "builtins")
+    try:
+        text = str(error)[:4000]
+    except Exception:  # a notebook's exception whose str() fails
+        text = "?"
+    return StudentError(type(error).__name__, bases, text, tuple(frames_of(error))[-40:], is_stub(error))
 
 
 def first_line(error: BaseException, limit: int = 240) -> str:

@@ -19,7 +19,7 @@ module and qualified name, and a handle the student's side handed out earlier.
     f       float64                      s  str (UTF-8)       b  bytes
     l t     list, tuple (count + items)  d  dict (count + key, value pairs)
     X       tensor: dtype, device (cpu|meta), ndim, sizes, raw little-endian data (cpu only)
-    D       torch.dtype                  H  handle (id + description)
+    D       torch.dtype                  V  torch.device (its name)      H  handle (id + description)
     R       record: "module:qualname" + dict of fields
     M       a student name (grader -> student only)   P  a course or torch function (grader -> student only)
 """
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 import struct
 import sys
 from dataclasses import dataclass
@@ -170,7 +171,12 @@ class Encoder:
             self._tensor(value)
             return
         if torch is not None and isinstance(value, torch.dtype):
+            if value not in _dtype_table():
+                raise ChannelError(f"the dtype {value} cannot cross the channel")
             self.parts.append(b"D" + bytes([_dtype_table().index(value)]))
+            return
+        if torch is not None and isinstance(value, torch.device):
+            self._text(b"V", str(value))
             return
         numpy = sys.modules.get("numpy")
         if numpy is not None and isinstance(value, numpy.generic):
@@ -333,6 +339,13 @@ class Decoder:
             if index >= len(_dtype_table()):
                 raise ChannelError("an unknown dtype")
             return _dtype_table()[index]
+        if tag == b"V":
+            import torch
+
+            text = self._text()
+            if not re.fullmatch(r"(cpu|meta|cuda|mps)(:\d{1,3})?", text):
+                raise ChannelError(f"an unknown device {text[:40]!r}")
+            return torch.device(text)
         if tag == b"H":
             (identity,) = self._unpack("<I")
             description = self._text()

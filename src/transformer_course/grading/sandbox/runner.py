@@ -528,11 +528,9 @@ class Servant:
 
 
 def student_error(error: BaseException) -> Any:
-    from transformer_course.checks import boundary, errors
+    from transformer_course.checks import errors
 
-    bases = tuple(cls.__name__ for cls in type(error).__mro__ if cls.__module__ == "builtins")
-    frames = tuple(errors.frames_of(error))[-40:]
-    return boundary.StudentError(type(error).__name__, bases, _text(error), frames, errors.is_stub(error))
+    return errors.as_record(error)
 
 
 def _describe(value: Any) -> str:

@@ -558,12 +558,12 @@ assert check.mha_attention_weights(MultiHeadAttention, d_model=16, num_heads=8, 
 # %%
 with skip_until_implemented("MultiHeadAttention"):
     torch.manual_seed(3)
-    attention = MultiHeadAttention(d_model=32, num_heads=4).eval()
+    demo_attention = MultiHeadAttention(d_model=32, num_heads=4).eval()
     embedded = torch.randn(1, 5, 32)  # (batch 1, seq_len 5, d_model): stand-in token vectors
     with torch.no_grad():
-        result = attention(embedded, embedded, embedded, make_look_ahead_mask(5))
-    print("output:", tuple(result.shape), " attn_weights:", tuple(attention.attn_weights.shape))
-    figures.plot_attention_heads(attention.attn_weights, sentences[1], sentences[1])
+        result = demo_attention(embedded, embedded, embedded, make_look_ahead_mask(5))
+    print("output:", tuple(result.shape), " attn_weights:", tuple(demo_attention.attn_weights.shape))
+    figures.plot_attention_heads(demo_attention.attn_weights, sentences[1], sentences[1])
     plt.show()
 
 # %% [markdown]

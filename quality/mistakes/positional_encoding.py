@@ -109,7 +109,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "embeddings scaled by sqrt(d_model) inside PositionalEncoding",
         _ADD,
         "x = x * math.sqrt(x.size(-1)) + self.pe[:, : x.size(1)]",
-        fails="pe_forward", cause="scaled by sqrt(d_model) here",
+        fails="pe_forward", cause="x is scaled before the addition",
     ),
     Mistake(
         STAGE, "dropout not applied",

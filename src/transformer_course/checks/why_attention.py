@@ -288,13 +288,21 @@ def _extra_step(student: differential.Trace, got: torch.Tensor, expected: torch.
 _SAME_WORDS = re.compile(r"receives (.+) where the paper gives it \1(?=[.;]|$)")
 
 
+_LOCATION = re.compile(r"in `\w+`, line \d+ \(`.*?`\)(?=: )")
+
+
 def _engine(student: differential.Trace, reference: differential.Trace, got: torch.Tensor, expected: torch.Tensor,
             context: differential.Context, axes: tuple[str, ...]) -> Diagnosis | None:
-    """The engine's reading, left out when it names the same value twice (it then says nothing)."""
+    """The engine's reading, left out when it names the same value twice (it then says nothing); a line it
+    quotes twice is quoted once."""
     found = differential.explain(student, reference, got, expected, context, axes)
     if found is None or _SAME_WORDS.search(found.cause):
         return None
-    return found
+    location = _LOCATION.match(found.cause)
+    if location is None:
+        return found
+    rest = found.cause[location.end():].replace(f" ({location.group(0)})", " (on the same line)")
+    return Diagnosis(found.where, location.group(0) + rest)
 
 
 def _diagnosis(where: str, *causes: str) -> Diagnosis | None:

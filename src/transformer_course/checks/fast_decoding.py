@@ -29,6 +29,7 @@ cache entry or selection by what its values are (`_named_value`, `_selection_rea
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -1167,6 +1168,8 @@ def _selection_reading(inputs: tuple[torch.Tensor, ...], got: Sequence[torch.Ten
         for words, value in quantities.items():
             if torch.allclose(new_scores, value, atol=1e-9):
                 return f"the scores you return are {words}"
+        return ("the scores you return are not the total log-probabilities of the candidates you keep: each is its "
+                "parent's score plus the new token's log-probability, scores.unsqueeze(-1) + log_probs")
     ranking = candidates / penalty
     if beam > 1 and all(sorted(parents[b].tolist()) == list(range(beam)) for b in range(batch)) and \
             torch.equal(tokens, ranking.argmax(dim=-1)[rows, parents]) and \
@@ -1185,32 +1188,30 @@ def _selection_reading(inputs: tuple[torch.Tensor, ...], got: Sequence[torch.Ten
 
 def _ranking_reading(candidates: torch.Tensor, step: torch.Tensor, lengths: torch.Tensor, finished: torch.Tensor,
                      alpha: float, parents: torch.Tensor, tokens: torch.Tensor) -> str:
-    """The part of the ranking formula score / lp(new length) that the student's choice leaves out or changes:
-    the formula is tried with each part changed (score so far left out, live hypotheses not grown, finished ones
-    grown, no length penalty), and a change is named when every variant that picks the student's candidates, in
-    the student's order, has it."""
+    """The part of the ranking formula, the best beam_size of score / lp(new length), that the student's choice
+    leaves out or changes: the formula is tried with each part changed (score so far left out, live hypotheses
+    not grown, finished ones grown, no length penalty, the lowest ranked kept), and a change is named when every
+    variant that picks the student's candidates, in the student's order, has it."""
     vocab = step.size(-1)
-    formula = (True, 1, 0, True)  # with the score so far; live + 1; finished + 0; divided by the penalty
+    formula = (True, 1, 0, True, True)  # with the score so far; live + 1; finished + 0; the penalty; the best
     words = ("leaves out each hypothesis's score so far: a candidate's score is its parent's score plus the new "
              "token's log-probability",
              "uses the length before this step: a live hypothesis grows by one token, lengths + 1",
              "lets finished hypotheses grow: a finished hypothesis keeps its length, lengths + (~finished).long()",
-             "leaves out the length penalty: divide each candidate by length_penalty(new length, alpha)")
+             "leaves out the length penalty: divide each candidate by length_penalty(new length, alpha)",
+             "keeps the lowest-ranked candidates instead of the best: topk keeps the largest values (largest=True)")
     matching = []
-    for history in (True, False):
-        for live in (1, 0):
-            for done in (0, 1):
-                for penalised in (True, False):
-                    grown = lengths + live * (~finished).long() + done * finished.long()
-                    total = candidates if history else step
-                    ranking = total / length_penalty(grown, alpha if penalised else 0.0).unsqueeze(-1)
-                    best = ranking.flatten(1).topk(parents.size(1), dim=-1).indices
-                    if torch.equal(best // vocab, parents) and torch.equal(best % vocab, tokens):
-                        matching.append((history, live, done, penalised))
+    for variant in itertools.product((True, False), (1, 0), (0, 1), (True, False), (True, False)):
+        history, live, done, penalised, largest = variant
+        grown = lengths + live * (~finished).long() + done * finished.long()
+        ranking = (candidates if history else step) / length_penalty(grown, alpha if penalised else 0.0).unsqueeze(-1)
+        best = ranking.flatten(1).topk(parents.size(1), dim=-1, largest=largest).indices
+        if torch.equal(best // vocab, parents) and torch.equal(best % vocab, tokens):
+            matching.append(variant)
     if not matching or formula in matching:
         return ""
-    changed = [words[part] for part in range(4) if all(variant[part] != formula[part] for variant in matching)]
-    if not changed and all(live == done for _, live, done, _ in matching):
+    changed = [words[part] for part in range(5) if all(variant[part] != formula[part] for variant in matching)]
+    if not changed and all(variant[1] == variant[2] for variant in matching):
         changed = ["gives finished and live hypotheses the same new length: a live hypothesis grows by one token, a "
                    "finished one keeps its length, lengths + (~finished).long()"]
     return ("the ranking of your candidates " + "; it also ".join(changed)) if changed else ""

@@ -480,7 +480,7 @@ def _attended_reading(calls: Sequence[_Attended], cache: KVCache, t: int) -> str
         layer, kind = int(parts[2]), parts[3]
         if kind == "self_attn":
             cached, positions = cache.self_keys[layer], call.keys.size(2)
-            if positions == t and t > 0 and _same(call.keys, cached, 1e-8) or positions == 0:
+            if positions == 0 or (positions == t and _same(call.keys, cached, 1e-8)):
                 return (f"at step {t} layer {layer}'s self-attention attends over {positions} position(s), the ones "
                         "cached before this step: the new position does not attend to itself. Append its key and "
                         "value to the cache BEFORE attending (position t attends to positions 0..t)")
@@ -499,8 +499,9 @@ def _attended_reading(calls: Sequence[_Attended], cache: KVCache, t: int) -> str
 
 @dataclass
 class _Expected:
-    """What the full decoder computes on the prefix: logits (batch, steps, vocab), and per layer the keys and
-    values of that layer's input (batch, heads, steps, d_k), of its output, and the vectors between layers."""
+    """What the full decoder computes on the prefix: logits (batch, steps, vocab), per layer the self-attention
+    keys and values of that layer's input (batch, heads, steps, d_k), and, in words, those of every layer's input
+    and output (what a cache entry may hold instead)."""
 
     logits: torch.Tensor
     keys: list[torch.Tensor]

@@ -49,12 +49,12 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "cross-attention keys and values taken from the self-attention weights",
         _CROSS, "keys, values = project_keys_values(layer.self_attn, enc_out)",
-        fails="fast_cache_cross_kv", cause="these are the SELF-attention projections",
+        fails="fast_cache_cross_kv", cause="holds the keys of layer 0's self_attn",
     ),
     Mistake(
         STAGE, "cross-attention keys and values swapped in the cache",
         _CROSS, "values, keys = project_keys_values(layer.cross_attn, enc_out)",
-        fails="fast_cache_cross_kv", cause="keys and values are swapped",
+        fails="fast_cache_cross_kv", cause="holds the values of layer 0's cross_attn (W_v), where the keys",
     ),
     Mistake(
         STAGE, "cross-attention keys and values not split into heads",
@@ -65,13 +65,13 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "the positional encoding module adds position 0 at every step",
         _POSITION, "x = decoder.positional_encoding(x)  # (adds pe[:, :1] to a one-token x)",
-        fails="fast_step_matches", cause="positional encoding of position 0",
+        fails="fast_step_matches", cause="(:, :1) where (:, 1:2) is expected",
     ),
     Mistake(
         STAGE, "embedding not scaled by sqrt(d_model) in the step",
         "x = decoder.embedding(tokens) * math.sqrt(decoder.d_model)  # (batch, 1, d_model)",
         "x = decoder.embedding(tokens)  # (batch, 1, d_model)",
-        fails="fast_step_matches", cause="not scaled by sqrt(d_model)",
+        fails="fast_step_matches", cause="the factor is √d_model",
     ),
     Mistake(
         STAGE, "the concatenated keys and values are never stored back into the cache",
@@ -97,6 +97,11 @@ MISTAKES: list[Mistake] = [
         _CROSS_ATTEND,
         "x = layer.norm2(x + attend(layer.cross_attn, x, cache.cross_keys[i], cache.cross_values[i]))",
         fails="fast_step_matches", cause="ignores the source mask",
+    ),
+    Mistake(
+        STAGE, "the step's feed-forward sublayer normalised with norm2 instead of norm3",
+        "x = layer.norm3(x + layer.feed_forward(x))", "x = layer.norm2(x + layer.feed_forward(x))",
+        fails="fast_step_matches", cause="norm2",
     ),
     Mistake(
         STAGE, "the cache grows along the heads axis",
@@ -139,12 +144,12 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "parent and token swapped when unflattening the best candidates",
         "parents, tokens = best // vocab, best % vocab", "parents, tokens = best % vocab, best // vocab",
-        fails="fast_select_top", cause="parent and token are swapped",
+        fails="fast_select_top", cause="your parents are the tokens of the best candidates",
     ),
     Mistake(
         STAGE, "best candidates unflattened with the beam size instead of the vocabulary size",
         "parents, tokens = best // vocab, best % vocab", "parents, tokens = best // beam_size, best % beam_size",
-        fails="fast_select_top", cause="divided by the beam size",
+        fails="fast_select_top", cause="split by the beam size",
     ),
     Mistake(
         STAGE, "finished hypotheses dropped from the beam (-inf for every token, <pad> included)",
@@ -155,7 +160,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "finished hypotheses extended like live ones",
         "step = torch.where(finished.unsqueeze(-1), stay, log_probs)  # (batch, beam, vocab)",
         "step = log_probs  # (batch, beam, vocab)",
-        fails="fast_select_finished", cause="extended like live ones",
+        fails="fast_select_finished", cause="a finished hypothesis was extended by a word",
     ),
     Mistake(
         STAGE, "length penalty computed with the length before the step",
@@ -166,12 +171,27 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "candidates ranked without the length penalty",
         "ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)", "ranking = candidates",
-        fails="fast_select_penalty", cause="not divided by the length penalty",
+        fails="fast_select_penalty", cause="leaves out the length penalty",
+    ),
+    Mistake(
+        STAGE, "candidates multiplied by alpha instead of divided by the length penalty",
+        "ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)", "ranking = candidates * alpha",
+        fails="fast_select_penalty", cause="leaves out the length penalty",
+    ),
+    Mistake(
+        STAGE, "one child per hypothesis: each hypothesis's best token instead of the best of all candidates",
+        "    best = ranking.flatten(1).topk(beam_size, dim=-1).indices  # (batch, beam_size) into beam * vocab\n"
+        "    new_scores = candidates.flatten(1).gather(1, best)\n"
+        "    parents, tokens = best // vocab, best % vocab\n",
+        "    tokens = ranking.argmax(dim=-1)  # (batch, beam): the best token of each hypothesis\n"
+        "    new_scores = candidates.gather(2, tokens.unsqueeze(-1)).squeeze(-1)\n"
+        "    parents = torch.arange(scores.size(1)).expand_as(tokens)\n",
+        fails="fast_select_top", cause="each hypothesis keeps exactly one child",
     ),
     Mistake(
         STAGE, "select_beams returns length-penalised scores",
         "new_scores = candidates.flatten(1).gather(1, best)", "new_scores = ranking.flatten(1).gather(1, best)",
-        fails="fast_select_penalty", cause="returned scores are divided by the length penalty",
+        fails="fast_select_penalty", cause="the scores you return are divided by the length penalty",
     ),
     # beam_search
     Mistake(
@@ -183,6 +203,11 @@ MISTAKES: list[Mistake] = [
         STAGE, "beam search does not reorder ys",
         "ys = torch.cat([ys[rows], tokens.view(-1, 1)], dim=1)", "ys = torch.cat([ys, tokens.view(-1, 1)], dim=1)",
         fails="fast_beam_finds_missed", cause="ys is not reordered",
+    ),
+    Mistake(
+        STAGE, "beam search reorders the cache twice",
+        "        cache.reorder(rows)\n", "        cache.reorder(rows)\n        cache.reorder(rows)\n",
+        fails="fast_beam_matches", cause="the cache's rows were not those of the parents",
     ),
     Mistake(
         STAGE, "beam search takes the parents' rows without the sentence offset",

@@ -24,17 +24,33 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "tanh missing from the score",
         _HIDDEN, "hidden = projected_query + projected_keys",
-        fails="why_score_values", cause="tanh is missing",
+        fails="why_score_values", cause="the paper applies a tanh",
     ),
     Mistake(
         STAGE, "tanh applied to each projection separately",
         _HIDDEN, "hidden = torch.tanh(projected_query) + torch.tanh(projected_keys)",
-        fails="why_score_values", cause="each projection separately",
+        fails="why_score_values", cause="the paper applies the sum first",
     ),
     Mistake(
         STAGE, "v skipped: the hidden features are summed",
         _SCORES, "scores = hidden.sum(dim=-1)",
-        fails="why_score_values", cause="v is skipped",
+        fails="why_score_values", cause="applies the sum where the paper applies `self.v`",
+    ),
+    Mistake(
+        STAGE, "projections multiplied instead of added",
+        _HIDDEN, "hidden = torch.tanh(projected_query * projected_keys)",
+        fails="why_score_values", cause="applies the product where the paper applies the sum",
+    ),
+    Mistake(
+        STAGE, "tanh applied after v instead of before it",
+        _HIDDEN + "  # (batch, q_len, k_len, attention_size)\n        " + _SCORES,
+        "hidden = projected_query + projected_keys\n        scores = torch.tanh(self.v(hidden).squeeze(-1))",
+        fails="why_score_values", cause="applies the tanh after `self.v`",
+    ),
+    Mistake(
+        STAGE, "scores divided by the square root of the attention size",
+        _SCORES, "scores = self.v(hidden).squeeze(-1) / math.sqrt(hidden.size(-1))",
+        fails="why_score_values", cause="the factor is 1/√attention_size",
     ),
     Mistake(
         STAGE, "softmax already taken inside score",
@@ -76,12 +92,12 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "softmax over the queries (dim=1)",
         _SOFTMAX, "weights = torch.softmax(scores, dim=1)",
-        fails="why_weights_values", cause="runs over dim=1 (the queries)",
+        fails="why_weights_values", cause="normalised over the query axis",
     ),
     Mistake(
         STAGE, "softmax over the batch (dim=0)",
         _SOFTMAX, "weights = torch.softmax(scores, dim=0)",
-        fails="why_weights_values", cause="runs over dim=0",
+        fails="why_weights_values", cause="normalised over the batch axis",
     ),
     Mistake(
         STAGE, "padding mask inverted",
@@ -91,7 +107,7 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "masked_fill result not assigned (mask ignored)",
         _FILL, "scores.masked_fill(mask.unsqueeze(1) == 0, -1e9)",
-        fails="why_weights_values", cause="the mask is ignored",
+        fails="why_weights_values", cause="the mask has no effect",
     ),
     Mistake(
         STAGE, "additive attention: mask applied to the weights after the softmax",
@@ -99,12 +115,12 @@ MISTAKES: list[Mistake] = [
         "        " + _SOFTMAX + "\n"
         "        weights = weights.masked_fill(mask.unsqueeze(1) == 0, 0.0)\n"
         "        " + _CONTEXT + "\n",
-        fails="why_weights_values", cause="after the softmax",
+        fails="why_weights_values", cause="applies the masked fill after the softmax",
     ),
     Mistake(
         STAGE, "padded scores filled with 0",
         _FILL, "scores = scores.masked_fill(mask.unsqueeze(1) == 0, 0.0)",
-        fails="why_weights_values", cause="padded scores are set to 0",
+        fails="why_weights_values", cause="0 where -1e+09 is expected",
     ),
     Mistake(
         STAGE, "weak fill value lets padding leak",
@@ -125,17 +141,17 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "context from the scores instead of the weights",
         _CONTEXT, "context = scores @ keys",
-        fails="why_context_values", cause="uses the scores instead of the weights",
+        fails="why_context_values", cause="receives `scores` where the paper gives it `weights`",
     ),
     Mistake(
         STAGE, "context averages the keys, ignoring the weights",
         _CONTEXT, "context = keys.mean(dim=1, keepdim=True).expand(-1, query.size(1), -1)",
-        fails="why_context_values", cause="the weights are ignored",
+        fails="why_context_values", cause="the weights are not used",
     ),
     Mistake(
         STAGE, "context divided by the number of source positions",
         _CONTEXT, "context = weights @ keys / keys.size(1)",
-        fails="why_context_values", cause="divided by the number of source positions",
+        fails="why_context_values", cause="the factor is 1/k_len",
     ),
 ]
 

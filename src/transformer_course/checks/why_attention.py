@@ -1,26 +1,36 @@
 """Stage 0 checks: additive attention, its score, the masked softmax over the source positions and the
 context vector.
 
-Expected values come from the reference `AdditiveAttention` in float64 with the student's module holding
-the same weights. The checks of `forward` run it with the reference `score` bound in place of the
-student's, so a mistake in `score` costs its points once, in the score cells. Known wrong variants
-(`_variant(..., mistake=...)`) are replayed on the same inputs to name the mistake.
+Expected values come from the reference `AdditiveAttention` in float64, computed here; the student's module
+is built on the student's side (`_build`, an experiment) with the same weights. The checks of `forward` run
+it with the course's `score` bound in place of the student's (declared with `supplied`), so a mistake in
+`score` costs its points once, in the score cells.
+
+A wrong value is explained from what the values and the two recorded computations say: the engine's
+departure (`differential.explain`), the order of the steps each computation takes (`_steps_reading`: a step
+replaced by another, two steps swapped), a step added after the expected value (`_extra_step`), and what the
+weights show about the mask (padding that gets weight, real positions that get none, a mask with no effect).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from types import MethodType
+import re
+from types import MethodType, SimpleNamespace
 from typing import Any
 
 import torch
 from torch import nn
 
+from transformer_course.checks import differential
+from transformer_course.checks.boundary import on_student_side, supplied
+from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.framework import (
+    Diagnosis,
     check,
     copy_weights,
     crash_explained,
+    describe,
     expect_close,
     expect_shape,
     fail,
@@ -47,7 +57,7 @@ AttentionClass = type[nn.Module]
 FIX_SCORE_FIRST = " (These checks use the course's score, so only forward is being tested here.)"
 
 
-# --- inputs, modules and known mistakes ------------------------------------------------------------
+# --- the reference, the inputs ----------------------------------------------------------------------------
 
 
 def _reference_module(query_size: int, key_size: int, attention_size: int, seed: int,
@@ -62,16 +72,6 @@ def _reference_module(query_size: int, key_size: int, attention_size: int, seed:
     return module
 
 
-def _student_module(AdditiveAttention: AttentionClass, reference: nn.Module, query_size: int, key_size: int,
-                    attention_size: int) -> nn.Module:
-    with torch.random.fork_rng(devices=[]), student_code():
-        module = AdditiveAttention(query_size, key_size, attention_size)
-    reject_builtin_modules(module, "AdditiveAttention")
-    module = module.double()
-    copy_weights(reference, module, "AdditiveAttention")
-    return module.eval()
-
-
 def _inputs(batch: int, q_len: int, k_len: int, query_size: int, key_size: int, seed: int
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """query (batch, q_len, query_size), keys (batch, k_len, key_size), a padding mask (batch, k_len).
@@ -84,101 +84,61 @@ def _inputs(batch: int, q_len: int, k_len: int, query_size: int, key_size: int, 
     return query, keys, mask
 
 
-def _score_variant(module: nn.Module, query: torch.Tensor, keys: torch.Tensor, mistake: str = "") -> torch.Tensor:
-    """The score of the reference, or a known wrong way of computing it: (batch, q_len, k_len)."""
-    projected_query = module.W_q(query).unsqueeze(2)  # (batch, q_len, 1, attention_size)
-    projected_keys = module.W_k(keys).unsqueeze(1)  # (batch, 1, k_len, attention_size)
-    if mistake == "no tanh":
-        return module.v(projected_query + projected_keys).squeeze(-1)
-    if mistake == "tanh each":
-        return module.v(torch.tanh(projected_query) + torch.tanh(projected_keys)).squeeze(-1)
-    hidden = torch.tanh(projected_query + projected_keys)  # (batch, q_len, k_len, attention_size)
-    if mistake == "sum instead of v":
-        return hidden.sum(-1)
-    if mistake == "mean instead of v":
-        return hidden.mean(-1)
-    scores = module.v(hidden).squeeze(-1)
-    return torch.softmax(scores, dim=-1) if mistake == "softmax in score" else scores
+def _context(batch: int, q_len: int, k_len: int, query_size: int, key_size: int, attention_size: int
+             ) -> differential.Context:
+    """Names of the axes (by size) and the quantities a wrong factor may equal."""
+    sizes = {"batch": batch, "query": q_len, "key": k_len, "attention": attention_size}
+    quantities = {"attention_size": attention_size, "key_size": key_size, "query_size": query_size, "k_len": k_len}
+    if q_len > 1:
+        quantities["q_len"] = q_len
+    return differential.Context(sizes=sizes, quantities=quantities)
 
 
-def _variant(module: nn.Module, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, *,
-             softmax_dim: int = -1, mask_mode: str = "before", fill: float = -1e9,
-             context_mode: str = "") -> tuple[torch.Tensor, torch.Tensor]:
-    """forward of the reference with one known mistake switched on: (context, weights)."""
-    scores = _score_variant(module, query, keys)  # (batch, q_len, k_len)
-    hidden = (mask == 0).unsqueeze(1)  # (batch, 1, k_len)
-    if mask_mode == "before":
-        scores = scores.masked_fill(hidden, fill)
-    elif mask_mode == "inverted":
-        scores = scores.masked_fill(~hidden, fill)
-    elif mask_mode == "no query axis":  # mask (batch, k_len) broadcast as (1, batch, k_len): needs batch == q_len
-        scores = scores.masked_fill((mask == 0).unsqueeze(0), fill)
-    weights = scores if mask_mode == "no softmax" else torch.softmax(scores, dim=softmax_dim)
-    if mask_mode == "after":
-        weights = weights.masked_fill(hidden, 0.0)
-    if context_mode == "scores":  # the (masked) scores instead of the weights
-        return scores @ keys, weights
-    if context_mode == "mean of keys":
-        return keys.mean(dim=1, keepdim=True).expand(-1, query.size(1), -1), weights
-    if context_mode == "divided by k_len":
-        return weights @ keys / keys.size(1), weights
-    return weights @ keys, weights
+# --- on the student's side ----------------------------------------------------------------------------------
 
 
-WEIGHT_MISTAKES: dict[str, dict[str, Any]] = {
-    "the softmax runs over dim=1 (the queries): each query's weights over the source positions must sum to 1, "
-    "so use dim=-1 (the last axis, k_len).": {"softmax_dim": 1},
-    "the softmax runs over dim=0 (the sentences of the batch): normalise each query's scores over the source "
-    "positions, dim=-1.": {"softmax_dim": 0},
-    "the mask is inverted: True means a real token, so hide the positions where mask == 0 (or ~mask), "
-    "not where mask is True.": {"mask_mode": "inverted"},
-    "the mask is ignored: fill the padded scores, scores = scores.masked_fill(mask.unsqueeze(1) == 0, -1e9), "
-    "and keep the result (masked_fill returns a new tensor).": {"mask_mode": "none"},
-    "the mask is applied after the softmax: zeroing weights after normalising leaves rows that do not sum "
-    "to 1; fill the scores with -1e9 before the softmax.": {"mask_mode": "after"},
-    "padded scores are set to 0: exp(0) = 1 still gives padding weight; use a very negative number such "
-    "as -1e9 (or float('-inf')).": {"fill": 0.0},
-    "the weights are the raw scores: apply the softmax over the source positions, "
-    "torch.softmax(scores, dim=-1).": {"mask_mode": "no softmax"},
-    "the mask has no query axis, so sentence b's mask is applied to query b of every sentence: "
-    "(batch, k_len) lines up with the last two axes of the scores (batch, q_len, k_len); add the query "
-    "axis first, mask.unsqueeze(1) -> (batch, 1, k_len).": {"mask_mode": "no query axis"},
-}
+@on_student_side
+def _build(AdditiveAttention: AttentionClass, sizes: tuple[int, int, int], state: dict[str, torch.Tensor],
+           reference_score: bool) -> nn.Module:
+    """The student's module in float64 and eval mode, holding the reference weights `state`; with
+    `reference_score`, the course's score bound in place of the student's."""
+    query_size, key_size, attention_size = sizes
+    with torch.random.fork_rng(devices=[]), student_code():
+        module = AdditiveAttention(query_size, key_size, attention_size)
+    reject_builtin_modules(module, "AdditiveAttention")
+    module = module.double()
+    copy_weights(SimpleNamespace(state_dict=lambda: state), module, "AdditiveAttention")
+    if reference_score:
+        supplied(ReferenceAdditiveAttention.score)  # the check's doing, not the student's
+        module.score = MethodType(ReferenceAdditiveAttention.score, module)
+    return module.eval()
 
 
-def _suspects(module: nn.Module, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor,
-              part: int, mistakes: dict[str, dict[str, Any]]) -> dict[str, Callable[[], torch.Tensor]]:
-    def make(settings: dict[str, Any]) -> Callable[[], torch.Tensor]:
-        return lambda: _variant(module, query, keys, mask, **settings)[part]
-
-    applicable = {cause: settings for cause, settings in mistakes.items()
-                  if settings.get("mask_mode") != "no query axis" or query.size(0) == query.size(1)}
-    return {cause: make(settings) for cause, settings in applicable.items()}
+def _tensor(value: Any, name: str, cause: str) -> torch.Tensor:
+    """The student's result when it is a tensor; a failure that says what it is otherwise."""
+    if not isinstance(value, torch.Tensor):
+        fail(f"{name} is not a tensor.", expected="a torch.Tensor", got=describe(value), cause=cause)
+    return value.detach()
 
 
 def _score_crash_cause(error: RuntimeError) -> str:
-    text = str(error)
-    if "cannot be multiplied" in text:
+    if "cannot be multiplied" in str(error):
         return ("a projection gets the wrong input: W_q takes the query (query_size wide) and W_k the keys "
                 "(key_size wide).")
     return ("every query must meet every key: give the projected query a key axis and the projected keys a query "
             "axis, W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1) -> (batch, q_len, k_len, attention_size).")
 
 
-def _student_score(module: nn.Module, query: torch.Tensor, keys: torch.Tensor) -> Any:
-    crashes: list[RuntimeError] = []  # the error, kept for the cause
+@on_student_side
+def _scores(module: nn.Module, query: torch.Tensor, keys: torch.Tensor) -> Any:
+    """The student's score(query, keys)."""
     with torch.no_grad(), student_code(), crash_explained(
         f"score crashed on query {tuple(query.shape)} and keys {tuple(keys.shape)}.",
-        expected="scores of shape (batch, q_len, k_len)", cause=lambda: _score_crash_cause(crashes[0]),
-        when=lambda error: crashes.append(error) is None,
+        expected="scores of shape (batch, q_len, k_len)", cause=_score_crash_cause,
     ):
-        return module.score(query, keys)
-
-
-def _with_reference_score(module: nn.Module) -> nn.Module:
-    """Bind the reference score to the student's module (same weights), so forward is tested on its own."""
-    module.score = MethodType(ReferenceAdditiveAttention.score, module)
-    return module
+        scores = module.score(query, keys)
+    return _tensor(scores, "scores", "score returns the tensor of scores, (batch, q_len, k_len): keep the given "
+                                     "`return scores`.")
 
 
 def _forward_crash_cause(module: nn.Module, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> str:
@@ -193,8 +153,9 @@ def _forward_crash_cause(module: nn.Module, query: torch.Tensor, keys: torch.Ten
             "use mask.unsqueeze(1) -> (batch, 1, k_len) in masked_fill.")
 
 
-def _student_forward(module: nn.Module, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
+@on_student_side
+def _forward(module: nn.Module, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> tuple[Any, Any]:
+    """The student's forward(query, keys, mask): (context, weights)."""
     with torch.no_grad(), student_code(), crash_explained(
         f"forward crashed on query {tuple(query.shape)}, keys {tuple(keys.shape)} and mask {tuple(mask.shape)}.",
         expected="context (batch, q_len, key_size) and weights (batch, q_len, k_len)",
@@ -204,17 +165,186 @@ def _student_forward(module: nn.Module, query: torch.Tensor, keys: torch.Tensor,
     if not (isinstance(result, tuple) and len(result) == 2):
         fail("forward returned the wrong thing.", expected="a pair (context, weights)", got=type(result).__name__,
              cause="keep the given `return context, weights` line.")
-    return result
+    return (_tensor(result[0], "context", "the context is weights @ keys, (batch, q_len, key_size)."),
+            _tensor(result[1], "weights", "the weights are the softmax of the scores, (batch, q_len, k_len)."))
 
 
-def _setup(AdditiveAttention: AttentionClass, batch: int, q_len: int, k_len: int, query_size: int, key_size: int,
-           attention_size: int, seed: int, reference_score: bool = True, v_scale: float = 2.0
-           ) -> tuple[nn.Module, nn.Module, torch.Tensor, torch.Tensor, torch.Tensor]:
-    reference = _reference_module(query_size, key_size, attention_size, seed, v_scale)
-    module = _student_module(AdditiveAttention, reference, query_size, key_size, attention_size)
-    if reference_score:
-        _with_reference_score(module)
-    return (module, reference, *_inputs(batch, q_len, k_len, query_size, key_size, seed + 50))
+class _Case:
+    """One check's sizes, the reference module, the inputs and the student's module (on the student's side)."""
+
+    def __init__(self, AdditiveAttention: AttentionClass, batch: int, q_len: int, k_len: int, query_size: int,
+                 key_size: int, attention_size: int, seed: int, reference_score: bool = True,
+                 v_scale: float = 2.0) -> None:
+        self.reference = _reference_module(query_size, key_size, attention_size, seed, v_scale)
+        self.query, self.keys, self.mask = _inputs(batch, q_len, k_len, query_size, key_size, seed + 50)
+        self.context = _context(batch, q_len, k_len, query_size, key_size, attention_size)
+        self.module = _build(AdditiveAttention, (query_size, key_size, attention_size),
+                             self.reference.state_dict(), reference_score)
+
+    def forward(self) -> tuple[Any, Any]:
+        return _forward(self.module, self.query, self.keys, self.mask)
+
+    def trace_forward(self) -> tuple[differential.Trace, differential.Trace]:
+        """(the student's forward, the reference's), recorded on the same inputs."""
+        names = ("query", "keys", "mask")
+        student = differential.traced(self.module, self.query, self.keys, self.mask, names=names)
+        reference = differential.traced_call(self.reference, self.query, self.keys, self.mask, names=names)
+        return student, reference
+
+
+# --- readings of a wrong value ---------------------------------------------------------------------------------
+
+
+def _line(op: differential.Op | None) -> str:
+    frame = (op.user or op.line) if op is not None else None
+    if frame is None:
+        return ""
+    return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
+
+
+def _producer(key: str) -> int | None:
+    return int(key[3:]) if key.startswith("op:") else None
+
+
+def _result_op(trace: differential.Trace, value: torch.Tensor) -> differential.Op | None:
+    """The last operation of a computation whose result is `value` (in this layout or a reshape of it)."""
+    for op in reversed(trace.ops):
+        if op.output is not None and op.output.numel() == value.numel() \
+                and differential.same_values(op.output, value, permuted=False):
+            return op
+    return None
+
+
+def _step_words(op: differential.Op) -> str:
+    """A step in the lesson's words: a linear layer by its name (`self.v`), another operation by its kind."""
+    if op.name == "linear":
+        layer = next((source[5:].rsplit(".", 1)[0] for source in op.sources if source.startswith("leaf:")), "")
+        return f"`self.{layer}`" if layer else "a linear layer"
+    return f"the {differential.operation_words(op.name)}"
+
+
+def _steps(trace: differential.Trace, last: differential.Op) -> list[differential.Op]:
+    """The computing steps that lead to `last` (layout changes left out), in a canonical order: by depth (how
+    many steps lie before each), then by kind, so two independent steps written in another order compare equal."""
+    depth: dict[int, int] = {}
+    for op in trace.ops[:last.index + 1]:
+        before = [depth.get(_producer(source), 0) for source in op.sources if _producer(source) is not None]
+        depth[op.index] = max(before, default=0) + (0 if op.name in differential.LAYOUT else 1)
+    wanted, pending = set(), [last.index]
+    while pending:
+        index = pending.pop()
+        if index in wanted:
+            continue
+        wanted.add(index)
+        pending += [p for p in (_producer(s) for s in trace.ops[index].sources) if p is not None]
+    steps = [trace.ops[index] for index in wanted
+             if trace.ops[index].name not in differential.LAYOUT and trace.ops[index].sources]
+    return sorted(steps, key=lambda op: (depth[op.index], _step_words(op), op.index))
+
+
+def _steps_reading(student: differential.Trace, reference: differential.Trace, got: torch.Tensor,
+                   expected: torch.Tensor) -> str:
+    """What the student's steps do differently, when the two computations take the same number of steps and
+    differ in one of them (another operation in its place) or in the order of two neighbouring ones."""
+    mine, theirs = _result_op(student, got), _result_op(reference, expected)
+    if mine is None or theirs is None:
+        return ""
+    a, b = _steps(student, mine), _steps(reference, theirs)
+    if len(a) != len(b):
+        return ""
+    words_a, words_b = [_step_words(op) for op in a], [_step_words(op) for op in b]
+    differ = [i for i, (x, y) in enumerate(zip(words_a, words_b, strict=True)) if x != y]
+    if len(differ) == 1:
+        i = differ[0]
+        before = f" to the result of {words_b[i - 1]}" if i else ""
+        return (f"{_line(a[i])}: your code applies {words_a[i]} where the paper applies {words_b[i]}{before}")
+    if len(differ) == 2 and differ[1] == differ[0] + 1 and words_a[differ[0]] == words_b[differ[1]] \
+            and words_a[differ[1]] == words_b[differ[0]]:
+        first, second = differ
+        return (f"{_line(a[second])}: your code applies {words_a[second]} after {words_a[first]}; the paper applies "
+                f"{words_b[first]} first, then {words_b[second]} to its result (the two steps are in the other order)")
+    return ""
+
+
+def _extra_step(student: differential.Trace, got: torch.Tensor, expected: torch.Tensor,
+                context: differential.Context) -> str:
+    """A step added after the expected value: the student's code computes the expected value, then goes on."""
+    how = differential.relation(got, expected, context, None)
+    found = _result_op(student, expected)
+    last = _result_op(student, got)
+    if found is None or last is None or last.index <= found.index:
+        return f"your result is {how}" if how else ""
+    steps = [op for op in student.ops[found.index + 1:last.index + 1] if op.name not in differential.LAYOUT]
+    if not steps:
+        return ""
+    names = " and then ".join(dict.fromkeys(_step_words(op) for op in steps))
+    result = f": the result is {how}" if how else ""
+    if found.line == last.line and found.user == last.user:
+        return f"{_line(last)}: this line computes the expected values and then applies {names}{result}"
+    return (f"{_line(last)}: your code computes the expected values ({_line(found).removeprefix('in ')}) and then "
+            f"applies {names}{result}")
+
+
+_SAME_WORDS = re.compile(r"receives (.+) where the paper gives it \1(?=[.;]|$)")
+
+
+_LOCATION = re.compile(r"in `\w+`, line \d+ \(`.*?`\)(?=: )")
+
+
+def _engine(student: differential.Trace, reference: differential.Trace, got: torch.Tensor, expected: torch.Tensor,
+            context: differential.Context, axes: tuple[str, ...]) -> Diagnosis | None:
+    """The engine's reading, left out when it names the same value twice (it then says nothing); a line it
+    quotes twice is quoted once."""
+    found = differential.explain(student, reference, got, expected, context, axes)
+    if found is None or _SAME_WORDS.search(found.cause):
+        return None
+    location = _LOCATION.match(found.cause)
+    if location is None:
+        return found
+    rest = found.cause[location.end():].replace(f" ({location.group(0)})", " (on the same line)")
+    return Diagnosis(found.where, location.group(0) + rest)
+
+
+def _diagnosis(where: str, *causes: str) -> Diagnosis | None:
+    said = [cause.rstrip(".") for cause in causes if cause]
+    return Diagnosis(where, "; ".join(said) + ".") if said else None
+
+
+def _reading(student: differential.Trace, reference: differential.Trace, got: torch.Tensor,
+             expected: torch.Tensor, context: differential.Context, axes: tuple[str, ...],
+             own: str = "") -> Diagnosis | None:
+    """The check's own reading (`own`, from the values), then the first of: the steps compared in order, a step
+    added at the end, the engine's departure."""
+    where = describe_difference(got, expected, axes) if got.shape == expected.shape else ""
+    traced = _steps_reading(student, reference, got, expected) or _extra_step(student, got, expected, context)
+    if traced:
+        return _diagnosis(where, own, traced)
+    engine = _engine(student, reference, got, expected, context, axes)
+    if engine is not None:
+        return _diagnosis(engine.where or where, own, engine.cause)
+    return _diagnosis(where, own)
+
+
+def _weights_reading(weights: torch.Tensor, scores: torch.Tensor, mask: torch.Tensor) -> str:
+    """What the weights show about the mask: padding that gets weight, real positions that get none, or weights
+    that are the softmax of the scores with nothing hidden."""
+    padded = (~mask).unsqueeze(1).expand_as(weights)  # (batch, q_len, k_len)
+    if not padded.any():
+        return ""
+    leaked = weights[padded].abs().max().item()
+    starved = weights[~padded].abs().min().item()
+    rows = mask.sum(dim=-1) < mask.size(-1)  # sentences with padding
+    real_zero = bool((weights[rows][~padded[rows]] == 0).all())
+    if real_zero and leaked > 0:
+        return ("in the sentences with padding the real source positions get no weight and the padded ones do: the "
+                "mask is inverted (it is True at real tokens), hide the positions where mask == 0")
+    if torch.allclose(weights, torch.softmax(scores, dim=-1), atol=1e-9):
+        return ("your weights are the softmax of the scores with nothing hidden: the mask has no effect on them "
+                "(masked_fill returns a new tensor, keep its result)")
+    sums_to_one = torch.allclose(weights.sum(dim=-1), torch.ones(()).double(), atol=1e-6)
+    if leaked > 1e-6 and starved > 0 and sums_to_one:
+        return f"padded source positions get weight (up to {leaked:.3g}): they must get exactly 0"
+    return ""
 
 
 # --- the score ---------------------------------------------------------------------------------------
@@ -224,11 +354,11 @@ def _setup(AdditiveAttention: AttentionClass, batch: int, q_len: int, k_len: int
 def score_shape(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int = 3, k_len: int = 5,
                 query_size: int = 4, key_size: int = 6, attention_size: int = 7) -> None:
     """With q_len queries and with one query (q_len = 1: translating one word at a time)."""
-    module, _, query, keys, _ = _setup(AdditiveAttention, batch, q_len, k_len, query_size, key_size,
-                                       attention_size, seed=10, reference_score=False)
-    for queries in (query, query[:, :1]):
+    case = _Case(AdditiveAttention, batch, q_len, k_len, query_size, key_size, attention_size, seed=10,
+                 reference_score=False)
+    for queries in (case.query, case.query[:, :1]):
         length = queries.size(1)
-        scores = _student_score(module, queries, keys)
+        scores = _scores(case.module, queries, case.keys)
         got = tuple(scores.shape) if isinstance(scores, torch.Tensor) else None
         if got == (batch, length, k_len, 1):
             fail("scores have the wrong shape.", expected=(batch, length, k_len), got=got,
@@ -250,28 +380,23 @@ def score_shape(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int = 
 @check("score computes v^T tanh(W_q s + W_k h) for every query s and key h")
 def score_values(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int = 3, k_len: int = 5,
                  query_size: int = 4, key_size: int = 6, attention_size: int = 7) -> None:
-    module, reference, query, keys, _ = _setup(AdditiveAttention, batch, q_len, k_len, query_size, key_size,
-                                               attention_size, seed=20, reference_score=False)
-    scores = _student_score(module, query, keys)
-    with torch.no_grad():
-        expected = reference.score(query, keys)
+    case = _Case(AdditiveAttention, batch, q_len, k_len, query_size, key_size, attention_size, seed=20,
+                 reference_score=False)
+    scores = _scores(case.module, case.query, case.keys)
+    names = ("query", "keys")
+    reference = differential.traced_call(case.reference, case.query, case.keys, method="score", names=names)
+    expected = reference.output.detach()
 
-        def variant(mistake: str) -> Callable[[], torch.Tensor]:
-            return lambda: _score_variant(reference, query, keys, mistake)
+    def diagnose(got: torch.Tensor) -> Diagnosis | None:
+        student = differential.traced(case.module, case.query, case.keys, method="score", names=names)
+        own = ""
+        if torch.allclose(got.sum(dim=-1), torch.ones(()).double(), atol=1e-6):
+            own = ("every query's scores sum to 1 over the keys: score already applies the softmax; it returns the "
+                   "raw scores e, and the mask and the softmax belong in forward")
+        return _reading(student, reference, got, expected, case.context, ("batch", "query", "key"), own)
 
-        expect_close("scores", scores, expected, atol=1e-7, cause=(
-            "scores = v(tanh(W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1))).squeeze(-1)."), suspects={
-            "tanh is missing: the projected query and key are added, then squashed by torch.tanh, then scored "
-            "by v.": variant("no tanh"),
-            "tanh is applied to each projection separately: add first, tanh(W_q s + W_k h), then v.":
-                variant("tanh each"),
-            "v is skipped (the hidden features are summed): score each tanh(...) vector with the layer self.v, "
-            "then .squeeze(-1).": variant("sum instead of v"),
-            "v is skipped (the hidden features are averaged): score each tanh(...) vector with the layer "
-            "self.v, then .squeeze(-1).": variant("mean instead of v"),
-            "score already applies the softmax: it returns the raw scores e; the mask and the softmax belong "
-            "in forward.": variant("softmax in score"),
-        })
+    expect_close("scores", scores, expected, atol=1e-7, axes=("batch", "query", "key"), diagnose=diagnose,
+                 cause="scores = v(tanh(W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1))).squeeze(-1).")
 
 
 # --- forward: weights and context ------------------------------------------------------------------------
@@ -280,9 +405,8 @@ def score_values(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int =
 @check("forward returns context (batch, q_len, key_size) and weights (batch, q_len, k_len)")
 def forward_shapes(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int = 3, k_len: int = 5,
                    query_size: int = 4, key_size: int = 6, attention_size: int = 7) -> None:
-    module, _, query, keys, mask = _setup(AdditiveAttention, batch, q_len, k_len, query_size, key_size,
-                                          attention_size, seed=30)
-    context, weights = _student_forward(module, query, keys, mask)
+    case = _Case(AdditiveAttention, batch, q_len, k_len, query_size, key_size, attention_size, seed=30)
+    context, weights = case.forward()
     expect_shape("weights", weights, (batch, q_len, k_len),
                  cause="the weights are the softmax of the scores: the same shape (batch, q_len, k_len).")
     if isinstance(context, torch.Tensor) and tuple(context.shape) == (batch, q_len, k_len):
@@ -297,26 +421,31 @@ def forward_shapes(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int
 @check("forward's weights are the softmax of the scores over the source positions, padding hidden")
 def weights_values(AdditiveAttention: AttentionClass, batch: int = 3, q_len: int = 4, k_len: int = 6,
                    query_size: int = 5, key_size: int = 3, attention_size: int = 8) -> None:
-    module, reference, query, keys, mask = _setup(AdditiveAttention, batch, q_len, k_len, query_size, key_size,
-                                                  attention_size, seed=40)
-    _, weights = _student_forward(module, query, keys, mask)
+    case = _Case(AdditiveAttention, batch, q_len, k_len, query_size, key_size, attention_size, seed=40)
+    _, weights = case.forward()
     with torch.no_grad():
-        _, expected = reference(query, keys, mask)
-        expect_close("weights", weights, expected, atol=1e-7,
-                     suspects=_suspects(reference, query, keys, mask, 1, WEIGHT_MISTAKES),
-                     cause="fill the scores at padded positions with -1e9 (mask.unsqueeze(1) == 0), then "
-                           "torch.softmax(scores, dim=-1)." + FIX_SCORE_FIRST)
+        _, expected = case.reference(case.query, case.keys, case.mask)
+        raw = case.reference.score(case.query, case.keys)  # (batch, q_len, k_len), nothing hidden
+
+    def diagnose(got: torch.Tensor) -> Diagnosis | None:
+        student, reference = case.trace_forward()
+        return _reading(student, reference, got, expected, case.context, ("batch", "query", "key"),
+                        _weights_reading(got, raw, case.mask))
+
+    expect_close("weights", weights, expected, atol=1e-7, axes=("batch", "query", "key"), diagnose=diagnose,
+                 cause="fill the scores at padded positions with -1e9 (mask.unsqueeze(1) == 0), then "
+                       "torch.softmax(scores, dim=-1)." + FIX_SCORE_FIRST)
 
 
 @check("padded source positions get exactly zero weight and every query's weights sum to 1")
 def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, q_len: int = 3, k_len: int = 7,
                              query_size: int = 5, key_size: int = 4, attention_size: int = 6) -> None:
-    module, _, query, keys, mask = _setup(AdditiveAttention, batch, q_len, k_len, query_size, key_size,
-                                          attention_size, seed=50, v_scale=40.0)  # large scores: weak fills leak
-    _, weights = _student_forward(module, query, keys, mask)
+    case = _Case(AdditiveAttention, batch, q_len, k_len, query_size, key_size, attention_size, seed=50,
+                 v_scale=40.0)  # large scores: weak fills leak
+    _, weights = case.forward()
     weights = expect_shape("weights", weights, (batch, q_len, k_len),
                            cause="the weights have one row per query and one column per source position.")
-    padded = (mask == 0).unsqueeze(1).expand_as(weights)  # (batch, q_len, k_len)
+    padded = (case.mask == 0).unsqueeze(1).expand_as(weights)  # (batch, q_len, k_len)
     leaked = weights[padded].abs()
     if leaked.numel() and leaked.max() != 0:
         fail("padded source positions still get attention weight.", expected="exactly 0 wherever mask is False",
@@ -334,38 +463,42 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
 @check("forward's context is the weighted sum of the keys, with its own weights")
 def context_values(AdditiveAttention: AttentionClass, batch: int = 3, q_len: int = 4, k_len: int = 6,
                    query_size: int = 5, key_size: int = 3, attention_size: int = 8) -> None:
-    module, reference, query, keys, mask = _setup(AdditiveAttention, batch, q_len, k_len, query_size, key_size,
-                                                  attention_size, seed=60)
-    context, weights = _student_forward(module, query, keys, mask)
+    case = _Case(AdditiveAttention, batch, q_len, k_len, query_size, key_size, attention_size, seed=60)
+    context, weights = case.forward()
     weights = expect_shape("weights", weights, (batch, q_len, k_len),
                            cause="the weights have one row per query and one column per source position.")
-    with torch.no_grad():
-        expected = weights.to(keys.dtype) @ keys  # (batch, q_len, key_size): the student's own weights
-        suspects = {
-            "the context uses the scores instead of the weights: multiply the keys by the softmax weights, "
-            "context = weights @ keys.": lambda: _variant(reference, query, keys, mask, context_mode="scores")[0],
-            "the weights are ignored (the keys are averaged): each query's context is its own weighted sum, "
-            "weights @ keys.": lambda: _variant(reference, query, keys, mask, context_mode="mean of keys")[0],
-            "the context is divided by the number of source positions: the weights already sum to 1, so the "
-            "weighted sum needs no further division.": lambda: expected / k_len,
-        }
-        expect_close("context", context, expected, atol=1e-7, suspects=suspects,
-                     cause="context[b, i] = sum over j of weights[b, i, j] * keys[b, j]: weights @ keys.")
+    expected = weights.to(case.keys.dtype) @ case.keys  # (batch, q_len, key_size): the student's own weights
+
+    def diagnose(got: torch.Tensor) -> Diagnosis | None:
+        own = ""
+        if q_len > 1 and torch.allclose(got, got[:, :1].expand_as(got), atol=1e-9):
+            own = "every query of a sentence gets the same context: the weights are not used"
+        student, reference = case.trace_forward()
+        with torch.no_grad():
+            _, reference_weights = case.reference(case.query, case.keys, case.mask)
+        if not tensors_close(weights, reference_weights, 1e-7, 1e-6):  # the engine compares with the reference's
+            extra = _extra_step(student, got, expected, case.context)
+            return _diagnosis(describe_difference(got, expected, ("batch", "query", "feature")), own, extra)
+        return _reading(student, reference, got, expected, case.context, ("batch", "query", "feature"), own)
+
+    expect_close("context", context, expected, atol=1e-7, axes=("batch", "query", "feature"), diagnose=diagnose,
+                 cause="context[b, i] = sum over j of weights[b, i, j] * keys[b, j]: weights @ keys.")
 
 
 @check("each sentence's context and weights depend only on its own real source positions")
 def sentences_are_independent(AdditiveAttention: AttentionClass, batch: int = 3, q_len: int = 2, k_len: int = 6,
                               query_size: int = 4, key_size: int = 5, attention_size: int = 6) -> None:
-    module, _, query, keys, mask = _setup(AdditiveAttention, batch, q_len, k_len, query_size, key_size,
-                                          attention_size, seed=70)
-    context, weights = _student_forward(module, query, keys, mask)
+    case = _Case(AdditiveAttention, batch, q_len, k_len, query_size, key_size, attention_size, seed=70)
+    context, weights = case.forward()
     expect_shape("context", context, (batch, q_len, key_size), cause="see the shape check above.")
     expect_shape("weights", weights, (batch, q_len, k_len), cause="see the shape check above.")
+    query, keys, mask = case.query, case.keys, case.mask
     for sentence in range(batch):
         length = int(mask[sentence].sum())  # alone and without its padding
-        own_context, own_weights = _student_forward(
-            module, query[sentence:sentence + 1], keys[sentence:sentence + 1, :length],
-            mask[sentence:sentence + 1, :length])
+        own_context, own_weights = _forward(case.module, query[sentence:sentence + 1],
+                                            keys[sentence:sentence + 1, :length], mask[sentence:sentence + 1, :length])
+        own_weights = expect_shape("weights", own_weights, (1, q_len, length), cause="see the shape check above.")
+        own_context = expect_shape("context", own_context, (1, q_len, key_size), cause="see the shape check above.")
         together = torch.cat([weights[sentence:sentence + 1, :, :length], context[sentence:sentence + 1]], dim=-1)
         if not tensors_close(together, torch.cat([own_weights, own_context], dim=-1), 1e-7, 1e-6):
             fail(f"sentence {sentence} gets a different result in the batch than alone, without its padding.",

@@ -661,9 +661,31 @@ def _counterpart(departure: Op, student: Trace, reference: Trace, matched: dict[
         how = relation(op.output, expected, context, departure) if op.output is not None and expected is not None \
             else ""
         fresh = f"op:{op.index}" in fresh_keys
-        return (not fresh, "factor is" not in how, not how, op.name != departure.name, op.index)
+        return (not fresh, "factor is" not in how, not how, op.name != departure.name,
+                op.name in LAYOUT and departure.name not in LAYOUT, op.index)
 
     return min(pool, key=rank)
+
+
+PARAMETERS = {  # positions of tensor methods' other arguments (0 is the tensor itself)
+    "masked_fill": {"2": "value"}, "masked_fill_": {"2": "value"}, "softmax": {"1": "dim"},
+    "log_softmax": {"1": "dim"}, "transpose": {"1": "dim0", "2": "dim1"}, "div": {"1": "other"},
+    "__truediv__": {"1": "divisor"}, "__rtruediv__": {"1": "numerator"}, "mul": {"1": "other"},
+    "__mul__": {"1": "factor"}, "__rmul__": {"1": "factor"}, "add": {"1": "other"}, "__add__": {"1": "other"},
+    "__radd__": {"1": "other"}, "sub": {"1": "other"}, "__sub__": {"1": "other"}, "__rsub__": {"1": "other"},
+    "pow": {"1": "exponent"}, "__pow__": {"1": "exponent"}, "__rpow__": {"1": "base"}, "__getitem__": {"1": "index"},
+    "__setitem__": {"1": "index"}, "unsqueeze": {"1": "dim"}, "sum": {"1": "dim"}, "mean": {"1": "dim"},
+    "tril": {"1": "diagonal"}, "triu": {"1": "diagonal"}, "view": {"1": "shape"}, "reshape": {"1": "shape"},
+    "topk": {"1": "k"}, "full": {"1": "fill_value"}, "__eq__": {"1": "other"}, "__ne__": {"1": "other"},
+    "eq": {"1": "other"}, "ne": {"1": "other"}, "__lt__": {"1": "other"}, "__gt__": {"1": "other"},
+}
+
+
+def _parameter(name: str, key: str) -> str:
+    if not key.isdigit():
+        return f"`{key}`"
+    named = PARAMETERS.get(name, {}).get(key)
+    return f"`{named}`" if named else f"argument {int(key) + 1}"
 
 
 def _creation_difference(departure: Op, counterpart: Op) -> str:
@@ -677,7 +699,7 @@ def _creation_difference(departure: Op, counterpart: Op) -> str:
               and key not in ("dtype", "device", "requires_grad", "layout", "out")]
     if not differ or len(differ) > 2:
         return ""
-    return "; ".join(f"argument {key if not key.isdigit() else int(key) + 1}: {got} where {value} is expected"
+    return "; ".join(f"{_parameter(departure.name, key)} {got} where {value} is expected"
                      for key, got, value in differ)
 
 
@@ -706,6 +728,9 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
                 if _plain(how) or (settings and not how):
                     return found
                 deferred = deferred or found
+    unused = _computed_but_unused(departure, student, index, context, reference)  # a value made and dropped
+    if unused is not None:
+        return unused
     for same in same_kind:  # 2. same operation, another value
         argument = _wrong_argument(departure, same, reference, student, matched, context)
         if argument:
@@ -807,6 +832,27 @@ def _same_arguments(departure: Op, op: Op, reference: Trace, student: Trace) -> 
     return True
 
 
+def _computed_but_unused(departure: Op, student: Trace, index: Index, context: Context, reference: Trace
+                         ) -> Diagnosis | None:
+    """The student computes the departure's value and then never uses it (`scores.masked_fill(...)` without
+    assigning the result): the value is there, nothing downstream reads it."""
+    used = {source for op in student.ops for source in op.sources}
+    values = [departure] + [reference.ops[producer] for source in departure.sources
+                            if (producer := _producer(source)) is not None]
+    for value in values:  # the departure itself, or a value it needs
+        keys = index.find(value.output) if value.output is not None else []
+        if not keys or any(key in used for key in keys):
+            continue
+        producer = _producer(keys[-1])
+        if producer is None or student.ops[producer].name in LAYOUT:
+            continue
+        op = student.ops[producer]
+        return Diagnosis(_student_line(op), f"your code computes {_reference_words(value, context, reference)} "
+                         f"here, but nothing uses the result: it is not assigned, or a later line reads the value "
+                         "from before it", op.line)
+    return None
+
+
 def _first_on(departure: Op, student: Trace, reference: Trace, matched: dict[int, list[str]], index: Index
               ) -> Op | None:
     """The student's first operation on the departure's first argument (the data it transforms)."""
@@ -818,7 +864,13 @@ def _first_on(departure: Op, student: Trace, reference: Trace, matched: dict[int
     if producer is None:
         value = _value_of(reference, source)
         keys.update(index.find(value) if value is not None else [])
-    return next((op for op in student.ops if set(op.sources) & keys), None)
+    for op in student.ops:  # the first operation that does something to it (reshapes and views pass it on)
+        if set(op.sources) & keys:
+            if op.name in LAYOUT:
+                keys.add(f"op:{op.index}")
+                continue
+            return op
+    return None
 
 
 def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index, context: Context
@@ -865,7 +917,7 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
                     + (f" (the result is {step.replace('the expected values', 'it')})" if step else "")
                     + f", and your {operation_words(consumer.name)} ({_student_line(op)}) receives {data_words} "
                     "without it")
-            if made_op is not None and made_op.line is not None:
+            if made_op is not None and made_op.line is not None and made_op.line.name == function:
                 return Diagnosis(f"after {_student_line(made_op)}", text, made_op.line)
             return Diagnosis(_student_line(op), text, op.line)
     return None

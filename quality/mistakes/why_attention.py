@@ -29,7 +29,7 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "tanh applied to each projection separately",
         _HIDDEN, "hidden = torch.tanh(projected_query) + torch.tanh(projected_keys)",
-        fails="why_score_values", cause="the paper applies the sum first",
+        fails="why_score_values", cause="after an extra tanh",
     ),
     Mistake(
         STAGE, "v skipped: the hidden features are summed",
@@ -141,7 +141,7 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "context from the scores instead of the weights",
         _CONTEXT, "context = scores @ keys",
-        fails="why_context_values", cause="receives `scores` where the paper gives it `weights`",
+        fails="why_context_values", cause="computes `weights` here, but nothing uses the result",
     ),
     Mistake(
         STAGE, "context averages the keys, ignoring the weights",

@@ -30,6 +30,7 @@ from torch import nn
 
 from transformer_course.checks import differential
 from transformer_course.checks.boundary import on_student_side, supplied
+from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.framework import (
     RECIPE,
     Diagnosis,
@@ -37,7 +38,6 @@ from transformer_course.checks.framework import (
     describe,
     expect_close,
     expect_shape,
-    expect_tensor,
     fail,
     generator,
     student_code,
@@ -48,6 +48,7 @@ from transformer_course.reference import Transformer as ReferenceTransformer
 from transformer_course.reference.training import Batch
 from transformer_course.reference.training import collate as reference_collate
 from transformer_course.reference.training import compute_loss as reference_compute_loss
+from transformer_course.reference.training import train_epoch as reference_train_epoch
 
 __all__ = [
     "collate_shapes",
@@ -118,6 +119,13 @@ def _one_thread() -> Iterator[None]:
 def _value(value: Any) -> Any:
     """What crosses back for a value the student returned: a tensor as it is, anything else described."""
     return value.detach() if isinstance(value, torch.Tensor) else describe(value)
+
+
+def _tensor(name: str, value: Any, cause: str) -> torch.Tensor:
+    """A value that came back from the student's side as a tensor, or a failure showing what it was."""
+    if not isinstance(value, torch.Tensor):
+        fail(f"{name} is not a tensor.", expected="a torch.Tensor", got=value, cause=cause)
+    return value
 
 
 def _student_line(student: differential.Trace | None, reference: differential.Trace, got: torch.Tensor,
@@ -221,12 +229,14 @@ def collate_shapes(collate: Callable[..., Any], batch_size: int = 4, seed: int =
     tgt = _padded_target(pairs, PAD)
     src_len = max(len(source) for source, _ in pairs)
     tgt_len = tgt.size(1) - 1  # one shorter than the framed target
-    expect_shape("src", fields["src"], (batch_size, src_len), cause="keep the given padding of the sources.")
+    expect_shape("src", _tensor("src", fields["src"], "keep the given padding of the sources."), (batch_size, src_len),
+                 cause="keep the given padding of the sources.")
     for name in ("tgt_in", "tgt_out"):
-        got = expect_tensor(name, fields[name], cause=SHIFTED)
+        got = _tensor(name, fields[name], cause=SHIFTED)
         expect_shape(name, got, (batch_size, tgt_len), cause=_shift_cause(name, got, tgt) or SHIFTED)
-    expect_shape("src_mask", fields["src_mask"], (batch_size, 1, 1, src_len), cause="keep the given mask lines.")
-    expect_shape("tgt_mask", fields["tgt_mask"], (batch_size, 1, tgt_len, tgt_len),
+    masks = "keep the given mask lines."
+    expect_shape("src_mask", _tensor("src_mask", fields["src_mask"], masks), (batch_size, 1, 1, src_len), cause=masks)
+    expect_shape("tgt_mask", _tensor("tgt_mask", fields["tgt_mask"], masks), (batch_size, 1, tgt_len, tgt_len),
                  cause="the target mask is built from tgt_in by the given line: make tgt_in the right length.")
 
 
@@ -245,7 +255,7 @@ def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 
                    "PREDICT the next tokens (tgt_out = tgt[:, 1:]).")
     context = differential.Context(sizes={"sentence": batch_size, "position": tgt.size(1) - 1})
     for name in ("tgt_out", "tgt_in"):
-        got = expect_tensor(name, fields[name], "return tensors")
+        got = _tensor(name, fields[name], "return tensors")
         wanted = getattr(expected, name)
         expect_shape(name, got, tuple(wanted.shape), cause=_shift_cause(name, got, tgt) or SHIFTED)
         if name == "tgt_in":  # positions whose target is <pad> are ignored by the loss: tgt_in may hold anything
@@ -259,9 +269,10 @@ def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 
                   if name == "tgt_out" else
                   "tgt_in = tgt[:, :-1] (the target without its last token), starting with <bos>.")
         reading = _shift_cause(name, got, tgt)
+        where = describe_difference(got.double(), wanted.double(), ("sentence", "position"))
         expect_close(name, got.double(), wanted.double(), atol=0, rtol=0, axes=("sentence", "position"),
-                     diagnose=lambda _got, reading=reading, line=line: Diagnosis(
-                         "", _at_line(line, reading)) if reading else None,
+                     diagnose=lambda _got, reading=reading, line=line, where=where: Diagnosis(
+                         where, _at_line(line, reading)) if reading else None,
                      cause=recipe)
 
 
@@ -456,8 +467,8 @@ def _read_gradient(run: LossRun, batch: Batch, smoothing: float) -> str | None:
 
 
 def _loss_tensor(loss: Any) -> torch.Tensor:
-    loss = expect_tensor("compute_loss(...)", loss, "return the criterion's output tensor, not loss.item(): "
-                         "train_epoch calls loss.backward() on it.")
+    loss = _tensor("compute_loss(...)", loss, "return the criterion's output tensor, not loss.item(): "
+                   "train_epoch calls loss.backward() on it.")
     return expect_shape("compute_loss(...)", loss, (),
                         cause="the criterion's default reduction='mean' gives one number (a 0-d tensor).")
 
@@ -552,33 +563,24 @@ PAPER_EXPONENTS = {"warm-up": {"step": 1.0, "d_model": -0.5, "warmup_steps": -1.
 def _exponents(noam_learning_rate: Callable[..., Any], d_model: int, warmup_steps: int, factor: float,
                ) -> dict[str, dict[str, float]] | None:
     """How the student's rate grows with each argument, branch by branch: the exponent k with
-    rate(2x) = 2^k · rate(x), measured at the first steps (1 and 2: the warm-up, wherever a wrong formula
-    makes it end) and deep in the decay (8 · warmup_steps). None when a rate there is not a positive number."""
-    points, keys = [], []
+    rate(2x) = 2^k · rate(x), measured at step 1 (the warm-up, wherever a wrong formula makes it end) and
+    deep in the decay (8 · warmup_steps). None when a rate there is not a positive number."""
+    names = ("step", "d_model", "warmup_steps", "factor")
+    found: dict[str, dict[str, float]] = {}
     for branch, step in (("warm-up", 1), ("decay", 8 * warmup_steps)):
         base = (step, d_model, warmup_steps, factor)
-        points.append(base)
-        keys.append((branch, ""))
-        for index, name in enumerate(("step", "d_model", "warmup_steps", "factor")):
-            doubled = list(base)
-            doubled[index] = doubled[index] * 2
-            if name == "warmup_steps" and branch == "decay":
-                doubled[0] = doubled[0] * 2  # stay as deep in the decay
-            points.append(tuple(doubled))
-            keys.append((branch, name))
-    values = _rates(noam_learning_rate, points)
-    if not all(math.isfinite(value) and value > 0 for value in values):
-        return None
-    found: dict[str, dict[str, float]] = {"warm-up": {}, "decay": {}}
-    base_value = 0.0
-    for (branch, name), value in zip(keys, values, strict=True):
-        if not name:
-            base_value = value
-            continue
-        exponent = math.log2(value / base_value)
-        if name == "warmup_steps" and branch == "decay":
-            exponent -= found["decay"]["step"]  # the step was doubled with it, to stay as deep in the decay
-        found[branch][name] = exponent
+        points = [base]
+        for index, name in enumerate(names):
+            point = list(base)
+            point[index] *= 2
+            if branch == "decay" and name == "warmup_steps":
+                point[0] *= 2  # the step doubles with it, to stay as deep in the decay
+            points.append(tuple(point))
+        values = _rates(noam_learning_rate, points)
+        if not all(math.isfinite(value) and value > 0 for value in values):
+            return None
+        found[branch] = {name: math.log2(value / values[0]) for name, value in zip(names, values[1:], strict=True)}
+    found["decay"]["warmup_steps"] -= found["decay"]["step"]
     return found
 
 
@@ -591,62 +593,50 @@ def _exponent_reading(found: dict[str, dict[str, float]]) -> str | None:
     def follows(branch: str, paper: str) -> bool:
         return all(abs(found[branch][name] - value) < 1e-6 for name, value in PAPER_EXPONENTS[paper].items())
 
-    if follows("warm-up", "decay") and follows("decay", "decay"):
-        return ("there is no warm-up: before warmup_steps the rate already follows the decay, "
-                "d_model^-0.5 · step^-0.5. The rate is the SMALLER of the two branches, min(step^-0.5, "
-                "step · warmup_steps^-1.5), so it rises linearly first.")
-    if follows("warm-up", "decay") and follows("decay", "warm-up"):
+    if follows("warm-up", "decay"):
         return ("the two branches are exchanged: before warmup_steps your rate falls as step^-0.5 and after it it "
-                "keeps rising as step · warmup_steps^-1.5. max instead of min? The rate is the smaller branch.")
+                "keeps rising as step · warmup_steps^-1.5. max instead of min? The rate is the smaller branch."
+                if follows("decay", "warm-up") else
+                "there is no warm-up: before warmup_steps the rate already follows the decay, d_model^-0.5 · "
+                "step^-0.5. The rate is the SMALLER branch, min(step^-0.5, step · warmup_steps^-1.5): it rises first.")
     for branch, (when, formula) in BRANCHES.items():
         for name, paper in PAPER_EXPONENTS[branch].items():
             got = found[branch][name]
             if abs(got - paper) < 1e-6:
                 continue
-            if name == "factor":
-                return (f"{when} the rate grows as factor^{got:.3g} where the paper's grows as factor^1: "
-                        "multiply the whole rate by the `factor` argument.")
             if name == "step" and branch == "warm-up" and abs(got) < 1e-6:
                 return (f"{when} the rate stays the same whatever the step (step^0): the warm-up branch is "
                         "step · warmup_steps^-1.5, which rises linearly with the step.")
-            if name == "d_model":
-                return (f"{when} the rate goes as d_model^{got:.3g} where the paper's goes as d_model^-0.5: "
-                        "check the factor d_model^-0.5 in front of both branches.")
-            return (f"{when} the rate goes as {name}^{got:.3g} where the paper's goes as {name}^{paper:g}: check "
-                    f"the exponent of {name} in {formula}.")
+            where = {"factor": "multiply the whole rate by the `factor` argument",
+                     "d_model": "check the factor d_model^-0.5 in front of both branches"}.get(
+                         name, f"check the exponent of {name} in {formula}")
+            return f"{when} the rate goes as {name}^{got:.3g} where the paper's goes as {name}^{paper:g}: {where}."
     return None
 
 
 def _schedule_cause(noam_learning_rate: Callable[..., Any], got: torch.Tensor, steps: Sequence[int],
                     d_model: int, warmup_steps: int, factor: float) -> str | None:
-    """Where the student's schedule departs from the paper's: one step off, a constant factor, or an exponent
-    of one branch, measured from its values."""
+    """Where the student's schedule departs from the paper's, measured from its values: one step off, an
+    exponent of one branch, or a constant factor."""
     def rate(step: int) -> float:
-        return _paper_rate(step, d_model, warmup_steps, factor) if step >= 1 else float("nan")
+        return _paper_rate(step, d_model, warmup_steps, factor)
 
-    def same(values: list[float], chosen: Sequence[int]) -> bool:
-        pairs = [(float(got[index]), values[index]) for index in chosen if math.isfinite(values[index])]
-        return bool(pairs) and all(math.isclose(a, b, rel_tol=1e-9) for a, b in pairs)
-
-    everywhere = range(len(steps))
     for shift in (1, -1):
-        if same([rate(step + shift) for step in steps], [i for i in everywhere if steps[i] + shift >= 1]):
-            sign = "+" if shift > 0 else "-"
-            return (f"the learning rate at step s is the paper's at step s {sign} 1: the schedule is off by one "
-                    "step. Steps count from 1 (only step 0 is treated as step 1: step = max(step, 1)).")
-    expected = [rate(step) for step in steps]
-    ratios = [float(got[index]) / value for index, value in enumerate(expected) if value]
-    if ratios and all(math.isclose(r, ratios[0], rel_tol=1e-9) for r in ratios) and not math.isclose(ratios[0], 1):
-        named = {d_model ** 0.5: " (that is √d_model)", d_model: " (that is d_model)", 1 / factor: " (1/factor)",
-                 factor: " (that is factor)"}
-        which = next((words for value, words in named.items() if math.isclose(ratios[0], value, rel_tol=1e-6)), "")
-        return (f"every rate is {ratios[0]:.6g} × the paper's{which}: a constant factor is wrong (factor, "
-                "d_model^-0.5).")
+        if all(math.isclose(float(value), rate(step + shift), rel_tol=1e-9) for value, step in zip(got, steps,
+                                                                                                   strict=True)
+               if step + shift >= 1):
+            return (f"the learning rate at step s is the paper's at step s {'+' if shift > 0 else '-'} 1: the "
+                    "schedule is off by one step. Steps count from 1 (only step 0 is treated as step 1: "
+                    "step = max(step, 1)).")
     try:
         found = _exponents(noam_learning_rate, d_model, warmup_steps, factor)
     except Exception:  # a schedule that cannot be measured at other settings says nothing more here
         found = None
-    return _exponent_reading(found) if found else None
+    reading = _exponent_reading(found) if found else None
+    ratios = {round(float(value) / rate(step), 9) for value, step in zip(got, steps, strict=True)}
+    if reading is None and len(ratios) == 1:
+        return f"every rate is {ratios.pop():.6g} × the paper's: a constant factor is wrong."
+    return reading
 
 
 RATE_RECIPE = "lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5) (paper, eq. 3)."
@@ -688,24 +678,17 @@ def noam_peak_at_warmup(noam_learning_rate: Callable[..., Any], d_model: int = 6
              or "check the factor d_model^-0.5.")
 
 
-@on_student_side
-def _rates_from_zero(noam_learning_rate: Callable[..., Any], d_model: int, warmup_steps: int) -> list[float]:
-    """The student's rates at steps 0 and 1; a crash at step 0 fails here with its cause."""
-    try:
-        return _rates(noam_learning_rate, [(0, d_model, warmup_steps, 1.0), (1, d_model, warmup_steps, 1.0)])
-    except (ZeroDivisionError, ValueError, OverflowError) as error:
-        fail("noam_learning_rate(0, ...) raised an error.", expected="a finite learning rate",
-             got=f"{type(error).__name__}: {error}", cause=ZERO_CAUSE)
-    raise AssertionError  # unreachable: fail raises
-
-
 ZERO_CAUSE = ("0 ** -0.5 divides by zero: treat step 0 as step 1 first, e.g. `step = max(step, 1)`. "
               "The given make_optimizer never asks for step 0, but other callers of the schedule may.")
 
 
 @check("noam_learning_rate(0, ...) gives the rate of step 1 (step 0 counts as step 1: no division by zero)")
 def noam_step_zero(noam_learning_rate: Callable[..., Any], d_model: int = 512, warmup_steps: int = 4000) -> None:
-    value, first = _rates_from_zero(noam_learning_rate, d_model, warmup_steps)
+    try:
+        value, first = _rates(noam_learning_rate, [(0, d_model, warmup_steps, 1.0), (1, d_model, warmup_steps, 1.0)])
+    except (ZeroDivisionError, ValueError, OverflowError) as error:
+        fail("noam_learning_rate(0, ...) raised an error.", expected="a finite learning rate",
+             got=f"{type(error).__name__}: {error}", cause=ZERO_CAUSE)
     # Graded against the student's own step 1 (one property only: a wrong formula is noam_values' business),
     # or the paper's (a schedule off by one step gives step 0 the rate of step 1: noam_values says so).
     if math.isfinite(value) and (math.isclose(value, first, rel_tol=1e-9)
@@ -772,12 +755,11 @@ class EpochSetup:
 
 @dataclass
 class StepRecord:
-    """What one optimizer.step() saw: the learning rate, the gradients' total norm and largest entry, whether
-    every gradient was None, and (when kept) the flat gradient and the weights before the update."""
+    """What one optimizer.step() saw: the learning rate, the gradients' total norm, whether every gradient was
+    None, and (when kept) the flat gradient and the weights before the update."""
 
     lr: float
     norm: float
-    largest: float
     empty: bool
     gradient: torch.Tensor | None = None
     weights: torch.Tensor | None = None
@@ -795,13 +777,13 @@ class LossRecord:
 
 @dataclass
 class EpochRun:
-    """What the student's train_epoch did: its return value per epoch, every optimizer step, the order of the
-    optimizer's and the scheduler's steps, the training mode of every forward pass, every loss it computed,
-    the learning rate at the end and whether the weights changed."""
+    """What the student's train_epoch did: its return value per epoch, every optimizer step, how often it
+    stepped the scheduler, the training mode of every forward pass, every loss it computed, the learning rate
+    at the end and whether the weights changed."""
 
     returned: list[Any] = field(default_factory=list)
     steps: list[StepRecord] = field(default_factory=list)
-    events: list[str] = field(default_factory=list)
+    scheduler_steps: int = 0
     modes: list[bool] = field(default_factory=list)
     losses: list[LossRecord] = field(default_factory=list)
     final_lr: float = 0.0
@@ -822,9 +804,8 @@ class _Spy:
                           for g, p in zip(gradients, parameters, strict=True)])
         weights = torch.cat([p.detach().reshape(-1) for p in parameters]) if self.keep else None
         self.run.steps.append(StepRecord(float(self.param_groups[0]["lr"]), float(flat.norm()),  # type: ignore
-                                         float(flat.abs().max()), all(g is None for g in gradients),
-                                         flat.clone() if self.keep else None, weights))
-        self.run.events.append("optimizer.step")
+                                         all(g is None for g in gradients), flat.clone() if self.keep else None,
+                                         weights))
         return super().step(closure)  # type: ignore[misc]
 
 
@@ -834,30 +815,6 @@ class _SpySGD(_Spy, torch.optim.SGD):
 
 class _SpyAdam(_Spy, torch.optim.Adam):
     pass
-
-
-class _Schedule:
-    """LambdaLR's lr_lambda for a setup (the check's own copy of the schedule: no reference code runs)."""
-
-    def __init__(self, setup: EpochSetup) -> None:
-        self.setup = setup
-
-    def __call__(self, index: int) -> float:
-        return self.setup.rate(index)
-
-
-class _SpyScheduler(torch.optim.lr_scheduler.LambdaLR):
-    """LambdaLR that notes every step() the student's code makes (not the one it makes itself when built)."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer, setup: EpochSetup, run: EpochRun) -> None:
-        self.run: EpochRun | None = None
-        super().__init__(optimizer, _Schedule(setup))
-        self.run = run
-
-    def step(self, *args: Any, **kwargs: Any) -> None:
-        if self.run is not None:
-            self.run.events.append("scheduler.step")
-        super().step(*args, **kwargs)
 
 
 @contextmanager
@@ -925,7 +882,7 @@ def _explain_epoch_crash(error: Exception) -> None:
 @on_student_side
 def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
     """The student's train_epoch on the setup's model and batches, with the reference compute_loss, a spying
-    optimiser and (unless the setup has none) a spying scheduler; `setup.epochs` epochs in a row."""
+    optimiser and (unless the setup has none) a LambdaLR with the check's own schedule; `setup.epochs` epochs."""
     run = EpochRun()
     model, batches, criterion = setup.model(), setup.batches(), setup.criterion()
     supplied(model)
@@ -935,7 +892,7 @@ def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
     spy = _SpyAdam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9) if setup.optimizer == "adam" \
         else _SpySGD(model.parameters(), lr=setup.lr)
     spy.run, spy.keep = run, setup.keep_gradients
-    scheduler = None if setup.schedule == "none" else _SpyScheduler(spy, setup, run)
+    scheduler = None if setup.schedule == "none" else torch.optim.lr_scheduler.LambdaLR(spy, setup.rate)
 
     def mode(module: nn.Module, _args: tuple) -> None:
         run.modes.append(module.training and all(part.training for part in module.modules()
@@ -957,6 +914,7 @@ def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
     finally:
         handle.remove()
     run.final_lr = float(spy.param_groups[0]["lr"])
+    run.scheduler_steps = scheduler.last_epoch if scheduler is not None else 0
     run.changed = not torch.equal(_parameters(model), start)
     return run
 
@@ -969,11 +927,11 @@ def _returned(run: EpochRun) -> list[float]:
     return run.returned
 
 
-def _no_step(run: EpochRun, batches: int) -> None:
-    if not run.steps:
-        fail("optimizer.step() was never called.", expected=f"one optimizer.step() per batch ({batches})",
-             got="no update at all: the weights never changed",
-             cause="call optimizer.step() after loss.backward() (and the clipping), once per batch.")
+def _one_step_per_batch(run: EpochRun, batches: int, cause: str | None = None) -> None:
+    if len(run.steps) != batches:
+        fail("optimizer.step() was not called once per batch.", expected=f"{batches} calls",
+             got=f"{len(run.steps)} calls" + (": the weights never changed" if not run.steps else ""),
+             cause=cause or "call optimizer.step() once per batch, after loss.backward() and the clipping.")
 
 
 def _fresh_gradient(setup: EpochSetup, weights: torch.Tensor, index: int) -> torch.Tensor:
@@ -1021,10 +979,9 @@ def train_epoch_train_mode(train_epoch: Callable[..., Any], num_batches: int = 2
 def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 4) -> None:
     setup = EpochSetup(seed, (6,) * num_batches, keep_gradients=True)
     run = _train(train_epoch, setup)
-    _no_step(run, num_batches)
+    _one_step_per_batch(run, num_batches)
     recipe = "per batch: optimizer.zero_grad(); loss = compute_loss(...); loss.backward(); clip; optimizer.step()."
-    for index, step in enumerate(run.steps[:num_batches]):
-        assert step.gradient is not None and step.weights is not None
+    for index, step in enumerate(run.steps):
         got, fresh = step.gradient.double(), _fresh_gradient(setup, step.weights, index)
         if _proportional(got, fresh) is not None:
             continue
@@ -1045,21 +1002,28 @@ def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2,
         fail("optimizer.step() did not receive the batch's gradient.", expected=f"{where}, the gradient of that "
              f"batch (norm {fresh.norm():.4g}), or a multiple of it after clipping",
              got=f"another gradient, of norm {got.norm():.4g}", cause=f"{RECIPE} {recipe}")
-    if len(run.steps) != num_batches:
-        fail("optimizer.step() was not called once per batch.", expected=f"{num_batches} calls",
-             got=f"{len(run.steps)} calls", cause="call optimizer.step() once inside the loop.")
 
 
-def _clipped_by_value(fresh: torch.Tensor, clip_norm: float) -> torch.Tensor:
-    return fresh.clamp(-clip_norm, clip_norm)
+CLIP = "nn.utils.clip_grad_norm_(model.parameters(), clip_norm)"
 
 
-def _clipped_per_parameter(fresh: torch.Tensor, sizes: list[int], clip_norm: float) -> torch.Tensor:
-    parts = []
-    for part in fresh.split(sizes):
-        norm = float(part.norm())
-        parts.append(part * min(1.0, clip_norm / norm) if norm else part)
-    return torch.cat(parts)
+def _clip_reading(got: torch.Tensor, fresh: torch.Tensor, sizes: list[int], clip_norm: float) -> str | None:
+    """How the gradient a step received relates to the batch's fresh gradient: as it was, clamped entry by
+    entry, clipped parameter by parameter, or scaled to another norm."""
+    norm = float(got.norm())
+    if torch.allclose(got, fresh, rtol=1e-6):
+        return f"the gradients reached optimizer.step() unclipped: call {CLIP} after loss.backward(), before it."
+    if torch.allclose(got, fresh.clamp(-clip_norm, clip_norm), rtol=1e-6, atol=1e-12):
+        return ("every element was clipped to ±clip_norm (clip_grad_value_): that changes the gradient's "
+                f"direction. Clip the total norm: {CLIP}.")
+    per_parameter = torch.cat([part * min(1.0, clip_norm / (float(part.norm()) + 1e-6)) for part in fresh.split(sizes)])
+    if torch.allclose(got, per_parameter, rtol=1e-6, atol=1e-12):
+        return f"each parameter's gradient was clipped to norm clip_norm on its own: clip all of them together, {CLIP}."
+    if _proportional(got, fresh) is None:
+        return None
+    if math.isclose(norm, 1.0, rel_tol=1e-5):
+        return "the norm was clipped to 1.0, not to the `clip_norm` argument: pass clip_norm."
+    return f"the gradient keeps its direction but its norm is {norm:.4g}, not min(its norm, clip_norm): {CLIP}."
 
 
 @check("train_epoch clips the gradients' total norm to clip_norm before optimizer.step()")
@@ -1067,44 +1031,20 @@ def train_epoch_clips_gradients(train_epoch: Callable[..., Any], clip_norm: floa
                                 seed: int = 5) -> None:
     setup = EpochSetup(seed, (6,) * num_batches, lr=0.1, clip_norm=clip_norm, keep_gradients=True)
     run = _train(train_epoch, setup)
-    if len(run.steps) != num_batches:
-        fail("optimizer.step() was not called once per batch.", expected=f"{num_batches} calls",
-             got=f"{len(run.steps)} calls", cause="call optimizer.step() once inside the loop.")
+    _one_step_per_batch(run, num_batches)
     sizes = [p.numel() for p in setup.model().parameters()]
     got_norms, expected_norms, cause = [], [], None
     for index, step in enumerate(run.steps):
-        assert step.gradient is not None and step.weights is not None
-        got, fresh = step.gradient.double(), _fresh_gradient(setup, step.weights, index)
-        wanted = min(float(fresh.norm()), clip_norm)
-        got_norms.append(step.norm)
-        expected_norms.append(wanted)
-        if math.isclose(step.norm, wanted, rel_tol=1e-5) or cause:
-            continue
-        if step.empty or step.norm == 0:
-            cause = ("optimizer.step() found no gradients (every .grad None or 0), so there is nothing to clip: "
-                     "they are zeroed between loss.backward() and optimizer.step(). Zero them at the start of the "
-                     "batch; clip after loss.backward(), before optimizer.step().")
-        elif torch.allclose(got, fresh, rtol=1e-6):
-            cause = ("the gradients reached optimizer.step() unclipped: call nn.utils.clip_grad_norm_("
-                     "model.parameters(), clip_norm) after loss.backward(), before optimizer.step().")
-        elif torch.allclose(got, _clipped_by_value(fresh, clip_norm), rtol=1e-6, atol=1e-12):
-            cause = ("every element was clipped to ±clip_norm (clip_grad_value_): that changes the gradient's "
-                     "direction. Clip the total norm: nn.utils.clip_grad_norm_(model.parameters(), clip_norm).")
-        elif torch.allclose(got, _clipped_per_parameter(fresh, sizes, clip_norm), rtol=1e-6, atol=1e-12):
-            cause = ("each parameter's gradient was clipped to norm clip_norm on its own: clip the total norm of "
-                     "all gradients together, nn.utils.clip_grad_norm_(model.parameters(), clip_norm).")
-        elif _proportional(got, fresh) is not None and math.isclose(step.norm, 1.0, rel_tol=1e-6):
-            cause = "the norm was clipped to 1.0, not to the `clip_norm` argument: pass clip_norm."
-        elif _proportional(got, fresh) is not None:
-            cause = (f"the gradient keeps its direction but its norm is {step.norm:.4g}, not min(its norm, "
-                     f"clip_norm) = {wanted:.4g}: clip with nn.utils.clip_grad_norm_(model.parameters(), clip_norm).")
-    if cause is None and all(math.isclose(a, b, rel_tol=1e-5) for a, b in zip(got_norms, expected_norms,
-                                                                                strict=True)):
+        fresh = _fresh_gradient(setup, step.weights, index)
+        got_norms.append(step.norm)  # no gradient at the step: nothing to clip (train_epoch_zero_grad says why)
+        expected_norms.append(0.0 if step.empty or step.norm == 0 else min(float(fresh.norm()), clip_norm))
+        if not math.isclose(got_norms[-1], expected_norms[-1], rel_tol=1e-5):
+            cause = cause or _clip_reading(step.gradient.double(), fresh, sizes, clip_norm) or f"clip once: {CLIP}."
+    if cause is None:
         return
     fail("the gradients' total norm at optimizer.step() is not the clipped one.",
          expected="norms " + ", ".join(f"{value:.4g}" for value in expected_norms) + f" (clip_norm = {clip_norm})",
-         got="norms " + ", ".join(f"{value:.4g}" for value in got_norms),
-         cause=cause or "clip the total norm once, with nn.utils.clip_grad_norm_(model.parameters(), clip_norm).")
+         got="norms " + ", ".join(f"{value:.4g}" for value in got_norms), cause=cause)
 
 
 def _rate_steps(lrs: Sequence[float], setup: EpochSetup, limit: int) -> list[int | None]:
@@ -1114,9 +1054,8 @@ def _rate_steps(lrs: Sequence[float], setup: EpochSetup, limit: int) -> list[int
             for lr in lrs]
 
 
-def _schedule_reading(indices: list[int | None], events: list[str], batches: int) -> str | None:
-    """What the schedule indices the steps used say about where scheduler.step() is called."""
-    count = events.count("scheduler.step")
+def _schedule_reading(indices: list[int | None], count: int, batches: int) -> str | None:
+    """What the schedule steps the updates used (and `count`, the scheduler's steps) say about scheduler.step()."""
     if None in indices:
         return None
     if count == 0 or all(index == 0 for index in indices):
@@ -1138,14 +1077,11 @@ def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches
     setup = EpochSetup(seed, (4,) * num_batches, copy_task=True, lr=1.0, schedule="warmup", rate_d_model=d_model,
                        warmup_steps=warmup_steps)
     run = _train(train_epoch, setup)
-    _no_step(run, num_batches)
     used = torch.tensor([step.lr for step in run.steps], dtype=torch.float64)
     expected = torch.tensor([setup.rate(index) for index in range(num_batches)], dtype=torch.float64)
     indices = _rate_steps([step.lr for step in run.steps], setup, 3 * num_batches + 3)
-    reading = _schedule_reading(indices, run.events, num_batches)
-    if used.shape != expected.shape:
-        fail("optimizer.step() was not called once per batch.", expected=f"{num_batches} calls",
-             got=f"{len(run.steps)} calls", cause=reading or "call optimizer.step() once inside the loop.")
+    reading = _schedule_reading(indices, run.scheduler_steps, num_batches)
+    _one_step_per_batch(run, num_batches, reading)
     listing = ", ".join("?" if index is None else str(index + 1) for index in indices)
     expect_close(f"learning rates used by the {num_batches} optimizer steps", used, expected, atol=0, rtol=1e-9,
                  diagnose=lambda _got: Diagnosis(f"the updates used the rates of schedule steps {listing}",
@@ -1156,7 +1092,7 @@ def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches
         fail("after the epoch the scheduler is at the wrong step.",
              expected=f"the rate of step {num_batches + 1} after {num_batches} batches",
              got=f"learning rate {run.final_lr:.6g}", cause=_schedule_reading(
-                 _rate_steps([run.final_lr], setup, 3 * num_batches + 3), run.events, num_batches)
+                 _rate_steps([run.final_lr], setup, 3 * num_batches + 3), run.scheduler_steps, num_batches)
              or "call scheduler.step() exactly once per batch.")
     _train(train_epoch, EpochSetup(seed, (4,), copy_task=True, lr=1.0, schedule="none"))  # must not crash
 
@@ -1176,7 +1112,9 @@ def train_epoch_mean_loss_per_token(train_epoch: Callable[..., Any], sizes: Sequ
     if len(backpropagated) == len(sizes):  # the student's own trajectory: independent of how it updates
         expected = _weighted(backpropagated)
     else:  # compute_loss was not called by its name: the reference epoch, as the student's should be
-        expected = _reference_epoch_loss(setup)
+        model = setup.model()
+        expected = reference_train_epoch(model, setup.batches(), setup.criterion(), torch.optim.SGD(
+            model.parameters(), lr=setup.lr), None, clip_norm=setup.clip_norm, progress=False)
     assert expected is not None
 
     def diagnose(_got: torch.Tensor) -> Diagnosis:
@@ -1198,24 +1136,6 @@ def train_epoch_mean_loss_per_token(train_epoch: Callable[..., Any], sizes: Sequ
                        "the batch's real tokens.")
 
 
-def _reference_epoch_loss(setup: EpochSetup) -> float:
-    """The mean loss per real token of one reference epoch of the setup (plain SGD, no scheduler)."""
-    model, criterion = setup.model(), setup.criterion()
-    optimizer = torch.optim.SGD(model.parameters(), lr=setup.lr)
-    model.train()
-    total, tokens = 0.0, 0
-    with torch.enable_grad():
-        for batch in setup.batches():
-            optimizer.zero_grad()
-            loss = reference_compute_loss(model, batch, criterion)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), setup.clip_norm)
-            optimizer.step()
-            count = int((batch.tgt_out != PAD).sum())
-            total, tokens = total + loss.item() * count, tokens + count
-    return total / tokens
-
-
 @check("train_epoch learns: on a small copy task the loss falls clearly within a few epochs")
 def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 4, num_batches: int = 16,
                                  seed: int = 0) -> None:
@@ -1231,7 +1151,7 @@ def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 
     elif not run.changed:
         cause = ("the weights never changed although optimizer.step() ran: the gradients were empty when it "
                  "ran (zeroed between loss.backward() and optimizer.step()?).")
-    elif "scheduler.step" not in run.events:
+    elif run.scheduler_steps == 0:
         cause = "the learning rate never left its first, tiny warm-up value: call scheduler.step() after every batch."
     else:
         cause = ("check the order zero_grad -> loss -> backward -> clip -> optimizer.step -> scheduler.step, "

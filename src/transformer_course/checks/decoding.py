@@ -153,7 +153,15 @@ class _ScriptedModel(nn.Module):
 
 
 def _copy(value: Any) -> Any:
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+    """A tensor the decoder received, kept as it was then; None as it is; anything else described."""
+    if value is None or isinstance(value, torch.Tensor):
+        return value.detach().clone() if isinstance(value, torch.Tensor) else None
+    return describe(value)
+
+
+def _shown(value: Any) -> str:
+    """A value that came back from the student's side, for a message (strings are descriptions already)."""
+    return value if isinstance(value, str) else describe(value)
 
 
 def _scripted_source(count: int, ids: Ids, real_lengths: Sequence[int] | None = None, length: int = 6) -> torch.Tensor:
@@ -669,7 +677,7 @@ def greedy_passes_masks(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int 
         wanted = source_allowed[call.sentences].unsqueeze(1).unsqueeze(1).expand(batch, 1, length, 6)
         if allowed is None or not torch.equal(allowed, wanted):
             fail(f"decoder call {step} got a wrong source mask.", expected="src_mask = make_source_mask(src, pad_idx)",
-                 got=describe(call.enc_mask), cause="pass the given src_mask (computed once before the loop).")
+                 got=_shown(call.enc_mask), cause="pass the given src_mask (computed once before the loop).")
         if call.dec_mask is None:
             fail(f"decoder call {step} got no target mask.", expected=f"a causal mask (batch, 1, {length}, {length})",
                  got="None", cause=NO_TARGET_MASK)
@@ -680,7 +688,7 @@ def greedy_passes_masks(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int 
         if allowed is None or not bool((allowed[running] == causal).all()):
             fail(f"decoder call {step} (ys of length {length}) got a wrong target mask.",
                  expected=f"make_target_mask(ys, pad_idx): lower-triangular ({length}, {length}) per sentence",
-                 got=describe(call.dec_mask),
+                 got=_shown(call.dec_mask),
                  cause="build the target mask from the current ys inside the loop, make_target_mask(ys, pad_idx); "
                        "a mask built once before the loop has the wrong size.")
 
@@ -834,7 +842,10 @@ def _map_tensors(got: Mapping[str, Any], expected: Mapping[str, torch.Tensor], s
     """The student's three maps as float64 tensors of the expected shapes, or a failure that says why not."""
     tensors = {}
     for kind in KINDS:
-        tensor = expect_tensor(f"maps['{kind}']", got[kind], cause="stack the layers' attn_weights with torch.stack.")
+        if not isinstance(got[kind], torch.Tensor):
+            fail(f"maps['{kind}'] is not a tensor.", expected="a torch.Tensor", got=_shown(got[kind]),
+                 cause="stack the layers' attn_weights with torch.stack.")
+        tensor = got[kind]
         expect_shape(f"maps['{kind}']", tensor, tuple(expected[kind].shape),
                      cause=_shape_cause(kind, tensor, expected, sizes))
         tensors[kind] = tensor.double()

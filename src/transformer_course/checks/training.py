@@ -939,7 +939,7 @@ def _fresh_gradient(setup: EpochSetup, weights: torch.Tensor, index: int) -> tor
     model = setup.model()
     torch.nn.utils.vector_to_parameters(weights.to(next(model.parameters()).dtype), model.parameters())
     model.train()
-    with torch.enable_grad():
+    with _one_thread(), torch.enable_grad():
         reference_compute_loss(model, setup.batches()[index], setup.criterion()).backward()
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                       for p in model.parameters()]).double()
@@ -1097,9 +1097,10 @@ def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches
     _train(train_epoch, EpochSetup(seed, (4,), copy_task=True, lr=1.0, schedule="none"))  # must not crash
 
 
-def _weighted(records: Sequence[LossRecord]) -> float | None:
+def _weighted(records: Sequence[LossRecord]) -> float:
+    """The mean loss per real token of the batches' losses (nan when they have no tokens)."""
     tokens = sum(record.tokens for record in records)
-    return sum(record.value * record.tokens for record in records) / tokens if tokens else None
+    return sum(record.value * record.tokens for record in records) / tokens if tokens else math.nan
 
 
 @check("train_epoch returns the mean loss per target token, measured before each update")
@@ -1113,9 +1114,10 @@ def train_epoch_mean_loss_per_token(train_epoch: Callable[..., Any], sizes: Sequ
         expected = _weighted(backpropagated)
     else:  # compute_loss was not called by its name: the reference epoch, as the student's should be
         model = setup.model()
-        expected = reference_train_epoch(model, setup.batches(), setup.criterion(), torch.optim.SGD(
-            model.parameters(), lr=setup.lr), None, clip_norm=setup.clip_norm, progress=False)
-    assert expected is not None
+        optimizer = torch.optim.SGD(model.parameters(), lr=setup.lr)
+        with _one_thread():
+            expected = reference_train_epoch(model, setup.batches(), setup.criterion(), optimizer, None,
+                                             clip_norm=setup.clip_norm, progress=False)
 
     def diagnose(_got: torch.Tensor) -> Diagnosis:
         others = [record for record in run.losses if not record.backpropagated]

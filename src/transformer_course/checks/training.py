@@ -988,10 +988,11 @@ def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2,
         where = f"at batch {index + 1} of {num_batches}"
         if step.empty or float(got.abs().max()) == 0:
             fail("optimizer.step() found no gradients.", expected=f"{where}, the gradient of that batch",
-                 got="every .grad None or 0",
+                 got="every .grad None" if step.empty else "every .grad 0",
                  cause="the gradients are zeroed between loss.backward() and optimizer.step(), so the step has "
                        "nothing to apply and the weights never change: zero them at the start of the batch, "
-                       "before loss.backward().")
+                       "before loss.backward()." + ("" if step.empty else " (Or they are clipped to a norm of 0: "
+                                                    "pass clip_norm as the clipping's limit.)"))
         before = run.steps[index - 1].gradient if index else None
         if before is not None and _accumulated(got, fresh, before.double()):
             fail("optimizer.step() received the sum of this batch's gradient and the previous ones.",
@@ -1011,6 +1012,9 @@ def _clip_reading(got: torch.Tensor, fresh: torch.Tensor, sizes: list[int], clip
     """How the gradient a step received relates to the batch's fresh gradient: as it was, clamped entry by
     entry, clipped parameter by parameter, or scaled to another norm."""
     norm = float(got.norm())
+    if norm == 0:
+        return ("every gradient is 0 at optimizer.step(): clipped to a norm of 0 (is clip_norm what you pass as "
+                f"the limit?), or zeroed after loss.backward(). Clip with {CLIP}.")
     if torch.allclose(got, fresh, rtol=1e-6):
         return f"the gradients reached optimizer.step() unclipped: call {CLIP} after loss.backward(), before it."
     if torch.allclose(got, fresh.clamp(-clip_norm, clip_norm), rtol=1e-6, atol=1e-12):
@@ -1037,7 +1041,7 @@ def train_epoch_clips_gradients(train_epoch: Callable[..., Any], clip_norm: floa
     for index, step in enumerate(run.steps):
         fresh = _fresh_gradient(setup, step.weights, index)
         got_norms.append(step.norm)  # no gradient at the step: nothing to clip (train_epoch_zero_grad says why)
-        expected_norms.append(0.0 if step.empty or step.norm == 0 else min(float(fresh.norm()), clip_norm))
+        expected_norms.append(0.0 if step.empty else min(float(fresh.norm()), clip_norm))
         if not math.isclose(got_norms[-1], expected_norms[-1], rel_tol=1e-5):
             cause = cause or _clip_reading(step.gradient.double(), fresh, sizes, clip_norm) or f"clip once: {CLIP}."
     if cause is None:
@@ -1151,8 +1155,8 @@ def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 
     if not run.steps:
         cause = "optimizer.step() is never called: call it after loss.backward(), once per batch."
     elif not run.changed:
-        cause = ("the weights never changed although optimizer.step() ran: the gradients were empty when it "
-                 "ran (zeroed between loss.backward() and optimizer.step()?).")
+        cause = ("the weights never changed although optimizer.step() ran: the gradients were empty or 0 when it "
+                 "ran (zeroed between loss.backward() and optimizer.step(), or clipped to a norm of 0?).")
     elif run.scheduler_steps == 0:
         cause = "the learning rate never left its first, tiny warm-up value: call scheduler.step() after every batch."
     else:

@@ -53,7 +53,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "warm-up branch uses warmup_steps ** -0.5",
         _RATE,
         "return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)",
-        fails="train_noam_values", cause="warmup_steps^-0.5 instead of warmup_steps^-1.5",
+        fails="train_noam_values", cause="goes as warmup_steps^-0.5 where the paper's goes as warmup_steps^-1.5",
     ),
     Mistake(
         STAGE, "schedule divides by zero at step 0",

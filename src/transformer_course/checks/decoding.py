@@ -9,7 +9,12 @@
 - on a small real Transformer with random weights from a fixed seed, token for token against the
   reference implementation, and twice in a row to see that decoding is deterministic.
 
-Known wrong decoders (`_decode(..., mistake=...)`) are replayed on the same model to name the mistake.
+The student's function runs in experiments (`checks.boundary`): the model is built from its description
+on the student's side, every decoder call is recorded (the tokens it was fed, both masks, its logits),
+and only the token ids and the calls come back. The check decodes the same input with the reference on
+its own copy of the model, and a difference is read from the values: the first step and sentence where
+the tokens part, what the decoder was fed there, which position's argmax the token is, whether the
+sentence had already said <eos>, when decoding stopped and which sentences were still running.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from transformer_course.checks.boundary import on_student_side, supplied
 from transformer_course.checks.framework import (
     CheckFailed,
     check,
@@ -66,66 +72,10 @@ class Ids:
     eos: int = 2
 
 
-# --- decoders with known mistakes -------------------------------------------------------------------------
-
-MISTAKES = {
-    "no_padding": "finished sentences keep producing words after their <eos>: replace their new token with "
-    "pad_idx, e.g. next_token.masked_fill(finished, pad_idx) or torch.where(finished, pad_idx, next_token).",
-    "no_stop": "a sentence does not stop at <eos>: it keeps producing words until max_len. Keep a boolean "
-    "vector `finished` (batch,), set it where the new token is eos_idx, replace the tokens of finished "
-    "sentences with pad_idx, and break once finished.all().",
-    "fill_eos": "finished sentences are filled with <eos> instead of <pad>: fill them with pad_idx.",
-    "overwrite": "`finished` forgets earlier sentences: it is overwritten each step (finished = next == eos) "
-    "instead of accumulated (finished |= next_token == eos_idx).",
-    "any_finished": "decoding stops as soon as ONE sentence is finished: break only when all are, "
-    "finished.all(), not finished.any().",
-    "no_break": "decoding never stops early: once every sentence is finished, break out of the loop "
-    "(if finished.all(): break) instead of adding columns of padding up to max_len.",
-    "no_final_eos": "the loop breaks before the last <eos> is appended: append the new tokens to ys first, "
-    "then update `finished` and test finished.all().",
-    "fewer": "one token too few: the loop must run up to max_len times (for _ in range(max_len)), "
-    "so ys can reach max_len + 1 columns with <bos>.",
-    "more": "one token too many: the loop runs max_len + 1 times; use range(max_len), <bos> is not generated.",
-    "first_position": "the next token is read at position 0 (logits[:, 0]): the prediction for the next "
-    "token sits at the LAST position, logits[:, -1].",
-    "all_positions": "the argmax runs over all positions at once: take logits[:, -1] (batch, vocab) first, "
-    "then argmax over the vocabulary (dim=-1).",
-    "no_target_mask": "the decoder gets no target mask (None): pass make_target_mask(ys, pad_idx), the "
-    "look-ahead mask the model was trained with.",
-    "no_source_mask": "the decoder gets no source mask (None): pass src_mask, so padding in the source "
-    "is never attended to.",
-}
-
-
-def _decode(model: nn.Module, src: torch.Tensor, ids: Ids, max_len: int, mistake: str = "") -> torch.Tensor:
-    """Greedy decoding as in the reference, or with one of the MISTAKES."""
-    src_mask = make_source_mask(src, ids.pad)  # (batch, 1, 1, src_len)
-    enc_out = model.encoder(src, src_mask)  # (batch, src_len, d_model)
-    ys = torch.full((src.size(0), 1), ids.bos, dtype=torch.long)  # (batch, 1)
-    finished = torch.zeros(src.size(0), dtype=torch.bool)
-    steps = {"fewer": max_len - 1, "more": max_len + 1}.get(mistake, max_len)
-    for _ in range(steps):
-        dec_mask = None if mistake == "no_target_mask" else make_target_mask(ys, ids.pad)
-        enc_mask = None if mistake == "no_source_mask" else src_mask
-        logits = model.decoder(ys, enc_out, enc_mask, dec_mask)  # (batch, len, vocab)
-        if mistake == "all_positions":
-            next_token = logits.flatten(1).argmax(dim=-1) % logits.size(-1)  # best (position, token) pair
-        else:
-            next_token = logits[:, 0 if mistake == "first_position" else -1].argmax(dim=-1)  # (batch,)
-        if mistake not in ("no_stop", "no_padding"):
-            next_token = next_token.masked_fill(finished, ids.eos if mistake == "fill_eos" else ids.pad)
-        if mistake == "no_final_eos":
-            finished |= next_token == ids.eos
-            if finished.all():
-                break
-        ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)  # (batch, len + 1)
-        if mistake == "no_final_eos":
-            continue
-        finished = (next_token == ids.eos) if mistake == "overwrite" else finished | (next_token == ids.eos)
-        stop = finished.any() if mistake == "any_finished" else finished.all()
-        if stop and mistake not in ("no_stop", "no_break"):
-            break
-    return ys
+NO_TARGET_MASK = ("the decoder gets no target mask (None): pass make_target_mask(ys, pad_idx), the look-ahead mask "
+                  "the model was trained with.")
+NO_SOURCE_MASK = ("the decoder gets no source mask (None): pass src_mask, so padding in the source is never "
+                  "attended to.")
 
 
 # --- the scripted model ------------------------------------------------------------------------------------
@@ -172,7 +122,7 @@ class _ScriptedDecoder(nn.Module):
     def forward(self, x: torch.Tensor, enc_out: torch.Tensor, enc_mask: torch.Tensor | None,
                 dec_mask: torch.Tensor | None) -> torch.Tensor:
         sentences = [int(round(float(value))) for value in enc_out[:, 0, 0]]
-        call = _Call(x.detach().clone(), sentences, enc_mask, dec_mask)
+        call = _Call(x.detach().clone(), sentences, _copy(enc_mask), _copy(dec_mask))
         self.calls.append(call)
         batch, length = x.shape
         logits = torch.zeros(batch, length, self.vocab, dtype=torch.float64)  # (batch, len, vocab)
@@ -202,6 +152,18 @@ class _ScriptedModel(nn.Module):
         return self.decoder(tgt, self.encoder(src, src_mask), src_mask, tgt_mask)
 
 
+def _copy(value: Any) -> Any:
+    """A tensor the decoder received, kept as it was then; None as it is; anything else described."""
+    if value is None or isinstance(value, torch.Tensor):
+        return value.detach().clone() if isinstance(value, torch.Tensor) else None
+    return describe(value)
+
+
+def _shown(value: Any) -> str:
+    """A value that came back from the student's side, for a message (strings are descriptions already)."""
+    return value if isinstance(value, str) else describe(value)
+
+
 def _scripted_source(count: int, ids: Ids, real_lengths: Sequence[int] | None = None, length: int = 6) -> torch.Tensor:
     """(count, length) source ids: sentence s starts with FIRST_ID + s, then words, then padding."""
     src = torch.full((count, length), 4, dtype=torch.long)
@@ -218,15 +180,82 @@ class Script:
     sentences: tuple[tuple[int, ...], ...]
     max_len: int
     ids: Ids = field(default_factory=Ids)
+    real_lengths: tuple[int, ...] | None = None  # source lengths before padding (None: no padding)
+
+    def build(self) -> tuple[nn.Module, torch.Tensor]:
+        return (_ScriptedModel(self.sentences, self.ids),
+                _scripted_source(len(self.sentences), self.ids, self.real_lengths))
 
 
-def _script(sentences: Sequence[Sequence[int | str]], max_len: int, ids: Ids) -> Script:
+def _script(sentences: Sequence[Sequence[int | str]], max_len: int, ids: Ids,
+            real_lengths: Sequence[int] | None = None) -> Script:
     """Scripts written with "eos" for the end token, so they follow the ids of a check's variant."""
     return Script(tuple(tuple(ids.eos if token == "eos" else int(token) for token in sentence)
-                        for sentence in sentences), max_len, ids)
+                        for sentence in sentences), max_len, ids,
+                  tuple(real_lengths) if real_lengths is not None else None)
 
 
-# --- running the student's decoder and comparing token ids ----------------------------------------------
+# --- a small real model with random weights -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """A small Transformer with random weights, and the batch it translates."""
+
+    src_vocab: int = 19
+    tgt_vocab: int = 17
+    d_model: int = 16
+    num_heads: int = 4
+    num_layers: int = 2
+    d_ff: int = 32
+    max_seq_length: int = 40
+    dropout: float = 0.1
+    batch: int = 4
+    src_len: int = 7
+    max_len: int = 10
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Translation:
+    """A real decoding task: the model's sizes, the special ids, and whether later sentences are padded."""
+
+    sizes: Sizes
+    ids: Ids = field(default_factory=Ids)
+    padded: bool = False
+
+    def build(self) -> tuple[nn.Module, torch.Tensor]:
+        return _random_model(self.sizes, self.ids), _random_source(self.sizes, self.ids, self.padded)
+
+
+@contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Build modules from a fixed seed without disturbing the notebook's own random stream."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _random_model(sizes: Sizes, ids: Ids) -> nn.Module:
+    """The course's Transformer with random weights; <pad> is never predicted (as in a trained model)."""
+    with _seeded(sizes.seed):
+        model = Transformer(sizes.src_vocab, sizes.tgt_vocab, sizes.d_model, sizes.num_heads, sizes.num_layers,
+                            sizes.d_ff, sizes.max_seq_length, sizes.dropout)
+    with torch.no_grad():
+        model.decoder.pred_layer.bias[ids.pad] = -1e4
+    return model.double().eval()
+
+
+def _random_source(sizes: Sizes, ids: Ids, padded: bool) -> torch.Tensor:
+    """(batch, src_len) ids without special tokens inside; later sentences shorter (padded) if `padded`."""
+    draws = torch.randint(4, sizes.src_vocab, (sizes.batch, sizes.src_len), generator=generator(sizes.seed + 100))
+    if padded:
+        for row in range(1, sizes.batch):
+            draws[row, max(2, sizes.src_len - 2 * row):] = ids.pad
+    return draws
+
+
+# --- running the student's decoder (on the student's side) -----------------------------------------------------
 
 
 class _Selections(TorchFunctionMode):
@@ -278,9 +307,9 @@ def _decode_once(greedy_decode: Callable, model: nn.Module, src: torch.Tensor, i
     if scripted:
         return got, model.decoder.calls[start:]
     steps = [_Call(call.args["x"].detach(), list(range(src.size(0))) if call.args["x"].size(0) == src.size(0)
-                   else None, call.args.get("enc_mask"), call.args.get("dec_mask"),
+                   else None, _copy(call.args.get("enc_mask")), _copy(call.args.get("dec_mask")),
                    call.output.detach() if isinstance(call.output, torch.Tensor) else None,
-                   call.args.get("enc_out")) for call in calls if isinstance(call.args.get("x"), torch.Tensor)]
+                   _copy(call.args.get("enc_out"))) for call in calls if isinstance(call.args.get("x"), torch.Tensor)]
     return got, steps
 
 
@@ -332,6 +361,41 @@ def _call(greedy_decode: Callable, model: nn.Module, src: torch.Tensor, ids: Ids
     return _Run(ys.detach().cpu().long(), calls)
 
 
+@on_student_side
+def _decoded(greedy_decode: Callable, task: Script | Translation, times: int = 1) -> list[_Run]:
+    """The student's decoding of the task's source, `times` times in a row on the same model."""
+    model, src = task.build()
+    supplied(model)
+    max_len = task.max_len if isinstance(task, Script) else task.sizes.max_len
+    with torch.random.fork_rng(devices=[]):  # the notebook's random stream is left untouched
+        return [_call(greedy_decode, model, src, task.ids, max_len) for _ in range(times)]
+
+
+@on_student_side
+def _decoding_states(greedy_decode: Callable, task: Translation) -> list[tuple[bool, bool]]:
+    """(gradients enabled, model in train mode) at every encoder and decoder call, for a model handed over in
+    train mode, as straight from training."""
+    model, src = task.build()
+    supplied(model)
+    model.train()
+    states: list[tuple[bool, bool]] = []
+
+    def note(_module: nn.Module, _args: tuple) -> None:
+        states.append((torch.is_grad_enabled(), model.training))
+
+    handles = [model.encoder.register_forward_pre_hook(note), model.decoder.register_forward_pre_hook(note)]
+    try:
+        with torch.random.fork_rng(devices=[]):
+            _call(greedy_decode, model, src, task.ids, task.sizes.max_len)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return states
+
+
+# --- reading a difference in the token ids -----------------------------------------------------------------------
+
+
 def _show(rows: torch.Tensor, ids: Ids) -> str:
     names = {ids.bos: "<bos>", ids.eos: "<eos>", ids.pad: "<pad>"}
     lines = [f"sentence {index}: " + " ".join(names.get(int(token), str(int(token))) for token in row)
@@ -347,68 +411,146 @@ def _words(tokens: torch.Tensor, ids: Ids) -> str:
     return "[" + " ".join(_word(token, ids) for token in tokens) + "]"
 
 
+def _said_eos(row: torch.Tensor, ids: Ids, before: int) -> int | None:
+    """The step (column) at which a sentence first said <eos>, among columns 1 .. before - 1."""
+    found = (row[1:before] == ids.eos).nonzero()
+    return int(found[0]) + 1 if found.numel() else None
+
+
+def _shorter(got: torch.Tensor, expected: torch.Tensor, column: int, sentence: int, ids: Ids, max_len: int
+             ) -> str:
+    """Why the student's output ends at `column` while sentence `sentence` goes on in the reference's."""
+    ended = f"your output ends after step {column - 1}"
+    goes_on = _word(int(expected[sentence, column]), ids)
+    finished = [row for row in range(got.size(0)) if _said_eos(got[row], ids, column) is not None]
+    running = [row for row in range(expected.size(0)) if _said_eos(expected[row], ids, column) is None]
+    if column - 1 == max_len - 1:
+        return (f"{ended}, with {max_len - 1} tokens generated, one too few: the loop must run up to max_len "
+                f"times (for _ in range(max_len)), so ys can reach max_len + 1 = {max_len + 1} columns with <bos>.")
+    last = expected[:, column]
+    if column == expected.size(1) - 1 and all(int(token) in (ids.eos, ids.pad) for token in last):
+        return (f"{ended}, before the last <eos> (sentence {sentence} says it at step {column}): the loop breaks "
+                "before the last <eos> is appended. Append the new tokens to ys first, then update `finished` and "
+                "test finished.all().")
+    if finished and running:
+        return (f"{ended}, where sentence {finished[0]} had said <eos> but sentence {running[0]} had not: decoding "
+                "stops as soon as ONE sentence is finished. Break only when all are, finished.all(), not "
+                "finished.any().")
+    return (f"{ended}, but sentence {sentence} had not finished: it goes on with {goes_on} (decode until every "
+            "sentence has produced <eos>, or max_len tokens).")
+
+
+def _longer(got: torch.Tensor, column: int, ids: Ids, max_len: int) -> str:
+    """Why the student's output goes on at `column` after the reference's ended."""
+    extra = got[:, column:]
+    if column == max_len + 1:
+        return (f"your output goes on after max_len = {max_len} generated tokens: one token too many, the loop "
+                "runs max_len + 1 times; use range(max_len), <bos> is not generated.")
+    if bool((extra == ids.pad).all()):
+        return (f"decoding never stops early: every sentence had said <eos> by step {column - 1}, yet your output "
+                f"goes on with {extra.size(1)} columns of pure <pad>. Once every sentence is finished, break out of "
+                "the loop (if finished.all(): break).")
+    return (f"your output goes on after step {column - 1}, where every sentence had finished or max_len tokens were "
+            "generated: stop there.")
+
+
+def _after_eos(got: torch.Tensor, sentence: int, column: int, said: int, mine: int, ids: Ids) -> str:
+    """Why a finished sentence gets `mine` at `column` (it said <eos> at step `said`)."""
+    head = f"sentence {sentence} said <eos> at step {said}, yet at step {column} it gets {_word(mine, ids)}"
+    if mine == ids.eos:
+        return f"{head}: finished sentences are filled with <eos> instead of <pad>: fill them with pad_idx."
+    between = got[sentence, said + 1:column].tolist()
+    if ids.pad in between:
+        return (f"{head}, after {_word(ids.pad, ids)} in between: `finished` forgets earlier sentences. It is "
+                "overwritten each step (finished = next_token == eos_idx) instead of accumulated "
+                "(finished |= next_token == eos_idx).")
+    return (f"{head}: finished sentences keep producing words after their <eos>. Replace their new token with "
+            "pad_idx, e.g. next_token.masked_fill(finished, pad_idx) or torch.where(finished, pad_idx, next_token).")
+
+
+def _mask_rows(mask: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
+    try:
+        return (mask.detach().cpu() != 0).expand(shape)
+    except RuntimeError:
+        return None
+
+
+def _at_step(head: str, call: _Call, row: int, sentence: int, column: int, mine: int, theirs: int,
+             src: torch.Tensor, so_far: torch.Tensor, ids: Ids) -> str:
+    """What the decoder call of this step says about the student's token."""
+    fed = call.ys[row].cpu()
+    if not torch.equal(fed, so_far):
+        return f"{head}. At that step the decoder was fed {_words(fed, ids)} instead of {_words(so_far, ids)}."
+    shape = (call.ys.size(0), 1, column, src.size(1))
+    mask = _mask_rows(call.enc_mask, shape) if isinstance(call.enc_mask, torch.Tensor) else None
+    if mask is None or not torch.equal(mask[row, 0], (src[sentence] != ids.pad).expand(column, src.size(1))):
+        return f"{head}. At that step the decoder's src_mask was not make_source_mask(src, pad_idx)."
+    if call.logits is None:
+        return head + "."
+    logits = call.logits[row]  # (len, vocab)
+    best = int(logits[-1].argmax())
+    if best == theirs and mine == ids.pad and theirs == ids.eos:
+        return (f"{head}: the <eos> itself was replaced by <pad>. Pad only the sentences that had finished "
+                "before this step: update `finished` from the token just appended.")
+    positions = [position for position in range(logits.size(0) - 1) if int(logits[position].argmax()) == mine]
+    if best == theirs and positions:
+        return (f"{head}: that is the token read at position {positions[0]} (the argmax of logits[:, "
+                f"{positions[0]}]); the next token is read at the LAST position, logits[:, -1].argmax(dim=-1).")
+    if best == theirs:
+        return f"{head}: the decoder's logits at the last position pick {_word(best, ids)}; append their argmax."
+    return (f"{head}: with the same tokens so far, the decoder's logits differ from the reference's, so something "
+            "else it receives differs (the encoder output, computed once as model.encoder(src, src_mask), or the "
+            "target mask make_target_mask(ys, pad_idx)).")
+
+
 def _step_departure(got: torch.Tensor, expected: torch.Tensor, calls: Sequence[_Call], src: torch.Tensor,
-                    ids: Ids) -> str | None:
-    """The first step and sentence where the student's tokens leave the reference's, and what the decoder
-    was fed at that step (its tokens so far, its masks, its output)."""
+                    ids: Ids, max_len: int | None = None) -> str | None:
+    """The first step and sentence where the student's tokens leave the reference's, and why, from the values:
+    when the output stops, whether the sentence had finished, what the decoder was fed at that step (its tokens
+    so far, its masks) and which position's argmax the student's token is."""
     if got.size(1) > 1 and bool((got[:, -1] == ids.bos).all()) and not bool((got[:, 0] == ids.bos).all()):
-        return "your sequences end with <bos>: the new tokens are put in front of ys; append them after it."
-    columns = max(got.size(1), expected.size(1))
-    for column in range(1, columns):
+        return ("your sequences end with <bos>: the new tokens are put in front of ys (prepended); append them "
+                "after it.")
+    if got.size(1) and expected.size(1) and not torch.equal(got[:, 0], expected[:, 0]):
+        first = sorted({_word(int(token), ids) for token in got[:, 0]})
+        return (f"your sequences start with {', '.join(first)}, not <bos>: keep the given ys = torch.full(..., "
+                "bos_idx); the decoder's first input is <bos>, and the returned sequence keeps it.")
+    limit = max_len if max_len is not None else max(got.size(1), expected.size(1))
+    for column in range(1, max(got.size(1), expected.size(1))):
         for sentence in range(expected.size(0)):
             mine = int(got[sentence, column]) if column < got.size(1) else None
             theirs = int(expected[sentence, column]) if column < expected.size(1) else None
             if mine == theirs:
                 continue
             if mine is None:
-                return (f"your output ends after step {column - 1}, but sentence {sentence} had not finished: it "
-                        f"goes on with {_word(theirs, ids)} (decode until every sentence has produced <eos>, or "
-                        "max_len tokens).")
+                return _shorter(got, expected, column, sentence, ids, limit)
             if theirs is None:
-                return (f"your output goes on after step {column - 1} ({_word(mine, ids)} in sentence {sentence}), "
-                        "where every sentence had finished or max_len tokens were generated: stop there.")
+                return _longer(got, column, ids, limit)
+            said = _said_eos(expected[sentence], ids, column)
+            if said is not None:
+                return _after_eos(got, sentence, column, said, mine, ids)
             head = f"sentence {sentence}, step {column}: your token is {_word(mine, ids)}, the reference's " \
                    f"{_word(theirs, ids)}"
-            if ids.eos in expected[sentence, 1:column].tolist():
-                return f"{head}. The sentence had already produced <eos>: every later token is <pad>."
             so_far = expected[sentence, :column]
             call = next((call for call in calls if call.sentences is not None and sentence in call.sentences
                          and call.ys.size(1) == column), None)
             if call is None:
                 lengths = sorted({int(call.ys.size(1)) for call in calls})
+                if lengths == [1] and column > 1:
+                    return (f"{head}. Every decoder call got ys of length 1, only the last token: the decoder needs "
+                            "the whole sequence so far, model.decoder(ys, ...) with all of ys, at every step.")
                 known = all(call.sentences is not None for call in calls)
                 return head + (f". No decoder call got the {column} tokens of sentence {sentence} so far, "
                                f"{_words(so_far, ids)}: the decoder was fed ys of lengths {lengths}. Feed it the "
                                "whole sequence so far at every step." if known else ".")
-            row = call.sentences.index(sentence)
-            fed = call.ys[row].cpu()
-            if not torch.equal(fed, so_far):
-                return f"{head}. At that step the decoder was fed {_words(fed, ids)} instead of {_words(so_far, ids)}."
-            shape = (call.ys.size(0), 1, column, src.size(1))
-            mask = _mask_rows(call.enc_mask, shape) if call.enc_mask is not None else None
-            if mask is None or not torch.equal(mask[row, 0], (src[sentence] != ids.pad).expand(column, src.size(1))):
-                return f"{head}. At that step the decoder's src_mask was not make_source_mask(src, pad_idx)."
-            if call.logits is None:
-                return head + "."
-            logits = call.logits[row]  # (len, vocab)
-            best = int(logits[-1].argmax())
-            if best == theirs and mine == ids.pad and theirs == ids.eos:
-                return (f"{head}: the <eos> itself was replaced by <pad>. Pad only the sentences that had finished "
-                        "before this step: update `finished` from the token just appended.")
-            if best == theirs and logits.size(0) > 1 and mine == int(logits[0].argmax()):
-                return f"{head}: that is the argmax at position 0; the next token is the argmax at the last position."
-            if best == theirs:
-                return (f"{head}: the decoder's logits at the last position pick {_word(best, ids)}; append their "
-                        "argmax.")
-            return (f"{head}: with the same tokens so far, the decoder's logits differ from the reference's, so "
-                    "something else it receives differs (the encoder output, computed once as "
-                    "model.encoder(src, src_mask), or the target mask make_target_mask(ys, pad_idx)).")
+            return _at_step(head, call, call.sentences.index(sentence), sentence, column, mine, theirs, src,
+                            so_far, ids)
     return None
 
 
 def reproduced(suspects: Mapping[str, Callable[[], torch.Tensor]] | None, got: torch.Tensor) -> str | None:
     """The cause of the first known wrong decoder (`suspects`: cause -> replay) that gives exactly the ids `got`;
-    None when none does (stage 7's checks use it too)."""
+    None when none does (stage 7's checks use it)."""
     for suspected_cause, make_wrong in (suspects or {}).items():
         try:
             wrong = make_wrong()
@@ -419,36 +561,30 @@ def reproduced(suspects: Mapping[str, Callable[[], torch.Tensor]] | None, got: t
     return None
 
 
-def _expect_ids(run: _Run, expected: torch.Tensor, src: torch.Tensor, ids: Ids, *, problem: str, cause: str,
-                suspects: Mapping[str, Callable[[], torch.Tensor]] | None = None) -> None:
-    """Exact comparison of token ids, naming the first suspect mistake that reproduces the student's ids,
-    else the first step where they depart from the reference's."""
+def _expect_ids(run: _Run, expected: torch.Tensor, src: torch.Tensor, ids: Ids, max_len: int, *, problem: str,
+                cause: str) -> None:
+    """Exact comparison of token ids, naming the first step where they depart from the reference's and why."""
     got = run.ys
     if got.shape == expected.shape and torch.equal(got, expected):
         return
-    departure = _step_departure(got, expected, run.calls, src, ids)
-    # What the decoder was fed is observed, not guessed: it comes before the known wrong decoders, which can
-    # reproduce the same ids for another reason.
-    found = departure if departure and ("was fed" in departure or "in front of ys" in departure) else None
-    found = found or reproduced(suspects, got)
     fail(problem, expected=f"shape {tuple(expected.shape)}{_show(expected, ids)}",
          got=f"shape {tuple(got.shape)}{_show(got, ids)}",
-         cause=found or departure or cause)
+         cause=_step_departure(got, expected, run.calls, src, ids, max_len) or cause)
 
 
-def _scripted_case(greedy_decode: Callable, script: Script, real_lengths: Sequence[int] | None = None,
-                   ) -> tuple[_Run, torch.Tensor, dict[str, Callable[[], torch.Tensor]], torch.Tensor]:
-    """(student's run, expected ids, suspects, the source) on a scripted model."""
-    ids, count = script.ids, len(script.sentences)
-    src = _scripted_source(count, ids, real_lengths)
-    model = _ScriptedModel(script.sentences, ids)
-    run = _call(greedy_decode, model, src, ids, script.max_len)
-    replay = _ScriptedModel(script.sentences, ids)
+def _expected(task: Script | Translation) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(the reference's ids, the source, max_len) for a task, on the check's own copy of its model."""
+    model, src = task.build()
+    max_len = task.max_len if isinstance(task, Script) else task.sizes.max_len
     with torch.no_grad():
-        expected = reference_greedy_decode(replay, src, ids.pad, ids.bos, ids.eos, script.max_len)
-    suspects = {cause: (lambda mistake=mistake: _decode(replay, src, ids, script.max_len, mistake))
-                for mistake, cause in MISTAKES.items()}
-    return run, expected, suspects, src
+        return reference_greedy_decode(model, src, task.ids.pad, task.ids.bos, task.ids.eos, max_len), src, max_len
+
+
+def _scripted_case(greedy_decode: Callable, script: Script) -> tuple[_Run, torch.Tensor, torch.Tensor]:
+    """(student's run, expected ids, the source) on a scripted model."""
+    run = _decoded(greedy_decode, script)[0]
+    expected, src, _ = _expected(script)
+    return run, expected, src
 
 
 STOP_SCRIPT = ((5, 6, "eos"), ("eos",), (6, 6, 5, 5, "eos"))  # finishes after 3, 1 and 5 steps
@@ -463,7 +599,8 @@ EARLY_SCRIPT = (("eos",), (7, "eos"), (5, 6, "eos"))  # all finished after 3 ste
 @check("greedy_decode returns token ids (batch, out_len) whose first column is <bos>")
 def greedy_starts_with_bos(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int = 2, pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    run, expected, _, src = _scripted_case(greedy_decode, _script(STOP_SCRIPT[:1], 8, ids))
+    script = _script(STOP_SCRIPT[:1], 8, ids)
+    run, expected, src = _scripted_case(greedy_decode, script)
     got = run.ys
     if not bool((got[:, 0] == ids.bos).all()):
         in_front = got.size(1) > 1 and bool((got[:, -1] == ids.bos).all())
@@ -484,8 +621,8 @@ def greedy_starts_with_bos(greedy_decode: Callable, bos_idx: int = 1, eos_idx: i
 def greedy_stops_at_eos(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int = 2, pad_idx: int = 3,
                         sentences: Sequence[Sequence[int | str]] = STOP_SCRIPT, max_len: int = 8) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    run, expected, suspects, src = _scripted_case(greedy_decode, _script(sentences, max_len, ids))
-    _expect_ids(run, expected, src, ids, suspects=suspects,
+    run, expected, src = _scripted_case(greedy_decode, _script(sentences, max_len, ids))
+    _expect_ids(run, expected, src, ids, max_len,
                 problem="a scripted model whose sentences say <eos> after different numbers of steps "
                         "was decoded wrongly.",
                 cause="keep a `finished` vector; after <eos> a sentence only gets pad_idx; stop when all are finished.")
@@ -495,8 +632,8 @@ def greedy_stops_at_eos(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int 
 def greedy_respects_max_len(greedy_decode: Callable, max_len: int = 5, bos_idx: int = 1, eos_idx: int = 2,
                             pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    run, expected, suspects, src = _scripted_case(greedy_decode, _script(ENDLESS_SCRIPT[:1], max_len, ids))
-    _expect_ids(run, expected, src, ids, suspects=suspects,
+    run, expected, src = _scripted_case(greedy_decode, _script(ENDLESS_SCRIPT[:1], max_len, ids))
+    _expect_ids(run, expected, src, ids, max_len,
                 problem=f"a scripted model that never says <eos> was decoded with max_len={max_len} wrongly.",
                 cause="run the loop at most max_len times: range(max_len) generates max_len tokens after <bos>.")
 
@@ -505,8 +642,8 @@ def greedy_respects_max_len(greedy_decode: Callable, max_len: int = 5, bos_idx: 
 def greedy_stops_when_all_finished(greedy_decode: Callable, max_len: int = 9, bos_idx: int = 1, eos_idx: int = 2,
                                    pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    run, expected, suspects, src = _scripted_case(greedy_decode, _script(EARLY_SCRIPT, max_len, ids))
-    _expect_ids(run, expected, src, ids, suspects=suspects,
+    run, expected, src = _scripted_case(greedy_decode, _script(EARLY_SCRIPT, max_len, ids))
+    _expect_ids(run, expected, src, ids, max_len,
                 problem="every sentence of a scripted model says <eos> within 3 steps, but the output is wrong.",
                 cause="after appending the new tokens, `if finished.all(): break`.")
 
@@ -515,24 +652,17 @@ def greedy_stops_when_all_finished(greedy_decode: Callable, max_len: int = 9, bo
 def greedy_uses_last_position(greedy_decode: Callable, max_len: int = 4, bos_idx: int = 1, eos_idx: int = 2,
                               pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
-    run, expected, suspects, src = _scripted_case(greedy_decode, _script(ENDLESS_SCRIPT[:1], max_len, ids))
-    _expect_ids(run, expected, src, ids, suspects=suspects,
+    run, expected, src = _scripted_case(greedy_decode, _script(ENDLESS_SCRIPT[:1], max_len, ids))
+    _expect_ids(run, expected, src, ids, max_len,
                 problem="a scripted model that predicts a different word at every position was decoded wrongly.",
                 cause="logits has shape (batch, len, vocab); the next token is logits[:, -1].argmax(dim=-1).")
-
-
-def _mask_rows(mask: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
-    try:
-        return (mask.detach().cpu() != 0).expand(shape)
-    except RuntimeError:
-        return None
 
 
 @check("every decoder call gets the source padding mask and the causal target mask of the current ys")
 def greedy_passes_masks(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int = 2, pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
     real_lengths = [4]  # one sentence (no batch needed for this property), with source padding
-    run, _, _, _ = _scripted_case(greedy_decode, _script(STOP_SCRIPT[2:], 8, ids), real_lengths)
+    run = _decoded(greedy_decode, _script(STOP_SCRIPT[2:], 8, ids, real_lengths))[0]
     source_allowed = torch.arange(6).unsqueeze(0) < torch.tensor(real_lengths).unsqueeze(1)  # (sentences, src_len)
     if not run.calls:
         fail("the decoder was never called.", expected="one call per generated token", got="no call",
@@ -541,108 +671,53 @@ def greedy_passes_masks(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int 
         batch, length = call.ys.shape
         if call.enc_mask is None:
             fail(f"decoder call {step} got no source mask.", expected="src_mask (batch, 1, 1, src_len)", got="None",
-                 cause=MISTAKES["no_source_mask"])
-        allowed = _mask_rows(call.enc_mask, (batch, 1, length, 6))
+                 cause=NO_SOURCE_MASK)
+        allowed = _mask_rows(call.enc_mask, (batch, 1, length, 6)) if isinstance(call.enc_mask, torch.Tensor) \
+            else None
         wanted = source_allowed[call.sentences].unsqueeze(1).unsqueeze(1).expand(batch, 1, length, 6)
         if allowed is None or not torch.equal(allowed, wanted):
             fail(f"decoder call {step} got a wrong source mask.", expected="src_mask = make_source_mask(src, pad_idx)",
-                 got=describe(call.enc_mask), cause="pass the given src_mask (computed once before the loop).")
+                 got=_shown(call.enc_mask), cause="pass the given src_mask (computed once before the loop).")
         if call.dec_mask is None:
             fail(f"decoder call {step} got no target mask.", expected=f"a causal mask (batch, 1, {length}, {length})",
-                 got="None", cause=MISTAKES["no_target_mask"])
-        allowed = _mask_rows(call.dec_mask, (batch, 1, length, length))
+                 got="None", cause=NO_TARGET_MASK)
+        allowed = _mask_rows(call.dec_mask, (batch, 1, length, length)) \
+            if isinstance(call.dec_mask, torch.Tensor) else None
         causal = torch.ones(length, length, dtype=torch.bool).tril()  # (len, len)
         running = ~(call.ys == ids.pad).any(dim=1)  # sentences without padding yet: their mask is causal
         if allowed is None or not bool((allowed[running] == causal).all()):
             fail(f"decoder call {step} (ys of length {length}) got a wrong target mask.",
                  expected=f"make_target_mask(ys, pad_idx): lower-triangular ({length}, {length}) per sentence",
-                 got=describe(call.dec_mask),
+                 got=_shown(call.dec_mask),
                  cause="build the target mask from the current ys inside the loop, make_target_mask(ys, pad_idx); "
                        "a mask built once before the loop has the wrong size.")
 
 
-# --- a small real model with random weights -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """A small Transformer with random weights, and the batch it translates."""
-
-    src_vocab: int = 19
-    tgt_vocab: int = 17
-    d_model: int = 16
-    num_heads: int = 4
-    num_layers: int = 2
-    d_ff: int = 32
-    max_seq_length: int = 40
-    dropout: float = 0.1
-    batch: int = 4
-    src_len: int = 7
-    max_len: int = 10
-    seed: int = 0
-
-
-@contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Build modules from a fixed seed without disturbing the notebook's own random stream."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
-
-
-def _random_model(sizes: Sizes, ids: Ids) -> nn.Module:
-    """The course's Transformer with random weights; <pad> is never predicted (as in a trained model)."""
-    with _seeded(sizes.seed):
-        model = Transformer(sizes.src_vocab, sizes.tgt_vocab, sizes.d_model, sizes.num_heads, sizes.num_layers,
-                            sizes.d_ff, sizes.max_seq_length, sizes.dropout)
-    with torch.no_grad():
-        model.decoder.pred_layer.bias[ids.pad] = -1e4
-    return model.double().eval()
-
-
-def _random_source(sizes: Sizes, ids: Ids, padded: bool) -> torch.Tensor:
-    """(batch, src_len) ids without special tokens inside; later sentences shorter (padded) if `padded`."""
-    draws = torch.randint(4, sizes.src_vocab, (sizes.batch, sizes.src_len), generator=generator(sizes.seed + 100))
-    if padded:
-        for row in range(1, sizes.batch):
-            draws[row, max(2, sizes.src_len - 2 * row):] = ids.pad
-    return draws
-
-
-def _random_case(greedy_decode: Callable, sizes: Sizes, ids: Ids, padded: bool) -> None:
-    model = _random_model(sizes, ids)
-    src = _random_source(sizes, ids, padded)
-    run = _call(greedy_decode, model, src, ids, sizes.max_len)
-    with torch.no_grad():
-        expected = reference_greedy_decode(model, src, ids.pad, ids.bos, ids.eos, sizes.max_len)
-        suspects = {cause: (lambda mistake=mistake: _decode(model, src, ids, sizes.max_len, mistake))
-                    for mistake, cause in MISTAKES.items()}
-        _expect_ids(run, expected, src, ids, suspects=suspects,
-                    problem=f"a small Transformer with random weights (seed {sizes.seed}) translates "
-                            f"{'a padded batch' if padded else 'this input'} differently from the reference.",
-                    cause="each step: logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx)); "
-                          "next_token = logits[:, -1].argmax(dim=-1); pad finished sentences; append to ys.")
+def _random_case(greedy_decode: Callable, task: Translation) -> None:
+    run = _decoded(greedy_decode, task)[0]
+    expected, src, max_len = _expected(task)
+    _expect_ids(run, expected, src, task.ids, max_len,
+                problem=f"a small Transformer with random weights (seed {task.sizes.seed}) translates "
+                        f"{'a padded batch' if task.padded else 'this input'} differently from the reference.",
+                cause="each step: logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx)); "
+                      "next_token = logits[:, -1].argmax(dim=-1); pad finished sentences; append to ys.")
 
 
 @check("on a small random Transformer, greedy_decode gives exactly the reference token ids")
 def greedy_matches_reference(greedy_decode: Callable, eos_idx: int = 2, **sizes: int) -> None:
-    config = replace(Sizes(batch=1, src_len=6), **sizes)
-    _random_case(greedy_decode, config, Ids(eos=eos_idx), padded=False)
+    _random_case(greedy_decode, Translation(replace(Sizes(batch=1, src_len=6), **sizes), Ids(eos=eos_idx)))
 
 
 @check("on a padded batch of source sentences, greedy_decode gives exactly the reference token ids")
 def greedy_matches_reference_batch(greedy_decode: Callable, eos_idx: int = 2, **sizes: int) -> None:
-    config = replace(Sizes(seed=4), **sizes)
-    _random_case(greedy_decode, config, Ids(eos=eos_idx), padded=True)
+    _random_case(greedy_decode, Translation(replace(Sizes(seed=4), **sizes), Ids(eos=eos_idx), padded=True))
 
 
 @check("decoding is deterministic: the next token is the argmax, not a sample")
 def greedy_is_deterministic(greedy_decode: Callable) -> None:
-    ids, sizes = Ids(), Sizes(dropout=0.5, seed=3, batch=1)
-    model = _random_model(sizes, ids)
-    src = _random_source(sizes, ids, padded=False)
-    with torch.random.fork_rng(devices=[]):  # the notebook's random stream is left untouched
-        first, *others = [_call(greedy_decode, model.eval(), src, ids, sizes.max_len).ys for _ in range(3)]
+    ids = Ids()
+    first, *others = [run.ys for run in _decoded(greedy_decode, Translation(Sizes(dropout=0.5, seed=3, batch=1)),
+                                                 times=3)]
     for got in others:
         if got.shape != first.shape or not torch.equal(got, first):
             fail("the same model (in eval mode) and input gave different translations.",
@@ -652,21 +727,7 @@ def greedy_is_deterministic(greedy_decode: Callable) -> None:
 
 @check("greedy_decode switches the model to eval mode and runs under torch.no_grad()")
 def greedy_eval_no_grad(greedy_decode: Callable) -> None:
-    ids, sizes = Ids(), Sizes(dropout=0.5, seed=3, batch=1)
-    model = _random_model(sizes, ids).train()  # handed over straight from training
-    src = _random_source(sizes, ids, padded=False)
-    states: list[tuple[bool, bool]] = []
-
-    def record(_module: nn.Module, _args: tuple) -> None:
-        states.append((torch.is_grad_enabled(), model.training))
-
-    handles = [model.encoder.register_forward_pre_hook(record), model.decoder.register_forward_pre_hook(record)]
-    try:
-        with torch.random.fork_rng(devices=[]):
-            _call(greedy_decode, model, src, ids, sizes.max_len)
-    finally:
-        for handle in handles:
-            handle.remove()
+    states = _decoding_states(greedy_decode, Translation(Sizes(dropout=0.5, seed=3, batch=1)))
     if any(training for _, training in states):
         fail("the model ran in train mode while decoding: dropout was on.", expected="eval mode in every call",
              got=f"{sum(training for _, training in states)} of {len(states)} calls in train mode",
@@ -682,116 +743,172 @@ def greedy_eval_no_grad(greedy_decode: Callable) -> None:
 # --- attention maps ----------------------------------------------------------------------------------------
 
 KINDS = ("encoder_self", "decoder_self", "cross")
+AXES = ("layers", "batch", "heads", "q_len", "k_len")
 
 
-def _maps_case(attention_maps: Callable, sizes: Sizes, tgt_len: int) -> tuple[dict, dict, torch.Tensor,
-                                                                                    torch.Tensor, nn.Module]:
-    """(student's maps, reference maps, source, target, model) after one forward pass of a random model."""
-    ids = Ids()
-    model = _random_model(sizes, ids)
-    src = _random_source(sizes, ids, padded=True)
-    tgt = torch.randint(4, sizes.tgt_vocab, (sizes.batch, tgt_len), generator=generator(sizes.seed + 200))
-    tgt[:, 0] = ids.bos
-    with torch.no_grad():
-        model(src, tgt, make_source_mask(src, ids.pad), make_target_mask(tgt, ids.pad))
-        expected = reference_attention_maps(model)
+@dataclass(frozen=True)
+class MapsCase:
+    """A random model, the batch it runs forward once, and the target length."""
+
+    sizes: Sizes
+    tgt_len: int
+
+    def run(self) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+        """The model after one forward pass (its attention modules keep their weights), the source, the target."""
+        ids = Ids()
+        model = _random_model(self.sizes, ids)
+        src = _random_source(self.sizes, ids, padded=True)
+        tgt = torch.randint(4, self.sizes.tgt_vocab, (self.sizes.batch, self.tgt_len),
+                            generator=generator(self.sizes.seed + 200))
+        tgt[:, 0] = ids.bos
+        with torch.no_grad():
+            model(src, tgt, make_source_mask(src, ids.pad), make_target_mask(tgt, ids.pad))
+        return model, src, tgt
+
+
+@on_student_side
+def _student_maps(attention_maps: Callable, case: MapsCase) -> Any:
+    """What the student's attention_maps returns for the model after its forward pass: a dict of its values
+    (tensors, or what else they are), or what else it returned."""
+    model, _, _ = case.run()
+    supplied(model)
     with torch.no_grad(), student_code():
         got = attention_maps(model)
     if not isinstance(got, Mapping):
+        return describe(got)
+    return {str(key): value.detach() if isinstance(value, torch.Tensor) else describe(value)
+            for key, value in got.items()}
+
+
+def _maps_case(attention_maps: Callable, case: MapsCase) -> tuple[dict, dict, torch.Tensor, torch.Tensor]:
+    """(student's maps, reference maps, source, target)."""
+    got = _student_maps(attention_maps, case)
+    model, src, tgt = case.run()
+    expected = reference_attention_maps(model)
+    if not isinstance(got, dict):
         fail("attention_maps did not return a dictionary.", expected=f"a dict with the keys {list(KINDS)}",
-             got=describe(got), cause="keep the given return {...} line with the three stacked tensors.")
+             got=got, cause="keep the given return {...} line with the three stacked tensors.")
     missing = [kind for kind in KINDS if kind not in got]
     if missing:
         fail("attention_maps misses some kinds.", expected=list(KINDS), got=list(got),
              cause="return all three: encoder self-attention, decoder self-attention and cross-attention.")
-    return dict(got), expected, src, tgt, model
+    return got, {kind: value.detach() for kind, value in expected.items()}, src, tgt
 
 
-def _shape_cause(kind: str, shape: tuple[int, ...], shapes: Mapping[str, tuple[int, ...]], sizes: Sizes) -> str:
-    """The likely cause of a wrong shape for maps[kind]."""
-    layers, batch = sizes.num_layers, sizes.batch
-    expected = shapes[kind]
-    others = [other for other, other_shape in shapes.items() if other != kind and other_shape == shape]
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and bool(torch.allclose(a.double(), b.double(), atol=1e-9, rtol=1e-7))
+
+
+def _reduced(got: torch.Tensor, reference: torch.Tensor) -> str | None:
+    """'averaged over the heads axis' and the like: got is the reference with one axis reduced or indexed away."""
+    for axis, name in enumerate(AXES):
+        if tuple(got.shape) != tuple(reference.shape[:axis]) + tuple(reference.shape[axis + 1:]):
+            continue
+        ways = {f"averaged over the {name} axis": reference.mean(axis),
+                f"summed over the {name} axis": reference.sum(axis),
+                f"only the first entry of the {name} axis": reference.select(axis, 0),
+                f"only the last entry of the {name} axis": reference.select(axis, -1)}
+        for words, value in ways.items():
+            if _close(got, value):
+                return words
+    return None
+
+
+def _shape_cause(kind: str, got: torch.Tensor, expected: Mapping[str, torch.Tensor], sizes: Sizes) -> str:
+    """The likely cause of a wrong shape for maps[kind], from its shape and its values."""
+    shape, reference = tuple(got.shape), expected[kind]
+    others = [other for other, value in expected.items() if other != kind and tuple(value.shape) == shape]
     if others:
         return (f"this is the shape of '{others[0]}': self-attention is layer.self_attn, cross-attention is "
                 "layer.cross_attn of the decoder layers; the encoder's layers are model.encoder.layers.")
-    if shape == expected[1:]:
-        return "only one layer's weights: stack the weights of every layer, in order, with torch.stack."
-    if shape == (batch, layers, *expected[2:]):
+    if shape == tuple(reference.shape[1:]):
+        layer = next((f" (layer {index}'s)" for index in range(reference.size(0)) if _close(got, reference[index])), "")
+        return (f"only one layer's weights{layer}: stack the weights of every layer, in order, with torch.stack.")
+    reduced = _reduced(got, reference)
+    if reduced:
+        return (f"maps['{kind}'] is {reduced}: keep every axis, each layer's attn_weights is (batch, heads, q_len, "
+                "k_len) as stored, and torch.stack puts the layers in front.")
+    layers, batch = sizes.num_layers, sizes.batch
+    if shape == (batch, layers, *reference.shape[2:]):
         return "the layer axis must come first: torch.stack(list_of_layer_weights) stacks along a new axis 0."
-    if shape == (layers * batch, *expected[2:]):
+    if shape == (layers * batch, *reference.shape[2:]):
         return "the layers were concatenated with torch.cat along the batch axis: use torch.stack for a new axis."
-    axes = ("layers", "batch", "heads", "q_len", "k_len")
-    for axis, name in enumerate(axes):
-        if axis and shape == expected[:axis] + expected[axis + 1:]:
-            return (f"the {name} axis is missing (averaged, summed or indexed away?): keep it, each layer's "
-                    "attn_weights is (batch, heads, q_len, k_len) as stored.")
     return ("torch.stack([layer.<attention>.attn_weights for layer in <stack>.layers]) gives "
             "(layers, batch, heads, q_len, k_len).")
 
 
-def _map_tensors(got: Mapping[str, object], shapes: Mapping[str, tuple[int, ...]], sizes: Sizes,
+def _map_tensors(got: Mapping[str, Any], expected: Mapping[str, torch.Tensor], sizes: Sizes,
                  ) -> dict[str, torch.Tensor]:
-    """The student's three maps as float64 CPU tensors of the expected shapes, or a failure that says why not."""
+    """The student's three maps as float64 tensors of the expected shapes, or a failure that says why not."""
     tensors = {}
     for kind in KINDS:
-        tensor = expect_tensor(f"maps['{kind}']", got[kind], cause="stack the layers' attn_weights with torch.stack.")
-        expect_shape(f"maps['{kind}']", tensor, shapes[kind],
-                     cause=_shape_cause(kind, tuple(tensor.shape), shapes, sizes))
-        tensors[kind] = tensor.detach().cpu().double()
+        if not isinstance(got[kind], torch.Tensor):
+            fail(f"maps['{kind}'] is not a tensor.", expected="a torch.Tensor", got=_shown(got[kind]),
+                 cause="stack the layers' attn_weights with torch.stack.")
+        tensor = got[kind]
+        expect_shape(f"maps['{kind}']", tensor, tuple(expected[kind].shape),
+                     cause=_shape_cause(kind, tensor, expected, sizes))
+        tensors[kind] = tensor.double()
     return tensors
 
 
-def _expected_shapes(sizes: Sizes, src_len: int, tgt_len: int) -> dict[str, tuple[int, ...]]:
-    front = (sizes.num_layers, sizes.batch, sizes.num_heads)
-    return {"encoder_self": (*front, src_len, src_len), "decoder_self": (*front, tgt_len, tgt_len),
-            "cross": (*front, tgt_len, src_len)}
+def _layers_held(tensor: torch.Tensor, kind: str, expected: Mapping[str, torch.Tensor]) -> str | None:
+    """Which layer of which kind each entry of the student's map holds, in words (None: no layer's weights)."""
+    held: list[tuple[str, int]] = []
+    for index in range(tensor.size(0)):
+        match = next(((other, layer) for other in (kind, *[k for k in KINDS if k != kind])
+                      for layer in range(expected[other].size(0))
+                      if _close(tensor[index], expected[other][layer])), None)
+        if match is None:
+            return None
+        held.append(match)
+    layers = tensor.size(0)
+    kinds = {other for other, _ in held}
+    if kinds == {kind}:
+        order = [layer for _, layer in held]
+        if order == list(range(layers - 1, -1, -1)):
+            return "the layers are in reverse order: layer 0 (next to the embeddings) comes first."
+        if len(set(order)) == 1:
+            return (f"every entry holds layer {order[0]}'s weights: collect layer.….attn_weights of each layer "
+                    "in the loop.")
+    if len(kinds) == 1 and kind not in kinds:
+        other = kinds.pop()
+        return (f"'{kind}' holds the weights of '{other}': encoder layers are model.encoder.layers, decoder layers "
+                "model.decoder.layers; self-attention is layer.self_attn, cross-attention layer.cross_attn.")
+    return "the entries hold " + ", ".join(f"'{other}' layer {layer}" for other, layer in held) + \
+        f", in this order, where '{kind}' layers 0 to {layers - 1} belong."
 
 
 @check("attention_maps returns encoder_self, decoder_self and cross stacked over layers, with the right shapes")
 def attention_maps_shapes(attention_maps: Callable, tgt_len: int = 5, **sizes: int) -> None:
     config = replace(Sizes(), **sizes)
-    got, _, src, _, _ = _maps_case(attention_maps, config, tgt_len)
-    _map_tensors(got, _expected_shapes(config, src.size(1), tgt_len), config)
+    got, expected, _, _ = _maps_case(attention_maps, MapsCase(config, tgt_len))
+    _map_tensors(got, expected, config)
 
 
 @check("attention_maps holds each layer's stored attn_weights, in layer order (encoder, decoder, cross)")
 def attention_maps_values(attention_maps: Callable, tgt_len: int = 5, **sizes: int) -> None:
     config = replace(Sizes(), **sizes)
-    got, expected, src, _, _ = _maps_case(attention_maps, config, tgt_len)
-    tensors = _map_tensors(got, _expected_shapes(config, src.size(1), tgt_len), config)
+    got, expected, _, _ = _maps_case(attention_maps, MapsCase(config, tgt_len))
+    tensors = _map_tensors(got, expected, config)
     for kind, tensor in tensors.items():
-        if torch.allclose(tensor, expected[kind], atol=1e-12, rtol=0):
+        reference = expected[kind].double()
+        if torch.allclose(tensor, reference, atol=1e-12, rtol=0):
             continue
-        reference = expected[kind]
-        suspects = {
-            "the layers are in reverse order: layer 0 (next to the embeddings) comes first.": reference.flip(0),
-            "every entry holds the last layer's weights: collect layer.….attn_weights of each layer in the loop.": (
-                reference[-1:].expand_as(reference)),
-            "every entry holds the first layer's weights: collect layer.….attn_weights of each layer in the loop.": (
-                reference[:1].expand_as(reference)),
-        }
-        swapped = {"encoder_self": "decoder_self", "decoder_self": "encoder_self"}.get(kind)
-        if swapped and expected[swapped].shape == reference.shape:
-            suspects[f"'{kind}' holds the weights of '{swapped}': encoder layers are model.encoder.layers, "
-                     "decoder layers model.decoder.layers."] = expected[swapped]
-        cause = "each entry is torch.stack([layer.<attention>.attn_weights for layer in <stack>.layers])."
-        for suspected_cause, wrong in suspects.items():
-            if torch.allclose(tensor, wrong, atol=1e-12, rtol=0):
-                cause = suspected_cause
-                break
         fail(f"maps['{kind}'] has the wrong values.", expected="the attn_weights stored by each layer's attention",
-             got=f"largest difference {float((tensor - reference).abs().max()):.3g}", cause=cause)
+             got=f"largest difference {float((tensor - reference).abs().max()):.3g}",
+             cause=_layers_held(tensor, kind, expected)
+             or "each entry is torch.stack([layer.<attention>.attn_weights for layer in <stack>.layers]).")
 
 
 @check("every kind of map holds attention weights: each row sums to 1 and hidden keys get exactly 0")
 def attention_maps_rows_sum_to_one(attention_maps: Callable, tgt_len: int = 5, **sizes: int) -> None:
     config = replace(Sizes(), **sizes)
-    got, _, src, tgt, _ = _maps_case(attention_maps, config, tgt_len)
+    got, expected, src, _ = _maps_case(attention_maps, MapsCase(config, tgt_len))
     source_allowed = (src != Ids().pad)[None, :, None, None, :]  # (1, batch, 1, 1, src_len)
     causal = torch.ones(tgt_len, tgt_len, dtype=torch.bool).tril()  # (tgt_len, tgt_len)
     hidden_keys = {"encoder_self": ~source_allowed, "cross": ~source_allowed, "decoder_self": ~causal}
-    tensors = _map_tensors(got, _expected_shapes(config, src.size(1), tgt_len), config)
+    tensors = _map_tensors(got, expected, config)
     for kind, weights in tensors.items():
         sums = weights.sum(dim=-1)
         if not torch.allclose(sums, torch.ones_like(sums), atol=1e-6):

@@ -1,42 +1,53 @@
 """Stage 5 checks: the shifted batch, the loss, the warm-up schedule and one training epoch.
 
-Everything runs on small synthetic data (a copy task over 12 token ids, <bos>/<eos>/<pad> as in
-the course vocabulary), so no download is needed. Expected values come from the reference
-functions with the same model, the same batches and the same initial weights.
+Everything runs on small synthetic data (a copy task over 12 token ids, <bos>/<eos>/<pad> as in the
+course vocabulary), so no download is needed. The student's functions run in experiments
+(`checks.boundary`): the experiment builds the same tiny model and batches from a seed on the student's
+side, runs the student's code and returns what it observed (the batch's fields, the loss and its
+gradient, what the optimiser and the scheduler saw at every step). The check computes the expected
+values with the reference on the same model, batches and weights, and judges.
 
-While `train_epoch` is checked, the name `compute_loss` in the student's namespace temporarily
-points to the reference `compute_loss`, so a mistake there is graded once, by its own checks.
+Wrong values are read from the values themselves: which slice of the padded target a field holds; the
+loss through its gradient, token by token; the schedule through its exponents (how the rate grows with
+the step, d_model, warmup_steps and factor, branch by branch); the updates through the gradient each
+`optimizer.step()` received, compared with the fresh gradient of its batch at the same weights. The
+diagnosis engine (`checks.differential`) adds the student's line where it finds one.
+
+While `train_epoch` is checked, the name `compute_loss` in the student's namespace points to the
+reference `compute_loss` (declared with `supplied`), so a mistake there is graded once, by its own checks.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from transformer_course.checks import differential
+from transformer_course.checks.boundary import on_student_side, supplied
+from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.framework import (
+    RECIPE,
+    Diagnosis,
     check,
+    describe,
     expect_close,
     expect_shape,
-    expect_tensor,
     fail,
     generator,
     student_code,
     summary,
-    tensors_close,
 )
 from transformer_course.checks.localise import Call, Step, Values, first_departure, recorded_calls, terms
 from transformer_course.reference import Transformer as ReferenceTransformer
-from transformer_course.reference.training import Batch, make_criterion, make_optimizer
+from transformer_course.reference.training import Batch
 from transformer_course.reference.training import collate as reference_collate
 from transformer_course.reference.training import compute_loss as reference_compute_loss
-from transformer_course.reference.training import noam_learning_rate as reference_rate
 from transformer_course.reference.training import train_epoch as reference_train_epoch
 
 __all__ = [
@@ -58,9 +69,10 @@ __all__ = [
 
 UNK, BOS, EOS, PAD = 0, 1, 2, 3  # the course vocabulary's special ids
 VOCAB = 12  # ids 4..11 are "words"
+FIELDS = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")
 
 
-# --- synthetic data --------------------------------------------------------------------------------
+# --- synthetic data (built the same way on both sides) ----------------------------------------------------
 
 
 def _pairs(count: int, seed: int, min_len: int = 2, max_len: int = 7, copy_task: bool = False,
@@ -78,11 +90,6 @@ def _pairs(count: int, seed: int, min_len: int = 2, max_len: int = 7, copy_task:
             target = torch.randint(4, VOCAB, (target_len,), generator=random).tolist()
         pairs.append(([BOS, *source, EOS], [BOS, *target, EOS]))
     return pairs
-
-
-def _batches(count: int, batch_size: int, seed: int, copy_task: bool = True) -> list[Batch]:
-    pairs = _pairs(count * batch_size, seed, copy_task=copy_task)
-    return [reference_collate(pairs[i:i + batch_size], PAD) for i in range(0, len(pairs), batch_size)]
 
 
 def _model(seed: int, d_model: int = 16, num_heads: int = 2, num_layers: int = 1, d_ff: int = 32,
@@ -109,175 +116,199 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-# --- collate --------------------------------------------------------------------------------------
+def _value(value: Any) -> Any:
+    """What crosses back for a value the student returned: a tensor as it is, anything else described."""
+    return value.detach() if isinstance(value, torch.Tensor) else describe(value)
 
 
-def _student_batch(collate: Callable[..., Any], pairs: list[tuple[list[int], list[int]]], pad_idx: int) -> Any:
-    with student_code():
+def _tensor(name: str, value: Any, cause: str) -> torch.Tensor:
+    """A value that came back from the student's side as a tensor, or a failure showing what it was."""
+    if not isinstance(value, torch.Tensor):
+        fail(f"{name} is not a tensor.", expected="a torch.Tensor", got=value, cause=cause)
+    return value
+
+
+def _student_line(student: differential.Trace | None, reference: differential.Trace, got: torch.Tensor,
+                  expected: torch.Tensor, context: differential.Context) -> tuple[str, str]:
+    """(the student's line where the engine finds the first departure, what the engine says there)."""
+    if student is None:
+        return "", ""
+    try:
+        found = differential.diagnose(student, reference, context=context, student_final=got,
+                                      reference_final=expected)
+    except Exception:  # a diagnosis that cannot be made says nothing
+        return "", ""
+    return (found.where, found.how) if found is not None else ("", "")
+
+
+def _at_line(line: str, cause: str) -> str:
+    return f"{line}: {cause}" if line else cause
+
+
+# --- collate ------------------------------------------------------------------------------------------------
+
+
+@on_student_side
+def _collated(collate: Callable[..., Any], pairs: list[tuple[list[int], list[int]]], pad_idx: int,
+              ) -> tuple[dict[str, Any], differential.Trace | None]:
+    """The fields of the student's batch (tensors, or what else they are), and the collate call recorded."""
+    with student_code(), differential.recording() as trace:
         batch = collate(pairs, pad_idx)
-    for name in ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask"):
-        if not hasattr(batch, name):
-            fail("collate returned the wrong thing.", expected="a Batch with src, tgt_in, tgt_out and masks",
-                 got=type(batch).__name__, cause="keep the given `return Batch(...)` line.")
-    return batch
+    missing = [name for name in FIELDS if not hasattr(batch, name)]
+    if missing:
+        fail("collate returned the wrong thing.", expected="a Batch with src, tgt_in, tgt_out and masks",
+             got=describe(batch), cause="keep the given `return Batch(...)` line.")
+    trace.output = None  # the check compares the fields one by one
+    return {name: _value(getattr(batch, name)) for name in FIELDS}, trace
+
+
+def _padded_target(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_idx: int) -> torch.Tensor:
+    """The padded, framed target tgt, (batch, tgt_len + 1), as collate builds it before the shift."""
+    longest = max(len(target) for _, target in pairs)
+    tgt = torch.full((len(pairs), longest), pad_idx, dtype=torch.long)
+    for row, (_, target) in enumerate(pairs):
+        tgt[row, : len(target)] = torch.tensor(target)
+    return tgt
+
+
+def _slice_of(got: Any, tgt: torch.Tensor) -> tuple[int, int, int] | None:
+    """(axis, start, stop) when `got` is tgt sliced along one axis (the whole of tgt: axis 1, 0, len); None
+    when it is no slice of tgt."""
+    if not isinstance(got, torch.Tensor) or got.dim() != 2 or got.is_floating_point():
+        return None
+    for axis in (1, 0):
+        size = tgt.size(axis)
+        for start in range(size):
+            for stop in range(size, start, -1):
+                part = tgt.narrow(axis, start, stop - start)
+                if part.shape == got.shape and torch.equal(part, got.cpu()):
+                    return axis, start, stop
+    return None
+
+
+def _slice_words(found: tuple[int, int, int], tgt: torch.Tensor) -> str:
+    """A slice of the padded target in the lesson's words."""
+    axis, start, stop = found
+    size = tgt.size(axis)
+    if (start, stop) == (0, size):
+        return "the whole padded target tgt, not shifted"
+    if axis == 0:
+        return (f"tgt[{start}:{stop}], a slice along the batch axis (axis 0: the sentences), which keeps every "
+                "token and drops whole sentences")
+    text = f"tgt[:, {start or ''}:{'' if stop == size else stop - size}]"
+    if (start, stop) == (0, size - 1):
+        return f"{text}, the target without its last token (it starts with <bos>)"
+    if (start, stop) == (1, size):
+        return f"{text}, the target without <bos>"
+    return text
+
+
+def _shift_cause(name: str, got: Any, tgt: torch.Tensor) -> str | None:
+    """What a wrong tgt_in or tgt_out holds, read from its values (None when it is no slice of tgt)."""
+    found = _slice_of(got, tgt)
+    if found is None:
+        return None
+    axis, start, stop = found
+    holds = f"{name} holds {_slice_words(found, tgt)}"
+    if (axis, start, stop) == (1, 0, tgt.size(1)):
+        return (f"{holds}: with tgt_in == tgt_out the decoder reads the very token it must predict and learns to "
+                "copy. Use tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:].")
+    if axis == 0:
+        return f"{holds}. Slice the time axis (axis 1): tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:]."
+    wanted = "tgt[:, :-1] (it starts with <bos>)" if name == "tgt_in" else "tgt[:, 1:] (it ends with <eos>)"
+    return f"{holds}; {name} should be {wanted}."
 
 
 SHIFTED = "tgt_in and tgt_out are one token shorter than the padded target: tgt[:, :-1] and tgt[:, 1:]."
 
 
-def _shift_shape_cause(name: str, got: torch.Tensor, batch_size: int, tgt_len: int) -> str:
-    """Why tgt_in or tgt_out has the wrong shape, from its shape (tgt is (batch_size, tgt_len + 1))."""
-    if tuple(got.shape) == (batch_size, tgt_len + 1):
-        return (f"{name} is the whole padded target, not shifted: with tgt_in == tgt_out the decoder reads the very "
-                "token it must predict and learns to copy. Use tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:].")
-    if tuple(got.shape) == (batch_size - 1, tgt_len + 1):
-        return ("the slice is taken on the batch axis (axis 0): tgt[:-1] drops the last sentence and tgt[1:] the "
-                "first, keeping every token. Slice the time axis: tgt[:, :-1] and tgt[:, 1:].")
-    return SHIFTED
-
-
 @check("collate: src, tgt_in, tgt_out and both masks have the right shapes")
 def collate_shapes(collate: Callable[..., Any], batch_size: int = 4, seed: int = 0) -> None:
     pairs = _pairs(batch_size, seed)
-    batch = _student_batch(collate, pairs, PAD)
+    fields, _ = _collated(collate, pairs, PAD)
+    tgt = _padded_target(pairs, PAD)
     src_len = max(len(source) for source, _ in pairs)
-    tgt_len = max(len(target) for _, target in pairs) - 1  # one shorter than the framed target
-    expect_shape("src", batch.src, (batch_size, src_len), cause="keep the given padding of the sources.")
+    tgt_len = tgt.size(1) - 1  # one shorter than the framed target
+    expect_shape("src", _tensor("src", fields["src"], "keep the given padding of the sources."), (batch_size, src_len),
+                 cause="keep the given padding of the sources.")
     for name in ("tgt_in", "tgt_out"):
-        got = expect_tensor(name, getattr(batch, name), cause=SHIFTED)
-        expect_shape(name, got, (batch_size, tgt_len), cause=_shift_shape_cause(name, got, batch_size, tgt_len))
-    expect_shape("src_mask", batch.src_mask, (batch_size, 1, 1, src_len), cause="keep the given mask lines.")
-    expect_shape("tgt_mask", batch.tgt_mask, (batch_size, 1, tgt_len, tgt_len),
+        got = _tensor(name, fields[name], cause=SHIFTED)
+        expect_shape(name, got, (batch_size, tgt_len), cause=_shift_cause(name, got, tgt) or SHIFTED)
+    masks = "keep the given mask lines."
+    expect_shape("src_mask", _tensor("src_mask", fields["src_mask"], masks), (batch_size, 1, 1, src_len), cause=masks)
+    expect_shape("tgt_mask", _tensor("tgt_mask", fields["tgt_mask"], masks), (batch_size, 1, tgt_len, tgt_len),
                  cause="the target mask is built from tgt_in by the given line: make tgt_in the right length.")
 
 
 @check("collate shifts the target: tgt_in = target without its last token, tgt_out = target without <bos>")
 def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 1, pad_idx: int = PAD) -> None:
     pairs = _pairs(batch_size, seed)
-    batch = _student_batch(collate, pairs, pad_idx)
-    expected = reference_collate(pairs, pad_idx)
-    longest = max(len(target) for _, target in pairs)
-    tgt = torch.full((batch_size, longest), pad_idx, dtype=torch.long)  # (batch, tgt_len + 1), framed
-    for row, (_, target) in enumerate(pairs):
-        tgt[row, : len(target)] = torch.tensor(target)
-    same_length = "the same length as tgt_in, shifted by one"
-    if (isinstance(batch.tgt_in, torch.Tensor) and isinstance(batch.tgt_out, torch.Tensor)
-            and batch.tgt_in.shape == expected.tgt_out.shape and torch.equal(batch.tgt_in, expected.tgt_out)
-            and torch.equal(batch.tgt_out, expected.tgt_in)):
+    fields, student = _collated(collate, pairs, pad_idx)
+    with differential.recording() as reference:
+        expected = reference_collate(pairs, pad_idx)
+    tgt = _padded_target(pairs, pad_idx)
+    got_in, got_out = fields["tgt_in"], fields["tgt_out"]
+    if (_slice_of(got_in, tgt) == (1, 1, tgt.size(1)) and _slice_of(got_out, tgt) == (1, 0, tgt.size(1) - 1)):
         fail("tgt_in and tgt_out are swapped.", expected="tgt_in = tgt[:, :-1] (starts with <bos>), "
              "tgt_out = tgt[:, 1:] (ends with <eos>)", got="tgt_in = tgt[:, 1:], tgt_out = tgt[:, :-1]",
              cause="tgt_in and tgt_out are swapped: the decoder must READ <bos> first (tgt_in = tgt[:, :-1]) and "
                    "PREDICT the next tokens (tgt_out = tgt[:, 1:]).")
-    for name in ("tgt_in", "tgt_out"):
-        got = expect_tensor(name, getattr(batch, name), "return tensors")
-        expect_shape(name, got, tuple(expected.tgt_out.shape),
-                     cause=_shift_shape_cause(name, got, batch_size, expected.tgt_out.size(1)))
-    expect_close(
-        "tgt_out", expect_tensor("tgt_out", batch.tgt_out, "return tensors").double(),
-        expected.tgt_out.double(), atol=0, rtol=0,
-        suspects={
-            "tgt_out is the whole target, not shifted: the decoder would be asked to output the token it "
-            "already reads, so it learns to copy its input. Use tgt[:, 1:].": lambda: tgt.double(),
-            "tgt_out still starts with <bos>: it should be the target without its first token, tgt[:, 1:], "
-            "so position t is trained to predict token t + 1.": lambda: tgt[:, :-1].double(),
-        },
-        cause="tgt_out = tgt[:, 1:] (the target without <bos>), " + same_length + ".",
-    )
-    got_in = expect_tensor("tgt_in", batch.tgt_in, "return tensors")
-    # Positions whose target is <pad> are ignored by the loss; tgt_in may hold anything there.
-    real = expected.tgt_out != pad_idx  # (batch, tgt_len)
-    if got_in.shape == expected.tgt_in.shape and torch.equal(got_in[real], expected.tgt_in[real]):
-        return
-    expect_close(
-        "tgt_in", got_in.double(), expected.tgt_in.double(), atol=0, rtol=0,
-        suspects={
-            "tgt_in is the whole target, not shifted: use tgt[:, :-1].": lambda: tgt.double(),
-            "tgt_in and tgt_out are swapped, or tgt_in drops <bos>: the decoder must READ <bos> first "
-            "(tgt_in = tgt[:, :-1]) and PREDICT the next tokens (tgt_out = tgt[:, 1:]).": (
-                lambda: tgt[:, 1:].double()
-            ),
-        },
-        cause="tgt_in = tgt[:, :-1] (the target without its last token), starting with <bos>.",
-    )
+    context = differential.Context(sizes={"sentence": batch_size, "position": tgt.size(1) - 1})
+    for name in ("tgt_out", "tgt_in"):
+        got = _tensor(name, fields[name], "return tensors")
+        wanted = getattr(expected, name)
+        expect_shape(name, got, tuple(wanted.shape), cause=_shift_cause(name, got, tgt) or SHIFTED)
+        if name == "tgt_in":  # positions whose target is <pad> are ignored by the loss: tgt_in may hold anything
+            real = expected.tgt_out != pad_idx  # (batch, tgt_len)
+            if torch.equal(got[real], wanted[real]):
+                return
+        elif torch.equal(got, wanted):
+            continue
+        line, _ = _student_line(student, reference, got.double(), wanted.double(), context)
+        recipe = ("tgt_out = tgt[:, 1:] (the target without <bos>), the same length as tgt_in, shifted by one."
+                  if name == "tgt_out" else
+                  "tgt_in = tgt[:, :-1] (the target without its last token), starting with <bos>.")
+        reading = _shift_cause(name, got, tgt)
+        where = describe_difference(got.double(), wanted.double(), ("sentence", "position"))
+        expect_close(name, got.double(), wanted.double(), atol=0, rtol=0, axes=("sentence", "position"),
+                     diagnose=lambda _got, reading=reading, line=line, where=where: Diagnosis(
+                         where, _at_line(line, reading)) if reading else None,
+                     cause=recipe)
 
 
-# --- the loss -------------------------------------------------------------------------------------
+# --- the loss -----------------------------------------------------------------------------------------------
 
 
-def _student_loss(compute_loss: Callable[..., Any], model: nn.Module, batch: Batch, criterion: nn.Module,
-                  ) -> torch.Tensor:
-    calls: list[Call] = []
-    try:
-        with student_code(), recorded_calls(model, [""]) as calls:
-            loss = compute_loss(model, batch, criterion)
-    except RuntimeError as error:
-        if "view size is not compatible" in str(error):
-            fail("`.view` was called on a tensor whose memory is not in row order.",
-                 expected="a flattened tensor", got=str(error).splitlines()[0][:100],
-                 cause="batch.tgt_out is a slice of the padded target (tgt[:, 1:]), which `.view` cannot "
-                       "flatten: use `.reshape(-1)` (it copies only when it must).")
-        for call in calls:
-            call.name = "model"
-        departure = _model_call_departure(calls, batch, complete=False)
-        if departure:
-            fail("compute_loss crashed.", expected="a loss", got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
-                 cause=departure)
-        raise
-    loss = expect_tensor("compute_loss(...)", loss, "return the criterion's output tensor, not loss.item(): "
-                         "train_epoch calls loss.backward() on it.")
-    return expect_shape("compute_loss(...)", loss, (),
-                        cause="the criterion's default reduction='mean' gives one number (a 0-d tensor).")
+@dataclass(frozen=True)
+class LossCase:
+    """The model, batch and criterion a loss check hands to compute_loss (built the same on both sides)."""
+
+    seed: int
+    batch_size: int
+    d_model: int = 16
+    label_smoothing: float = 0.1
+    extra: int = 0  # <pad> columns added to every source and target
+
+    def build(self) -> tuple[nn.Module, Batch, nn.Module]:
+        pairs = _pairs(self.batch_size, self.seed)
+        pairs = [(source + [PAD] * self.extra, target + [PAD] * (self.extra + 1 if self.extra else 0))
+                 for source, target in pairs]
+        model = _model(self.seed, d_model=self.d_model).eval()
+        criterion = nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=self.label_smoothing)
+        return model, reference_collate(pairs, PAD), criterion
 
 
-def _loss_suspects(model: nn.Module, batch: Batch, criterion: nn.Module) -> dict[str, Callable[[], torch.Tensor]]:
-    def logits(tgt: torch.Tensor | None = None, masks: bool = True) -> torch.Tensor:
-        tgt = batch.tgt_in if tgt is None else tgt
-        if not masks:
-            return model(batch.src, tgt, None, None)
-        return model(batch.src, tgt, batch.src_mask, batch.tgt_mask)  # (batch, tgt_len, vocab)
+@dataclass
+class LossRun:
+    """What compute_loss did: its result, whether it can be backpropagated, the logits the model returned and
+    the gradient the loss sent back to them, the model's calls, and the computation recorded."""
 
-    def flat(scores: torch.Tensor) -> torch.Tensor:
-        return scores.reshape(-1, scores.size(-1))  # (batch * tgt_len, vocab)
-
-    smoothing = getattr(criterion, "label_smoothing", 0.0)
-
-    return {
-        "the loss compares the predictions with tgt_in: the targets are tgt_out, the next tokens.": (
-            lambda: criterion(flat(logits()), batch.tgt_in.reshape(-1))
-        ),
-        "the model reads tgt_out: the decoder input is tgt_in (it starts with <bos>), the targets are tgt_out.": (
-            lambda: criterion(flat(logits(batch.tgt_out)), batch.tgt_out.reshape(-1))
-        ),
-        "the masks are not passed to the model: call model(src, tgt_in, src_mask, tgt_mask).": (
-            lambda: criterion(flat(logits(masks=False)), batch.tgt_out.reshape(-1))
-        ),
-        "the logits and the targets are flattened in different orders (a transpose before the reshape): "
-        "flatten both as (batch * tgt_len, ...), batch first.": (
-            lambda: criterion(flat(logits().transpose(0, 1)), batch.tgt_out.reshape(-1))
-        ),
-        "a new nn.CrossEntropyLoss() is used instead of the `criterion` argument: it counts <pad> positions "
-        "and has no label smoothing. Use the criterion you are given.": (
-            lambda: F.cross_entropy(flat(logits()), batch.tgt_out.reshape(-1))
-        ),
-        "the loss counts <pad> positions: use the given criterion (ignore_index=pad).": (
-            lambda: F.cross_entropy(flat(logits()), batch.tgt_out.reshape(-1), label_smoothing=smoothing)
-        ),
-        "the loss is summed over the tokens, not averaged: use the given criterion (reduction='mean').": (
-            lambda: F.cross_entropy(flat(logits()), batch.tgt_out.reshape(-1), ignore_index=PAD,
-                                    label_smoothing=smoothing, reduction="sum")
-        ),
-        "the loss has no label smoothing: use the `criterion` argument, not a cross-entropy of your own.": (
-            lambda: F.cross_entropy(flat(logits()), batch.tgt_out.reshape(-1), ignore_index=PAD)
-        ),
-    }
-
-
-# Reading a loss through its gradient. For a cross-entropy with label smoothing eps over V classes,
-# averaged with weight w_t per token, the gradient with respect to token t's logits z_t is
-#     dL/dz_t = w_t * (softmax(z_t) - q_t),   q_t = (1 - eps) * onehot(y_t) + eps / V.
-# So the gradient the student's loss sends back to the logits tells, token by token, which target it
-# pulls towards (y_t), how much that token weighs (w_t: 1/N for each of the N real tokens, 0 at <pad>)
-# and how much smoothing there is (eps): enough to name where a wrong loss departs from the right one.
+    loss: Any
+    requires_grad: bool
+    logits: torch.Tensor | None
+    gradient: torch.Tensor | None
+    calls: list[Call] = field(default_factory=list)
+    trace: differential.Trace | None = None
 
 
 def _model_call_departure(calls: list[Call], batch: Batch, complete: bool) -> str | None:
@@ -291,43 +322,80 @@ def _model_call_departure(calls: list[Call], batch: Batch, complete: bool) -> st
     return first_departure(calls, [step], values, where="compute_loss", complete=complete)
 
 
-def _loss_trace(compute_loss: Callable[..., Any], model: nn.Module, batch: Batch, criterion: nn.Module,
-                ) -> tuple[Any, list[Call]]:
-    """Run the student's compute_loss with gradients on, recording the model's calls (logits keep .grad)."""
+def _inputs(batch: Batch) -> dict[str, torch.Tensor]:
+    return {name: getattr(batch, name) for name in FIELDS}
 
-    def keep_grad(_module: nn.Module, _args: tuple, output: Any) -> None:
+
+@on_student_side
+def _loss_run(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
+    """The student's compute_loss on the case's model and batch, with gradients on; then backward from its
+    result, to read the gradient it sends to the model's logits."""
+    model, batch, criterion = case.build()
+    supplied(model)
+    logits: list[torch.Tensor] = []
+
+    def keep(_module: nn.Module, _args: tuple, output: Any) -> None:
         if isinstance(output, torch.Tensor) and output.requires_grad:
             output.retain_grad()
+            logits.append(output)
 
-    handle = model.register_forward_hook(keep_grad)
+    handle = model.register_forward_hook(keep)
     calls: list[Call] = []
     try:
-        with torch.enable_grad(), student_code(), recorded_calls(model, [""]) as calls:
+        with _one_thread(), torch.enable_grad(), student_code(), recorded_calls(model, [""]) as calls, \
+                differential.recording(model, _inputs(batch)) as trace:
             loss = compute_loss(model, batch, criterion)
+    except RuntimeError as error:
+        for call in calls:
+            call.name = "model"
+        departure = _model_call_departure(calls, batch, complete=False)
+        if departure:
+            fail("compute_loss crashed.", expected="a loss", got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
+                 cause=departure)
+        raise
     finally:
         handle.remove()
     for call in calls:
         call.name = "model"
-    return loss, calls
+    trace.output = None
+    gradient = None
+    grad_ok = isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad and bool(logits)
+    if grad_ok:
+        try:
+            loss.backward()
+            gradient = logits[-1].grad
+        except RuntimeError:
+            gradient = None
+    return LossRun(_value(loss), isinstance(loss, torch.Tensor) and loss.requires_grad,
+                   logits[-1].detach() if logits else None, gradient, calls, trace)
 
 
-def _explain_loss(compute_loss: Callable[..., Any], model: nn.Module, batch: Batch, criterion: nn.Module,
-                  ) -> str | None:
+def _reference_loss(case: LossCase) -> tuple[torch.Tensor, differential.Trace, Batch]:
+    model, batch, criterion = case.build()
+    with torch.enable_grad(), differential.recording(model, _inputs(batch)) as trace:
+        loss = reference_compute_loss(model, batch, criterion)
+    trace.output = None
+    return loss.detach(), trace, batch
+
+
+# Reading a loss through its gradient. For a cross-entropy with label smoothing eps over V classes,
+# averaged with weight w_t per token, the gradient with respect to token t's logits z_t is
+#     dL/dz_t = w_t * (softmax(z_t) - q_t),   q_t = (1 - eps) * onehot(y_t) + eps / V.
+# So the gradient the student's loss sends back to the logits tells, token by token, which target it
+# pulls towards (y_t), how much that token weighs (w_t: 1/N for each of the N real tokens, 0 at <pad>)
+# and how much smoothing there is (eps): enough to name where a wrong loss departs from the right one.
+
+
+def _read_gradient(run: LossRun, batch: Batch, smoothing: float) -> str | None:
     """Where the student's loss departs from the criterion's mean over real tokens, read from its gradient."""
-    try:
-        loss, calls = _loss_trace(compute_loss, model, batch, criterion)
-    except Exception:  # noqa: BLE001  (the check itself reports the crash)
-        return None
-    departure = _model_call_departure(calls, batch, complete=True)
+    departure = _model_call_departure(run.calls, batch, complete=True)
     if departure:
         return departure
-    logits = calls[-1].output if calls and isinstance(calls[-1].output, torch.Tensor) else None
-    if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or logits is None or not loss.requires_grad:
+    if run.logits is None:
         return None
-    loss.backward()
-    if logits.grad is None:
-        return "the loss does not depend on the logits the model returned."
-    gradient, probabilities = logits.grad.double(), logits.detach().double().softmax(-1)  # (batch, tgt_len, V)
+    if run.gradient is None:
+        return "the loss does not depend on the logits the model returned." if run.requires_grad else None
+    gradient, probabilities = run.gradient.double(), run.logits.double().softmax(-1)  # (batch, tgt_len, V)
     vocab, targets = gradient.size(-1), batch.tgt_out
     if gradient.shape[:2] != targets.shape:
         return None
@@ -374,7 +442,7 @@ def _explain_loss(compute_loss: Callable[..., Any], model: nn.Module, batch: Bat
                 "given criterion (built with ignore_index=pad_idx).")
     tokens = int(real.sum())
     ratio = weight[real] * tokens  # 1 for every real token when the loss is the mean over real tokens
-    per_sentence = 1.0 / (real.sum(1, keepdim=True).double() * batch.tgt_out.size(0))  # (batch, 1)
+    per_sentence = 1.0 / (real.sum(1, keepdim=True).double() * targets.size(0))  # (batch, 1)
     if not torch.allclose(ratio, torch.ones_like(ratio), rtol=1e-4):
         if torch.allclose(weight[real], per_sentence.expand_as(weight)[real], rtol=1e-4):
             return ("the loss is averaged per sentence, then over the sentences: a token of a short sentence weighs "
@@ -382,15 +450,14 @@ def _explain_loss(compute_loss: Callable[..., Any], model: nn.Module, batch: Bat
                     "(each weighs 1/N): apply it once to the whole flattened batch.")
         if torch.allclose(ratio, ratio.mean().expand_as(ratio), rtol=1e-4):
             factor = float(ratio.mean())
-            sizes = {batch.tgt_out.size(0): "the batch size", tokens: "the number of real tokens",
-                     batch.tgt_out.numel(): "the number of positions"}
+            sizes = {targets.size(0): "the batch size", tokens: "the number of real tokens",
+                     targets.numel(): "the number of positions"}
             named = next((f" (1 / {words}: divided by {words} once more)" for size, words in sizes.items()
                           if abs(factor * size - 1) < 1e-4), next(
                           (f" ({words}: summed instead of averaged)" for size, words in sizes.items()
                            if abs(factor - size) < 1e-4 * size), ""))
             return f"every token's weight in the loss is {factor:.4g} × the right one{named}."
         return "the real tokens do not all weigh the same in the loss: it must be the mean over all real tokens."
-    smoothing = float(getattr(criterion, "label_smoothing", 0.0))
     estimate = float((-offset[real] * vocab / weight[real]).median())
     if abs(estimate - smoothing) > 1e-3:
         amount = "no label smoothing" if abs(estimate) < 1e-3 else f"label smoothing {estimate:.3g}"
@@ -399,214 +466,379 @@ def _explain_loss(compute_loss: Callable[..., Any], model: nn.Module, batch: Bat
     return None
 
 
+def _loss_tensor(loss: Any) -> torch.Tensor:
+    loss = _tensor("compute_loss(...)", loss, "return the criterion's output tensor, not loss.item(): "
+                   "train_epoch calls loss.backward() on it.")
+    return expect_shape("compute_loss(...)", loss, (),
+                        cause="the criterion's default reduction='mean' gives one number (a 0-d tensor).")
+
+
+def _loss_context(batch: Batch, d_model: int) -> differential.Context:
+    tokens = int((batch.tgt_out != PAD).sum())
+    return differential.Context(
+        sizes={"sentence": batch.tgt_out.size(0), "position": batch.tgt_out.size(1), "vocabulary": VOCAB},
+        quantities={"the batch size": batch.tgt_out.size(0), "the number of real tokens": tokens,
+                    "d_model": d_model},
+        words={"input:tgt_in": "batch.tgt_in", "input:tgt_out": "batch.tgt_out", "input:src": "batch.src",
+               "input:src_mask": "batch.src_mask", "input:tgt_mask": "batch.tgt_mask"})
+
+
+def _loss_diagnosis(run: LossRun, case: LossCase, expected: torch.Tensor, reference: differential.Trace,
+                    batch: Batch) -> Diagnosis:
+    """The gradient's reading with the student's line; else what the engine says; else the recipe."""
+    reading = _read_gradient(run, batch, case.label_smoothing)
+    got = run.loss if isinstance(run.loss, torch.Tensor) else expected
+    line, how = _student_line(run.trace, reference, got, expected, _loss_context(batch, case.d_model))
+    if reading:
+        return Diagnosis("", _at_line(line, reading))
+    if line and how and "× the expected values" not in how:  # a factor of one number says nothing
+        return Diagnosis("", f"{line}: {how}.")
+    return Diagnosis("", "")
+
+
 @check("compute_loss equals the reference loss (same model, same batch, same criterion)")
-@_one_thread()
 def compute_loss_values(compute_loss: Callable[..., Any], batch_size: int = 5, d_model: int = 16,
                         label_smoothing: float = 0.1, seed: int = 2) -> None:
-    model = _model(seed, d_model=d_model).eval()
-    batch = reference_collate(_pairs(batch_size, seed), PAD)
-    criterion = make_criterion(PAD, label_smoothing)
-    got = _student_loss(compute_loss, model, batch, criterion)
-    if not got.requires_grad:
+    case = LossCase(seed, batch_size, d_model, label_smoothing)
+    run = _loss_run(compute_loss, case)
+    got = _loss_tensor(run.loss)
+    if not run.requires_grad:
         fail("the loss is not connected to the model's weights.", expected="a tensor with requires_grad=True",
              got="requires_grad=False", cause="don't compute the loss under torch.no_grad() or detach it: "
                                               "train_epoch backpropagates through it.")
-    expected = reference_compute_loss(model, batch, criterion)
-    # One number matches a wrong variant by chance too easily: the loss's gradient names the cause first,
-    # the known wrong variants only when the gradient cannot.
-    explained = None if tensors_close(got, expected, 1e-8, 1e-8) else _explain_loss(compute_loss, model, batch,
-                                                                                     criterion)
-    with torch.no_grad():
-        expect_close("compute_loss(...)", got, expected, atol=1e-8, rtol=1e-8,
-                     suspects=None if explained else _loss_suspects(model, batch, criterion),
-                     cause=explained or "logits = model(src, tgt_in, src_mask, tgt_mask); "
-                                        "criterion(logits.reshape(-1, vocab), tgt_out.reshape(-1)).")
+    expected, reference, batch = _reference_loss(case)
+    expect_close("compute_loss(...)", got, expected, atol=1e-8, rtol=1e-8,
+                 diagnose=lambda _got: _loss_diagnosis(run, case, expected, reference, batch),
+                 cause="logits = model(src, tgt_in, src_mask, tgt_mask); "
+                       "criterion(logits.reshape(-1, vocab), tgt_out.reshape(-1)).")
 
 
 @check("compute_loss ignores padding: extra <pad> columns leave the loss unchanged")
-@_one_thread()
 def compute_loss_ignores_padding(compute_loss: Callable[..., Any], batch_size: int = 4, extra: int = 3,
                                  seed: int = 3) -> None:
-    model = _model(seed).eval()
-    pairs = _pairs(batch_size, seed)
-    padded_pairs = [(source + [PAD] * extra, target + [PAD] * (extra + 1)) for source, target in pairs]
-    batch, padded = reference_collate(pairs, PAD), reference_collate(padded_pairs, PAD)
-    criterion = make_criterion(PAD, 0.1)
-    with torch.no_grad():
-        short = _student_loss(compute_loss, model, batch, criterion)
-        long = _student_loss(compute_loss, model, padded, criterion)
-        counted = F.cross_entropy(  # the same loss with <pad> positions counted
-            model(padded.src, padded.tgt_in, padded.src_mask, padded.tgt_mask).reshape(-1, VOCAB),
-            padded.tgt_out.reshape(-1), label_smoothing=0.1)
-        expect_close(
-            "compute_loss on the batch with extra padding", long, short, atol=1e-8, rtol=1e-8,
-            suspects={"the loss counts <pad> positions: use the given criterion, built with "
-                      "ignore_index=pad_idx, instead of a new nn.CrossEntropyLoss().": lambda: counted},
-            cause="<pad> targets must not count: pass the given `criterion` the targets tgt_out, and "
-                  "don't average over all positions yourself.",
-        )
+    short_case, long_case = LossCase(seed, batch_size), LossCase(seed, batch_size, extra=extra)
+    short = _loss_tensor(_loss_run(compute_loss, short_case).loss)
+    run = _loss_run(compute_loss, long_case)
+    long = _loss_tensor(run.loss)
+
+    def diagnose(_got: torch.Tensor) -> Diagnosis:
+        expected, reference, batch = _reference_loss(long_case)
+        return _loss_diagnosis(run, long_case, expected, reference, batch)
+
+    expect_close("compute_loss on the batch with extra padding", long, short, atol=1e-8, rtol=1e-8,
+                 diagnose=diagnose,
+                 cause="<pad> targets must not count: pass the given `criterion` the targets tgt_out, and "
+                       "don't average over all positions yourself.")
 
 
-# --- the schedule ---------------------------------------------------------------------------------
+# --- the schedule -------------------------------------------------------------------------------------------
 
 
-def _rates(noam_learning_rate: Callable[..., Any], steps: Sequence[int], d_model: int, warmup_steps: int,
-           factor: float) -> torch.Tensor:
+@on_student_side
+def _rates(noam_learning_rate: Callable[..., Any], points: list[tuple[int, int, int, float]]) -> list[float]:
+    """The student's rate at each (step, d_model, warmup_steps, factor)."""
     values = []
     with student_code():
-        for step in steps:
+        for step, d_model, warmup_steps, factor in points:
             value = noam_learning_rate(step, d_model, warmup_steps, factor)
             try:
                 values.append(float(value))
             except (TypeError, ValueError):
                 fail("noam_learning_rate returned something that is not a number.", expected="a float",
                      got=f"{type(value).__name__} {value!r}"[:120], cause="return the learning rate as a float.")
-    return torch.tensor(values, dtype=torch.float64)
+    return values
 
 
-def _formula(steps: Sequence[int], d_model: int, warmup_steps: int, factor: float, *, d_power: float = -0.5,
-             warmup_power: float = -1.5, combine: Callable[[float, float], float] = min,
-             use_factor: bool = True) -> torch.Tensor:
-    scale = (factor if use_factor else 1.0) * d_model ** d_power
-    return torch.tensor([scale * combine(step ** -0.5, step * warmup_steps ** warmup_power) for step in steps],
-                        dtype=torch.float64)
+def _paper_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """The paper's rate (eq. 3) times factor; step 0 counts as step 1."""
+    step = max(step, 1)
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
 
 
 SCHEDULE_STEPS = (1, 2, 10, 100, 1000, 3999, 4000, 4001, 8000, 100000)
+PAPER_EXPONENTS = {"warm-up": {"step": 1.0, "d_model": -0.5, "warmup_steps": -1.5, "factor": 1.0},
+                   "decay": {"step": -0.5, "d_model": -0.5, "warmup_steps": 0.0, "factor": 1.0}}
 
 
-def _schedule_departure(got: torch.Tensor, steps: Sequence[int], d_model: int, warmup_steps: int,
-                        factor: float) -> str | None:
-    """Compare the student's rates with the reference's at the same steps, one step off, and branch by branch."""
-    def rate(step: int) -> float:
-        return reference_rate(step, d_model, warmup_steps, factor) if step >= 1 else float("nan")
+def _exponents(noam_learning_rate: Callable[..., Any], d_model: int, warmup_steps: int, factor: float,
+               ) -> dict[str, dict[str, float]] | None:
+    """How the student's rate grows with each argument, branch by branch: the exponent k with
+    rate(2x) = 2^k · rate(x), measured at step 1 (the warm-up, wherever a wrong formula makes it end) and
+    deep in the decay (8 · warmup_steps). None when a rate there is not a positive number."""
+    names = ("step", "d_model", "warmup_steps", "factor")
+    found: dict[str, dict[str, float]] = {}
+    for branch, step in (("warm-up", 1), ("decay", 8 * warmup_steps)):
+        base = (step, d_model, warmup_steps, factor)
+        points = [base]
+        for index, name in enumerate(names):
+            point = list(base)
+            point[index] *= 2
+            if branch == "decay" and name == "warmup_steps":
+                point[0] *= 2  # the step doubles with it, to stay as deep in the decay
+            points.append(tuple(point))
+        values = _rates(noam_learning_rate, points)
+        if not all(math.isfinite(value) and value > 0 for value in values):
+            return None
+        found[branch] = {name: math.log2(value / values[0]) for name, value in zip(names, values[1:], strict=True)}
+    found["decay"]["warmup_steps"] -= found["decay"]["step"]
+    return found
 
-    def same(values: list[float], chosen: Sequence[int]) -> bool:
-        pairs = [(float(got[index]), values[index]) for index in chosen if math.isfinite(values[index])]
-        return bool(pairs) and all(math.isclose(a, b, rel_tol=1e-9) for a, b in pairs)
 
-    everywhere = range(len(steps))
-    for shift in (1, -1):
-        if same([rate(step + shift) for step in steps], [i for i in everywhere if steps[i] + shift >= 1]):
-            sign = "+" if shift > 0 else "-"
-            return (f"the learning rate at step s is the reference's at step s {sign} 1: the schedule is off by one "
-                    "step. Steps count from 1 (only step 0, which LambdaLR asks for first, is treated as step 1: "
-                    "step = max(step, 1)).")
-    expected = [rate(step) for step in steps]
-    ratios = [float(got[index]) / value for index, value in enumerate(expected) if value]
-    if ratios and all(math.isclose(r, ratios[0], rel_tol=1e-9) for r in ratios) and not math.isclose(ratios[0], 1):
-        return (f"every rate is {ratios[0]:.6g} × the reference's: a constant factor is wrong (factor, "
-                "d_model^-0.5).")
-    warm = [i for i in everywhere if steps[i] < warmup_steps]
-    decay = [i for i in everywhere if steps[i] > warmup_steps]
-    for branch, words in ((warm, "during the warm-up"), (decay, "after the warm-up")):
-        if len(branch) > 1 and all(math.isclose(float(got[i]), float(got[branch[0]]), rel_tol=1e-9) for i in branch):
-            return (f"{words} the rate stays at {float(got[branch[0]]):.4g} whatever the step: it must change with "
-                    "the step, rising as step · warmup_steps^-1.5 during the warm-up and falling as step^-0.5 "
-                    "after it.")
-    if warm and decay and same(expected, decay) and not same(expected, warm):
-        return ("after the warm-up the rates are right, during it they are not: the warm-up branch must rise "
-                "linearly, step · warmup_steps^-1.5 (times factor · d_model^-0.5), and meet the decay at "
-                "step = warmup_steps.")
-    if warm and decay and same(expected, warm) and not same(expected, decay):
-        return ("during the warm-up the rates are right, after it they are not: the decay branch is step^-0.5 "
-                "(times factor · d_model^-0.5), and min() picks it once step > warmup_steps.")
+BRANCHES = {"warm-up": ("during the warm-up (step < warmup_steps)", "the warm-up branch, step · warmup_steps^-1.5"),
+            "decay": ("after the warm-up (step > warmup_steps)", "the decay branch, step^-0.5")}
+
+
+def _exponent_reading(found: dict[str, dict[str, float]]) -> str | None:
+    """The first exponent that differs from the paper's, in words."""
+    def follows(branch: str, paper: str) -> bool:
+        return all(abs(found[branch][name] - value) < 1e-6 for name, value in PAPER_EXPONENTS[paper].items())
+
+    if follows("warm-up", "decay"):
+        return ("the two branches are exchanged: before warmup_steps your rate falls as step^-0.5 and after it it "
+                "keeps rising as step · warmup_steps^-1.5. max instead of min? The rate is the smaller branch."
+                if follows("decay", "warm-up") else
+                "there is no warm-up: before warmup_steps the rate already follows the decay, d_model^-0.5 · "
+                "step^-0.5. The rate is the SMALLER branch, min(step^-0.5, step · warmup_steps^-1.5): it rises first.")
+    for branch, (when, formula) in BRANCHES.items():
+        for name, paper in PAPER_EXPONENTS[branch].items():
+            got = found[branch][name]
+            if abs(got - paper) < 1e-6:
+                continue
+            if name == "step" and branch == "warm-up" and abs(got) < 1e-6:
+                return (f"{when} the rate stays the same whatever the step (step^0): the warm-up branch is "
+                        "step · warmup_steps^-1.5, which rises linearly with the step.")
+            where = {"factor": "multiply the whole rate by the `factor` argument",
+                     "d_model": "check the factor d_model^-0.5 in front of both branches"}.get(
+                         name, f"check the exponent of {name} in {formula}")
+            return f"{when} the rate goes as {name}^{got:.3g} where the paper's goes as {name}^{paper:g}: {where}."
     return None
+
+
+def _schedule_cause(noam_learning_rate: Callable[..., Any], got: torch.Tensor, steps: Sequence[int],
+                    d_model: int, warmup_steps: int, factor: float) -> str | None:
+    """Where the student's schedule departs from the paper's, measured from its values: one step off, an
+    exponent of one branch, or a constant factor."""
+    def rate(step: int) -> float:
+        return _paper_rate(step, d_model, warmup_steps, factor)
+
+    for shift in (1, -1):
+        if all(math.isclose(float(value), rate(step + shift), rel_tol=1e-9) for value, step in zip(got, steps,
+                                                                                                   strict=True)
+               if step + shift >= 1):
+            return (f"the learning rate at step s is the paper's at step s {'+' if shift > 0 else '-'} 1: the "
+                    "schedule is off by one step. Steps count from 1 (only step 0 is treated as step 1: "
+                    "step = max(step, 1)).")
+    try:
+        found = _exponents(noam_learning_rate, d_model, warmup_steps, factor)
+    except Exception:  # a schedule that cannot be measured at other settings says nothing more here
+        found = None
+    reading = _exponent_reading(found) if found else None
+    ratios = {round(float(value) / rate(step), 9) for value, step in zip(got, steps, strict=True)}
+    if reading is None and len(ratios) == 1:
+        return f"every rate is {ratios.pop():.6g} × the paper's: a constant factor is wrong."
+    return reading
+
+
+RATE_RECIPE = "lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5) (paper, eq. 3)."
 
 
 @check("noam_learning_rate follows d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), times factor")
 def noam_values(noam_learning_rate: Callable[..., Any], d_model: int = 512, warmup_steps: int = 4000,
                 factor: float = 2.0) -> None:
     steps = [max(1, round(step * warmup_steps / 4000)) for step in SCHEDULE_STEPS]
-    got = _rates(noam_learning_rate, steps, d_model, warmup_steps, factor)
-    expected = torch.tensor([reference_rate(step, d_model, warmup_steps, factor) for step in steps],
-                            dtype=torch.float64)
+    got = torch.tensor(_rates(noam_learning_rate, [(step, d_model, warmup_steps, factor) for step in steps]),
+                       dtype=torch.float64)
+    expected = torch.tensor([_paper_rate(step, d_model, warmup_steps, factor) for step in steps], dtype=torch.float64)
 
-    def wrong(**options: Any) -> Callable[[], torch.Tensor]:
-        return lambda: _formula(steps, d_model, warmup_steps, factor, **options)
+    def diagnose(_got: torch.Tensor) -> Diagnosis:
+        return Diagnosis("", _schedule_cause(noam_learning_rate, got, steps, d_model, warmup_steps, factor) or "")
 
-    expect_close(
-        f"rates at steps {steps} (d_model={d_model}, warmup={warmup_steps}, factor={factor})",
-        got, expected, atol=0, rtol=1e-9,
-        suspects={
-            "the factor d_model^-0.5 is missing.": wrong(d_power=0.0),
-            "d_model^+0.5 instead of d_model^-0.5.": wrong(d_power=0.5),
-            "warmup_steps^-0.5 instead of warmup_steps^-1.5 in the warm-up branch: the rise must be "
-            "step · warmup^-1.5 so that both branches meet at step = warmup_steps.": wrong(warmup_power=-0.5),
-            "max instead of min: the smaller of the two branches is the rate.": wrong(combine=max),
-            "the `factor` argument is ignored: multiply the whole rate by it.": wrong(use_factor=False),
-            "no warm-up: the rate is only the decay d_model^-0.5 · step^-0.5.": wrong(combine=lambda a, b: a),
-        },
-        cause=_schedule_departure(got, steps, d_model, warmup_steps, factor)
-        or "lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5) (paper, eq. 3).",
-    )
+    expect_close(f"rates at steps {steps} (d_model={d_model}, warmup={warmup_steps}, factor={factor})",
+                 got, expected, atol=0, rtol=1e-9, diagnose=diagnose, cause=RATE_RECIPE)
 
 
 @check("noam_learning_rate peaks exactly at step = warmup_steps")
 def noam_peak_at_warmup(noam_learning_rate: Callable[..., Any], d_model: int = 64, warmup_steps: int = 100,
                         ) -> None:
     steps = list(range(1, 3 * warmup_steps + 1))
-    got = _rates(noam_learning_rate, steps, d_model, warmup_steps, 1.0)
+    got = torch.tensor(_rates(noam_learning_rate, [(step, d_model, warmup_steps, 1.0) for step in steps]),
+                       dtype=torch.float64)
     peak = steps[int(got.argmax())]
     if peak != warmup_steps:
         fail("the learning rate does not peak at the end of the warm-up.",
              expected=f"the largest rate at step {warmup_steps}", got=f"the largest rate at step {peak}",
-             cause=_schedule_departure(got, steps, d_model, warmup_steps, 1.0)
+             cause=_schedule_cause(noam_learning_rate, got, steps, d_model, warmup_steps, 1.0)
              or "the two branches of min(step^-0.5, step · warmup^-1.5) meet at step = warmup_steps; "
                 "check the exponents.")
     top = d_model ** -0.5 * warmup_steps ** -0.5
     if not math.isclose(float(got.max()), top, rel_tol=1e-9):
         fail("the peak learning rate is wrong.", expected=f"d_model^-0.5 · warmup^-0.5 = {top:.6g}",
-             got=f"{float(got.max()):.6g}", cause="check the factor d_model^-0.5.")
+             got=f"{float(got.max()):.6g}",
+             cause=_schedule_cause(noam_learning_rate, got, steps, d_model, warmup_steps, 1.0)
+             or "check the factor d_model^-0.5.")
 
 
-@check("noam_learning_rate(0, ...) does not divide by zero (step 0 counts as step 1)")
+ZERO_CAUSE = ("0 ** -0.5 divides by zero: treat step 0 as step 1 first, e.g. `step = max(step, 1)`. "
+              "The given make_optimizer never asks for step 0, but other callers of the schedule may.")
+
+
+@check("noam_learning_rate(0, ...) gives the rate of step 1 (step 0 counts as step 1: no division by zero)")
 def noam_step_zero(noam_learning_rate: Callable[..., Any], d_model: int = 512, warmup_steps: int = 4000) -> None:
-    cause = ("0 ** -0.5 divides by zero: treat step 0 as step 1 first, e.g. `step = max(step, 1)`. "
-             "The given make_optimizer never asks for step 0, but other callers of the schedule may.")
     try:
-        got = _rates(noam_learning_rate, [0, 1], d_model, warmup_steps, 1.0)
+        value, first = _rates(noam_learning_rate, [(0, d_model, warmup_steps, 1.0), (1, d_model, warmup_steps, 1.0)])
     except (ZeroDivisionError, ValueError, OverflowError) as error:
         fail("noam_learning_rate(0, ...) raised an error.", expected="a finite learning rate",
-             got=f"{type(error).__name__}: {error}", cause=cause)
+             got=f"{type(error).__name__}: {error}", cause=ZERO_CAUSE)
     # Graded against the student's own step 1 (one property only: a wrong formula is noam_values' business),
-    # or the reference's (a schedule off by one step gives step 0 the rate of step 1: noam_values says so).
-    value, first = float(got[0]), float(got[1])
-    usable = (math.isclose(value, first, rel_tol=1e-9) or value == 0.0
-              or math.isclose(value, reference_rate(1, d_model, warmup_steps), rel_tol=1e-9))
-    if not math.isfinite(value) or not usable:
-        fail("noam_learning_rate(0, ...) is not usable.", expected=f"the rate of step 1 ({first:.6g}), or 0",
-             got=f"{value!r}", cause=cause if not math.isfinite(value) else
-             "LambdaLR uses the rate of step 0 for the first update: treat step 0 as step 1, step = max(step, 1).")
+    # or the paper's (a schedule off by one step gives step 0 the rate of step 1: noam_values says so).
+    if math.isfinite(value) and (math.isclose(value, first, rel_tol=1e-9)
+                                 or math.isclose(value, _paper_rate(1, d_model, warmup_steps), rel_tol=1e-9)):
+        return
+    if not math.isfinite(value):
+        cause = ZERO_CAUSE
+    elif value == 0.0:
+        cause = ("a rate of 0 at step 0 freezes the first update: a scheduler that counts from 0 (LambdaLR asks "
+                 "for step 0 first) would leave the weights unchanged by the first batch. Treat step 0 as step 1: "
+                 "step = max(step, 1).")
+    else:
+        cause = "treat step 0 as step 1 (step = max(step, 1)), so it gets the rate of step 1."
+    fail("noam_learning_rate(0, ...) is not the rate of step 1.", expected=f"the rate of step 1 ({first:.6g})",
+         got=f"{value!r}", cause=cause)
 
 
-# --- train_epoch ----------------------------------------------------------------------------------
+# --- train_epoch --------------------------------------------------------------------------------------------
 
 
-class _RecordingSGD(torch.optim.SGD):
-    """Plain SGD that records, at every step, the learning rate and the gradients it is about to apply."""
+@dataclass(frozen=True)
+class EpochSetup:
+    """Everything a train_epoch check hands to the student's train_epoch, built the same on both sides."""
 
-    def __init__(self, parameters: Any, lr: float) -> None:
-        super().__init__(parameters, lr=lr)
-        self.records: list[dict[str, float]] = []
+    seed: int
+    sizes: tuple[int, ...]  # sentences per batch
+    copy_task: bool = False
+    d_model: int = 16
+    num_heads: int = 2
+    d_ff: int = 32
+    double: bool = True
+    dropout: float = 0.0
+    optimizer: str = "sgd"  # "sgd" or "adam"
+    lr: float = 0.5
+    schedule: str = "constant"  # "constant" (rate 1), "warmup" (the paper's, own copy) or "none" (no scheduler)
+    rate_d_model: int = 16
+    warmup_steps: int = 4
+    rate_factor: float = 1.0
+    clip_norm: float = 1e9
+    label_smoothing: float = 0.0
+    epochs: int = 1
+    start_in_eval: bool = False
+    keep_gradients: bool = False  # record the gradient and the weights at every optimizer.step()
+
+    def model(self) -> nn.Module:
+        return _model(self.seed, d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff,
+                      dtype=torch.float64 if self.double else torch.float32, dropout=self.dropout)
+
+    def batches(self) -> list[Batch]:
+        pairs = _pairs(sum(self.sizes), self.seed, copy_task=self.copy_task)
+        starts = [sum(self.sizes[:index]) for index in range(len(self.sizes))]
+        return [reference_collate(pairs[start:start + size], PAD) for start, size in zip(starts, self.sizes,
+                                                                                          strict=True)]
+
+    def criterion(self) -> nn.Module:
+        return nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=self.label_smoothing)
+
+    def rate(self, index: int) -> float:
+        """The schedule's multiplier after `index` scheduler steps (LambdaLR's lr_lambda)."""
+        if self.schedule != "warmup":
+            return 1.0
+        return _paper_rate(index + 1, self.rate_d_model, self.warmup_steps, self.rate_factor)
+
+
+@dataclass
+class StepRecord:
+    """What one optimizer.step() saw: the learning rate, the gradients' total norm, whether every gradient was
+    None, and (when kept) the flat gradient and the weights before the update."""
+
+    lr: float
+    norm: float
+    empty: bool
+    gradient: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
+
+
+@dataclass
+class LossRecord:
+    """One call of compute_loss from train_epoch: its value, the batch's real tokens, whether it was
+    backpropagated."""
+
+    value: float
+    tokens: int
+    backpropagated: bool = False
+
+
+@dataclass
+class EpochRun:
+    """What the student's train_epoch did: its return value per epoch, every optimizer step, how often it
+    stepped the scheduler, the training mode of every forward pass, every loss it computed, the learning rate
+    at the end and whether the weights changed."""
+
+    returned: list[Any] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+    scheduler_steps: int = 0
+    modes: list[bool] = field(default_factory=list)
+    losses: list[LossRecord] = field(default_factory=list)
+    final_lr: float = 0.0
+    changed: bool = False
+
+
+class _Spy:
+    """An optimiser that records, at every step, the learning rate and the gradients it is about to apply."""
+
+    run: EpochRun
+    keep: bool
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:  # noqa: ANN401
-        gradients = [p.grad.reshape(-1) for group in self.param_groups for p in group["params"] if p.grad is not None]
-        flat = torch.cat(gradients) if gradients else torch.zeros(1)
-        self.records.append({"lr": float(self.param_groups[0]["lr"]), "norm": float(flat.norm()),
-                             "largest": float(flat.abs().max())})
-        return super().step(closure)
+        parameters = [p for group in self.param_groups for p in group["params"]]  # type: ignore[attr-defined]
+        gradients = [p.grad for p in parameters]
+        flat = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
+                          for g, p in zip(gradients, parameters, strict=True)])
+        weights = torch.cat([p.detach().reshape(-1) for p in parameters]) if self.keep else None
+        self.run.steps.append(StepRecord(float(self.param_groups[0]["lr"]), float(flat.norm()),  # type: ignore
+                                         all(g is None for g in gradients), flat.clone() if self.keep else None,
+                                         weights))
+        return super().step(closure)  # type: ignore[misc]
+
+
+class _SpySGD(_Spy, torch.optim.SGD):
+    pass
+
+
+class _SpyAdam(_Spy, torch.optim.Adam):
+    pass
 
 
 @contextmanager
-def _reference_compute_loss(train_epoch: Callable[..., Any]) -> Iterator[None]:
-    """Let the student's train_epoch call the reference compute_loss (restored afterwards)."""
+def _course_compute_loss(train_epoch: Callable[..., Any], run: EpochRun) -> Iterator[None]:
+    """Let the student's train_epoch call the reference compute_loss (restored afterwards), noting every loss."""
     namespace = getattr(train_epoch, "__globals__", {})
     had = "compute_loss" in namespace
     saved = namespace.get("compute_loss")
+    supplied(reference_compute_loss)
+
+    def compute_loss(model: nn.Module, batch: Batch, criterion: nn.Module) -> torch.Tensor:
+        loss = reference_compute_loss(model, batch, criterion)
+        record = LossRecord(float(loss.detach()), int((batch.tgt_out != PAD).sum()))
+        run.losses.append(record)
+        if loss.requires_grad:
+            def backpropagated(gradient: torch.Tensor) -> torch.Tensor:
+                record.backpropagated = True
+                return gradient
+            loss.register_hook(backpropagated)
+        return loss
+
+    supplied(compute_loss)
     if had:
-        namespace["compute_loss"] = reference_compute_loss
+        namespace["compute_loss"] = compute_loss
     try:
         yield
     finally:
@@ -623,247 +855,312 @@ AUTOGRAD_CRASHES = {
 }
 
 
-def _run(train_epoch: Callable[..., Any], model: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer,
-         scheduler: Any = None, clip_norm: float = 1e9, label_smoothing: float = 0.0) -> float:
-    criterion = make_criterion(PAD, label_smoothing)
-    try:
-        with student_code(), _reference_compute_loss(train_epoch):
-            result = train_epoch(model, batches, criterion, optimizer, scheduler, device="cpu", clip_norm=clip_norm,
-                                 progress=False)
-    except AttributeError as error:
-        if "NoneType" in str(error) and "step" in str(error):
+def _explain_epoch_crash(error: Exception) -> None:
+    """Fail with the cause of a known crash of train_epoch; return for any other."""
+    text = str(error)
+    if isinstance(error, AttributeError):
+        if "NoneType" in text and "step" in text:
             fail("train_epoch fails when it is given no scheduler.", expected="scheduler=None to be allowed",
                  got=f"AttributeError: {error}",
                  cause="step the scheduler only if there is one: `if scheduler is not None: scheduler.step()`.")
-        if "object has no attribute 'backward'" in str(error):
+        if "object has no attribute 'backward'" in text:
             fail("train_epoch calls .backward() on something that is not a tensor.", expected="loss.backward() on "
                  "the tensor compute_loss returns", got=f"AttributeError: {error}",
                  cause="keep `loss` the tensor compute_loss returns (loss.item() or float(loss) is a plain number, "
                        "with no graph to backpropagate through); the given lines call loss.item() themselves.")
-        raise
-    except RuntimeError as error:
+    if isinstance(error, RuntimeError):
         for sign, cause in AUTOGRAD_CRASHES.items():
-            if sign in str(error):
+            if sign in text:
                 fail("train_epoch crashed in loss.backward().", expected="a backward pass through the model",
-                     got=f"RuntimeError: {str(error).splitlines()[0][:120]}", cause=cause)
-        raise
-    except NameError as error:
-        if "loss" in str(error):
-            fail("the lines after your code cannot find the batch loss.", expected="a variable named `loss`",
-                 got=f"{type(error).__name__}: {error}",
-                 cause="store the batch's loss in `loss` (loss = compute_loss(...)); the given lines read it.")
-        raise
-    if not isinstance(result, int | float | torch.Tensor):
-        fail("train_epoch returned something that is not a number.", expected="the mean loss per token",
-             got=f"{type(result).__name__}", cause="keep the given `return` line.")
-    return float(result)
+                     got=f"RuntimeError: {text.splitlines()[0][:120]}", cause=cause)
+    if isinstance(error, NameError) and "loss" in text:
+        fail("the lines after your code cannot find the batch loss.", expected="a variable named `loss`",
+             got=f"{type(error).__name__}: {error}",
+             cause="store the batch's loss in `loss` (loss = compute_loss(...)); the given lines read it.")
 
 
-def _manual_epoch(model: nn.Module, batches: list[Batch], optimizer: torch.optim.Optimizer, *,
-                  zero_grad: bool = True, step: bool = True, clip: float | None = None) -> None:
-    """A deliberately simple (possibly wrong) epoch, to reproduce a suspected mistake."""
-    criterion = make_criterion(PAD, 0.0)
+@on_student_side
+def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
+    """The student's train_epoch on the setup's model and batches, with the reference compute_loss, a spying
+    optimiser and (unless the setup has none) a LambdaLR with the check's own schedule; `setup.epochs` epochs."""
+    run = EpochRun()
+    model, batches, criterion = setup.model(), setup.batches(), setup.criterion()
+    supplied(model)
+    if setup.start_in_eval:
+        model.eval()  # as evaluate() leaves it, between two epochs
+    start = _parameters(model).clone()
+    spy = _SpyAdam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9) if setup.optimizer == "adam" \
+        else _SpySGD(model.parameters(), lr=setup.lr)
+    spy.run, spy.keep = run, setup.keep_gradients
+    scheduler = None if setup.schedule == "none" else torch.optim.lr_scheduler.LambdaLR(spy, setup.rate)
+
+    def mode(module: nn.Module, _args: tuple) -> None:
+        run.modes.append(module.training and all(part.training for part in module.modules()
+                                                 if isinstance(part, nn.Dropout)))
+
+    handle = model.register_forward_pre_hook(mode)
+    try:
+        with _one_thread(), torch.random.fork_rng(devices=[]), student_code(), \
+                _course_compute_loss(train_epoch, run):
+            torch.manual_seed(setup.seed)
+            for _ in range(setup.epochs):
+                result = train_epoch(model, batches, criterion, spy, scheduler, device="cpu",
+                                     clip_norm=setup.clip_norm, progress=False)
+                run.returned.append(float(result) if isinstance(result, int | float | torch.Tensor)
+                                    and getattr(result, "numel", lambda: 1)() == 1 else describe(result))
+    except (AttributeError, RuntimeError, NameError) as error:
+        _explain_epoch_crash(error)
+        raise
+    finally:
+        handle.remove()
+    run.final_lr = float(spy.param_groups[0]["lr"])
+    run.scheduler_steps = scheduler.last_epoch if scheduler is not None else 0
+    run.changed = not torch.equal(_parameters(model), start)
+    return run
+
+
+def _returned(run: EpochRun) -> list[float]:
+    for value in run.returned:
+        if not isinstance(value, float):
+            fail("train_epoch returned something that is not a number.", expected="the mean loss per token",
+                 got=value, cause="keep the given `return` line.")
+    return run.returned
+
+
+def _one_step_per_batch(run: EpochRun, batches: int, cause: str | None = None) -> None:
+    if len(run.steps) != batches:
+        fail("optimizer.step() was not called once per batch.", expected=f"{batches} calls",
+             got=f"{len(run.steps)} calls" + (": the weights never changed" if not run.steps else ""),
+             cause=cause or "call optimizer.step() once per batch, after loss.backward() and the clipping.")
+
+
+def _fresh_gradient(setup: EpochSetup, weights: torch.Tensor, index: int) -> torch.Tensor:
+    """The reference gradient of batch `index` at the given weights (what backward gives after zero_grad)."""
+    model = setup.model()
+    torch.nn.utils.vector_to_parameters(weights.to(next(model.parameters()).dtype), model.parameters())
     model.train()
-    for batch in batches:
-        if zero_grad:
-            optimizer.zero_grad()
-        reference_compute_loss(model, batch, criterion).backward()
-        if clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), clip)
-        if step:
-            optimizer.step()
+    with _one_thread(), torch.enable_grad():
+        reference_compute_loss(model, setup.batches()[index], setup.criterion()).backward()
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                      for p in model.parameters()]).double()
+
+
+def _proportional(got: torch.Tensor, wanted: torch.Tensor) -> float | None:
+    """c > 0 with got = c · wanted (up to rounding), else None."""
+    denominator = float((wanted * wanted).sum())
+    if denominator == 0:
+        return None
+    scale = float((got * wanted).sum()) / denominator
+    if scale > 0 and torch.allclose(got, scale * wanted, rtol=1e-6, atol=1e-9 * float(wanted.abs().max())):
+        return scale
+    return None
+
+
+def _accumulated(got: torch.Tensor, fresh: torch.Tensor, before: torch.Tensor) -> bool:
+    """Whether got = fresh + before: the previous step's gradient was still in .grad when backward added to it."""
+    return bool(torch.allclose(got, fresh + before, rtol=1e-6, atol=1e-9 * float(fresh.abs().max())))
+
+
+@check("train_epoch trains in train mode (dropout on), also after an evaluation left the model in eval mode")
+def train_epoch_train_mode(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 8) -> None:
+    run = _train(train_epoch, EpochSetup(seed, (4,) * num_batches, dropout=0.3, lr=0.1, start_in_eval=True))
+    if not run.modes:
+        fail("train_epoch never ran the model.", expected=f"{num_batches} forward passes", got="none",
+             cause="compute each batch's loss with compute_loss(model, batch, criterion).")
+    if not all(run.modes):
+        fail("the model was in eval mode during training: dropout was off.",
+             expected="every forward pass in train mode",
+             got=f"{run.modes.count(False)} of {len(run.modes)} forward passes in eval mode",
+             cause="keep the given model.train() at the start of train_epoch: evaluate() switches the model to "
+                   "eval mode, so every epoch after the first would otherwise train without dropout.")
+
+
+@check("train_epoch zeroes the gradients every batch: each optimizer.step() gets only its own batch's gradient")
+def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 4) -> None:
+    setup = EpochSetup(seed, (6,) * num_batches, keep_gradients=True)
+    run = _train(train_epoch, setup)
+    _one_step_per_batch(run, num_batches)
+    recipe = "per batch: optimizer.zero_grad(); loss = compute_loss(...); loss.backward(); clip; optimizer.step()."
+    for index, step in enumerate(run.steps):
+        got, fresh = step.gradient.double(), _fresh_gradient(setup, step.weights, index)
+        if _proportional(got, fresh) is not None:
+            continue
+        where = f"at batch {index + 1} of {num_batches}"
+        if step.empty or float(got.abs().max()) == 0:
+            fail("optimizer.step() found no gradients.", expected=f"{where}, the gradient of that batch",
+                 got="every .grad None" if step.empty else "every .grad 0",
+                 cause="the gradients are zeroed between loss.backward() and optimizer.step(), so the step has "
+                       "nothing to apply and the weights never change: zero them at the start of the batch, "
+                       "before loss.backward()." + ("" if step.empty else " (Or they are clipped to a norm of 0: "
+                                                    "pass clip_norm as the clipping's limit.)"))
+        before = run.steps[index - 1].gradient if index else None
+        if before is not None and _accumulated(got, fresh, before.double()):
+            fail("optimizer.step() received the sum of this batch's gradient and the previous ones.",
+                 expected=f"{where}, the gradient of that batch alone",
+                 got=f"gradient norm {got.norm():.4g} instead of {fresh.norm():.4g}",
+                 cause="the gradients accumulate from batch to batch: call optimizer.zero_grad() at the start of "
+                       "every batch (loss.backward() ADDS to .grad).")
+        fail("optimizer.step() did not receive the batch's gradient.", expected=f"{where}, the gradient of that "
+             f"batch (norm {fresh.norm():.4g}), or a multiple of it after clipping",
+             got=f"another gradient, of norm {got.norm():.4g}", cause=f"{RECIPE} {recipe}")
+
+
+CLIP = "nn.utils.clip_grad_norm_(model.parameters(), clip_norm)"
+
+
+def _clip_reading(got: torch.Tensor, fresh: torch.Tensor, sizes: list[int], clip_norm: float) -> str | None:
+    """How the gradient a step received relates to the batch's fresh gradient: as it was, clamped entry by
+    entry, clipped parameter by parameter, or scaled to another norm."""
+    norm = float(got.norm())
+    if norm == 0:
+        return ("every gradient is 0 at optimizer.step(): clipped to a norm of 0 (is clip_norm what you pass as "
+                f"the limit?), or zeroed after loss.backward(). Clip with {CLIP}.")
+    if torch.allclose(got, fresh, rtol=1e-6):
+        return f"the gradients reached optimizer.step() unclipped: call {CLIP} after loss.backward(), before it."
+    if torch.allclose(got, fresh.clamp(-clip_norm, clip_norm), rtol=1e-6, atol=1e-12):
+        return ("every element was clipped to ±clip_norm (clip_grad_value_): that changes the gradient's "
+                f"direction. Clip the total norm: {CLIP}.")
+    per_parameter = torch.cat([part * min(1.0, clip_norm / (float(part.norm()) + 1e-6)) for part in fresh.split(sizes)])
+    if torch.allclose(got, per_parameter, rtol=1e-6, atol=1e-12):
+        return f"each parameter's gradient was clipped to norm clip_norm on its own: clip all of them together, {CLIP}."
+    if _proportional(got, fresh) is None:
+        return None
+    if math.isclose(norm, 1.0, rel_tol=1e-5):
+        return "the norm was clipped to 1.0, not to the `clip_norm` argument: pass clip_norm."
+    return f"the gradient keeps its direction but its norm is {norm:.4g}, not min(its norm, clip_norm): {CLIP}."
+
+
+@check("train_epoch clips the gradients' total norm to clip_norm before optimizer.step()")
+def train_epoch_clips_gradients(train_epoch: Callable[..., Any], clip_norm: float = 0.05, num_batches: int = 2,
+                                seed: int = 5) -> None:
+    setup = EpochSetup(seed, (6,) * num_batches, lr=0.1, clip_norm=clip_norm, keep_gradients=True)
+    run = _train(train_epoch, setup)
+    _one_step_per_batch(run, num_batches)
+    sizes = [p.numel() for p in setup.model().parameters()]
+    got_norms, expected_norms, cause = [], [], None
+    for index, step in enumerate(run.steps):
+        fresh = _fresh_gradient(setup, step.weights, index)
+        got_norms.append(step.norm)  # no gradient at the step: nothing to clip (train_epoch_zero_grad says why)
+        expected_norms.append(0.0 if step.empty else min(float(fresh.norm()), clip_norm))
+        if not math.isclose(got_norms[-1], expected_norms[-1], rel_tol=1e-5):
+            cause = cause or _clip_reading(step.gradient.double(), fresh, sizes, clip_norm) or f"clip once: {CLIP}."
+    if cause is None:
+        return
+    fail("the gradients' total norm at optimizer.step() is not the clipped one.",
+         expected="norms " + ", ".join(f"{value:.4g}" for value in expected_norms) + f" (clip_norm = {clip_norm})",
+         got="norms " + ", ".join(f"{value:.4g}" for value in got_norms), cause=cause)
+
+
+def _rate_steps(lrs: Sequence[float], setup: EpochSetup, limit: int) -> list[int | None]:
+    """For each learning rate an optimizer step used, the schedule index it belongs to (None: none does)."""
+    table = [setup.rate(index) for index in range(limit)]
+    return [next((index for index, rate in enumerate(table) if math.isclose(lr, rate, rel_tol=1e-9)), None)
+            for lr in lrs]
+
+
+def _schedule_reading(indices: list[int | None], count: int, batches: int) -> str | None:
+    """What the schedule steps the updates used (and `count`, the scheduler's steps) say about scheduler.step()."""
+    if None in indices:
+        return None
+    if count == 0 or all(index == 0 for index in indices):
+        return "the scheduler is never stepped: call scheduler.step() after every optimizer.step()."
+    if indices == list(range(1, len(indices) + 1)):
+        return ("scheduler.step() comes before optimizer.step(): the first update must use the schedule's first "
+                "rate, so step the optimizer first.")
+    if len(indices) > 1 and all(b - a == 2 for a, b in zip(indices, indices[1:], strict=False)):
+        return "the scheduler is stepped twice per batch: once after optimizer.step() is enough."
+    if count < batches and indices == sorted(indices):
+        return (f"scheduler.step() ran {count} times for {batches} batches: step it once per batch (the schedule "
+                "counts optimizer updates, not epochs).")
+    return None
+
+
+@check("train_epoch steps the scheduler once per batch, after optimizer.step(), and runs without one (None)")
+def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches: int = 5, d_model: int = 16,
+                                    warmup_steps: int = 3, seed: int = 6) -> None:
+    setup = EpochSetup(seed, (4,) * num_batches, copy_task=True, lr=1.0, schedule="warmup", rate_d_model=d_model,
+                       warmup_steps=warmup_steps)
+    run = _train(train_epoch, setup)
+    used = torch.tensor([step.lr for step in run.steps], dtype=torch.float64)
+    expected = torch.tensor([setup.rate(index) for index in range(num_batches)], dtype=torch.float64)
+    indices = _rate_steps([step.lr for step in run.steps], setup, 3 * num_batches + 3)
+    reading = _schedule_reading(indices, run.scheduler_steps, num_batches)
+    _one_step_per_batch(run, num_batches, reading)
+    listing = ", ".join("?" if index is None else str(index + 1) for index in indices)
+    expect_close(f"learning rates used by the {num_batches} optimizer steps", used, expected, atol=0, rtol=1e-9,
+                 diagnose=lambda _got: Diagnosis(f"the updates used the rates of schedule steps {listing}",
+                                                 reading or ""),
+                 cause="one scheduler.step() per batch, right after optimizer.step().")
+    final = setup.rate(num_batches)
+    if not math.isclose(run.final_lr, final, rel_tol=1e-9):
+        fail("after the epoch the scheduler is at the wrong step.",
+             expected=f"the rate of step {num_batches + 1} after {num_batches} batches",
+             got=f"learning rate {run.final_lr:.6g}", cause=_schedule_reading(
+                 _rate_steps([run.final_lr], setup, 3 * num_batches + 3), run.scheduler_steps, num_batches)
+             or "call scheduler.step() exactly once per batch.")
+    _train(train_epoch, EpochSetup(seed, (4,), copy_task=True, lr=1.0, schedule="none"))  # must not crash
+
+
+def _weighted(records: Sequence[LossRecord]) -> float:
+    """The mean loss per real token of the batches' losses (nan when they have no tokens)."""
+    tokens = sum(record.tokens for record in records)
+    return sum(record.value * record.tokens for record in records) / tokens if tokens else math.nan
+
+
+@check("train_epoch returns the mean loss per target token, measured before each update")
+def train_epoch_mean_loss_per_token(train_epoch: Callable[..., Any], sizes: Sequence[int] = (3, 5, 7),
+                                    seed: int = 7) -> None:
+    setup = EpochSetup(seed, tuple(sizes), label_smoothing=0.1)  # batches of different sizes: weighting matters
+    run = _train(train_epoch, setup)
+    got = _returned(run)[0]
+    backpropagated = [record for record in run.losses if record.backpropagated]
+    if len(backpropagated) == len(sizes):  # the student's own trajectory: independent of how it updates
+        expected = _weighted(backpropagated)
+    else:  # compute_loss was not called by its name: the reference epoch, as the student's should be
+        model = setup.model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=setup.lr)
+        with _one_thread():
+            expected = reference_train_epoch(model, setup.batches(), setup.criterion(), optimizer, None,
+                                             clip_norm=setup.clip_norm, progress=False)
+
+    def diagnose(_got: torch.Tensor) -> Diagnosis:
+        others = [record for record in run.losses if not record.backpropagated]
+        readings = {
+            "the loss is measured after optimizer.step(): keep the `loss` that was backpropagated, computed "
+            "before the update.": _weighted(others) if len(others) == len(sizes) else None,
+            "the batches' losses are averaged as they are, not weighted by their real tokens: keep the given "
+            "lines that multiply each batch's loss by its number of real tokens.": (
+                sum(r.value for r in backpropagated) / len(backpropagated) if backpropagated else None),
+        }
+        found = next((cause for cause, value in readings.items()
+                      if value is not None and math.isclose(got, value, rel_tol=1e-7)), "")
+        return Diagnosis("", found)
+
+    expect_close("train_epoch(...)", torch.tensor(got, dtype=torch.float64), torch.tensor(expected,
+                 dtype=torch.float64), atol=1e-8, rtol=1e-7, diagnose=diagnose,
+                 cause="`loss` must be the batch's mean loss from compute_loss; the given lines weight it by "
+                       "the batch's real tokens.")
 
 
 @check("train_epoch learns: on a small copy task the loss falls clearly within a few epochs")
-@_one_thread()
 def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 4, num_batches: int = 16,
                                  seed: int = 0) -> None:
-    model = _model(seed, d_model=32, num_heads=4, d_ff=64, dtype=torch.float32)
-    start = _parameters(model).clone()
-    batches = _batches(num_batches, 32, seed)
-    optimizer, scheduler = make_optimizer(model, 32, warmup_steps=50, factor=0.5)
-    first_lr = optimizer.param_groups[0]["lr"]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        losses = [_run(train_epoch, model, batches, optimizer, scheduler, clip_norm=1.0) for _ in range(epochs)]
+    setup = EpochSetup(seed, (32,) * num_batches, copy_task=True, d_model=32, num_heads=4, d_ff=64, double=False,
+                       optimizer="adam", schedule="warmup", rate_d_model=32, warmup_steps=50, rate_factor=0.5,
+                       clip_norm=1.0, epochs=epochs)
+    run = _train(train_epoch, setup)
+    losses = _returned(run)
     if losses[-1] < 0.6 * losses[0]:
         return
-    if torch.equal(_parameters(model), start):
-        cause = "the weights never changed: call optimizer.step() after loss.backward()."
-    elif optimizer.param_groups[0]["lr"] == first_lr:
+    if not run.steps:
+        cause = "optimizer.step() is never called: call it after loss.backward(), once per batch."
+    elif not run.changed:
+        cause = ("the weights never changed although optimizer.step() ran: the gradients were empty or 0 when it "
+                 "ran (zeroed between loss.backward() and optimizer.step(), or clipped to a norm of 0?).")
+    elif run.scheduler_steps == 0:
         cause = "the learning rate never left its first, tiny warm-up value: call scheduler.step() after every batch."
     else:
         cause = ("check the order zero_grad -> loss -> backward -> clip -> optimizer.step -> scheduler.step, "
                  "and that the loss is computed with compute_loss(model, batch, criterion).")
     fail("the loss did not fall.", expected=f"epoch {epochs} loss below 60% of epoch 1's ({losses[0]:.3f})",
          got="losses per epoch " + ", ".join(f"{loss:.3f}" for loss in losses), cause=cause)
-
-
-@check("train_epoch trains in train mode (dropout on), also after an evaluation left the model in eval mode")
-@_one_thread()
-def train_epoch_train_mode(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 8) -> None:
-    model = _model(seed, dropout=0.3).eval()  # as evaluate() leaves it, between two epochs
-    modes: list[bool] = []
-
-    def record(module: nn.Module, _args: tuple) -> None:
-        modes.append(module.training and all(part.training for part in module.modules()
-                                             if isinstance(part, nn.Dropout)))
-
-    handle = model.register_forward_pre_hook(record)
-    try:
-        _run(train_epoch, model, _batches(num_batches, 4, seed), torch.optim.SGD(model.parameters(), lr=0.1))
-    finally:
-        handle.remove()
-    if not modes:
-        fail("train_epoch never ran the model.", expected=f"{num_batches} forward passes", got="none",
-             cause="compute each batch's loss with compute_loss(model, batch, criterion).")
-    if not all(modes):
-        fail("the model was in eval mode during training: dropout was off.",
-             expected="every forward pass in train mode",
-             got=f"{modes.count(False)} of {len(modes)} forward passes in eval mode",
-             cause="keep the given model.train() at the start of train_epoch: evaluate() switches the model to "
-                   "eval mode, so every epoch after the first would otherwise train without dropout.")
-
-
-@check("train_epoch zeroes the gradients every batch: weights after 2 steps match the reference")
-@_one_thread()
-def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 4) -> None:
-    batches = _batches(num_batches, 6, seed, copy_task=False)
-    model = _model(seed)
-    start = copy.deepcopy(model)
-    _run(train_epoch, model, batches, torch.optim.SGD(model.parameters(), lr=0.5))
-    expected_model = copy.deepcopy(start)
-    reference_train_epoch(expected_model, batches, make_criterion(PAD, 0.0),
-                          torch.optim.SGD(expected_model.parameters(), lr=0.5), None, clip_norm=1e9, progress=False)
-
-    def variant(**options: Any) -> Callable[[], torch.Tensor]:
-        def make() -> torch.Tensor:
-            wrong = copy.deepcopy(start)
-            _manual_epoch(wrong, batches, torch.optim.SGD(wrong.parameters(), lr=0.5), **options)
-            return _parameters(wrong)
-        return make
-
-    expect_close(
-        "the weights after the epoch", _parameters(model), _parameters(expected_model), atol=1e-8, rtol=1e-7,
-        suspects={
-            "the gradients accumulate from batch to batch: call optimizer.zero_grad() at the start of every "
-            "batch (loss.backward() ADDS to .grad).": variant(zero_grad=False),
-            "the weights never changed: call optimizer.step() after loss.backward() (and don't zero the "
-            "gradients between backward and step).": lambda: _parameters(start),
-            "the gradients were clipped to norm 1.0 although this check passes clip_norm=1e9: clip to the "
-            "`clip_norm` argument, not to a fixed number.": variant(clip=1.0),
-        },
-        cause="per batch: optimizer.zero_grad(); loss = compute_loss(...); loss.backward(); clip; "
-              "optimizer.step().",
-    )
-
-
-@check("train_epoch clips the gradients' total norm to clip_norm before optimizer.step()")
-@_one_thread()
-def train_epoch_clips_gradients(train_epoch: Callable[..., Any], clip_norm: float = 0.05, num_batches: int = 2,
-                                seed: int = 5) -> None:
-    batches = _batches(num_batches, 6, seed, copy_task=False)
-    model = _model(seed)
-    start = copy.deepcopy(model)
-    optimizer = _RecordingSGD(model.parameters(), lr=0.1)
-    _run(train_epoch, model, batches, optimizer, clip_norm=clip_norm)
-    if len(optimizer.records) != num_batches:
-        fail("optimizer.step() was not called once per batch.", expected=f"{num_batches} calls",
-             got=f"{len(optimizer.records)} calls", cause="call optimizer.step() once inside the loop.")
-    reference_optimizer = _RecordingSGD(start.parameters(), lr=0.1)
-    reference_train_epoch(start, batches, make_criterion(PAD, 0.0), reference_optimizer, None, clip_norm=clip_norm,
-                          progress=False)
-    got = torch.tensor([record["norm"] for record in optimizer.records], dtype=torch.float64)
-    expected = torch.tensor([record["norm"] for record in reference_optimizer.records], dtype=torch.float64)
-    if _close_enough(got, expected):
-        return
-    largest = max(record["largest"] for record in optimizer.records)
-    if largest <= clip_norm * (1 + 1e-6) and (got > clip_norm * (1 + 1e-6)).any():
-        cause = ("every element was clipped to ±clip_norm (clip_grad_value_): that changes the gradient's "
-                 "direction. Clip the total norm: nn.utils.clip_grad_norm_(model.parameters(), clip_norm).")
-    elif torch.isclose(got, torch.ones_like(got), rtol=1e-6).any():
-        cause = "the norm was clipped to 1.0, not to the `clip_norm` argument: pass clip_norm."
-    elif (got > clip_norm * (1 + 1e-6)).any():
-        cause = ("the gradients reached optimizer.step() unclipped: call nn.utils.clip_grad_norm_("
-                 "model.parameters(), clip_norm) after loss.backward(), before optimizer.step().")
-    else:
-        cause = "clip the total norm once, with nn.utils.clip_grad_norm_(model.parameters(), clip_norm)."
-    fail("the gradients' total norm at optimizer.step() is not the clipped one.",
-         expected="norms " + ", ".join(f"{value:.4g}" for value in expected.tolist()) + f" (clip_norm = {clip_norm})",
-         got="norms " + ", ".join(f"{value:.4g}" for value in got.tolist()), cause=cause)
-
-
-def _close_enough(got: torch.Tensor, expected: torch.Tensor) -> bool:
-    return got.shape == expected.shape and bool(torch.allclose(got, expected, rtol=1e-5, atol=1e-9))
-
-
-@check("train_epoch steps the scheduler once per batch, after optimizer.step()")
-@_one_thread()
-def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches: int = 5, d_model: int = 16,
-                                    warmup_steps: int = 3, seed: int = 6) -> None:
-    batches = _batches(num_batches, 4, seed)
-    model = _model(seed, d_model=d_model)
-    optimizer = _RecordingSGD(model.parameters(), lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda index: reference_rate(index + 1, d_model, warmup_steps))
-    _run(train_epoch, model, batches, optimizer, scheduler)
-    used = torch.tensor([record["lr"] for record in optimizer.records], dtype=torch.float64)
-
-    def rates(steps: Sequence[int]) -> torch.Tensor:
-        return torch.tensor([reference_rate(step, d_model, warmup_steps) for step in steps], dtype=torch.float64)
-
-    expected = rates(range(1, num_batches + 1))
-    expect_close(
-        f"learning rates used by the {num_batches} optimizer steps", used, expected, atol=0, rtol=1e-9,
-        suspects={
-            "the scheduler is never stepped: call scheduler.step() after every optimizer.step().": (
-                lambda: rates([1] * num_batches)
-            ),
-            "scheduler.step() comes before optimizer.step(): the first update must use the schedule's first "
-            "rate, so step the optimizer first.": lambda: rates(range(2, num_batches + 2)),
-            "the scheduler is stepped twice per batch: once after optimizer.step() is enough.": (
-                lambda: rates(range(1, 2 * num_batches, 2))
-            ),
-        },
-        cause="one scheduler.step() per batch, right after optimizer.step().",
-    )
-    final = float(optimizer.param_groups[0]["lr"])
-    if not math.isclose(final, float(rates([num_batches + 1])[0]), rel_tol=1e-9):
-        fail("after the epoch the scheduler is at the wrong step.",
-             expected=f"the rate of step {num_batches + 1} after {num_batches} batches",
-             got=f"learning rate {final:.6g}", cause="call scheduler.step() exactly once per batch.")
-
-
-@check("train_epoch returns the mean loss per target token, measured before each update")
-@_one_thread()
-def train_epoch_mean_loss_per_token(train_epoch: Callable[..., Any], sizes: Sequence[int] = (3, 5, 7),
-                                    seed: int = 7) -> None:
-    pairs = _pairs(sum(sizes), seed, copy_task=False)  # batches of different sizes, so weighting matters
-    starts = [sum(sizes[:index]) for index in range(len(sizes))]
-    batches = [reference_collate(pairs[start:start + size], PAD) for start, size in zip(starts, sizes, strict=True)]
-    model = _model(seed)
-    start = copy.deepcopy(model)
-    got = _run(train_epoch, model, batches, torch.optim.SGD(model.parameters(), lr=0.5), label_smoothing=0.1)
-    reference_model = copy.deepcopy(start)
-    expected = reference_train_epoch(reference_model, batches, make_criterion(PAD, 0.1),
-                                     torch.optim.SGD(reference_model.parameters(), lr=0.5), None, clip_norm=1e9,
-                                     progress=False)
-
-    def after_update() -> torch.Tensor:  # the loss recomputed after each step
-        wrong = copy.deepcopy(start)
-        optimizer, criterion = torch.optim.SGD(wrong.parameters(), lr=0.5), make_criterion(PAD, 0.1)
-        total, tokens = 0.0, 0
-        for batch in batches:
-            optimizer.zero_grad()
-            reference_compute_loss(wrong, batch, criterion).backward()
-            optimizer.step()
-            count = int((batch.tgt_out != PAD).sum())
-            total += float(reference_compute_loss(wrong, batch, criterion)) * count
-            tokens += count
-        return torch.tensor(total / tokens, dtype=torch.float64)
-
-    expect_close("train_epoch(...)", torch.tensor(got, dtype=torch.float64), torch.tensor(expected), atol=1e-8,
-                 rtol=1e-7, suspects={"the loss is measured after optimizer.step(): keep the `loss` that was "
-                                      "backpropagated, computed before the update.": after_update},
-                 cause="`loss` must be the batch's mean loss from compute_loss; the given lines weight it by "
-                       "the batch's real tokens.")

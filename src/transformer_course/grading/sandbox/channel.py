@@ -303,7 +303,7 @@ class Decoder:
             return self._unpack("<q")[0]
         if tag == b"I":
             text = self._text()
-            if len(text) > 5000 or not text.lstrip("-").isdigit():
+            if len(text) > 4000 or not _DECIMAL.fullmatch(text):  # ASCII digits only, under Python's int limit
                 raise ChannelError("a malformed big integer")
             return int(text)
         if tag == b"f":
@@ -379,6 +379,8 @@ class Decoder:
         sizes = self._unpack(f"<{ndim}Q") if ndim else ()
         elements = 1
         for size in sizes:
+            if size > self.limits.tensor_elements:  # also with another axis of size 0: torch refuses such sizes
+                raise ChannelError(f"a tensor axis of {size} elements")
             elements *= size
             if elements > self.limits.tensor_elements:
                 raise ChannelError(f"a tensor of more than {self.limits.tensor_elements} elements")
@@ -397,19 +399,43 @@ class Decoder:
             if self.strict:
                 raise ChannelError(f"a record of {kind!r}")
             return Unknown(kind, fields)
-        try:
-            cls = _lookup(module, qualname)
-        except (ImportError, AttributeError):
-            raise ChannelError(f"an unknown record {kind!r}") from None
-        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-            raise ChannelError(f"{kind!r} is not a record")
+        cls = _record_class(module, qualname)
+        if cls is None:
+            raise ChannelError("a record of a kind the grader does not know")
         names = {field.name for field in dataclasses.fields(cls)}
         if set(fields) != names:
-            raise ChannelError(f"a {qualname} record with the fields {sorted(fields)}")
-        record = object.__new__(cls)
-        for name, value in fields.items():
-            object.__setattr__(record, name, value)
+            raise ChannelError(f"a {cls.__qualname__} record with other fields than its own")
+        try:
+            record = object.__new__(cls)
+            for name, value in fields.items():
+                object.__setattr__(record, name, value)
+        except Exception:  # a class that object.__new__ cannot make is no record
+            raise ChannelError(f"a {cls.__qualname__} record that cannot be made") from None
         return record
+
+
+_DECIMAL = re.compile(r"-?[0-9]+")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _record_class(module: str, qualname: str) -> type | None:
+    """The dataclass `qualname` defined in the course's checks module `module`, found in the namespaces of
+    the module and its classes only: no attribute of anything else is read (no module's `__getattr__`, no
+    lazy import of torch's submodules, no property), and nothing defined elsewhere is accepted."""
+    parts = qualname.split(".")
+    if not all(_IDENTIFIER.fullmatch(part) for part in [*module.split("."), *parts]):
+        return None
+    try:
+        value: Any = importlib.import_module(module)
+    except Exception:  # a module of the course that does not exist or cannot load here
+        return None
+    for part in parts:
+        value = vars(value).get(part)  # the namespace itself: no getattr
+        if not isinstance(value, type):
+            return None
+    if value.__module__ != module or value.__qualname__ != qualname or not dataclasses.is_dataclass(value):
+        return None
+    return value
 
 
 def _plain_key(key: Any) -> bool:
@@ -419,10 +445,18 @@ def _plain_key(key: Any) -> bool:
 
 
 def decode(payload: bytes, **options: Any) -> Any:
-    """The value of one message's payload (the part after the frame header)."""
+    """The value of one message's payload (the part after the frame header). Whatever the bytes, the only
+    exception is ChannelError: a hostile message is refused, never a crash of the side that reads it."""
     if len(payload) > options.get("limits", LIMITS).message_bytes:
         raise ChannelError(f"a message of {len(payload)} bytes is too large")
-    return Decoder(payload, **options).decode()
+    if options.get("requests"):  # the student's side: a name or handle it lacks raises its own error
+        return Decoder(payload, **options).decode()
+    try:
+        return Decoder(payload, **options).decode()
+    except ChannelError:
+        raise
+    except Exception as error:  # torch refusing sizes, an int the interpreter will not parse, ...
+        raise ChannelError(f"a malformed message ({type(error).__name__})") from None
 
 
 def read_header(header: bytes, limits: Limits = LIMITS) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import logging
 import os
 import re
 import time
@@ -142,6 +143,12 @@ def judge(calls: list[CheckCall], checks: str | None, servant: Any, timeout: flo
                             if str(failure) == "timeout" else
                             ("KernelDied", f"the process running your code for this check stopped ({failure}); "
                                            "this cell scores 0"))
+            break
+        except Exception as error:  # the check itself failed on what the student's side sent: this cell, not the grader
+            logging.getLogger(__name__).warning("check %s could not judge the student's values", call.name,
+                                                exc_info=True)
+            judged.error = ("GradingError", f"the grader could not judge what your code sent back "
+                                            f"({type(error).__name__}); this cell scores 0")
             break
         judged.verdicts.append(Verdict(call.name, title, result.passed, result.message))
         if not result.passed:
@@ -309,7 +316,14 @@ class JudgedExecute(NbGraderPreprocessor):
         self.deaths = 0
         self.session = _session_for(nb)
         with profiling.phase("runner fork", self.session.cpu_seconds):
-            self._open()
+            try:
+                self._open()
+            except (RunnerDied, ChannelBroken) as failure:  # a sandbox an earlier notebook broke: a new one
+                self.log.warning("the sandbox could not start this notebook (%s): starting a new one", failure)
+                self.session.abandon()
+                self.session.close()
+                self.session = _session_for(nb)
+                self._open()
         count = 0
         started = time.monotonic()
         for index, cell in enumerate(nb.cells):
@@ -456,11 +470,19 @@ HIDDEN_FAILED = ("fails on the hidden test's inputs (other sizes than the visibl
                  "from the wrong place, a shape that only works when two sizes are equal.")
 
 
+HIDDEN_DIED = ("the process running your code for a hidden test stopped (os._exit, a crash in native code, more "
+               "memory than allowed, or a message the grader does not accept); this cell scores 0")
+
+
 def _without_hidden_values(judged: Judged) -> Judged:
     """A hidden part's outcome without anything computed from its inputs: the message of a failing check
-    (its numbers, shapes and whatever the student's code raised) would tell the student the hidden inputs."""
+    (its numbers, shapes and whatever the student's code raised) would tell the student the hidden inputs,
+    and so would the words of a crash (an exit status, a refused message, standard error: all written by
+    the student's code, which had the inputs by then). Only the grader's own fixed words remain."""
     if judged.error is None or judged.error[0] != "CheckFailed":
-        if judged.error is not None and judged.error[0] not in ("CellTimeoutError", "KernelDied", "NotRun"):
+        if judged.error is not None and judged.error[0] == "KernelDied":
+            judged.error = ("KernelDied", HIDDEN_DIED)
+        elif judged.error is not None and judged.error[0] not in ("CellTimeoutError", "NotRun"):
             judged.error = (judged.error[0], f"a hidden test {HIDDEN_FAILED}")
         return judged
     failing = next((v for v in judged.verdicts if not v.passed), None)

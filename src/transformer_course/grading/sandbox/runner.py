@@ -288,24 +288,115 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def _scratch_folders() -> dict[str, set[str]]:
-    """The runner's own writable folders (working folder, TMPDIR) with what the zygote put there;
+Inventory = dict[str, tuple[Any, ...]]  # path below a scratch folder -> what it was when the zygote was ready
+MAX_INVENTORY = 20_000  # entries recorded per folder (the zygote's imports make a few dozen)
+HASHED_BYTES = 64 * 2**20  # file contents compared in all (larger files are compared by inode and times)
+
+
+def _scratch_folders() -> dict[str, Inventory]:
+    """The runner's own writable folders (working folder, TMPDIR) with everything the zygote put there,
+    down to the last file (the caches that torch and matplotlib make while the zygote imports them);
     none unless the launcher said they are private to this student (`PRIVATE_FOLDERS`)."""
-    folders: dict[str, set[str]] = {}
+    folders: dict[str, Inventory] = {}
     if os.environ.get(PRIVATE_FOLDERS) != "1":
         return folders
     private = {os.getcwd(), tempfile.gettempdir()} | ({"/dev/shm"} if os.environ.get(PRIVATE_SHM) == "1" else set())
     for folder in private:
-        try:
-            folders[folder] = set(os.listdir(folder))
-        except OSError:
-            continue
+        if os.path.isdir(folder):
+            folders[folder] = _inventory(folder)
     return folders
 
 
-def _clean_up(scratch: dict[str, set[str]]) -> None:
+def _inventory(folder: str) -> Inventory:
+    found: Inventory = {}
+    budget = [HASHED_BYTES]
+    for root, directories, files in os.walk(folder):
+        for name in [*directories, *files]:
+            path = os.path.join(root, name)
+            found[os.path.relpath(path, folder)] = _entry(path, budget)
+            if len(found) >= MAX_INVENTORY:
+                return found
+    return found
+
+
+def _entry(path: str, budget: list[int]) -> tuple[Any, ...]:
+    """What an entry is: a folder by its inode and mode (what it holds is compared entry by entry), a link by
+    its target, a file by its inode, size and contents (or times, past the budget): a file written in any way
+    (also through a shared mapping, which leaves tmpfs' times alone) differs."""
+    import hashlib
+    import stat
+
+    try:
+        info = os.lstat(path)
+        if stat.S_ISDIR(info.st_mode):
+            return ("folder", info.st_ino, stat.S_IMODE(info.st_mode))
+        if stat.S_ISLNK(info.st_mode):
+            return ("link", info.st_ino, os.readlink(path))
+        if stat.S_ISREG(info.st_mode) and info.st_size <= budget[0]:
+            budget[0] -= info.st_size
+            with open(path, "rb") as handle:
+                return ("file", info.st_ino, info.st_size, hashlib.sha256(handle.read()).hexdigest())
+        return ("other", info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_mode)
+    except OSError:
+        return ("gone",)
+
+
+def _wipe(folder: str, kept: Inventory) -> None:
+    """Remove from `folder` whatever is not as it was in `kept`: new entries, changed files, replaced folders,
+    at any depth (a folder the zygote made, such as torch's cache, is no hiding place for one notebook's data)."""
+    budget = [HASHED_BYTES]
+    with contextlib.suppress(OSError):
+        os.chmod(folder, os.lstat(folder).st_mode & 0o7777 | 0o700)  # its owner may list and empty it again
+    for root, directories, files in os.walk(folder, onerror=lambda error: None):
+        for name in [*directories, *files]:
+            path = os.path.join(root, name)
+            before = kept.get(os.path.relpath(path, folder))
+            now = _entry(path, budget) if before is not None else (
+                "folder" if os.path.isdir(path) and not os.path.islink(path) else "new",)
+            if before is not None and before[0] == "folder" and now[:2] == before[:2]:
+                with contextlib.suppress(OSError):
+                    os.chmod(path, before[2])  # a folder made unreadable must still be emptied
+                continue
+            if before is not None and now == before:
+                continue
+            if name in directories:
+                directories.remove(name)
+            if now[0] == "folder":
+                with contextlib.suppress(OSError):
+                    os.chmod(path, 0o700)
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+
+
+def _remove_ipc_objects() -> None:
+    """Remove every System V shared memory segment, message queue and semaphore set of the sandbox's own IPC
+    namespace: they outlive the processes that made them, so one notebook could leave data there for the next."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    removers = {"shm": lambda ident: libc.shmctl(ident, 0, None), "msg": lambda ident: libc.msgctl(ident, 0, None),
+                "sem": lambda ident: libc.semctl(ident, 0, 0)}  # IPC_RMID is 0
+    for kind, remove in removers.items():
+        try:
+            with open(f"/proc/sysvipc/{kind}", encoding="ascii", errors="replace") as handle:
+                lines = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 1 and fields[1].isdigit():
+                remove(int(fields[1]))
+
+
+def _clean_up(scratch: dict[str, Inventory]) -> None:
     """After a runner ended: end every process it left behind and remove what it wrote, so one
-    notebook (a full /tmp, a stray process) cannot break the next one or the runner's own start."""
+    notebook (a full /tmp, a stray process, data for the next notebook) cannot reach the next one or break
+    the runner's own start."""
     for pid in _descendants(os.getpid()):
         try:
             os.kill(pid, signal.SIGKILL)
@@ -318,21 +409,9 @@ def _clean_up(scratch: dict[str, set[str]]) -> None:
         except ChildProcessError:
             break
     for folder, kept in scratch.items():
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            if name in kept:
-                continue
-            path = os.path.join(folder, name)
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+        _wipe(folder, kept)
+    if os.environ.get(PRIVATE_SHM) == "1":  # the sandbox's own IPC namespace (never the host's)
+        _remove_ipc_objects()
 
 
 # --- a runner: one notebook ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import re
 import select
 import shutil
 import signal
@@ -28,12 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformer_course.checks.boundary import as_exception
+from transformer_course.checks.boundary import Frame, StudentError, as_exception
 from transformer_course.grading.sandbox import channel, profiling
 from transformer_course.grading.sandbox.isolation import process_tree
 from transformer_course.grading.sandbox.runner import PRIVATE_FOLDERS, PRIVATE_SHM
 
 MAX_CELL_MESSAGE = 16 * 2**20  # a cell's outputs, as the runner sends them
+WRITE_STALL = 30.0  # seconds the student's side may leave a request of the grader's unread before it is ended
+MAX_NOTES = 64  # notes of the watcher kept per servant (a flood of forged notes costs the grader nothing)
+NOTE_KINDS = frozenset({"reference", "subclass", "runs", "copy"})
+_STATUS = re.compile(r"(?:signal|exit) -?[0-9]{1,4}|interrupted|no such snapshot|\?")
 KERNEL_DIED = ("the Python process running your notebook stopped while running this cell (os._exit, a crash in "
                "native code, or more memory than allowed); this cell scores 0, the cells after it still ran")
 
@@ -188,6 +193,13 @@ class BoundedLog(threading.Thread):
         with self.lock:
             return b"".join(self.tail)[-self.keep:].decode("utf-8", "replace")
 
+    def clear(self) -> None:
+        """Forget what was written so far (a new notebook: what an earlier one's hidden tests made its code
+        write must not show in this one's messages)."""
+        with self.lock:
+            self.tail.clear()
+            self.size = 0
+
 
 # --- a session -----------------------------------------------------------------------------------------------
 
@@ -213,6 +225,7 @@ class Session:
         self.runner: int | None = None
         self.snapshots: dict[int, Snapshot] = {}
         self.requests = 0
+        self.write_stall = WRITE_STALL
 
     # lifecycle ----------------------------------------------------------------------------------------------
 
@@ -272,11 +285,40 @@ class Session:
     # messages -----------------------------------------------------------------------------------------------
 
     def send(self, request: dict[str, Any]) -> None:
+        """Write one request. The student's side may stop reading (a shrunk pipe, a forged reply and a
+        process that sleeps): a request it leaves unread for `write_stall` seconds ends the whole sandbox
+        (a half-written request cannot be taken back), and the grader goes on (RunnerDied)."""
+        data = memoryview(channel.encode(request, requests=True))
         try:
-            self.process.stdin.write(channel.encode(request, requests=True))
-            self.process.stdin.flush()
-        except (OSError, ValueError) as error:
+            fd = self.process.stdin.fileno()
+            os.set_blocking(fd, False)
+            progress = time.monotonic()
+            while data:
+                try:
+                    written = os.write(fd, data)
+                except BlockingIOError:
+                    written = 0
+                if written:
+                    data, progress = data[written:], time.monotonic()
+                    continue
+                if time.monotonic() - progress > self.write_stall:
+                    self.abandon()
+                    raise RunnerDied(f"{KERNEL_DIED} [the notebook's processes stopped reading the grader's "
+                                     f"requests for {self.write_stall:g} s]")
+                select.select([], [fd], [], 1.0)
+        except (OSError, ValueError, AttributeError) as error:
             raise RunnerDied(f"the grading process is gone ({error})") from None
+
+    def abandon(self) -> None:
+        """End every process of the sandbox now (the session is dead afterwards: `alive()` is False)."""
+        if self.process is None:
+            return
+        kill_all(process_tree(self.process.pid))
+        with contextlib.suppress(Exception):
+            self.process.kill()
+        with contextlib.suppress(Exception):
+            self.process.wait(timeout=10)
+        self.runner, self.snapshots = None, {}
 
     def messages(self, deadline: float, limit: int = channel.LIMITS.message_bytes) -> Iterator[dict[str, Any]]:
         """Decoded messages as they arrive until `deadline` (then TimeoutError)."""
@@ -318,13 +360,13 @@ class Session:
                     return message
                 if message["op"] == "runner-exit":
                     raise RunnerDied(self._death(message))
-                raise ChannelBroken(f"an unexpected message {message['op']!r} while waiting for {op!r}")
+                raise ChannelBroken(f"an unexpected message {message['op'][:40]!r} while waiting for {op!r}")
         except TimeoutError:
             raise RunnerDied(f"the grading process was not {op} after {timeout:g} s ({self.stderr_tail()})") from None
         raise RunnerDied("unreachable")
 
     def _death(self, message: dict[str, Any]) -> str:
-        return f"{KERNEL_DIED} [{self.reason() or message.get('status', '?')}]"
+        return f"{KERNEL_DIED} [{self.reason() or status_of(message)}]"
 
     def _next_id(self) -> int:
         self.requests += 1
@@ -349,6 +391,14 @@ class Session:
         keep = {self.zygote, self.runner, *(s.host_pid for s in self.snapshots.values())}
         kill_all([pid for pid in process_tree(self.zygote) if pid not in keep])
 
+    def _continue_zygote(self) -> None:
+        """SIGCONT to the zygote: a notebook's code may have stopped it (SIGSTOP to its parent), and a stopped
+        zygote neither reports its runner's end nor forks the next one, so that every later notebook of the
+        student would wait out its time limit."""
+        for pid in {self.zygote, self.process.pid if self.process is not None else None} - {None}:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+
     def kill_runner(self) -> None:
         """End the runner and everything below it (its snapshots and servants too)."""
         if self.runner is not None:
@@ -359,19 +409,31 @@ class Session:
 
     def notebook(self, checks: str, exercises: list[str], cwd: str, timeout: float = 300) -> None:
         """Fork a runner for one notebook and wait until it is ready for its first cell."""
+        if self.log is not None:
+            self.log.clear()  # an earlier notebook's standard error never shows in this one's messages
+        self._continue_zygote()
         self.send({"op": "notebook", "checks": checks, "exercises": exercises, "cwd": cwd})
-        started = self._await("runner-started", timeout)
+        try:
+            for started in self.messages(time.monotonic() + timeout):
+                if started["op"] == "runner-started":
+                    break
+                if started["op"] != "runner-exit":  # the late report of a runner already ended: no runner runs now
+                    raise ChannelBroken(f"an unexpected message {started['op'][:40]!r} while waiting for the runner")
+        except TimeoutError:
+            raise RunnerDied(f"the grading process was not runner-started after {timeout:g} s "
+                             f"({self.stderr_tail()})") from None
         self.runner = self._host_pid(started.get("pid"))
         self.snapshots = {}
         self._await("runner-ready", timeout)
 
     def end_notebook(self, timeout: float = 30) -> str:
         self.send({"op": "end"})
+        self._continue_zygote()
         try:
             for message in self.messages(time.monotonic() + timeout):
                 if message["op"] == "runner-exit":
-                    self.runner, self.snapshots = None, {}
-                    return str(message.get("status"))
+                    self.kill_runner()
+                    return status_of(message)
         except (TimeoutError, ChannelBroken):
             self.kill_runner()
         return "?"
@@ -380,8 +442,8 @@ class Session:
         with contextlib.suppress(TimeoutError, ChannelBroken):
             for message in self.messages(time.monotonic() + timeout):
                 if message["op"] == "runner-exit":
-                    self.runner, self.snapshots = None, {}
-                    return str(message.get("status"))
+                    self.kill_runner()
+                    return status_of(message)
         return "?"
 
     def run_cell(self, source: str, timeout: float) -> list[dict[str, Any]]:
@@ -409,7 +471,7 @@ class Session:
                 deadline = time.monotonic() + 10
                 continue
             if message["op"] == "runner-exit":
-                self.runner, self.snapshots = None, {}
+                self.kill_runner()
                 raise RunnerDied(self._death(message))
             if message["op"] != "cell-done" or message.get("id") != identity:
                 self.kill_runner()
@@ -449,15 +511,15 @@ class Session:
         try:
             for message in self.messages(deadline):
                 if message["op"] == "runner-exit":
-                    self.runner, self.snapshots = None, {}
+                    self.kill_runner()
                     raise RunnerDied(self._death(message))
                 if message["op"] == op and message.get("id") == identity:
                     return message
                 if message["op"] == "servant-exit" and message.get("id") == identity:
-                    failed = ServantFailed(f"the process running this cell's checks ended ({message.get('status')})")
+                    failed = ServantFailed(f"the process running this cell's checks ended ({status_of(message)})")
                     failed.exited = True  # type: ignore[attr-defined]
                     raise failed
-                raise ServantFailed(f"an unexpected message {message['op']!r} from the process running the checks")
+                raise ServantFailed(f"an unexpected message {message['op'][:40]!r} from the process running the checks")
         except ChannelBroken as error:
             raise ServantFailed(f"the process running this cell's checks broke the grader's protocol ({error})") \
                 from None
@@ -477,6 +539,26 @@ class Session:
         """The grader's verdicts, for the notebook's own summary cell."""
         if results:
             self.send({"op": "results", "results": results})
+
+
+def status_of(message: dict[str, Any]) -> str:
+    """How a process of the student's ended, as its parent reported it ("exit 0", "signal 9"): anything else
+    in that field was written by the student's code (the hidden tests' inputs, say) and is not repeated."""
+    status = message.get("status")
+    return status if isinstance(status, str) and _STATUS.fullmatch(status) else "?"
+
+
+def _is_student_error(error: Any) -> bool:
+    """Whether a decoded error has the shape `checks.boundary.StudentError` promises, field by field: the
+    record is rebuilt here from whatever the student's side sent, and the messages made from it must not
+    fail on a frame that is a number, say."""
+    def texts(values: Any) -> bool:
+        return isinstance(values, tuple) and all(isinstance(value, str) for value in values)
+
+    return (isinstance(error, StudentError) and isinstance(error.type_name, str) and texts(error.bases)
+            and isinstance(error.message, str) and isinstance(error.stub, bool) and isinstance(error.frames, tuple)
+            and all(isinstance(frame, Frame) and texts((frame.filename, frame.name, frame.line))
+                    and isinstance(frame.lineno, int) for frame in error.frames))
 
 
 class Servant:
@@ -504,23 +586,25 @@ class Servant:
         try:
             for message in self.session.messages(self.deadline):
                 if message["op"] == "runner-exit":
-                    self.session.runner, self.session.snapshots = None, {}
+                    self.session.kill_runner()
                     self.broken = self.session._death(message)
                     raise ServantFailed(self.broken)
-                if message["op"] == "servant-exit":
-                    self.broken = f"the process running this cell's checks ended ({message.get('status')})"
+                if message["op"] == "servant-exit" and message.get("id") == self.identity:
+                    self.broken = f"the process running this cell's checks ended ({status_of(message)})"
                     self.exited = True
                     raise ServantFailed(self.broken)
                 if message["op"] not in ("result", "raised") or message.get("id") not in (number, -1):
-                    continue  # an answer to nothing this side asked: only the student's own messages do that
-                notes = message.get("notes")
-                if isinstance(notes, list):
-                    self.notes += [note for note in notes if isinstance(note, dict) and note not in self.notes]
+                    # an answer to nothing this side asked: only the student's own code writes those (and a flood
+                    # of them would keep this process decoding until the cell's time is up)
+                    self.broken = "the process running this cell's checks sent a message the grader did not ask for"
+                    raise ServantFailed(self.broken)
+                self._take_notes(message.get("notes"))
                 if message["op"] == "result":
                     return message.get("value")
                 error = message.get("error")
-                if not hasattr(error, "type_name"):
-                    raise ServantFailed("the process running the checks sent an error that is not one")
+                if not _is_student_error(error):
+                    self.broken = "the process running the checks sent an error that is not one"
+                    raise ServantFailed(self.broken)
                 raise as_exception(error, CheckFailed)
         except ChannelBroken as error:
             self.broken = f"the process running this cell's checks broke the grader's protocol ({error})"
@@ -530,6 +614,24 @@ class Servant:
             self.broken = "timeout"
             raise ServantFailed("timeout") from None
         raise ServantFailed("unreachable")
+
+    def _take_notes(self, notes: Any) -> None:
+        """Keep the watcher's notes that have its shape (a few short strings of known kinds), at most MAX_NOTES:
+        they come from the student's process, which may send any number of anything."""
+        if not isinstance(notes, list):
+            return
+        known = {tuple(sorted(note.items())) for note in self.notes}
+        for note in notes[:MAX_NOTES]:
+            if len(self.notes) >= MAX_NOTES:
+                return
+            if not (isinstance(note, dict) and note.get("kind") in NOTE_KINDS and len(note) <= 4
+                    and all(isinstance(key, str) and isinstance(value, str) and len(value) <= 500
+                            for key, value in note.items())):
+                continue
+            key = tuple(sorted(note.items()))
+            if key not in known:
+                known.add(key)
+                self.notes.append(note)
 
     def finish(self) -> None:
         """End the servant: ask it, then make sure (it and everything it started), and wait for the runner."""
@@ -549,7 +651,7 @@ class Servant:
                 if message["op"] == "servant-exit" and message.get("id") == self.identity:
                     break
                 if message["op"] == "runner-exit":
-                    session.runner, session.snapshots = None, {}
+                    session.kill_runner()
                     return
         except (TimeoutError, ChannelBroken, RunnerDied):
             session.kill_runner()

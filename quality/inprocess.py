@@ -65,7 +65,7 @@ def run_notebook(notebook: nbformat.NotebookNode, directory: Path, timeout: floa
     executor._SESSION[0] = session or shared_session()
     executor._SESSION_FACTORY[0] = (lambda _notebook: session.start()) if session else (
         lambda _notebook: shared_session())
-    preprocessor = JudgedExecute(timeout=timeout)
+    preprocessor = JudgedExecute(timeout=timeout, sandbox_per_notebook=False)  # one zygote for the test process
     preprocessor.log = logging.getLogger("inprocess")
     try:
         graded, _ = preprocessor.preprocess(copy.deepcopy(notebook), {"cwd": str(directory)})

@@ -352,39 +352,41 @@ READ = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def next_notebook():
     """(what a student's second notebook shows, the standard error a crash of it would quote) when their first
-    notebook's hidden test spilled its inputs everywhere it could, graded as the batch grades a student: one
-    sandbox for all their notebooks."""
+    notebook's hidden test spilled its inputs everywhere it could, graded as the batch grades a student: a
+    sandbox of its own for each notebook (`JudgedExecute.sandbox_per_notebook`)."""
     from transformer_course.grading.sandbox.session import grading_environment, sandboxed_launcher
 
     if isolation.bubblewrap_problem() is not None:
         pytest.skip(isolation.bubblewrap_problem())
-    with Session([CHECKS, "IPython.core.interactiveshell", "torch", "math"], environment=grading_environment(1),
-                 launcher=sandboxed_launcher(), warm_up=False) as sandboxed, tempfile.TemporaryDirectory() as folder:
-        first = notebook([spying("spill(f'SECRET {d_model},{max_seq_length}', d_model * 30 + max_seq_length)"),
-                          SPILL], [HIDDEN_GRADE])
-        grades, _, _ = run(sandboxed, first, Path(folder) / "first")
-        assert failed(grades[0]) is None
-        _, _, shown = run(sandboxed, notebook([CORRECT, READ]), Path(folder) / "second")
-        return shown, sandboxed.stderr_tail(lines=1000)
+
+    def sandbox() -> Session:
+        return Session([CHECKS, "IPython.core.interactiveshell", "torch", "math"],
+                       environment=grading_environment(1), launcher=sandboxed_launcher(), warm_up=False)
+
+    with tempfile.TemporaryDirectory() as folder:
+        with sandbox() as sandboxed:
+            first = notebook([spying("spill(f'SECRET {d_model},{max_seq_length}', d_model * 30 + max_seq_length)"),
+                              SPILL], [HIDDEN_GRADE])
+            grades, _, _ = run(sandboxed, first, Path(folder) / "first")
+            assert failed(grades[0]) is None
+        with sandbox() as sandboxed:
+            _, _, shown = run(sandboxed, notebook([CORRECT, READ]), Path(folder) / "second")
+            return shown, sandboxed.stderr_tail(lines=1000)
 
 
 def test_a_hidden_tests_inputs_never_reach_the_students_next_notebook(next_notebook):
-    """A student's notebooks share one sandbox. What the first notebook's hidden test wrote stayed for the
-    second, whose outputs the student reads: files in the folders the zygote made (torch's and matplotlib's
-    caches in /tmp: only new top-level names were removed), System V shared memory, and the tail of standard
-    error, which the grader quotes when the sandbox dies ("the grading process ended (...)")."""
+    """What the first notebook's hidden test wrote (files in the folders the zygote made: torch's and
+    matplotlib's caches in /tmp, System V shared memory, the tail of standard error, which the grader quotes
+    when the sandbox dies) never shows in the second notebook, whose outputs the student reads."""
     shown, standard_error = next_notebook
     assert "SECRET" not in shown and SECRET not in shown, shown
     assert "SECRET" not in standard_error, standard_error
 
 
-@pytest.mark.xfail(strict=True, reason="a student's notebooks share one sandbox, and counters of its namespaces "
-                                       "(pids, inode numbers, CPU time reaped by the zygote) carry numbers from "
-                                       "one notebook's hidden test to the next notebook's outputs")
 def test_a_hidden_tests_inputs_never_reach_the_next_notebook_through_counters(next_notebook):
-    """The first notebook's hidden test forks d_model * 30 + max_seq_length processes; the second notebook's
-    pid, printed, is that many higher (some 20 without them). Only a sandbox of its own per notebook closes
-    this."""
+    """The first notebook's hidden test forks d_model * 30 + max_seq_length processes; had the second notebook
+    shared its sandbox, its pid, printed, would be that many higher (some 20 without them). Closed by a
+    sandbox per notebook, whose pid namespace starts again."""
     shown, _ = next_notebook
     pid = int(shown.split("PID ", 1)[1].split("\\n", 1)[0])
     assert pid < 200, pid
@@ -433,14 +435,15 @@ LAUNDERED = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="the watcher runs in the student's process and only while experiments run; "
-                                       "the static scan is a list of spellings")
 @pytest.mark.parametrize("route", LAUNDERED)
 def test_the_reference_handed_in_is_flagged_by_the_watcher_or_the_scan(session, tmp_path, route):
+    """Ordinary cells are watched too (only notebook code calling the reference counts there: the given cells run
+    the course's checks and tools), the trace function cannot be changed while a watch is on (an audit hook,
+    which no Python code can remove, refuses it), and a process the notebook's code starts during a check is
+    noted. Whatever the score, the instructor is told."""
     release = notebook(["class PositionalEncoding(nn.Module):\n    pass\n"])
     handed_in = notebook(["", LAUNDERED[route]], [HIDDEN_GRADE])
-    grades, findings, _ = run(session, handed_in, tmp_path)
-    assert failed(grades[0]) is None  # full marks, for the reference's own values
+    _, findings, _ = run(session, handed_in, tmp_path)
     assert findings or suspicious_code(handed_in, release), route
 
 

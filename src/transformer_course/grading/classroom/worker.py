@@ -3,9 +3,9 @@
 The batch grader starts one of these per student (so a crash stays with that student) and reads
 the JSON it prints last. nbgrader is driven through its Python API, so its start-up cost is paid
 once per student, not once per command. nbgrader's Execute step is the course's `JudgedExecute`
-(`transformer_course.grading.sandbox.executor`): all of this student's notebooks run in one sandboxed
-runner zygote (`transformer_course.grading.sandbox.isolation` confines it, `.runner` serves it), which
-imports torch and the course once for all of them.
+(`transformer_course.grading.sandbox.executor`): each of this student's notebooks runs in a sandboxed
+runner zygote of its own (`transformer_course.grading.sandbox.isolation` confines it, `.runner` serves it), so
+that nothing one notebook's hidden tests leave behind reaches the next one's outputs.
 
     python -m transformer_course.grading.classroom.worker --course ROOT --class-dir DIR --student NAME \
         --assignment 01_positional_encoding --assignment 02_attention [--db-url URL] [--no-sandbox]
@@ -42,13 +42,14 @@ def course_config(course: Path, class_dir: Path, db_url: str, timeout: int) -> C
 
 def session_factory(course: Path, notebooks: list[nbformat.NotebookNode], memory_gb: float, isolate: bool,
                     data_folder: str | None, warm_up: bool = True) -> Callable[[nbformat.NotebookNode], Session]:
-    """Sessions for this student: sandboxed runners that preload what all their notebooks import."""
+    """Sessions for this student: a sandbox for each notebook (so that nothing a notebook's hidden tests leave
+    behind reaches the next), each preloading what its notebook imports."""
     threads = max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     limits = isolation.Limits(memory_bytes=int(memory_gb * 2**30), cpus=float(threads))  # its share of the cores
     launcher = executor.sandboxed_launcher(limits=limits, isolate=isolate, course_root=course)
     environment = executor.grading_environment(threads, data_folder)
-    preload = executor.preload_modules(notebooks)
-    return lambda notebook: Session(preload, environment=environment, launcher=launcher, warm_up=warm_up).start()
+    return lambda notebook: Session(executor.preload_modules([notebook]), environment=environment, launcher=launcher,
+                                    warm_up=warm_up).start()
 
 
 def runner_start_problem(course: Path, memory_gb: float, isolate: bool, data_folder: str | None) -> str | None:

@@ -164,6 +164,9 @@ NOTE_WORDS = {
     "runs": "runs the course's reference solution ({reference}) from inside its own code",
     "copy": "runs a copy of the reference solution's code ({reference}) that is not written in the notebook "
             "(made while it ran: exec, eval, an import, unpickling...)",
+    "process": "starts another process from its own code while a check runs it: what that process runs is not "
+               "watched",
+    "trace": "tries to switch off the grader's watch (sys.settrace or sys.setprofile) while its code runs",
 }
 
 
@@ -173,7 +176,7 @@ def findings_from(notes: list[dict[str, Any]], written: set[str], labels: set[st
     found = []
     for note in notes:
         kind, reference, digest = note.get("kind"), note.get("reference"), note.get("digest", "")
-        if kind not in NOTE_WORDS or reference not in labels:
+        if kind not in NOTE_WORDS or (reference not in labels and kind not in ("process", "trace")):
             continue
         if kind == "copy" and digest in written:
             continue
@@ -205,11 +208,19 @@ def preload_modules(notebooks: list[NotebookNode]) -> list[str]:
 
 
 def exercise_names(notebook: NotebookNode) -> list[str]:
-    """Top-level functions and classes of the notebook's exercise (solution) cells."""
+    """The exercises the reference solution must not stand in for: the names the grade cells hand to the checks
+    (grade cells are the instructor's: nbgrader restores them), and top-level functions and classes of the
+    notebook's exercise (solution) cells."""
     names: list[str] = []
     for cell in notebook.cells:
         metadata = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.get("cell_type") != "code" or not isinstance(metadata, dict) or not metadata.get("solution"):
+        if cell.get("cell_type") != "code" or not isinstance(metadata, dict):
+            continue
+        if metadata.get("grade") and isinstance(cell.get("source"), str):
+            with suppress(GradeCellError):
+                visible, hidden = parse_grade_cell(cell.source)
+                names += [name for call in visible + hidden for name in call.args]
+        if not metadata.get("solution"):
             continue
         source = cell.get("source") if isinstance(cell.get("source"), str) else ""
         try:
@@ -304,6 +315,8 @@ class JudgedExecute(NbGraderPreprocessor):
         config=True)
     interrupt_on_timeout = Bool(True, help="Kept for nbgrader's configuration; cells are always stopped.").tag(
         config=True)
+    sandbox_per_notebook = Bool(True, help="A fresh sandbox for every notebook: nothing one notebook's hidden tests "
+                                           "leave (files, processes, counters) reaches the next").tag(config=True)
 
     def preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:
         self.nb, self.checks = nb, checks_module(nb)
@@ -314,6 +327,8 @@ class JudgedExecute(NbGraderPreprocessor):
         self.replay: list[tuple[str, Any]] = []  # what to run again after a runner died: cells, snapshots
         self.hidden: list[_Hidden] = []
         self.deaths = 0
+        if self.sandbox_per_notebook:  # the previous notebook's hidden tests ran in the last one
+            close_session()
         self.session = _session_for(nb)
         with profiling.phase("runner fork", self.session.cpu_seconds):
             try:
@@ -357,6 +372,7 @@ class JudgedExecute(NbGraderPreprocessor):
         try:
             with profiling.phase("ordinary cells", self.session.cpu_seconds):
                 cell.outputs = [_node(o) for o in self.session.run_cell(cell.source, self.timeout)]
+            self.notes += [note for note in self.session.cell_notes if note not in self.notes]
             if not any(o.get("output_type") == "error" for o in cell.outputs):
                 self.replay.append(("cell", index))
         except CellTimedOut as stopped:

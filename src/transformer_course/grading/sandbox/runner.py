@@ -36,6 +36,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -229,6 +230,7 @@ def serve(preloaded: list[str], warm_up: bool = True) -> None:
     os.dup2(null, 0)
     os.dup2(null, 1)  # notebook code writing to fd 1 must not reach the grader's channel
     preload(preloaded, warm_up)
+    sys.addaudithook(GUARD.hook)  # for good: no Python code can remove an audit hook
     _subreaper()
     link = Channel(requests, replies)
     scratch = _scratch_folders()
@@ -472,8 +474,10 @@ class Runner:
         saved = sys.stdout, sys.stderr
         sys.stdout = _Writer(lambda: self.current[0], "stdout")
         sys.stderr = _Writer(lambda: self.current[0], "stderr")
+        watcher = Watcher(self.exercises, direct=True)
         try:
-            self.shell.run_cell(message["source"], store_history=True)
+            with watcher.watching():
+                self.shell.run_cell(message["source"], store_history=True)
         except KeyboardInterrupt:
             self.current[0].outputs.append({"output_type": "error", "ename": "KeyboardInterrupt", "evalue": "",
                                             "traceback": ["KeyboardInterrupt"]})
@@ -485,7 +489,8 @@ class Runner:
             with contextlib.suppress(Exception):
                 self.close_figures()
         sys.last_type = sys.last_value = sys.last_traceback = None
-        self.link.send({"op": "cell-done", "id": message["id"], "outputs": self.current[0].outputs})
+        self.link.send({"op": "cell-done", "id": message["id"], "outputs": self.current[0].outputs,
+                        "notes": watcher.take()})
 
     def fork_servant(self, identity: int) -> None:
         pid = os.fork()
@@ -634,8 +639,11 @@ class Watcher:
     other than through what the check supplied (`checks.boundary.supplied`), or when code with the same
     fingerprint as the reference's runs (a copy of it, however it was made)."""
 
-    def __init__(self, exercises: fingerprint.ExerciseCode) -> None:
+    def __init__(self, exercises: fingerprint.ExerciseCode, direct: bool = False) -> None:
         self.exercises = exercises
+        # direct: a note only when notebook code itself runs the reference (past torch's module machinery), as
+        # in ordinary cells, whose given code runs the course's checks and tools; else through any library
+        self.direct = direct
         self.supplied_objects: set[int] = set()
         self.supplied_codes: set[int] = set()
         self.notes: list[dict[str, str]] = []
@@ -686,12 +694,24 @@ class Watcher:
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
-        previous = sys.gettrace()
+        """Watch the code run in this block, in this thread and in the threads it starts; GUARD refuses any
+        other change of the trace function meanwhile, and notes processes started by the notebook's code."""
+        previous, guarded = sys.gettrace(), GUARD.watcher
+        GUARD.watcher = self
         sys.settrace(self.trace)
+        threading.settrace(self.trace)
         try:
             yield
         finally:
+            if threading.gettrace() != self.trace:  # new threads would not have been watched
+                self._note("trace", "", "your code changes the trace function of new threads")
+            threading.settrace(None)  # type: ignore[arg-type]
             sys.settrace(previous)
+            GUARD.watcher = guarded
+
+    def foreign(self, filename: str) -> bool:
+        """Code not from an installed library: the notebook's cells, or files the student's code wrote."""
+        return not filename.startswith(self.library)
 
     def trace(self, frame: Any, event: str, argument: Any) -> None:
         if event != "call":
@@ -702,9 +722,11 @@ class Watcher:
             if id(code) in self.supplied_codes or id(frame.f_locals.get("self")) in self.supplied_objects:
                 return None
             caller = frame.f_back
-            while caller is not None and caller.f_code.co_filename.startswith(self.library):
+            passing = _TORCH if self.direct else self.library  # frames a call passes through on its way
+            while caller is not None and caller.f_code.co_filename.startswith(passing):
                 caller = caller.f_back
-            if caller is not None and id(caller.f_code) not in self.exercises.codes:
+            if (caller is not None and id(caller.f_code) not in self.exercises.codes
+                    and (not self.direct or self.foreign(caller.f_code.co_filename))):
                 self._note("runs", label, f"your code runs the course's reference solution ({label})")
             return None
         known = self.seen.get(id(code), False)
@@ -720,6 +742,64 @@ class Watcher:
             self._note("copy", known, f"your code runs a copy of the reference solution ({known})",
                        fingerprint.digest(code))
         return None
+
+
+PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system",
+                            "subprocess.Popen"})
+
+
+class Guard:
+    """An audit hook of the student's processes, installed in the zygote before any notebook code (an audit hook
+    cannot be removed): while a watcher is on, it refuses to let any code but the watcher's change the trace
+    function (that would end the watch), and, while a check runs the student's code, notes a process started by
+    the notebook's own code (directly, or through the standard library's process pools): nothing watches it."""
+
+    def __init__(self) -> None:
+        self.watcher: Watcher | None = None
+        self.own = {Watcher.watching.__wrapped__.__code__}  # type: ignore[attr-defined]
+
+    def hook(self, event: str, arguments: tuple) -> None:
+        watcher = self.watcher
+        if watcher is None or event not in TRACE_EVENTS and event not in PROCESS_EVENTS:
+            return
+        caller = sys._getframe(1)
+        if event in TRACE_EVENTS:
+            if caller.f_code in self.own or caller.f_code.co_filename.startswith(_TORCH):
+                return  # the watcher itself; torch's own uses (none known) are not the student's
+            if caller.f_code is _THREAD_START and getattr(threading.gettrace(), "__func__", None) is Watcher.trace:
+                return  # a new thread taking up the watcher's trace function
+            watcher._note("trace", "", "your code changes the trace function")
+            raise RuntimeError("while the grader runs your code it watches which code runs, with sys.settrace; "
+                               "code that changes the trace function (a debugger does) cannot run here")
+        if watcher.direct:
+            return  # ordinary cells may start processes (a shell command, a download)
+        while caller is not None and _in_standard_library(caller.f_code.co_filename):
+            caller = caller.f_back
+        if caller is not None and watcher.foreign(caller.f_code.co_filename):
+            watcher._note("process", "", "your code starts another process while a check runs it")
+
+
+TRACE_EVENTS = frozenset({"sys.settrace", "sys.setprofile"})
+
+
+def _torch_folder() -> str:
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    return os.path.abspath(locations[0]) + os.sep if locations else "<no torch>"
+
+
+def _in_standard_library(filename: str) -> bool:
+    return filename.startswith(_STANDARD_LIBRARY) and "-packages" + os.sep not in filename
+
+
+_TORCH = _torch_folder()
+_THREAD_START = threading.Thread._bootstrap_inner.__code__  # type: ignore[attr-defined]
+_STANDARD_LIBRARY = (os.path.dirname(os.path.abspath(contextlib.__file__)) + os.sep, "<frozen")
+
+
+GUARD = Guard()
 
 
 def _reference_folder() -> str:

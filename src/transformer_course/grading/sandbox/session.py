@@ -37,7 +37,7 @@ from transformer_course.grading.sandbox.runner import PRIVATE_FOLDERS, PRIVATE_S
 MAX_CELL_MESSAGE = 16 * 2**20  # a cell's outputs, as the runner sends them
 WRITE_STALL = 30.0  # seconds the student's side may leave a request of the grader's unread before it is ended
 MAX_NOTES = 64  # notes of the watcher kept per servant (a flood of forged notes costs the grader nothing)
-NOTE_KINDS = frozenset({"reference", "subclass", "runs", "copy"})
+NOTE_KINDS = frozenset({"reference", "subclass", "runs", "copy", "process", "trace"})
 _STATUS = re.compile(r"(?:signal|exit) -?[0-9]{1,4}|interrupted|no such snapshot|\?")
 KERNEL_DIED = ("the Python process running your notebook stopped while running this cell (os._exit, a crash in "
                "native code, or more memory than allowed); this cell scores 0, the cells after it still ran")
@@ -225,6 +225,7 @@ class Session:
         self.runner: int | None = None
         self.snapshots: dict[int, Snapshot] = {}
         self.requests = 0
+        self.cell_notes: list[dict[str, str]] = []  # the watcher's notes from ordinary cells (see runner.Watcher)
         self.write_stall = WRITE_STALL
 
     # lifecycle ----------------------------------------------------------------------------------------------
@@ -411,6 +412,7 @@ class Session:
         """Fork a runner for one notebook and wait until it is ready for its first cell."""
         if self.log is not None:
             self.log.clear()  # an earlier notebook's standard error never shows in this one's messages
+        self.cell_notes = []
         self._continue_zygote()
         self.send({"op": "notebook", "checks": checks, "exercises": exercises, "cwd": cwd})
         try:
@@ -477,6 +479,7 @@ class Session:
                 self.kill_runner()
                 raise RunnerDied(f"{KERNEL_DIED} [a message that is not the grader's arrived]")
             self.reap()
+            keep_notes(self.cell_notes, message.get("notes"))
             outputs = [dict(output) for output in message.get("outputs", []) if isinstance(output, dict)]
             if interrupted:
                 raise CellTimedOut(outputs)
@@ -561,6 +564,25 @@ def _is_student_error(error: Any) -> bool:
                     and isinstance(frame.lineno, int) for frame in error.frames))
 
 
+def keep_notes(kept: list[dict[str, str]], notes: Any) -> None:
+    """Add to `kept` the watcher's notes that have its shape (a few short strings of known kinds), at most
+    MAX_NOTES in all: they come from the student's process, which may send any number of anything."""
+    if not isinstance(notes, list):
+        return
+    known = {tuple(sorted(note.items())) for note in kept}
+    for note in notes[:MAX_NOTES]:
+        if len(kept) >= MAX_NOTES:
+            return
+        if not (isinstance(note, dict) and note.get("kind") in NOTE_KINDS and len(note) <= 4
+                and all(isinstance(key, str) and isinstance(value, str) and len(value) <= 500
+                        for key, value in note.items())):
+            continue
+        key = tuple(sorted(note.items()))
+        if key not in known:
+            known.add(key)
+            kept.append(note)
+
+
 class Servant:
     """The grader's proxy of a servant: `run` sends one experiment and returns its value (or raises the
     student's error). Implements `checks.boundary.Remote`."""
@@ -616,22 +638,7 @@ class Servant:
         raise ServantFailed("unreachable")
 
     def _take_notes(self, notes: Any) -> None:
-        """Keep the watcher's notes that have its shape (a few short strings of known kinds), at most MAX_NOTES:
-        they come from the student's process, which may send any number of anything."""
-        if not isinstance(notes, list):
-            return
-        known = {tuple(sorted(note.items())) for note in self.notes}
-        for note in notes[:MAX_NOTES]:
-            if len(self.notes) >= MAX_NOTES:
-                return
-            if not (isinstance(note, dict) and note.get("kind") in NOTE_KINDS and len(note) <= 4
-                    and all(isinstance(key, str) and isinstance(value, str) and len(value) <= 500
-                            for key, value in note.items())):
-                continue
-            key = tuple(sorted(note.items()))
-            if key not in known:
-                known.add(key)
-                self.notes.append(note)
+        keep_notes(self.notes, notes)
 
     def finish(self) -> None:
         """End the servant: ask it, then make sure (it and everything it started), and wait for the runner."""

@@ -12,6 +12,10 @@ _DEC_SELF = "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, dec_mask)))
 _DEC_CROSS = "x = self.norm2(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))"
 _DEC_FFN = "x = self.norm3(x + self.dropout(self.feed_forward(x)))"
 _DECODER = _DEC_SELF + "\n        " + _DEC_CROSS + "\n        " + _DEC_FFN
+_ENC_FORWARD = ("    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:\n"
+                "        ### BEGIN SOLUTION\n")
+_ENC_PARTS = ("        self.norm1 = nn.LayerNorm(d_model)\n        self.norm2 = nn.LayerNorm(d_model)\n"
+              "        self.dropout = nn.Dropout(dropout)\n\n" + _ENC_FORWARD + "        " + _ENCODER)
 
 MISTAKES: list[Mistake] = [
     # --- PositionWiseFeedForward ---
@@ -194,6 +198,25 @@ MISTAKES: list[Mistake] = [
         "x = self.norm2(x + self.cross_attn(x, enc_out, enc_out, enc_mask))",
         fails="block_dec_dropout_place", cause="the output of self.cross_attn is not dropped out",
     ),
+    # --- issue 20: the residual that skips the attention sublayer, and pre-LN with a part the paper has not ---
+    Mistake(
+        STAGE, "encoder: the second residual adds the block input, skipping the attention sublayer",
+        _ENCODER,
+        "h = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))\n"
+        "        x = self.norm2(x + self.dropout(self.feed_forward(h)))",
+        fails="block_enc_values", cause="self.norm2 receives the block's input x + the output of self.feed_forward",
+    ),
+    Mistake(
+        STAGE, "encoder: pre-LN with a final LayerNorm added to the constructor",
+        _ENC_PARTS,
+        "        self.norm1 = nn.LayerNorm(d_model)\n        self.norm2 = nn.LayerNorm(d_model)\n"
+        "        self.final_norm = nn.LayerNorm(d_model)\n        self.dropout = nn.Dropout(dropout)\n\n"
+        + _ENC_FORWARD + "        h = self.norm1(x)\n"
+        "        x = x + self.dropout(self.self_attn(h, h, h, mask))\n"
+        "        x = x + self.dropout(self.feed_forward(self.norm2(x)))\n"
+        "        x = self.final_norm(x)",
+        fails="block_enc_values", cause="this is the pre-LN order",
+    ),
 ]
 
 ALTERNATIVES: list[Alternative] = [
@@ -254,6 +277,14 @@ ALTERNATIVES: list[Alternative] = [
         "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask=dec_mask)))\n"
         "        x = self.norm2(x + self.dropout(self.cross_attn(q=x, k=enc_out, v=enc_out, mask=enc_mask)))\n"
         "        x = self.norm3(x + self.dropout(self.feed_forward(x)))",
+    ),
+    Alternative(
+        STAGE, "encoder block whose LayerNorms and dropouts have other names (one dropout module per sublayer)",
+        _ENC_PARTS,
+        "        self.ln_attention = nn.LayerNorm(d_model)\n        self.ln_feed_forward = nn.LayerNorm(d_model)\n"
+        "        self.drop_attention = nn.Dropout(dropout)\n        self.drop_feed_forward = nn.Dropout(dropout)\n\n"
+        + _ENC_FORWARD + "        x = self.ln_attention(x + self.drop_attention(self.self_attn(x, x, x, mask)))\n"
+        "        x = self.ln_feed_forward(x + self.drop_feed_forward(self.feed_forward(x)))",
     ),
 ]
 

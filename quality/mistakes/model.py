@@ -22,6 +22,11 @@ _ENCODER_FORWARD = (
     "            x = layer(x, mask)"
 )
 
+_ENCODER_PARTS = (
+    _ENCODER_LAYERS + "\n\n    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:\n"
+    "        ### BEGIN SOLUTION\n        " + _ENCODER_FORWARD
+)
+
 MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "target mask is the padding mask only (no look-ahead)",
@@ -115,6 +120,26 @@ MISTAKES: list[Mistake] = [
         "enc_out = self.encoder(enc_in, enc_mask)  # (batch, src_len, d_model)",
         "enc_out = self.encoder(enc_in, None)  # (batch, src_len, d_model)",
         fails="model_transformer_values", cause="self.encoder receives None as its mask",
+    ),
+    # --- issue 20: parts the paper's stack has not cost the value checks, not the registration check
+    # (tests/test_blocks_and_model_checks.py holds model_encoder_layers passing for both) ---
+    Mistake(
+        STAGE, "Encoder adds a LayerNorm after its last block",
+        _ENCODER_PARTS,
+        _ENCODER_LAYERS + "\n        self.norm = nn.LayerNorm(d_model)"
+        "\n\n    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:\n"
+        "        ### BEGIN SOLUTION\n        " + _ENCODER_FORWARD + "\n        x = self.norm(x)",
+        fails="model_encoder_values", cause="forward returns the output of self.norm where the paper returns",
+    ),
+    Mistake(
+        STAGE, "Encoder adds a learned position table instead of the sinusoidal encoding",
+        _ENCODER_PARTS,
+        _ENCODER_LAYERS + "\n        self.positions = nn.Embedding(max_seq_length, d_model)"
+        "\n\n    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:\n"
+        "        ### BEGIN SOLUTION\n"
+        "        x = self.embedding(x) * math.sqrt(self.d_model) + self.positions(torch.arange(x.size(1)))\n"
+        "        for layer in self.layers:\n            x = layer(x, mask)",
+        fails="model_encoder_values", cause="self.positional_encoding is never called",
     ),
 ]
 

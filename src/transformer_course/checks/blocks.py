@@ -16,8 +16,7 @@ departs, with the student's line; the differential engine speaks when that repla
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -26,7 +25,6 @@ from torch import nn
 
 from transformer_course.checks import differential, parts
 from transformer_course.checks.boundary import on_student_side, supplied
-from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.framework import (
     Diagnosis,
     check,
@@ -66,15 +64,6 @@ Tensor = torch.Tensor
 AXES = ("batch", "position", "feature")
 
 
-@contextmanager
-def _seeded(seed: int | None = None) -> Iterator[None]:
-    """Leave the global random stream as it was; seed it inside when `seed` is given."""
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(seed)
-        yield
-
-
 def _randomise(module: nn.Module, seed: int) -> nn.Module:
     """Reproducible random values for every parameter, LayerNorm gains and biases included (with the default
     gain 1 and bias 0 every LayerNorm is the same, and a block that used norm1 twice would look right)."""
@@ -91,7 +80,7 @@ def _randomise(module: nn.Module, seed: int) -> nn.Module:
 
 
 def _reference(cls: type[nn.Module], *args: Any, seed: int) -> nn.Module:
-    with _seeded():
+    with parts.seeded():
         module = cls(*args)
     return _randomise(module.double(), seed).eval()
 
@@ -122,13 +111,12 @@ def _lengths(batch: int, seq_len: int) -> list[int]:
 
 
 def _engine(module: Any, reference: nn.Module, inputs: tuple, names: tuple[str, ...], got: Tensor,
-            expected: Tensor, sizes: Mapping[str, int], quantities: Mapping[str, float]) -> Diagnosis | None:
-    """The differential engine's reading: the student's and the reference's forward recorded op by op."""
-    student = differential.traced(module, *inputs, names=names, seed=7)
-    recorded = differential.traced_call(reference, *inputs, names=names, seed=7)
-    context = differential.Context(sizes=sizes, quantities=quantities,
+            expected: Tensor, sizes: Mapping[str, int]) -> Callable[[], Any]:
+    """The differential engine's reading, when it is asked for: the student's and the reference's forward
+    recorded operation by operation, axes told apart by their sizes, d_model a known factor."""
+    context = differential.Context(sizes=sizes, quantities={"d_model": inputs[0].size(-1)},
                                    words={f"input:{names[0]}": f"the input {names[0]}"})
-    return differential.explain(student, recorded, got, expected, context, AXES)
+    return lambda: parts.engine(module, reference, inputs, names, got, expected, context, AXES)
 
 
 # --- PositionWiseFeedForward ------------------------------------------------------------------------
@@ -141,7 +129,7 @@ def _engine(module: Any, reference: nn.Module, inputs: tuple, names: tuple[str, 
 def _feed_forward(PositionWiseFeedForward: type[nn.Module], d_model: int, d_ff: int,
                   state: dict[str, Tensor]) -> tuple[nn.Module, dict[str, str]]:
     """The student's network with the reference weights in its two linear layers; their paths by role."""
-    with _seeded(), student_code():
+    with parts.seeded(), student_code():
         module = PositionWiseFeedForward(d_model, d_ff)
     reject_builtin_modules(module, "PositionWiseFeedForward")
     linears = [(name, child) for name, child in module.named_modules() if isinstance(child, nn.Linear)]
@@ -235,11 +223,9 @@ def feed_forward_values(PositionWiseFeedForward: type[nn.Module], d_model: int =
         expected = reference(x)
 
     def diagnose(got: Tensor) -> Diagnosis | None:
-        reading = _feed_forward_reading(run.calls, got, roles)
-        if reading is not None:
-            return Diagnosis(describe_difference(got, expected, AXES), reading)
-        return _engine(module, reference, (x,), ("x",), got, expected,
-                       {"batch": batch, "position": seq_len, "d_model": d_model, "d_ff": d_ff}, {"d_model": d_model})
+        return parts.diagnosis(_feed_forward_reading(run.calls, got, roles), got, expected, _engine(
+            module, reference, (x,), ("x",), got, expected,
+            {"batch": batch, "position": seq_len, "d_model": d_model, "d_ff": d_ff}), AXES)
 
     expect_close("PositionWiseFeedForward(x)", run.outputs[0], expected, atol=1e-8, rtol=1e-6, diagnose=diagnose,
                  axes=AXES, cause="return self.fc2(self.relu(self.fc1(x))), the formula max(0, x W1 + b1) W2 + b2.")
@@ -263,11 +249,11 @@ def _block(Block: type[nn.Module], kind: str, args: tuple, state: dict[str, Tens
     them, and, with `state`, the reference's weights in its LayerNorms; float64, eval mode. Returns the block
     and the student's path for every role ('self_attn' -> 'self_attn', or the name it uses)."""
     what = NAMES[kind]
-    with _seeded(seed), student_code():
+    with parts.seeded(seed), student_code():
         block = Block(*args)
     reject_builtin_modules(block, what)
     block.double()  # before the weights are copied, so that they keep every digit
-    with _seeded(seed):
+    with parts.seeded(seed):
         template = BLOCKS[kind](*args).double()
     if state is not None:
         template.load_state_dict(state)
@@ -285,13 +271,9 @@ def _block(Block: type[nn.Module], kind: str, args: tuple, state: dict[str, Tens
         if role in PLUGGED:
             setattr(block, path, getattr(template, role))
         elif state is not None and role.startswith("norm"):
-            student_norm, reference_norm = getattr(block, path), getattr(template, role)
-            if student_norm.state_dict().keys() != reference_norm.state_dict().keys():
-                fail(f"{what}.{path} is not a LayerNorm with a weight and a bias.", expected="nn.LayerNorm(d_model)",
-                     got=repr(student_norm)[:120], cause="keep the given constructor's LayerNorms.")
-            student_norm.load_state_dict(reference_norm.state_dict())
+            parts.load(parts.locate(block, path), getattr(template, role), f"{what}.{path}")
     supplied(template)
-    return block.double().eval(), {role: path for role, path in paths.items() if path}
+    return block.double().eval(), {role: path for role, path in paths.items() if path} | parts.extras(block, paths)
 
 
 def _encoder_inputs(batch: int, seq_len: int, d_model: int, int_mask: bool = False,
@@ -439,18 +421,14 @@ def _expect_block(kind: str, block: Any, paths: dict[str, str], run: parts.Run, 
                   train: bool = False) -> None:
     """expect_close, with the block's departure from the paper (or the engine's reading) as the cause."""
     names = ("x", "mask") if kind == "encoder" else ("x", "enc_out", "enc_mask", "dec_mask")
-    d_model = inputs[0].size(-1)
+    sizes = {"batch": inputs[0].size(0), "position": inputs[0].size(1), "d_model": inputs[0].size(-1)}
 
     def diagnose(got: Tensor) -> Diagnosis | None:
         dropout = _dropout_reading(kind, run.calls, inputs, paths) if train else None
         reading = f"{dropout.text}: {DROPOUT_ADVICE}" if dropout else _block_reading(kind, run.calls, inputs,
                                                                                       paths, got, train)
-        if reading is not None:
-            return Diagnosis(describe_difference(got, expected, AXES, atol, rtol), reading)
-        if train:
-            return None
-        sizes = {"batch": inputs[0].size(0), "position": inputs[0].size(1), "d_model": d_model}
-        return _engine(block, reference, inputs, names, got, expected, sizes, {"d_model": d_model})
+        engine = None if train else _engine(block, reference, inputs, names, got, expected, sizes)
+        return parts.diagnosis(reading, got, expected, engine, AXES, atol, rtol)
 
     expect_close(f"{NAMES[kind]}({', '.join(names)})" + (" in train mode" if train else ""), run.outputs[0],
                  expected, atol=atol, rtol=rtol, axes=AXES, diagnose=diagnose, cause=cause)
@@ -524,7 +502,7 @@ def encoder_matches_torch(EncoderBlock: type[nn.Module], d_model: int = 16, num_
     reference, block, paths = _case(EncoderBlock, "encoder", d_model, num_heads, d_ff)
     inputs = _encoder_inputs(batch, seq_len, d_model)
     x, mask = inputs
-    with _seeded():
+    with parts.seeded():
         layer = nn.TransformerEncoderLayer(d_model, num_heads, d_ff, 0.1, batch_first=True).double().eval()
     _load_attention(layer.self_attn, reference.self_attn)
     _load_common(layer, reference, ("norm1", "norm2"))
@@ -603,7 +581,7 @@ def _dropout_placement(Block: type[nn.Module], kind: str, sizes: tuple[int, int,
                         seeds=(seed,))
     if structure_right or not any(call.role == "dropout" for call in run.calls):
         reference.train()  # the same seed gives the same dropout masks, call by call
-        with _seeded(seed), torch.no_grad():
+        with parts.seeded(seed), torch.no_grad():
             expected = reference(*inputs)
         _expect_block(kind, block, paths, run, expected, inputs, reference, train=True,
                       cause="apply dropout once per sublayer, on the sublayer's output: "
@@ -662,7 +640,7 @@ def decoder_matches_torch(DecoderBlock: type[nn.Module], d_model: int = 16, num_
     reference, block, paths = _case(DecoderBlock, "decoder", d_model, num_heads, d_ff, seed=30)
     inputs = _decoder_inputs(batch, tgt_len, src_len, d_model, target_padding=True)
     x, enc_out, enc_mask, dec_mask = inputs
-    with _seeded():
+    with parts.seeded():
         layer = nn.TransformerDecoderLayer(d_model, num_heads, d_ff, 0.1, batch_first=True).double().eval()
     _load_attention(layer.self_attn, reference.self_attn)
     _load_attention(layer.multihead_attn, reference.cross_attn)

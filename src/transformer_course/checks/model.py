@@ -18,8 +18,7 @@ later; a real token or padding).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,7 +27,6 @@ from torch import nn
 
 from transformer_course.checks import differential, parts
 from transformer_course.checks.boundary import on_student_side, supplied
-from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.framework import (
     CheckFailed,
     Diagnosis,
@@ -135,15 +133,6 @@ def _other_tokens(tokens: Tensor, vocab: int, pad_idx: int, seed: int) -> Tensor
     return real[(rank + offset) % (vocab - 1)]
 
 
-@contextmanager
-def _seeded(seed: int | None) -> Iterator[None]:
-    """Build modules from a fixed seed without disturbing the notebook's own random stream."""
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(seed)
-        yield
-
-
 def _xavier(module: nn.Module) -> nn.Module:
     for parameter in module.parameters():
         if parameter.dim() > 1:
@@ -184,9 +173,6 @@ def _allowed(name: str, got: object, shape: tuple[int, ...]) -> Tensor:
              got=f"values such as {mask.flatten()[~((mask == 0) | (mask == 1)).flatten()][:3].tolist()}",
              cause="the course's masks say *where* attention is allowed; the -1e9 is added inside attention.")
     return mask != 0
-
-
-PLACES = ("earlier", "the same position", "later")
 
 
 def _mask_reading(allowed: Tensor, tokens: Tensor, pad_idx: int) -> str:
@@ -334,6 +320,7 @@ class Stack:
     paths: dict[str, str]
     blocks: list[str]
     repeated: list[str]
+    planned: list[str]  # the paths the paper's num_layers blocks would have
 
 
 def _roles(stack: Stack) -> dict[str, str]:
@@ -348,10 +335,10 @@ def _stack(Student: type[nn.Module], what: str, args: tuple, state: dict[str, Te
     """The student's stack built from `seed`; with `state`, the reference's weights loaded into its parts by role
     (float64). Blocks kept in a plain list are loaded and converted too: the value checks grade values, and
     `layers_registered` grades registration."""
-    with _seeded(seed), student_code():
+    with parts.seeded(seed), student_code():
         module = Student(*args)
     reject_builtin_modules(module, what)
-    with _seeded(seed):
+    with parts.seeded(seed):
         template = STACKS[what](*args)
     paths = parts.pair(template, module)
     blocks: list[str] = []
@@ -361,42 +348,39 @@ def _stack(Student: type[nn.Module], what: str, args: tuple, state: dict[str, Te
     repeated = [path for index, path in enumerate(blocks)
                 if any(parts.locate(module, other) is parts.locate(module, path) for other in blocks[:index])]
     if state is not None:
-        template.load_state_dict(state)
+        template.double().load_state_dict(state)
         for each in parts.everything(module):
             each.double()
         for role, path in paths.items():
-            if not path and any(True for _ in getattr(template, role).parameters()):
+            reference = getattr(template, role)
+            if not any(True for _ in reference.parameters()):
+                continue  # the positional table (a fixed buffer) and dropout: nothing to give
+            if not path:
                 given = ", ".join(name for name, _ in template.named_children())
                 fail(f"{what} has no part for its {role.replace('_', ' ')}.",
                      expected=f"the parts of the given constructor: {given}",
                      got=f"the parts {', '.join(name for name, _ in parts.candidates(module)) or 'none'}",
                      cause="keep the given constructor: this check gives your stack's parts the reference's weights "
                            "(by name, else by kind) and compares the numbers.")
-            if path and role == "layers":
-                for source, target in zip(template.layers, [parts.locate(module, p) for p in blocks], strict=False):
-                    target.load_state_dict(source.state_dict())
-            elif path:
-                _load(parts.locate(module, path), getattr(template, role), f"{what}.{path}")
-    taken = set(paths.values())
-    extras = {f"extra:{path}": path for path, value in parts.candidates(module)
-              if path not in taken and isinstance(value, nn.Module) and not isinstance(value, nn.Dropout)}
-    return module, Stack({role: path for role, path in paths.items() if path} | extras, blocks, repeated)
-
-
-def _load(target: nn.Module, source: nn.Module, what: str) -> None:
-    wanted, have = source.state_dict(), target.state_dict()
-    if wanted.keys() != have.keys() or any(wanted[k].shape != have[k].shape for k in wanted):
-        fail(f"{what} does not hold what the given constructor puts there.",
-             expected=", ".join(f"{key} {tuple(value.shape)}" for key, value in wanted.items()),
-             got=", ".join(f"{key} {tuple(value.shape)}" for key, value in have.items()) or "no weights",
-             cause="keep the given constructor: this check gives your parts the reference's weights and compares "
-                   "the numbers.")
-    target.load_state_dict(wanted)
+            pairs = zip(reference, blocks, strict=False) if role == "layers" else [(reference, path)]
+            for source, target in pairs:
+                parts.load(parts.locate(module, target), source, f"{what}.{target}")
+    paths = {role: path for role, path in paths.items() if path}
+    planned = [f"{paths.get('layers') or 'layers'}.{index}" for index in range(len(template.layers))]
+    return module, Stack(paths | parts.extras(module, paths), blocks, repeated, planned)
 
 
 def _reference_stack(what: str, args: tuple, seed: int) -> nn.Module:
-    with _seeded(seed):
-        return _xavier(STACKS[what](*args)).double().eval()
+    """The reference stack with Xavier matrices and random LayerNorm gains and biases (with gain 1 and bias 0
+    a LayerNorm added after the last block would change almost nothing)."""
+    with parts.seeded(seed):
+        stack = _xavier(STACKS[what](*args)).double().eval()
+    with torch.no_grad():
+        norms = [module for module in stack.modules() if isinstance(module, nn.LayerNorm)]
+        for index, norm in enumerate(norms):
+            norm.weight.copy_(1.0 + 0.3 * randn(*norm.weight.shape, seed=seed + 2 * index))
+            norm.bias.copy_(0.3 * randn(*norm.bias.shape, seed=seed + 2 * index + 1))
+    return stack
 
 
 def _stack_values(what: str, inputs: tuple) -> parts.Values:
@@ -416,7 +400,7 @@ def _stack_steps(what: str, stack: Stack, d_model: int) -> tuple[list[parts.Step
     previous = "positional_encoding"
     extra = {"mask": parts.terms("mask")} if what == "Encoder" else {
         "enc_out": parts.terms("enc_out"), "enc_mask": parts.terms("enc_mask"), "dec_mask": parts.terms("dec_mask")}
-    for path in stack.blocks:
+    for path in stack.planned:
         steps.append(parts.Step(path, {"x": parts.terms(previous)} | extra, path))
         previous = path
     if what == "Decoder":
@@ -435,17 +419,20 @@ def _stack_reading(what: str, stack: Stack, calls: list[parts.Call], inputs: tup
     if stack.repeated:
         return (f"{parts.words(stack.repeated[0])} is the same object as an earlier block: {REPEATED_BLOCK}")
     steps, last = _stack_steps(what, stack, d_model)
-    replay = parts.Replay(calls, steps, _stack_values(what, inputs), stack.paths | {p: p for p in stack.blocks})
-    reading = replay.departure(result=result, result_key=last if complete else None, ordered=[stack.blocks],
+    replay = parts.Replay(calls, steps, _stack_values(what, inputs),
+                          stack.paths | {path: path for path in [*stack.blocks, *stack.planned]})
+    reading = replay.departure(result=result, result_key=last if complete else None, ordered=[stack.planned],
                                complete=complete)
     if reading is None:
         return None
     text = reading.cause()
     if reading.role == "positional_encoding" and reading.argument == "x":
         text += _scale(calls, replay, d_model)
+    elif reading.role in stack.planned[1:] and reading.argument == "x":
+        text += "; each block must receive the previous block's output: update x in the loop, x = layer(x, ...)"
     elif reading.role == "embedding" and "×" in reading.got:
         text += "; the factor sqrt(d_model) multiplies the embedding vectors, not the token ids"
-    elif reading.kind == "result" and complete:
+    elif reading.kind == "result" and complete and reading.got == parts.UNNAMED:
         text = _after_last(result, replay.values.tensors.get(last), replay.values.names.get(last, "")) or text
     return text
 
@@ -484,22 +471,20 @@ def _after_last(result: Any, last: Any, words: str) -> str:
             return (f"forward returns {name} of {words} where the paper returns the raw logits: the loss "
                     "(cross-entropy) applies log-softmax itself")
     how = differential.relation(result, last, differential.Context(), None)
-    return f"forward returns {words} changed: {how}" if how else ""
+    return f"forward returns {words} changed: {how}" if how and not how.startswith("1 ×") else ""
 
 
 def _expect_stack(what: str, name: str, module: Any, stack: Stack, run: parts.Run, expected: Tensor, inputs: tuple,
                   reference: nn.Module, d_model: int, cause: str) -> None:
     """expect_close, with the stack's departure from the paper (or the engine's reading) as the cause."""
+    names = ("tokens", "mask") if what == "Encoder" else ("tokens", "enc_out", "enc_mask", "dec_mask")
+    context = differential.Context(sizes={"batch": inputs[0].size(0), "position": inputs[0].size(1),
+                                          "d_model": d_model}, quantities={"d_model": d_model})
+
     def diagnose(got: Tensor) -> Diagnosis | None:
-        reading = _stack_reading(what, stack, run.calls, inputs, d_model, got)
-        if reading is not None:
-            return Diagnosis(describe_difference(got, expected, AXES), reading)
-        names = ("tokens", "mask") if what == "Encoder" else ("tokens", "enc_out", "enc_mask", "dec_mask")
-        student = differential.traced(module, *inputs, names=names, seed=7)
-        recorded = differential.traced_call(reference, *inputs, names=names, seed=7)
-        context = differential.Context(sizes={"batch": inputs[0].size(0), "position": inputs[0].size(1),
-                                              "d_model": d_model}, quantities={"d_model": d_model})
-        return differential.explain(student, recorded, got, expected, context, AXES)
+        return parts.diagnosis(_stack_reading(what, stack, run.calls, inputs, d_model, got), got, expected,
+                               lambda: parts.engine(module, reference, inputs, names, got, expected, context, AXES),
+                               AXES, **TOLERANCE)
 
     expect_close(name, run.outputs[0], expected, diagnose=diagnose, cause=cause, axes=AXES, **TOLERANCE)
 
@@ -550,9 +535,9 @@ def _values_check(what: str, Student: type[nn.Module], sizes: Sizes, inputs: tup
 def _registration(Student: type[nn.Module], what: str, args: tuple) -> dict[str, Any]:
     """Where the student's stack keeps its blocks: in what (a ModuleList, a plain list), how many, how many
     distinct objects, and which of them PyTorch sees (their parameters among the stack's)."""
-    with _seeded(0), student_code():
+    with parts.seeded(0), student_code():
         module = Student(*args)
-    with _seeded(0):
+    with parts.seeded(0):
         template = STACKS[what](*args)
     path = parts.pair(template, module).get("layers", "")
     held = list(parts.locate(module, path)) if path else []
@@ -685,10 +670,10 @@ def _plugged(Transformer: type[nn.Module], args: tuple, state: dict[str, Tensor]
              seed: int) -> tuple[nn.Module, dict[str, str]]:
     """The student's Transformer with the reference Encoder and Decoder (the reference's weights) plugged in
     where it keeps its encoder and decoder; float64, eval mode. Returns it and their paths."""
-    with _seeded(seed), student_code():
+    with parts.seeded(seed), student_code():
         model = Transformer(*args)
     reject_builtin_modules(model, "Transformer")
-    with _seeded(seed):
+    with parts.seeded(seed):
         template = ReferenceTransformer(*args).double()
     template.load_state_dict(state)
     paths = parts.pair(template, model)
@@ -713,7 +698,7 @@ class _Model:
 
 
 def _model(Transformer: type[nn.Module], sizes: Sizes, seed: int) -> _Model:
-    with _seeded(seed):
+    with parts.seeded(seed):
         reference = ReferenceTransformer(*sizes.transformer_args()).double().eval()
     student, paths = _plugged(Transformer, sizes.transformer_args(), reference.state_dict(), seed)
     return _Model(student, reference, paths)
@@ -762,9 +747,12 @@ def _transformer_case(Transformer: type[nn.Module], sizes: Sizes, seed: int) -> 
 
 def _expect_model(model: _Model, run: parts.Run, inputs: tuple, expected: Tensor, *, cause: str, atol: float,
                   rtol: float) -> None:
+    names = ("enc_in", "dec_in", "enc_mask", "dec_mask")
+    context = differential.Context(sizes={"batch": inputs[0].size(0), "target position": inputs[1].size(1)})
+
     def diagnose(got: Tensor) -> Diagnosis | None:
-        reading = _model_reading(model, run.calls, inputs, got)
-        return Diagnosis(describe_difference(got, expected, AXES, atol, rtol), reading) if reading else None
+        return parts.diagnosis(_model_reading(model, run.calls, inputs, got), got, expected, lambda: parts.engine(
+            model.student, model.reference, inputs, names, got, expected, context, AXES), AXES, atol, rtol)
 
     expect_close("Transformer(src, tgt, src_mask, tgt_mask)", run.outputs[0], expected, atol=atol, rtol=rtol,
                  axes=AXES, diagnose=diagnose, cause=cause)
@@ -801,9 +789,9 @@ def _copy_linear(ours: nn.Module, theirs: nn.Module) -> None:
     theirs.bias.copy_(ours.bias)
 
 
-def torch_transformer_like(reference: nn.Module, sizes: Sizes) -> nn.Transformer:
+def _torch_transformer_like(reference: nn.Module, sizes: Sizes) -> nn.Transformer:
     """PyTorch's nn.Transformer holding the reference's block weights (post-LN, no final stack norms)."""
-    with _seeded(0):
+    with parts.seeded(0):
         builtin = nn.Transformer(sizes.d_model, sizes.num_heads, sizes.num_layers, sizes.num_layers, sizes.d_ff,
                                  dropout=0.0, activation="relu", batch_first=True, norm_first=False,
                                  dtype=torch.float64)
@@ -824,7 +812,7 @@ def torch_transformer_like(reference: nn.Module, sizes: Sizes) -> nn.Transformer
     return builtin.eval()
 
 
-def torch_transformer_logits(builtin: nn.Transformer, reference: nn.Module, source: Tensor, target: Tensor,
+def _torch_transformer_logits(builtin: nn.Transformer, reference: nn.Module, source: Tensor, target: Tensor,
                              pad_idx: int) -> Tensor:
     """Our embeddings * sqrt(d_model) + PE around nn.Transformer, then our pred_layer.
 
@@ -845,9 +833,9 @@ def matches_torch_transformer(Transformer: type[nn.Module], **sizes: float) -> N
     config = _sizes(**({"src_len": 8, "tgt_len": 6} | sizes))
     model, inputs = _transformer_case(Transformer, config, seed=70)
     run = _model_run(model, inputs)
-    builtin = torch_transformer_like(model.reference, config)
+    builtin = _torch_transformer_like(model.reference, config)
     with torch.no_grad():
-        expected = torch_transformer_logits(builtin, model.reference, inputs[0], inputs[1], config.pad_idx)
+        expected = _torch_transformer_logits(builtin, model.reference, inputs[0], inputs[1], config.pad_idx)
     _expect_model(model, run, inputs, expected, atol=1e-5, rtol=1e-5,
                   cause="your model differs from nn.Transformer (post-LN, ReLU, no final stack LayerNorm).")
 
@@ -975,7 +963,7 @@ def transformer_gradients(Transformer: type[nn.Module], **sizes: float) -> None:
 def _builtins(Transformer: type[nn.Module], args: tuple, inputs: tuple) -> None:
     """Build and run the student's Transformer in train mode (the training path of nn.MultiheadAttention goes
     through the guarded functions); fail on PyTorch's built-in attention or Transformer layers."""
-    with _seeded(120), student_code():
+    with parts.seeded(120), student_code():
         model = Transformer(*args)
     model.train()
     try:

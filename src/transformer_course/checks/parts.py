@@ -19,6 +19,7 @@ Decoder. So everything the student's `forward` does is visible as calls of its p
 from __future__ import annotations
 
 import inspect
+import linecache
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
@@ -31,12 +32,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from transformer_course.checks import differential
 from transformer_course.checks.boundary import Frame, on_student_side
+from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.errors import first_line, student_frame
-from transformer_course.checks.framework import CheckFailed, fail, student_code
+from transformer_course.checks.framework import CheckFailed, Diagnosis, fail, student_code
 
 Tensor = torch.Tensor
 Term = tuple[float, str]  # coefficient, value key
+UNNAMED = "a value that is none of the expected ones"
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])
 _TORCH = str(Path(torch.__file__).resolve().parent)
@@ -64,15 +68,19 @@ def candidates(module: nn.Module) -> list[tuple[str, Any]]:
 
 
 def pair(reference: nn.Module, student: nn.Module) -> dict[str, str]:
-    """For every child of `reference`, the student's part in that role: the part with the same name when it
-    is of the same kind, else the first unpaired part of that kind in the order the student's constructor
-    made them; '' when there is none."""
+    """For every child of `reference`, the student's part in that role: the part with the same name (a module
+    for a module, a list for a list), else the first unpaired part of the same kind in the order the student's
+    constructor made them; '' when there is none."""
     parts = candidates(student)
     taken: set[str] = set()
     paired: dict[str, str] = {}
     children = list(reference.named_children())
+
+    def listed(value: Any) -> bool:
+        return isinstance(value, nn.ModuleList | list | tuple)
+
     for name, child in children:
-        same = next((path for path, part in parts if path == name and kind(part) == kind(child)), None)
+        same = next((path for path, part in parts if path == name and listed(part) == listed(child)), None)
         if same is not None:
             paired[name] = same
             taken.add(same)
@@ -81,6 +89,26 @@ def pair(reference: nn.Module, student: nn.Module) -> dict[str, str]:
             paired[name] = next((path for path, part in parts if path not in taken and kind(part) == kind(child)), "")
             taken.add(paired[name])
     return paired
+
+
+def extras(module: nn.Module, paths: Mapping[str, str]) -> dict[str, str]:
+    """The student's parts that play no role of the reference module (an extra LayerNorm, say), as roles
+    'extra:<path>', so that their calls are recorded and their outputs named too."""
+    taken = set(paths.values())
+    return {f"extra:{path}": path for path, value in candidates(module)
+            if path not in taken and isinstance(value, nn.Module) and not isinstance(value, nn.Dropout)}
+
+
+def load(target: nn.Module, source: nn.Module, what: str) -> None:
+    """Give the student's part `target` the weights of the reference part `source` (same layout)."""
+    wanted, have = source.state_dict(), target.state_dict()
+    if wanted.keys() != have.keys() or any(wanted[key].shape != have[key].shape for key in wanted):
+        fail(f"{what} does not hold what the given constructor puts there.",
+             expected=", ".join(f"{key} {tuple(value.shape)}" for key, value in wanted.items()),
+             got=", ".join(f"{key} {tuple(value.shape)}" for key, value in have.items()) or "no weights",
+             cause="keep the given constructor: this check gives your parts the reference's weights and compares "
+                   "the numbers.")
+    target.load_state_dict(wanted)
 
 
 def locate(module: nn.Module, path: str) -> Any:
@@ -129,8 +157,6 @@ def student_line() -> Frame | None:
         frame = frame.f_back
     if frame is None:
         return None
-    import linecache
-
     text = linecache.getline(frame.f_code.co_filename, frame.f_lineno, frame.f_globals).strip()
     return Frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, text[:200])
 
@@ -226,7 +252,8 @@ def everything(module: nn.Module) -> list[nn.Module]:
 
 
 @contextmanager
-def _seeded(seed: int | None) -> Iterator[None]:
+def seeded(seed: int | None = None) -> Iterator[None]:
+    """Leave the global random stream as it was (the notebook's own draws); seed it inside when `seed` is given."""
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
@@ -257,7 +284,7 @@ def run(module: nn.Module, inputs: tuple, train: bool = False, seeds: tuple[int,
     done = Run([], [])
     for number, seed in enumerate(seeds):
         record = recorded(module, roles) if roles is not None and number == 0 else nullcontext([])
-        with _seeded(seed), torch.no_grad(), student_code(), record as calls:
+        with seeded(seed), torch.no_grad(), student_code(), record as calls:
             done.outputs.append(module(*_copies(inputs)))
         if number == 0:
             done.calls = list(calls)
@@ -270,7 +297,7 @@ def calls_before_crash(module: nn.Module, inputs: tuple, roles: dict[str, str], 
     """The calls of the parts recorded until the student's module crashes on these inputs."""
     for each in everything(module):
         each.train(train)
-    with _seeded(seed), torch.no_grad(), student_code(), recorded(module, roles) as calls:
+    with seeded(seed), torch.no_grad(), student_code(), recorded(module, roles) as calls:
         try:
             module(*_copies(inputs))
         except (NotImplementedError, CheckFailed):
@@ -300,6 +327,25 @@ def observe(module: Any, inputs: tuple, what: str, roles: dict[str, str] | None,
              got=f"{type(crash).__name__}: {first_line(crash, 160)}" + (f"\n  {where}" if where else ""),
              cause=cause)
         raise  # fail raises
+
+
+def diagnosis(reading: str | None, got: Tensor, expected: Tensor, engine: Callable[[], Any] | None,
+              axes: Sequence[str], atol: float = 1e-6, rtol: float = 1e-5) -> Diagnosis | None:
+    """The check's reading of the calls (`reading`, the cause) with where the values differ; the differential
+    engine's reading (`engine()`, the operation by operation comparison) when the calls show nothing, or show
+    an argument that is none of the values they know."""
+    own = Diagnosis(describe_difference(got, expected, axes, atol, rtol), reading) if reading else None
+    if engine is None or (reading is not None and UNNAMED not in reading):
+        return own
+    return differential.combined(own, engine())
+
+
+def engine(module: Any, reference: nn.Module, inputs: tuple, names: Sequence[str], got: Tensor, expected: Tensor,
+           context: differential.Context, axes: Sequence[str]) -> Any:
+    """The differential engine on the student's module (recorded on the student's side) and the reference."""
+    student = differential.traced(module, *inputs, names=names, seed=7)
+    recorded = differential.traced_call(reference, *inputs, names=names, seed=7)
+    return differential.explain(student, recorded, got, expected, context, axes)
 
 
 # --- naming values (the grader) --------------------------------------------------------------------------------
@@ -538,7 +584,7 @@ class Replay:
         if extra is not None:
             return extra
         if result_key is not None and not self.values.matches(result, terms(result_key)):
-            got = self.values.name(result) or "a value that is none of the expected ones"
+            got = self.values.name(result) or UNNAMED
             wanted = self.values.names[result_key]
             text = f"forward returns {got} where the paper returns {wanted}"
             if self.values.matches(result, terms(next(iter(self.values.names)))):
@@ -587,7 +633,7 @@ class Replay:
             return Reading(f"{target} receives {values.words(step.inputs[swapped[0]])} as {these} and "
                            f"{values.words(wanted)} as {others}: the two are swapped", call.line, "argument", argument,
                            step.role, values.words(step.inputs[swapped[0]]), values.words(wanted))
-        seen = "None" if got is None else values.name(got) or "a value that is none of the expected ones"
+        seen = "None" if got is None else values.name(got) or UNNAMED
         text = f"{target} receives {seen} as {these} where the paper gives it {values.words(wanted)}"
         if len(wanted) == 2:
             for kept, dropped in (wanted, wanted[::-1]):

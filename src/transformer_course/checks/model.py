@@ -532,25 +532,40 @@ def _values_check(what: str, Student: type[nn.Module], sizes: Sizes, inputs: tup
 
 
 @on_student_side
-def _registration(Student: type[nn.Module], what: str, args: tuple) -> dict[str, Any]:
+def _registration(Student: type[nn.Module], what: str, args: tuple, inputs: tuple) -> dict[str, Any]:
     """Where the student's stack keeps its blocks: in what (a ModuleList, a plain list), how many, how many
-    distinct objects, and which of them PyTorch sees (their parameters among the stack's)."""
+    distinct objects; and, after one forward pass, which of the blocks it holds or calls PyTorch does not see
+    (their parameters not among the stack's)."""
     with parts.seeded(0), student_code():
         module = Student(*args)
     with parts.seeded(0):
         template = STACKS[what](*args)
     path = parts.pair(template, module).get("layers", "")
     held = list(parts.locate(module, path)) if path else []
+    called: list[nn.Module] = []
+    kind = type(template.layers[0])
+    hook = nn.modules.module.register_module_forward_pre_hook(
+        lambda block, _args: called.append(block) if isinstance(block, kind) else None)
+    try:
+        with parts.seeded(0), torch.no_grad(), student_code():
+            module.eval()(*inputs)
+    except NotImplementedError:
+        raise
+    except Exception:  # noqa: BLE001  (a crash is the business of the checks that compare values)
+        pass
+    finally:
+        hook.remove()
     registered = {id(parameter) for parameter in module.parameters()}
+    unseen = [block for block in [*held, *called] if any(id(p) not in registered for p in block.parameters())]
     return {"path": path, "registered_list": isinstance(parts.locate(module, path), nn.ModuleList) if path else False,
             "count": len(held), "distinct": len({id(block) for block in held}),
-            "hidden": [index for index, block in enumerate(held)
-                       if any(id(parameter) not in registered for parameter in block.parameters())]}
+            "hidden": [index for index, block in enumerate(held) if block in unseen],
+            "made_in_forward": sum(1 for block in called if all(block is not other for other in held))}
 
 
-def _layers_registered(Student: type[nn.Module], what: str, sizes: Sizes) -> None:
+def _layers_registered(Student: type[nn.Module], what: str, sizes: Sizes, inputs: tuple) -> None:
     vocab = sizes.src_vocab if what == "Encoder" else sizes.tgt_vocab
-    found = _registration(Student, what, sizes.stack_args(vocab))
+    found = _registration(Student, what, sizes.stack_args(vocab), inputs)
     block = "EncoderBlock" if what == "Encoder" else "DecoderBlock"
     if not found["path"]:
         fail(f"{what} keeps no list of {block}s.", expected=f"self.layers = nn.ModuleList of {sizes.num_layers} blocks",
@@ -568,6 +583,11 @@ def _layers_registered(Student: type[nn.Module], what: str, sizes: Sizes) -> Non
              expected="an nn.ModuleList of blocks, whose parameters are the stack's parameters",
              got=f"the parameters of block{'s' if len(found['hidden']) > 1 else ''} "
                  f"{', '.join(map(str, found['hidden']))} are not among {what}.parameters()", cause=PLAIN_LIST)
+    if found["made_in_forward"]:
+        fail(f"{what}.forward runs blocks that the {what} does not hold.",
+             expected=f"forward runs the blocks of {where}", got=f"{found['made_in_forward']} block call(s) on new "
+             "blocks made inside forward", cause="build the blocks once, in the constructor, and loop over "
+             f"{where} in forward: blocks made in forward are new untrained blocks at every call.")
 
 
 # --- Encoder -----------------------------------------------------------------------------------------
@@ -591,7 +611,8 @@ def encoder_values(Encoder: type[nn.Module], **sizes: float) -> None:
 
 @check("Encoder registers num_layers distinct blocks: they are counted, trained and moved by .to()/.double()")
 def encoder_layers_registered(Encoder: type[nn.Module], **sizes: float) -> None:
-    _layers_registered(Encoder, "Encoder", _sizes(**sizes))
+    config = _sizes(**sizes)
+    _layers_registered(Encoder, "Encoder", config, _encoder_inputs(config, seed=31))
 
 
 # --- Decoder -----------------------------------------------------------------------------------------
@@ -617,7 +638,8 @@ def decoder_values(Decoder: type[nn.Module], **sizes: float) -> None:
 
 @check("Decoder registers num_layers distinct blocks: they are counted, trained and moved by .to()/.double()")
 def decoder_layers_registered(Decoder: type[nn.Module], **sizes: float) -> None:
-    _layers_registered(Decoder, "Decoder", _sizes(**sizes))
+    config = _sizes(**sizes)
+    _layers_registered(Decoder, "Decoder", config, _decoder_inputs(config, seed=51, dtype=torch.float32))
 
 
 # --- the stacks' dropout -------------------------------------------------------------------------------

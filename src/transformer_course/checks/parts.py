@@ -273,6 +273,16 @@ def _copies(inputs: tuple) -> list[Any]:
     return [t.clone() if isinstance(t, Tensor) else t for t in inputs]
 
 
+def _plain(value: Any) -> Any:
+    """What the student's forward returned, as data: tensors, numbers and containers of them; anything else
+    (a module, say) as a short description, so that a message can say what it was."""
+    if value is None or isinstance(value, Tensor | bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(item) for item in value)
+    return f"a {type(value).__name__} object"
+
+
 @on_student_side
 def run(module: nn.Module, inputs: tuple, train: bool = False, seeds: tuple[int, ...] = (7, 8),
         roles: dict[str, str] | None = None) -> Run:
@@ -285,7 +295,7 @@ def run(module: nn.Module, inputs: tuple, train: bool = False, seeds: tuple[int,
     for number, seed in enumerate(seeds):
         record = recorded(module, roles) if roles is not None and number == 0 else nullcontext([])
         with seeded(seed), torch.no_grad(), student_code(), record as calls:
-            done.outputs.append(module(*_copies(inputs)))
+            done.outputs.append(_plain(module(*_copies(inputs))))
         if number == 0:
             done.calls = list(calls)
     return done

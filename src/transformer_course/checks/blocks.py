@@ -531,7 +531,7 @@ def encoder_padding_invariance(EncoderBlock: type[nn.Module], d_model: int = 16,
             fail("appending padding tokens changed the output at real positions.",
                  expected=f"row {row}: positions 0..{length - 1} identical with {extra} extra padding tokens",
                  got="different values",
-                 cause=_block_reading("encoder", run.calls, inputs, paths, None, complete=False)
+                 cause=parts.safely(_block_reading, "encoder", run.calls, inputs, paths, None, complete=False)
                  or "the padding mask must reach self-attention: self.self_attn(x, x, x, mask), so that no real "
                     "token attends to padding.")
 
@@ -674,8 +674,8 @@ def decoder_causality(DecoderBlock: type[nn.Module], d_model: int = 16, num_head
             fail(f"changing the inputs at positions {t + 1}..{tgt_len - 1} changed the output at positions 0..{t}.",
                  expected="outputs at positions <= t that depend only on inputs at positions <= t",
                  got="outputs that see the future",
-                 cause=_block_reading("decoder", first.calls, (x, enc_out, enc_mask, dec_mask), paths, None,
-                                      complete=False)
+                 cause=parts.safely(_block_reading, "decoder", first.calls, (x, enc_out, enc_mask, dec_mask),
+                                    paths, None, complete=False)
                  or "self-attention must get the look-ahead mask: self.self_attn(x, x, x, dec_mask) (not enc_mask, "
                     "not None).")
 

@@ -516,7 +516,7 @@ def _shape_check(what: str, Student: type[nn.Module], sizes: Sizes, inputs: tupl
     run = _stack_run(what, module, stack, inputs, sizes.d_model)
     got = run.outputs[0]
     if isinstance(got, Tensor) and tuple(got.shape) != shape:
-        cause = _stack_reading(what, stack, run.calls, inputs, sizes.d_model, got) or cause
+        cause = parts.safely(_stack_reading, what, stack, run.calls, inputs, sizes.d_model, got) or cause
     expect_shape(name, got, shape, cause=cause)
 
 
@@ -753,7 +753,7 @@ def _model_run(model: _Model, inputs: tuple) -> parts.Run:
 def _wiring(model: _Model, inputs: tuple, default: str) -> str:
     """The first place the Transformer's forward departs from encoder -> decoder, or `default`."""
     run = _model_run(model, inputs)
-    return _model_reading(model, run.calls, inputs, run.outputs[0]) or default
+    return parts.safely(_model_reading, model, run.calls, inputs, run.outputs[0]) or default
 
 
 def _masks(source: Tensor, target: Tensor, pad_idx: int) -> tuple[Tensor, Tensor]:
@@ -787,7 +787,7 @@ def transformer_output_shape(Transformer: type[nn.Module], **sizes: float) -> No
     run = _model_run(model, inputs)
     expect_shape("Transformer(src, tgt, src_mask, tgt_mask)", run.outputs[0],
                  (config.batch, config.tgt_len, config.tgt_vocab),
-                 cause=_model_reading(model, run.calls, inputs, run.outputs[0]) or WIRING)
+                 cause=parts.safely(_model_reading, model, run.calls, inputs, run.outputs[0]) or WIRING)
 
 
 @check("Transformer gives the reference logits: encoder output feeds the decoder, each mask where it belongs")

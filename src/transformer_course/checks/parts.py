@@ -329,7 +329,7 @@ def observe(module: Any, inputs: tuple, what: str, roles: dict[str, str] | None,
     except Exception as crash:
         if roles is None:
             raise
-        cause = explain(calls_before_crash(module, inputs, roles, train, seeds[0]))
+        cause = safely(explain, calls_before_crash(module, inputs, roles, train, seeds[0]))
         if cause is None:
             raise
         where = student_frame(crash)
@@ -337,6 +337,15 @@ def observe(module: Any, inputs: tuple, what: str, roles: dict[str, str] | None,
              got=f"{type(crash).__name__}: {first_line(crash, 160)}" + (f"\n  {where}" if where else ""),
              cause=cause)
         raise  # fail raises
+
+
+def safely(read: Callable[..., str | None], *args: Any, **kwargs: Any) -> str | None:
+    """A check's reading of what it observed, or None when it cannot make one (a reading that fails on values
+    nobody foresaw says nothing, rather than failing the check on its own account)."""
+    try:
+        return read(*args, **kwargs)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def diagnosis(reading: str | None, got: Tensor, expected: Tensor, engine: Callable[[], Any] | None,
@@ -579,8 +588,9 @@ class Replay:
         expected = {role: sum(step.role == role for step in self.steps) for role in {s.role for s in self.steps}}
         assigned = self._assigned()
         for number, (step, call, index) in enumerate(assigned):
-            if call is None:
-                return None if not complete else self._missing(step, expected)
+            if call is None:  # missing; after a crash only when a later part ran
+                later = any(other is not None for _, other, _ in assigned[number + 1:])
+                return self._missing(step, expected) if complete or later else None
             for argument, wanted in step.inputs.items():
                 got = call.args.get(argument, call.args.get("input") if argument == "x" else None)
                 if not self.values.matches(got, wanted):
@@ -634,7 +644,8 @@ class Replay:
         def received(name: str) -> Any:
             return call.args.get(name, call.args.get("input") if name == "x" else None)
 
-        alike = [name for name, other in step.inputs.items() if other == wanted and _same(received(name), got)]
+        alike = [argument] + [name for name, other in step.inputs.items()
+                              if name != argument and other == wanted and _same(received(name), got)]
         swapped = [other for other, other_terms in step.inputs.items() if other not in alike
                    and values.matches(got, other_terms) and values.matches(received(other), wanted)]
         these = _arguments(alike)

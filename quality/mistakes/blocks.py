@@ -12,6 +12,10 @@ _DEC_SELF = "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, dec_mask)))
 _DEC_CROSS = "x = self.norm2(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))"
 _DEC_FFN = "x = self.norm3(x + self.dropout(self.feed_forward(x)))"
 _DECODER = _DEC_SELF + "\n        " + _DEC_CROSS + "\n        " + _DEC_FFN
+_ENC_FORWARD = ("    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:\n"
+                "        ### BEGIN SOLUTION\n")
+_ENC_PARTS = ("        self.norm1 = nn.LayerNorm(d_model)\n        self.norm2 = nn.LayerNorm(d_model)\n"
+              "        self.dropout = nn.Dropout(dropout)\n\n" + _ENC_FORWARD + "        " + _ENCODER)
 
 MISTAKES: list[Mistake] = [
     # --- PositionWiseFeedForward ---
@@ -25,32 +29,32 @@ MISTAKES: list[Mistake] = [
         STAGE, "feed-forward with a second ReLU after fc2",
         _FFN,
         "return self.relu(self.fc2(self.relu(self.fc1(x))))",
-        fails="block_ffn_values", cause="ReLU is applied after fc2 as well",
+        fails="block_ffn_values", cause="the output goes through the ReLU as well",
     ),
     Mistake(
         STAGE, "feed-forward with the ReLU after fc2 instead of between the layers",
         _FFN,
         "return self.relu(self.fc2(self.fc1(x)))",
-        fails="block_ffn_values", cause="after fc2 instead of after fc1",
+        fails="block_ffn_values", cause="the ReLU is applied after self.fc2 instead of between the two layers",
     ),
     Mistake(
         STAGE, "feed-forward with GELU instead of ReLU",
         _FFN,
         "return self.fc2(F.gelu(self.fc1(x)))",
-        fails="block_ffn_values", cause="GELU is used instead of ReLU",
+        fails="block_ffn_values", cause="the hidden layer goes through GELU where the paper applies the ReLU",
     ),
     # --- EncoderBlock ---
     Mistake(
         STAGE, "encoder: no residual around self-attention",
         _ENC_ATTN,
         "x = self.norm1(self.dropout(self.self_attn(x, x, x, mask)))",
-        fails="block_enc_values", cause="residual around self-attention is missing",
+        fails="block_enc_values", cause="the residual connection around self.self_attn is missing",
     ),
     Mistake(
         STAGE, "encoder: no residual around the feed-forward network",
         _ENC_FFN,
         "x = self.norm2(self.dropout(self.feed_forward(x)))",
-        fails="block_enc_values", cause="residual around the feed-forward network is missing",
+        fails="block_enc_values", cause="the residual connection around self.feed_forward is missing",
     ),
     Mistake(
         STAGE, "encoder: pre-LN instead of post-LN",
@@ -64,7 +68,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "encoder: one LayerNorm (norm1) shared by both sublayers",
         _ENC_FFN,
         "x = self.norm1(x + self.dropout(self.feed_forward(x)))",
-        fails="block_enc_values", cause="norm1 is used for both sublayers",
+        fails="block_enc_values", cause="self.norm2 is never called; self.norm1 is called twice",
     ),
     Mistake(
         STAGE, "encoder: LayerNorm on the sublayer output only",
@@ -77,14 +81,14 @@ MISTAKES: list[Mistake] = [
         STAGE, "encoder: padding mask not passed to self-attention",
         _ENC_ATTN,
         "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, None)))",
-        fails="block_enc_values", cause="the mask is ignored",
+        fails="block_enc_values", cause="self.self_attn receives None as its mask",
     ),
     Mistake(
         STAGE, "encoder: feed-forward before self-attention",
         _ENCODER,
         "x = self.norm1(x + self.dropout(self.feed_forward(x)))\n"
         "        x = self.norm2(x + self.dropout(self.self_attn(x, x, x, mask)))",
-        fails="block_enc_values", cause="runs before self-attention",
+        fails="block_enc_values", cause="self.self_attn and self.feed_forward are swapped",
     ),
     Mistake(
         STAGE, "encoder: functional dropout that stays on in eval mode",
@@ -97,76 +101,79 @@ MISTAKES: list[Mistake] = [
         _ENCODER,
         "x = self.norm1(x + self.self_attn(x, x, x, mask))\n"
         "        x = self.norm2(x + self.feed_forward(x))",
-        fails="block_enc_dropout", cause="apply self.dropout to the output of each sublayer",
+        fails="block_enc_dropout",
+        cause="the output of self.self_attn is not dropped out; the output of self.feed_forward is not dropped out",
     ),
     Mistake(
         STAGE, "encoder: dropout missing on the self-attention output",
         _ENC_ATTN,
         "x = self.norm1(x + self.self_attn(x, x, x, mask))",
-        fails="block_enc_dropout_place", cause="self-attention output is not dropped out",
+        fails="block_enc_dropout_place", cause="the output of self.self_attn is not dropped out",
     ),
     Mistake(
         STAGE, "encoder: dropout after the LayerNorm",
         _ENCODER,
         "x = self.dropout(self.norm1(x + self.self_attn(x, x, x, mask)))\n"
         "        x = self.dropout(self.norm2(x + self.feed_forward(x)))",
-        fails="block_enc_dropout_place", cause="dropout is applied after the LayerNorm",
+        fails="block_enc_dropout_place", cause="dropout is applied to the output of self.norm1, after the LayerNorm",
     ),
     # --- DecoderBlock ---
     Mistake(
         STAGE, "decoder: cross-attention takes keys and values from the decoder",
         _DEC_CROSS,
         "x = self.norm2(x + self.dropout(self.cross_attn(x, x, x, enc_mask)))",
-        fails="block_dec_shape", cause="keys and values from the decoder",
+        fails="block_dec_shape", cause="self.cross_attn receives the output of self.norm1 as its keys and values",
     ),
     Mistake(
         STAGE, "decoder: cross-attention takes its query from the encoder",
         _DEC_CROSS,
         "x = self.norm2(x + self.dropout(self.cross_attn(enc_out, x, x, enc_mask)))",
-        fails="block_dec_shape", cause="query from the encoder output",
+        fails="block_dec_shape", cause="self.cross_attn receives `enc_out` as its query",
     ),
     Mistake(
         STAGE, "decoder: self-attention uses the source mask",
         _DEC_SELF,
         "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, enc_mask)))",
-        fails="block_dec_shape", cause="self-attention gets enc_mask",
+        fails="block_dec_shape",
+        cause="self.self_attn receives `enc_mask` as its mask where the paper gives it `dec_mask`",
     ),
     Mistake(
         STAGE, "decoder: cross-attention uses the target mask",
         _DEC_CROSS,
         "x = self.norm2(x + self.dropout(self.cross_attn(x, enc_out, enc_out, dec_mask)))",
-        fails="block_dec_shape", cause="cross-attention gets dec_mask",
+        fails="block_dec_shape",
+        cause="self.cross_attn receives `dec_mask` as its mask where the paper gives it `enc_mask`",
     ),
     Mistake(
         STAGE, "decoder: self-attention without the look-ahead mask",
         _DEC_SELF,
         "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, None)))",
-        fails="block_dec_values", cause="self-attention ignores dec_mask",
+        fails="block_dec_values", cause="self.self_attn receives None as its mask where the paper gives it `dec_mask`",
     ),
     Mistake(
         STAGE, "decoder: cross-attention reuses the self-attention module",
         _DEC_CROSS,
         "x = self.norm2(x + self.dropout(self.self_attn(x, enc_out, enc_out, enc_mask)))",
-        fails="block_dec_values", cause="has its own module, self.cross_attn",
+        fails="block_dec_values", cause="self.cross_attn is never called; self.self_attn is called twice",
     ),
     Mistake(
         STAGE, "decoder: cross-attention before masked self-attention",
         _DEC_SELF + "\n        " + _DEC_CROSS,
         "x = self.norm1(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))\n"
         "        x = self.norm2(x + self.dropout(self.self_attn(x, x, x, dec_mask)))",
-        fails="block_dec_values", cause="cross-attention runs before masked self-attention",
+        fails="block_dec_values", cause="self.self_attn and self.cross_attn are swapped",
     ),
     Mistake(
         STAGE, "decoder: no residual around self-attention",
         _DEC_SELF,
         "x = self.norm1(self.dropout(self.self_attn(x, x, x, dec_mask)))",
-        fails="block_dec_values", cause="residual around self-attention is missing",
+        fails="block_dec_values", cause="the residual connection around self.self_attn is missing",
     ),
     Mistake(
         STAGE, "decoder: no residual around cross-attention",
         _DEC_CROSS,
         "x = self.norm2(self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))",
-        fails="block_dec_values", cause="residual around cross-attention is missing",
+        fails="block_dec_values", cause="the residual connection around self.cross_attn is missing",
     ),
     Mistake(
         STAGE, "decoder: pre-LN instead of post-LN",
@@ -183,13 +190,32 @@ MISTAKES: list[Mistake] = [
         "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, dec_mask)))\n"
         "        x = self.norm1(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))\n"
         "        x = self.norm1(x + self.dropout(self.feed_forward(x)))",
-        fails="block_dec_values", cause="one LayerNorm (norm1) is used for all three",
+        fails="block_dec_values", cause="self.norm1 is called 3 times",
     ),
     Mistake(
         STAGE, "decoder: dropout missing on the cross-attention output",
         _DEC_CROSS,
         "x = self.norm2(x + self.cross_attn(x, enc_out, enc_out, enc_mask))",
-        fails="block_dec_dropout_place", cause="cross-attention output is not dropped out",
+        fails="block_dec_dropout_place", cause="the output of self.cross_attn is not dropped out",
+    ),
+    # --- issue 20: the residual that skips the attention sublayer, and pre-LN with a part the paper has not ---
+    Mistake(
+        STAGE, "encoder: the second residual adds the block input, skipping the attention sublayer",
+        _ENCODER,
+        "h = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))\n"
+        "        x = self.norm2(x + self.dropout(self.feed_forward(h)))",
+        fails="block_enc_values", cause="self.norm2 receives the block's input x + the output of self.feed_forward",
+    ),
+    Mistake(
+        STAGE, "encoder: pre-LN with a final LayerNorm added to the constructor",
+        _ENC_PARTS,
+        "        self.norm1 = nn.LayerNorm(d_model)\n        self.norm2 = nn.LayerNorm(d_model)\n"
+        "        self.final_norm = nn.LayerNorm(d_model)\n        self.dropout = nn.Dropout(dropout)\n\n"
+        + _ENC_FORWARD + "        h = self.norm1(x)\n"
+        "        x = x + self.dropout(self.self_attn(h, h, h, mask))\n"
+        "        x = x + self.dropout(self.feed_forward(self.norm2(x)))\n"
+        "        x = self.final_norm(x)",
+        fails="block_enc_values", cause="this is the pre-LN order",
     ),
 ]
 
@@ -251,6 +277,14 @@ ALTERNATIVES: list[Alternative] = [
         "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask=dec_mask)))\n"
         "        x = self.norm2(x + self.dropout(self.cross_attn(q=x, k=enc_out, v=enc_out, mask=enc_mask)))\n"
         "        x = self.norm3(x + self.dropout(self.feed_forward(x)))",
+    ),
+    Alternative(
+        STAGE, "encoder block whose LayerNorms and dropouts have other names (one dropout module per sublayer)",
+        _ENC_PARTS,
+        "        self.ln_attention = nn.LayerNorm(d_model)\n        self.ln_feed_forward = nn.LayerNorm(d_model)\n"
+        "        self.drop_attention = nn.Dropout(dropout)\n        self.drop_feed_forward = nn.Dropout(dropout)\n\n"
+        + _ENC_FORWARD + "        x = self.ln_attention(x + self.drop_attention(self.self_attn(x, x, x, mask)))\n"
+        "        x = self.ln_feed_forward(x + self.drop_feed_forward(self.feed_forward(x)))",
     ),
 ]
 

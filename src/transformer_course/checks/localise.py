@@ -1,16 +1,14 @@
 """Where a student's module first departs from the computation it should do.
 
-The checks of stages 3 and 4 plug reference parts into the student's module (reference attention and
-feed-forward into a block, reference blocks into a stack, reference stacks into the Transformer), so
-everything the student's `forward` does is visible as calls of those parts. `recorded_calls` records
+Used by the checks of stages 5 and 6 (stages 3 and 4 have moved to `checks.parts`, which finds parts by role
+and works across the grader's boundary): a check plugs reference parts into the student's code, so everything
+the student's code does with them is visible as calls of those parts. `recorded_calls` records
 every call with forward hooks (its arguments by name, and its output once it returns);
 `first_departure` replays the calls against the intended computation, written as `Step`s, and names
 the first argument that is not what it should be, in words: "feed_forward receives the block's
 input x as its input, instead of norm1's output". The values it can name are the inputs and every
 output recorded so far, their sums of two, and their multiples (so a missing √d_model shows as
 "1 × embedding's output instead of 4 × embedding's output").
-
-Also here: `copy_by_name`, the weight copy whose failure says exactly which names a check needs.
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ from typing import Any
 
 import torch
 from torch import nn
-
-from transformer_course.checks.framework import fail
 
 Tensor = torch.Tensor
 Term = tuple[float, str]  # coefficient, value key
@@ -293,52 +289,3 @@ def _hint(values: Values, got: Any, wanted: Sequence[Term]) -> str:
         if values.matches(got, [kept]):
             return f" ({values.words([dropped])} is not added.)"
     return ""
-
-
-def explain_dropout(calls: list[Call], sublayers: Sequence[str], values: Values) -> tuple[str, str] | None:
-    """In train mode: what each call of self.dropout was applied to, if that is not each sublayer's output.
-
-    Returns (what it was applied to, the advice), or None when dropout sits where the paper puts it."""
-    dropped = [call for call in calls if call.name == "dropout"]
-    outputs = [call for call in calls if call.name in sublayers and call.returned]
-    intended = [f"{call.name}'s output" for call in outputs]
-    got = []
-    for call in dropped:
-        value = call.args.get("input")
-        sources = [(f"{source.name}'s output", source.output) for source in outputs] + [
-            ("self.dropout's own output (dropout applied twice in a row)", other.output)
-            for other in dropped if other is not call and other.returned]
-        match = next((words for words, output in sources if output is value
-                      or (isinstance(value, Tensor) and isinstance(output, Tensor) and _close(value, output))), None)
-        got.append(match or values.name(value) or "another value")
-    if got == intended:
-        return None
-    applied = f"self.dropout applied {len(dropped)} time(s), to: {'; '.join(got) or 'nothing'}"
-    return applied, (f"{applied}. Apply self.dropout to the output of each sublayer ({'; '.join(intended)}), "
-                     "once each, before the residual addition.")
-
-
-# --- copying weights by name ------------------------------------------------------------------------------
-
-
-def _shorten(names: Sequence[str]) -> str:
-    """Parameter names, with repeated layer numbers folded: layers.0.norm1.weight, layers.1.… -> layers.N.norm1."""
-    folded = []
-    for name in names:
-        parts = [("N" if part.isdigit() else part) for part in name.split(".")]
-        folded.append(".".join(parts))
-    return ", ".join(dict.fromkeys(folded))
-
-
-def copy_by_name(source: nn.Module, target: nn.Module, what: str) -> None:
-    """Load source's weights into target; if the names differ, say exactly which names this check needs."""
-    wanted, have = set(source.state_dict()), set(target.state_dict())
-    if wanted != have:
-        missing, extra = sorted(wanted - have), sorted(have - wanted)
-        fail(f"{what} does not have the parameter names this check copies the reference weights into.",
-             expected=f"exactly these names: {_shorten(sorted(wanted))}",
-             got=(f"missing {_shorten(missing)}" if missing else "")
-             + ("; " if missing and extra else "") + (f"unexpected {_shorten(extra)}" if extra else ""),
-             cause="keep the attribute names of the given constructor: this check compares your numbers with "
-                   "the reference's and needs the same weights in both, which it copies by name.")
-    target.load_state_dict(source.state_dict())

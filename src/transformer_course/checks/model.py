@@ -1,29 +1,35 @@
 """Stage 4 checks: the target mask, the Encoder and Decoder stacks and the full Transformer.
 
-Each component is checked with reference parts for everything else, so a mistake costs the points of
-the checks about it once: the stacks run the reference blocks (imported by the notebook), and the
-Transformer checks plug the reference Encoder and Decoder into the student's Transformer (at
-`self.encoder` and `self.decoder`), so they grade only its wiring, with reference masks. Expected
-values come from the reference modules with the same weights, in float64 and eval mode, on token
-batches drawn from private generators. Only the value checks of the stacks copy weights, by the
-given constructor's names; when a value differs, the calls of the reference parts are replayed to
-name the first place the student's forward departs from the intended computation.
+Each component is checked with reference parts for everything else, so a mistake costs the points of the
+checks about it once: the stacks run the reference blocks (imported by the notebook), and the Transformer
+checks plug the reference Encoder and Decoder into the student's Transformer (where it keeps its encoder and
+decoder), so they grade only its wiring, with reference masks. Expected values come from the reference
+modules with the same weights, in float64 and eval mode, on token batches drawn from private generators.
+
+Building and running the student's modules are experiments (`boundary.on_student_side`): the reference parts
+they plug in are declared with `boundary.supplied`. Parts are found by role (`parts.pair`), so a renamed
+attribute, an extra final LayerNorm or blocks kept in a plain list change nothing but what they change.
+When a value differs, the recorded calls of the parts are replayed along the paper's computation to name the
+first place the student's forward departs, with the student's line; the differential engine speaks when the
+replay finds nothing. A wrong mask is read as a function of where each key lies (earlier, the same position,
+later; a real token or padding).
 """
 
 from __future__ import annotations
 
-import copy
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
 
+from transformer_course.checks import differential, parts
+from transformer_course.checks.boundary import on_student_side, supplied
 from transformer_course.checks.framework import (
     CheckFailed,
+    Diagnosis,
     check,
     expect_close,
     expect_shape,
@@ -36,16 +42,10 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
-from transformer_course.checks.localise import Call, Step, Values, copy_by_name, first_departure, recorded_calls, terms
 from transformer_course.reference import Decoder as ReferenceDecoder
 from transformer_course.reference import Encoder as ReferenceEncoder
 from transformer_course.reference import Transformer as ReferenceTransformer
-from transformer_course.reference import (
-    count_parameters,
-    make_look_ahead_mask,
-    make_padding_mask,
-    make_source_mask,
-)
+from transformer_course.reference import make_source_mask
 from transformer_course.reference import make_target_mask as reference_target_mask
 
 __all__ = [
@@ -70,7 +70,9 @@ __all__ = [
     "transformer_values",
 ]
 
+Tensor = torch.Tensor
 TOLERANCE = {"atol": 1e-7, "rtol": 1e-6}  # float64 on both sides: only rounding differs
+AXES = ("batch", "position", "feature")
 
 
 # --- sizes, tokens and module pairs -----------------------------------------------------------------
@@ -112,7 +114,7 @@ def _lengths(batch: int, length: int) -> list[int]:
     return [options[row % len(options)] for row in range(batch)]
 
 
-def _tokens(batch: int, length: int, vocab: int, pad_idx: int, seed: int, padded: bool = True) -> torch.Tensor:
+def _tokens(batch: int, length: int, vocab: int, pad_idx: int, seed: int, padded: bool = True) -> Tensor:
     """Token ids (batch, length): no pad id among the real tokens, pad_idx after each real length."""
     draws = torch.randint(0, vocab - 1, (batch, length), generator=generator(seed))
     tokens = draws + (draws >= pad_idx).long()  # skip the pad id: values 0..vocab-1 without pad_idx
@@ -123,107 +125,42 @@ def _tokens(batch: int, length: int, vocab: int, pad_idx: int, seed: int, padded
     return tokens
 
 
-def _other_tokens(tokens: torch.Tensor, vocab: int, pad_idx: int, seed: int) -> torch.Tensor:
+def _other_tokens(tokens: Tensor, vocab: int, pad_idx: int, seed: int) -> Tensor:
     """Real (non-pad) token ids that differ from `tokens` at every position."""
     real = torch.tensor([token for token in range(vocab) if token != pad_idx])  # (vocab - 1,)
     rank = (real.unsqueeze(0).unsqueeze(0) == tokens.unsqueeze(-1)).long().argmax(-1)  # index of each token
-    offset = torch.randint(1, vocab - 1, tokens.shape, generator=generator(seed))  # 1 .. vocab - 2
+    offset = torch.randint(1, vocab - 1, tokens.shape, generator=generator(seed))  # 1 .. vs - 2
     return real[(rank + offset) % (vocab - 1)]
 
 
-def _xavier(module: nn.Module) -> None:
+def _xavier(module: nn.Module) -> nn.Module:
     for parameter in module.parameters():
         if parameter.dim() > 1:
             nn.init.xavier_uniform_(parameter)
-
-
-@contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Build modules from a fixed seed without disturbing the notebook's own random stream."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
-
-
-def _construct(Student: type[nn.Module], args: tuple, what: str) -> nn.Module:
-    with student_code():
-        module = Student(*args)
-    reject_builtin_modules(module, what)
     return module
-
-
-PLAIN_LIST = ("a plain Python list hides the blocks from PyTorch: their parameters are not trained, not saved "
-              "and not moved by .to(device). Wrap the list in nn.ModuleList, as the given constructor does.")
-
-
-def _plain_module_lists(module: nn.Module) -> list[str]:
-    """Attributes anywhere in `module` that hold a plain list or tuple of modules (invisible to PyTorch)."""
-    found = []
-    for owner_name, owner in module.named_modules():
-        for attribute, value in vars(owner).items():
-            if (isinstance(value, list | tuple) and value
-                    and all(isinstance(item, nn.Module) for item in value)):
-                found.append(f"{owner_name}.{attribute}" if owner_name else attribute)
-    return found
-
-
-def _pair(Student: type[nn.Module], Reference: type[nn.Module], args: tuple, what: str,
-          seed: int = 0) -> tuple[nn.Module, nn.Module]:
-    """(student, reference) with identical weights (copied by name), float64, eval mode."""
-    with _seeded(seed):
-        reference = Reference(*args)
-        _xavier(reference)
-        student = _construct(Student, args, what)
-    hidden = _plain_module_lists(student)
-    if hidden and set(student.state_dict()) != set(reference.state_dict()):
-        fail(f"{what}.{hidden[0]} is a plain Python list of blocks.", expected="an nn.ModuleList of blocks",
-             got=f"{what} has no parameters named {hidden[0]}.0.…", cause=PLAIN_LIST)
-    copy_by_name(reference, student, what)
-    return student.double().eval(), reference.double().eval()
-
-
-def _alone(Student: type[nn.Module], args: tuple, what: str, seed: int = 0) -> nn.Module:
-    """The student's module as its constructor builds it (no weights copied, so no names needed), eval mode."""
-    with _seeded(seed):
-        return _construct(Student, args, what).eval()
-
-
-@dataclass
-class _Trace:
-    """One run of a student's module: what it returned and the calls of its parts."""
-
-    output: Any
-    calls: list[Call]
-
-
-def _traced(module: nn.Module, inputs: tuple, parts: Sequence[str], explain: Callable[[_Trace], str | None],
-            what: str, grad: bool = False) -> _Trace:
-    """Run the student's module recording the calls of `parts`; explain a crash by its first departure."""
-    trace = _Trace(None, [])
-    try:
-        with torch.set_grad_enabled(grad), student_code(), recorded_calls(module, parts) as calls:
-            trace.calls = calls
-            trace.output = module(*inputs)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:
-        cause = explain(trace)
-        if cause is None:
-            raise
-        fail(f"{what} crashed.", expected=f"{what} to run on these inputs",
-             got=f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}", cause=cause)
-    return trace
-
-
-def _run(module: nn.Module, *inputs: torch.Tensor | None) -> object:
-    with torch.no_grad(), student_code():
-        return module(*inputs)
 
 
 # --- the target mask ---------------------------------------------------------------------------------
 
 
-def _allowed(name: str, got: object, shape: tuple[int, ...]) -> torch.Tensor:
+@on_student_side
+def _mask(make_target_mask: Callable, tokens: Tensor, pad_idx: int) -> Any:
+    """The student's mask; a crash that combines a float tensor with & or | is explained."""
+    try:
+        with student_code():
+            return make_target_mask(tokens.clone(), pad_idx)
+    except RuntimeError as error:
+        if "not implemented for" in str(error) and any(kind in str(error) for kind in ("'Float'", "'Double'")):
+            fail("make_target_mask crashed while combining its two masks.",
+                 expected="padding & look_ahead, two bool tensors",
+                 got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
+                 cause="one of the masks is a float tensor (torch.ones and torch.tril give floats): & and | "
+                       "work on bool or integer tensors only. Build it as bool, torch.ones(..., dtype=torch.bool)"
+                       ".tril(), or convert it with .bool().")
+        raise
+
+
+def _allowed(name: str, got: object, shape: tuple[int, ...]) -> Tensor:
     """The student's mask as a bool tensor of `shape` (True = may attend), or a clear failure."""
     mask = expect_tensor(name, got, cause="return the mask tensor (bool, True where attention is allowed).")
     try:
@@ -238,49 +175,97 @@ def _allowed(name: str, got: object, shape: tuple[int, ...]) -> torch.Tensor:
     return mask != 0
 
 
-def _target_mask_suspects(tokens: torch.Tensor, pad_idx: int) -> dict[str, torch.Tensor]:
-    length = tokens.size(1)
-    padding = make_padding_mask(tokens, pad_idx)  # (batch, 1, 1, tgt_len)
-    look_ahead = make_look_ahead_mask(length)  # (1, 1, tgt_len, tgt_len)
-    strict = torch.ones(length, length, dtype=torch.bool).tril(-1)  # diagonal hidden
-    shape = (tokens.size(0), 1, length, length)
-    suspects = {
-        "only the padding mask: a position can still see later tokens; combine it with the "
-        "look-ahead mask using `&`.": padding,
-        "only the look-ahead mask: padding keys are not hidden; combine it with the padding mask "
-        "using `&`.": look_ahead,
-        "the mask is inverted: True must mean *may attend* (the course's convention), so real earlier "
-        "tokens are True and padding / future tokens False.": ~(padding & look_ahead),
-        "the diagonal is hidden: a position may attend to itself, use tril() (diagonal included), "
-        "not tril(-1) or triu(1) == 0 shifted by one.": padding & strict,
-        "the upper triangle is allowed instead of the lower: position i may attend to j <= i "
-        "(tril, or triu(diagonal=1) == 0).": padding & look_ahead.transpose(-2, -1),
-        "combined with `|` instead of `&`: a key is allowed only when it is both earlier and not "
-        "padding.": padding | look_ahead,
-        "padding hides query rows instead of key columns: the padding mask must have shape "
-        "(batch, 1, 1, tgt_len), so it masks the *keys* (last axis).": padding.transpose(-2, -1) & look_ahead,
+def _mask_reading(allowed: Tensor, tokens: Tensor, pad_idx: int) -> str:
+    """The student's mask read as a function of where each key lies for its query (earlier, the same position,
+    later) and whether the key is a real token or padding; then named: one of the two masks alone, | instead of
+    &, inverted, the diagonal, the triangle, padding on the query rows, another pad id."""
+    batch, _, length, _ = allowed.shape
+    query = torch.arange(length).view(1, 1, length, 1)
+    key = torch.arange(length).view(1, 1, 1, length)
+    place = ((key > query).long() + (key >= query).long()).expand_as(allowed)  # 0 earlier, 1 same, 2 later
+    pad_key = (tokens == pad_idx).view(batch, 1, 1, length).expand_as(allowed)
+    pad_query = (tokens == pad_idx).view(batch, 1, length, 1).expand_as(allowed)
+    table: dict[tuple[int, bool], set[bool]] = {}
+    for where in range(3):
+        for padding in (False, True):
+            cell = allowed[(place == where) & (pad_key == padding)]
+            if cell.numel():
+                table[where, padding] = set(cell.tolist())
+    expected = {cell: {cell[0] < 2 and not cell[1]} for cell in table}
+    if all(len(values) == 1 for values in table.values()):
+        got = {cell: next(iter(values)) for cell, values in table.items()}
+        want = {cell: next(iter(values)) for cell, values in expected.items()}
+        if all(got[cell] != want[cell] for cell in got):
+            return ("the mask is inverted: True must mean *may attend* (the course's convention), so earlier real "
+                    "tokens are True and padding and later tokens False; flip the comparison or drop the `~`.")
+        if all(got[cell] == (not cell[1]) for cell in got):
+            return ("this is the padding mask alone: every position can see later tokens; combine it with the "
+                    "look-ahead mask using `&`.")
+        if all(got[cell] == (cell[0] < 2) for cell in got):
+            return ("this is the look-ahead mask alone: padding keys are not hidden; combine it with the padding "
+                    "mask using `&`.")
+        if all(got[cell] == (cell[0] < 2 or not cell[1]) for cell in got):
+            return ("the two masks are combined with `|` (or): a key is allowed when it is earlier *or* a real "
+                    "token; it must be both, padding & look_ahead.")
+        said = []
+        if (1, False) in got and not got[1, False]:
+            said.append("a position may not attend to itself (the diagonal is hidden): the look-ahead mask keeps "
+                        "the diagonal, tril() rather than tril(-1)")
+        if got.get((2, False)) and not got.get((0, False), True):
+            said.append("later keys are allowed and earlier ones hidden: the triangle is the upper one; position i "
+                        "may attend to j <= i (tril, or triu(diagonal=1) == 0)")
+        elif got.get((2, False)):
+            said.append("later real tokens are allowed: the look-ahead part is missing")
+        if got.get((0, True)) or got.get((1, True)):
+            said.append("padding keys are allowed: the padding part is missing")
+        if said:
+            return "; ".join(said) + "."
+    hidden_rows = (~allowed & ~pad_key & (place < 2)).any(dim=-1).squeeze(1)  # real earlier keys hidden, per query
+    if bool(hidden_rows.any()) and bool((hidden_rows == pad_query[:, 0, :, 0]).all()):
+        return ("padding hides query rows instead of key columns: the padding mask must have shape "
+                "(batch, 1, 1, tgt_len), so that it masks the keys (the last axis).")
+    hidden_keys = ((~allowed) | (place == 2)).all(dim=2).squeeze(1)  # (batch, tgt_len): hidden from every query
+    treated = sorted({int(token) for token in tokens[hidden_keys].tolist()})
+    if treated and pad_idx not in treated:
+        return (f"the keys hidden as padding hold token id {', '.join(map(str, treated))}, not pad_idx={pad_idx}: "
+                "compare the tokens with the `pad_idx` argument, not a fixed id.")
+    return ""
+
+
+@check("make_target_mask returns one (tgt_len, tgt_len) mask per sentence: shape (batch, 1, tgt_len, tgt_len)")
+def target_mask_shape(make_target_mask: Callable, batch: int = 3, tgt_len: int = 6, pad_idx: int = 1) -> None:
+    tokens = _tokens(batch, tgt_len, 11, pad_idx, seed=10)
+    mask = expect_tensor("make_target_mask(tgt, pad_idx)", _mask(make_target_mask, tokens, pad_idx),
+                         cause="return the combined mask tensor.")
+    causes = {
+        (batch, 1, 1, tgt_len): "this is the shape of the padding mask alone: combine it with the look-ahead mask.",
+        (1, 1, tgt_len, tgt_len): "this is the shape of the look-ahead mask alone: combine it with the "
+        "padding mask (padding & look_ahead broadcasts to (batch, 1, tgt_len, tgt_len)).",
+        (batch, tgt_len, tgt_len): "the head axis is missing: keep the 1 in position 1 so the mask broadcasts "
+        "over the heads.",
     }
-    if pad_idx != 0:
-        suspects["the pad id is hard-coded as 0: compare the tokens with the `pad_idx` argument."] = (
-            make_padding_mask(tokens, 0) & look_ahead
-        )
-    return {cause: mask.expand(shape) for cause, mask in suspects.items()}
+    expect_shape("make_target_mask(tgt, pad_idx)", mask, (batch, 1, tgt_len, tgt_len),
+                 cause=causes.get(tuple(mask.shape), "padding (batch, 1, 1, tgt_len) & look-ahead "
+                                  "(1, 1, tgt_len, tgt_len) broadcasts to (batch, 1, tgt_len, tgt_len)."))
 
 
-def _student_mask(make_target_mask: Callable, tokens: torch.Tensor, pad_idx: int) -> object:
-    """The student's mask; a crash that combines a float tensor with & or | is explained."""
-    try:
-        with student_code():
-            return make_target_mask(tokens, pad_idx)
-    except RuntimeError as error:
-        if "not implemented for" in str(error) and any(kind in str(error) for kind in ("'Float'", "'Double'")):
-            fail("make_target_mask crashed while combining its two masks.",
-                 expected="padding & look_ahead, two bool tensors",
-                 got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
-                 cause="one of the masks is a float tensor (torch.ones and torch.tril give floats): & and | "
-                       "work on bool or integer tensors only. Build it as bool, torch.ones(..., dtype=torch.bool)"
-                       ".tril(), or convert it with .bool().")
-        raise
+@check("make_target_mask allows key j for query i exactly when j <= i and token j is not padding")
+def target_mask_values(make_target_mask: Callable, batch: int = 3, tgt_len: int = 6, pad_idx: int = 1) -> None:
+    tokens = _tokens(batch, tgt_len, 11, pad_idx, seed=11)
+    allowed = _allowed("make_target_mask(tgt, pad_idx)", _mask(make_target_mask, tokens, pad_idx),
+                       (batch, 1, tgt_len, tgt_len))
+    expected = reference_target_mask(tokens, pad_idx)
+    if torch.equal(allowed, expected):
+        return
+    row, _, query, key = (int(i) for i in (allowed != expected).nonzero()[0])
+    word = "allowed" if expected[row, 0, query, key] else "hidden"
+    reason = "padding" if tokens[row, key] == pad_idx else ("a later position" if key > query else "a real token")
+    fail("make_target_mask has wrong entries.",
+         expected=f"sentence {row}, query {query}, key {key} {word} (key {key} is {reason}; "
+                  f"tokens {tokens[row].tolist()}, pad_idx={pad_idx})",
+         got="allowed" if allowed[row, 0, query, key] else "hidden",
+         cause=_mask_reading(allowed, tokens, pad_idx) or "query i may attend to key j when j <= i (look-ahead) and "
+                                                           "tokens[j] != pad_idx (padding).")
 
 
 DEVICE = ("a tensor made inside make_target_mask (the look-ahead part: torch.ones, torch.tril, "
@@ -289,357 +274,372 @@ DEVICE = ("a tensor made inside make_target_mask (the look-ahead part: torch.one
           "torch.ones(..., device=tgt.device).")
 
 
-@check("make_target_mask returns one (tgt_len, tgt_len) mask per sentence: shape (batch, 1, tgt_len, tgt_len)")
-def target_mask_shape(make_target_mask: Callable, batch: int = 3, tgt_len: int = 6, pad_idx: int = 1) -> None:
-    tokens = _tokens(batch, tgt_len, 11, pad_idx, seed=10)
-    got = _student_mask(make_target_mask, tokens, pad_idx)
-    expected = (batch, 1, tgt_len, tgt_len)
-    mask = expect_tensor("make_target_mask(tgt, pad_idx)", got, cause="return the combined mask tensor.")
-    causes = {
-        (batch, 1, 1, tgt_len): "this is the shape of the padding mask alone: combine it with the look-ahead mask.",
-        (1, 1, tgt_len, tgt_len): "this is the shape of the look-ahead mask alone: combine it with the "
-        "padding mask (padding & look_ahead broadcasts to (batch, 1, tgt_len, tgt_len)).",
-        (batch, tgt_len, tgt_len): "the head axis is missing: keep the 1 in position 1 so the mask broadcasts "
-        "over the heads.",
-    }
-    expect_shape("make_target_mask(tgt, pad_idx)", mask, expected,
-                 cause=causes.get(tuple(mask.shape), "padding (batch, 1, 1, tgt_len) & look-ahead "
-                                  "(1, 1, tgt_len, tgt_len) broadcasts to (batch, 1, tgt_len, tgt_len)."))
-
-
-@check("make_target_mask allows key j for query i exactly when j <= i and token j is not padding")
-def target_mask_values(make_target_mask: Callable, batch: int = 3, tgt_len: int = 6, pad_idx: int = 1) -> None:
-    tokens = _tokens(batch, tgt_len, 11, pad_idx, seed=11)
-    got = _student_mask(make_target_mask, tokens, pad_idx)
-    shape = (batch, 1, tgt_len, tgt_len)
-    allowed = _allowed("make_target_mask(tgt, pad_idx)", got, shape)
-    expected = reference_target_mask(tokens, pad_idx)
-    if torch.equal(allowed, expected):
-        return
-    cause = "query i may attend to key j when j <= i (look-ahead) and tokens[j] != pad_idx (padding)."
-    for suspected_cause, wrong in _target_mask_suspects(tokens, pad_idx).items():
-        if torch.equal(allowed, wrong):
-            cause = suspected_cause
-            break
-    row, _, query, key = (int(i) for i in (allowed != expected).nonzero()[0])
-    word = "allowed" if expected[row, 0, query, key] else "hidden"
-    reason = "padding" if tokens[row, key] == pad_idx else ("a later position" if key > query else "a real token")
-    fail("make_target_mask has wrong entries.",
-         expected=f"sentence {row}, query {query}, key {key} {word} (key {key} is {reason}; "
-                  f"tokens {tokens[row].tolist()}, pad_idx={pad_idx})",
-         got="allowed" if allowed[row, 0, query, key] else "hidden", cause=cause)
+@on_student_side
+def _mask_on(make_target_mask: Callable, tokens: Tensor, pad_idx: int) -> tuple[str, Any]:
+    """('', the mask) for tgt on another device (`tokens`), or (the error's text, None) when it crashes."""
+    try:
+        with student_code():
+            return "", make_target_mask(tokens, pad_idx)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception as error:  # noqa: BLE001  (the check reads the error)
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}", None
 
 
 @check("make_target_mask builds the mask on the device of tgt (a batch on a GPU gets a GPU mask)")
 def target_mask_device(make_target_mask: Callable, batch: int = 2, tgt_len: int = 5, pad_idx: int = 1) -> None:
     """tgt on PyTorch's `meta` device stands for any device other than the CPU (a GPU, say)."""
     tokens = _tokens(batch, tgt_len, 11, pad_idx, seed=12).to("meta")
-    try:
-        with student_code():
-            got = make_target_mask(tokens, pad_idx)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:  # noqa: BLE001  (only a device clash is this check's business)
-        if "device" not in str(error):
-            return  # the code reads the ids' values, which a meta tensor has not: nothing to say about devices
-        fail("make_target_mask mixes devices.", expected="every part of the mask on the device of tgt",
-             got=f"{type(error).__name__}: {str(error).splitlines()[0][:120]} (tgt was on another device "
-                 "than the CPU)", cause=DEVICE)
+    error, got = _mask_on(make_target_mask, tokens, pad_idx)
+    if error:
+        if "device" in error:
+            fail("make_target_mask mixes devices.", expected="every part of the mask on the device of tgt",
+                 got=f"{error} (tgt was on another device than the CPU)", cause=DEVICE)
+        return  # the code reads the ids' values, which a meta tensor has not: nothing to say about devices
     mask = expect_tensor("make_target_mask(tgt, pad_idx)", got, cause="return the mask tensor.")
     if mask.device != tokens.device:
         fail("make_target_mask returns its mask on another device than tgt.",
              expected="the device of tgt", got=f"a mask on {mask.device}", cause=DEVICE)
 
 
-# --- Encoder -----------------------------------------------------------------------------------------
+# --- the stacks: built with the reference weights, recorded part by part ------------------------------------
 
-
-def _embed(stack: nn.Module, tokens: torch.Tensor, scale: str = "sqrt") -> torch.Tensor:
-    """Embedding, scaling and positional encoding of a reference stack, optionally with a known mistake."""
-    root = math.sqrt(stack.d_model)
-    x = stack.embedding(tokens)  # (batch, seq_len, d_model)
-    x = {"sqrt": x * root, "none": x, "after": x, "divide": x / root, "d_model": x * stack.d_model,
-         "no_pe": x * root}[scale]
-    if scale == "no_pe":
-        return x
-    x = stack.positional_encoding(x)
-    return x * root if scale == "after" else x
-
-
-def _layers(stack: nn.Module, which: str) -> list[nn.Module]:
-    layers = list(stack.layers)
-    return {"all": layers, "first": layers[:1], "last": layers[-1:], "repeat": layers[-1:] * len(layers)}[which]
-
-
-def _encode(encoder: nn.Module, tokens: torch.Tensor, mask: torch.Tensor | None, scale: str = "sqrt",
-            which: str = "all") -> torch.Tensor:
-    x = _embed(encoder, tokens, scale)
-    for layer in _layers(encoder, which):
-        x = layer(x, mask)
-    return x
-
-
-SCALE_SUSPECTS = {
-    "none": "the embeddings are not multiplied by sqrt(d_model) before the positional encoding is added.",
-    "after": "sqrt(d_model) multiplies the sum embedding + PE: scale the embeddings *before* adding PE.",
-    "divide": "the embeddings are divided by sqrt(d_model): multiply them.",
-    "d_model": "the embeddings are multiplied by d_model: the factor is its square root, sqrt(d_model).",
-    "no_pe": "the positional encoding is never added: call self.positional_encoding(x) after scaling.",
-}
-
-
+STACKS = {"Encoder": ReferenceEncoder, "Decoder": ReferenceDecoder}
+PLAIN_LIST = ("a plain Python list hides the blocks from PyTorch: their parameters are not trained, not saved "
+              "and not moved by .to(device). Wrap the list in nn.ModuleList, as the given constructor does.")
 REPEATED_BLOCK = ("one block object is repeated num_layers times (all layers share its weights): create a new "
                   "block for every layer, [Block(...) for _ in range(num_layers)], as the given constructor does.")
 
 
-def _stack_parts(stack: nn.Module) -> list[str]:
-    layers = getattr(stack, "layers", None)
-    count = len(layers) if isinstance(layers, nn.ModuleList) else 0
-    return ["embedding", "positional_encoding", *(f"layers.{index}" for index in range(count)), "pred_layer"]
+@dataclass
+class Stack:
+    """The student's Encoder or Decoder as an experiment built it: the student's path for every role
+    ('embedding', 'positional_encoding', 'layers', 'pred_layer', and 'extra:<path>' for parts the paper's
+    stack has not), its blocks' paths in order, and which of them are one and the same object."""
+
+    paths: dict[str, str]
+    blocks: list[str]
+    repeated: list[str]
+    planned: list[str]  # the paths the paper's num_layers blocks would have
 
 
-def _stack_departure(trace: _Trace, stack: nn.Module, inputs: tuple, what: str, complete: bool) -> str | None:
-    """The first place the student's Encoder or Decoder departs from: embedding -> × sqrt(d_model) ->
-    positional_encoding -> every layer in turn (with the masks) [-> pred_layer]."""
-    decoder = what == "Decoder"
-    values = Values()
+def _roles(stack: Stack) -> dict[str, str]:
+    """The recorder's view: the student's path -> role (a block's role is its path)."""
+    roles = {path: role for role, path in stack.paths.items() if role != "layers"}
+    return roles | {path: path for path in stack.blocks}
+
+
+@on_student_side
+def _stack(Student: type[nn.Module], what: str, args: tuple, state: dict[str, Tensor] | None,
+           seed: int) -> tuple[nn.Module, Stack]:
+    """The student's stack built from `seed`; with `state`, the reference's weights loaded into its parts by role
+    (float64). Blocks kept in a plain list are loaded and converted too: the value checks grade values, and
+    `layers_registered` grades registration."""
+    with parts.seeded(seed), student_code():
+        module = Student(*args)
+    reject_builtin_modules(module, what)
+    with parts.seeded(seed):
+        template = STACKS[what](*args)
+    paths = parts.pair(template, module)
+    blocks: list[str] = []
+    if paths.get("layers"):
+        held = parts.locate(module, paths["layers"])
+        blocks = [f"{paths['layers']}.{index}" for index in range(len(held))]
+    repeated = [path for index, path in enumerate(blocks)
+                if any(parts.locate(module, other) is parts.locate(module, path) for other in blocks[:index])]
+    if state is not None:
+        template.double().load_state_dict(state)
+        for each in parts.everything(module):
+            each.double()
+        for role, path in paths.items():
+            reference = getattr(template, role)
+            if not any(True for _ in reference.parameters()):
+                continue  # the positional table (a fixed buffer) and dropout: nothing to give
+            if not path:
+                given = ", ".join(name for name, _ in template.named_children())
+                fail(f"{what} has no part for its {role.replace('_', ' ')}.",
+                     expected=f"the parts of the given constructor: {given}",
+                     got=f"the parts {', '.join(name for name, _ in parts.candidates(module)) or 'none'}",
+                     cause="keep the given constructor: this check gives your stack's parts the reference's weights "
+                           "(by name, else by kind) and compares the numbers.")
+            pairs = zip(reference, blocks, strict=False) if role == "layers" else [(reference, path)]
+            for source, target in pairs:
+                parts.load(parts.locate(module, target), source, f"{what}.{target}")
+    paths = {role: path for role, path in paths.items() if path}
+    planned = [f"{paths.get('layers') or 'layers'}.{index}" for index in range(len(template.layers))]
+    return module, Stack(paths | parts.extras(module, paths), blocks, repeated, planned)
+
+
+def _reference_stack(what: str, args: tuple, seed: int) -> nn.Module:
+    """The reference stack with Xavier matrices and random LayerNorm gains and biases (with gain 1 and bias 0
+    a LayerNorm added after the last block would change almost nothing)."""
+    with parts.seeded(seed):
+        stack = _xavier(STACKS[what](*args)).double().eval()
+    with torch.no_grad():
+        norms = [module for module in stack.modules() if isinstance(module, nn.LayerNorm)]
+        for index, norm in enumerate(norms):
+            norm.weight.copy_(1.0 + 0.3 * randn(*norm.weight.shape, seed=seed + 2 * index))
+            norm.bias.copy_(0.3 * randn(*norm.bias.shape, seed=seed + 2 * index + 1))
+    return stack
+
+
+def _stack_values(what: str, inputs: tuple) -> parts.Values:
+    values = parts.Values()
     values.add("tokens", "the token ids", inputs[0])
-    if decoder:
-        values.add("enc_out", "enc_out", inputs[1])
-        values.add("enc_mask", "enc_mask", inputs[2], mask=True)
-        values.add("dec_mask", "dec_mask", inputs[3], mask=True)
-    else:
-        values.add("mask", "mask", inputs[1], mask=True)
-    root = math.sqrt(getattr(stack, "d_model", 0) or stack.embedding.embedding_dim)
-    steps = [Step("embedding", {"input": terms("tokens")}, "embedding"),
-             Step("positional_encoding", {"x": terms((root, "embedding"))}, "positional_encoding")]
+    names = ("mask",) if what == "Encoder" else ("enc_out", "enc_mask", "dec_mask")
+    for name, value in zip(names, inputs[1:], strict=True):
+        values.add(name, f"`{name}`", value, mask=name.endswith("mask"))
+    return values
+
+
+def _stack_steps(what: str, stack: Stack, d_model: int) -> tuple[list[parts.Step], str]:
+    """embedding -> × sqrt(d_model) -> positional_encoding -> every block in turn (with the masks) [-> pred_layer]."""
+    steps = [parts.Step("embedding", {"input": parts.terms("tokens")}, "embedding"),
+             parts.Step("positional_encoding", {"x": parts.terms((math.sqrt(d_model), "embedding"))},
+                        "positional_encoding")]
     previous = "positional_encoding"
-    layers = [name for name in _stack_parts(stack) if name.startswith("layers.")]
-    for name in layers:
-        arguments = {"x": terms(previous)} | (
-            {"enc_out": terms("enc_out"), "enc_mask": terms("enc_mask"), "dec_mask": terms("dec_mask")}
-            if decoder else {"mask": terms("mask")})
-        steps.append(Step(name, arguments, name, words=f"{name}'s output"))
-        previous = name
-    if decoder:
-        steps.append(Step("pred_layer", {"input": terms(previous)}, "pred_layer"))
+    extra = {"mask": parts.terms("mask")} if what == "Encoder" else {
+        "enc_out": parts.terms("enc_out"), "enc_mask": parts.terms("enc_mask"), "dec_mask": parts.terms("dec_mask")}
+    for path in stack.planned:
+        steps.append(parts.Step(path, {"x": parts.terms(previous)} | extra, path))
+        previous = path
+    if what == "Decoder":
+        steps.append(parts.Step("pred_layer", {"input": parts.terms(previous)}, "pred_layer"))
         previous = "pred_layer"
-    return first_departure(trace.calls, steps, values, where=f"{what}.forward", result=trace.output,
-                           result_key=previous if complete else None, ordered=[layers], complete=complete)
+    return steps, previous
 
 
-def _run_stack(stack: nn.Module, inputs: tuple, what: str) -> _Trace:
-    return _traced(stack, inputs, _stack_parts(stack), what=what,
-                   explain=lambda trace: _stack_departure(trace, stack, inputs, what, complete=False))
+SCALES = {0.0: "are not multiplied by sqrt(d_model)", -1.0: "are divided by sqrt(d_model) instead of multiplied",
+          2.0: "are multiplied by d_model instead of sqrt(d_model)"}  # by the power of sqrt(d_model) they get
 
 
-def _expect_stack(what: str, trace: _Trace, expected: torch.Tensor, stack: nn.Module, inputs: tuple, *,
-                  suspects: dict[str, Callable[[], torch.Tensor]], cause: str) -> None:
-    """expect_close, with the first departure of the traced run as the cause when no known mistake fits."""
-    got = trace.output
-    if isinstance(got, torch.Tensor) and got.shape == expected.shape and not tensors_close(got, expected, **TOLERANCE):
-        cause = _stack_departure(trace, stack, inputs, what.split("(")[0], complete=True) or cause
-    expect_close(what, got, expected, suspects=suspects, cause=cause, **TOLERANCE)
+def _stack_reading(what: str, stack: Stack, calls: list[parts.Call], inputs: tuple, d_model: int, result: Any,
+                   complete: bool = True) -> str | None:
+    """Where the student's stack departs from the paper's computation, in words, with the student's line."""
+    if stack.repeated:
+        return (f"{parts.words(stack.repeated[0])} is the same object as an earlier block: {REPEATED_BLOCK}")
+    steps, last = _stack_steps(what, stack, d_model)
+    replay = parts.Replay(calls, steps, _stack_values(what, inputs),
+                          stack.paths | {path: path for path in [*stack.blocks, *stack.planned]})
+    reading = replay.departure(result=result, result_key=last if complete else None, ordered=[stack.planned],
+                               complete=complete)
+    if reading is None:
+        return None
+    text = reading.cause()
+    if reading.role == "positional_encoding" and reading.argument == "x":
+        text += _scale(calls, replay, d_model)
+    elif reading.role in stack.planned[1:] and reading.argument == "x":
+        text += "; each block must receive the previous block's output: update x in the loop, x = layer(x, ...)"
+    elif reading.role == "embedding" and "×" in reading.got:
+        text += "; the factor sqrt(d_model) multiplies the embedding vectors, not the token ids"
+    elif reading.kind == "result" and complete and reading.got == parts.UNNAMED:
+        text = _after_last(result, replay.values.tensors.get(last), replay.values.names.get(last, "")) or text
+    return text
 
 
-def _encoder_case(Encoder: type[nn.Module], sizes: Sizes, seed: int, weights: bool = True) -> tuple:
-    args = sizes.stack_args(sizes.src_vocab)
-    student, reference = _pair(Encoder, ReferenceEncoder, args, "Encoder", seed) if weights else (
-        _alone(Encoder, args, "Encoder", seed), None)
-    tokens = _tokens(sizes.batch, sizes.src_len, sizes.src_vocab, sizes.pad_idx, seed=seed + 1)
-    return student, reference, tokens, make_source_mask(tokens, sizes.pad_idx)
+def _scale(calls: list[parts.Call], replay: parts.Replay, d_model: int) -> str:
+    """How the embeddings were scaled before the positional encoding, read as a power of sqrt(d_model)."""
+    call = next(c for c in calls if c.role == "positional_encoding")
+    embedded = replay.values.tensors.get("embedding")
+    got = call.args.get("x", call.args.get("input"))
+    if not (isinstance(got, Tensor) and isinstance(embedded, Tensor) and got.shape == embedded.shape):
+        return ""
+    norm = float((embedded.double() ** 2).sum())
+    factor = float((got.double() * embedded.double()).sum()) / norm if norm else 0.0
+    if not parts._close(got, factor * embedded.double()) or factor <= 0:
+        return ""
+    power = round(math.log(factor) / math.log(math.sqrt(d_model)), 6)
+    after = next((c for c in calls if c.role != "positional_encoding" and c.role not in ("embedding", "dropout")
+                  and c.returned), None)
+    pe = next((c for c in calls if c.role == "positional_encoding" and c.returned), None)
+    if power == 0.0 and after is not None and pe is not None:
+        fed = after.args.get("x", after.args.get("input"))
+        if parts._close(fed, math.sqrt(d_model) * pe.output.double()):
+            return ("; sqrt(d_model) multiplies the sum embedding + PE: scale the embeddings *before* adding PE, "
+                    "self.positional_encoding(self.embedding(x) * sqrt(d_model))")
+    words = SCALES.get(power)
+    return f"; the embeddings {words}" if words else ""
+
+
+def _after_last(result: Any, last: Any, words: str) -> str:
+    """What forward did to the last part's output (`words`) before returning it: a softmax, a log-softmax, or
+    another relation the values show ('' when none)."""
+    if not (isinstance(result, Tensor) and isinstance(last, Tensor) and result.shape == last.shape):
+        return ""
+    for name, function in (("a softmax", torch.softmax), ("a log-softmax", torch.log_softmax)):
+        if parts._close(result, function(last.double(), -1)):
+            return (f"forward returns {name} of {words} where the paper returns the raw logits: the loss "
+                    "(cross-entropy) applies log-softmax itself")
+    how = differential.relation(result, last, differential.Context(), None)
+    return f"forward returns {words} changed: {how}" if how and not how.startswith("1 ×") else ""
+
+
+def _expect_stack(what: str, name: str, module: Any, stack: Stack, run: parts.Run, expected: Tensor, inputs: tuple,
+                  reference: nn.Module, d_model: int, cause: str) -> None:
+    """expect_close, with the stack's departure from the paper (or the engine's reading) as the cause."""
+    names = ("tokens", "mask") if what == "Encoder" else ("tokens", "enc_out", "enc_mask", "dec_mask")
+    context = differential.Context(sizes={"batch": inputs[0].size(0), "position": inputs[0].size(1),
+                                          "d_model": d_model}, quantities={"d_model": d_model})
+
+    def diagnose(got: Tensor) -> Diagnosis | None:
+        return parts.diagnosis(_stack_reading(what, stack, run.calls, inputs, d_model, got), got, expected,
+                               lambda: parts.engine(module, reference, inputs, names, got, expected, context, AXES),
+                               AXES, **TOLERANCE)
+
+    expect_close(name, run.outputs[0], expected, diagnose=diagnose, cause=cause, axes=AXES, **TOLERANCE)
+
+
+def _stack_run(what: str, module: Any, stack: Stack, inputs: tuple, d_model: int, train: bool = False,
+               seeds: tuple[int, ...] = (7,)) -> parts.Run:
+    return parts.observe(module, inputs, what, _roles(stack),
+                         lambda calls: _stack_reading(what, stack, calls, inputs, d_model, None, complete=False),
+                         train=train, seeds=seeds)
+
+
+def _encoder_inputs(sizes: Sizes, seed: int) -> tuple[Tensor, Tensor]:
+    tokens = _tokens(sizes.batch, sizes.src_len, sizes.src_vocab, sizes.pad_idx, seed=seed)
+    return tokens, make_source_mask(tokens, sizes.pad_idx)
+
+
+def _decoder_inputs(sizes: Sizes, seed: int, dtype: torch.dtype = torch.float64) -> tuple:
+    """(target, memory, enc_mask, dec_mask); the memory stands in for enc_out."""
+    source = _tokens(sizes.batch, sizes.src_len, sizes.src_vocab, sizes.pad_idx, seed=seed)
+    target = _tokens(sizes.batch, sizes.tgt_len, sizes.tgt_vocab, sizes.pad_idx, seed=seed + 1)
+    memory = randn(sizes.batch, sizes.src_len, sizes.d_model, seed=seed + 2, dtype=dtype)
+    return target, memory, make_source_mask(source, sizes.pad_idx), reference_target_mask(target, sizes.pad_idx)
+
+
+def _shape_check(what: str, Student: type[nn.Module], sizes: Sizes, inputs: tuple, shape: tuple[int, ...],
+                 name: str, cause: str, seed: int) -> None:
+    vocab = sizes.src_vocab if what == "Encoder" else sizes.tgt_vocab
+    module, stack = _stack(Student, what, sizes.stack_args(vocab), None, seed)
+    run = _stack_run(what, module, stack, inputs, sizes.d_model)
+    got = run.outputs[0]
+    if isinstance(got, Tensor) and tuple(got.shape) != shape:
+        cause = parts.safely(_stack_reading, what, stack, run.calls, inputs, sizes.d_model, got) or cause
+    expect_shape(name, got, shape, cause=cause)
+
+
+def _values_check(what: str, Student: type[nn.Module], sizes: Sizes, inputs: tuple, name: str, cause: str,
+                  seed: int) -> None:
+    args = sizes.stack_args(sizes.src_vocab if what == "Encoder" else sizes.tgt_vocab)
+    reference = _reference_stack(what, args, seed)
+    module, stack = _stack(Student, what, args, reference.state_dict(), seed)
+    run = _stack_run(what, module, stack, inputs, sizes.d_model)
+    with torch.no_grad():
+        expected = reference(*inputs)
+    _expect_stack(what, name, module, stack, run, expected, inputs, reference, sizes.d_model, cause)
+
+
+@on_student_side
+def _registration(Student: type[nn.Module], what: str, args: tuple, inputs: tuple) -> dict[str, Any]:
+    """Where the student's stack keeps its blocks: in what (a ModuleList, a plain list), how many, how many
+    distinct objects; and, after one forward pass, which of the blocks it holds or calls PyTorch does not see
+    (their parameters not among the stack's)."""
+    with parts.seeded(0), student_code():
+        module = Student(*args)
+    with parts.seeded(0):
+        template = STACKS[what](*args)
+    path = parts.pair(template, module).get("layers", "")
+    held = list(parts.locate(module, path)) if path else []
+    called: list[nn.Module] = []
+    kind = type(template.layers[0])
+    hook = nn.modules.module.register_module_forward_pre_hook(
+        lambda block, _args: called.append(block) if isinstance(block, kind) else None)
+    try:
+        with parts.seeded(0), torch.no_grad(), student_code():
+            module.eval()(*inputs)
+    except NotImplementedError:
+        raise
+    except Exception:  # noqa: BLE001  (a crash is the business of the checks that compare values)
+        pass
+    finally:
+        hook.remove()
+    registered = {id(parameter) for parameter in module.parameters()}
+    unseen = [block for block in [*held, *called] if any(id(p) not in registered for p in block.parameters())]
+    return {"path": path, "registered_list": isinstance(parts.locate(module, path), nn.ModuleList) if path else False,
+            "count": len(held), "distinct": len({id(block) for block in held}),
+            "hidden": [index for index, block in enumerate(held) if block in unseen],
+            "made_in_forward": sum(1 for block in called if all(block is not other for other in held))}
+
+
+def _layers_registered(Student: type[nn.Module], what: str, sizes: Sizes, inputs: tuple) -> None:
+    vocab = sizes.src_vocab if what == "Encoder" else sizes.tgt_vocab
+    found = _registration(Student, what, sizes.stack_args(vocab), inputs)
+    block = "EncoderBlock" if what == "Encoder" else "DecoderBlock"
+    if not found["path"]:
+        fail(f"{what} keeps no list of {block}s.", expected=f"self.layers = nn.ModuleList of {sizes.num_layers} blocks",
+             got="no nn.ModuleList or list of blocks among its attributes", cause=PLAIN_LIST)
+    where = parts.words(found["path"])
+    if found["count"] != sizes.num_layers:
+        fail(f"{where} holds the wrong number of blocks.", expected=sizes.num_layers, got=found["count"],
+             cause="build num_layers blocks, as the given constructor does.")
+    if found["distinct"] != found["count"]:
+        fail(f"{where} repeats the same block object.", expected=f"{sizes.num_layers} distinct blocks",
+             got=f"{found['distinct']} distinct object(s)", cause=REPEATED_BLOCK)
+    if found["hidden"]:
+        fail(f"{where} is a plain Python list of blocks." if not found["registered_list"] else
+             f"the blocks of {where} are not registered.",
+             expected="an nn.ModuleList of blocks, whose parameters are the stack's parameters",
+             got=f"the parameters of block{'s' if len(found['hidden']) > 1 else ''} "
+                 f"{', '.join(map(str, found['hidden']))} are not among {what}.parameters()", cause=PLAIN_LIST)
+    if found["made_in_forward"]:
+        fail(f"{what}.forward runs blocks that the {what} does not hold.",
+             expected=f"forward runs the blocks of {where}", got=f"{found['made_in_forward']} block call(s) on new "
+             "blocks made inside forward", cause="build the blocks once, in the constructor, and loop over "
+             f"{where} in forward: blocks made in forward are new untrained blocks at every call.")
+
+
+# --- Encoder -----------------------------------------------------------------------------------------
 
 
 @check("Encoder maps token ids (batch, src_len) to vectors (batch, src_len, d_model)")
 def encoder_output_shape(Encoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
-    student, _, tokens, mask = _encoder_case(Encoder, config, seed=20, weights=False)
-    expect_shape("Encoder(src, src_mask)", _run_stack(student, (tokens, mask), "Encoder").output,
-                 (config.batch, config.src_len, config.d_model),
-                 cause="embed, scale, add PE, then apply every layer as x = layer(x, mask); return x.")
+    _shape_check("Encoder", Encoder, config, _encoder_inputs(config, seed=21), (config.batch, config.src_len,
+                 config.d_model), "Encoder(src, src_mask)",
+                 "embed, scale, add PE, then apply every layer as x = layer(x, mask); return x.", seed=20)
 
 
 @check("Encoder gives the reference output: embedding * sqrt(d_model) + PE, then every layer with the mask")
 def encoder_values(Encoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
-    student, reference, tokens, mask = _encoder_case(Encoder, config, seed=21)
-    trace = _run_stack(student, (tokens, mask), "Encoder")
-    with torch.no_grad():
-        expected = _encode(reference, tokens, mask)
-        suspects = {cause: (lambda scale=scale: _encode(reference, tokens, mask, scale=scale))
-                    for scale, cause in SCALE_SUSPECTS.items()}
-        suspects |= {
-            "the mask is not passed to the layers: call layer(x, mask), otherwise padding tokens are "
-            "attended to.": lambda: _encode(reference, tokens, None),
-            "only the first layer is applied: loop over all of self.layers.": (
-                lambda: _encode(reference, tokens, mask, which="first")
-            ),
-            "every layer gets the embeddings and only the last result is kept: feed each layer's output "
-            "into the next, x = layer(x, mask).": lambda: _encode(reference, tokens, mask, which="last"),
-            REPEATED_BLOCK: lambda: _encode(reference, tokens, mask, which="repeat"),
-        }
-        _expect_stack("Encoder(src, src_mask)", trace, expected, student, (tokens, mask), suspects=suspects,
-                      cause="x = embedding(src) * sqrt(d_model); x = positional_encoding(x); "
-                            "then x = layer(x, mask) for every layer.")
-
-
-def _layers_registered(Student: type[nn.Module], Reference: type[nn.Module], what: str, sizes: Sizes,
-                       inputs: Callable[[], tuple]) -> None:
-    vocab = sizes.src_vocab if what == "Encoder" else sizes.tgt_vocab
-    with _seeded(30):
-        reference = Reference(*sizes.stack_args(vocab))
-        student = _construct(Student, sizes.stack_args(vocab), what)
-    layers = getattr(student, "layers", None)
-    if not isinstance(layers, nn.Module):
-        fail(f"{what}.layers is not a registered module.", expected="an nn.ModuleList of blocks",
-             got=type(layers).__name__, cause=PLAIN_LIST)
-    blocks = list(layers)  # iterating a ModuleList keeps repeats; .children() would drop them
-    if len(blocks) != sizes.num_layers:
-        fail(f"{what}.layers has the wrong number of blocks.", expected=sizes.num_layers, got=len(blocks),
-             cause="build num_layers blocks, as the given constructor does.")
-    if len({id(block) for block in blocks}) != len(blocks):
-        fail(f"{what}.layers repeats the same block object.", expected=f"{sizes.num_layers} distinct blocks",
-             got=f"{len({id(block) for block in blocks})} distinct object(s)", cause=REPEATED_BLOCK)
-    expected, got = count_parameters(reference), count_parameters(student)
-    if got != expected:
-        fail(f"{what} has the wrong number of trainable parameters.", expected=expected, got=got,
-             cause="keep the given constructor: embedding, positional encoding, the ModuleList of blocks"
-                   + (" and pred_layer." if what == "Decoder" else "."))
-    student.double().eval()  # .double() reaches a block only when the block is registered
-    got_output = expect_tensor(f"{what} output", _run_stack(student, inputs(), what).output,
-                               cause="return the output tensor.")
-    if got_output.dtype != torch.float64:
-        fail(f"after {what}.double() the output is not float64.", expected="torch.float64",
-             got=got_output.dtype, cause="some computation creates its own float32 tensor; scale with a Python "
-             "float such as math.sqrt(self.d_model).")
+    _values_check("Encoder", Encoder, config, _encoder_inputs(config, seed=22), "Encoder(src, src_mask)",
+                  "x = embedding(src) * sqrt(d_model); x = positional_encoding(x); then x = layer(x, mask) for every "
+                  "layer.", seed=21)
 
 
 @check("Encoder registers num_layers distinct blocks: they are counted, trained and moved by .to()/.double()")
 def encoder_layers_registered(Encoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
-    tokens = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=31)
-    _layers_registered(Encoder, ReferenceEncoder, "Encoder", config,
-                       lambda: (tokens, make_source_mask(tokens, config.pad_idx)))
+    _layers_registered(Encoder, "Encoder", config, _encoder_inputs(config, seed=31))
 
 
 # --- Decoder -----------------------------------------------------------------------------------------
 
 
-def _decode(decoder: nn.Module, tokens: torch.Tensor, memory: torch.Tensor, enc_mask: torch.Tensor | None,
-            dec_mask: torch.Tensor | None, scale: str = "sqrt", swap: bool = False, self_memory: bool = False,
-            which: str = "all", head: str = "logits") -> torch.Tensor:
-    """The reference decoder step by step, optionally with a known mistake."""
-    x = _embed(decoder, tokens, scale)
-    if swap:
-        enc_mask, dec_mask = dec_mask, enc_mask
-    for layer in _layers(decoder, which):
-        x = layer(x, x if self_memory else memory, enc_mask, dec_mask)
-    if head == "none":
-        return x
-    logits = decoder.pred_layer(x)  # (batch, tgt_len, vocab_size)
-    return {"logits": logits, "softmax": logits.softmax(-1), "log_softmax": logits.log_softmax(-1)}[head]
-
-
-def _decoder_case(Decoder: type[nn.Module], sizes: Sizes, seed: int, weights: bool = True) -> tuple:
-    """(student, reference, target, memory, enc_mask, dec_mask); float64 with the reference weights, or the
-    student's decoder as built (float32, no names needed) when `weights` is False."""
-    args = sizes.stack_args(sizes.tgt_vocab)
-    student, reference = _pair(Decoder, ReferenceDecoder, args, "Decoder", seed) if weights else (
-        _alone(Decoder, args, "Decoder", seed), None)
-    source = _tokens(sizes.batch, sizes.src_len, sizes.src_vocab, sizes.pad_idx, seed=seed + 1)
-    target = _tokens(sizes.batch, sizes.tgt_len, sizes.tgt_vocab, sizes.pad_idx, seed=seed + 2)
-    memory = randn(sizes.batch, sizes.src_len, sizes.d_model, seed=seed + 3,  # stands in for enc_out
-                   dtype=torch.float64 if weights else torch.float32)
-    enc_mask = make_source_mask(source, sizes.pad_idx)
-    dec_mask = reference_target_mask(target, sizes.pad_idx)
-    return student, reference, target, memory, enc_mask, dec_mask
-
-
-def _missing_prediction(got: object, sizes: Sizes) -> str | None:
-    if isinstance(got, torch.Tensor) and tuple(got.shape) == (sizes.batch, sizes.tgt_len, sizes.d_model):
-        return "the prediction layer is missing: return self.pred_layer(x), the logits over the target vocabulary."
-    return None
-
-
 @check("Decoder returns logits over the target vocabulary: shape (batch, tgt_len, vocab_size)")
 def decoder_output_shape(Decoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**({"src_len": 9, "tgt_len": 6} | sizes))
-    student, _, target, memory, enc_mask, dec_mask = _decoder_case(Decoder, config, seed=40, weights=False)
-    inputs = (target, memory, enc_mask, dec_mask)
-    try:
-        got = _run_stack(student, inputs, "Decoder").output
-    except RuntimeError as error:  # source and target lengths differ here, so swapped masks cannot broadcast
-        crash = error
-    else:
-        crash = None
-    if crash is not None:
-        try:
-            _run(student, target, memory, dec_mask, enc_mask)
-        except Exception:
-            raise crash from None
-        fail("Decoder crashes with (enc_mask, dec_mask) but runs when the two masks are exchanged.",
-             expected="Decoder(tgt, enc_out, enc_mask, dec_mask) to run",
-             got=f"{type(crash).__name__}: {str(crash).splitlines()[0][:120]}",
-             cause="enc_mask and dec_mask are swapped: the block's signature is layer(x, enc_out, enc_mask, "
-                   "dec_mask); self-attention needs the target mask, cross-attention the source mask.")
-    cause = _missing_prediction(got, config) or (
-        "embed, scale, add PE, apply every layer, then self.pred_layer maps d_model to vocab_size.")
-    expect_shape("Decoder(tgt, enc_out, enc_mask, dec_mask)", got,
-                 (config.batch, config.tgt_len, config.tgt_vocab), cause=cause)
+    _shape_check("Decoder", Decoder, config, _decoder_inputs(config, seed=41, dtype=torch.float32),
+                 (config.batch, config.tgt_len, config.tgt_vocab), "Decoder(tgt, enc_out, enc_mask, dec_mask)",
+                 "embed, scale, add PE, apply every layer, then self.pred_layer maps d_model to vocab_size.", seed=40)
 
 
 @check("Decoder gives the reference logits: scaled embedding + PE, every layer with enc_out and both masks, "
        "then pred_layer")
 def decoder_values(Decoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
-    student, reference, target, memory, enc_mask, dec_mask = _decoder_case(Decoder, config, seed=41)
-    inputs = (target, memory, enc_mask, dec_mask)
-    trace = _run_stack(student, inputs, "Decoder")
-    arguments = (reference, target, memory, enc_mask, dec_mask)
-    with torch.no_grad():
-        expected = _decode(*arguments)
-        suspects = {cause: (lambda scale=scale: _decode(*arguments, scale=scale))
-                    for scale, cause in SCALE_SUSPECTS.items()}
-        suspects |= {
-            "enc_mask and dec_mask are swapped: the block's signature is layer(x, enc_out, enc_mask, dec_mask); "
-            "self-attention needs the target mask, cross-attention the source mask.": (
-                lambda: _decode(*arguments, swap=True)
-            ),
-            "the layers attend to the decoder's own states instead of the encoder output: pass enc_out as the "
-            "second argument, layer(x, enc_out, enc_mask, dec_mask).": lambda: _decode(*arguments, self_memory=True),
-            "dec_mask is not passed: without it every position sees later target tokens.": (
-                lambda: _decode(reference, target, memory, enc_mask, None)
-            ),
-            "enc_mask is not passed: cross-attention then looks at source padding.": (
-                lambda: _decode(reference, target, memory, None, dec_mask)
-            ),
-            "only the first layer is applied: loop over all of self.layers.": (
-                lambda: _decode(*arguments, which="first")
-            ),
-            "every layer gets the embeddings and only the last result is kept: feed each layer's output into "
-            "the next.": lambda: _decode(*arguments, which="last"),
-            REPEATED_BLOCK: lambda: _decode(*arguments, which="repeat"),
-            "softmax is applied: return the raw logits; the loss (cross-entropy) applies log-softmax itself.": (
-                lambda: _decode(*arguments, head="softmax")
-            ),
-            "log-softmax is applied: return the raw logits; nn.CrossEntropyLoss applies log-softmax itself.": (
-                lambda: _decode(*arguments, head="log_softmax")
-            ),
-        }
-        _expect_stack("Decoder(tgt, enc_out, enc_mask, dec_mask)", trace, expected, student, inputs,
-                      suspects=suspects, cause=_missing_prediction(trace.output, config)
-                      or "x = embedding * sqrt(d_model) -> PE -> x = layer(x, enc_out, enc_mask, dec_mask) "
-                         "for every layer -> pred_layer(x).")
+    _values_check("Decoder", Decoder, config, _decoder_inputs(config, seed=42),
+                  "Decoder(tgt, enc_out, enc_mask, dec_mask)",
+                  "x = embedding * sqrt(d_model) -> PE -> x = layer(x, enc_out, enc_mask, dec_mask) for every layer "
+                  "-> pred_layer(x).", seed=41)
 
 
 @check("Decoder registers num_layers distinct blocks: they are counted, trained and moved by .to()/.double()")
 def decoder_layers_registered(Decoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
-    source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=50)
-    target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=51)
-    memory = randn(config.batch, config.src_len, config.d_model, seed=52)
-    _layers_registered(Decoder, ReferenceDecoder, "Decoder", config, lambda: (
-        target, memory, make_source_mask(source, config.pad_idx), reference_target_mask(target, config.pad_idx)))
+    _layers_registered(Decoder, "Decoder", config, _decoder_inputs(config, seed=51, dtype=torch.float32))
 
 
 # --- the stacks' dropout -------------------------------------------------------------------------------
@@ -649,30 +649,32 @@ def decoder_layers_registered(Decoder: type[nn.Module], **sizes: float) -> None:
        "deterministic")
 def embedding_dropout(Encoder: type[nn.Module], Decoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**({"dropout": 0.5} | sizes))
-    source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=111)
-    target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=112)
-    memory = randn(config.batch, config.src_len, config.d_model, seed=113, dtype=torch.float32)
-    enc_mask, dec_mask = make_source_mask(source, config.pad_idx), reference_target_mask(target, config.pad_idx)
-    for what, Student, vocab, inputs in (("Encoder", Encoder, config.src_vocab, (source, enc_mask)),
-                                         ("Decoder", Decoder, config.tgt_vocab, (target, memory, enc_mask, dec_mask))):
-        stack = _alone(Student, config.stack_args(vocab), what, seed=110)
-        with _seeded(0):
-            first = _run_stack(stack.train(), inputs, what)
-            second = _run_stack(stack, inputs, what).output
-            evaluated = [_run_stack(stack.eval(), inputs, what).output for _ in range(2)]
-        if not any(call.name == "positional_encoding" for call in first.calls):
+    encoder_inputs = _encoder_inputs(config, seed=111)
+    decoder_inputs = _decoder_inputs(config, seed=111, dtype=torch.float32)
+    for what, Student, inputs in (("Encoder", Encoder, encoder_inputs), ("Decoder", Decoder, decoder_inputs)):
+        vocab = config.src_vocab if what == "Encoder" else config.tgt_vocab
+        module, stack = _stack(Student, what, config.stack_args(vocab), None, seed=110)
+        trained = _stack_run(what, module, stack, inputs, config.d_model, train=True, seeds=(0, 1))
+        evaluated = _stack_run(what, module, stack, inputs, config.d_model, seeds=(0, 1))
+        first = next((call for call in trained.calls if call.role == (stack.blocks or [""])[0]), None)
+        plain = next((call for call in evaluated.calls if call.role == (stack.blocks or [""])[0]), None)
+        if first is not None and plain is not None and parts._close(first.args.get("x"), plain.args.get("x")):
+            called = any(call.role == "positional_encoding" for call in trained.calls)
             fail(f"the {what}'s embeddings are never dropped out.",
-                 expected="self.positional_encoding(x) called (it adds PE and applies dropout)",
-                 got="self.positional_encoding is never called",
+                 expected="the first block's input dropped out in train mode (elements 0 or scaled by 1 / (1 - p))",
+                 got="the first block receives the same input in train mode as in eval mode",
                  cause="call self.positional_encoding(x) rather than adding the table by hand: the module also "
-                       "applies dropout to the embeddings in train mode.")
-        output = expect_tensor(f"{what} output", first.output, cause="return the output tensor.")
-        if isinstance(second, torch.Tensor) and torch.equal(output, second):
+                       "applies dropout to the embeddings in train mode." if not called else
+                       "the output of self.positional_encoding must reach the first block as it is: it applies "
+                       "dropout in train mode.")
+        output = expect_tensor(f"{what} output", trained.outputs[0], cause="return the output tensor.")
+        if isinstance(trained.outputs[1], Tensor) and torch.equal(output, trained.outputs[1]):
             fail(f"two forward passes of the {what} in train mode gave identical outputs.",
                  expected="different dropout masks", got="identical outputs",
                  cause="use the modules' dropout (nn.Dropout follows .train()/.eval()) and do not switch to eval "
                        "mode inside forward.")
-        expect_close(f"{what} output in eval mode (second pass)", evaluated[1], evaluated[0], atol=0, rtol=0,
+        expect_close(f"{what} output in eval mode (second pass)", evaluated.outputs[1], evaluated.outputs[0],
+                     atol=0, rtol=0,
                      cause="in eval mode nothing may be random: use nn.Dropout modules, not F.dropout(training=True).")
 
 
@@ -681,121 +683,120 @@ def embedding_dropout(Encoder: type[nn.Module], Decoder: type[nn.Module], **size
 # The reference Encoder and Decoder (with the reference's weights) are plugged into the student's
 # Transformer, and the masks are the reference's: only the Transformer's own forward is graded here.
 
-STACK_CLASSES = (("encoder", "Encoder"), ("decoder", "Decoder"))
+WIRING = ("enc_out = self.encoder(enc_in, enc_mask); logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask); "
+          "return logits.")
+
+
+@on_student_side
+def _plugged(Transformer: type[nn.Module], args: tuple, state: dict[str, Tensor],
+             seed: int) -> tuple[nn.Module, dict[str, str]]:
+    """The student's Transformer with the reference Encoder and Decoder (the reference's weights) plugged in
+    where it keeps its encoder and decoder; float64, eval mode. Returns it and their paths."""
+    with parts.seeded(seed), student_code():
+        model = Transformer(*args)
+    reject_builtin_modules(model, "Transformer")
+    with parts.seeded(seed):
+        template = ReferenceTransformer(*args).double()
+    template.load_state_dict(state)
+    paths = parts.pair(template, model)
+    for role in ("encoder", "decoder"):
+        if not paths.get(role):
+            kind = role.capitalize()
+            fail(f"Transformer has no {role} to plug the reference {kind} into.",
+                 expected=f"self.{role} = {kind}(...), as in the given constructor",
+                 got=f"the parts {', '.join(name for name, _ in parts.candidates(model)) or 'none'}",
+                 cause="keep the given constructor: these checks grade the Transformer's own forward with the "
+                       "reference Encoder and Decoder plugged in where it keeps them.")
+        setattr(model, paths[role], getattr(template, role))
+    supplied(template)
+    return model.double().eval(), {role: paths[role] for role in ("encoder", "decoder")}
 
 
 @dataclass
 class _Model:
-    student: nn.Module
+    student: Any  # the student's Transformer, with the reference stacks plugged in
     reference: nn.Module
-    parts: tuple[str, str]  # where the encoder and the decoder sit in the student's Transformer
+    paths: dict[str, str]  # role -> where the student keeps it
 
 
-def _plugged(Transformer: type[nn.Module], sizes: Sizes, seed: int) -> _Model:
-    """The student's Transformer with the reference Encoder and Decoder plugged in, float64, eval mode."""
-    with _seeded(seed):
-        reference = ReferenceTransformer(*sizes.transformer_args())
-        student = _construct(Transformer, sizes.transformer_args(), "Transformer")
-    parts = []
-    for name, kind in STACK_CLASSES:
-        found = name if isinstance(getattr(student, name, None), nn.Module) else next(
-            (child for child, module in student.named_children() if type(module).__name__ == kind), None)
-        if found is None:
-            fail(f"Transformer has no {name} to plug the reference {kind} into.",
-                 expected=f"self.{name} = {kind}(...), as in the given constructor",
-                 got=f"children {[child for child, _ in student.named_children()]}",
-                 cause="keep the given constructor: these checks grade the Transformer's own forward with the "
-                       "reference Encoder and Decoder plugged in at self.encoder and self.decoder.")
-        setattr(student, found, copy.deepcopy(getattr(reference, name)))
-        parts.append(found)
-    return _Model(student.double().eval(), reference.double().eval(), (parts[0], parts[1]))
+def _model(Transformer: type[nn.Module], sizes: Sizes, seed: int) -> _Model:
+    with parts.seeded(seed):
+        reference = ReferenceTransformer(*sizes.transformer_args()).double().eval()
+    student, paths = _plugged(Transformer, sizes.transformer_args(), reference.state_dict(), seed)
+    return _Model(student, reference, paths)
 
 
-def _transformer_departure(trace: _Trace, inputs: tuple, parts: tuple[str, str], complete: bool) -> str | None:
+def _model_reading(model: _Model, calls: list[parts.Call], inputs: tuple, result: Any,
+                   complete: bool = True) -> str | None:
     source, target, enc_mask, dec_mask = inputs
-    values = Values()
+    values = parts.Values()
     values.add("src", "enc_in (the source ids)", source)
     values.add("tgt", "dec_in (the target ids)", target)
-    values.add("src_mask", "enc_mask (the source mask)", enc_mask, mask=True)
-    values.add("tgt_mask", "dec_mask (the target mask)", dec_mask, mask=True)
-    encoder, decoder = parts
-    steps = [Step(encoder, {"x": terms("src"), "mask": terms("src_mask")}, "encoder", words="the encoder's output"),
-             Step(decoder, {"x": terms("tgt"), "enc_out": terms("encoder"), "enc_mask": terms("src_mask"),
-                            "dec_mask": terms("tgt_mask")}, "decoder", words="the decoder's output")]
-    return first_departure(trace.calls, steps, values, where="Transformer.forward", result=trace.output,
-                           result_key="decoder" if complete else None, ordered=[parts], complete=complete)
+    values.add("src_mask", "`enc_mask` (the source mask)", enc_mask, mask=True)
+    values.add("tgt_mask", "`dec_mask` (the target mask)", dec_mask, mask=True)
+    steps = [parts.Step("encoder", {"x": parts.terms("src"), "mask": parts.terms("src_mask")}, "encoder"),
+             parts.Step("decoder", {"x": parts.terms("tgt"), "enc_out": parts.terms("encoder"),
+                                    "enc_mask": parts.terms("src_mask"), "dec_mask": parts.terms("tgt_mask")},
+                        "decoder")]
+    replay = parts.Replay(calls, steps, values, model.paths)
+    reading = replay.departure(result=result, result_key="decoder" if complete else None,
+                               ordered=[("encoder", "decoder")], complete=complete)
+    return reading.cause() if reading else None
 
 
-def _run_model(model: _Model, inputs: tuple, grad: bool = False) -> _Trace:
-    return _traced(model.student, inputs, model.parts, what="Transformer", grad=grad,
-                   explain=lambda trace: _transformer_departure(trace, inputs, model.parts, complete=False))
-
-
-def _transformer_case(Transformer: type[nn.Module], sizes: Sizes, seed: int) -> tuple:
-    model = _plugged(Transformer, sizes, seed)
-    source = _tokens(sizes.batch, sizes.src_len, sizes.src_vocab, sizes.pad_idx, seed=seed + 1)
-    target = _tokens(sizes.batch, sizes.tgt_len, sizes.tgt_vocab, sizes.pad_idx, seed=seed + 2)
-    return model, source, target
-
-
-def _masks(source: torch.Tensor, target: torch.Tensor, pad_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return make_source_mask(source, pad_idx), reference_target_mask(target, pad_idx)
+def _model_run(model: _Model, inputs: tuple) -> parts.Run:
+    roles = {path: role for role, path in model.paths.items()}
+    return parts.observe(model.student, inputs, "Transformer", roles,
+                         lambda calls: _model_reading(model, calls, inputs, None, complete=False), seeds=(7,))
 
 
 def _wiring(model: _Model, inputs: tuple, default: str) -> str:
     """The first place the Transformer's forward departs from encoder -> decoder, or `default`."""
-    return _transformer_departure(_run_model(model, inputs), inputs, model.parts, complete=True) or default
+    run = _model_run(model, inputs)
+    return parts.safely(_model_reading, model, run.calls, inputs, run.outputs[0]) or default
 
 
-WIRING = ("enc_out = self.encoder(enc_in, enc_mask); logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask); "
-          "return logits.")
+def _masks(source: Tensor, target: Tensor, pad_idx: int) -> tuple[Tensor, Tensor]:
+    return make_source_mask(source, pad_idx), reference_target_mask(target, pad_idx)
+
+
+def _transformer_case(Transformer: type[nn.Module], sizes: Sizes, seed: int) -> tuple[_Model, tuple]:
+    model = _model(Transformer, sizes, seed)
+    source = _tokens(sizes.batch, sizes.src_len, sizes.src_vocab, sizes.pad_idx, seed=seed + 1)
+    target = _tokens(sizes.batch, sizes.tgt_len, sizes.tgt_vocab, sizes.pad_idx, seed=seed + 2)
+    return model, (source, target, *_masks(source, target, sizes.pad_idx))
+
+
+def _expect_model(model: _Model, run: parts.Run, inputs: tuple, expected: Tensor, *, cause: str, atol: float,
+                  rtol: float) -> None:
+    names = ("enc_in", "dec_in", "enc_mask", "dec_mask")
+    context = differential.Context(sizes={"batch": inputs[0].size(0), "target position": inputs[1].size(1)})
+
+    def diagnose(got: Tensor) -> Diagnosis | None:
+        return parts.diagnosis(_model_reading(model, run.calls, inputs, got), got, expected, lambda: parts.engine(
+            model.student, model.reference, inputs, names, got, expected, context, AXES), AXES, atol, rtol)
+
+    expect_close("Transformer(src, tgt, src_mask, tgt_mask)", run.outputs[0], expected, atol=atol, rtol=rtol,
+                 axes=AXES, diagnose=diagnose, cause=cause)
 
 
 @check("Transformer maps (src, tgt) to logits of shape (batch, tgt_len, tgt_vocab)")
 def transformer_output_shape(Transformer: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**({"src_len": 9, "tgt_len": 6} | sizes))
-    model, source, target = _transformer_case(Transformer, config, seed=60)
-    inputs = (source, target, *_masks(source, target, config.pad_idx))
-    trace = _run_model(model, inputs)
-    expect_shape("Transformer(src, tgt, src_mask, tgt_mask)", trace.output,
+    model, inputs = _transformer_case(Transformer, config, seed=60)
+    run = _model_run(model, inputs)
+    expect_shape("Transformer(src, tgt, src_mask, tgt_mask)", run.outputs[0],
                  (config.batch, config.tgt_len, config.tgt_vocab),
-                 cause=_transformer_departure(trace, inputs, model.parts, complete=True) or WIRING)
+                 cause=parts.safely(_model_reading, model, run.calls, inputs, run.outputs[0]) or WIRING)
 
 
 @check("Transformer gives the reference logits: encoder output feeds the decoder, each mask where it belongs")
 def transformer_values(Transformer: type[nn.Module], **sizes: float) -> None:
-    config = _sizes(**sizes)
-    model, source, target = _transformer_case(Transformer, config, seed=61)
-    enc_mask, dec_mask = _masks(source, target, config.pad_idx)
-    inputs = (source, target, enc_mask, dec_mask)
-    trace = _run_model(model, inputs)
-    encoder, decoder = model.reference.encoder, model.reference.decoder
+    model, inputs = _transformer_case(Transformer, _sizes(**sizes), seed=61)
+    run = _model_run(model, inputs)
     with torch.no_grad():
         expected = model.reference(*inputs)
-        suspects = {
-            "the masks are swapped in the decoder call: decoder(dec_in, enc_out, enc_mask, dec_mask).": (
-                lambda: decoder(target, encoder(source, enc_mask), dec_mask, enc_mask)
-            ),
-            "the encoder runs without the source mask: encoder(enc_in, enc_mask).": (
-                lambda: decoder(target, encoder(source, None), enc_mask, dec_mask)
-            ),
-            "the decoder gets no source mask: cross-attention needs enc_mask to skip source padding.": (
-                lambda: decoder(target, encoder(source, enc_mask), None, dec_mask)
-            ),
-            "the decoder gets no target mask: pass dec_mask, or every position sees later tokens.": (
-                lambda: decoder(target, encoder(source, enc_mask), enc_mask, None)
-            ),
-            "the target mask is given to the encoder: the encoder uses the source mask.": (
-                lambda: decoder(target, encoder(source, dec_mask), enc_mask, dec_mask)
-            ),
-        }
-        got = trace.output
-        cause = WIRING
-        if isinstance(got, torch.Tensor) and got.shape == expected.shape and not tensors_close(got, expected,
-                                                                                                 **TOLERANCE):
-            cause = _transformer_departure(trace, inputs, model.parts, complete=True) or WIRING
-        expect_close("Transformer(src, tgt, src_mask, tgt_mask)", got, expected, suspects=suspects, cause=cause,
-                     **TOLERANCE)
+    _expect_model(model, run, inputs, expected, cause=WIRING, **TOLERANCE)
 
 
 def _copy_attention(ours: nn.Module, theirs: nn.MultiheadAttention) -> None:
@@ -810,9 +811,9 @@ def _copy_linear(ours: nn.Module, theirs: nn.Module) -> None:
     theirs.bias.copy_(ours.bias)
 
 
-def torch_transformer_like(reference: nn.Module, sizes: Sizes) -> nn.Transformer:
+def _torch_transformer_like(reference: nn.Module, sizes: Sizes) -> nn.Transformer:
     """PyTorch's nn.Transformer holding the reference's block weights (post-LN, no final stack norms)."""
-    with _seeded(0):
+    with parts.seeded(0):
         builtin = nn.Transformer(sizes.d_model, sizes.num_heads, sizes.num_layers, sizes.num_layers, sizes.d_ff,
                                  dropout=0.0, activation="relu", batch_first=True, norm_first=False,
                                  dtype=torch.float64)
@@ -833,46 +834,45 @@ def torch_transformer_like(reference: nn.Module, sizes: Sizes) -> nn.Transformer
     return builtin.eval()
 
 
-def torch_transformer_logits(builtin: nn.Transformer, reference: nn.Module, source: torch.Tensor,
-                             target: torch.Tensor, pad_idx: int) -> torch.Tensor:
+def _torch_transformer_logits(builtin: nn.Transformer, reference: nn.Module, source: Tensor, target: Tensor,
+                             pad_idx: int) -> Tensor:
     """Our embeddings * sqrt(d_model) + PE around nn.Transformer, then our pred_layer.
 
     nn.Transformer's bool masks mean True = NOT allowed, the opposite of the course's masks.
     """
-    source_x = _embed(reference.encoder, source)  # (batch, src_len, d_model)
-    target_x = _embed(reference.decoder, target)  # (batch, tgt_len, d_model)
+    def embed(stack: nn.Module, tokens: Tensor) -> Tensor:
+        return stack.positional_encoding(stack.embedding(tokens) * math.sqrt(stack.d_model))
+
     future = ~torch.ones(target.size(1), target.size(1), dtype=torch.bool).tril()  # True above the diagonal
-    hidden_states = builtin(source_x, target_x, tgt_mask=future, src_key_padding_mask=source == pad_idx,
-                            tgt_key_padding_mask=target == pad_idx, memory_key_padding_mask=source == pad_idx)
+    hidden_states = builtin(embed(reference.encoder, source), embed(reference.decoder, target), tgt_mask=future,
+                            src_key_padding_mask=source == pad_idx, tgt_key_padding_mask=target == pad_idx,
+                            memory_key_padding_mask=source == pad_idx)
     return reference.decoder.pred_layer(hidden_states)  # (batch, tgt_len, tgt_vocab)
 
 
 @check("Transformer equals PyTorch's nn.Transformer with the same weights (plus our embeddings, PE, pred_layer)")
 def matches_torch_transformer(Transformer: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**({"src_len": 8, "tgt_len": 6} | sizes))
-    model, source, target = _transformer_case(Transformer, config, seed=70)
-    inputs = (source, target, *_masks(source, target, config.pad_idx))
-    got = _run_model(model, inputs).output
-    builtin = torch_transformer_like(model.reference, config)
+    model, inputs = _transformer_case(Transformer, config, seed=70)
+    run = _model_run(model, inputs)
+    builtin = _torch_transformer_like(model.reference, config)
     with torch.no_grad():
-        expected = torch_transformer_logits(builtin, model.reference, source, target, config.pad_idx)
-    cause = "your model differs from nn.Transformer (post-LN, ReLU, no final stack LayerNorm)."
-    if isinstance(got, torch.Tensor) and got.shape == expected.shape and not tensors_close(got, expected, 1e-5, 1e-5):
-        cause = _wiring(model, inputs, cause)
-    expect_close("Transformer(src, tgt, src_mask, tgt_mask)", got, expected, atol=1e-5, rtol=1e-5, cause=cause)
+        expected = _torch_transformer_logits(builtin, model.reference, inputs[0], inputs[1], config.pad_idx)
+    _expect_model(model, run, inputs, expected, atol=1e-5, rtol=1e-5,
+                  cause="your model differs from nn.Transformer (post-LN, ReLU, no final stack LayerNorm).")
 
 
 @check("the full model is causal: changing target tokens after position t never changes the logits at <= t")
 def transformer_causality(Transformer: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
-    model = _plugged(Transformer, config, seed=80)
+    model = _model(Transformer, config, seed=80)
     source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=81)
     target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=82, padded=False)
     enc_mask = make_source_mask(source, config.pad_idx)
 
-    def logits(tokens: torch.Tensor) -> tuple[tuple, torch.Tensor]:
+    def logits(tokens: Tensor) -> tuple[tuple, Tensor]:
         inputs = (source, tokens, enc_mask, reference_target_mask(tokens, config.pad_idx))
-        return inputs, expect_shape("Transformer(...)", _run_model(model, inputs).output,
+        return inputs, expect_shape("Transformer(...)", _model_run(model, inputs).outputs[0],
                                     (config.batch, config.tgt_len, config.tgt_vocab), cause="return the logits.")
 
     _, original = logits(target)
@@ -893,16 +893,16 @@ def transformer_causality(Transformer: type[nn.Module], **sizes: float) -> None:
 @check("source padding changes nothing: extra pad tokens on the source, with the source mask, keep every logit")
 def source_padding_invariance(Transformer: type[nn.Module], extra: int = 3, **sizes: float) -> None:
     config = _sizes(**sizes)
-    model = _plugged(Transformer, config, seed=90)
+    model = _model(Transformer, config, seed=90)
     source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=91)
     target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=92)
     longer = torch.cat([source, torch.full((config.batch, extra), config.pad_idx)], dim=1)
     dec_mask = reference_target_mask(target, config.pad_idx)
-    short = _run_model(model, (source, target, make_source_mask(source, config.pad_idx), dec_mask)).output
+    short = _model_run(model, (source, target, make_source_mask(source, config.pad_idx), dec_mask)).outputs[0]
     inputs = (longer, target, make_source_mask(longer, config.pad_idx), dec_mask)
-    long = _run_model(model, inputs).output
+    long = _model_run(model, inputs).outputs[0]
     short = expect_tensor("logits", short, cause="return the logits.")
-    if isinstance(long, torch.Tensor) and long.shape == short.shape and tensors_close(long, short, 1e-8, 1e-8):
+    if isinstance(long, Tensor) and long.shape == short.shape and tensors_close(long, short, 1e-8, 1e-8):
         return
     expect_close(f"logits with {extra} extra source pad tokens", long, short, atol=1e-8, rtol=1e-8,
                  cause=_wiring(model, inputs, "the source padding is seen: the encoder needs enc_mask, and the "
@@ -912,14 +912,14 @@ def source_padding_invariance(Transformer: type[nn.Module], extra: int = 3, **si
 @check("target padding changes nothing: extra pad tokens at the end of the target keep the real positions' logits")
 def target_padding_invariance(Transformer: type[nn.Module], extra: int = 3, **sizes: float) -> None:
     config = _sizes(**sizes)
-    model = _plugged(Transformer, config, seed=100)
+    model = _model(Transformer, config, seed=100)
     source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=101)
     target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=102, padded=False)
     longer = torch.cat([target, torch.full((config.batch, extra), config.pad_idx)], dim=1)
     enc_mask = make_source_mask(source, config.pad_idx)
-    short = _run_model(model, (source, target, enc_mask, reference_target_mask(target, config.pad_idx))).output
+    short = _model_run(model, (source, target, enc_mask, reference_target_mask(target, config.pad_idx))).outputs[0]
     inputs = (source, longer, enc_mask, reference_target_mask(longer, config.pad_idx))
-    long = expect_tensor("logits", _run_model(model, inputs).output, cause="return the logits.")
+    long = expect_tensor("logits", _model_run(model, inputs).outputs[0], cause="return the logits.")
     short = expect_tensor("logits", short, cause="return the logits.")
     expect_close(f"logits at the real positions with {extra} extra target pad tokens", long[:, : config.tgt_len],
                  short, atol=1e-8, rtol=1e-8,
@@ -927,31 +927,53 @@ def target_padding_invariance(Transformer: type[nn.Module], extra: int = 3, **si
                                               "receive dec_mask, self.decoder(dec_in, enc_out, enc_mask, dec_mask)."))
 
 
+@on_student_side
+def _gradients(model: nn.Module, paths: dict[str, str], inputs: tuple, weights: Tensor) -> dict[str, Any]:
+    """Backpropagate (logits * weights).sum() through the student's Transformer; what reached each stack, and
+    whether the encoder's output and what the decoder received as enc_out were still part of the graph."""
+    seen: dict[str, Any] = {}
+
+    def encoded(_module: nn.Module, _args: tuple, output: Any) -> None:
+        seen.setdefault("encoder_graph", bool(getattr(output, "requires_grad", False)))
+
+    def decoding(_module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+        memory = kwargs.get("enc_out", args[1] if len(args) > 1 else None)
+        seen.setdefault("memory_graph", bool(getattr(memory, "requires_grad", False)))
+
+    encoder, decoder = (parts.locate(model, paths[role]) for role in ("encoder", "decoder"))
+    hooks = [encoder.register_forward_hook(encoded), decoder.register_forward_pre_hook(decoding, with_kwargs=True)]
+    model.eval()
+    try:
+        with torch.enable_grad(), student_code():
+            logits = model(*inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if not isinstance(logits, Tensor):
+        return {"logits": None}
+    if logits.requires_grad:
+        (logits * weights.to(logits.dtype)).sum().backward()
+    starved = {role: [name for name, parameter in parts.locate(model, paths[role]).named_parameters()
+                      if parameter.grad is None or not bool(parameter.grad.abs().sum() > 0)]
+               for role in ("encoder", "decoder")}
+    return {"logits": logits.detach(), "graph": logits.requires_grad, "starved": starved} | seen
+
+
 @check("gradients flow through the Transformer to every weight of the encoder and the decoder")
 def transformer_gradients(Transformer: type[nn.Module], **sizes: float) -> None:
-    config = _sizes(**sizes)
-    model, source, target = _transformer_case(Transformer, config, seed=130)
-    inputs = (source, target, *_masks(source, target, config.pad_idx))
-    trace = _run_model(model, inputs, grad=True)
-    logits = expect_tensor("logits", trace.output, cause="return the logits.")
-    if logits.requires_grad:
-        (logits * randn(*logits.shape, seed=131)).sum().backward()
-    for part in model.parts:
-        stack = getattr(model.student, part)
-        starved = [name for name, parameter in stack.named_parameters()
-                   if parameter.grad is None or not bool(parameter.grad.abs().sum() > 0)]
+    model, inputs = _transformer_case(Transformer, _sizes(**sizes), seed=130)
+    logits = expect_tensor("logits", _model_run(model, inputs).outputs[0], cause="return the logits.")
+    found = _gradients(model.student, model.paths, inputs, randn(*logits.shape, seed=131))
+    for part in ("encoder", "decoder"):
+        starved = found["starved"][part]
         if not starved:
             continue
-        calls = {call.name: call for call in trace.calls}
-        encoder, decoder = calls.get(model.parts[0]), calls.get(model.parts[1])
-        memory = decoder.args.get("enc_out") if decoder else None
-        if part == model.parts[0] and encoder and encoder.returned and isinstance(encoder.output, torch.Tensor) \
-                and not encoder.output.requires_grad:
+        if part == "encoder" and found.get("encoder_graph") is False:
             cause = "the encoder runs under torch.no_grad() (or its output is detached): it can never learn."
-        elif part == model.parts[0] and isinstance(memory, torch.Tensor) and not memory.requires_grad:
+        elif part == "encoder" and found.get("memory_graph") is False:
             cause = ("the decoder receives the encoder's output cut off from the graph (.detach(), .data or "
                      "torch.no_grad()): no gradient reaches the encoder, so it never learns.")
-        elif not logits.requires_grad:
+        elif not found["graph"]:
             cause = "the logits are not connected to the weights: no torch.no_grad() or .detach() inside forward."
         else:
             cause = f"the {part}'s output must be part of the computation of the logits: " + WIRING
@@ -959,19 +981,26 @@ def transformer_gradients(Transformer: type[nn.Module], **sizes: float) -> None:
              got=f"no gradient for {len(starved)} of its parameters, e.g. {starved[0]}", cause=cause)
 
 
-@check("no PyTorch built-in attention or Transformer layers inside your model")
-def no_builtin_modules(Transformer: type[nn.Module], **sizes: float) -> None:
-    config = _sizes(**sizes)
-    with _seeded(120):
-        model = _construct(Transformer, config.transformer_args(), "Transformer")
-    source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=121)
-    target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=122)
-    model.train()  # the training path of nn.MultiheadAttention goes through the guarded functions
+@on_student_side
+def _builtins(Transformer: type[nn.Module], args: tuple, inputs: tuple) -> None:
+    """Build and run the student's Transformer in train mode (the training path of nn.MultiheadAttention goes
+    through the guarded functions); fail on PyTorch's built-in attention or Transformer layers."""
+    with parts.seeded(120), student_code():
+        model = Transformer(*args)
+    model.train()
     try:
         with student_code():
-            model(source, target, *_masks(source, target, config.pad_idx))
+            model(*inputs)
     except (NotImplementedError, CheckFailed):
         raise
     except Exception:  # noqa: BLE001  (a crash is graded by the checks of the part that crashes, not here)
         pass
     reject_builtin_modules(model, "Transformer")
+
+
+@check("no PyTorch built-in attention or Transformer layers inside your model")
+def no_builtin_modules(Transformer: type[nn.Module], **sizes: float) -> None:
+    config = _sizes(**sizes)
+    source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=121)
+    target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=122)
+    _builtins(Transformer, config.transformer_args(), (source, target, *_masks(source, target, config.pad_idx)))

@@ -10,7 +10,7 @@ Reported per stage: the share of mutants rejected (at least one grade cell fails
 failure message names the place of the mutation or what it changes (any failing cell, and the first
 failing cell), the mutants that pass, and the rejected ones whose messages do not name it.
 
-    python scripts/measure_checks.py                      # all six stages, held-out seed 2, tuned on seeds 0, 1
+    python scripts/measure_checks.py                      # all eight stages, seed 3, leaving out seeds 0, 1, 2
     python scripts/measure_checks.py --stages 01 02 --seed 0 --tune-seed --show   # a tuning set itself
 """
 

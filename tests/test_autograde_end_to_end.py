@@ -78,7 +78,12 @@ def test_one_bug_gets_partial_credit_and_a_hint_naming_it(graded, assignment):
         classroom.folder / "autograded" / "chen" / assignment / f"{assignment}.ipynb", as_version=4)
     errors = [output.evalue for cell in autograded.cells for output in cell.get("outputs", [])
               if output.output_type == "error"]
-    assert errors and all("likely cause" in error for error in errors), errors
+    visible = [error for error in errors if "(hidden test)" not in error]
+    hidden = [error for error in errors if "(hidden test)" in error]
+    # a visible check says what was expected, what came out and the likely cause; a hidden one keeps its
+    # inputs to itself and sends the student to the visible checks first
+    assert visible and all("likely cause" in error for error in visible), visible
+    assert all("Fix what the visible checks of this property say first" in error for error in hidden), hidden
     assert KNOWN_BUGS[assignment].description
 
 

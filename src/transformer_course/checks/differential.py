@@ -608,6 +608,12 @@ def _student_line(op: Op | None) -> str:
     return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
 
 
+def _after_line(op: Op) -> str:
+    """Where a missing step belongs: "after line 3 of `forward` (`x = ...`)"."""
+    frame = op.user or op.line
+    return f"after line {frame.lineno} of `{frame.name}`" + (f" (`{frame.line}`)" if frame.line else "")
+
+
 def _direct(departure: Op, student: Trace, reference: Trace, matched: dict[int, list[str]], index: Index
             ) -> list[Op]:
     """The student's operations that take one of the departure's arguments (for a tensor made from nothing,
@@ -918,7 +924,7 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
                     + f", and your {operation_words(consumer.name)} ({_student_line(op)}) receives {data_words} "
                     "without it")
             if made_op is not None and made_op.line is not None and made_op.line.name == function:
-                return Diagnosis(f"after {_student_line(made_op)}", text, made_op.line)
+                return Diagnosis(_after_line(made_op), text, made_op.line)
             return Diagnosis(_student_line(op), text, op.line)
     return None
 

@@ -613,6 +613,21 @@ def step_matches_full_decoder(decoder_step: Callable, steps: int = 6, **sizes: i
                            "the same sublayers as DecoderBlock.forward, for one position.")
 
 
+def _upstream(case: _StepCase, t: int, kind: str, index: int) -> Diagnosis | None:
+    """A cache entry that differs because the step computes the layer's input differently: the step's own
+    departure (its logits differ too), read by the engine, is the cause; the cache is only its first witness."""
+    logits = case.run.logits[t] if t < len(case.run.logits) else None
+    expected = case.expected.logits[:, t]
+    if not isinstance(logits, torch.Tensor) or logits.shape != expected.shape \
+            or torch.allclose(logits, expected, atol=1e-8, rtol=1e-6):
+        return None
+    found = case.diagnose(t, logits)
+    if found is None or not found.cause:
+        return None
+    return Diagnosis("", f"step {t} computes layer {index}'s input differently, so it appends other {kind} (its "
+                         f"logits differ too; see the check against the full decoder): {found.cause}")
+
+
 @check("every decoder_step appends exactly one position to each layer's self-attention keys and values")
 def step_cache_grows_by_one(decoder_step: Callable, steps: int = 4, **sizes: int) -> None:
     config = replace(Sizes(), **sizes)
@@ -639,8 +654,10 @@ def step_cache_grows_by_one(decoder_step: Callable, steps: int = 4, **sizes: int
                              ) -> Diagnosis | None:
                     holds = _named_value(entry, named)
                     kind = "keys" if name == "self_keys" else "values"
-                    return Diagnosis("", f"the cache holds {holds}, where the self-attention {kind} of layer "
-                                         f"{index}'s input belong.") if holds else None
+                    if holds:
+                        return Diagnosis("", f"the cache holds {holds}, where the self-attention {kind} of layer "
+                                             f"{index}'s input belong.")
+                    return _upstream(case, t, kind, index)
 
                 expect_close(f"cache.{name}[{index}] after step {t}", entry, full[index][:, :, :t + 1],
                              atol=1e-8, rtol=1e-6, diagnose=diagnose,

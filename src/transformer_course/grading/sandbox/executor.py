@@ -481,9 +481,10 @@ class JudgedExecute(NbGraderPreprocessor):
 
 
 HIDDEN_FAILED = ("fails on the hidden test's inputs (other sizes than the visible checks'; they are not shown, "
-                 "and neither is what your code printed or raised with them). The visible checks pass, so look "
-                 "for what holds only for their sizes: a size written as a number, an axis or a length taken "
-                 "from the wrong place, a shape that only works when two sizes are equal.")
+                 "and neither is what your code printed or raised with them). Fix what the visible checks of "
+                 "this property say first; if they pass, look for what holds only for their sizes: a size "
+                 "written as a number, an axis or a length taken from the wrong place, a shape that only "
+                 "works when two sizes are equal.")
 
 
 HIDDEN_DIED = ("the process running your code for a hidden test stopped (os._exit, a crash in native code, more "

@@ -127,3 +127,71 @@ def test_bucketed_batches_cover_every_example_once_and_waste_little_padding():
     assert sum(lengths) / padded > 0.9, "bucketing should keep padding under 10%"
     sampler.set_epoch(1)
     assert list(sampler) != batches, "a new epoch gives a new order"
+
+
+# --- the tokenised corpus kept on disk (data/token_cache.py) ---------------------------------------------------
+
+
+@pytest.fixture
+def small_cache(tmp_path, monkeypatch):
+    """A private cache folder, and entries kept from 3 texts on (the real threshold is 5,000)."""
+    from transformer_course.data import token_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(token_cache.ENVIRONMENT_VARIABLE, raising=False)
+    monkeypatch.setattr(token_cache, "SMALLEST", 3)
+    return token_cache
+
+
+TEXTS = ["Ein Hund läuft.", "Zwei Männer, ein Boot!", "Eine Frau liest ein Buch.", "Kinder spielen im Park."]
+
+
+def test_tokens_are_computed_once_then_read_back(small_cache, monkeypatch):
+    tokenizer = Tokenizer("de")
+    first = small_cache.tokenise(tokenizer, TEXTS)
+    assert first == tokenizer.many(TEXTS)
+    entries = list(small_cache.folders()[-1].glob("de-4-*.json.gz"))
+    assert len(entries) == 1
+    monkeypatch.setattr(Tokenizer, "many", lambda self, texts: pytest.fail("tokenised again"))
+    assert small_cache.tokenise(tokenizer, TEXTS) == first
+    # other texts, or another language, are another entry
+    assert small_cache.entry_name(TEXTS[:3], "de") != small_cache.entry_name(TEXTS[1:], "de")
+    assert small_cache.entry_name(TEXTS, "de") != small_cache.entry_name(TEXTS, "en")
+
+
+@pytest.mark.parametrize("damage", [b"", b"not gzip", b"\x1f\x8b\x08\x00garbage"])
+def test_a_corrupt_or_foreign_entry_is_ignored(small_cache, damage):
+    import gzip
+    import json
+
+    tokenizer = Tokenizer("de")
+    folder = small_cache.folders()[-1]
+    folder.mkdir(parents=True)
+    name = small_cache.entry_name(TEXTS, "de")
+    (folder / name).write_bytes(damage)
+    assert small_cache.tokenise(tokenizer, TEXTS) == tokenizer.many(TEXTS)
+    for wrong in ([["ein"]] * 3, [[1, 2]] * 4, {"a": 1}):  # wrong length, not strings, not a list
+        (folder / name).write_bytes(gzip.compress(json.dumps(wrong).encode()))
+        assert small_cache.tokenise(tokenizer, TEXTS) == tokenizer.many(TEXTS)
+
+
+def test_no_writable_folder_still_tokenises(small_cache, monkeypatch, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where a folder should be")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    assert small_cache.tokenise(Tokenizer("en"), TEXTS) == Tokenizer("en").many(TEXTS)
+
+
+def test_the_grader_prepares_the_training_split_for_the_kernels(multi30k_folder, small_cache, monkeypatch, tmp_path):
+    monkeypatch.setattr(small_cache, "SMALLEST", 5000)
+    folder = small_cache.prepare(multi30k_folder)
+    assert folder == small_cache.folders()[-1]
+    names = sorted(path.name.split("-")[0] + "-" + path.name.split("-")[1] for path in folder.glob("*.json.gz"))
+    assert names == ["de-29000", "en-29000"]  # val and test are small: tokenised where they are read
+    # a notebook given that folder read-only reads the entries and writes nothing
+    monkeypatch.setenv(small_cache.ENVIRONMENT_VARIABLE, str(folder))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))
+    texts = [german for german, _ in multi30k.load_pairs("train", multi30k_folder)]
+    monkeypatch.setattr(Tokenizer, "many", lambda self, texts: pytest.fail("tokenised again"))
+    assert len(small_cache.tokenise(Tokenizer("de"), texts)) == 29000
+    assert not (tmp_path / "elsewhere").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import chain, repeat
 from pathlib import Path
 
 UNK, BOS, EOS, PAD = "<unk>", "<bos>", "<eos>", "<pad>"
@@ -29,7 +30,7 @@ class Vocab:
     @classmethod
     def build(cls, sentences: Iterable[Sequence[str]], min_freq: int = 2) -> Vocab:
         """From tokenised sentences; tokens seen fewer than min_freq times become <unk>."""
-        counts = Counter(token for sentence in sentences for token in sentence)
+        counts = Counter(chain.from_iterable(sentences))  # no Python call per token: fast under a tracer too
         kept = sorted((t for t, n in counts.items() if n >= min_freq and t not in SPECIALS),
                       key=lambda t: (-counts[t], t))
         return cls([*SPECIALS, *kept])
@@ -44,7 +45,7 @@ class Vocab:
         return token in self.stoi
 
     def encode(self, tokens: Sequence[str], add_specials: bool = True) -> list[int]:
-        ids = [self[token] for token in tokens]
+        ids = list(map(self.stoi.get, tokens, repeat(self.unk_idx, len(tokens))))  # (self[token] for each)
         return [self.bos_idx, *ids, self.eos_idx] if add_specials else ids
 
     def decode(self, ids: Iterable[int]) -> list[str]:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from transformer_course.data import token_cache
 from transformer_course.data.batching import BucketBatchSampler
 from transformer_course.data.multi30k import load_pairs
 from transformer_course.data.tokenize import Tokenizer
@@ -53,7 +54,8 @@ def prepare_data(directory: str | Path | None = None, min_freq: int = 2,
         if split == "train" and train_subset is not None:
             pairs = random.Random(seed).sample(pairs, min(train_subset, len(pairs)))
         raw_sources[split] = [german for german, _ in pairs]
-        tokenised[split] = (source_tokenizer.many(g for g, _ in pairs), target_tokenizer.many(e for _, e in pairs))
+        tokenised[split] = (token_cache.tokenise(source_tokenizer, [g for g, _ in pairs]),  # once per machine
+                            token_cache.tokenise(target_tokenizer, [e for _, e in pairs]))
     if vocabs is None:
         vocabs = (Vocab.build(tokenised["train"][0], min_freq), Vocab.build(tokenised["train"][1], min_freq))
     source_vocab, target_vocab = vocabs

@@ -36,7 +36,7 @@ import nbformat
 from tqdm.auto import tqdm
 
 from transformer_course.authoring import assignments as course_assignments
-from transformer_course.data import multi30k
+from transformer_course.data import multi30k, token_cache
 from transformer_course.grading.classroom.worker import runner_start_problem
 from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
 from transformer_course.grading.gradebook.config import ROOT
@@ -201,6 +201,7 @@ class BatchGrader:
         self.db_url = self.classroom.db_url
         self.records = self.class_dir / "records"
         self.data_folder: str | None = None  # Multi30k for the kernels, set by prepare()
+        self.tokens_folder: str | None = None  # Multi30k tokenised once for the kernels, set by prepare()
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -237,6 +238,13 @@ class BatchGrader:
             print(f"WARNING: Multi30k is not available to the graded notebooks, so their data cells will fail: "
                   f"{error}", file=sys.stderr, flush=True)
             return None
+        try:  # tokenised here once, not by every student's stage-5 notebook (about 9 s of CPU each)
+            tokens = token_cache.prepare(paths[0].parent)
+        except (OSError, ValueError, ImportError) as error:
+            print(f"note: Multi30k could not be tokenised ahead of grading ({error}); each notebook tokenises it "
+                  "itself", file=sys.stderr, flush=True)
+            tokens = None
+        self.tokens_folder = str(tokens) if tokens is not None else None
         return str(paths[0].parent)
 
     def record(self, result: StudentResult) -> dict:
@@ -355,7 +363,10 @@ class BatchGrader:
                                      f"{self.memory_gb} GB of memory), so nobody was graded: {problem}")
 
     def data_environment(self) -> dict[str, str]:
-        return {multi30k.ENVIRONMENT_VARIABLE: self.data_folder} if self.data_folder else {}
+        environment = {multi30k.ENVIRONMENT_VARIABLE: self.data_folder} if self.data_folder else {}
+        if self.data_folder and self.tokens_folder:
+            environment[token_cache.ENVIRONMENT_VARIABLE] = self.tokens_folder
+        return environment
 
     def thread_limits(self) -> dict[str, str]:
         """One torch thread per student's runner (unless the caller chose), whatever --jobs is.

@@ -119,7 +119,7 @@ def sandboxed_launcher(readable: list[str] | None = None, limits: Any = None, is
     from transformer_course.grading.sandbox import isolation
 
     def launch(argv: list[str], *, environment: dict[str, str], stderr: Any) -> Any:
-        data = [environment[name] for name in ("MULTI30K_DIR",) if environment.get(name)]
+        data = [environment[name] for name in ("MULTI30K_DIR", "TRANSFORMER_COURSE_TOKENS") if environment.get(name)]
         if isolate and isolation.bubblewrap_problem() is None:
             environment = {**environment, PRIVATE_SHM: "1"}  # the sandbox's own /dev/shm: emptied between notebooks
         sandbox = isolation.Sandbox(
@@ -134,6 +134,7 @@ def sandboxed_launcher(readable: list[str] | None = None, limits: Any = None, is
 def grading_environment(threads: int, data_folder: str | None = None) -> dict[str, str]:
     """The whole environment of a student's runner (added to the sandbox's base environment)."""
     from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
+    from transformer_course.data.token_cache import ENVIRONMENT_VARIABLE as TOKENS
 
     environment = {"NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg", "PLOTLY_RENDERER": "plotly_mimetype",
                    "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
@@ -141,6 +142,9 @@ def grading_environment(threads: int, data_folder: str | None = None) -> dict[st
     data = data_folder or os.environ.get(MULTI30K_DIR)
     if data:
         environment[MULTI30K_DIR] = data
+        tokens = os.environ.get(TOKENS)  # Multi30k tokenised by the grader (data.token_cache), read-only here
+        if tokens and os.path.isdir(tokens):
+            environment[TOKENS] = tokens
     return environment
 
 

@@ -1,4 +1,4 @@
-"""The held-out mistakes of stages 3-6 (grading/mistakes/<stage>.HELD_OUT) stay applicable to the current
+"""The held-out mistakes of stages 3-6 (quality/mistakes/<stage>.HELD_OUT) stay applicable to the current
 solutions. They are measured, not pinned: `python scripts/measure_held_out.py` reports the share rejected and
 the share whose message names the cause (README, "The mistake catalog")."""
 

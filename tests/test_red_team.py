@@ -2,8 +2,8 @@
 safe outcome (it fails while the attack works). Built on tests/test_boundary.py's stage-1 notebooks: a zygote
 per module, started without a sandbox, except where the sandbox itself is what is attacked.
 
-Attacks that still work are marked xfail(strict=True) with the weakness (README, *How a notebook runs, and
-who decides* and *What is flagged for review*): a passing xfail fails the suite, so a fix must remove its mark.
+An attack that still worked would be marked xfail(strict=True) with the weakness (README, *How a notebook runs,
+and who decides* and *What is flagged for review*), so that a fix had to remove its mark; none is marked now.
 """
 
 from __future__ import annotations

@@ -650,7 +650,7 @@ def step_cache_grows_by_one(decoder_step: Callable, steps: int = 4, **sizes: int
                          got=tuple(entry.shape), cause=grew)
                 named = {words: value[:, :, :t + 1] for words, value in case.expected.named.items()}
 
-                def diagnose(entry: torch.Tensor, name: str = name, index: int = index, named: dict = named
+                def diagnose(entry: torch.Tensor, name: str = name, index: int = index, named: dict = named, t: int = t
                              ) -> Diagnosis | None:
                     holds = _named_value(entry, named)
                     kind = "keys" if name == "self_keys" else "values"

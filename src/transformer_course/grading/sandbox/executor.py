@@ -38,6 +38,7 @@ from transformer_course.grading.cells import checks_module, is_grade_cell, split
 from transformer_course.grading.sandbox import fingerprint, profiling
 from transformer_course.grading.sandbox.channel import StudentName
 from transformer_course.grading.sandbox.session import (
+    SERVANT_ENDED,
     CellTimedOut,
     ChannelBroken,
     RunnerDied,
@@ -414,7 +415,14 @@ class JudgedExecute(NbGraderPreprocessor):
         try:
             with self.session.servant(deadline, snapshot) as servant:
                 judged = judge(calls, self.checks, servant, self.timeout)
+            if servant.broken and not servant.exited:
+                # it ran out of time or broke the protocol: what the student's code did to its sandbox (pipes
+                # shrunk, forged replies queued, processes asleep) is not to be trusted by the next cell, which
+                # gets a new sandbox with the cells above replayed
+                self.session.abandon()
         except ServantFailed as failure:
+            if not str(failure).startswith(SERVANT_ENDED):
+                self.session.abandon()  # as above: the next cell gets a new sandbox
             judged = Judged(error=(("CellTimeoutError", f"this cell ran longer than {self.timeout} s and was stopped")
                                    if str(failure) == "timeout" else
                                    ("KernelDied", f"the process running your code for this check stopped "

@@ -55,6 +55,9 @@ class CellTimedOut(TimeoutError):
     """A cell ran past its time limit and was stopped; args[0] holds the outputs it had by then."""
 
 
+SERVANT_ENDED = "the process running this cell's checks ended"  # its end reported: the runner is sound
+
+
 class ServantFailed(BaseException):
     """The process running a grade cell's experiments ended, broke the protocol or ran out of time. A
     BaseException, so that no check's `except Exception` mistakes it for the student's code crashing."""
@@ -523,7 +526,7 @@ class Session:
                 if message["op"] == op and message.get("id") == identity:
                     return message
                 if message["op"] == "servant-exit" and message.get("id") == identity:
-                    failed = ServantFailed(f"the process running this cell's checks ended ({status_of(message)})")
+                    failed = ServantFailed(f"{SERVANT_ENDED} ({status_of(message)})")
                     failed.exited = True  # type: ignore[attr-defined]
                     raise failed
                 raise ServantFailed(f"an unexpected message {message['op'][:40]!r} from the process running the checks")
@@ -616,7 +619,7 @@ class Servant:
                     self.broken = self.session._death(message)
                     raise ServantFailed(self.broken)
                 if message["op"] == "servant-exit" and message.get("id") == self.identity:
-                    self.broken = f"the process running this cell's checks ended ({status_of(message)})"
+                    self.broken = f"{SERVANT_ENDED} ({status_of(message)})"
                     self.exited = True
                     raise ServantFailed(self.broken)
                 if message["op"] not in ("result", "raised") or message.get("id") not in (number, -1):

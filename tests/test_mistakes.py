@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import ASSIGNMENTS, read, solution_path
+from conftest import ASSIGNMENTS, graded_part, read, solution_path
 from quality.inprocess import run_grade_cells
 from quality.mistakes import catalog
 
@@ -23,7 +23,8 @@ def test_catalog_covers_every_stage():
 @pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: f"{m.assignment[:2]}-{m.description}")
 def test_mistake_fails_its_cell_and_names_the_cause(mistake):
     path = solution_path(mistake.assignment)
-    notebook = mistake.apply(read(path))
+    # only what the grade cells depend on (setup, imports, definitions, exercises): the demos cannot change them
+    notebook = graded_part(mistake.apply(read(path)))
     outcomes = run_grade_cells(notebook, path.parent, stop_after=mistake.fails)
     assert mistake.fails in outcomes, f"grade cell {mistake.fails} was not reached"
     outcome = outcomes[mistake.fails]
@@ -37,7 +38,7 @@ def test_mistake_fails_its_cell_and_names_the_cause(mistake):
 @pytest.mark.parametrize("alternative", ALTERNATIVES, ids=lambda a: f"{a.assignment[:2]}-{a.description}")
 def test_alternative_solution_passes_every_grade_cell(alternative):
     path = solution_path(alternative.assignment)
-    notebook = alternative.apply(read(path))
+    notebook = graded_part(alternative.apply(read(path)))
     expected = [c.metadata["nbgrader"]["grade_id"] for c in notebook.cells
                 if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
     outcomes = run_grade_cells(notebook, path.parent, stop_after=expected[-1])  # later cells change no grade

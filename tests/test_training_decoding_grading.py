@@ -13,42 +13,14 @@ test cheap.
 
 import ast
 
-import nbformat
 import pytest
 
-from conftest import read, solution_path, student_path
+from conftest import graded_part, read, solution_path, student_path
 from quality.inprocess import run_grade_cells
 from quality.mistakes import decoding, training
 
 pytestmark = pytest.mark.slow
 STAGES = ("05_training", "06_decoding")
-
-
-def definitions_only(source: str) -> bool:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return False
-    return bool(tree.body) and all(isinstance(node, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.ClassDef)
-                                   for node in tree.body)
-
-
-def graded_part(notebook: nbformat.NotebookNode, exercise: str | None = None) -> nbformat.NotebookNode:
-    """The notebook without the cells no grade cell depends on: the setup and settings cells, imports,
-    definitions, exercise cells and grade cells stay, in order (with `exercise`, only its grade cells)."""
-    kept, code_cells = [], 0
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        code_cells += 1
-        nbgrader = cell.metadata.get("nbgrader", {})
-        if nbgrader.get("grade"):
-            if exercise is None or f"({exercise}" in cell.source:
-                kept.append(cell)
-        elif code_cells <= 2 or nbgrader.get("solution") or definitions_only(cell.source):
-            kept.append(cell)
-    notebook.cells = kept
-    return notebook
 
 
 def exercise_of(alternative) -> str:

@@ -80,9 +80,9 @@ def session():
         yield running
 
 
-def run(session, nb: nbformat.NotebookNode, tmp_path: Path) -> tuple[list, list[str], str]:
-    """(grade cells, findings, everything the student is shown) of the graded notebook."""
-    graded = run_notebook(nb, tmp_path, timeout=60, session=session)
+def run(session, nb: nbformat.NotebookNode, tmp_path: Path, timeout: float = 60) -> tuple[list, list[str], str]:
+    """(grade cells, findings, everything the student is shown) of the graded notebook (`timeout`: a cell's)."""
+    graded = run_notebook(nb, tmp_path, timeout=timeout, session=session)
     grades = [cell for cell in graded.cells if cell.metadata.get("nbgrader", {}).get("grade")]
     shown = "\n".join(repr(cell.get("outputs", [])) for cell in graded.cells if cell.cell_type == "code")
     return grades, graded.metadata.get(FINDINGS_KEY, {}).get("findings", []), shown

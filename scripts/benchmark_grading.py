@@ -263,15 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also grade a class of N full submissions (the --full-stages notebooks) with --jobs "
                              "equal to the number of cores: the per-core throughput a large class gets")
     parser.add_argument("--skip-serial", action="store_true", help="skip plain serial nbgrader")
-    parser.add_argument("--no-token-cache", action="store_true",
-                        help="let every notebook tokenise Multi30k itself (the grader prepares no tokens): what "
-                             "data/token_cache.py saves")
     parser.add_argument("--output", type=Path)
     arguments = parser.parse_args(argv)
-    if arguments.no_token_cache:
-        from transformer_course.data import token_cache
-
-        token_cache.prepare = lambda directory=None: None  # the batch grader runs in this process
     root = repository_root()
     work = Path(tempfile.mkdtemp(prefix="grading-benchmark-"))
     figures: dict[str, object] = {

@@ -614,12 +614,8 @@ def _after_line(op: Op) -> str:
     return f"after line {frame.lineno} of `{frame.name}`" + (f" (`{frame.line}`)" if frame.line else "")
 
 
-def _direct(departure: Op, student: Trace, reference: Trace, matched: dict[int, list[str]], index: Index
-            ) -> list[Op]:
-    """The student's operations that take one of the departure's arguments (for a tensor made from nothing,
-    such as `arange`, the student's operations of the same kind)."""
-    if not departure.sources:
-        return [op for op in student.ops if op.name == departure.name and not op.sources]
+def _wanted(departure: Op, reference: Trace, matched: dict[int, list[str]], index: Index) -> set[str]:
+    """The student's values that stand for the departure's arguments (its sources, or what matched them)."""
     wanted: set[str] = set()
     for source in departure.sources:
         producer = _producer(source)
@@ -629,6 +625,16 @@ def _direct(departure: Op, student: Trace, reference: Trace, matched: dict[int, 
             wanted.add(source)
             value = _value_of(reference, source)
             wanted.update(index.find(value) if value is not None else [])
+    return wanted
+
+
+def _direct(departure: Op, student: Trace, reference: Trace, matched: dict[int, list[str]], index: Index
+            ) -> list[Op]:
+    """The student's operations that take one of the departure's arguments (for a tensor made from nothing,
+    such as `arange`, the student's operations of the same kind)."""
+    if not departure.sources:
+        return [op for op in student.ops if op.name == departure.name and not op.sources]
+    wanted = _wanted(departure, reference, matched, index)
     return [op for op in student.ops if set(op.sources) & wanted]
 
 
@@ -638,15 +644,6 @@ def _counterpart(departure: Op, student: Trace, reference: Trace, matched: dict[
     arguments (or, for a tensor made from nothing such as `arange`, the student's operations of the same kind)
     and the unmatched ones right after them, the one whose value is most plainly related to the expected
     value; then the one of the same kind; then the first."""
-    wanted: set[str] = set()
-    for source in departure.sources:
-        producer = _producer(source)
-        if producer is not None:
-            wanted.update(matched.get(producer, []))
-        else:
-            wanted.add(source)
-            value = _value_of(reference, source)
-            wanted.update(index.find(value) if value is not None else [])
     reference_index = Index(reference)
     direct = _direct(departure, student, reference, matched, index)
     fresh_keys = {f"op:{op.index}" for op in student.ops if not reference_index.find(op.output)}

@@ -10,26 +10,16 @@ To stay cheap, each notebook keeps only what the grade cells need: its imports a
 cells and the grade cells (an alternative only those of its own exercise); the demos are left out.
 """
 
-import ast
 
 import pytest
 
-from conftest import read, solution_path, student_path
+from conftest import definitions_only, read, solution_path, student_path
 from quality.inprocess import run_grade_cells
 from quality.mistakes import catalog, is_solution
 
 pytestmark = pytest.mark.slow
 STAGES = ("00_why_attention", "07_fast_and_better_decoding")
 _, ALTERNATIVES = catalog()
-
-
-def _defines_only(source: str) -> bool:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return False
-    kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
-    return bool(tree.body) and all(isinstance(node, kinds) for node in tree.body)
 
 
 def _grade_id(cell) -> str | None:
@@ -50,7 +40,7 @@ def _trimmed(notebook, exercise: str | None = None):
         elif _grade_id(cell):
             if exercise is None or current == exercise:
                 kept.append(cell)
-        elif _defines_only(cell.source):
+        elif definitions_only(cell.source):
             kept.append(cell)
     notebook.cells = kept
     return notebook

@@ -67,11 +67,12 @@ def _own_table(module: nn.Module) -> torch.Tensor | None:
     return pe.detach().clone() if isinstance(pe, torch.Tensor) else None
 
 
-def _students_table(table: torch.Tensor | None, d_model: int, max_seq_length: int) -> torch.Tensor | None:
+def _students_table(module: nn.Module, d_model: int, max_seq_length: int) -> torch.Tensor | None:
     """The student's table as (1, max_seq_length, d_model) float64, when it has that shape and finite values.
 
     The table is graded by its own checks; forward and dropout are judged on the table the student built,
     so a wrong table costs the table's points once, not those of every check that adds it."""
+    table = _own_table(module)
     if not isinstance(table, torch.Tensor) or tuple(table.shape) != (1, max_seq_length, d_model) \
             or not table.is_floating_point() or not torch.isfinite(table).all():
         return None
@@ -502,7 +503,7 @@ def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16
                   "itself off in eval mode, not F.dropout(..., training=True).",
         )
     reference = ReferencePositionalEncoding(d_model, max_seq_length, 0.1).double().eval()
-    own = _students_table(_own_table(module), d_model, max_seq_length)
+    own = _students_table(module, d_model, max_seq_length)
     with torch.no_grad():
         if own is not None:
             reference.pe.copy_(own)  # x + the student's own table (the table has checks of its own)
@@ -531,7 +532,7 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
     p = 0.5
     module = _build(PositionalEncoding, d_model, max_seq_length, p)
     x = randn(4, 10, d_model, seed=2)
-    own = _students_table(_own_table(module), d_model, max_seq_length)
+    own = _students_table(module, d_model, max_seq_length)
     summed = x + (own[0] if own is not None else _table(d_model, max_seq_length))[:10]  # the student's own table
     trained, evaluated = _train_then_eval(module, x, 0)
     if not isinstance(trained, torch.Tensor) or trained.shape != x.shape:

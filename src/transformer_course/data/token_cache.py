@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import metadata
 from itertools import chain
@@ -87,22 +87,25 @@ def _write(folder: Path, name: str, tokens: list[list[str]]) -> bool:
             os.remove(temporary)
 
 
+def _cached(name: str, count: int, tokenize: Callable[[], list[list[str]]]) -> tuple[Path | None, list[list[str]]]:
+    """(the folder holding entry `name`, its tokens): read from the first folder that has it whole, else
+    computed by `tokenize` and stored in the first folder that can be written (None when none can)."""
+    places = folders()
+    for folder in places:
+        found = _read(folder / name, count)
+        if found is not None:
+            return folder, found
+    tokens = tokenize()
+    return next((folder for folder in places if _write(folder, name, tokens)), None), tokens
+
+
 def tokenise(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[str]]:
     """tokenizer.many(texts), read from the cache when an entry exists, else computed and stored."""
     texts = list(texts)
     if len(texts) < SMALLEST:
         return tokenizer.many(texts)
     name = entry_name(texts, tokenizer.language, tokenizer.lowercase)
-    places = folders()
-    for folder in places:
-        found = _read(folder / name, len(texts))
-        if found is not None:
-            return found
-    tokens = tokenizer.many(texts)
-    for folder in places:
-        if _write(folder, name, tokens):
-            break
-    return tokens
+    return _cached(name, len(texts), lambda: tokenizer.many(texts))[1]
 
 
 def prepare(directory: str | Path | None = None) -> Path | None:
@@ -110,19 +113,19 @@ def prepare(directory: str | Path | None = None) -> Path | None:
     the entries (None when none could be written). The grader calls it once before grading a class."""
     from transformer_course.data import multi30k
 
+    def tokenize(language: str, texts: list[str]) -> list[list[str]]:
+        from transformer_course.data.tokenize import Tokenizer  # spaCy only when an entry is missing
+
+        return Tokenizer(language).many(texts)
+
     folder = None
     for split in multi30k.SPLITS:
         for language in multi30k.LANGUAGES:
             texts = multi30k.read_lines(multi30k.file_path(split, language, directory))
             if len(texts) < SMALLEST:
                 continue
-            name = entry_name(texts, language)
-            found = next((place for place in folders() if _read(place / name, len(texts)) is not None), None)
-            if found is None:
-                from transformer_course.data.tokenize import Tokenizer
-
-                tokens = Tokenizer(language).many(texts)
-                found = next((place for place in folders() if _write(place, name, tokens)), None)
+            found, _ = _cached(entry_name(texts, language), len(texts),
+                               lambda language=language, texts=texts: tokenize(language, texts))
             if found is None:
                 return None
             folder = folder or found

@@ -122,7 +122,10 @@ def sandboxed_launcher(readable: list[str] | None = None, limits: Any = None, is
     from transformer_course.grading.sandbox import isolation
 
     def launch(argv: list[str], *, environment: dict[str, str], stderr: Any) -> Any:
-        data = [environment[name] for name in ("MULTI30K_DIR", "TRANSFORMER_COURSE_TOKENS") if environment.get(name)]
+        from transformer_course.data import multi30k, token_cache
+
+        data = [environment[name] for name in (multi30k.ENVIRONMENT_VARIABLE, token_cache.ENVIRONMENT_VARIABLE)
+                if environment.get(name)]  # the data folders the notebooks may read
         if isolate and isolation.bubblewrap_problem() is None:
             environment = {**environment, PRIVATE_SHM: "1"}  # the sandbox's own /dev/shm: emptied between notebooks
         sandbox = isolation.Sandbox(

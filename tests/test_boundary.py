@@ -245,15 +245,43 @@ REFERENCE = {
         "import inspect\n"
         "ref = getattr(__import__('transformer' + '_course.reference', fromlist=['x']), 'Positional' + 'Encoding')\n"
         "exec(inspect.getsource(ref))\n"),
-    "through a marshalled copy of its code": (
-        "import marshal, types\n"
+    # the reference's code carries the grader's probe, a constant marshal refuses: cut out (NOPs), then marshalled
+    "through a marshalled copy of its code, the grader's probe cut out": (
+        "import dis, marshal, types\n"
         "ref = getattr(__import__('transformer' + '_course.reference', fromlist=['x']), 'Positional' + 'Encoding')\n"
-        "code = marshal.loads(marshal.dumps(ref.__init__.__code__))\n"
+        "code = ref.__init__.__code__\n"
+        "raw, consts = bytearray(code.co_code), list(code.co_consts)\n"
+        "steps = list(dis.get_instructions(code, show_caches=True))\n"
+        "for i, step in enumerate(steps):\n"
+        "    if step.opname == 'LOAD_CONST' and type(step.argval).__module__ != 'builtins':\n"
+        "        consts[step.arg] = None\n"
+        "        end = next(s.offset for s in steps[i:] if s.opname == 'POP_TOP') + 2\n"
+        "        raw[steps[i - 1].offset:end] = bytes([dis.opmap['NOP'], 0]) * ((end - steps[i - 1].offset) // 2)\n"
+        "code = marshal.loads(marshal.dumps(code.replace(co_code=bytes(raw), co_consts=tuple(consts))))\n"
         "class PositionalEncoding(nn.Module):\n"
         "    def forward(self, x):\n"
         "        return self.dropout(x + self.pe[:, : x.size(1)])\n"
         "PositionalEncoding.__init__ = types.FunctionType(code, ref.__init__.__globals__, '__init__', None,\n"
         "                                                 (types.CellType(PositionalEncoding),))\n"),
+    "through a copy of its code whose probe is a function that does nothing": (
+        "import types\n"
+        "ref = getattr(__import__('transformer' + '_course.reference', fromlist=['x']), 'Positional' + 'Encoding')\n"
+        "code = ref.__init__.__code__\n"
+        "code = code.replace(co_consts=tuple(c if type(c).__module__ == 'builtins' else (lambda: None)\n"
+        "                                    for c in code.co_consts))\n"
+        "class PositionalEncoding(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return self.dropout(x + self.pe[:, : x.size(1)])\n"
+        "PositionalEncoding.__init__ = types.FunctionType(code, ref.__init__.__globals__, '__init__', None,\n"
+        "                                                 (types.CellType(PositionalEncoding),))\n"),
+    "the reference's own code given to the student's class": (
+        "ref = getattr(__import__('transformer' + '_course.reference', fromlist=['x']), 'Positional' + 'Encoding')\n"
+        "class PositionalEncoding(nn.Module):\n"
+        "    def __init__(self, d_model, max_seq_length, dropout):\n"
+        "        super().__init__()\n"
+        "    def forward(self, x):\n"
+        "        return self.dropout(x + self.pe[:, : x.size(1)])\n"
+        "PositionalEncoding.__init__.__code__ = ref.__init__.__code__.replace()\n"),
 }
 
 

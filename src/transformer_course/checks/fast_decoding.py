@@ -65,6 +65,10 @@ from transformer_course.reference.kv_cache import KVCache, attend, project_keys_
 from transformer_course.reference.kv_cache import decoder_step as reference_decoder_step
 from transformer_course.reference.kv_cache import start_cache as reference_start_cache
 
+# the parts of PyTorch this stage's grade cells meet, used once before any notebook code (runner.warm_up_torch):
+# tests/test_grading_speed.py fails when a grade cell imports a module
+WARM_UP: tuple[str, ...] = ()
+
 __all__ = [
     "beam_handles_eos_per_hypothesis",
     "beam_final_choice_uses_length_penalty",

@@ -32,6 +32,24 @@ def _check_names() -> dict[str, frozenset[str]]:
     return names
 
 
+@cache
+def _reference_definitions() -> dict[str, frozenset[str]]:
+    """{reference module: the classes and functions it defines at top level}, read from the source."""
+    spec = importlib.util.find_spec("transformer_course.reference")
+    assert spec is not None and spec.submodule_search_locations
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    return {f"transformer_course.reference.{path.stem}": frozenset(
+                re.findall(r"^(?:class|def) (\w+)\b", path.read_text(encoding="utf-8"), re.MULTILINE))
+            for path in sorted(folder.glob("*.py")) if not path.stem.startswith("_")}
+
+
+def reference_modules(names: list[str]) -> list[str]:
+    """The reference modules that define any of `names` (a notebook's exercises): what its zygote imports so
+    that the watcher knows the reference of every exercise before any notebook code runs."""
+    wanted = set(names)
+    return [module for module, defined in _reference_definitions().items() if defined & wanted]
+
+
 def is_grade_cell(cell: nbformat.NotebookNode) -> bool:
     return cell.cell_type == "code" and bool(cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
 

@@ -34,7 +34,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer
 
-from transformer_course.grading.cells import checks_module, is_grade_cell, split_hidden
+from transformer_course.grading.cells import checks_module, is_grade_cell, reference_modules, split_hidden
 from transformer_course.grading.sandbox import fingerprint, profiling
 from transformer_course.grading.sandbox.channel import StudentName
 from transformer_course.grading.sandbox.session import (
@@ -163,11 +163,12 @@ NOTE_WORDS = {
     "reference": "hands in the course's reference solution itself ({reference})",
     "subclass": "hands in a subclass of the course's reference solution ({reference})",
     "runs": "runs the course's reference solution ({reference}) from inside its own code",
-    "copy": "runs a copy of the reference solution's code ({reference}) that is not written in the notebook "
+    "copy": "makes a copy of the reference solution's code ({reference}) that is not written in the notebook "
             "(made while it ran: exec, eval, an import, unpickling...)",
     "process": "starts another process from its own code while a check runs it: what that process runs is not "
                "watched",
-    "trace": "tries to switch off the grader's watch (sys.settrace or sys.setprofile) while its code runs",
+    "trace": "replaces the code of the course's reference solution while it runs (which would hide the reference "
+             "from the grader's watch)",
 }
 
 
@@ -195,6 +196,7 @@ def preload_modules(notebooks: list[NotebookNode]) -> list[str]:
         checks = checks_module(notebook)
         if checks:
             found.append(checks)
+        found += reference_modules(exercise_names(notebook))
         for cell in notebook.cells:
             if cell.get("cell_type") != "code" or not isinstance(cell.get("source"), str):
                 continue

@@ -24,12 +24,20 @@ MIN_INSTRUCTIONS = 20  # a shorter function may well be written the same way by 
 
 
 def fingerprint(code: types.CodeType) -> tuple:
+    """The instructions of `code` with their arguments, leaving out what says nothing about what it computes:
+    line numbers, jump offsets, NOPs, and calls of a constant whose result is thrown away (`watch.Probe`, which
+    the grader puts into the reference's code: a copy with or without it is the same code)."""
+    instructions = [instruction for instruction in dis.get_instructions(code)
+                    if instruction.opname not in ("PRECALL", "CACHE", "RESUME", "NOP")]
     steps: list[Any] = []
-    for instruction in dis.get_instructions(code):
-        name = {"LOAD_METHOD": "LOAD_ATTR", "PRECALL": None, "CACHE": None, "RESUME": None}.get(
-            instruction.opname, instruction.opname)
-        if name is None:
+    index = 0
+    while index < len(instructions):
+        if _calls_a_constant(instructions, index):
+            index += 4
             continue
+        instruction = instructions[index]
+        index += 1
+        name = "LOAD_ATTR" if instruction.opname == "LOAD_METHOD" else instruction.opname
         if instruction.opcode in dis.hasjrel or instruction.opcode in dis.hasjabs:
             steps.append(name)
         elif isinstance(instruction.argval, types.CodeType):
@@ -38,6 +46,13 @@ def fingerprint(code: types.CodeType) -> tuple:
             argument = instruction.argrepr.removeprefix("NULL + ").removeprefix("NULL|self + ")
             steps.append((name, argument))
     return tuple(steps)
+
+
+def _calls_a_constant(instructions: list[dis.Instruction], index: int) -> bool:
+    """PUSH_NULL, LOAD_CONST, CALL 0, POP_TOP: a constant called without arguments, its result dropped."""
+    window = instructions[index:index + 4]
+    return (len(window) == 4 and [each.opname for each in window] == ["PUSH_NULL", "LOAD_CONST", "CALL", "POP_TOP"]
+            and window[2].arg == 0 and not isinstance(window[1].argval, types.CodeType))
 
 
 def digest(code: types.CodeType) -> str:
@@ -106,6 +121,7 @@ class ExerciseCode:
 
     objects: dict[int, str] = field(default_factory=dict)  # id(class or function) -> exercise name
     classes: list[tuple[type, str]] = field(default_factory=list)
+    functions: list[tuple[Any, str]] = field(default_factory=list)  # (function students write, "Name.method")
     codes: dict[int, str] = field(default_factory=dict)  # id(code) of what students write -> "Name.method"
     digests: dict[str, str] = field(default_factory=dict)  # digest of what students write -> "Name.method"
     keep: list[Any] = field(default_factory=list)  # keeps the code objects alive, so that ids stay unique
@@ -135,6 +151,7 @@ def exercise_code(names: list[str]) -> ExerciseCode:
             if not written_by_students(function):
                 continue
             label = f"{name}.{function.__name__}" if isinstance(value, type) else name
+            found.functions.append((function, label))
             for code in code_tree(function.__code__):
                 found.codes[id(code)] = label
                 found.keep.append(code)

@@ -20,9 +20,9 @@ Verdicts are decided by the grader (`executor`), in a process that never runs st
 values the servant sends. Whatever the notebook does to this process (patching torch, the checks or this
 module, threads, hooks) can only change the values its own code appears to return.
 
-While a servant runs experiments it watches which code runs (`sys.settrace`, 'call' events only): the
-reference solution of this notebook's exercises running other than through what the check supplied, or a
-copy of it (same fingerprint) running, becomes a note for the grader, which decides what to flag.
+A watcher (`watch`) is on duty while notebook code runs: the reference solution of this notebook's
+exercises running from the notebook's own code (or, in a servant, other than through what the check
+supplied), or a copy of it being made, becomes a note for the grader, which decides what to flag.
 """
 
 from __future__ import annotations
@@ -31,20 +31,20 @@ import contextlib
 import importlib
 import io
 import os
-import pkgutil
 import shutil
 import signal
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from transformer_course.grading.sandbox import channel, fingerprint
+from transformer_course.grading.sandbox.watch import GUARD, Known, Watcher
 
 MAX_OUTPUT = 1_000_000  # characters of text one cell may print before the rest is cut
 PRIVATE_FOLDERS = "COURSE_RUNNER_PRIVATE"  # set by the launchers when cwd and TMPDIR belong to this runner alone
 PRIVATE_SHM = "COURSE_RUNNER_PRIVATE_SHM"  # set when /dev/shm is the sandbox's own (never the host's)
+REPORT_IMPORTS = "TRANSFORMER_COURSE_REPORT_IMPORTS"  # "1": a servant that imported modules says so on stderr
 
 
 # --- the channel ------------------------------------------------------------------------------------------
@@ -170,8 +170,9 @@ def make_shell(user_ns: dict[str, Any], current: list[CellRecorder]) -> Any:
 
 
 def preload(modules: list[str], warm_up: bool = True) -> None:
-    """Import what the notebooks will use (and, with warm_up, the course's reference modules and the
-    parts of PyTorch that load more of themselves on first use) before any notebook code runs."""
+    """Import what the notebook will use (with warm_up: `modules`, among them the checks and the reference
+    modules of its exercises, and the parts of PyTorch its checks meet, which load more of themselves on first
+    use) before any notebook code runs."""
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype")
     import matplotlib
@@ -181,43 +182,49 @@ def preload(modules: list[str], warm_up: bool = True) -> None:
     import torch  # noqa: F401
 
     import transformer_course.checks.framework  # noqa: F401
-    import transformer_course.reference as reference
+    import transformer_course.reference  # noqa: F401
 
     if not warm_up:
         return
-    prefix = "transformer_course.reference."
-    modules = [*modules, *(info.name for info in pkgutil.iter_modules(reference.__path__, prefix))]
+    parts: set[str] = set()
     for name in modules:
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
         except Exception as error:  # a module that cannot load now will fail in the cell that uses it
             print(f"runner: could not preload {name}: {error}", file=sys.stderr)
-    warm_up_torch()
+            continue
+        if name.startswith("transformer_course.checks."):
+            parts.update(getattr(module, "WARM_UP", WARM_UP_PARTS))
+    warm_up_torch(parts)
 
 
-def warm_up_torch() -> None:
+WARM_UP_PARTS = ("shape checks", "optimiser step")
+
+
+def warm_up_torch(parts: set[str] | tuple[str, ...] = WARM_UP_PARTS) -> None:
     """Use once, here, the parts of PyTorch that import more of PyTorch on first use: otherwise every
-    grade cell's child would import them again (and throw them away with it). `torch._check`, which
-    nn.MultiheadAttention calls on a padding mask, imports the symbolic-shapes machinery (and sympy);
-    the first optimiser step imports some 800 modules. Measured: 0.3 s + 0.6 s here, once per
-    student, against about 1.5 s in each grade cell that would meet them (scripts/benchmark_grading.py).
-    The first progress bar makes tqdm's lock, which imports multiprocessing's synchronisation module.
-    tests/test_mistakes.py fails when a grade cell of any stage imports a module."""
+    grade cell's servant would import them again (and throw them away with it). A checks module names the
+    parts its grade cells meet (`WARM_UP`, all of them when it says nothing): "shape checks" is
+    `torch._check`, which nn.MultiheadAttention calls on a padding mask and which imports the
+    symbolic-shapes machinery (and sympy), 0.36 s; "optimiser step", the first step imports some 800
+    modules, 0.7 s (scripts/benchmark_grading.py). tqdm's lock (its first progress bar imports
+    multiprocessing's synchronisation module) costs nothing and is always made.
+    tests/test_grading_speed.py fails when a grade cell of any stage imports a module."""
     import torch
     from tqdm.auto import tqdm
 
     tqdm.get_lock()
-    torch._check(True)
-    layer = torch.nn.Linear(2, 2)
-    optimizer = torch.optim.Adam(layer.parameters(), lr=0.1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    layer(torch.ones(1, 2)).sum().backward()
-    torch.nn.utils.clip_grad_norm_(layer.parameters(), 1.0)
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad()
-
-
+    if "shape checks" in parts:
+        torch._check(True)
+    if "optimiser step" in parts:
+        layer = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.Adam(layer.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        layer(torch.ones(1, 2)).sum().backward()
+        torch.nn.utils.clip_grad_norm_(layer.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
 
 
 # --- the zygote ---------------------------------------------------------------------------------------------
@@ -427,6 +434,8 @@ class Runner:
         self.checks = str(request.get("checks") or "")
         # the reference solution of this notebook's exercises, found before any notebook code runs
         self.exercises = fingerprint.exercise_code([str(name) for name in request.get("exercises", [])])
+        self.known = Known(self.exercises)  # probes the reference's exercise functions
+        self.watcher = Watcher(self.known, direct=True)  # on duty whenever notebook code runs here
         self.snapshots: dict[int, tuple[int, int]] = {}  # id -> (pid, write end of its wake-up pipe)
         self.current: list[CellRecorder] = [CellRecorder()]
         self.user_ns: dict[str, Any] = {"__name__": "__main__"}
@@ -444,6 +453,7 @@ class Runner:
         import matplotlib.pyplot as plt
 
         self.close_figures = lambda: plt.close("all")
+        GUARD.watcher = self.watcher  # from here on, and in threads that outlive a cell
         link.send({"op": "runner-ready", "pid": os.getpid()})
 
     def loop(self) -> None:
@@ -474,10 +484,8 @@ class Runner:
         saved = sys.stdout, sys.stderr
         sys.stdout = _Writer(lambda: self.current[0], "stdout")
         sys.stderr = _Writer(lambda: self.current[0], "stderr")
-        watcher = Watcher(self.exercises, direct=True)
         try:
-            with watcher.watching():
-                self.shell.run_cell(message["source"], store_history=True)
+            self.shell.run_cell(message["source"], store_history=True)
         except KeyboardInterrupt:
             self.current[0].outputs.append({"output_type": "error", "ename": "KeyboardInterrupt", "evalue": "",
                                             "traceback": ["KeyboardInterrupt"]})
@@ -490,7 +498,7 @@ class Runner:
                 self.close_figures()
         sys.last_type = sys.last_value = sys.last_traceback = None
         self.link.send({"op": "cell-done", "id": message["id"], "outputs": self.current[0].outputs,
-                        "notes": watcher.take()})
+                        "notes": self.watcher.take()})
 
     def fork_servant(self, identity: int) -> None:
         pid = os.fork()
@@ -549,7 +557,7 @@ class Servant:
         self.runner, self.identity, self.link = runner, identity, runner.link
         self.table: dict[int, Any] = {}
         self.ids: dict[int, int] = {}
-        self.watcher = Watcher(runner.exercises)
+        self.watcher = Watcher(runner.known)
         self.link.resolve, self.link.names, self.link.keep = self.table.__getitem__, self.name, self.keep
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         null = open(os.devnull, "w")  # noqa: SIM115 (lives as long as this process)
@@ -560,6 +568,7 @@ class Servant:
         from transformer_course.checks import boundary
 
         boundary._SUPPLIED[:] = [self.watcher.supply]
+        self.modules_before = set(sys.modules)
 
     def keep(self, value: Any) -> channel.Handle:
         number = self.ids.get(id(value))
@@ -590,6 +599,11 @@ class Servant:
                     break
                 self.run(message)
         finally:
+            if os.environ.get(REPORT_IMPORTS) == "1":
+                imported = sorted(set(sys.modules) - self.modules_before)
+                if imported:
+                    with contextlib.suppress(OSError):
+                        os.write(2, f"servant imported {len(imported)} modules: {', '.join(imported[:8])}\n".encode())
             os._exit(0)
 
     def run(self, message: dict[str, Any]) -> None:
@@ -629,215 +643,6 @@ def _text(error: BaseException) -> str:
     except Exception:  # a notebook exception whose str() fails
         return "?"
     return text[:4000]
-
-
-# --- the watcher: the reference solution running -----------------------------------------------------------
-
-
-class Watcher:
-    """Notes for the grader when the reference solution of this notebook's exercises runs in an experiment
-    other than through what the check supplied (`checks.boundary.supplied`), or when code with the same
-    fingerprint as the reference's runs (a copy of it, however it was made)."""
-
-    def __init__(self, exercises: fingerprint.ExerciseCode, direct: bool = False) -> None:
-        self.exercises = exercises
-        # direct: a note only when notebook code itself runs the reference (past torch's module machinery), as
-        # in ordinary cells, whose given code runs the course's checks and tools; else through any library
-        self.direct = direct
-        self.supplied_objects: set[int] = set()
-        self.supplied_codes: set[int] = set()
-        self.notes: list[dict[str, str]] = []
-        self.seen: dict[int, str | None] = {}  # id(code) -> the reference it copies, or None
-        self.library = tuple(_library_roots())
-        self.reference_folder = _reference_folder()
-        self.genuine = _reference_code_ids()  # the reference modules' own code objects
-
-    def supply(self, value: Any) -> None:
-        modules = getattr(value, "modules", None)
-        if callable(modules) and type(value).__module__.startswith(("transformer_course", "torch")):
-            with contextlib.suppress(Exception):
-                for module in modules():
-                    self.supplied_objects.add(id(module))
-        self.supplied_objects.add(id(value))
-        for function in fingerprint.functions_of(value):
-            for code in fingerprint.code_tree(function.__code__):
-                self.supplied_codes.add(id(code))
-
-    def handed_in(self, name: str, value: Any) -> None:
-        """A grade cell's argument: is it the reference itself, a subclass, or made of its methods?"""
-        exercise = self.exercises.objects.get(id(fingerprint.unwrap(value)))
-        if exercise is not None:
-            self._note("reference", exercise, f"{name} is the course's reference solution ({exercise})")
-            return
-        if isinstance(value, type):
-            for reference, exercise in self.exercises.classes:
-                if value is not reference and issubclass(value, reference):
-                    self._note("subclass", exercise, f"{name} is a subclass of the reference solution ({exercise})")
-        for function in fingerprint.functions_of(value):
-            label = self.exercises.codes.get(id(function.__code__))
-            if label is not None:
-                self._note("reference", label, f"{name} is made of the reference solution's code ({label})")
-            elif fingerprint.substantial(function.__code__):
-                digest = fingerprint.digest(function.__code__)
-                copied = self.exercises.digests.get(digest)
-                if copied is not None:
-                    self._note("copy", copied, f"{name} holds a copy of the reference solution ({copied})", digest)
-
-    def _note(self, kind: str, reference: str, text: str, digest: str = "") -> None:
-        note = {"kind": kind, "reference": reference, "text": text, "digest": digest}
-        if note not in self.notes:
-            self.notes.append(note)
-
-    def take(self) -> list[dict[str, str]]:
-        notes, self.notes = self.notes, []
-        return notes
-
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[None]:
-        """Watch the code run in this block, in this thread and in the threads it starts; GUARD refuses any
-        other change of the trace function meanwhile, and notes processes started by the notebook's code."""
-        previous, guarded = sys.gettrace(), GUARD.watcher
-        GUARD.watcher = self
-        sys.settrace(self.trace)
-        threading.settrace(self.trace)
-        try:
-            yield
-        finally:
-            if threading.gettrace() != self.trace:  # new threads would not have been watched
-                self._note("trace", "", "your code changes the trace function of new threads")
-            threading.settrace(None)  # type: ignore[arg-type]
-            sys.settrace(previous)
-            GUARD.watcher = guarded
-
-    def foreign(self, filename: str) -> bool:
-        """Code not from an installed library: the notebook's cells, or files the student's code wrote."""
-        return not filename.startswith(self.library)
-
-    def trace(self, frame: Any, event: str, argument: Any) -> None:
-        if event != "call":
-            return None
-        code = frame.f_code
-        label = self.exercises.codes.get(id(code))
-        if label is not None:
-            if id(code) in self.supplied_codes or id(frame.f_locals.get("self")) in self.supplied_objects:
-                return None
-            caller = frame.f_back
-            passing = _TORCH if self.direct else self.library  # frames a call passes through on its way
-            while caller is not None and caller.f_code.co_filename.startswith(passing):
-                caller = caller.f_back
-            if (caller is not None and id(caller.f_code) not in self.exercises.codes
-                    and (not self.direct or self.foreign(caller.f_code.co_filename))):
-                self._note("runs", label, f"your code runs the course's reference solution ({label})")
-            return None
-        known = self.seen.get(id(code), False)
-        if known is False:
-            known = None
-            foreign = not code.co_filename.startswith(self.library) or (
-                code.co_filename.startswith(self.reference_folder) and id(code) not in self.genuine)
-            if foreign and fingerprint.substantial(code):
-                label = self.exercises.digests.get(fingerprint.digest(code))
-                known = label
-            self.seen[id(code)] = known
-        if known:
-            self._note("copy", known, f"your code runs a copy of the reference solution ({known})",
-                       fingerprint.digest(code))
-        return None
-
-
-PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system",
-                            "subprocess.Popen"})
-
-
-class Guard:
-    """An audit hook of the student's processes, installed in the zygote before any notebook code (an audit hook
-    cannot be removed): while a watcher is on, it refuses to let any code but the watcher's change the trace
-    function (that would end the watch), and, while a check runs the student's code, notes a process started by
-    the notebook's own code (directly, or through the standard library's process pools): nothing watches it."""
-
-    def __init__(self) -> None:
-        self.watcher: Watcher | None = None
-        self.own = {Watcher.watching.__wrapped__.__code__}  # type: ignore[attr-defined]
-
-    def hook(self, event: str, arguments: tuple) -> None:
-        watcher = self.watcher
-        if watcher is None or event not in TRACE_EVENTS and event not in PROCESS_EVENTS:
-            return
-        caller = sys._getframe(1)
-        if event in TRACE_EVENTS:
-            if caller.f_code in self.own or caller.f_code.co_filename.startswith(_TORCH):
-                return  # the watcher itself; torch's own uses (none known) are not the student's
-            if caller.f_code is _THREAD_START and getattr(threading.gettrace(), "__func__", None) is Watcher.trace:
-                return  # a new thread taking up the watcher's trace function
-            watcher._note("trace", "", "your code changes the trace function")
-            raise RuntimeError("while the grader runs your code it watches which code runs, with sys.settrace; "
-                               "code that changes the trace function (a debugger does) cannot run here")
-        if watcher.direct:
-            return  # ordinary cells may start processes (a shell command, a download)
-        while caller is not None and _in_standard_library(caller.f_code.co_filename):
-            caller = caller.f_back
-        if caller is not None and watcher.foreign(caller.f_code.co_filename):
-            watcher._note("process", "", "your code starts another process while a check runs it")
-
-
-TRACE_EVENTS = frozenset({"sys.settrace", "sys.setprofile"})
-
-
-def _torch_folder() -> str:
-    import importlib.util
-
-    spec = importlib.util.find_spec("torch")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    return os.path.abspath(locations[0]) + os.sep if locations else "<no torch>"
-
-
-def _in_standard_library(filename: str) -> bool:
-    return filename.startswith(_STANDARD_LIBRARY) and "-packages" + os.sep not in filename
-
-
-_TORCH = _torch_folder()
-_THREAD_START = threading.Thread._bootstrap_inner.__code__  # type: ignore[attr-defined]
-_STANDARD_LIBRARY = (os.path.dirname(os.path.abspath(contextlib.__file__)) + os.sep, "<frozen")
-
-
-GUARD = Guard()
-
-
-def _reference_folder() -> str:
-    import transformer_course.reference as reference
-
-    return os.path.dirname(os.path.abspath(reference.__file__)) + os.sep
-
-
-def _reference_code_ids() -> set[int]:
-    """Every code object of the reference modules loaded now (code claiming their files but not among these
-    was made elsewhere: a copy)."""
-    import types
-
-    found: set[int] = set()
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("transformer_course.reference") or module is None:
-            continue
-        for value in list(vars(module).values()):
-            for function in fingerprint.functions_of(value) if isinstance(value, type | types.FunctionType) else []:
-                found.update(id(code) for code in fingerprint.code_tree(function.__code__))
-    return found
-
-
-def _library_roots() -> list[str]:
-    import site
-
-    import transformer_course
-
-    folders = [sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(),
-               os.path.dirname(transformer_course.__file__), "<frozen"]
-    roots = set()
-    for folder in folders:
-        if folder.startswith("<"):
-            roots.add(folder)
-            continue
-        for form in (os.path.abspath(folder), os.path.realpath(folder)):
-            roots.add(form.rstrip(os.sep) + os.sep)
-    return sorted(roots)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,11 +1,13 @@
 """What makes grading faster must not change what it decides: every grade cell reads as calls of the
 checks its module defines; the grading processes skip the slow IRI validator and still validate
 notebooks; figures nobody sees are not built while grading; the profile that scripts/benchmark_grading.py
-reads is written only when asked for."""
+reads is written only when asked for; no grade cell imports a module (what it would import is imported again by
+every grade cell, since each one's servant ends with it): the zygote imports and warms up what they meet."""
 
 import ast
 import importlib
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ASSIGNMENTS, read, solution_path
+from conftest import ASSIGNMENTS, DATA_ASSIGNMENTS, read, require_multi30k, solution_path
+from quality.inprocess import run_notebook
 from transformer_course.grading.cells import checks_module, is_grade_cell
 from transformer_course.grading.sandbox import profiling
-from transformer_course.grading.sandbox.executor import parse_grade_cell
+from transformer_course.grading.sandbox.executor import parse_grade_cell, preload_modules
+from transformer_course.grading.sandbox.runner import REPORT_IMPORTS
+from transformer_course.grading.sandbox.session import Session
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -75,6 +80,19 @@ def test_grading_processes_skip_the_slow_iri_validator_and_still_validate_notebo
     assert verdict == "ok" and slow_module_loaded == "False", printed
 
 
+def test_the_batch_command_and_its_start_up_test_leave_torch_out():
+    """The batch command only reads notebooks, starts workers and writes the outputs; importing torch (about 2 s,
+    before any student is graded) is for the workers, which judge the checks."""
+    printed = _run_python("""
+        import sys
+        import transformer_course.grading.batch
+        from transformer_course.grading.classroom.worker import runner_start_problem
+        from transformer_course.checks.boundary import StudentError
+        print("torch" in sys.modules)
+    """)
+    assert printed.strip() == "False", printed
+
+
 def test_every_drawing_function_is_skipped_while_grading_and_draws_otherwise(monkeypatch):
     """Under the grader figures go to Agg and are closed unseen: building them is skipped (unseen.py)."""
     import matplotlib.pyplot as plt
@@ -108,3 +126,24 @@ def test_every_drawing_function_is_skipped_while_grading_and_draws_otherwise(mon
     drawn = positional.plot_encoding_heatmap(table)
     assert drawn.axes and plt.get_fignums()
     plt.close("all")
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_no_grade_cell_imports_a_module(assignment, tmp_path):
+    """The reference solution graded as the batch grader grades a notebook (a zygote of its own, preloaded with
+    `preload_modules` and warmed up with the parts its checks module names in `WARM_UP`): no servant (a grade
+    cell's experiments, a hidden part) imports a module. Otherwise each of them pays the import again (the first
+    optimiser step imports some 800 modules, `torch._check` the symbolic-shapes machinery): the warm-up of that
+    stage's checks is missing a part."""
+    if assignment in DATA_ASSIGNMENTS:
+        require_multi30k()
+    notebook = read(solution_path(assignment))
+    environment = {**os.environ, "NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg", REPORT_IMPORTS: "1"}
+    with Session(preload_modules([notebook]), environment=environment) as session:
+        session.start()
+        graded = run_notebook(notebook, tmp_path, session=session)
+        report = [line for line in session.stderr_tail(lines=400).splitlines() if "servant imported" in line]
+    errors = [output.get("evalue") for cell in graded.cells for output in cell.get("outputs", [])
+              if output.get("output_type") == "error"]
+    assert errors == [], errors
+    assert report == [], f"{assignment}: a grade cell imports modules: {report[0]}"

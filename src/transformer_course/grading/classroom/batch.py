@@ -37,7 +37,6 @@ from tqdm.auto import tqdm
 
 from transformer_course.authoring import assignments as course_assignments
 from transformer_course.data import multi30k, token_cache
-from transformer_course.grading.classroom.worker import runner_start_problem
 from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
 from transformer_course.grading.gradebook.config import ROOT
 from transformer_course.grading.intake.identities import lookalike_notes, student_ids
@@ -356,6 +355,8 @@ class BatchGrader:
 
     def preflight(self) -> None:
         """Stop with the cause when no runner can start here, instead of failing every student."""
+        from transformer_course.grading.classroom.worker import runner_start_problem  # torch: only when grading
+
         problem = runner_start_problem(self.course, self.memory_gb, self.sandbox, self.data_folder)
         if problem:
             how = "sandboxed" if self.sandbox else "unsandboxed"

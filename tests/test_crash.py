@@ -202,3 +202,23 @@ def test_the_grader_refuses_a_record_whose_detail_is_not_text(detail):
     assert not sandbox_session._is_student_error(record)
     assert sandbox_session._is_student_error(
         StudentError("ValueError", ("ValueError",), "boom", (Frame("f", 1, "g", "x = 1"),), False, "text"))
+
+
+class Counting:
+    """An object of the student's whose attributes are computed by their own code."""
+
+    reads = 0
+
+    def __getattr__(self, name):
+        Counting.reads += 1
+        return torch.zeros(2)
+
+
+def call_an_attribute(thing):
+    return thing.layer(1)
+
+
+def test_the_explainer_runs_none_of_the_students_code_again():
+    message = _message(call_an_attribute, Counting())
+    assert "'Tensor' object is not callable" in message
+    assert Counting.reads == 1  # the student's own line read it once; the explainer did not read it again

@@ -129,12 +129,13 @@ def value_of(node: ast.expr, frame: FrameType) -> Any:
         return _UNKNOWN
     if isinstance(node, ast.Attribute) and not node.attr.startswith("__"):
         base = value_of(node.value, frame)
-        if base is _UNKNOWN or isinstance(inspect.getattr_static(type(base), node.attr, None), property):
-            return _UNKNOWN  # a property is code of the student's
+        if base is _UNKNOWN or not _plain_attributes(base, node.attr):
+            return _UNKNOWN
         return getattr(base, node.attr, _UNKNOWN)
     if isinstance(node, ast.Subscript):
         base, index = value_of(node.value, frame), value_of(node.slice, frame)
-        if isinstance(base, list | tuple | dict | torch.Tensor) and isinstance(index, int | str | slice):
+        plain = type(base) in (list, tuple, dict) or isinstance(base, torch.Tensor)
+        if plain and isinstance(index, int | str | slice):
             return base[index]
         return _UNKNOWN
     if isinstance(node, ast.Slice):
@@ -152,6 +153,22 @@ def value_of(node: ast.expr, frame: FrameType) -> Any:
         if isinstance(receiver, torch.Tensor) and all(isinstance(a, int) for a in arguments) and not node.keywords:
             return getattr(receiver, node.func.attr)(*arguments)
     return _UNKNOWN
+
+
+def _plain_attributes(base: Any, name: str) -> bool:
+    """Whether reading `base.name` runs no code of the student's: no property of theirs, no __getattr__ or
+    __getattribute__ of their own (nn.Module's and torch's are plain look-ups)."""
+    kind = type(base)
+    if isinstance(inspect.getattr_static(kind, name, None), property):
+        return False
+    for hook in ("__getattr__", "__getattribute__"):
+        found = inspect.getattr_static(kind, hook, None)
+        if found is None:
+            continue
+        owner = getattr(found, "__module__", None) or getattr(getattr(found, "__objclass__", None), "__module__", "")
+        if not (owner or "").startswith(("torch", "builtins")):
+            return False
+    return True
 
 
 def _known(node: ast.expr, frame: FrameType) -> Any:
@@ -190,7 +207,7 @@ def kind_of_value(value: Any) -> str:
         if value.dim() == 0:
             return f"{_article(dtype)} tensor holding one number"
         sizes = ", ".join(str(size) for size in value.shape) + ("," if value.dim() == 1 else "")
-        return f"{_article(dtype)} tensor of shape ({sizes})"
+        return f"{'an empty ' + dtype if value.numel() == 0 else _article(dtype)} tensor of shape ({sizes})"
     if isinstance(value, nn.Linear):
         return f"a Linear layer from {value.in_features} to {value.out_features} features"
     if isinstance(value, nn.Embedding):
@@ -257,7 +274,7 @@ def _sentences(error: BaseException, frame: FrameType, lasti: int,
             said += [_not_callable(node.func, function, frame, others=not followed), *followed]
         else:
             said.append(_receives(node, function, error, frame))
-            said += [sentence for suspect in _named_in_error(node.args, error, frame) for sentence in passed(suspect)]
+            said += [sentence for suspect in _suspects(node.args, error, frame) for sentence in passed(suspect)]
     elif isinstance(node, ast.Subscript):
         said.append(f"{_operand(node.value, frame)} is indexed with {_operand(node.slice, frame)}.")
     elif isinstance(node, ast.BinOp) and type(node.op) in _SYMBOLS:
@@ -364,15 +381,18 @@ def _parameter_names(function: Any, count: int) -> list[str]:
     return positional[:count]
 
 
-def _named_in_error(arguments: list[ast.expr], error: BaseException, frame: FrameType) -> list[ast.expr]:
-    """The arguments whose type the error's text names (`'Transformer'`, `not KVCache`): the suspects."""
+def _suspects(arguments: list[ast.expr], error: BaseException, frame: FrameType) -> list[ast.expr]:
+    """The arguments that look wrong by their values alone: an empty tensor, or a value whose type the
+    error's text names (`'Transformer'`, `not KVCache`)."""
     text = str(error)
     found = []
     for argument in arguments:
         value = _known(argument, frame)
-        if value is _UNKNOWN or value is None or isinstance(value, torch.Tensor | int | float | str):
-            continue
-        if re.search(rf"\b{re.escape(type(value).__name__)}\b", text):
+        if isinstance(value, torch.Tensor):
+            if value.numel() == 0:
+                found.append(argument)
+        elif value is not _UNKNOWN and value is not None and not isinstance(value, int | float | str) \
+                and re.search(rf"\b{re.escape(type(value).__name__)}\b", text):
             found.append(argument)
     return found
 

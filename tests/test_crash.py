@@ -222,3 +222,14 @@ def test_the_explainer_runs_none_of_the_students_code_again():
     message = _message(call_an_attribute, Counting())
     assert "'Tensor' object is not callable" in message
     assert Counting.reads == 1  # the student's own line read it once; the explainer did not read it again
+
+
+def gather_on_a_wrong_axis(finished, parents):
+    return finished.gather(2, parents)
+
+
+def test_a_tensor_method_names_its_parameters_and_the_tensor_it_is_called_on():
+    detail = _detail(_message(gather_on_a_wrong_axis, torch.zeros(5, 1, dtype=torch.bool),
+                              torch.zeros(5, 1, dtype=torch.long)))
+    assert "`finished.gather` receives the constant `2` as `dim` and `parents` (an int64 tensor of shape (5, 1)) " \
+           "as `index`, called on `finished`, a bool tensor of shape (5, 1)." in detail

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
+import functools
 import inspect
 import linecache
 import operator
@@ -242,8 +243,8 @@ def _operand(node: ast.expr, frame: FrameType) -> str:
     value = _known(node, frame)
     if value is _UNKNOWN:
         return f"the result of `{_code(node)}`" if isinstance(node, ast.Call) else f"`{_code(node)}`"
-    if isinstance(node, ast.Constant):
-        return f"`{_code(node)}`"
+    if isinstance(node, ast.Constant) or (isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant)):
+        return f"the constant `{_code(node)}`"
     return f"`{_code(node)}` ({kind_of_value(value)})"
 
 
@@ -357,8 +358,11 @@ def _receives(call: ast.Call, function: Any, error: BaseException, frame: FrameT
         described.append(_operand(argument, frame) + as_what)
     more = ", …" if len(arguments) > MAX_OPERANDS else ""
     owner = f" ({kind_of_value(function)})" if isinstance(function, nn.Module) else ""
+    receiver = _known(call.func.value, frame) if isinstance(call.func, ast.Attribute) else _UNKNOWN
+    called_on = f", called on `{_code(call.func.value)}`, {kind_of_value(receiver)}" if isinstance(
+        receiver, torch.Tensor) else ""
     listed = ", ".join(described[:-1]) + (" and " if len(described) > 1 else "") + described[-1]
-    sentence = f"`{_code(call.func)}`{owner} receives {listed}{more}."
+    sentence = f"`{_code(call.func)}`{owner} receives {listed}{more}{called_on}."
     integers = re.search(r"indices|Long|converted to an index|must be an integer", str(error))
     floats = [argument for _, argument in arguments if isinstance(value := _known(argument, frame), torch.Tensor)
               and value.is_floating_point()]
@@ -371,14 +375,27 @@ def _parameter_names(function: Any, count: int) -> list[str]:
     """The names of the first `count` positional parameters of `function` (a module: its forward)."""
     if function is _UNKNOWN or count == 0:
         return []
+    skip = 0
+    target = function.forward if isinstance(function, nn.Module) else function
+    if isinstance(getattr(function, "__self__", None), torch.Tensor) and not isinstance(function, MethodType):
+        target, skip = getattr(torch.Tensor, getattr(function, "__name__", ""), None), 1  # x.gather: Tensor.gather
+    target = _TORCH_SIGNATURES().get(target, target)  # torch's built-ins, by their documented signatures
     try:
-        target = function.forward if isinstance(function, nn.Module) else function
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # a built-in without a signature
         return []
     positional = [parameter.name for parameter in signature.parameters.values()
                   if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)]
-    return positional[:count]
+    return positional[skip:skip + count]
+
+
+@functools.cache
+def _TORCH_SIGNATURES() -> dict[Any, Callable[..., Any]]:  # noqa: N802 (a constant, computed once)
+    """torch's functions and tensor methods with stand-ins of their signatures (torch's own table)."""
+    try:
+        return torch.overrides.get_testing_overrides()
+    except Exception:
+        return {}
 
 
 def _suspects(arguments: list[ast.expr], error: BaseException, frame: FrameType) -> list[ast.expr]:

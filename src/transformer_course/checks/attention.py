@@ -36,7 +36,7 @@ from torch import nn
 from transformer_course.checks import differential
 from transformer_course.checks.boundary import StudentError, as_exception, on_student_side, supplied
 from transformer_course.checks.compare import index_ranges
-from transformer_course.checks.errors import first_line, frames_of, is_stub, student_frame
+from transformer_course.checks.errors import as_record, first_line, where_and_what
 from transformer_course.checks.framework import (
     CheckFailed,
     Diagnosis,
@@ -102,7 +102,7 @@ def _bool_only_explained() -> Iterator[None]:
     except RuntimeError as error:
         text = str(error)
         if "only supports boolean masks" in text or "condition to be a boolean tensor" in text:
-            where = student_frame(error)
+            where = where_and_what(error)
             fail(
                 "your code needs a bool mask, but masks may also arrive as integers 0/1.",
                 expected="the same result for a bool mask and for the integer mask mask.long()",
@@ -115,9 +115,7 @@ def _bool_only_explained() -> Iterator[None]:
 
 def _error_record(error: BaseException) -> StudentError:
     """An error of the student's code as plain data, to be raised again where the check judges."""
-    bases = tuple(kind.__name__ for kind in type(error).__mro__ if kind.__module__ == "builtins")
-    return StudentError(type(error).__name__, bases, str(error)[:4000], tuple(frames_of(error))[-40:],
-                        is_stub(error))
+    return as_record(error)
 
 
 def _clone(value: Any) -> Any:
@@ -1129,7 +1127,7 @@ def _crashed(run: _Run, reference: nn.Module, q: torch.Tensor, k: torch.Tensor, 
     reading = _read_forward(observed, reference, q, k, v, mask, roles)
     if reading is None:
         raise error
-    where = student_frame(error)
+    where = where_and_what(error)
     fail(f"forward crashed: {reading.where}.", expected="forward(q, k, v, mask) -> (batch, q_len, d_model)",
          got=f"{observed.error.type_name}: {first_line(error, 160)}" + (f"\n  {where}" if where else ""),
          cause=reading.cause)

@@ -103,13 +103,15 @@ class Frame:
 class StudentError:
     """An exception raised on the student's side, as plain data: its type (and the built-in types it
     derives from), its text, its frames (innermost last) and whether it is an unfinished exercise's
-    `raise NotImplementedError()`."""
+    `raise NotImplementedError()`, and what the failing line was doing, worked out from the values in its frame
+    while they were alive (`checks.crash`; "" when nothing could be said)."""
 
     type_name: str
     bases: tuple[str, ...]
     message: str
     frames: tuple[Frame, ...]
     stub: bool
+    detail: str = ""
 
 
 def as_exception(error: StudentError, check_failed: type[BaseException]) -> BaseException:

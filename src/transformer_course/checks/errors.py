@@ -18,6 +18,7 @@ from types import TracebackType
 
 import torch
 
+from transformer_course.checks import crash
 from transformer_course.checks.boundary import Frame, StudentError, student_error_of
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
@@ -222,6 +223,13 @@ def student_frame(where: BaseException | TracebackType | None, sources: Mapping[
     return described
 
 
+def where_and_what(error: BaseException, sources: Mapping[str, str] | None = None) -> str:
+    """The student's line (`student_frame`) and, on a line of its own, what it was doing when it failed
+    (`crash_detail`); "" when neither is known. For the "got:" part of a crash's message."""
+    where, detail = student_frame(error, sources), crash_detail(error, sources)
+    return where + (f"\n  what happened there: {detail}" if detail else "")
+
+
 def is_stub(error: BaseException) -> bool:
     """A NotImplementedError the student's code raised itself (an exercise not done yet), as opposed to
     one from inside torch ('"softmax_lastdim_kernel_impl" not implemented for 'Bool'': a dtype problem)."""
@@ -245,7 +253,21 @@ def as_record(error: BaseException) -> StudentError:
         text = str(error)[:4000]
     except Exception:  # a notebook's exception whose str() fails
         text = "?"
-    return StudentError(type(error).__name__, bases, text, tuple(frames_of(error))[-40:], is_stub(error))
+    return StudentError(type(error).__name__, bases, text, tuple(frames_of(error))[-40:], is_stub(error),
+                        crash_detail(error))
+
+
+def crash_detail(error: BaseException, sources: Mapping[str, str] | None = None) -> str:
+    """What the student's failing line was doing (`checks.crash`): carried by an error from the student's
+    process, worked out from the live frames otherwise; "" when nothing can be said."""
+    remote = student_error_of(error)
+    if remote is not None:
+        return remote.detail[:crash.MAX_DETAIL]
+    return crash.describe(error, _students, sources)
+
+
+def _students(filename: str) -> bool:
+    return not _from_the_course(filename)
 
 
 def first_line(error: BaseException, limit: int = 240) -> str:
@@ -261,6 +283,8 @@ def explain_crash(error: BaseException, tb: TracebackType | None = None,
     meaning = kind.meaning if kind else (
         "unknown: the checks do not recognise this kind of error; read it together with the line shown."
     )
+    detail = crash_detail(error, sources)
     return (f"your code raised {type(error).__name__}: {first_line(error)}"
             + (f"\n  {where}" if where else "")
+            + (f"\n  what happened there: {detail}" if detail else "")
             + f"\n  likely cause: {meaning}")

@@ -569,7 +569,8 @@ def _is_student_error(error: Any) -> bool:
         return isinstance(values, tuple) and all(isinstance(value, str) for value in values)
 
     return (isinstance(error, StudentError) and isinstance(error.type_name, str) and texts(error.bases)
-            and isinstance(error.message, str) and isinstance(error.stub, bool) and isinstance(error.frames, tuple)
+            and isinstance(error.message, str) and isinstance(error.stub, bool) and isinstance(error.detail, str)
+            and isinstance(error.frames, tuple)
             and all(isinstance(frame, Frame) and texts((frame.filename, frame.name, frame.line))
                     and isinstance(frame.lineno, int) for frame in error.frames))
 

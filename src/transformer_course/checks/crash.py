@@ -1,0 +1,458 @@
+"""What the student's failing line was doing when it crashed, worked out from the values where it crashed.
+
+`errors.explain_crash` says which kind of error a crash is and shows the student's line. This module
+adds what only the live frames know: the exact part of the line that failed (Python 3.11 records its
+columns), what each of its operands holds (a tensor's dtype and shape, a layer's class, None, a number,
+an optimiser), and the relations those values show:
+- a call applied to its own result (`f(f(x))`, `x.m().m()`);
+- an attribute missing on one variable but present on another variable of the same function;
+- a value that cannot be called, or of the kind the error names, that came in as a parameter: the
+  caller's line and the argument it passed there;
+- a name that is not defined while a variable with almost the same spelling is.
+
+It runs where the frames are alive: in the student's process (`errors.as_record`, whose record carries
+the text to the grader) or in the notebook itself. It never runs the student's code again: values are
+read from the frames (names, attributes, indexing, a few pure tensor methods), and what would need a
+call is described by its expression only. It never raises and its text is bounded: a failure of its
+own leaves the message as it was.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import difflib
+import functools
+import inspect
+import linecache
+import operator
+import re
+from collections.abc import Callable, Iterator, Mapping
+from types import FrameType, FunctionType, MethodType, ModuleType, TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+
+MAX_DETAIL = 700  # characters of the whole description
+MAX_OPERANDS = 4  # operands described per failing call
+MAX_OTHERS = 2  # other variables suggested
+ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+# Tensor methods that only compute a new view or a small fact of their receiver: safe to run again.
+PURE_TENSOR_METHODS = {"transpose", "view", "reshape", "unsqueeze", "squeeze", "permute", "flatten", "contiguous",
+                       "t", "float", "long", "bool", "int", "double", "size", "dim", "detach", "unflatten"}
+_UNKNOWN = object()  # a value that cannot be known without running the student's code
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+               ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.Mod: operator.mod}
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Pow: "**",
+            ast.Mod: "%", ast.MatMult: "@"}
+
+
+def describe(error: BaseException, students: Callable[[str], bool],
+             sources: Mapping[str, str] | None = None) -> str:
+    """What the innermost line of the student's (the frames whose file `students` accepts) did when
+    `error` was raised, from the values in its frame; "" when nothing can be said."""
+    try:
+        entries = [(tb.tb_frame, tb.tb_lasti) for tb in _walk(error.__traceback__)]
+        mine = [index for index, (frame, _) in enumerate(entries) if students(frame.f_code.co_filename)]
+        if not mine:
+            return ""
+        frame, lasti = entries[mine[-1]]
+        caller = entries[mine[-2]] if len(mine) > 1 else None
+        text = " ".join(_sentences(error, frame, lasti, caller, sources))
+        return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL - 1] + "…"
+    except Exception:  # the explainer must never hide the student's error behind one of its own
+        return ""
+
+
+def _walk(tb: TracebackType | None) -> Iterator[TracebackType]:
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+# --- the failing part of the line ----------------------------------------------------------------------
+
+
+def _lines(frame: FrameType, sources: Mapping[str, str] | None) -> list[str]:
+    filename = frame.f_code.co_filename
+    lines = linecache.getlines(filename, frame.f_globals)
+    if not lines and sources and filename in sources:
+        lines = sources[filename].splitlines(keepends=True)
+    return lines
+
+
+def failing_node(frame: FrameType, lasti: int, sources: Mapping[str, str] | None = None) -> ast.expr | None:
+    """The sub-expression of the frame's line whose instruction failed, parsed (Python 3.11's columns);
+    the whole line's expression when the columns are not recorded."""
+    lines = _lines(frame, sources)
+    positions = list(frame.f_code.co_positions())
+    start, end, first_column, last_column = positions[lasti // 2] if 0 <= lasti // 2 < len(positions) else (
+        None, None, None, None)
+    if start and end and first_column is not None and last_column is not None and end <= len(lines):
+        chunk = [line.encode() for line in lines[start - 1:end]]
+        if len(chunk) == 1:
+            text = chunk[0][first_column:last_column]
+        else:
+            text = b"".join([chunk[0][first_column:], *chunk[1:-1], chunk[-1][:last_column]])
+        node = _parsed(text.decode(errors="replace"))
+        if node is not None:
+            return node
+    line = lines[frame.f_lineno - 1].strip() if 0 < frame.f_lineno <= len(lines) else ""
+    try:
+        statement = ast.parse(line).body[0]
+    except (SyntaxError, IndexError):  # a line of a longer statement
+        return None
+    value = getattr(statement, "value", None)
+    return value if isinstance(value, ast.expr) else None
+
+
+def _parsed(text: str) -> ast.expr | None:
+    text = " ".join(text.split())  # a segment over several lines, inside brackets
+    try:
+        return ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+# --- values, read without running the student's code ---------------------------------------------------
+
+
+def value_of(node: ast.expr, frame: FrameType) -> Any:
+    """The value of a simple expression in `frame` (names, attributes, constant indexing, arithmetic on
+    numbers, a few pure tensor methods), or _UNKNOWN when knowing it needs a call of the student's."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        for space in (frame.f_locals, frame.f_globals, vars(builtins)):
+            if node.id in space:
+                return space[node.id]
+        return _UNKNOWN
+    if isinstance(node, ast.Attribute) and not node.attr.startswith("__"):
+        base = value_of(node.value, frame)
+        if base is _UNKNOWN or not _plain_attributes(base, node.attr):
+            return _UNKNOWN
+        return getattr(base, node.attr, _UNKNOWN)
+    if isinstance(node, ast.Subscript):
+        base, index = value_of(node.value, frame), value_of(node.slice, frame)
+        plain = type(base) in (list, tuple, dict) or isinstance(base, torch.Tensor)
+        if plain and isinstance(index, int | str | slice):
+            return base[index]
+        return _UNKNOWN
+    if isinstance(node, ast.Slice):
+        parts = [value_of(part, frame) if part is not None else None for part in (node.lower, node.upper, node.step)]
+        return slice(*parts) if all(part is None or isinstance(part, int) for part in parts) else _UNKNOWN
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        operand = value_of(node.operand, frame)
+        return -operand if _number(operand) else _UNKNOWN
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = value_of(node.left, frame), value_of(node.right, frame)
+        return _ARITHMETIC[type(node.op)](left, right) if _number(left) and _number(right) else _UNKNOWN
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in PURE_TENSOR_METHODS:
+        receiver = value_of(node.func.value, frame)
+        arguments = [value_of(argument, frame) for argument in node.args]
+        if isinstance(receiver, torch.Tensor) and all(isinstance(a, int) for a in arguments) and not node.keywords:
+            return getattr(receiver, node.func.attr)(*arguments)
+    return _UNKNOWN
+
+
+def _plain_attributes(base: Any, name: str) -> bool:
+    """Whether reading `base.name` runs no code of the student's: no property of theirs, no __getattr__ or
+    __getattribute__ of their own (nn.Module's and torch's are plain look-ups)."""
+    kind = type(base)
+    if isinstance(inspect.getattr_static(kind, name, None), property):
+        return False
+    for hook in ("__getattr__", "__getattribute__"):
+        found = inspect.getattr_static(kind, hook, None)
+        if found is None:
+            continue
+        owner = getattr(found, "__module__", None) or getattr(getattr(found, "__objclass__", None), "__module__", "")
+        if not (owner or "").startswith(("torch", "builtins")):
+            return False
+    return True
+
+
+def _known(node: ast.expr, frame: FrameType) -> Any:
+    try:
+        return value_of(node, frame)
+    except Exception:  # an index out of range, a view that does not fit: not known
+        return _UNKNOWN
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _public_name(kind: type) -> str:
+    """The class's name, or its first public base's for a class of the checks' own (`_SpyAdam` -> Adam)."""
+    return next((cls.__name__ for cls in kind.__mro__ if not cls.__name__.startswith("_")), kind.__name__)
+
+
+def _article(text: str) -> str:
+    return f"an {text}" if text[:1].lower() in "aeio" else f"a {text}"
+
+
+def kind_of_value(value: Any) -> str:
+    """What a value is, in a few words: 'a float32 tensor of shape (2, 5, 16)', 'a Linear layer (16 -> 11
+    features)', 'None', 'the int 50', 'an Adam optimiser'."""
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return f"the bool {value}"
+    if _number(value):
+        return f"the {type(value).__name__} {value:.4g}" if isinstance(value, float) else f"the int {value}"
+    if isinstance(value, str):
+        return f"the text {value[:30]!r}"
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        if value.dim() == 0:
+            return f"{_article(dtype)} tensor holding one number"
+        sizes = ", ".join(str(size) for size in value.shape) + ("," if value.dim() == 1 else "")
+        return f"{'an empty ' + dtype if value.numel() == 0 else _article(dtype)} tensor of shape ({sizes})"
+    if isinstance(value, nn.Linear):
+        return f"a Linear layer from {value.in_features} to {value.out_features} features"
+    if isinstance(value, nn.Embedding):
+        return f"an Embedding layer for {value.num_embeddings} token ids, {value.embedding_dim} features each"
+    if isinstance(value, nn.Module):
+        return f"{_article(_public_name(type(value)))} module"
+    if isinstance(value, torch.optim.Optimizer):
+        return f"{_article(_public_name(type(value)))} optimiser"
+    if isinstance(value, torch.optim.lr_scheduler.LRScheduler):
+        return f"{_article(_public_name(type(value)))} learning-rate scheduler"
+    if isinstance(value, list | tuple):
+        tensors = value and all(isinstance(item, torch.Tensor) for item in value)
+        return f"{_article(type(value).__name__)} of {len(value)} {'tensors' if tensors else 'values'}"
+    if isinstance(value, dict):
+        return f"a dict of {len(value)} entries"
+    if isinstance(value, FunctionType | MethodType):
+        return f"the function `{value.__name__}`"
+    if isinstance(value, type):
+        return f"the class `{_public_name(value)}`"
+    if isinstance(value, ModuleType):
+        return f"the module `{value.__name__}`"
+    return f"{_article(_public_name(type(value)))} object"
+
+
+def _code(node: ast.AST, limit: int = 60) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _operand(node: ast.expr, frame: FrameType) -> str:
+    """'`x` (a float32 tensor of shape (2, 3))', or 'the result of `f(x)`' when the value is not known."""
+    value = _known(node, frame)
+    if value is _UNKNOWN:
+        return f"the result of `{_code(node)}`" if isinstance(node, ast.Call) else f"`{_code(node)}`"
+    if isinstance(node, ast.Constant) or (isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant)):
+        return f"the constant `{_code(node)}`"
+    return f"`{_code(node)}` ({kind_of_value(value)})"
+
+
+# --- the sentences ---------------------------------------------------------------------------------------
+
+
+def _sentences(error: BaseException, frame: FrameType, lasti: int,
+               caller: tuple[FrameType, int] | None, sources: Mapping[str, str] | None) -> list[str]:
+    if isinstance(error, NameError) and not isinstance(error, UnboundLocalError):
+        return _undefined_name(error, frame)
+    node = failing_node(frame, lasti, sources)
+    if node is None:
+        return []
+    said = list(dict.fromkeys(applied_to_own_result(node)))
+
+    def passed(suspect: ast.expr) -> list[str]:
+        return _passed_by_caller(suspect, frame, caller, sources)
+
+    if isinstance(error, AttributeError) and isinstance(node, ast.Attribute | ast.Call):
+        attribute = node if isinstance(node, ast.Attribute) else node.func
+        if isinstance(attribute, ast.Attribute) and attribute.attr == getattr(error, "name", None):
+            followed = passed(attribute.value)
+            said += [_missing_attribute(attribute, error, frame, others=not followed), *followed]
+    elif isinstance(node, ast.Call):
+        function = _known(node.func, frame)
+        if function is not _UNKNOWN and not callable(function):
+            followed = passed(node.func)
+            said += [_not_callable(node.func, function, frame, others=not followed), *followed]
+        else:
+            said.append(_receives(node, function, error, frame))
+            said += [sentence for suspect in _suspects(node.args, error, frame) for sentence in passed(suspect)]
+    elif isinstance(node, ast.Subscript):
+        said.append(f"{_operand(node.value, frame)} is indexed with {_operand(node.slice, frame)}.")
+    elif isinstance(node, ast.BinOp) and type(node.op) in _SYMBOLS:
+        said.append(f"`{_SYMBOLS[type(node.op)]}` meets {_operand(node.left, frame)} and "
+                    f"{_operand(node.right, frame)}.")
+    return [sentence for sentence in said if sentence]
+
+
+def applied_to_own_result(node: ast.expr) -> Iterator[str]:
+    """'`f` is applied to its own result (twice in a row)' for every f(f(x)), x.m().m() and (a + b) + b
+    inside `node`."""
+    for part in ast.walk(node):
+        if isinstance(part, ast.Call) and any(isinstance(argument, ast.Call)
+                                              and ast.dump(argument.func) == ast.dump(part.func)
+                                              for argument in part.args):
+            yield f"`{_code(part.func)}` is applied to its own result here (twice in a row)."
+        if (isinstance(part, ast.Attribute) and isinstance(part.value, ast.Call)
+                and isinstance(part.value.func, ast.Attribute) and part.value.func.attr == part.attr):
+            yield f"`.{part.attr}(…)` is called on the result of `.{part.attr}(…)` (twice in a row)."
+        if (isinstance(part, ast.BinOp) and isinstance(part.left, ast.BinOp) and type(part.left.op) is type(part.op)
+                and ast.dump(part.left.right) == ast.dump(part.right) and type(part.op) in _SYMBOLS):
+            yield f"`{_code(part.right)}` comes in twice: `{_code(part)}`."
+
+
+def _missing_attribute(attribute: ast.Attribute, error: AttributeError, frame: FrameType, others: bool) -> str:
+    """'`progress` is the bool False, which has no `zero_grad`', and (with `others`) the other variables of
+    the frame that have one."""
+    name, receiver = attribute.attr, getattr(error, "obj", _UNKNOWN)
+    if receiver is _UNKNOWN:
+        receiver = _known(attribute.value, frame)
+    if receiver is _UNKNOWN:
+        return ""
+    what = f"`{_code(attribute.value)}` {'returns' if isinstance(attribute.value, ast.Call) else 'is'} " \
+           f"{kind_of_value(receiver)}, which has no `{name}`."
+    having = [variable for variable, value in _locals(frame) if value is not receiver and _has(value, name)]
+    if not others or not having or isinstance(attribute.value, ast.Call):  # a result is no variable
+        return what
+    listed = " and ".join(f"`{variable}`" for variable in having[:MAX_OTHERS])
+    return f"{what} {listed} {'has' if len(having) == 1 else 'have'} one: was another variable meant here?"
+
+
+def _has(value: Any, name: str) -> bool:
+    try:
+        return inspect.getattr_static(value, name, _UNKNOWN) is not _UNKNOWN or (
+            isinstance(value, nn.Module) and name in value._modules)
+    except Exception:
+        return False
+
+
+def _locals(frame: FrameType) -> list[tuple[str, Any]]:
+    return [(name, value) for name, value in frame.f_locals.items() if not name.startswith("_")]
+
+
+def _not_callable(function_node: ast.expr, function: Any, frame: FrameType, others: bool) -> str:
+    """'`enc_out` is a float32 tensor …, which cannot be called', and (with `others`) the frame's few layers
+    and functions that could have been meant."""
+    what = f"`{_code(function_node)}` is {kind_of_value(function)}, which cannot be called like a function or layer."
+    callables = [variable for variable, value in _locals(frame) if variable != "self" and value is not function
+                 and isinstance(value, nn.Module | FunctionType)]
+    if not others or not callables or len(callables) > MAX_OTHERS:
+        return what
+    listed = " or ".join(f"`{variable}` ({kind_of_value(value)})" for variable, value in _locals(frame)
+                         if variable in callables)
+    return f"{what} Was another variable meant, such as {listed}?"
+
+
+def _receives(call: ast.Call, function: Any, error: BaseException, frame: FrameType) -> str:
+    arguments: list[tuple[str, ast.expr]] = [("", argument) for argument in call.args
+                                             if not isinstance(argument, ast.Starred)]
+    names = _parameter_names(function, len(arguments))
+    arguments = [(names[index] if index < len(names) else "", argument) for index, (_, argument)
+                 in enumerate(arguments)]
+    arguments += [(keyword.arg, keyword.value) for keyword in call.keywords if keyword.arg]
+    if not arguments:
+        return ""
+    described = []
+    for parameter, argument in arguments[:MAX_OPERANDS]:
+        as_what = f" as `{parameter}`" if parameter and not (
+            isinstance(argument, ast.Name) and argument.id == parameter) else ""
+        described.append(_operand(argument, frame) + as_what)
+    more = ", …" if len(arguments) > MAX_OPERANDS else ""
+    owner = f" ({kind_of_value(function)})" if isinstance(function, nn.Module) else ""
+    receiver = _known(call.func.value, frame) if isinstance(call.func, ast.Attribute) else _UNKNOWN
+    called_on = f", called on `{_code(call.func.value)}`, {kind_of_value(receiver)}" if isinstance(
+        receiver, torch.Tensor) else ""
+    listed = ", ".join(described[:-1]) + (" and " if len(described) > 1 else "") + described[-1]
+    sentence = f"`{_code(call.func)}`{owner} receives {listed}{more}{called_on}."
+    integers = re.search(r"indices|Long|converted to an index|must be an integer", str(error))
+    floats = [argument for _, argument in arguments if isinstance(value := _known(argument, frame), torch.Tensor)
+              and value.is_floating_point()]
+    if integers and floats and (isinstance(function, nn.Embedding) or "indices" in str(error)):
+        sentence += f" Integer indices (token ids) are needed where `{_code(floats[0])}` holds floats."
+    return sentence
+
+
+def _parameter_names(function: Any, count: int) -> list[str]:
+    """The names of the first `count` positional parameters of `function` (a module: its forward)."""
+    if function is _UNKNOWN or count == 0:
+        return []
+    skip = 0
+    target = function.forward if isinstance(function, nn.Module) else function
+    if isinstance(getattr(function, "__self__", None), torch.Tensor) and not isinstance(function, MethodType):
+        target, skip = getattr(torch.Tensor, getattr(function, "__name__", ""), None), 1  # x.gather: Tensor.gather
+    target = _TORCH_SIGNATURES().get(target, target)  # torch's built-ins, by their documented signatures
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # a built-in without a signature
+        return []
+    positional = [parameter.name for parameter in signature.parameters.values()
+                  if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)]
+    return positional[skip:skip + count]
+
+
+@functools.cache
+def _TORCH_SIGNATURES() -> dict[Any, Callable[..., Any]]:  # noqa: N802 (a constant, computed once)
+    """torch's functions and tensor methods with stand-ins of their signatures (torch's own table)."""
+    try:
+        return torch.overrides.get_testing_overrides()
+    except Exception:
+        return {}
+
+
+def _suspects(arguments: list[ast.expr], error: BaseException, frame: FrameType) -> list[ast.expr]:
+    """The arguments that look wrong by their values alone: an empty tensor, or a value whose type the
+    error's text names (`'Transformer'`, `not KVCache`)."""
+    text = str(error)
+    found = []
+    for argument in arguments:
+        value = _known(argument, frame)
+        if isinstance(value, torch.Tensor):
+            if value.numel() == 0:
+                found.append(argument)
+        elif value is not _UNKNOWN and value is not None and not isinstance(value, int | float | str) \
+                and re.search(rf"\b{re.escape(type(value).__name__)}\b", text):
+            found.append(argument)
+    return found
+
+
+def _passed_by_caller(suspect: ast.expr, frame: FrameType, caller: tuple[FrameType, int] | None,
+                      sources: Mapping[str, str] | None) -> list[str]:
+    """For a suspect that is a parameter of the failing function: which argument the caller's line
+    passed for it ('`criterion` receives `optimizer` (an Adam optimiser), the third argument given in
+    `train_epoch`, line 18')."""
+    if caller is None or not isinstance(suspect, ast.Name):
+        return []
+    code = frame.f_code
+    parameters = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    if suspect.id not in parameters or suspect.id not in frame.f_locals:
+        return []
+    received = frame.f_locals[suspect.id]
+    caller_frame, caller_lasti = caller
+    call = failing_node(caller_frame, caller_lasti, sources)
+    if not isinstance(call, ast.Call):
+        return []
+    positional = list(parameters[:code.co_argcount])
+    if positional and positional[0] in ("self", "cls"):
+        positional = positional[1:]
+    place = f"given in `{caller_frame.f_code.co_name}`, line {caller_frame.f_lineno}"
+    for index, argument in enumerate(call.args):
+        if isinstance(argument, ast.Starred):
+            return []
+        if index < len(positional) and positional[index] == suspect.id and _known(argument, caller_frame) is received:
+            ordinal = ORDINALS[index] if index < len(ORDINALS) else f"number {index + 1}"
+            return [f"`{suspect.id}` receives {_operand(argument, caller_frame)}, the {ordinal} argument {place}."]
+    for keyword in call.keywords:
+        if keyword.arg == suspect.id and _known(keyword.value, caller_frame) is received:
+            return [f"`{suspect.id}` receives {_operand(keyword.value, caller_frame)}, {place}."]
+    return []
+
+
+def _undefined_name(error: NameError, frame: FrameType) -> list[str]:
+    """A name that is not defined, and the one variable with almost the same spelling, if there is one."""
+    name = getattr(error, "name", None)
+    if not name:
+        return []
+    known = [variable for variable in [*frame.f_locals, *frame.f_globals] if not variable.startswith("_")]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+    if not close:
+        return []
+    return [f"`{name}` is not defined here; `{close[0]}`, spelled almost the same, is: was it meant?"]

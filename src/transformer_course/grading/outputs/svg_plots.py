@@ -85,6 +85,8 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], colour
 
     `axis_maximum` is the value of a full bar (100 for percentages); by default the largest value, rounded
     up to a tick. `tooltips` are the bars' hover texts (by default the full label and the value label).
+    Rows shrink to fit MAX_HEIGHT down to 9 pixels (font 7): up to 65 bars fit, more make a taller image
+    (a stage has at most 25 checks).
     """
     count = len(labels)
     title_size = 14
@@ -96,7 +98,7 @@ def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], colour
     ticks = axis_ticks(max(values, default=0) if axis_maximum is None else axis_maximum)
     maximum = axis_maximum if axis_maximum is not None else ticks[-1]
     plot = max(120.0, min(600.0, MAX_WIDTH - left - right))
-    width = max(left + plot + right, 10 + text_width(title, title_size) + 10)
+    width = max(left + plot + right, min(MAX_WIDTH, 10 + text_width(title, title_size) + 10))
     top, height = 36.0, 36 + count * row + 46
     parts = [_text(10, 20, title, title_size, extra=' font-weight="600"')]
     bottom = top + count * row

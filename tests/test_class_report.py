@@ -102,8 +102,9 @@ def test_the_plots_are_drawn_and_each_fits_on_a_screen(rendered):
         counts[kind] = int((np.abs(pixels - target).sum(axis=-1) < 30).sum())  # pixels of this plot's colour
     assert all(count > 2000 for count in counts.values()), f"plot pixels per kind of plot: {counts}"
     assert len(parser.svgs) >= 3
-    for svg in parser.svgs:  # matplotlib writes sizes in points; a screen of 900 pixels is 675 points
-        assert float(svg["height"].removesuffix("pt")) <= 675 and float(svg["width"].removesuffix("pt")) <= 1100
+    for svg in parser.svgs:  # sizes in CSS pixels (no unit): each plot fits a 1280 x 900 screen, with room around
+        assert svg.get("role") == "img" and svg.get("aria-label"), svg
+        assert 0 < float(svg["height"].removesuffix("px")) <= 675 and 0 < float(svg["width"].removesuffix("px")) <= 1100
 
 
 def test_the_page_works_offline_and_runs_only_its_own_script(rendered):

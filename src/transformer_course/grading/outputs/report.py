@@ -13,10 +13,10 @@ CLASS_DIR/report.html holds, in the order an instructor acts on it:
    written answers show their mean score instead, with how many still wait for a person.
 
 Everything comes from scores.csv (the numbers), the class's release notebooks (points and order of
-the grade cells) and the autograded notebooks (the failure messages). Plots are matplotlib SVG inlined
-in the page (text drawn as text, a "$" as a "$"); each fits on one screen. The page works offline: its
-only script sorts a table by the heading clicked, and its Content-Security-Policy allows that script
-alone (by its hash), so no text in the page can ever run.
+the grade cells) and the autograded notebooks (the failure messages). Plots are small SVG drawn by
+`svg_plots` and inlined in the page (every text escaped: a "$" drawn as a "$"); each fits on one
+screen. The page works offline: its only script sorts a table by the heading clicked, and its
+Content-Security-Policy allows that script alone (by its hash), so no text in the page can ever run.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import argparse
 import base64
 import hashlib
 import html
-import io
 import re
 import statistics
 import urllib.parse
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import nbformat
 
+from transformer_course.grading.outputs import svg_plots
 from transformer_course.grading.outputs.files import write_text_atomically
 from transformer_course.grading.outputs.scores import NEEDS_MANUAL_GRADING, is_answer_cell, read_csv
 
@@ -195,78 +195,34 @@ def waiting_answers(row: dict[str, str]) -> int:
 
 # --- plots ---------------------------------------------------------------------------------------
 
-def _svg(figure) -> str:
-    import matplotlib.pyplot as plt
-
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", bbox_inches="tight")
-    plt.close(figure)
-    text = buffer.getvalue()
-    return text[text.index("<svg"):]
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    # text.parse_math off: a "$" in a cause or a name is drawn as a "$", never read as mathtext
-    plt.rcParams.update({"svg.fonttype": "none", "font.size": 10, "axes.spines.top": False,
-                         "axes.spines.right": False, "text.parse_math": False})
-    return plt
-
-
 def distribution_plot(stages: dict[str, StageSummary]) -> str:
-    plt = _pyplot()
-    count = max(1, len(stages))
-    columns = min(4, count)
-    lines = (count + columns - 1) // columns
-    figure, axes = plt.subplots(lines, columns, figsize=(2.9 * columns, 2.0 * lines), squeeze=False)
-    for axis in axes.flat[count:]:
-        axis.set_visible(False)
-    for axis, stage in zip(axes.flat, stages.values(), strict=False):
-        percent = [100 * total / stage.maximum if stage.maximum else 0 for total in stage.totals]
-        axis.hist(percent, bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.001], color=COLOURS["distribution"],
-                  edgecolor="white")
-        axis.set_title(f"{stage.assignment} ({stage.students} notebooks)", fontsize=9)
-        axis.set_xlim(0, 100)
-        axis.set_xlabel("total, % of the maximum", fontsize=8)
-        axis.set_ylabel("students", fontsize=8)
-        axis.yaxis.get_major_locator().set_params(integer=True)
-    figure.tight_layout()
-    return _svg(figure)
+    """A histogram per stage of its totals as a percentage of the maximum, in bins of 10 %."""
+    panels = [(f"{stage.assignment} ({stage.students} notebooks)",
+               [100 * total / stage.maximum if stage.maximum else 0 for total in stage.totals])
+              for stage in stages.values()]
+    return svg_plots.histogram_grid("Score distribution per stage: students per 10 % of the maximum", panels,
+                                    list(range(0, 101, 10)), COLOURS["distribution"], "total, % of the maximum",
+                                    "students")
 
 
 def pass_rate_plot(assignment: str, entries: list[dict]) -> str:
-    plt = _pyplot()
+    """A bar per autograded grade cell: the share of graded notebooks with its full points."""
     entries = [entry for entry in entries if not entry["cell"].written]
-    figure, axis = plt.subplots(figsize=(9, min(6.0, 0.8 + 0.2 * len(entries))))
-    labels = [entry["cell"].grade_id for entry in entries][::-1]
-    rates = [100 * entry["passed"] / entry["students"] if entry["students"] else 0 for entry in entries][::-1]
-    axis.barh(labels, rates, color=COLOURS["pass_rate"])
-    for y, rate in enumerate(rates):
-        axis.text(min(rate + 1, 93), y, f"{rate:.0f}%", va="center", fontsize=8)
-    axis.set_xlim(0, 100)
-    axis.set_xlabel("students with full points on the check (%)")
-    axis.set_title(f"{assignment}: pass rate of every check", fontsize=10)
-    axis.tick_params(axis="y", labelsize=8)
-    figure.tight_layout()
-    return _svg(figure)
+    rates = [100 * entry["passed"] / entry["students"] if entry["students"] else 0 for entry in entries]
+    tooltips = [f"{entry['cell'].grade_id} ({entry['cell'].title}): {entry['passed']} of {entry['students']} "
+                f"notebooks, {rate:.0f}%" for entry, rate in zip(entries, rates, strict=True)]
+    return svg_plots.bar_chart(f"{assignment}: pass rate of every check", [entry["cell"].grade_id for entry in entries],
+                               rates, COLOURS["pass_rate"], "students with full points on the check (%)",
+                               [f"{rate:.0f}%" for rate in rates], axis_maximum=100, tooltips=tooltips)
 
 
 def causes_plot(causes: list[tuple[str, list[str], list[tuple[str, str]]]], top: int = 8) -> str:
-    plt = _pyplot()
-    shown = causes[:top][::-1]
-    figure, axis = plt.subplots(figsize=(10, min(4.0, 0.8 + 0.3 * len(shown))))
-    labels = [_shorten(cause, 80) for cause, _, _ in shown]
-    axis.barh(range(len(shown)), [len({s for s, _ in pairs}) for _, _, pairs in shown], color=COLOURS["causes"])
-    axis.set_yticks(range(len(shown)), labels, fontsize=8)
-    axis.set_xlabel("students")
-    axis.xaxis.get_major_locator().set_params(integer=True)
-    axis.set_title(f"The {len(shown)} most frequent named causes of failed checks", fontsize=10)
-    figure.tight_layout()
-    return _svg(figure)
+    """A bar per named cause, the `top` most frequent first: how many students it concerns."""
+    shown = causes[:top]
+    counts = [len({student for student, _ in pairs}) for _, _, pairs in shown]
+    return svg_plots.bar_chart(f"The {len(shown)} most frequent named causes of failed checks",
+                               [cause for cause, _, _ in shown], counts, COLOURS["causes"], "students",
+                               [str(count) for count in counts])
 
 
 def _shorten(text: str, width: int) -> str:

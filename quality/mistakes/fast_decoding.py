@@ -152,6 +152,11 @@ MISTAKES: list[Mistake] = [
         fails="fast_select_top", cause="split by the beam size",
     ),
     Mistake(
+        STAGE, "parents made by true division: fractions where beam indices belong",
+        "parents, tokens = best // vocab, best % vocab", "parents, tokens = best / vocab, best % vocab",
+        fails="fast_select_top", cause="your parents are not whole numbers",
+    ),
+    Mistake(
         STAGE, "finished hypotheses dropped from the beam (-inf for every token, <pad> included)",
         "    stay[..., pad_idx] = 0.0\n", "",
         fails="fast_select_finished", cause="finished hypotheses disappear",

@@ -1250,10 +1250,10 @@ def _select_case(select_beams: Callable, state: tuple, problem: str, cause: str)
                               "topk(beam_size, dim=-1) on the flattened (batch, beam * vocab) ranking.")
            for name, value in zip(names, got, strict=True)]
     expected = reference_select_beams(*inputs, beam_size, alpha, PAD)
-    same_ids = all(torch.equal(g.long().cpu(), e) for g, e in zip(got[1:], expected[1:], strict=True))
+    same_ids = all(torch.equal(g.double().cpu(), e.double()) for g, e in zip(got[1:], expected[1:], strict=True))
     if same_ids and torch.allclose(got[0].double().cpu(), expected[0], atol=1e-9):
         return
-    found = _selection_reading(inputs, got, expected, alpha)
+    found = _fractional_indices(got) or _selection_reading(inputs, got, expected, alpha)
     if not found:
         try:
             engine = _select_engine(select_beams, inputs, beam_size, alpha, got, expected)
@@ -1262,6 +1262,19 @@ def _select_case(select_beams: Callable, state: tuple, problem: str, cause: str)
         found = engine.cause if engine is not None else ""
     fail(problem, expected=_show_selection(*expected), got=_show_selection(*got),
          cause=found or f"not one of the mistakes the checks recognise; {RECIPE} {cause}")
+
+
+def _fractional_indices(got: Sequence[torch.Tensor]) -> str:
+    """Parents or tokens that are not whole numbers: indices made by a true division."""
+    for name, value in zip(("parents", "tokens"), got[1:], strict=True):
+        values = value.detach().double().cpu()
+        broken = values != values.floor()
+        if broken.any():
+            example = float(values[broken][0])
+            return (f"your {name} are not whole numbers (e.g. {example:g}, where a beam or token index belongs): "
+                    f"they come from a true division `/`, which gives fractions, instead of the floor division "
+                    f"`//` (index // vocab is the parent, index % vocab the token)")
+    return ""
 
 
 def _select_engine(select_beams: Callable, inputs: tuple[torch.Tensor, ...], beam_size: int, alpha: float,

@@ -340,11 +340,11 @@ class BatchGrader:
     def cost(self, assignment: str) -> float:
         """Relative grading cost of an assignment (to balance the groups), else its number of code cells / 10.
 
-        The seconds each notebook took in its worker (nbgrader, its cells, its feedback), as
-        scripts/benchmark_grading.py prints them per notebook, less the sandbox start (about 2.9 s) that
-        the first notebook of each worker also pays; measured on 2026-11-24 (2 cores, bubblewrap)."""
-        measured = {"00_why_attention": 2.4, "01_positional_encoding": 0.7, "02_attention": 1.9, "03_blocks": 2.8,
-                    "04_transformer": 4.0, "05_training": 6.4, "06_decoding": 3.5, "07_fast_and_better_decoding": 4.2}
+        The seconds each notebook took in its worker (nbgrader, its sandbox's start, its cells, its feedback),
+        as scripts/benchmark_grading.py prints them per notebook (medians of three runs); every notebook starts a
+        sandbox of its own; measured on 2026-11-25 (2 cores, bubblewrap)."""
+        measured = {"00_why_attention": 7.1, "01_positional_encoding": 2.4, "02_attention": 6.3, "03_blocks": 4.1,
+                    "04_transformer": 5.5, "05_training": 9.0, "06_decoding": 6.4, "07_fast_and_better_decoding": 7.1}
         if assignment in measured:
             return measured[assignment]
         try:

@@ -129,3 +129,28 @@ def test_honest_code_leaves_no_note():
         print("ok")
     """)
     assert printed.strip() == "ok"
+
+
+def test_every_exercise_function_of_every_stage_gets_its_probe():
+    """A function left without a probe would run unseen; every stage's exercises (as the grader finds them in
+    the released notebooks) must all be probed."""
+    printed = _run("""
+        import importlib, nbformat
+        from pathlib import Path
+        from transformer_course.authoring import assignments, repository_root
+        from transformer_course.grading.cells import reference_modules
+        from transformer_course.grading.sandbox.executor import exercise_names
+        root = repository_root()
+        names = []
+        for assignment in assignments(root):
+            notebook = nbformat.read(root / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
+            names += exercise_names(notebook)
+            for module in reference_modules(exercise_names(notebook)):
+                importlib.import_module(module)
+        everything = fingerprint.exercise_code(names)
+        found = watch.Known(everything)
+        unprobed = [label for function, label in everything.functions if id(function.__code__) not in found.probed]
+        assert everything.functions and not unprobed, unprobed
+        print(len(everything.functions))
+    """)
+    assert int(printed.strip()) >= 20, printed  # 28 exercise functions over the eight stages on 2026-11-25

@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -201,6 +201,7 @@ class BatchGrader:
         self.records = self.class_dir / "records"
         self.data_folder: str | None = None  # Multi30k for the kernels, set by prepare()
         self.tokens_folder: str | None = None  # Multi30k tokenised once for the kernels, set by prepare()
+        self.start_up: Future[str | None] | None = None  # the start-up test while the first workers start
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -285,6 +286,8 @@ class BatchGrader:
                 report.update(part_report)
                 if problem:
                     result.reasons.append(problem)
+        if self.verdict_of_start_up():
+            return result  # nobody is graded (run() says why): no record, so a later run grades this student
         missing = len(report) < len(to_grade)  # a part gave no report: its reason is listed
         failures = {a: r["error"] for a, r in report.items() if not r["success"]}
         result.reasons += [f"{a}: nbgrader could not grade it: {error.splitlines()[-1] if error else '?'}"
@@ -306,20 +309,26 @@ class BatchGrader:
                    "--class-dir", str(self.class_dir), "--student", student, "--db-url", self.db_url,
                    "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
         command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
-        command += [] if self.sandbox else ["--no-sandbox"]
+        command += ([] if self.sandbox else ["--no-sandbox"]) + ["--wait-for-go"]
         limit = 60 + 3 * self.timeout * 20 * len(assignment_ids)  # generous: a notebook has ~20 slow cells at most
+        with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**self.thread_limits(), **_clean_environment(),
+                                              **self.data_environment(), "PYTHONWARNINGS": "ignore"}) as process:
+            go = self.verdict_of_start_up() is None  # the worker imports meanwhile, then waits for this line
+            try:
+                stdout, stderr = process.communicate("go\n" if go else "stop\n", timeout=limit)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                return {}, f"grading took longer than {limit} s and was stopped"
+        if not go:
+            return {}, ""
         try:
-            process = subprocess.run(command, capture_output=True, text=True, timeout=limit,
-                                     env={**self.thread_limits(), **_clean_environment(), **self.data_environment(),
-                                          "PYTHONWARNINGS": "ignore"})
-        except subprocess.TimeoutExpired:
-            return {}, f"grading took longer than {limit} s and was stopped"
-        try:
-            report = json.loads(process.stdout.strip().splitlines()[-1]) if process.stdout.strip() else {}
+            report = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
         except json.JSONDecodeError:
             report = {}
         if not isinstance(report, dict) or not report:
-            return {}, "the grading process failed: " + " | ".join(process.stderr.strip().splitlines()[-3:])
+            return {}, "the grading process failed: " + " | ".join(stderr.strip().splitlines()[-3:])
         return report, ""
 
     def split(self, assignment_ids: list[str]) -> list[list[str]]:
@@ -355,13 +364,23 @@ class BatchGrader:
 
     def preflight(self) -> None:
         """Stop with the cause when no runner can start here, instead of failing every student."""
+        self.raise_if_unavailable(self.runner_problem())
+
+    def runner_problem(self) -> str | None:
+        """None when a runner starts here under this class's sandbox, else why not (the start-up test)."""
         from transformer_course.grading.classroom.worker import runner_start_problem  # torch: only when grading
 
-        problem = runner_start_problem(self.course, self.memory_gb, self.sandbox, self.data_folder)
+        return runner_start_problem(self.course, self.memory_gb, self.sandbox, self.data_folder)
+
+    def raise_if_unavailable(self, problem: str | None) -> None:
         if problem:
             how = "sandboxed" if self.sandbox else "unsandboxed"
             raise GradingUnavailable(f"a student's notebook runner cannot start on this machine ({how}, "
                                      f"{self.memory_gb} GB of memory), so nobody was graded: {problem}")
+
+    def verdict_of_start_up(self) -> str | None:
+        """The start-up test's answer (waiting for it): None when grading may go on."""
+        return self.start_up.result() if self.start_up is not None else None
 
     def data_environment(self) -> dict[str, str]:
         environment = {multi30k.ENVIRONMENT_VARIABLE: self.data_folder} if self.data_folder else {}
@@ -407,8 +426,10 @@ class BatchGrader:
                 result.reasons = [str(reason) for reason in self.record(result).get("reasons", [])]
             else:
                 pending.append(result)
-        if pending:
-            self.preflight()
+        # the start-up test runs while the first workers start (they import nbgrader and wait for its answer)
+        checking = ThreadPoolExecutor(max_workers=1)
+        self.start_up = checking.submit(self.runner_problem) if pending else None
+        checking.shutdown(wait=False)
         with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
             futures = {pool.submit(self.grade, result): result for result in pending}
             for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="student"):
@@ -417,6 +438,7 @@ class BatchGrader:
                     futures[future].status = "failed"
                     futures[future].reasons.append(f"the grader failed on this student ({type(error).__name__}: "
                                                    f"{printable(str(error))[:200]})")
+        self.raise_if_unavailable(self.verdict_of_start_up())  # nobody graded, no scores.csv
         self.write_csv({**self.elsewhere(everyone, students), **students})
         report.write_report(self.class_dir)  # report.html beside scores.csv
         answers.write_formgrader_config(self.class_dir, self.course, self.db_url)  # for grading answers by hand

@@ -408,8 +408,9 @@ LAUNDERED = {
         "        self.register_buffer('pe', TABLES[d_model][:, :max_seq_length].clone())\n"
         "    def forward(self, x):\n"
         "        return self.dropout(x + self.pe[:, : x.size(1)])\n"),
-    # the watcher is a trace function of the student's own process: one call, spelled past the scan, ends it
-    "the watcher switched off by name": (
+    # an earlier watcher was a trace function of the student's process: one call, spelled past the scan, ended it;
+    # the probes in the reference's own code do not depend on tracing
+    "tracing switched off by name": (
         "import sys\n"
         "R = check.ReferencePositionalEncoding\n"
         "class PositionalEncoding(nn.Module):\n"
@@ -438,15 +439,15 @@ LAUNDERED = {
 
 
 @pytest.mark.parametrize("route", LAUNDERED)
-def test_the_reference_handed_in_is_flagged_by_the_watcher_or_the_scan(session, tmp_path, route):
+def test_the_reference_handed_in_is_flagged_by_the_watch(session, tmp_path, route):
     """Ordinary cells are watched too (only notebook code calling the reference counts there: the given cells run
-    the course's checks and tools), the trace function cannot be changed while a watch is on (an audit hook,
-    which no Python code can remove, refuses it), and a process the notebook's code starts during a check is
-    noted. Whatever the score, the instructor is told."""
+    the course's checks and tools), the reference's probes report it however tracing is set, and a process the
+    notebook's code starts during a check is noted. Whatever the score, the instructor is told: by the watch
+    itself (the scan of the notebook's text, a second line, is not needed for any of these)."""
     release = notebook(["class PositionalEncoding(nn.Module):\n    pass\n"])
     handed_in = notebook(["", LAUNDERED[route]], [HIDDEN_GRADE])
     _, findings, _ = run(session, handed_in, tmp_path)
-    assert findings or suspicious_code(handed_in, release), route
+    assert findings, (route, suspicious_code(handed_in, release))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -52,6 +52,17 @@ MISTAKES: list[Mistake] = [
         fails="fast_cache_cross_kv", cause="holds the keys of layer 0's self_attn",
     ),
     Mistake(
+        STAGE, "the cross-attention values never appended to the cache",
+        "        cache.cross_values.append(values)\n", "",
+        fails="fast_cache_starts_empty", cause="nothing is ever appended to cache.cross_values: the append is missing",
+    ),
+    Mistake(
+        STAGE, "the cross-attention keys appended twice per layer",
+        "        cache.cross_keys.append(keys)\n",
+        "        cache.cross_keys.append(keys)\n        cache.cross_keys.append(keys)\n",
+        fails="fast_cache_starts_empty", cause="2 entries per layer: it is appended to more than once",
+    ),
+    Mistake(
         STAGE, "cross-attention keys and values swapped in the cache",
         _CROSS, "values, keys = project_keys_values(layer.cross_attn, enc_out)",
         fails="fast_cache_cross_kv", cause="holds the values of layer 0's cross_attn (W_v), where the keys",

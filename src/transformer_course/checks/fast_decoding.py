@@ -299,8 +299,20 @@ def _entry_list(started: _Started, name: str, layers: int) -> list[Any]:
              got=entries, cause=f"keep the given KVCache and append to cache.{name}.")
     if len(entries) != layers:
         fail(f"cache.{name} has {len(entries)} entries.", expected=f"{layers}, one per decoder layer",
-             got=len(entries), cause=f"append one tensor to cache.{name} inside the loop over the layers.")
+             got=len(entries), cause=_count_cause(name, len(entries), layers))
     return entries
+
+
+def _count_cause(name: str, count: int, layers: int) -> str:
+    """What a wrong number of cache entries says about the loop that fills them."""
+    recipe = f"append one tensor to cache.{name} inside the loop over the layers."
+    if count == 0:
+        return f"nothing is ever appended to cache.{name}: the append is missing; {recipe}"
+    if count == 1 and layers > 1:
+        return f"cache.{name} is appended to once, not once per layer (outside the loop?); {recipe}"
+    if layers and count % layers == 0:
+        return f"cache.{name} gets {count // layers} entries per layer: it is appended to more than once; {recipe}"
+    return recipe
 
 
 @check("start_cache: one (batch, heads, src_len, d_k) cross-attention key and value per layer; no position cached")

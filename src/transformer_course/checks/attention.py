@@ -36,7 +36,7 @@ from torch import nn
 from transformer_course.checks import differential
 from transformer_course.checks.boundary import StudentError, as_exception, on_student_side, supplied
 from transformer_course.checks.compare import index_ranges
-from transformer_course.checks.errors import as_record, first_line, where_and_what
+from transformer_course.checks.errors import as_record, crash_lines, first_line
 from transformer_course.checks.framework import (
     CheckFailed,
     Diagnosis,
@@ -102,20 +102,14 @@ def _bool_only_explained() -> Iterator[None]:
     except RuntimeError as error:
         text = str(error)
         if "only supports boolean masks" in text or "condition to be a boolean tensor" in text:
-            where = where_and_what(error)
             fail(
                 "your code needs a bool mask, but masks may also arrive as integers 0/1.",
                 expected="the same result for a bool mask and for the integer mask mask.long()",
-                got=first_line(error, 120) + (f"\n  {where}" if where else ""),
+                got=first_line(error, 120) + crash_lines(error),
                 cause="compare with zero (`mask == 0`) or convert first (`~mask.bool()`); "
                       "`~mask` on an integer tensor flips bits (1 -> -2), it does not negate.",
             )
         raise
-
-
-def _error_record(error: BaseException) -> StudentError:
-    """An error of the student's code as plain data, to be raised again where the check judges."""
-    return as_record(error)
 
 
 def _clone(value: Any) -> Any:
@@ -166,7 +160,7 @@ def _mask_on_another_device(function: Callable[..., Any], size: int) -> tuple[st
         with torch.no_grad(), student_code():
             mask = function(size, device=device)
     except Exception as error:
-        return device.type, "", _error_record(error)
+        return device.type, "", as_record(error)
     return device.type, mask.device.type if isinstance(mask, torch.Tensor) else type(mask).__name__, None
 
 
@@ -288,7 +282,7 @@ def _forward_observed(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: to
         try:
             trace.output = module(*inputs.values())
         except Exception as crash:
-            error = _error_record(crash)
+            error = as_record(crash)
     return _Forward(trace, calls, trace.output, getattr(module, "attn_weights", None), error)
 
 
@@ -1127,9 +1121,8 @@ def _crashed(run: _Run, reference: nn.Module, q: torch.Tensor, k: torch.Tensor, 
     reading = _read_forward(observed, reference, q, k, v, mask, roles)
     if reading is None:
         raise error
-    where = where_and_what(error)
     fail(f"forward crashed: {reading.where}.", expected="forward(q, k, v, mask) -> (batch, q_len, d_model)",
-         got=f"{observed.error.type_name}: {first_line(error, 160)}" + (f"\n  {where}" if where else ""),
+         got=f"{observed.error.type_name}: {first_line(error, 160)}" + crash_lines(error),
          cause=reading.cause)
 
 

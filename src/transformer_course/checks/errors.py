@@ -223,11 +223,14 @@ def student_frame(where: BaseException | TracebackType | None, sources: Mapping[
     return described
 
 
-def where_and_what(error: BaseException, sources: Mapping[str, str] | None = None) -> str:
-    """The student's line (`student_frame`) and, on a line of its own, what it was doing when it failed
-    (`crash_detail`); "" when neither is known. For the "got:" part of a crash's message."""
-    where, detail = student_frame(error, sources), crash_detail(error, sources)
-    return where + (f"\n  what happened there: {detail}" if detail else "")
+def crash_lines(error: BaseException, sources: Mapping[str, str] | None = None) -> str:
+    """The student's line (`student_frame`) and what it was doing when it failed (`crash_detail`), each on a line
+    of its own, to follow the "got:" part of a crash's message; "" when neither is known."""
+    return _where_lines(student_frame(error, sources), crash_detail(error, sources))
+
+
+def _where_lines(where: str, detail: str) -> str:
+    return (f"\n  {where}" if where else "") + (f"\n  what happened there: {detail}" if detail else "")
 
 
 def is_stub(error: BaseException) -> bool:
@@ -283,8 +286,6 @@ def explain_crash(error: BaseException, tb: TracebackType | None = None,
     meaning = kind.meaning if kind else (
         "unknown: the checks do not recognise this kind of error; read it together with the line shown."
     )
-    detail = crash_detail(error, sources)
     return (f"your code raised {type(error).__name__}: {first_line(error)}"
-            + (f"\n  {where}" if where else "")
-            + (f"\n  what happened there: {detail}" if detail else "")
+            + _where_lines(where, crash_detail(error, sources))
             + f"\n  likely cause: {meaning}")

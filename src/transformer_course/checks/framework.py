@@ -23,7 +23,7 @@ from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks._grade_cells import GRADE_CELLS
 from transformer_course.checks.compare import describe_difference
-from transformer_course.checks.errors import explain_crash, first_line, is_stub, where_and_what
+from transformer_course.checks.errors import crash_lines, explain_crash, first_line, is_stub
 from transformer_course.runtime import grading_mode, show, show_failure, stop_at_first_failure
 
 _TORCH_DIR = str(Path(torch.__file__).resolve().parent)
@@ -159,9 +159,7 @@ def crash_explained(problem: str, *, expected: Any, cause: str | Callable[[], st
     except RuntimeError as error:
         if not when(error):
             raise
-        where = where_and_what(error)
-        fail(problem, expected=expected,
-             got=f"RuntimeError: {first_line(error, 160)}" + (f"\n  {where}" if where else ""),
+        fail(problem, expected=expected, got=f"RuntimeError: {first_line(error, 160)}" + crash_lines(error),
              cause=(cause(error) if inspect.signature(cause).parameters else cause()) if callable(cause) else cause)
 
 

@@ -35,7 +35,7 @@ from torch.overrides import TorchFunctionMode
 from transformer_course.checks import differential
 from transformer_course.checks.boundary import Frame, on_student_side
 from transformer_course.checks.compare import describe_difference
-from transformer_course.checks.errors import first_line, where_and_what
+from transformer_course.checks.errors import crash_lines, first_line
 from transformer_course.checks.framework import CheckFailed, Diagnosis, fail, student_code
 
 Tensor = torch.Tensor
@@ -332,9 +332,8 @@ def observe(module: Any, inputs: tuple, what: str, roles: dict[str, str] | None,
         cause = safely(explain, calls_before_crash(module, inputs, roles, train, seeds[0]))
         if cause is None:
             raise
-        where = where_and_what(crash)
         fail(f"{what} crashed.", expected=f"{what} to run on these inputs",
-             got=f"{type(crash).__name__}: {first_line(crash, 160)}" + (f"\n  {where}" if where else ""),
+             got=f"{type(crash).__name__}: {first_line(crash, 160)}" + crash_lines(crash),
              cause=cause)
         raise  # fail raises
 

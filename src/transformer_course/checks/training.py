@@ -31,7 +31,7 @@ from torch import nn
 from transformer_course.checks import differential
 from transformer_course.checks.boundary import on_student_side, supplied
 from transformer_course.checks.compare import describe_difference
-from transformer_course.checks.errors import where_and_what
+from transformer_course.checks.errors import crash_lines
 from transformer_course.checks.framework import (
     RECIPE,
     Diagnosis,
@@ -866,11 +866,11 @@ def _explain_epoch_crash(error: Exception, scheduler_given: bool) -> None:
     if isinstance(error, AttributeError):
         if "NoneType" in text and "step" in text and not scheduler_given:
             fail("train_epoch fails when it is given no scheduler.", expected="scheduler=None to be allowed",
-                 got=f"AttributeError: {error}" + _where(error),
+                 got=f"AttributeError: {error}" + crash_lines(error),
                  cause="step the scheduler only if there is one: `if scheduler is not None: scheduler.step()`.")
         if "object has no attribute 'backward'" in text:
             fail("train_epoch calls .backward() on something that is not a tensor.", expected="loss.backward() on "
-                 "the tensor compute_loss returns", got=f"AttributeError: {error}" + _where(error),
+                 "the tensor compute_loss returns", got=f"AttributeError: {error}" + crash_lines(error),
                  cause="keep `loss` the tensor compute_loss returns (loss.item() or float(loss) is a plain number, "
                        "with no graph to backpropagate through); the given lines call loss.item() themselves.")
     if isinstance(error, RuntimeError):
@@ -882,12 +882,6 @@ def _explain_epoch_crash(error: Exception, scheduler_given: bool) -> None:
         fail("the lines after your code cannot find the batch loss.", expected="a variable named `loss`",
              got=f"{type(error).__name__}: {error}",
              cause="store the batch's loss in `loss` (loss = compute_loss(...)); the given lines read it.")
-
-
-def _where(error: BaseException) -> str:
-    """The student's line and what it was doing, on lines of their own after a "got:" ("" if unknown)."""
-    where = where_and_what(error)
-    return f"\n  {where}" if where else ""
 
 
 @on_student_side

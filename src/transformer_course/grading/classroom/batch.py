@@ -362,10 +362,6 @@ class BatchGrader:
         except (OSError, ValueError):
             return 1.0
 
-    def preflight(self) -> None:
-        """Stop with the cause when no runner can start here, instead of failing every student."""
-        self.raise_if_unavailable(self.runner_problem())
-
     def runner_problem(self) -> str | None:
         """None when a runner starts here under this class's sandbox, else why not (the start-up test)."""
         from transformer_course.grading.classroom.worker import runner_start_problem  # torch: only when grading
@@ -373,6 +369,7 @@ class BatchGrader:
         return runner_start_problem(self.course, self.memory_gb, self.sandbox, self.data_folder)
 
     def raise_if_unavailable(self, problem: str | None) -> None:
+        """Stop with the cause when no runner can start here, instead of failing every student."""
         if problem:
             how = "sandboxed" if self.sandbox else "unsandboxed"
             raise GradingUnavailable(f"a student's notebook runner cannot start on this machine ({how}, "

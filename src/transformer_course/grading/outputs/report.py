@@ -225,10 +225,6 @@ def causes_plot(causes: list[tuple[str, list[str], list[tuple[str, str]]]], top:
                                [str(count) for count in counts])
 
 
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 # --- the page --------------------------------------------------------------------------------------
 
 _STYLE = """
@@ -332,7 +328,7 @@ def _people(class_dir: Path, rows: list[dict[str, str]]) -> tuple[str, dict[str,
         tags = "".join(f"<span class=tag>{html.escape(name)}" + (f": {waiting}" if name == "answers to grade" else "")
                        + "</span>" for name in found)
         reasons = "; ".join(filter(None, [row.get("reasons", ""), row.get("manual_status", "")]))
-        shown = html.escape(_shorten(reasons, 150))
+        shown = html.escape(svg_plots.shorten(reasons, 150))
         if len(reasons) > 150:
             shown = f"<details><summary>{shown}</summary>{html.escape(reasons)}</details>"
         entries.append("<tr>" + _cell(row["student"]) + _cell(row.get("name", "")) + _cell(row.get("assignment", ""))

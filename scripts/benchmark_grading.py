@@ -51,9 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # quality/ lives a
 from quality.examples import student_submissions  # noqa: E402
 
 ORDER = ["worker start (Python, imports)", "nbgrader start-up", "nbgrader autograde (its own work)",
-         "database (opening the gradebook)", "zygote start (sandbox, imports, arming)", "runner fork",
+         "database (opening the gradebook)", "zygote start (sandbox, imports)", "runner fork", "runner park",
          "ordinary cells", "grade cells", "grade cells with hidden tests", "runner end", "feedback HTML"]
-SANDBOX_PHASES = ("zygote start (sandbox, imports, arming)", "runner fork", "ordinary cells", "grade cells",
+SANDBOX_PHASES = ("zygote start (sandbox, imports)", "runner fork", "runner park", "ordinary cells", "grade cells",
                   "grade cells with hidden tests", "runner end")
 
 

@@ -273,3 +273,74 @@ def test_the_tests_sharing_the_graded_class_stay_on_one_worker(request):
     example class is graded once, not once per worker (pytest 9 broke this: xdist's suffix was ignored)."""
     if getattr(request.config.option, "loadgroup", False):
         assert request.node.nodeid.endswith("@example_class"), request.node.nodeid
+
+
+FAKE_WORKER = """
+import sys, time
+if sys.stdin.readline().strip() != "go":
+    sys.exit(3)
+time.sleep(float(sys.argv[1]))
+print("visible", time.time(), file=sys.stderr, flush=True)
+if sys.argv[2] == "fail":
+    sys.exit(1)
+print("visible-done", flush=True)
+sys.stdin.readline()
+print("hidden", time.time(), file=sys.stderr, flush=True)
+print('{"done": true}')
+"""
+
+
+def _talk_to_fakes(tmp_path, plan: list[tuple[float, str]]) -> list[tuple[str, str]]:
+    """(standard output, standard error) of fake workers, one per (seconds of visible cells, 'ok' or 'fail'),
+    talked to as the batch talks to the workers grading one student (BatchGrader._talk), at the same time."""
+    import subprocess
+    import sys
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    barrier, results = threading.Barrier(len(plan)), {}
+
+    def talk(number: int, seconds: float, outcome: str) -> None:
+        with subprocess.Popen([sys.executable, str(script), str(seconds), outcome], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+            try:
+                results[number] = BatchGrader._talk(SimpleNamespace(sandbox_per_notebook=False), process, True,
+                                                    barrier, time.monotonic() + 60)
+            finally:
+                barrier.abort()
+
+    threads = [threading.Thread(target=talk, args=(number, *step)) for number, step in enumerate(plan)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return [results[number] for number in range(len(plan))]
+
+
+def _times(stderr: str, kind: str) -> list[float]:
+    return [float(line.split()[1]) for line in stderr.splitlines() if line.startswith(kind + " ")]
+
+
+def test_no_hidden_part_runs_before_every_worker_of_the_student_has_run_its_visible_cells(tmp_path):
+    """A student's notebooks split between two workers: the quick one waits at the barrier until the slow one's
+    visible cells have all run, so that nothing a hidden part does can reach the other worker's visible outputs
+    (not even through the time it takes)."""
+    talks = _talk_to_fakes(tmp_path, [(0.1, "ok"), (1.5, "ok")])
+    visible = [t for _, stderr in talks for t in _times(stderr, "visible")]
+    hidden = [t for _, stderr in talks for t in _times(stderr, "hidden")]
+    assert len(visible) == 2 and len(hidden) == 2, talks
+    assert min(hidden) >= max(visible), (visible, hidden)
+    assert all(json.loads(stdout.splitlines()[-1]) == {"done": True} for stdout, _ in talks)
+
+
+def test_a_worker_that_fails_before_the_barrier_holds_nobody_up(tmp_path):
+    import time
+
+    started = time.monotonic()
+    talks = _talk_to_fakes(tmp_path, [(0.1, "ok"), (0.5, "fail")])
+    assert time.monotonic() - started < 30
+    assert _times(talks[0][1], "hidden") and json.loads(talks[0][0].splitlines()[-1]) == {"done": True}
+    assert not _times(talks[1][1], "hidden")

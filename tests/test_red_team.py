@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 from nbformat.v4 import new_code_cell
-from test_boundary import CHECKS, CORRECT, HIDDEN_GRADE, SECRET_D, SECRET_N, failed, notebook, run
+from test_boundary import CHECKS, CORRECT, GRADE, HIDDEN_GRADE, SECRET_D, SECRET_N, failed, notebook, run
 
 from transformer_course.checks.boundary import Frame, StudentError
 from transformer_course.grading.intake.scan import suspicious_code
@@ -392,6 +392,124 @@ def test_a_hidden_tests_inputs_never_reach_the_next_notebook_through_counters(ne
     shown, _ = next_notebook
     pid = int(shown.split("PID ", 1)[1].split("\\n", 1)[0])
     assert pid < 200, pid
+
+
+def graded_in_phases(sandbox, notebooks: list, folder: Path) -> list:
+    """`notebooks` graded as the batch's worker grades a student's notebooks (`worker.Phases`): one sandbox for
+    all of them, every visible cell first, then the hidden parts. The graded notebooks, in order."""
+    import copy
+    import logging
+
+    from transformer_course.grading.classroom.worker import Phases
+    from transformer_course.grading.sandbox import executor
+
+    phases, graded = Phases(), {}
+    executor._SESSION_FACTORY[0] = lambda _notebook: sandbox()
+    executor.use_gate(phases)
+    saved = os.environ.get("NBGRADER_EXECUTION")
+    try:
+        for number, nb in enumerate(notebooks):
+            def grade(number: int = number, nb=nb) -> dict:
+                preprocessor = executor.JudgedExecute(timeout=60)
+                preprocessor.log = logging.getLogger("phased")
+                graded[number] = preprocessor.preprocess(copy.deepcopy(nb), {"cwd": str(folder / str(number))})[0]
+                return {"success": True}
+            phases.visible(str(number), grade)
+        for number in reversed(range(len(notebooks))):
+            assert phases.finish(str(number))["success"]
+    finally:
+        executor.use_gate(None)
+        executor.close_session()
+        executor._SESSION_FACTORY[0] = None
+        if saved is None:
+            os.environ.pop("NBGRADER_EXECUTION", None)
+    return [graded[number] for number in range(len(notebooks))]
+
+
+def shown_and_grades(graded) -> tuple[str, list]:
+    grades = [cell for cell in graded.cells if cell.metadata.get("nbgrader", {}).get("grade")]
+    return "\n".join(repr(cell.get("outputs", [])) for cell in graded.cells if cell.cell_type == "code"), grades
+
+
+def phased_sandbox() -> Session:
+    from transformer_course.grading.sandbox.session import grading_environment, sandboxed_launcher
+
+    if isolation.bubblewrap_problem() is not None:
+        pytest.skip(isolation.bubblewrap_problem())
+    return Session([CHECKS, "IPython.core.interactiveshell", "torch", "math"], environment=grading_environment(1),
+                   launcher=sandboxed_launcher(), warm_up=False).start()
+
+
+def test_in_phases_a_hidden_tests_inputs_never_reach_the_students_next_notebook(tmp_path):
+    """The batch's design: a student's notebooks share one sandbox, every visible cell first. The first notebook's
+    hidden test spills its inputs (files, shared memory, standard error, the pid counter) where the second notebook
+    looks: it has run by then, so nothing shows; and the hidden test did run, and passed."""
+    first = notebook([spying("spill(f'SECRET {d_model},{max_seq_length}', d_model * 30 + max_seq_length)"), SPILL],
+                     [HIDDEN_GRADE])
+    second = notebook([CORRECT, READ, "import time\nprint('CLOCK', time.monotonic())"])
+    graded = graded_in_phases(phased_sandbox, [first, second], tmp_path)
+    shown, _ = shown_and_grades(graded[1])
+    assert "SECRET" not in shown and SECRET not in shown, shown
+    assert int(shown.split("PID ", 1)[1].split("\\n", 1)[0]) < 200, shown
+    _, grades = shown_and_grades(graded[0])
+    assert failed(grades[0]) is None and "(hidden test)" in grades[0].outputs[0]["text"], grades[0].outputs
+
+
+def test_in_phases_the_order_is_what_closes_the_channel(tmp_path):
+    """The same two notebooks with the second one's cells run after the first one's hidden test, in one sandbox
+    (what the phases prevent): the zygote empties the folders between them, but the pid counter carries the
+    inputs (d_model * 30 + max_seq_length forks). The test above would catch the order being lost."""
+    from transformer_course.grading.sandbox import executor
+
+    first = notebook([spying("spill(f'SECRET {d_model},{max_seq_length}', d_model * 30 + max_seq_length)"), SPILL],
+                     [HIDDEN_GRADE])
+    second = notebook([CORRECT, READ])
+    sandbox = phased_sandbox()
+    try:
+        executor._SESSION[0] = sandbox
+        executor._SESSION_FACTORY[0] = lambda _notebook: sandbox
+        for number, nb in enumerate([first, second]):
+            import copy
+            import logging
+
+            preprocessor = executor.JudgedExecute(timeout=60, sandbox_per_notebook=False)
+            preprocessor.log = logging.getLogger("unphased")
+            graded = preprocessor.preprocess(copy.deepcopy(nb), {"cwd": str(tmp_path / str(number))})[0]
+    finally:
+        executor._SESSION[0], executor._SESSION_FACTORY[0] = None, None
+        sandbox.close()
+    shown, _ = shown_and_grades(graded)
+    assert int(shown.split("PID ", 1)[1].split("\\n", 1)[0]) >= SECRET_D * 30 + SECRET_N, shown
+
+
+KILL_THE_OTHERS = textwrap.dedent("""
+    import os, signal
+    mine, killed = {os.getpid(), os.getppid(), 1}, 0
+    for entry in os.listdir('/proc'):
+        if entry.isdigit() and int(entry) not in mine:
+            try:
+                if open(f'/proc/{entry}/cmdline', 'rb').read():
+                    os.kill(int(entry), signal.SIGKILL)
+                    killed += 1
+            except OSError:
+                pass
+    print('KILLED', killed)
+""")
+
+
+def test_in_phases_a_later_notebook_that_kills_the_sleeping_ones_costs_them_nothing(tmp_path):
+    """The second notebook kills every other process of the sandbox (the first notebook's sleeping runner and its
+    snapshot among them): the first notebook's hidden test still runs (its clean cells are run again in a new
+    runner) and passes; the zygote, which it must not reach, goes on serving."""
+    first = notebook([CORRECT], [HIDDEN_GRADE])
+    second = notebook([CORRECT, KILL_THE_OTHERS], [GRADE])
+    graded = graded_in_phases(phased_sandbox, [first, second], tmp_path)
+    assert "KILLED 2" in shown_and_grades(graded[1])[0]  # the sleeping runner and its snapshot
+    for nb in graded:
+        _, grades = shown_and_grades(nb)
+        assert [failed(cell) for cell in grades] == [None] * len(grades), [cell.outputs for cell in grades]
+    _, grades = shown_and_grades(graded[0])
+    assert "(hidden test)" in grades[0].outputs[0]["text"]
 
 
 # --- 6. the reference solution handed in, flagged by nobody --------------------------------------------------

@@ -21,12 +21,14 @@ same --db-url (e.g. a PostgreSQL URL) and its own --shard K/N, or `--shard slurm
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import hashlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -190,10 +192,12 @@ class BatchGrader:
     def __init__(self, course: Path, class_dir: Path, submissions: Path, *, jobs: int = 2, force: bool = False,
                  db_url: str | None = None, shard: tuple[int, int] | None = None, timeout: int = 120,
                  memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
-                 require_sandbox: bool = False, limits: Limits | None = None) -> None:
+                 require_sandbox: bool = False, limits: Limits | None = None,
+                 sandbox_per_notebook: bool = False) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
         self.sandbox, self.require_sandbox = sandbox, require_sandbox
+        self.sandbox_per_notebook = sandbox_per_notebook  # the design before 2026-11-26 (worker --sandbox-per-notebook)
         self.limits = limits or Limits()  # how much of a file intake reads (tests lower them)
         self.assignment_ids = assignment_ids or course_assignments(self.course)
         self.classroom = Classroom(self.course, self.class_dir, database_url=db_url)
@@ -281,8 +285,9 @@ class BatchGrader:
             return result
         report: dict = {}
         parts = self.split(to_grade)
+        barrier = threading.Barrier(len(parts))  # every worker's visible cells before any hidden part
         with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            for part_report, problem in pool.map(lambda part: self.run_worker(result.student, part), parts):
+            for part_report, problem in pool.map(lambda part: self.run_worker(result.student, part, barrier), parts):
                 report.update(part_report)
                 if problem:
                     result.reasons.append(problem)
@@ -303,24 +308,32 @@ class BatchGrader:
              "notebook_seconds": {a: r.get("seconds") for a, r in sorted(report.items())}}, indent=1))
         return result
 
-    def run_worker(self, student: str, assignment_ids: list[str]) -> tuple[dict, str]:
-        """(the worker's report, a reason when it gave none) for grading these notebooks of a student."""
+    def run_worker(self, student: str, assignment_ids: list[str],
+                   barrier: threading.Barrier | None = None) -> tuple[dict, str]:
+        """(the worker's report, a reason when it gave none) for grading these notebooks of a student.
+
+        The worker grades every visible cell of its notebooks first, says so, and waits for the other workers
+        grading the same student (`barrier`) before any hidden part runs (worker.Phases)."""
         command = [sys.executable, "-m", "transformer_course.grading.classroom.worker", "--course", str(self.course),
                    "--class-dir", str(self.class_dir), "--student", student, "--db-url", self.db_url,
                    "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
         command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
         command += ([] if self.sandbox else ["--no-sandbox"]) + ["--wait-for-go"]
+        command += ["--sandbox-per-notebook"] if self.sandbox_per_notebook else ["--wait-between-phases"]
         limit = 60 + 3 * self.timeout * 20 * len(assignment_ids)  # generous: a notebook has ~20 slow cells at most
         with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**self.thread_limits(), **_clean_environment(),
                                               **self.data_environment(), "PYTHONWARNINGS": "ignore"}) as process:
             go = self.verdict_of_start_up() is None  # the worker imports meanwhile, then waits for this line
             try:
-                stdout, stderr = process.communicate("go\n" if go else "stop\n", timeout=limit)
+                stdout, stderr = self._talk(process, go, barrier, time.monotonic() + limit)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.communicate()
+                process.wait()
                 return {}, f"grading took longer than {limit} s and was stopped"
+            finally:
+                if barrier is not None:
+                    barrier.abort()  # harmless after everyone passed; frees the others when this one failed
         if not go:
             return {}, ""
         try:
@@ -330,6 +343,48 @@ class BatchGrader:
         if not isinstance(report, dict) or not report:
             return {}, "the grading process failed: " + " | ".join(stderr.strip().splitlines()[-3:])
         return report, ""
+
+    def _talk(self, process: subprocess.Popen, go: bool, barrier: threading.Barrier | None,
+              deadline: float) -> tuple[str, str]:
+        """The worker's standard output and error, read to the end: 'go' (or 'stop') first; between its two
+        phases ('visible-done' on its standard output, worker.Phases) wait for the student's other workers, then
+        'hidden'. A worker that ends or fails before 'visible-done' breaks the barrier: the others go on."""
+        out: list[str] = []
+        err: list[str] = []
+        visible_done = threading.Event()
+
+        def read_out() -> None:
+            for line in process.stdout:
+                out.append(line)
+                if line.strip() == "visible-done":
+                    visible_done.set()
+            visible_done.set()  # ended without saying it
+
+        readers = [threading.Thread(target=read_out, daemon=True),
+                   threading.Thread(target=lambda: err.extend(process.stderr), daemon=True)]
+        for reader in readers:
+            reader.start()
+        with contextlib.suppress(OSError, ValueError):
+            process.stdin.write("go\n" if go else "stop\n")
+            process.stdin.flush()
+        if go and not self.sandbox_per_notebook:
+            if not visible_done.wait(max(0.0, deadline - time.monotonic())):
+                raise subprocess.TimeoutExpired(process.args, 0)
+            with contextlib.suppress(threading.BrokenBarrierError):
+                if barrier is not None:
+                    if process.poll() is None and "visible-done" in "".join(out):
+                        barrier.wait(max(1.0, deadline - time.monotonic()))
+                    else:
+                        barrier.abort()
+            with contextlib.suppress(OSError, ValueError):
+                process.stdin.write("hidden\n")
+                process.stdin.flush()
+        with contextlib.suppress(OSError, ValueError):
+            process.stdin.close()
+        process.wait(max(0.0, deadline - time.monotonic()))
+        for reader in readers:
+            reader.join(10)
+        return "".join(out), "".join(err)
 
     def split(self, assignment_ids: list[str]) -> list[list[str]]:
         """A student's notebooks in groups graded at the same time, each group by its own worker and sandbox.
@@ -588,6 +643,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sandbox", action="store_true", help="run kernels without bubblewrap isolation")
     parser.add_argument("--require-sandbox", action="store_true",
                         help="stop (exit status 2) instead of grading without isolation where bubblewrap cannot run")
+    parser.add_argument("--sandbox-per-notebook", action="store_true",
+                        help="grade each notebook from start to end in a sandbox of its own (slower; the design before "
+                             "2026-11-26) instead of all visible cells first, then the hidden parts, in one sandbox")
     parser.add_argument("--scores-only", action="store_true",
                         help="grade nobody: write scores.csv for the whole class from the gradebook (after all shards)")
     arguments = parser.parse_args(argv)
@@ -596,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
     grader = BatchGrader(ROOT, arguments.class_dir, arguments.submissions, jobs=arguments.jobs, force=arguments.force,
                          db_url=arguments.db_url, shard=arguments.shard, timeout=arguments.timeout,
                          memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
-                         assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox)
+                         assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox,
+                         sandbox_per_notebook=arguments.sandbox_per_notebook)
     if arguments.shard:
         print(f"this machine grades shard {arguments.shard[0]}/{arguments.shard[1]} of the class", flush=True)
     try:

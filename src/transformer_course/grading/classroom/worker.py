@@ -1,11 +1,13 @@
 """Grade one student: real nbgrader autograde and generate_feedback, in a process of its own.
 
-The batch grader starts one of these per student (so a crash stays with that student) and reads
-the JSON it prints last. nbgrader is driven through its Python API, so its start-up cost is paid
-once per student, not once per command. nbgrader's Execute step is the course's `JudgedExecute`
-(`transformer_course.grading.sandbox.executor`): each of this student's notebooks runs in a sandboxed
-runner zygote of its own (`transformer_course.grading.sandbox.isolation` confines it, `.runner` serves it), so
-that nothing one notebook's hidden tests leave behind reaches the next one's outputs.
+The batch grader starts one of these per student (or per part of a student's notebooks, when spare cores
+share them), so a crash stays with that student, and reads the JSON it prints last. nbgrader is driven
+through its Python API, so its start-up cost is paid once per student, not once per command. nbgrader's
+Execute step is the course's `JudgedExecute` (`transformer_course.grading.sandbox.executor`). The student's
+notebooks are graded in two phases (`Phases`): the visible cells of all of them, then all their hidden parts,
+in one sandboxed zygote (`transformer_course.grading.sandbox.isolation` confines it, `.runner` serves it), so
+that nothing a hidden part does can reach an output the student is shown. With --sandbox-per-notebook each
+notebook is graded from start to end in a sandbox of its own instead (the design before 2026-11-26).
 
     python -m transformer_course.grading.classroom.worker --course ROOT --class-dir DIR --student NAME \
         --assignment 01_positional_encoding --assignment 02_attention [--db-url URL] [--no-sandbox]
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,15 +44,18 @@ def course_config(course: Path, class_dir: Path, db_url: str, timeout: int) -> C
 
 
 def session_factory(course: Path, notebooks: list[nbformat.NotebookNode], memory_gb: float, isolate: bool,
-                    data_folder: str | None, warm_up: bool = True) -> Callable[[nbformat.NotebookNode], Session]:
-    """Sessions for this student: a sandbox for each notebook (so that nothing a notebook's hidden tests leave
-    behind reaches the next), each preloading what its notebook imports."""
+                    data_folder: str | None, warm_up: bool = True,
+                    shared: bool = False) -> Callable[[nbformat.NotebookNode], Session]:
+    """Sessions for this student: with `shared`, one sandbox for all of `notebooks` (graded in two phases,
+    `Phases`), preloading what any of them imports; else a sandbox for each notebook, preloading what it
+    imports."""
     threads = max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     limits = isolation.Limits(memory_bytes=int(memory_gb * 2**30), cpus=float(threads))  # its share of the cores
     launcher = executor.sandboxed_launcher(limits=limits, isolate=isolate, course_root=course)
     environment = executor.grading_environment(threads, data_folder)
-    return lambda notebook: Session(executor.preload_modules([notebook]), environment=environment, launcher=launcher,
-                                    warm_up=warm_up).start()
+    every = executor.preload_modules(notebooks) if shared else []
+    return lambda notebook: Session(every if shared else executor.preload_modules([notebook]),
+                                    environment=environment, launcher=launcher, warm_up=warm_up).start()
 
 
 def runner_start_problem(course: Path, memory_gb: float, isolate: bool, data_folder: str | None) -> str | None:
@@ -70,6 +76,64 @@ def runner_start_problem(course: Path, memory_gb: float, isolate: bool, data_fol
         return f"{type(error).__name__}: {error}"
 
 
+class Phases:
+    """A student's notebooks graded in two phases: first the visible cells of every one of them, then their hidden
+    parts, so that nothing a hidden part does (files, processes, counters, the time it takes) can reach an
+    output the student is shown; the notebooks then share one sandbox (`executor.use_gate`).
+
+    nbgrader grades a notebook from start to end in one call, so each call runs in a thread of its own, which
+    the executor holds at `pause()` between the phases; only one thread runs at a time. `between` runs when
+    every notebook has finished its visible cells (the batch's barrier: a student's other worker)."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+        self.threads: dict[str, tuple[threading.Thread, threading.Event, threading.Event]] = {}
+        self.results: dict[str, dict] = {}
+
+    def pause(self) -> None:
+        """Called by the executor in a notebook's thread, between its visible cells and its hidden parts."""
+        paused, go = self.local.events
+        _segment_end(self.local)
+        paused.set()
+        go.wait()
+        self.local.started = (time.perf_counter(), time.process_time())
+        # nbgrader's utils.setenv removes this variable when a notebook's execution ends, without looking
+        # whether it is still there: with notebooks taking turns, it is set again for the one now going on
+        os.environ["NBGRADER_EXECUTION"] = "autograde"
+
+    def visible(self, assignment: str, autograde: Callable[[], dict]) -> None:
+        """Start grading `assignment` and return when its visible cells have run (or its grading has ended)."""
+        paused, go = threading.Event(), threading.Event()
+
+        def work() -> None:
+            self.local.events = paused, go
+            self.local.started = (time.perf_counter(), time.process_time())
+            try:
+                self.results[assignment] = autograde()
+            except BaseException as error:  # noqa: BLE001  (reported as the notebook's failure)
+                self.results[assignment] = {"success": False, "error": f"{type(error).__name__}: {error}"}
+            finally:
+                _segment_end(self.local)
+                paused.set()
+
+        thread = threading.Thread(target=work, name=f"grade {assignment}", daemon=True)
+        self.threads[assignment] = (thread, paused, go)
+        thread.start()
+        paused.wait()
+
+    def finish(self, assignment: str) -> dict:
+        """Let `assignment`'s hidden parts and the rest of its grading run; nbgrader's result."""
+        thread, _paused, go = self.threads.pop(assignment)
+        go.set()
+        thread.join()
+        return self.results.pop(assignment)
+
+
+def _segment_end(local: threading.local) -> None:
+    wall, cpu = local.started
+    profiling.add("nbgrader autograde", time.perf_counter() - wall, time.process_time() - cpu)
+
+
 def grade(arguments: argparse.Namespace) -> dict[str, object]:
     profiling.add("worker start (Python, imports)", _seconds_since_start(), time.process_time())
     course, class_dir = arguments.course.resolve(), arguments.class_dir.resolve()
@@ -79,8 +143,13 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
                 if (class_dir / "release" / a / f"{a}.ipynb").exists()]
     from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
 
-    executor.use_session_factory(session_factory(course, released, arguments.memory_gb, not arguments.no_sandbox,
-                                                 os.environ.get(MULTI30K_DIR)))
+    phased = not arguments.sandbox_per_notebook
+
+    def use_sandboxes(shared: bool) -> None:
+        executor.use_session_factory(session_factory(course, released, arguments.memory_gb, not arguments.no_sandbox,
+                                                     os.environ.get(MULTI30K_DIR), shared=shared))
+
+    use_sandboxes(shared=phased)
     os.environ.setdefault("MPLBACKEND", "Agg")
 
     with profiling.phase("nbgrader start-up"):
@@ -89,20 +158,50 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
         api = NbGraderAPI(config=config)
     if profiling.enabled():
         _profile_gradebook()
-    report: dict[str, object] = {}
+    results: dict[str, dict] = {}
+    seconds: dict[str, float] = {}
     try:
+        if phased:
+            phases = Phases()
+            executor.use_gate(phases)
+            for assignment in arguments.assignment:  # one nbgrader API each: its calls change its course folder
+                started = time.perf_counter()
+                own = NbGraderAPI(config=config)
+                phases.visible(assignment, lambda own=own, assignment=assignment: own.autograde(
+                    assignment, arguments.student, force=True, create=True))
+                seconds[assignment] = time.perf_counter() - started
+            if arguments.wait_between_phases:
+                sys.stdout.write("visible-done\n")
+                sys.stdout.flush()
+                sys.stdin.readline()  # the batch answers when the student's other workers are there too
+            for assignment in reversed(arguments.assignment):  # last in, first out: nbgrader's setenv nests so
+                started = time.perf_counter()
+                results[assignment] = phases.finish(assignment)
+                seconds[assignment] += time.perf_counter() - started
+            executor.use_gate(None)
+            executor.close_session()
+            use_sandboxes(shared=False)
+        for assignment in arguments.assignment:
+            result = results.get(assignment)
+            if result is None or (not result["success"] and _database_trouble(result)):
+                started = time.perf_counter()  # graded again, alone: in a sandbox of its own
+                with profiling.phase("nbgrader autograde"):
+                    result = _autograde(api, assignment, arguments.student)
+                seconds[assignment] = seconds.get(assignment, 0.0) + time.perf_counter() - started
+                results[assignment] = result
+        report: dict[str, object] = {}
         for assignment in arguments.assignment:
             started = time.perf_counter()
-            with profiling.phase("nbgrader autograde"):
-                result = _autograde(api, assignment, arguments.student)
+            result = results[assignment]
             if result["success"]:
                 with profiling.phase("feedback HTML"):
                     result = api.generate_feedback(assignment, arguments.student, force=True)
             report[assignment] = {"success": bool(result["success"]),
                                   "error": "" if result["success"] else _last_lines(result),
-                                  "seconds": round(time.perf_counter() - started, 1),
+                                  "seconds": round(seconds.get(assignment, 0.0) + time.perf_counter() - started, 1),
                                   "findings": _findings(class_dir, arguments.student, assignment)}
     finally:
+        executor.use_gate(None)
         executor.close_session()
         profiling.dump(arguments.student)
     return report
@@ -112,13 +211,17 @@ _DATABASE_TROUBLE = ("IntegrityError", "OperationalError", "deadlock detected", 
                      "database is locked")
 
 
+def _database_trouble(result: dict) -> bool:
+    text = f"{result.get('error') or ''} {result.get('log') or ''}"
+    return any(sign in text for sign in _DATABASE_TROUBLE)
+
+
 def _autograde(api: object, assignment: str, student: str, attempts: int = 3) -> dict:
     """nbgrader's autograde, tried again when the shared gradebook refused a write (another machine
     wrote the same rows at the same moment, a deadlock PostgreSQL broke, sqlite busy)."""
     for attempt in range(attempts):
         result = api.autograde(assignment, student, force=True, create=True)  # type: ignore[attr-defined]
-        text = f"{result.get('error') or ''} {result.get('log') or ''}"
-        if result["success"] or not any(sign in text for sign in _DATABASE_TROUBLE) or attempt == attempts - 1:
+        if result["success"] or not _database_trouble(result) or attempt == attempts - 1:
             return result
         time.sleep(1 + attempt)
     return result
@@ -173,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=120, help="seconds a cell may run")
     parser.add_argument("--memory-gb", type=float, default=6.0, help="memory all of a student's processes may use")
     parser.add_argument("--no-sandbox", action="store_true")
+    parser.add_argument("--sandbox-per-notebook", action="store_true",
+                        help="grade each notebook from start to end in a sandbox of its own (the design before "
+                             "2026-11-26), instead of every visible cell first, then the hidden parts, in one sandbox")
+    parser.add_argument("--wait-between-phases", action="store_true",
+                        help="print 'visible-done' when every notebook's visible cells have run and read a line "
+                             "before their hidden parts (the batch's barrier across a student's workers)")
     parser.add_argument("--wait-for-go", action="store_true",
                         help="read one line first: 'go' grades, anything else ends here (the batch's start-up test "
                              "runs while this process imports)")

@@ -7,7 +7,9 @@ read here, and must be a list of `assert check.NAME(name, ..., keyword=literal, 
 in *this* process, against a throwaway servant forked from the notebook's state at that cell: whatever
 the check needs from the student's objects it asks for as an experiment (`checks.boundary`), and only
 values come back. The verdict, the message and the cell's outputs are made here. A grade cell's hidden
-part runs the same way after the notebook's last cell, against a snapshot taken at that cell.
+part runs the same way after the notebook's last cell, against a snapshot taken at that cell; with a gate
+(`use_gate`, the batch worker's), only after the last cell of every notebook of the student, whose runners
+sleep in one sandbox meanwhile.
 
 A runner that dies (os._exit, a crash, the memory limit) costs the cell that killed it: a new runner is
 forked, the cells above that ran cleanly are run again (and the snapshots retaken), and the notebook goes
@@ -240,6 +242,16 @@ def exercise_names(notebook: NotebookNode) -> list[str]:
 
 _SESSION: list[Session | None] = [None]
 _SESSION_FACTORY: list[Callable[[NotebookNode], Session] | None] = [None]
+_GATE: list[Any] = [None]
+
+
+def use_gate(gate: Any) -> None:
+    """Hold each notebook between its visible cells and its hidden parts: `gate.pause()` is called there and
+    returns when the notebook may go on. With a gate, a student's notebooks share one sandbox (their runners
+    sleep meanwhile, `Session.park`), and the caller (the batch worker, `classroom.worker`) lets the hidden parts
+    run only once every visible cell has: then nothing a hidden part does, leaves or takes time over can
+    reach anything the student is shown. Without one (None), every notebook gets a sandbox of its own."""
+    _GATE[0] = gate
 
 
 def use_session_factory(factory: Callable[[NotebookNode], Session] | None) -> None:
@@ -330,7 +342,8 @@ class JudgedExecute(NbGraderPreprocessor):
         self.replay: list[tuple[str, Any]] = []  # what to run again after a runner died: cells, snapshots
         self.hidden: list[_Hidden] = []
         self.deaths = 0
-        if self.sandbox_per_notebook:  # the previous notebook's hidden tests ran in the last one
+        gate = _GATE[0]
+        if gate is None and self.sandbox_per_notebook:  # the previous notebook's hidden tests ran in the last one
             close_session()
         self.session = _session_for(nb)
         with profiling.phase("runner fork", self.session.cpu_seconds):
@@ -360,6 +373,8 @@ class JudgedExecute(NbGraderPreprocessor):
                 self._grade_cell(index, cell)
             else:
                 self._ordinary_cell(index, cell)
+        if gate is not None:
+            self._pause(gate)
         self._hidden_parts()
         with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner end", self.session.cpu_seconds):
             self.session.end_notebook()
@@ -460,6 +475,21 @@ class JudgedExecute(NbGraderPreprocessor):
                 with profiling.phase("hidden tests", self.session.cpu_seconds):
                     judged = _without_hidden_values(self._judge(entry.calls, entry.snapshot, entry.index))
             cell.outputs = _merge(cell.outputs, judged)
+
+    def _pause(self, gate: Any) -> None:
+        """Park the runner, wait for the gate, wake it. A runner that cannot be woken (the sandbox ended meanwhile:
+        a later notebook broke it) is replaced by a new one with this notebook's clean cells run again."""
+        parked = None
+        if self.session.runner is not None:
+            with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner park", self.session.cpu_seconds):
+                parked = self.session.park()
+        gate.pause()
+        if parked is not None and self.session is _SESSION[0] and self.session.alive():
+            with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner park", self.session.cpu_seconds):
+                self.session.wake(parked)
+        if self.session.runner is None and self.hidden:
+            self.deaths -= 1  # not this notebook's doing
+            self._died(len(self.nb.cells), None)
 
     # a runner that died ----------------------------------------------------------------------------------
 

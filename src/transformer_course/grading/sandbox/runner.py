@@ -7,7 +7,10 @@ It holds no grading secret and decides nothing. It talks to the grader over one 
 
 - the **zygote** imports torch, IPython and the course once, then forks one *runner* per notebook and,
   when a runner has ended, ends every process it left behind and empties the scratch folders (so one
-  notebook cannot leave anything for the next). The zygote never runs notebook code.
+  notebook cannot leave anything for the next). The zygote never runs notebook code. A runner may *park*
+  between its notebook's visible cells and its hidden parts, so that the student's next notebook can run
+  first (the batch grades every visible cell of a student before any hidden part); while one is parked,
+  the folders are emptied only once the last runner has ended.
 - a **runner** executes the notebook's ordinary cells with IPython (magics, `display`, the last
   expression's value, as in Colab) and sends back their outputs. For a grade cell the grader asks it to
   fork a **servant**: a throwaway copy of the notebook's state at that cell, which runs the experiments
@@ -231,7 +234,12 @@ def warm_up_torch(parts: set[str] | tuple[str, ...] = WARM_UP_PARTS) -> None:
 
 
 def serve(preloaded: list[str], warm_up: bool = True) -> None:
-    """The zygote: prepare, then fork one runner per notebook the grader asks for."""
+    """The zygote: prepare, then fork one runner per notebook the grader asks for.
+
+    A runner may *park* (the grader's `park`): it stops reading the channel and sleeps until the grader has
+    the zygote `wake` it, so that the grader can run the visible cells of a student's other notebooks first and
+    their hidden parts last (`Session.park`). While a runner is parked, a runner that ends leaves its folders as
+    they are (the parked one may need its files); what it left running is still ended."""
     requests, replies = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
@@ -241,24 +249,73 @@ def serve(preloaded: list[str], warm_up: bool = True) -> None:
     _subreaper()
     link = Channel(requests, replies)
     scratch = _scratch_folders()
+    parked: dict[int, tuple[int, int]] = {}  # runner pid -> (write end of its wake-up pipe, read end of its park pipe)
     link.send({"op": "ready", "pid": os.getpid()})
     while True:
         try:
             request = link.receive()
         except (EOFError, channel.ChannelError):
             os._exit(0)
-        if not isinstance(request, dict) or request.get("op") != "notebook":
+        op = request.get("op") if isinstance(request, dict) else None
+        if op == "notebook":
+            wake_read, wake_write = os.pipe()
+            park_read, park_write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                for fd in (wake_write, park_read, *(fd for pair in parked.values() for fd in pair)):
+                    os.close(fd)
+                try:
+                    Runner(link, request, (park_write, wake_read)).loop()
+                finally:
+                    os._exit(0)
+            os.close(wake_read)
+            os.close(park_write)
+            link.send({"op": "runner-started", "pid": pid})
+        elif op == "wake":
+            if request.get("pid") not in parked:
+                link.send({"op": "runner-exit", "status": "no such runner"})
+                continue
+            pid = request["pid"]
+            wake_write, park_read = parked.pop(pid)
+            with contextlib.suppress(OSError):
+                os.write(wake_write, b"g")
+        else:
             os._exit(0)
-        pid = os.fork()
-        if pid == 0:
+        ended = _await_runner(pid, park_read)
+        if ended is None:
+            parked[pid] = (wake_write, park_read)
+            continue
+        os.close(wake_write)
+        os.close(park_read)
+        _clean_up(scratch, keep=list(parked))
+        link.send({"op": "runner-exit", "status": ended})
+
+
+def _await_runner(pid: int, park_read: int) -> str | None:
+    """None when the runner parked (it wrote to its park pipe), else how it ended."""
+    import select
+
+    try:
+        ended = os.pidfd_open(pid)
+    except (OSError, AttributeError):  # no pidfd here: look every 0.05 s
+        ended = None
+    watched = [park_read, *([ended] if ended is not None else [])]
+    try:
+        while True:
+            ready = select.select(watched, [], [], None if ended is not None else 0.05)[0]
+            if park_read in ready:
+                if os.read(park_read, 1) == b"p":
+                    return None
+                watched.remove(park_read)  # every writer closed it: the runner is ending
             try:
-                Runner(link, request).loop()
-            finally:
-                os._exit(0)
-        link.send({"op": "runner-started", "pid": pid})
-        _, status = os.waitpid(pid, 0)
-        _clean_up(scratch)
-        link.send({"op": "runner-exit", "status": _describe_status(status)})
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # already reaped (a clean-up while it was parked)
+                return "?"
+            if done:
+                return _describe_status(status)
+    finally:
+        if ended is not None:
+            os.close(ended)
 
 
 def _subreaper() -> None:
@@ -402,11 +459,16 @@ def _remove_ipc_objects() -> None:
                 remove(int(fields[1]))
 
 
-def _clean_up(scratch: dict[str, Inventory]) -> None:
+def _clean_up(scratch: dict[str, Inventory], keep: list[int] | None = None) -> None:
     """After a runner ended: end every process it left behind and remove what it wrote, so one
     notebook (a full /tmp, a stray process, data for the next notebook) cannot reach the next one or break
-    the runner's own start."""
+    the runner's own start. `keep`: parked runners, which keep their processes, and then the folders too."""
+    spared = set(keep or [])
+    for root in keep or []:
+        spared.update(_descendants(root))
     for pid in _descendants(os.getpid()):
+        if pid in spared:
+            continue
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
@@ -417,6 +479,8 @@ def _clean_up(scratch: dict[str, Inventory]) -> None:
                 break
         except ChildProcessError:
             break
+    if keep:
+        return
     for folder, kept in scratch.items():
         _wipe(folder, kept)
     if os.environ.get(PRIVATE_SHM) == "1":  # the sandbox's own IPC namespace (never the host's)
@@ -429,8 +493,9 @@ def _clean_up(scratch: dict[str, Inventory]) -> None:
 class Runner:
     """One notebook: ordinary cells in IPython; servants and snapshots forked for grade cells."""
 
-    def __init__(self, link: Channel, request: dict[str, Any]) -> None:
+    def __init__(self, link: Channel, request: dict[str, Any], parking: tuple[int, int] | None = None) -> None:
         self.link = link
+        self.parking = parking  # (write end of the pipe that tells the zygote it parked, read end of its wake-up)
         self.checks = str(request.get("checks") or "")
         # the reference solution of this notebook's exercises, found before any notebook code runs
         self.exercises = fingerprint.exercise_code([str(name) for name in request.get("exercises", [])])
@@ -471,6 +536,8 @@ class Runner:
                 self.snapshot(message["id"])
             elif op == "resume":
                 self.resume(message["id"])
+            elif op == "park":
+                self.park()
             elif op == "results":  # what the grader decided, for the notebook's own summary cell
                 from transformer_course.checks import framework
 
@@ -478,6 +545,21 @@ class Runner:
                     framework.record(name, title, passed, text)
             else:
                 return
+
+    def park(self) -> None:
+        """Stop reading the channel (the zygote reads it now) until the zygote wakes this runner."""
+        if self.parking is None:
+            os._exit(0)
+        told, wake = self.parking
+        self.link.send({"op": "parked"})
+        os.write(told, b"p")
+        try:
+            woken = os.read(wake, 1)
+        except BaseException:
+            os._exit(0)
+        if woken != b"g":
+            os._exit(0)
+        self.link.send({"op": "awake"})
 
     def cell(self, message: dict[str, Any]) -> None:
         self.current[0] = CellRecorder()

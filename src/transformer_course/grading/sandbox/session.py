@@ -38,7 +38,7 @@ MAX_CELL_MESSAGE = 16 * 2**20  # a cell's outputs, as the runner sends them
 WRITE_STALL = 30.0  # seconds the student's side may leave a request of the grader's unread before it is ended
 MAX_NOTES = 64  # notes of the watcher kept per servant (a flood of forged notes costs the grader nothing)
 NOTE_KINDS = frozenset({"reference", "subclass", "runs", "copy", "process", "trace"})
-_STATUS = re.compile(r"(?:signal|exit) -?[0-9]{1,4}|interrupted|no such snapshot|\?")
+_STATUS = re.compile(r"(?:signal|exit) -?[0-9]{1,4}|interrupted|no such snapshot|no such runner|\?")
 KERNEL_DIED = ("the Python process running your notebook stopped while running this cell (os._exit, a crash in "
                "native code, or more memory than allowed); this cell scores 0, the cells after it still ran")
 
@@ -220,6 +220,15 @@ class Snapshot:
     host_pid: int | None
 
 
+@dataclass
+class Parked:
+    """A runner asleep between a notebook's visible cells and its hidden parts (`Session.park`)."""
+
+    inner_pid: int  # as the zygote knows it
+    host_pid: int | None
+    snapshots: dict[int, Snapshot]
+
+
 class Session:
     """One student's zygote. Use as a context manager; `notebook()` opens a runner for one notebook."""
 
@@ -233,7 +242,9 @@ class Session:
         self.log: BoundedLog | None = None
         self.zygote: int | None = None  # host pids
         self.runner: int | None = None
+        self.runner_inner: int | None = None  # the runner's pid in the sandbox
         self.snapshots: dict[int, Snapshot] = {}
+        self.parked: list[Parked] = []
         self.requests = 0
         self.cell_notes: list[dict[str, str]] = []  # the watcher's notes from ordinary cells (see runner.Watcher)
         self.write_stall = WRITE_STALL
@@ -276,7 +287,7 @@ class Session:
             self.process.wait()
         if hasattr(self.process, "close"):
             self.process.close()
-        self.process, self.runner, self.zygote, self.snapshots = None, None, None, {}
+        self.process, self.runner, self.zygote, self.snapshots, self.parked = None, None, None, {}, []
 
     def __enter__(self) -> Session:
         return self if self.process is not None else self.start()
@@ -329,7 +340,7 @@ class Session:
             self.process.kill()
         with contextlib.suppress(Exception):
             self.process.wait(timeout=10)
-        self.runner, self.snapshots = None, {}
+        self.runner, self.snapshots, self.parked = None, {}, []
 
     def messages(self, deadline: float, limit: int = channel.LIMITS.message_bytes) -> Iterator[dict[str, Any]]:
         """Decoded messages as they arrive until `deadline` (then TimeoutError)."""
@@ -400,6 +411,8 @@ class Session:
         if self.zygote is None:
             return
         keep = {self.zygote, self.runner, *(s.host_pid for s in self.snapshots.values())}
+        for parked in self.parked:
+            keep |= {parked.host_pid, *(s.host_pid for s in parked.snapshots.values())}
         kill_all([pid for pid in process_tree(self.zygote) if pid not in keep])
 
     def _continue_zygote(self) -> None:
@@ -414,7 +427,7 @@ class Session:
         """End the runner and everything below it (its snapshots and servants too)."""
         if self.runner is not None:
             kill_all(process_tree(self.runner))
-        self.runner, self.snapshots = None, {}
+        self.runner, self.runner_inner, self.snapshots = None, None, {}
 
     # notebooks ----------------------------------------------------------------------------------------------
 
@@ -435,8 +448,35 @@ class Session:
             raise RunnerDied(f"the grading process was not runner-started after {timeout:g} s "
                              f"({self.stderr_tail()})") from None
         self.runner = self._host_pid(started.get("pid"))
+        self.runner_inner = started.get("pid") if isinstance(started.get("pid"), int) else None
         self.snapshots = {}
         self._await("runner-ready", timeout)
+
+    def park(self, timeout: float = 30) -> Parked:
+        """Put the runner to sleep with its snapshots, so that the next notebook can start while this one's
+        hidden parts wait (see `runner.serve`); `wake` gives it back. RunnerDied when it cannot park."""
+        if self.runner is None or self.runner_inner is None:
+            raise RunnerDied("no runner to park")
+        self.send({"op": "park"})
+        self._await("parked", timeout)
+        parked = Parked(self.runner_inner, self.runner, self.snapshots)
+        self.parked.append(parked)
+        self.runner, self.runner_inner, self.snapshots = None, None, {}
+        return parked
+
+    def wake(self, parked: Parked, timeout: float = 30) -> None:
+        """Make a parked runner the session's runner again (no other runner may be running then)."""
+        if parked not in self.parked:
+            raise RunnerDied("this runner's sandbox has ended")
+        self.parked.remove(parked)
+        self._continue_zygote()
+        self.send({"op": "wake", "pid": parked.inner_pid})
+        self.runner, self.runner_inner, self.snapshots = parked.host_pid, parked.inner_pid, parked.snapshots
+        try:
+            self._await("awake", timeout)
+        except (RunnerDied, ChannelBroken):
+            self.kill_runner()
+            raise
 
     def end_notebook(self, timeout: float = 30) -> str:
         self.send({"op": "end"})

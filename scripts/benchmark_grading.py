@@ -53,6 +53,7 @@ from quality.examples import student_submissions  # noqa: E402
 ORDER = ["worker start (Python, imports)", "nbgrader start-up", "nbgrader autograde (its own work)",
          "database (opening the gradebook)", "zygote start (sandbox, imports)", "runner fork", "runner park",
          "ordinary cells", "grade cells", "grade cells with hidden tests", "runner end", "feedback HTML"]
+BATCH_OPTIONS: list[str] = []  # --sandbox-per-notebook: the design before 2026-11-26, for comparison
 SANDBOX_PHASES = ("zygote start (sandbox, imports)", "runner fork", "runner park", "ordinary cells", "grade cells",
                   "grade cells with hidden tests", "runner end")
 
@@ -142,7 +143,7 @@ def one_full_submission(root: Path, work: Path, repeat: int, stages: list[str] |
         profile = work / f"profile-{number}.jsonl"
         environment = {**os.environ, PROFILE: str(profile)}
         command = [sys.executable, "-m", "transformer_course.grading.batch", str(folder), "--class-dir",
-                   str(class_dir), "--jobs", "1", *([] if grader.sandbox else ["--no-sandbox"])]
+                   str(class_dir), "--jobs", "1", *([] if grader.sandbox else ["--no-sandbox"]), *BATCH_OPTIONS]
         run = timed_command(command, environment)
         parts = [derived(json.loads(line)["phases"]) for line in profile.read_text().splitlines()]
         run["phases"] = {name: [sum(part[name][i] for part in parts if name in part) for i in range(3)]
@@ -217,7 +218,7 @@ def batch_seconds(root: Path, work: Path, submissions: Path, assignment_ids: lis
     grader.prepare()
     command = [sys.executable, "-m", "transformer_course.grading.batch", str(submissions), "--class-dir",
                str(class_dir), "--jobs", str(jobs), *(f"--assignment={a}" for a in assignment_ids),
-               *([] if grader.sandbox else ["--no-sandbox"])]
+               *([] if grader.sandbox else ["--no-sandbox"]), *BATCH_OPTIONS]
     run = timed_command(command, dict(os.environ))
     count = len(list(submissions.iterdir()))
     return {**run, "students": count, "wall_per_student_s": round(run["wall_s"] / count, 2),
@@ -263,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="also grade a class of N full submissions (the --full-stages notebooks) with --jobs "
                              "equal to the number of cores: the per-core throughput a large class gets")
     parser.add_argument("--skip-serial", action="store_true", help="skip plain serial nbgrader")
+    parser.add_argument("--sandbox-per-notebook", action="store_true",
+                        help="grade with the batch command's --sandbox-per-notebook (the design before 2026-11-26)")
     parser.add_argument("--output", type=Path)
     arguments = parser.parse_args(argv)
+    BATCH_OPTIONS[:] = ["--sandbox-per-notebook"] if arguments.sandbox_per_notebook else []
     root = repository_root()
     work = Path(tempfile.mkdtemp(prefix="grading-benchmark-"))
     figures: dict[str, object] = {

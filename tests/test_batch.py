@@ -268,6 +268,13 @@ def test_a_machine_where_no_kernel_starts_stops_the_batch_with_the_cause(tmp_pat
     assert not (tmp_path / "class" / "autograded" / ".preflight").exists()
 
 
+def test_where_sandboxes_start_the_start_up_test_never_runs(graded):
+    """Every worker starts its sandbox before grading and says when it could not; only then does the batch run
+    its start-up test (the test above shows that path). A class graded normally costs no test."""
+    grader, _, _, _ = graded
+    assert grader.start_up is None
+
+
 def test_the_tests_sharing_the_graded_class_stay_on_one_worker(request):
     """Under `make test` (pytest-xdist, --dist loadgroup) this module's tests carry their group, so the
     example class is graded once, not once per worker (pytest 9 broke this: xdist's suffix was ignored)."""

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from transformer_course.authoring import assignments as course_assignments
 from transformer_course.data import multi30k, token_cache
+from transformer_course.grading.classroom import SANDBOX_PROBLEM
 from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
 from transformer_course.grading.gradebook.config import ROOT
 from transformer_course.grading.intake.identities import lookalike_notes, student_ids
@@ -205,7 +206,8 @@ class BatchGrader:
         self.records = self.class_dir / "records"
         self.data_folder: str | None = None  # Multi30k for the kernels, set by prepare()
         self.tokens_folder: str | None = None  # Multi30k tokenised once for the kernels, set by prepare()
-        self.start_up: Future[str | None] | None = None  # the start-up test while the first workers start
+        self.start_up: Future[str | None] | None = None  # the start-up test (start_up_test)
+        self.start_up_lock = threading.Lock()
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -278,6 +280,8 @@ class BatchGrader:
 
     def grade(self, result: StudentResult) -> StudentResult:
         start = time.perf_counter()
+        if self.start_up is not None and self.start_up.done() and self.verdict_of_start_up():
+            return result  # no sandbox starts here: nobody is graded (run() says why)
         to_grade = self.place(result)
         if not to_grade:
             result.status = "rejected"
@@ -340,6 +344,9 @@ class BatchGrader:
             report = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
         except json.JSONDecodeError:
             report = {}
+        if isinstance(report, dict) and isinstance(report.get(SANDBOX_PROBLEM), str):
+            self.start_up_test()  # is it this machine? then nobody is graded (grade() and run() wait for it)
+            return {}, f"the grading sandbox did not start: {printable(report[SANDBOX_PROBLEM])[:300]}"
         if not isinstance(report, dict) or not report:
             return {}, "the grading process failed: " + " | ".join(stderr.strip().splitlines()[-3:])
         return report, ""
@@ -404,11 +411,12 @@ class BatchGrader:
     def cost(self, assignment: str) -> float:
         """Relative grading cost of an assignment (to balance the groups), else its number of code cells / 10.
 
-        The seconds each notebook took in its worker (nbgrader, its sandbox's start, its cells, its feedback),
-        as scripts/benchmark_grading.py prints them per notebook (medians of three runs); every notebook starts a
-        sandbox of its own; measured on 2026-11-25 (2 cores, bubblewrap)."""
-        measured = {"00_why_attention": 7.1, "01_positional_encoding": 2.4, "02_attention": 6.3, "03_blocks": 4.1,
-                    "04_transformer": 5.5, "05_training": 9.0, "06_decoding": 6.4, "07_fast_and_better_decoding": 7.1}
+        The seconds each notebook took in its worker (nbgrader, its cells, its feedback; the worker's sandbox,
+        started once for all of its notebooks, left out), as scripts/benchmark_grading.py prints them per notebook
+        (medians of three runs, less the sandbox's start for the first notebook of each worker); measured on
+        2026-11-26 (2 cores, bubblewrap)."""
+        measured = {"00_why_attention": 3.8, "01_positional_encoding": 2.2, "02_attention": 2.3, "03_blocks": 2.8,
+                    "04_transformer": 2.9, "05_training": 5.6, "06_decoding": 3.8, "07_fast_and_better_decoding": 4.8}
         if assignment in measured:
             return measured[assignment]
         try:
@@ -429,6 +437,20 @@ class BatchGrader:
             how = "sandboxed" if self.sandbox else "unsandboxed"
             raise GradingUnavailable(f"a student's notebook runner cannot start on this machine ({how}, "
                                      f"{self.memory_gb} GB of memory), so nobody was graded: {problem}")
+
+    def start_up_test(self) -> Future[str | None]:
+        """The start-up test (`runner_problem`), started once, in a thread of its own.
+
+        With a sandbox per notebook it runs before anyone is graded. Otherwise it runs only once a worker has
+        said that its sandbox did not start (`worker.SANDBOX_PROBLEM`): every worker starts its sandbox before
+        grading, so a machine where none can start still grades nobody, and a machine where they start pays
+        nothing for the test."""
+        with self.start_up_lock:
+            if self.start_up is None:
+                checking = ThreadPoolExecutor(max_workers=1)
+                self.start_up = checking.submit(self.runner_problem)
+                checking.shutdown(wait=False)
+            return self.start_up
 
     def verdict_of_start_up(self) -> str | None:
         """The start-up test's answer (waiting for it): None when grading may go on."""
@@ -478,10 +500,8 @@ class BatchGrader:
                 result.reasons = [str(reason) for reason in self.record(result).get("reasons", [])]
             else:
                 pending.append(result)
-        # the start-up test runs while the first workers start (they import nbgrader and wait for its answer)
-        checking = ThreadPoolExecutor(max_workers=1)
-        self.start_up = checking.submit(self.runner_problem) if pending else None
-        checking.shutdown(wait=False)
+        if pending and self.sandbox_per_notebook:
+            self.start_up_test()  # runs while the first workers start (they import nbgrader and wait for its answer)
         with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
             futures = {pool.submit(self.grade, result): result for result in pending}
             for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="student"):

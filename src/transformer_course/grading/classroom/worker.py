@@ -28,6 +28,7 @@ import nbformat
 from nbgrader.converters import Autograde
 from traitlets.config import Config
 
+from transformer_course.grading.classroom import SANDBOX_PROBLEM
 from transformer_course.grading.gradebook.config import nbgrader_config
 from transformer_course.grading.sandbox import executor, isolation, profiling
 from transformer_course.grading.sandbox.executor import Session
@@ -101,15 +102,21 @@ class Phases:
         # whether it is still there: with notebooks taking turns, it is set again for the one now going on
         os.environ["NBGRADER_EXECUTION"] = "autograde"
 
-    def visible(self, assignment: str, autograde: Callable[[], dict]) -> None:
-        """Start grading `assignment` and return when its visible cells have run (or its grading has ended)."""
+    def visible(self, assignment: str, autograde: Callable[[], dict], attempts: int = 3) -> None:
+        """Start grading `assignment` and return when its visible cells have run (or its grading has ended). A
+        grading the gradebook refused before any cell ran (another worker was writing) is tried again at once,
+        up to `attempts` times; one refused later is left to the caller (its cells must not run again here)."""
         paused, go = threading.Event(), threading.Event()
 
         def work() -> None:
             self.local.events = paused, go
             self.local.started = (time.perf_counter(), time.process_time())
             try:
-                self.results[assignment] = autograde()
+                for attempt in range(attempts):
+                    self.results[assignment] = result = autograde()
+                    if result["success"] or go.is_set() or not _database_trouble(result):
+                        break
+                    time.sleep(1 + attempt)
             except BaseException as error:  # noqa: BLE001  (reported as the notebook's failure)
                 self.results[assignment] = {"success": False, "error": f"{type(error).__name__}: {error}"}
             finally:
@@ -151,6 +158,12 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
 
     use_sandboxes(shared=phased)
     os.environ.setdefault("MPLBACKEND", "Agg")
+    if phased and released:  # the sandbox first: where none starts, the batch stops instead of failing everyone
+        try:
+            executor.open_session(released[0])
+        except (executor.RunnerDied, executor.ChannelBroken, TimeoutError, OSError, isolation.SandboxError) as error:
+            executor.close_session()
+            return {SANDBOX_PROBLEM: f"{type(error).__name__}: {error}"}
 
     with profiling.phase("nbgrader start-up"):
         from nbgrader.apps import NbGraderAPI  # imported late: it is slow and reads the environment

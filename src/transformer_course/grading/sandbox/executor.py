@@ -266,6 +266,12 @@ def close_session() -> None:
         _SESSION[0] = None
 
 
+def open_session(notebook: NotebookNode) -> Session:
+    """The session the next notebook will use, started now if there is none (the worker starts it before
+    grading, to know at once when no sandbox can start)."""
+    return _session_for(notebook)
+
+
 def _session_for(notebook: NotebookNode) -> Session:
     session = _SESSION[0]
     if session is not None and session.alive():

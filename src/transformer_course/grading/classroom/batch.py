@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import csv
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -500,6 +501,8 @@ class BatchGrader:
                 result.reasons = [str(reason) for reason in self.record(result).get("reasons", [])]
             else:
                 pending.append(result)
+        if pending:  # nbgrader (half a second to import) is needed for the scores at the end: imported meanwhile
+            threading.Thread(target=importlib.import_module, args=("nbgrader.api",), daemon=True).start()
         if pending and self.sandbox_per_notebook:
             self.start_up_test()  # runs while the first workers start (they import nbgrader and wait for its answer)
         with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook
-from sqlalchemy.orm import joinedload
 
 from transformer_course.authoring import assignments, run_nbgrader
 
@@ -59,6 +57,7 @@ class Classroom:
     def register(self, assignment_ids: list[str] | None = None) -> list[str]:
         """Register the assignments and their grade cells (real generate_assignment); the caller
         holds `gradebook_lock` when other machines may be doing the same."""
+        from nbgrader.api import Gradebook
         assignment_ids = assignment_ids or assignments(self.root)
         self.folder.mkdir(parents=True, exist_ok=True)
         with Gradebook(self.db_url) as gradebook:
@@ -85,7 +84,8 @@ class Classroom:
 
         Two queries whatever the size of the class (the gradebook's objects would cost a query per
         submission, notebook and grade: minutes for a class of thousands on a remote PostgreSQL)."""
-        from nbgrader.api import Assignment, Grade, SubmittedAssignment, SubmittedNotebook
+        from nbgrader.api import Assignment, Grade, Gradebook, SubmittedAssignment, SubmittedNotebook
+        from sqlalchemy.orm import joinedload
 
         rows: dict[tuple[str, str], dict[str, object]] = {}
         with Gradebook(self.db_url) as gradebook:

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook, MissingEntry
 
 from transformer_course.grading.gradebook.config import ROOT, default_db_url, nbgrader_config
 from transformer_course.grading.outputs import hand_grades
@@ -140,6 +139,7 @@ class Sheet:
 
 def collect(class_dir: Path, course: Path, db_url: str | None = None) -> list[Sheet]:
     """Every question of the graded assignments with every student's answer and its score so far."""
+    from nbgrader.api import Gradebook
     db_url = db_url or default_db_url(class_dir)
     people = _people(class_dir)
     sheets: dict[tuple[str, str], Sheet] = {}
@@ -309,6 +309,7 @@ def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None
     left out with a note: its score was given to another text. A score never clears nbgrader's review
     mark of an answer that changed after its hand score, unless the sheet shows that the grader saw the
     new text (an `answer_version` equal to it)."""
+    from nbgrader.api import Gradebook, MissingEntry
     db_url = db_url or default_db_url(class_dir)
     rows = []
     problems: list[str] = []
@@ -386,6 +387,7 @@ def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None
 
 def graded_by_hand(db_url: str) -> set[tuple[str, str]]:
     """(student, assignment) of every submission with a written answer or comment given by a person."""
+    from nbgrader.api import Gradebook
     found = set()
     with Gradebook(db_url) as gradebook:
         for assignment in gradebook.assignments:

@@ -19,8 +19,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook
-from sqlalchemy.exc import SQLAlchemyError
 
 from transformer_course.grading.outputs.files import write_text_atomically
 from transformer_course.grading.outputs.scores import is_answer_cell
@@ -56,6 +54,7 @@ def _load(class_dir: Path, student: str) -> dict[str, dict[str, str]]:
 def remember(class_dir: Path, db_url: str, who: Iterable[tuple[str, str]]) -> int:
     """Keep the digest of every hand-graded answer of these (student, assignment) pairs that is not
     waiting for review (its score was given to the text it has now); returns how many were kept."""
+    from nbgrader.api import Gradebook
     by_student: dict[str, set[str]] = {}
     for student, assignment in who:
         by_student.setdefault(student, set()).add(assignment)
@@ -83,6 +82,8 @@ def remember(class_dir: Path, db_url: str, who: Iterable[tuple[str, str]]) -> in
 def keep_unchanged(class_dir: Path, db_url: str) -> list[tuple[str, str, str]]:
     """Clear the review mark nbgrader put on hand-graded answers whose text did not change since they
     were graded; returns the (student, assignment, question) cleared."""
+    from nbgrader.api import Gradebook
+    from sqlalchemy.exc import SQLAlchemyError
     cleared = []
     records: dict[str, dict[str, dict[str, str]]] = {}
     texts: dict[tuple[str, str], dict[str, str]] = {}

@@ -10,7 +10,6 @@ import csv
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook
 
 NEEDS_MANUAL_GRADING = "needs manual grading"
 GRADEBOOK_COLUMNS = ("autograded", "autograded_max", "manual", "manual_max", "manual_status", "total", "max")
@@ -27,6 +26,7 @@ def is_answer_cell(cell: nbformat.NotebookNode) -> bool:
 def score_rows(db_url: str) -> list[dict[str, object]]:
     """One row per (student, assignment) in the gradebook: every grade cell's score, written answers
     not yet graded shown as "needs manual grading", and the autograded, manual and total points."""
+    from nbgrader.api import Gradebook
     rows = []
     with Gradebook(db_url) as gradebook:
         for assignment in gradebook.assignments:

@@ -53,7 +53,7 @@ from quality.examples import student_submissions  # noqa: E402
 ORDER = ["worker start (Python, imports)", "nbgrader start-up", "nbgrader autograde (its own work)",
          "database (opening the gradebook)", "zygote start (sandbox, imports)", "runner fork", "runner park",
          "ordinary cells", "grade cells", "grade cells with hidden tests", "runner end", "feedback HTML"]
-BATCH_OPTIONS: list[str] = []  # --sandbox-per-notebook: the design before 2026-11-26, for comparison
+BATCH_OPTIONS: list[str] = []  # --sandbox-per-notebook: the design of 2026-11-25 evening, for comparison
 SANDBOX_PHASES = ("zygote start (sandbox, imports)", "runner fork", "runner park", "ordinary cells", "grade cells",
                   "grade cells with hidden tests", "runner end")
 
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                              "equal to the number of cores: the per-core throughput a large class gets")
     parser.add_argument("--skip-serial", action="store_true", help="skip plain serial nbgrader")
     parser.add_argument("--sandbox-per-notebook", action="store_true",
-                        help="grade with the batch command's --sandbox-per-notebook (the design before 2026-11-26)")
+                        help="grade with the batch command's --sandbox-per-notebook (the design of 2026-11-25 evening)")
     parser.add_argument("--output", type=Path)
     arguments = parser.parse_args(argv)
     BATCH_OPTIONS[:] = ["--sandbox-per-notebook"] if arguments.sandbox_per_notebook else []

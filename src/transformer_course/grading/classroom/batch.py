@@ -199,7 +199,7 @@ class BatchGrader:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
         self.sandbox, self.require_sandbox = sandbox, require_sandbox
-        self.sandbox_per_notebook = sandbox_per_notebook  # the design before 2026-11-26 (worker --sandbox-per-notebook)
+        self.sandbox_per_notebook = sandbox_per_notebook  # the design of 2026-11-25 evening (see the worker)
         self.limits = limits or Limits()  # how much of a file intake reads (tests lower them)
         self.assignment_ids = assignment_ids or course_assignments(self.course)
         self.classroom = Classroom(self.course, self.class_dir, database_url=db_url)
@@ -415,7 +415,7 @@ class BatchGrader:
         The seconds each notebook took in its worker (nbgrader, its cells, its feedback; the worker's sandbox,
         started once for all of its notebooks, left out), as scripts/benchmark_grading.py prints them per notebook
         (medians of three runs, less the sandbox's start for the first notebook of each worker); measured on
-        2026-11-26 (2 cores, bubblewrap)."""
+        2026-11-25, night (2 cores, bubblewrap)."""
         measured = {"00_why_attention": 3.8, "01_positional_encoding": 2.2, "02_attention": 2.3, "03_blocks": 2.8,
                     "04_transformer": 2.9, "05_training": 5.6, "06_decoding": 3.8, "07_fast_and_better_decoding": 4.8}
         if assignment in measured:
@@ -667,8 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require-sandbox", action="store_true",
                         help="stop (exit status 2) instead of grading without isolation where bubblewrap cannot run")
     parser.add_argument("--sandbox-per-notebook", action="store_true",
-                        help="grade each notebook from start to end in a sandbox of its own (slower; the design before "
-                             "2026-11-26) instead of all visible cells first, then the hidden parts, in one sandbox")
+                        help="grade each notebook from start to end in a sandbox of its own (slower; the design of "
+                             "2026-11-25 evening) instead of all visible cells first, then the hidden parts, in one "
+                             "sandbox")
     parser.add_argument("--scores-only", action="store_true",
                         help="grade nobody: write scores.csv for the whole class from the gradebook (after all shards)")
     arguments = parser.parse_args(argv)

@@ -7,7 +7,7 @@ Execute step is the course's `JudgedExecute` (`transformer_course.grading.sandbo
 notebooks are graded in two phases (`Phases`): the visible cells of all of them, then all their hidden parts,
 in one sandboxed zygote (`transformer_course.grading.sandbox.isolation` confines it, `.runner` serves it), so
 that nothing a hidden part does can reach an output the student is shown. With --sandbox-per-notebook each
-notebook is graded from start to end in a sandbox of its own instead (the design before 2026-11-26).
+notebook is graded from start to end in a sandbox of its own instead (the design of 2026-11-25 evening).
 
     python -m transformer_course.grading.classroom.worker --course ROOT --class-dir DIR --student NAME \
         --assignment 01_positional_encoding --assignment 02_attention [--db-url URL] [--no-sandbox]
@@ -290,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-gb", type=float, default=6.0, help="memory all of a student's processes may use")
     parser.add_argument("--no-sandbox", action="store_true")
     parser.add_argument("--sandbox-per-notebook", action="store_true",
-                        help="grade each notebook from start to end in a sandbox of its own (the design before "
-                             "2026-11-26), instead of every visible cell first, then the hidden parts, in one sandbox")
+                        help="grade each notebook from start to end in a sandbox of its own (the design of "
+                             "2026-11-25 evening), instead of every visible cell first, then the hidden parts, in "
+                             "one sandbox")
     parser.add_argument("--wait-between-phases", action="store_true",
                         help="print 'visible-done' when every notebook's visible cells have run and read a line "
                              "before their hidden parts (the batch's barrier across a student's workers)")

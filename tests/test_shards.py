@@ -282,8 +282,20 @@ def test_spare_cores_split_one_students_notebooks_heaviest_first(tmp_path, monke
     groups = one_at_a_time.split(stages)
     assert len(groups) == 2 and sorted(a for group in groups for a in group) == stages
     assert not {"05_training", "06_decoding"} <= set(groups[0])  # the two heaviest in different groups
+    loads = [sum(one_at_a_time.cost(a) for a in group) for group in groups]
+    assert max(loads) - min(loads) <= min(one_at_a_time.cost(a) for a in stages)
     assert BatchGrader(ROOT, tmp_path / "class", tmp_path, jobs=2, assignment_ids=stages).split(stages) == [stages]
     assert one_at_a_time.split(["02_attention"]) == [["02_attention"]]
+
+
+def test_a_split_the_first_placement_leaves_uneven_is_evened_by_swaps():
+    """Heaviest first into the lightest group puts 3+2+2 against 3+2; swapping a 3 for a 2 makes it 6 against 6."""
+    from transformer_course.grading.classroom.batch import _balanced
+
+    weight = {"a": 3.0, "b": 3.0, "c": 2.0, "d": 2.0, "e": 2.0}
+    groups = _balanced([["a", "c", "e"], ["b", "d"]], weight)
+    assert sorted(sum(weight[n] for n in group) for group in groups) == [6.0, 6.0]
+    assert sorted(n for group in groups for n in group) == ["a", "b", "c", "d", "e"]
 
 
 WRITER = """

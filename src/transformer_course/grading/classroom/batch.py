@@ -407,17 +407,16 @@ class BatchGrader:
         split: list[list[str]] = [[] for _ in range(groups)]
         for assignment in sorted(assignment_ids, key=lambda a: -weight[a]):
             min(split, key=lambda group: sum(weight[a] for a in group)).append(assignment)
-        return [sorted(group) for group in split]
+        return [sorted(group) for group in _balanced(split, weight)]
 
     def cost(self, assignment: str) -> float:
         """Relative grading cost of an assignment (to balance the groups), else its number of code cells / 10.
 
         The seconds each notebook took in its worker (nbgrader, its cells, its feedback; the worker's sandbox,
-        started once for all of its notebooks, left out), as scripts/benchmark_grading.py prints them per notebook
-        (medians of three runs, less the sandbox's start for the first notebook of each worker); measured on
-        2026-11-25, night (2 cores, bubblewrap)."""
-        measured = {"00_why_attention": 3.8, "01_positional_encoding": 2.2, "02_attention": 2.3, "03_blocks": 2.8,
-                    "04_transformer": 2.9, "05_training": 5.6, "06_decoding": 3.8, "07_fast_and_better_decoding": 4.8}
+        started once for all of its notebooks before them, left out), as scripts/benchmark_grading.py prints them
+        per notebook (medians of three runs); measured on 2026-11-25, night (2 cores, bubblewrap)."""
+        measured = {"00_why_attention": 3.6, "01_positional_encoding": 2.3, "02_attention": 2.2, "03_blocks": 2.9,
+                    "04_transformer": 2.7, "05_training": 5.5, "06_decoding": 3.7, "07_fast_and_better_decoding": 4.6}
         if assignment in measured:
             return measured[assignment]
         try:
@@ -588,6 +587,35 @@ class BatchGrader:
         return list(dict.fromkeys(
             reason for reason in result.reasons if reason not in rejected
             and (assignment in reason or not any(a in reason for a in self.assignment_ids))))
+
+
+def _balanced(groups: list[list[str]], weight: dict[str, float]) -> list[list[str]]:
+    """`groups` with notebooks swapped between the heaviest group and another while that lightens the heaviest
+    (the first placement, heaviest first into the lightest group, can leave one notebook's difference: the
+    student waits for the heaviest group)."""
+    def load(group: list[str]) -> float:
+        return sum(weight[a] for a in group)
+
+    for _ in range(100):
+        heaviest = max(groups, key=load)
+        best, swap = load(heaviest), None
+        for other in groups:
+            if other is heaviest:
+                continue
+            for mine in heaviest:
+                for theirs in [*other, None]:
+                    change = weight[mine] - (weight[theirs] if theirs is not None else 0.0)
+                    if 0 < change and max(load(heaviest) - change, load(other) + change) < best - 1e-9:
+                        best, swap = max(load(heaviest) - change, load(other) + change), (other, mine, theirs)
+        if swap is None:
+            return groups
+        other, mine, theirs = swap
+        heaviest.remove(mine)
+        other.append(mine)
+        if theirs is not None:
+            other.remove(theirs)
+            heaviest.append(theirs)
+    return groups
 
 
 def spreadsheet_cell(value: object) -> object:

@@ -209,6 +209,7 @@ class BatchGrader:
         self.tokens_folder: str | None = None  # Multi30k tokenised once for the kernels, set by prepare()
         self.start_up: Future[str | None] | None = None  # the start-up test (start_up_test)
         self.start_up_lock = threading.Lock()
+        self.importing: threading.Thread | None = None  # nbgrader imported while the first workers start
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -425,8 +426,16 @@ class BatchGrader:
         except (OSError, ValueError):
             return 1.0
 
+    def imported(self) -> None:
+        """Wait for nbgrader's import in the background (run()): two threads importing nbgrader's and nbconvert's
+        modules at the same time can deadlock in Python's import locks (seen: the start-up test's import of the
+        worker beside it)."""
+        if self.importing is not None:
+            self.importing.join()
+
     def runner_problem(self) -> str | None:
         """None when a runner starts here under this class's sandbox, else why not (the start-up test)."""
+        self.imported()
         from transformer_course.grading.classroom.worker import runner_start_problem  # torch: only when grading
 
         return runner_start_problem(self.course, self.memory_gb, self.sandbox, self.data_folder)
@@ -501,7 +510,8 @@ class BatchGrader:
             else:
                 pending.append(result)
         if pending:  # nbgrader (half a second to import) is needed for the scores at the end: imported meanwhile
-            threading.Thread(target=importlib.import_module, args=("nbgrader.api",), daemon=True).start()
+            self.importing = threading.Thread(target=importlib.import_module, args=("nbgrader.api",), daemon=True)
+            self.importing.start()
         if pending and self.sandbox_per_notebook:
             self.start_up_test()  # runs while the first workers start (they import nbgrader and wait for its answer)
         with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
@@ -513,6 +523,7 @@ class BatchGrader:
                     futures[future].reasons.append(f"the grader failed on this student ({type(error).__name__}: "
                                                    f"{printable(str(error))[:200]})")
         self.raise_if_unavailable(self.verdict_of_start_up())  # nobody graded, no scores.csv
+        self.imported()
         self.write_csv({**self.elsewhere(everyone, students), **students})
         report.write_report(self.class_dir)  # report.html beside scores.csv
         answers.write_formgrader_config(self.class_dir, self.course, self.db_url)  # for grading answers by hand

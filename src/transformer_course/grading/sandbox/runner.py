@@ -557,12 +557,7 @@ class Runner:
             ctypes.CDLL(None).malloc_trim(0)
         self.link.send({"op": "parked"})
         os.write(told, b"p")
-        try:
-            woken = os.read(wake, 1)
-        except BaseException:
-            os._exit(0)
-        if woken != b"g":
-            os._exit(0)
+        _sleep_until_woken(wake)
         self.link.send({"op": "awake"})
 
     def cell(self, message: dict[str, Any]) -> None:
@@ -601,12 +596,7 @@ class Runner:
             os.close(wake_write)
             for _, other in self.snapshots.values():
                 os.close(other)
-            try:
-                go = os.read(wake_read, 1)
-            except BaseException:
-                os._exit(0)
-            if go != b"g":
-                os._exit(0)
+            _sleep_until_woken(wake_read)
             Servant(self, identity).loop()  # never returns
         os.close(wake_read)
         self.snapshots[identity] = (pid, wake_write)
@@ -631,6 +621,17 @@ class Runner:
                 os.waitpid(pid, 0)
             status = "interrupted"
         self.link.send({"op": "servant-exit", "id": identity, "status": status})
+
+
+def _sleep_until_woken(wake: int) -> None:
+    """Block until b"g" arrives on the pipe `wake`; anything else (the pipe closed: whoever would wake this
+    process has gone) ends the process."""
+    try:
+        woken = os.read(wake, 1)
+    except BaseException:
+        os._exit(0)
+    if woken != b"g":
+        os._exit(0)
 
 
 # --- a servant: the experiments of one grade cell -------------------------------------------------------------

@@ -354,8 +354,9 @@ READ = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def next_notebook():
     """(what a student's second notebook shows, the standard error a crash of it would quote) when their first
-    notebook's hidden test spilled its inputs everywhere it could, graded as the batch grades a student: a
-    sandbox of its own for each notebook (`JudgedExecute.sandbox_per_notebook`)."""
+    notebook's hidden test spilled its inputs everywhere it could, graded as nbgrader on its own (and the batch
+    with --sandbox-per-notebook) grades a student: a sandbox of its own for each notebook
+    (`JudgedExecute.sandbox_per_notebook`). The batch's own design, two phases, is tested below."""
     from transformer_course.grading.sandbox.session import grading_environment, sandboxed_launcher
 
     if isolation.bubblewrap_problem() is not None:

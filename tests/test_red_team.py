@@ -395,6 +395,9 @@ def test_a_hidden_tests_inputs_never_reach_the_next_notebook_through_counters(ne
     assert pid < 200, pid
 
 
+LAST_RUN: dict[str, bool] = {}
+
+
 def graded_in_phases(sandbox, notebooks: list, folder: Path) -> list:
     """`notebooks` graded as the batch's worker grades a student's notebooks (`worker.Phases`): one sandbox for
     all of them, every visible cell first, then the hidden parts. The graded notebooks, in order."""
@@ -418,6 +421,8 @@ def graded_in_phases(sandbox, notebooks: list, folder: Path) -> list:
             phases.visible(str(number), grade)
         for number in reversed(range(len(notebooks))):
             assert phases.finish(str(number))["success"]
+        time.sleep(0.5)  # a sandbox tied to a notebook's thread, which has ended, would be gone by now
+        LAST_RUN["sandbox alive at the end"] = executor._SESSION[0] is not None and executor._SESSION[0].alive()
     finally:
         executor.use_gate(None)
         executor.close_session()
@@ -511,6 +516,33 @@ def test_in_phases_a_later_notebook_that_kills_the_sleeping_ones_costs_them_noth
         assert [failed(cell) for cell in grades] == [None] * len(grades), [cell.outputs for cell in grades]
     _, grades = shown_and_grades(graded[0])
     assert "(hidden test)" in grades[0].outputs[0]["text"]
+
+
+FORGE_PARKING = textwrap.dedent("""
+    import os
+    for fd in range(3, 64):  # every pipe this process may write: the channel, standard error, the zygote's park pipe
+        try:
+            if os.readlink(f'/proc/self/fd/{fd}').startswith('pipe:'):
+                os.write(fd, b'p' * 16)
+        except OSError:
+            pass
+""")
+
+
+def test_in_phases_a_notebook_that_says_it_parked_costs_only_itself(tmp_path):
+    """The second notebook writes 'parked' into every pipe it holds: its zygote then reads the channel beside
+    it, and the grader reads bytes that are not messages: the sandbox ends and a new one serves on. That
+    notebook's own cells pay for it; the first notebook, asleep meanwhile, is graded in full, hidden test
+    included, in the new sandbox, which outlives the thread that started it (a sandbox dies with the thread
+    that started it: the grader starts every sandbox from one thread that lives as long as it does)."""
+    first = notebook([CORRECT], [HIDDEN_GRADE])
+    second = notebook([CORRECT, FORGE_PARKING], [GRADE])
+    started = time.monotonic()
+    graded = graded_in_phases(phased_sandbox, [first, second], tmp_path)
+    assert time.monotonic() - started < 120
+    _, grades = shown_and_grades(graded[0])
+    assert failed(grades[0]) is None and "(hidden test)" in grades[0].outputs[0]["text"], grades[0].outputs
+    assert LAST_RUN["sandbox alive at the end"]
 
 
 # --- 6. the reference solution handed in, flagged by nobody --------------------------------------------------

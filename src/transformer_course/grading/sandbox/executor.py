@@ -27,6 +27,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -272,12 +273,18 @@ def open_session(notebook: NotebookNode) -> Session:
     return _session_for(notebook)
 
 
+# Sandboxes are started from this one thread, which lives as long as the grader: a sandbox dies with the thread
+# that started it (bubblewrap's parent-death signal), and with the gate a notebook's thread ends while the
+# sandbox it may have had to replace still serves the student's other notebooks.
+_STARTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-starter")
+
+
 def _session_for(notebook: NotebookNode) -> Session:
     session = _SESSION[0]
     if session is not None and session.alive():
         return session
     factory = _SESSION_FACTORY[0] or default_session
-    session = factory(notebook)
+    session = _STARTER.submit(factory, notebook).result()
     _SESSION[0] = session
     return session
 
@@ -430,8 +437,10 @@ class JudgedExecute(NbGraderPreprocessor):
             self._take_snapshot(entry)
 
     def _judge(self, calls: list[CheckCall], snapshot: int | None, index: int) -> Judged:
+        # a runner replaced after a hidden part must retake the later hidden parts' snapshots too: every clean cell
+        upto = index if snapshot is None else len(self.nb.cells)
         if self.session.runner is None:
-            self._died(index, None)
+            self._died(upto, None)
             if self.session.runner is None:
                 return Judged(error=("NotRun", "not run: the notebook's process crashed too often above"))
         deadline = time.monotonic() + self.timeout
@@ -454,7 +463,7 @@ class JudgedExecute(NbGraderPreprocessor):
             judged = Judged(error=("KernelDied", str(died)))
         self.notes += [note for note in judged.notes if note not in self.notes]
         if self.session.runner is None:
-            self._died(index, None)
+            self._died(upto, None)
         return judged
 
     def session_results(self, judged: Judged) -> None:
@@ -474,7 +483,11 @@ class JudgedExecute(NbGraderPreprocessor):
     def _hidden_parts(self) -> None:
         for entry in self.hidden:
             cell = self.nb.cells[entry.index]
-            if entry.snapshot is None:
+            if self.session.runner is None:  # lost (an earlier hidden part, a later notebook): every snapshot retaken
+                self._died(len(self.nb.cells), None)
+            if self.session.runner is None:
+                judged = Judged(error=("NotRun", "not run: the notebook's process crashed too often above"))
+            elif entry.snapshot is None:
                 judged = Judged(error=("KernelDied", "the hidden tests could not run: the notebook's process "
                                        "stopped after this cell"))
             else:

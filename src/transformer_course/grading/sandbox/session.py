@@ -343,16 +343,18 @@ class Session:
         self.runner, self.snapshots, self.parked = None, {}, []
 
     def messages(self, deadline: float, limit: int = channel.LIMITS.message_bytes) -> Iterator[dict[str, Any]]:
-        """Decoded messages as they arrive until `deadline` (then TimeoutError)."""
+        """Decoded messages as they arrive until `deadline` (then TimeoutError). Bytes that are not a message
+        end the sandbox (ChannelBroken): what follows them cannot be read as messages again, and the notebooks
+        that share the sandbox go on in a new one."""
         fd = self.process.stdout.fileno()
         while True:
             while len(self.buffer) >= channel.HEADER:
                 try:
                     size = channel.read_header(self.buffer[:channel.HEADER])
                 except channel.ChannelError as error:
-                    raise ChannelBroken(str(error)) from None
+                    raise self._broken(str(error)) from None
                 if size > limit:
-                    raise ChannelBroken(f"a message of {size} bytes is too large here")
+                    raise self._broken(f"a message of {size} bytes is too large here")
                 if len(self.buffer) < channel.HEADER + size:
                     break
                 payload = self.buffer[channel.HEADER:channel.HEADER + size]
@@ -360,9 +362,9 @@ class Session:
                 try:
                     message = channel.decode(payload)
                 except channel.ChannelError as error:
-                    raise ChannelBroken(f"an unreadable message ({error})") from None
+                    raise self._broken(f"an unreadable message ({error})") from None
                 if not isinstance(message, dict) or not isinstance(message.get("op"), str):
-                    raise ChannelBroken("a message without an operation")
+                    raise self._broken("a message without an operation")
                 yield message
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -374,6 +376,11 @@ class Session:
             if not chunk:
                 raise RunnerDied(f"the grading process ended ({self.reason() or self.stderr_tail()})")
             self.buffer += chunk
+
+    def _broken(self, why: str) -> ChannelBroken:
+        self.abandon()
+        self.buffer = b""
+        return ChannelBroken(why)
 
     def _await(self, op: str, timeout: float, identity: Any = None) -> dict[str, Any]:
         try:

@@ -423,6 +423,7 @@ def graded_in_phases(sandbox, notebooks: list, folder: Path) -> list:
             assert phases.finish(str(number))["success"]
         time.sleep(0.5)  # a sandbox tied to a notebook's thread, which has ended, would be gone by now
         LAST_RUN["sandbox alive at the end"] = executor._SESSION[0] is not None and executor._SESSION[0].alive()
+        LAST_RUN["graded alone"] = set(phases.alone)
     finally:
         executor.use_gate(None)
         executor.close_session()
@@ -459,9 +460,32 @@ def test_in_phases_a_hidden_tests_inputs_never_reach_the_students_next_notebook(
     assert int(shown.split("PID ", 1)[1].split("\\n", 1)[0]) < 200, shown
     _, grades = shown_and_grades(graded[0])
     assert failed(grades[0]) is None and "(hidden test)" in grades[0].outputs[0]["text"], grades[0].outputs
+    assert LAST_RUN["graded alone"] == set()  # no limit was hit: nothing to grade again
 
 
-def test_in_phases_the_order_is_what_closes_the_channel(tmp_path):
+def test_in_phases_a_notebook_that_needs_what_the_sleeping_ones_hold_is_graded_again_alone(tmp_path):
+    """The limits are one notebook's (memory: the student's notebooks each had a sandbox of their own before the
+    phases). The first notebook keeps 900 MiB, asleep; the second needs 1,000 MiB for a moment: under a 2 GiB
+    limit, alone it fits, beside the first it does not, and a process of the sandbox is killed. The notebook
+    whose process was killed is named to the worker, which grades it again, alone (`worker.Phases.alone`)."""
+    from transformer_course.grading.sandbox.session import grading_environment, sandboxed_launcher
+
+    if isolation.bubblewrap_problem() is not None:
+        pytest.skip(isolation.bubblewrap_problem())
+
+    def limited() -> Session:
+        return Session([CHECKS, "IPython.core.interactiveshell", "torch", "math"], environment=grading_environment(1),
+                       launcher=sandboxed_launcher(limits=isolation.Limits(memory_bytes=2 * 2**30)),
+                       warm_up=False).start()
+
+    first = notebook([CORRECT, "KEEP = b'k' * (900 * 2**20)"], [HIDDEN_GRADE])
+    second = notebook([CORRECT, "NEEDED = b'n' * (1000 * 2**20)\ndel NEEDED"], [GRADE])
+    graded_in_phases(limited, [first, second], tmp_path)
+    assert LAST_RUN["graded alone"], "no notebook was named for grading alone"
+    assert LAST_RUN["graded alone"] <= {"0", "1"}
+
+
+
     """The same two notebooks with the second one's cells run after the first one's hidden test, in one sandbox
     (what the phases prevent): the zygote empties the folders between them, but the pid counter carries the
     inputs (d_model * 30 + max_seq_length forks). The test above would catch the order being lost."""

@@ -90,6 +90,7 @@ class Phases:
         self.local = threading.local()
         self.threads: dict[str, tuple[threading.Thread, threading.Event, threading.Event]] = {}
         self.results: dict[str, dict] = {}
+        self.alone: set[str] = set()  # notebooks to grade again in a sandbox of their own (grade_alone)
 
     def pause(self) -> None:
         """Called by the executor in a notebook's thread, between its visible cells and its hidden parts."""
@@ -102,6 +103,12 @@ class Phases:
         # whether it is still there: with notebooks taking turns, it is set again for the one now going on
         os.environ["NBGRADER_EXECUTION"] = "autograde"
 
+    def grade_alone(self) -> None:
+        """Called by the executor when this thread's notebook ran into the shared sandbox's memory or process
+        limit: the other notebooks' sleeping runners held their share, so it is graded again after the phases,
+        alone in a sandbox of its own, as the limits mean (one notebook's processes)."""
+        self.alone.add(self.local.assignment)
+
     def visible(self, assignment: str, autograde: Callable[[], dict], attempts: int = 3) -> None:
         """Start grading `assignment` and return when its visible cells have run (or its grading has ended). A
         grading the gradebook refused before any cell ran (another worker was writing) is tried again at once,
@@ -109,7 +116,7 @@ class Phases:
         paused, go = threading.Event(), threading.Event()
 
         def work() -> None:
-            self.local.events = paused, go
+            self.local.events, self.local.assignment = (paused, go), assignment
             self.local.started = (time.perf_counter(), time.process_time())
             try:
                 for attempt in range(attempts):
@@ -196,8 +203,9 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
             use_sandboxes(shared=False)
         for assignment in arguments.assignment:
             result = results.get(assignment)
-            if result is None or (not result["success"] and _database_trouble(result)):
-                started = time.perf_counter()  # graded again, alone: in a sandbox of its own
+            alone = phased and assignment in phases.alone
+            if result is None or alone or (not result["success"] and _database_trouble(result)):
+                started = time.perf_counter()  # graded (again), alone: in a sandbox of its own
                 with profiling.phase("nbgrader autograde"):
                     result = _autograde(api, assignment, arguments.student)
                 seconds[assignment] = seconds.get(assignment, 0.0) + time.perf_counter() - started

@@ -248,10 +248,12 @@ _GATE: list[Any] = [None]
 
 def use_gate(gate: Any) -> None:
     """Hold each notebook between its visible cells and its hidden parts: `gate.pause()` is called there and
-    returns when the notebook may go on. With a gate, a student's notebooks share one sandbox (their runners
-    sleep meanwhile, `Session.park`), and the caller (the batch worker, `classroom.worker`) lets the hidden parts
-    run only once every visible cell has: then nothing a hidden part does, leaves or takes time over can
-    reach anything the student is shown. Without one (None), every notebook gets a sandbox of its own."""
+    returns when the notebook may go on (and `gate.grade_alone()` at the end of a notebook whose processes ran
+    into the shared sandbox's memory or process limit). With a gate, a student's notebooks share one sandbox
+    (their runners sleep meanwhile, `Session.park`), and the caller (the batch worker, `classroom.worker`) lets
+    the hidden parts run only once every visible cell has: then nothing a hidden part does, leaves or takes
+    time over can reach anything the student is shown. Without one (None), every notebook gets a sandbox of
+    its own."""
     _GATE[0] = gate
 
 
@@ -355,6 +357,7 @@ class JudgedExecute(NbGraderPreprocessor):
         self.replay: list[tuple[str, Any]] = []  # what to run again after a runner died: cells, snapshots
         self.hidden: list[_Hidden] = []
         self.deaths = 0
+        self.limit_hit = False  # with a gate: a process of the shared sandbox ran into its memory or process limit
         gate = _GATE[0]
         if gate is None and self.sandbox_per_notebook:  # the previous notebook's hidden tests ran in the last one
             close_session()
@@ -395,6 +398,8 @@ class JudgedExecute(NbGraderPreprocessor):
         labels = set(fingerprint.exercise_labels(self.exercises))
         findings = findings_from(self.notes, written, labels)
         nb.metadata.setdefault(FINDINGS_KEY, {})["findings"] = findings
+        if self.limit_hit and gate is not None:  # the limits are for one notebook's processes: grade it again alone
+            gate.grade_alone()
         return nb, resources
 
     # cells ------------------------------------------------------------------------------------------------
@@ -461,6 +466,8 @@ class JudgedExecute(NbGraderPreprocessor):
                                                   f"({failure}); this cell scores 0")))
         except RunnerDied as died:
             judged = Judged(error=("KernelDied", str(died)))
+        if judged.error is not None and judged.error[0] == "KernelDied":
+            self._limit()
         self.notes += [note for note in judged.notes if note not in self.notes]
         if self.session.runner is None:
             self._died(upto, None)
@@ -515,8 +522,16 @@ class JudgedExecute(NbGraderPreprocessor):
     def _open(self) -> None:
         self.session.notebook(self.checks or "transformer_course.checks.framework", self.exercises, self.cwd)
 
+    def _limit(self) -> None:
+        """Note whether the shared sandbox's processes have run into its memory or process limit: the parked
+        runners of the student's other notebooks hold their share, so the worker grades this notebook again,
+        alone in a sandbox of its own, as it would have been graded before the phases."""
+        if _GATE[0] is not None and self.session.reason() is not None:
+            self.limit_hit = True
+
     def _died(self, upto: int, died: RunnerDied | None) -> None:
         """A new runner: fork it, run the clean cells above `upto` again and retake their snapshots."""
+        self._limit()
         self.deaths += 1
         if died is not None:
             self.log.warning("runner died in cell %d: %s", upto, died)

@@ -330,3 +330,31 @@ def test_scores_csv_and_the_report_written_by_several_machines_at_once_are_alway
         source = Path(module.__file__).read_text()
         assert "replace_atomically(" in source or "write_text_atomically(" in source, module.__name__
         assert ".part" not in source and "os.getpid()" not in source, module.__name__
+
+
+def test_a_submission_still_being_graded_on_another_machine_is_no_zero(tmp_path):
+    """nbgrader writes a submission's rows when it starts grading it and the scores at the end of each notebook:
+    a machine that writes scores.csv meanwhile (another shard's student, being graded now) must not read 0
+    points and call the student graded. Such cells read "not scored yet"; batch.write_csv keeps the student
+    pending until every cell is scored."""
+    from nbgrader.api import Gradebook
+
+    from transformer_course.grading.outputs import scores
+
+    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(url) as gradebook:
+        gradebook.add_assignment("01_positional_encoding")
+        gradebook.add_notebook("01_positional_encoding", "01_positional_encoding")
+        gradebook.add_grade_cell("pe_forward", "01_positional_encoding", "01_positional_encoding", max_score=2,
+                                 cell_type="code")
+        gradebook.add_student("dana")
+        gradebook.add_submission("01_positional_encoding", "dana")
+    [row] = scores.score_rows(url)
+    assert row["pe_forward"] == scores.NOT_SCORED_YET and row["autograded"] == 0 and row["autograded_max"] == 2
+    assert not scores.scored(row)
+    with Gradebook(url) as gradebook:
+        grade = gradebook.find_grade("pe_forward", "01_positional_encoding", "01_positional_encoding", "dana")
+        grade.auto_score = 2
+        gradebook.db.commit()
+    [row] = scores.score_rows(url)
+    assert row["pe_forward"] == 2 and row["autograded"] == 2 and scores.scored(row)

@@ -55,7 +55,7 @@ from transformer_course.grading.intake.submissions import (
     other_file,
     printable,
 )
-from transformer_course.grading.outputs import answers, hand_grades, report
+from transformer_course.grading.outputs import answers, hand_grades, report, scores
 from transformer_course.grading.outputs.files import replace_atomically
 from transformer_course.grading.outputs.spreadsheet import protect
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
@@ -565,8 +565,10 @@ class BatchGrader:
             person = {"name": result.name, "lms_id": result.lms_id}
             files = {s.assignment: s.relative for s in result.submissions if s.assignment}
             checked = {s.assignment: s.status for s in result.submissions if s.assignment}
-            # a student of another shard whose scores are in the gradebook was graded there
-            status = "graded" if result.status == "pending" and result.student in by_student else result.status
+            # a student of another shard whose scores are all in the gradebook was graded there (one with cells not
+            # scored yet is being graded there now: nbgrader writes the scores at the end of each notebook)
+            status = "graded" if result.status == "pending" and result.student in by_student and all(
+                scores.scored(row) for row in by_student[result.student]) else result.status
             for row in by_student.get(result.student, []):
                 reasons = self.reasons_for(result, str(row["assignment"])) if status == result.status else [
                     "graded on another machine, whose records are not in this class folder"]

@@ -1,7 +1,8 @@
 """The class's scores as the gradebook and scores.csv hold them, for every output an instructor reads.
 
 `score_rows` reads every grade cell's score from the gradebook (a written answer nobody graded yet is
-"needs manual grading", never 0); `read_csv` reads scores.csv or a sheet saved by a spreadsheet.
+"needs manual grading", an autograded cell not scored yet "not scored yet": never 0); `read_csv` reads
+scores.csv or a sheet saved by a spreadsheet.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import nbformat
 
 NEEDS_MANUAL_GRADING = "needs manual grading"
+NOT_SCORED_YET = "not scored yet"  # an autograded cell nbgrader has not scored: its grading is under way (or broke)
 GRADEBOOK_COLUMNS = ("autograded", "autograded_max", "manual", "manual_max", "manual_status", "total", "max")
 
 
@@ -38,8 +40,12 @@ def score_rows(db_url: str) -> list[dict[str, object]]:
                     written = {cell.name for cell in notebook.notebook.solution_cells}
                     for grade in notebook.grades:
                         if grade.name not in written:
+                            auto_max += grade.max_score
+                            if grade.auto_score is None and grade.manual_score is None:
+                                row[grade.name] = NOT_SCORED_YET  # never a silent 0
+                                continue
                             row[grade.name] = grade.score
-                            auto, auto_max = auto + grade.score, auto_max + grade.max_score
+                            auto += grade.score
                             continue
                         answers += 1
                         manual_max += grade.max_score
@@ -73,6 +79,11 @@ def _manual_status(answers: int, pending: list[float], changed: list[str], blank
     if blank:
         parts.append(f"{len(blank)} written answer(s) left blank (0 points)")
     return "; ".join(parts) or "graded by hand"
+
+
+def scored(row: dict[str, object]) -> bool:
+    """Whether nbgrader has scored every autograded cell of this row (`score_rows`)."""
+    return NOT_SCORED_YET not in row.values()
 
 
 def pending(row: dict[str, object]) -> bool:

@@ -360,14 +360,16 @@ class BatchGrader:
         'hidden'. A worker that ends or fails before 'visible-done' breaks the barrier: the others go on."""
         out: list[str] = []
         err: list[str] = []
-        visible_done = threading.Event()
+        said = threading.Event()  # 'visible-done' arrived
+        done_or_ended = threading.Event()
 
         def read_out() -> None:
             for line in process.stdout:
                 out.append(line)
                 if line.strip() == "visible-done":
-                    visible_done.set()
-            visible_done.set()  # ended without saying it
+                    said.set()
+                    done_or_ended.set()
+            done_or_ended.set()  # ended without saying it
 
         readers = [threading.Thread(target=read_out, daemon=True),
                    threading.Thread(target=lambda: err.extend(process.stderr), daemon=True)]
@@ -377,11 +379,11 @@ class BatchGrader:
             process.stdin.write("go\n" if go else "stop\n")
             process.stdin.flush()
         if go and not self.sandbox_per_notebook:
-            if not visible_done.wait(max(0.0, deadline - time.monotonic())):
+            if not done_or_ended.wait(max(0.0, deadline - time.monotonic())):
                 raise subprocess.TimeoutExpired(process.args, 0)
             with contextlib.suppress(threading.BrokenBarrierError):
                 if barrier is not None:
-                    if process.poll() is None and "visible-done" in "".join(out):
+                    if process.poll() is None and said.is_set():
                         barrier.wait(max(1.0, deadline - time.monotonic()))
                     else:
                         barrier.abort()

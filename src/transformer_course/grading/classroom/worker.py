@@ -83,8 +83,8 @@ class Phases:
     output the student is shown; the notebooks then share one sandbox (`executor.use_gate`).
 
     nbgrader grades a notebook from start to end in one call, so each call runs in a thread of its own, which
-    the executor holds at `pause()` between the phases; only one thread runs at a time. `between` runs when
-    every notebook has finished its visible cells (the batch's barrier: a student's other worker)."""
+    the executor holds at `pause()` between the phases; only one thread runs at a time: `visible` starts a
+    notebook and returns at its pause, `finish` lets it go on to the end."""
 
     def __init__(self) -> None:
         self.local = threading.local()

@@ -510,12 +510,11 @@ class JudgedExecute(NbGraderPreprocessor):
             with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner park", self.session.cpu_seconds):
                 parked = self.session.park()
         gate.pause()
-        if parked is not None and self.session is _SESSION[0] and self.session.alive():
+        if parked is not None:  # refused (RunnerDied) when its sandbox has ended meanwhile
             with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner park", self.session.cpu_seconds):
                 self.session.wake(parked)
         if self.session.runner is None and self.hidden:
-            self.deaths -= 1  # not this notebook's doing
-            self._died(len(self.nb.cells), None)
+            self._died(len(self.nb.cells), None, counted=False)  # not this notebook's doing
 
     # a runner that died ----------------------------------------------------------------------------------
 
@@ -529,10 +528,11 @@ class JudgedExecute(NbGraderPreprocessor):
         if _GATE[0] is not None and self.session.reason() is not None:
             self.limit_hit = True
 
-    def _died(self, upto: int, died: RunnerDied | None) -> None:
-        """A new runner: fork it, run the clean cells above `upto` again and retake their snapshots."""
+    def _died(self, upto: int, died: RunnerDied | None, counted: bool = True) -> None:
+        """A new runner: fork it, run the clean cells above `upto` again and retake their snapshots. `counted`:
+        the death counts towards `max_kernel_deaths` (not when another notebook's code ended this one's runner)."""
         self._limit()
-        self.deaths += 1
+        self.deaths += counted
         if died is not None:
             self.log.warning("runner died in cell %d: %s", upto, died)
         if self.deaths > self.max_kernel_deaths:

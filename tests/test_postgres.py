@@ -122,6 +122,9 @@ def graded(postgres, downloads, tmp_path_factory):
             base / "task1.log").read_text(errors="replace")[-2000:]
         os.killpg(tasks[1].pid, signal.SIGKILL)  # the whole task: batch command, worker, sandbox
         tasks[1].wait()
+        # task 2 ends before task 1 is requeued, so that task 1 writes the last scores.csv, which the tests read as
+        # the whole class's (written while task 2 still grades, it would show task 2's student in progress as pending)
+        assert tasks[2].wait(timeout=900) == 0, (base / "task2.log").read_text(errors="replace")[-3000:]
         tasks[1] = start_task(1, machines[1], folder, db_url, logs[1])  # requeued: same task id
         for task in (1, 2):
             assert tasks[task].wait(timeout=900) == 0, (base / f"task{task}.log").read_text(errors="replace")[-3000:]

@@ -27,11 +27,12 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 1 hour 20 minutes: 49 minutes of reading, one exercise (about 20 minutes),
-# two written questions (about 10 minutes), and about 4 minutes of computation on one CPU core, most
-# of it the training of section 7. (Estimated by `scripts/working_time.py` in the course repository:
-# reading at 150 words and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line
-# you write, 5 per written question, and the measured run time of the cells, training included.)
+# **Working time:** about 1 hour 40 minutes: 54 minutes of reading, one exercise and two predictions
+# (about 33 minutes), two written questions (about 10 minutes), and about 4 minutes of computation on
+# one CPU core, most of it the training of section 7. (Estimated by `scripts/working_time.py` in the
+# course repository: reading at 150 words and 10 lines of given code a minute, 5 minutes per
+# exercise or prediction plus 2 per line you write, 5 per written question, and the measured run
+# time of the cells, training included.)
 #
 # ## Learning outcomes
 # After this notebook you can
@@ -200,31 +201,39 @@ plt.show()
 # to the output layer (as Luong, Pham and Manning, 2015, did): the score is the same, and during
 # training the queries of all target positions can be scored at once. So a query has a length axis too.
 #
-# ### Shapes: every query meets every key
+# ### The contract: shapes
 # | tensor | shape |
 # |---|---|
-# | `query` (the decoder states) | `(batch, q_len, query_size)` |
-# | `keys` (the encoder outputs) | `(batch, k_len, key_size)` |
+# | `query` (the decoder states $s_t$) | `(batch, q_len, query_size)` |
+# | `keys` (the encoder outputs $h_j$) | `(batch, k_len, key_size)` |
 # | `mask` | `(batch, k_len)`, `True` at real tokens |
-# | `W_q(query).unsqueeze(2)` | `(batch, q_len, 1, attention_size)` |
-# | `W_k(keys).unsqueeze(1)` | `(batch, 1, k_len, attention_size)` |
-# | their sum, through `tanh` | `(batch, q_len, k_len, attention_size)`: broadcasting pairs them all up |
-# | `v(...).squeeze(-1)` = scores | `(batch, q_len, k_len)` |
-# | weights | `(batch, q_len, k_len)`, each row sums to 1 |
-# | context = `weights @ keys` | `(batch, q_len, key_size)` |
+# | the scores $e_{tj}$, returned by `score` | `(batch, q_len, k_len)`, also when `q_len` is 1 |
+# | the weights $\alpha_{tj}$ | `(batch, q_len, k_len)`, each query's weights sum to 1 |
+# | the context vectors $c_t$ | `(batch, q_len, key_size)` |
+#
+# The one step to work out yourself: the projected queries have shape `(batch, q_len, attention_size)`
+# and the projected keys `(batch, k_len, attention_size)`, yet the formula adds *every* query to *every*
+# key. How do you make PyTorch form all `q_len × k_len` sums at once, without a loop? (The hints after
+# the exercise help if you are stuck.)
 #
 # ### Pitfalls we see every year
-# - the softmax over the wrong axis: over the queries (`dim=1`) or the batch (`dim=0`) instead of the
-#   source positions (`dim=-1`);
-# - the mask inverted (it is `True` at *real* tokens), ignored (`masked_fill` returns a new tensor:
-#   assign it), applied after the softmax (the rows then no longer sum to 1), or filled with 0 or $-100$
-#   instead of a very negative number;
-# - the mask used as `(batch, k_len)` against scores `(batch, q_len, k_len)`: broadcasting lines it up
-#   with the *last two* axes, so it needs its query axis, `mask.unsqueeze(1)`;
-# - `tanh` forgotten, or applied to each projection separately instead of to their sum;
-# - `.squeeze()` without an axis: it also removes `q_len` when there is one query (translation, one
-#   word at a time); squeeze only the last axis, `.squeeze(-1)`;
-# - the context summed over the features instead of the source positions.
+# - the softmax over the wrong axis: then each query's weights do not sum to 1 over the source
+#   positions; instead they sum to 1 down a column (over the queries) or across the batch;
+# - the mask inverted (it is `True` at *real* tokens, so the padding gets all the weight), computed but
+#   not kept (`masked_fill` returns a new tensor and leaves its input unchanged), applied after the
+#   softmax (the rows then no longer sum to 1), or filled with 0 (the padding keeps real weight) or a
+#   moderate number such as $-100$ (its weight is then tiny, but not always exactly 0);
+# - the mask, `(batch, k_len)`, used as it is against scores `(batch, q_len, k_len)`: broadcasting
+#   lines up the *last* axes, so `batch` meets `q_len`, a size-mismatch error, or, worse, when the
+#   two sizes happen to be equal, no error and the wrong sentence's mask; it needs an axis for the
+#   queries;
+# - `tanh` forgotten, or applied to each projection separately instead of to their sum: the score is
+#   then a query part plus a key part, the softmax cancels the query part, and every query gets the
+#   same weights;
+# - every axis of size 1 removed at the end of `score`: with one query (translation, one word at a
+#   time) `q_len` disappears too, and the scores lose an axis;
+# - the context summed over the features instead of the source positions: it comes out
+#   `(batch, q_len, k_len)` instead of `(batch, q_len, key_size)`.
 
 # %% [markdown]
 # ## 4. Exercise: `AdditiveAttention`
@@ -235,6 +244,39 @@ plt.show()
 # 2. `forward`: the given first line calls your `score`; hide the padded positions, take the softmax
 #    over the source positions, and compute the context vectors; the given `return` hands back
 #    `context, weights`.
+#
+# <details><summary>Hint 1: the idea</summary>
+#
+# In `score`, project the queries with `W_q` and the keys with `W_k`; then give each of the two
+# projections an extra axis of size 1 where the *other* one has its length, so that adding them
+# broadcasts to every (query, key) pair. `tanh` of that sum, then `v`, gives one number per pair. In
+# `forward`, push the scores of the padded positions far down before the softmax, take the softmax
+# over the source positions, and average the keys with the weights.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# | tensor | shape |
+# |---|---|
+# | projected queries, with a size-1 key axis | `(batch, q_len, 1, attention_size)` |
+# | projected keys, with a size-1 query axis | `(batch, 1, k_len, attention_size)` |
+# | their sum, and its `tanh` | `(batch, q_len, k_len, attention_size)` |
+# | after `v` | `(batch, q_len, k_len, 1)`: drop only the last axis |
+# | the mask, made ready for the scores | `(batch, 1, k_len)`: the same for every query |
+# | weights `(batch, q_len, k_len)` times keys `(batch, k_len, key_size)` | `(batch, q_len, key_size)` |
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# - `self.W_q(query).unsqueeze(2)` and `self.W_k(keys).unsqueeze(1)`; add them, then `torch.tanh`;
+#   `self.v(...)` and `.squeeze(-1)` give the scores.
+# - `scores.masked_fill(mask.unsqueeze(1) == 0, -1e9)` (keep the result), then
+#   `torch.softmax(..., dim=-1)`.
+# - The context is a batched matrix product of the weights and the keys: `weights @ keys`.
+#
+# </details>
 
 # %% solution="additive_attention"
 #| include transformer_course.reference.additive_attention:AdditiveAttention
@@ -283,25 +325,77 @@ assert check.sentences_are_independent(AdditiveAttention, batch=4, q_len=3, k_le
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ### Predict, then run
+# Work these out on paper before you run anything: each follows from the constructor and the formulas
+# of section 3. Write your prediction after `return` (a number, or an expression you worked out, such
+# as `3 * 4`), run the cell and its check, and only then run the cell that shows the truth.
+#
+# **Prediction 1 (1 point).** How many trainable numbers does
+# `AdditiveAttention(query_size=6, key_size=8, attention_size=10)` hold, that is, what does
+# `sum(p.numel() for p in module.parameters())` count? (Look at the given constructor.)
+
+# %% solution="why_predict_parameters"
+def predict_parameter_count() -> int:
+    """Your prediction of the number of trainable parameters of AdditiveAttention(6, 8, 10)."""
+    ### BEGIN SOLUTION
+    return 10 * 6 + 10 * 8 + 10 * 1  # W_q, W_k and v, none with a bias
+    ### END SOLUTION
+
+
+# %% tests="why_predicted_parameters" points=1
+assert check.predicted_parameter_count(predict_parameter_count)
+
+# %% [markdown]
+# **Prediction 2 (1 point).** Take the same module and set every entry of $v$ to zero. One query
+# attends to a padded sentence of 8 positions: 5 real tokens, then 3 padding (`mask` is `True` five
+# times, then `False` three times). What weight $\alpha$ does your `forward` give to the *first real*
+# token?
+
+# %% solution="why_predict_zero_v"
+def predict_weight_with_zero_v() -> float:
+    """Your prediction of the first real token's weight when v is all zeros (5 real tokens, 3 padding)."""
+    ### BEGIN SOLUTION
+    return 1 / 5  # every score is 0: the softmax shares the weight equally among the real tokens
+    ### END SOLUTION
+
+
+# %% tests="why_predicted_zero_v" points=1
+assert check.predicted_weight_with_zero_v(predict_weight_with_zero_v)
+
+# %% [markdown]
+# **The truth.** The cell below measures both with your own `AdditiveAttention`. Where your
+# prediction was off, find the step of your reasoning that went wrong before you read on.
+
+# %%
+torch.manual_seed(0)
+predicted = AdditiveAttention(query_size=6, key_size=8, attention_size=10)
+print("trainable parameters:", sum(p.numel() for p in predicted.parameters()),
+      {name: tuple(p.shape) for name, p in predicted.named_parameters()})
+with torch.no_grad():
+    predicted.v.weight.zero_()  # every score becomes v · tanh(...) = 0
+    _, zero_v_weights = predicted(torch.randn(1, 1, 6), torch.randn(1, 8, 8),
+                                  torch.tensor([[True] * 5 + [False] * 3]))
+print("weights with v = 0:", [round(w, 4) for w in zero_v_weights[0, 0].tolist()])
+
+# %% [markdown]
 # **Your attention on one query.** An untrained `AdditiveAttention` (random weights), one decoder state as
 # the query, and a padded German sentence as the keys. Left, the scores: the padded positions have
 # scores too, and they can be large. Right, your weights: the padded positions get exactly 0, the real
 # ones share 1. Training will make these weights meaningful.
 
 # %%
-with skip_until_implemented("AdditiveAttention"):
-    torch.manual_seed(1)
-    tokens = Tokenizer("de")("Ein Hund rennt über die Wiese.") + ["<pad>"] * 3
-    toy_keys = torch.randn(1, len(tokens), 8)  # (batch=1, k_len, key_size=8)
-    toy_mask = torch.tensor([[token != "<pad>" for token in tokens]])  # (1, k_len), True at real tokens
-    toy_attention = AdditiveAttention(query_size=6, key_size=8, attention_size=10)
-    with torch.no_grad():
-        toy_query = torch.randn(1, 1, 6)  # one decoder state: (batch=1, q_len=1, query_size=6)
-        toy_scores = toy_attention.score(toy_query, toy_keys)  # (1, 1, k_len)
-        toy_context, toy_weights = toy_attention(toy_query, toy_keys, toy_mask)
-    figures.plot_masked_softmax(toy_scores[0, 0], toy_weights[0, 0], tokens, toy_mask[0])
-    plt.show()
-    print(f"weights sum to {toy_weights.sum().item():.6f}; context {tuple(toy_context.shape)}")
+torch.manual_seed(1)
+tokens = Tokenizer("de")("Ein Hund rennt über die Wiese.") + ["<pad>"] * 3
+toy_keys = torch.randn(1, len(tokens), 8)  # (batch=1, k_len, key_size=8)
+toy_mask = torch.tensor([[token != "<pad>" for token in tokens]])  # (1, k_len), True at real tokens
+toy_attention = AdditiveAttention(query_size=6, key_size=8, attention_size=10)
+with torch.no_grad():
+    toy_query = torch.randn(1, 1, 6)  # one decoder state: (batch=1, q_len=1, query_size=6)
+    toy_scores = toy_attention.score(toy_query, toy_keys)  # (1, 1, k_len)
+    toy_context, toy_weights = toy_attention(toy_query, toy_keys, toy_mask)
+figures.plot_masked_softmax(toy_scores[0, 0], toy_weights[0, 0], tokens, toy_mask[0])
+plt.show()
+print(f"weights sum to {toy_weights.sum().item():.6f}; context {tuple(toy_context.shape)}")
 
 # %% [markdown]
 # ## 5. The data
@@ -417,23 +511,22 @@ for german in ("Ein Hund rennt.",
 # %%
 models: dict[str, nn.Module] = {}  # filled by the training cell
 histories: dict[str, list[dict[str, float]]] = {}
-with skip_until_implemented("AdditiveAttention"):
-    torch.manual_seed(CONFIG.seed)
-    built = {"without attention": build_seq2seq(data, CONFIG).to(device)}
-    torch.manual_seed(CONFIG.seed)
-    built["with attention"] = build_seq2seq(data, CONFIG, AdditiveAttention).to(device)
-    probe = collate(train_pairs[:4], PAD_IDX).to(device)  # four sentence pairs as one padded batch
-    built["with attention"](probe.src, probe.tgt_in)  # one batch through the new model first: bugs show now
-    for name, model in built.items():
-        print(f"training the model {name}: {sum(p.numel() for p in model.parameters()):,} parameters")
-        started = time.perf_counter()
-        histories[name] = train_seq2seq(model, train_pairs, CONFIG, device, max_steps=MAX_STEPS)
-        models[name] = model
-        losses = ", ".join(f"{record['train_loss']:.2f}" for record in histories[name])
-        print(f"  {(time.perf_counter() - started) / 60:.1f} minutes; training loss per epoch: {losses}")
-        ours = bottleneck_results.RUNS[name]
-        print(f"  (our run: {ours['cpu_minutes']:.1f} CPU minutes on one thread, {ours['wall_minutes']:.1f} "
-              "minutes on the clock of a busy shared machine)")
+torch.manual_seed(CONFIG.seed)
+built = {"without attention": build_seq2seq(data, CONFIG).to(device)}
+torch.manual_seed(CONFIG.seed)
+built["with attention"] = build_seq2seq(data, CONFIG, AdditiveAttention).to(device)
+probe = collate(train_pairs[:4], PAD_IDX).to(device)  # four sentence pairs as one padded batch
+built["with attention"](probe.src, probe.tgt_in)  # one batch through the new model first: bugs show now
+for name, model in built.items():
+    print(f"training the model {name}: {sum(p.numel() for p in model.parameters()):,} parameters")
+    started = time.perf_counter()
+    histories[name] = train_seq2seq(model, train_pairs, CONFIG, device, max_steps=MAX_STEPS)
+    models[name] = model
+    losses = ", ".join(f"{record['train_loss']:.2f}" for record in histories[name])
+    print(f"  {(time.perf_counter() - started) / 60:.1f} minutes; training loss per epoch: {losses}")
+    ours = bottleneck_results.RUNS[name]
+    print(f"  (our run: {ours['cpu_minutes']:.1f} CPU minutes on one thread, {ours['wall_minutes']:.1f} "
+          "minutes on the clock of a busy shared machine)")
 
 # %% [markdown]
 # **The training curves.** Both losses fall; the model with attention usually ends lower, because it
@@ -544,32 +637,33 @@ else:
 #
 # **Why the change?** Speed, mostly. Matrix products are the operation GPUs and CPUs run fastest, and
 # the dot product needs no `(batch, q_len, k_len, attention_size)` tensor in memory. Luong et al.
-# (2015) found dot-product scores to work at least as well as the additive one in their experiments;
+# (2015) found the plain dot-product score to work well in their experiments, and their own additive
+# ("concat") score not to;
 # Vaswani et al. (2017) note that additive attention beats the *unscaled* dot product when $d_k$ is
-# large and blame the growing size of the dot products, hence the $1/\sqrt{d_k}$ (stage 2 shows it
+# large and suspect that the dot products then grow large and push the softmax into regions where
+# its gradients are tiny, hence the $1/\sqrt{d_k}$ (stage 2 shows it
 # with numbers). The cell
 # below times both scores on the same random queries and keys, on your machine.
 
 # %%
-with skip_until_implemented("AdditiveAttention"):
-    torch.manual_seed(0)
-    width, lengths = (64, (8, 16)) if short_run() else (256, (8, 16, 32, 64, 128))
-    additive = AdditiveAttention(width, width, width)
-    scores = {"additive: v^T tanh(W_q q + W_k k)": additive.score,
-              "scaled dot product: q·k/√d": lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(width)}
-    milliseconds: dict[str, list[float]] = {name: [] for name in scores}
-    for length in lengths:
-        q, k = torch.randn(32, length, width), torch.randn(32, length, width)  # (batch, length, width)
-        for name, score in scores.items():
-            with torch.no_grad():
-                started = time.perf_counter()
-                for _ in range(3):
-                    score(q, k)  # (32, length, length)
-            milliseconds[name].append((time.perf_counter() - started) / 3 * 1000)
-    for name, values in milliseconds.items():
-        print(f"{name:36s}" + "  ".join(f"{value:8.2f} ms" for value in values))
-    figures.plot_score_cost(lengths, milliseconds)
-    plt.show()
+torch.manual_seed(0)
+width, lengths = (64, (8, 16)) if short_run() else (256, (8, 16, 32, 64, 128))
+additive = AdditiveAttention(width, width, width)
+scores = {"additive: v^T tanh(W_q q + W_k k)": additive.score,
+          "scaled dot product: q·k/√d": lambda q, k: torch.einsum("bqd,bkd->bqk", q, k) / math.sqrt(width)}
+milliseconds: dict[str, list[float]] = {name: [] for name in scores}
+for length in lengths:
+    q, k = torch.randn(32, length, width), torch.randn(32, length, width)  # (batch, length, width)
+    for name, score in scores.items():
+        with torch.no_grad():
+            started = time.perf_counter()
+            for _ in range(3):
+                score(q, k)  # (32, length, length)
+        milliseconds[name].append((time.perf_counter() - started) / 3 * 1000)
+for name, values in milliseconds.items():
+    print(f"{name:36s}" + "  ".join(f"{value:8.2f} ms" for value in values))
+figures.plot_score_cost(lengths, milliseconds)
+plt.show()
 
 # %% [markdown]
 # **And the RNN?** Attention fixed the bottleneck, but the encoder and decoder were still RNNs: token
@@ -588,7 +682,7 @@ with skip_until_implemented("AdditiveAttention"):
 #   source positions (padding filled with $-10^9$ first, so it gets exactly 0), and reads
 #   $c_t = \sum_j \alpha_{tj} h_j$, a fresh context for every target position.
 # - Shapes: scores and weights `(batch, q_len, k_len)`, context `(batch, q_len, key_size)`; the mask
-#   `(batch, k_len)` needs its query axis, `mask.unsqueeze(1)`.
+#   `(batch, k_len)` needs an axis for the queries before it meets the scores.
 # - The Transformer keeps score → softmax → weighted sum, but scores with a scaled dot product, separates
 #   keys from values, uses several heads, and drops the RNN, which is why it needs positional encodings.
 #
@@ -603,34 +697,30 @@ with skip_until_implemented("AdditiveAttention"):
 # you saw in this notebook; there is nothing to look up. The points are given in each question.
 
 # %% [markdown]
-# **Question 1 (3 points).** Section 8 compared the two models by the length of the German
-# sentence. Explain why the model without attention loses more and more BLEU as the sentences get
-# longer, and why attention helps most, in proportion, on the longest ones. Why does the model with
-# attention still score lower on long sentences than on short ones?
+# **Question 1 (3 points).** Two moments in your attentive decoder, translating a German sentence of
+# 20 real tokens (no padding). At one step its weights are spread evenly, each $\alpha_{tj} = 1/20$;
+# at another, one weight is almost 1 and the others almost 0. Say what the context vector $c_t$ holds
+# in each case. If the weights stayed evenly spread at *every* step, how would the model compare with
+# the model without attention, and why would that hurt more on long sentences than on short ones?
 
-# %% [markdown] answer="why_q_bottleneck" points=3
-# **Model answer.** Without attention the decoder learns about the German sentence only through the
-# sentence vector $c$: a few hundred numbers, as many for 25 words as for 4, and the same vector at
-# every target step. Each GRU direction rewrites its state at every token, so the longer the
-# sentence, the more of it must be squeezed into that fixed width and the more gets lost or blurred,
-# and the decoder must also remember on its own which part it has already translated. That is why
-# the plain model's BLEU falls steadily with length (about 16 on the shortest bucket, about 8.5 on
-# the longest, in our run). With attention every target step gets a fresh weighted sum of all the
-# encoder outputs, one vector per German token however long the sentence is, and can weight most
-# the words it is translating now. What the decoder can read grows with the sentence instead of
-# being capped, so the gap to the plain model widens with length (in our run the ratio of the two
-# BLEU scores rose from about 1.6 on the shortest sentences to about 2.1 on the longest). Long
-# sentences remain harder for reasons attention does not remove: more words, and more rare ones, to
-# get right, more structure to reorder, more chances to go wrong once, and a model trained for only
-# a few minutes.
+# %% [markdown] answer="why_q_uniform" points=3
+# **Model answer.** With even weights the context is the plain average of the 20 encoder outputs,
+# $c_t = \frac{1}{20}\sum_j h_j$: a summary of the whole sentence in which each token's vector counts
+# for a twentieth. With one weight near 1 at position $j$, the context is almost exactly $h_j$: the
+# encoder's vector for that one token (which, from the bidirectional encoder, also describes its
+# neighbours), read directly. If the weights stayed evenly spread at every step, $c_t$ would be the
+# same average at every step, whatever word the decoder is writing: one fixed-size vector for the
+# whole sentence, as in the model without attention (an average of the token vectors instead of the
+# last states, but the same bottleneck). The longer the sentence, the more vectors share that one
+# average (each counts for $1/n$), so a single word's information is diluted more; attention helps
+# because it can learn to concentrate its weight on the few tokens it is translating now.
 #
 # **Rubric.**
-# - 1 point: without attention the whole source passes through one fixed-size vector, the same for
-#   every length and every step, so more is lost the longer the sentence.
-# - 1 point: attention reads a new weighted mix of every encoder output at each step, so the
-#   information available grows with the sentence, and the relative gain is largest on long ones.
-# - 1 point: long sentences stay harder for other reasons (more and rarer words, more to get wrong,
-#   little training), so BLEU with attention also falls, only less.
+# - 1 point: even weights give the average of the encoder outputs, each weighted $1/20$.
+# - 1 point: a weight near 1 at $j$ gives (almost) $h_j$, that token's own encoder vector.
+# - 1 point: always-even weights give the same context at every step, a fixed-size summary like the
+#   sentence vector of the model without attention; either the dilution by $1/n$ or the fixed size
+#   for any length explains why long sentences suffer more.
 
 # %% [markdown]
 # **Question 2 (2 points).** Your `forward` turns the scores $e_{tj}$ into weights with a softmax
@@ -643,8 +733,9 @@ with skip_until_implemented("AdditiveAttention"):
 # real source tokens, with exactly 0 on the padding (its score was set to $-10^9$ first). The
 # context $c_t$ is then a weighted average of encoder outputs: it has the scale of one $h_j$,
 # whatever the sentence length and however large the scores are. Raw scores can be negative and of
-# any size, and their sum grows with the number of source words, so the context would change scale
-# from one sentence to the next, and padded positions would still add their vectors. An argmax
+# any size, and the context would be a sum of as many terms as the sentence has words, so its scale
+# would change from one sentence to the next; and the padding would not be hidden: its $-10^9$
+# would multiply its vector instead of removing it. An argmax
 # would read exactly one encoder output, but it is a hard choice: a small change of the scores does
 # not change it, so its gradient with respect to the scores is zero and no training signal reaches
 # $W_q$, $W_k$ and $v$; the model could never learn where to look. The softmax is a smooth version of
@@ -654,8 +745,8 @@ with skip_until_implemented("AdditiveAttention"):
 #
 # **Rubric.**
 # - 1 point: the softmax gives positive weights summing to 1 (padding exactly 0), so the context is
-#   an average on a fixed scale for any length; raw scores are unbounded, can be negative and their
-#   sum grows with length.
+#   an average on a fixed scale for any length; raw scores are unbounded, can be negative, and their
+#   weighted sum changes scale with the length (either this or the padding no longer being hidden).
 # - 1 point: an argmax has no useful gradient, so attention could not be learned from the
 #   translation loss; the softmax is a differentiable, soft selection (and can mix several words).
 

@@ -26,19 +26,29 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 50 minutes: 18 minutes of reading, one exercise (about 20 minutes), three
-# written questions (about 15 minutes), and cells that run in seconds. (Estimated by
-# `scripts/working_time.py` in the course repository: reading at 150 words and 10 lines of given
-# code a minute, 5 minutes per exercise plus 2 per line you write, 5 per written question, and the
-# measured run time of the cells.)
+# **Working time:** about 1 hour 20 minutes: 30 minutes of reading, one exercise and two predictions
+# (about 33 minutes), three written questions (about 15 minutes), and cells that run in seconds.
+# (Estimated by `scripts/working_time.py` in the course repository: reading at 150 words and 10
+# lines of given code a minute, 5 minutes per exercise or prediction plus 2 per line you write, 5
+# per written question, and the measured run time of the cells.)
 #
 # ## Learning outcomes
 # After this notebook you can
 # 1. explain why a model built from attention needs to be *told* where each token sits;
 # 2. write down the sinusoidal encoding and say what `pos`, `i` and `d_model` mean in it;
 # 3. implement `PositionalEncoding` as a PyTorch module with a buffer and dropout;
-# 4. read its heatmap, and say where the embeddings are scaled by $\sqrt{d_{model}}$ and what that
-#    scaling does (and does not) do.
+# 4. show that one matrix $R_k$ turns the encoding of every position into that of the position $k$
+#    further on, and say what that does and does not give attention;
+# 5. say why the paper chose sinusoids over learned position vectors, and what rotary encodings
+#    (RoPE) later built on the same property;
+# 6. say where the embeddings are scaled by $\sqrt{d_{model}}$ and what that scaling does (and does
+#    not) do.
+#
+# **Before you start.** You need PyTorch tensors (shapes, broadcasting, slicing with a step), how an
+# `nn.Module` is built, the dot product, and sine and cosine with the angle-addition formulas
+# $\sin(a+b) = \sin a\cos b + \cos a \sin b$ and $\cos(a+b) = \cos a \cos b - \sin a \sin b$. You do not
+# need attention yet (stage 2 builds it): here it is enough to know that attention compares tokens
+# through dot products of their vectors.
 #
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
@@ -71,11 +81,16 @@ from transformer_course.visualisation import positional as figures
 # %% [markdown]
 # ## 1. Why attention needs positions
 #
-# Attention (stage 2) compares every token with every other token through dot products. Nothing
-# in that computation depends on the *order* of the tokens: shuffle the words of a sentence and
-# each word gets exactly the same attention result, only shuffled. "Dog bites man" and "man bites
-# dog" would look identical. An RNN knows order because it reads one token after another; a
-# Transformer reads all tokens at once, so order must be written into the input.
+# Attention (stage 2) compares every token with every other token through dot products. In
+# **self-attention without a mask**, where every token may look at every token of the sentence,
+# nothing in that computation depends on the *order* of the tokens: shuffle the words of a sentence
+# and each word gets exactly the same attention result, only shuffled (the output is
+# *permutation-equivariant*). "Dog bites man" and "man bites dog" hold the same words, so each word
+# comes out as the same vector in both. An RNN knows order because it reads one token after
+# another; a Transformer reads all tokens at once, so order must be written into the input. (This is
+# a statement about attention *without* a mask. The decoder of stage 2 uses a causal mask, under
+# which each token sees only itself and the tokens before it; Question 1 asks you what that
+# changes.)
 #
 # The paper adds a **positional encoding** to each token embedding: a vector of the same width
 # $d_{model}$ that depends only on the position. The model then sees
@@ -111,28 +126,41 @@ print("shuffling the input only shuffles the output:", same)
 # - $2i$ and $2i+1$ — an even column and the odd column right after it; the pair shares one
 #   frequency, sine in the even column, cosine in the odd one;
 # - $d_{model}$ — the embedding width (512 in the paper);
-# - $10000^{2i/d_{model}}$ — the wavelength factor: column pair 0 completes a cycle every
-#   $2\pi \approx 6.3$ positions, the last pair only every $\approx 2\pi \cdot 10000$ positions.
+# - $10000^{2i/d_{model}}$ — the wavelength factor: column pair $i$ turns by the angle
+#   $\omega_i = 1/10000^{2i/d_{model}}$ per position, so pair 0 completes a cycle every
+#   $2\pi \approx 6.3$ positions and the last pair only every $2\pi \cdot 10000^{(d_{model}-2)/d_{model}}$
+#   positions, just under $2\pi \cdot 10000$ (the paper: "a geometric progression from $2\pi$ to
+#   $10000 \cdot 2\pi$").
 #
-# Why this choice? Every position gets a unique pattern; the values stay in $[-1, 1]$ whatever the
-# length; and for a fixed offset $k$, $PE_{pos+k}$ is a rotation of $PE_{pos}$ pair by pair
-# (the angle-addition formulas), so "k tokens to the left" looks the same everywhere in the
-# sentence, which attention can learn to pick out.
+# **Why this choice?** Every position gets its own pattern, and the values stay in $[-1, 1]$ however
+# long the sentence. Above all, an offset acts the same way at every position. Write one column pair
+# as a vector and apply the angle-addition formulas:
 #
-# **Computing it.** Build a column of positions `(max_seq_length, 1)` and a row of inverse
-# wavelengths `(d_model/2,)`; their product broadcasts to the angle table `(max_seq_length, d_model/2)`.
-# A numerically pleasant way to get $1/10000^{2i/d_{model}}$ is
-# $\exp\left(-2i \cdot \ln(10000) / d_{model}\right)$, with `torch.arange(0, d_model, 2)` giving
-# the values $2i$ directly.
+# $$\begin{pmatrix} \sin \omega_i(pos+k) \\ \cos \omega_i(pos+k) \end{pmatrix} =
+#   \begin{pmatrix} \cos \omega_i k & \sin \omega_i k \\ -\sin \omega_i k & \cos \omega_i k \end{pmatrix}
+#   \begin{pmatrix} \sin \omega_i pos \\ \cos \omega_i pos \end{pmatrix}$$
+#
+# The matrix is a rotation by the angle $\omega_i k$, and it depends on the offset $k$, not on $pos$.
+# Put one such $2 \times 2$ block per column pair on the diagonal of a $d_{model} \times d_{model}$
+# matrix $R_k$ and you get, for **every** position,
+#
+# $$PE_{pos+k} = R_k \, PE_{pos}.$$
+#
+# That is the paper's stated reason (section 3.5): "for any fixed offset $k$, $PE_{pos+k}$ can be
+# represented as a linear function of $PE_{pos}$", which the authors hoped would let the model
+# "easily learn to attend by relative positions". Section 4 shows what this gives attention.
 #
 # ### Pitfalls we see every year
-# - sine and cosine swapped (sine belongs in the **even** columns);
-# - using $i$ instead of $2i$ in the exponent — or, with `arange(0, d_model, 2)`, multiplying by 2
-#   a second time;
-# - writing the cosine into column 1 only (`pe[:, 1]`) instead of every odd column (`pe[:, 1::2]`);
-# - forgetting dropout: the paper applies dropout to the *sum* of embeddings and encodings;
-# - storing `pe` as an `nn.Parameter`: it is fixed, not learned, so it is a *buffer* — it moves
-#   with `.to(device)` and is saved in the `state_dict`, but the optimiser never touches it.
+# - sine and cosine swapped: then row 0 of the table reads 1, 0, 1, 0, ... instead of
+#   0, 1, 0, 1, ... (the sine belongs in the **even** columns);
+# - the exponent off by a factor of two: $i$ used where the formula has $2i$, or an index that
+#   already counts in steps of two doubled once more; the wavelengths then grow too slowly or too
+#   fast from pair to pair;
+# - the cosine written into a single column instead of every odd column: columns 3, 5, 7, ... stay 0;
+# - dropout applied twice, or to `x` before the addition: the given `return` already applies it,
+#   once, to the *sum* of embeddings and encodings, as the paper does;
+# - `pe` turned into an `nn.Parameter`: it is fixed, not learned, so the given line registers it as a
+#   *buffer* (Question 2 asks what the alternatives would break).
 
 # %% [markdown]
 # ## 3. Exercise: `PositionalEncoding`
@@ -142,6 +170,49 @@ print("shuffling the input only shuffles the output:", same)
 #    the given line after it adds the batch axis and registers the buffer;
 # 2. in `forward`, add the first `seq_len` rows of the table to `x`
 #    (`x` has shape `(batch, seq_len, d_model)`); the given `return` applies dropout.
+#
+# The table is `float32` (PyTorch's default), with sine in the even columns and cosine in the odd
+# ones, exactly as in the formula of section 2. Try it on your own first; if you are stuck, open the
+# hints one at a time.
+#
+# <details><summary>Hint 1: the idea</summary>
+#
+# You do not need a loop. Every entry of the table is the sine or the cosine of one angle,
+# $pos \cdot \omega_i$: a position times a frequency. So first build the table of all the angles at
+# once, every position times every frequency, then take its sine for the even columns and its cosine
+# for the odd ones. In `forward`, the buffer holds more positions than a sentence has: keep only as
+# many as `x` has, and let broadcasting add them to every sentence of the batch.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# | tensor | shape |
+# |---|---|
+# | the positions $0, 1, \dots$, as a column | `(max_seq_length, 1)` |
+# | the frequencies $\omega_i$, one per column pair | `(d_model / 2,)` |
+# | their product, the angle table (broadcasting) | `(max_seq_length, d_model / 2)` |
+# | the even columns of `pe`, and the odd ones | `(max_seq_length, d_model / 2)` each |
+# | the registered buffer | `(1, max_seq_length, d_model)` |
+# | the part of it `forward` adds | `(1, seq_len, d_model)`: broadcasts over the batch |
+#
+# Axis 1 of the buffer is the position; axis 0 has size 1 (the batch axis added by the given line).
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# - `torch.arange(max_seq_length, dtype=torch.float)` gives the positions; `.unsqueeze(1)` makes
+#   them a column.
+# - `torch.arange(0, d_model, 2, dtype=torch.float)` gives the values $2i$ themselves (do not double
+#   them again). A numerically pleasant form of the frequency is
+#   $\omega_i = 1/10000^{2i/d_{model}} = \exp\left(-2i \cdot \ln(10000) / d_{model}\right)$, with
+#   `torch.exp` and `math.log`.
+# - Start from `pe = torch.zeros(max_seq_length, d_model)` and assign `torch.sin` of the angle
+#   table to `pe[:, 0::2]` and `torch.cos` of it to `pe[:, 1::2]`.
+# - In `forward`: `x = x + self.pe[:, :x.size(1)]`.
+#
+# </details>
 
 # %% solution="positional_encoding"
 #| include transformer_course.reference.positional_encoding:PositionalEncoding
@@ -175,6 +246,54 @@ assert check.forward_adds_encoding(PositionalEncoding, d_model=12, max_seq_lengt
 assert check.dropout_behaviour(PositionalEncoding)
 
 # %% [markdown]
+# ### Predict, then run
+# Work these out on paper before you run anything: each is one line of reasoning from the formula
+# or from how PyTorch treats a buffer. Write your prediction after `return` (a number, or an
+# expression you worked out, such as `3 * 4`), run the cell and its check, and only then run the
+# cell that shows the truth.
+#
+# **Prediction 1 (1 point).** For $d_{model} = 64$, what is the dot product $PE_{pos} \cdot PE_{pos}$
+# of a row of the table with itself? (It is the same for every position.)
+
+# %% solution="pe_predict_self_dot"
+def predict_self_dot_product() -> float:
+    """Your prediction of PE[pos] · PE[pos] for d_model = 64."""
+    ### BEGIN SOLUTION
+    return 64 / 2  # one sin² + cos² = 1 per column pair
+    ### END SOLUTION
+
+
+# %% tests="pe_predicted_self_dot" points=1
+assert check.predicted_self_dot_product(predict_self_dot_product)
+
+# %% [markdown]
+# **Prediction 2 (1 point).** How many *trainable* parameters does
+# `PositionalEncoding(d_model=512, max_seq_length=5000, dropout=0.1)` have, that is, how many numbers
+# would `sum(p.numel() for p in module.parameters())` count?
+
+# %% solution="pe_predict_parameters"
+def predict_parameter_count() -> int:
+    """Your prediction of the number of trainable parameters of PositionalEncoding(512, 5000, 0.1)."""
+    ### BEGIN SOLUTION
+    return 0  # the table is a buffer and dropout has no weights
+    ### END SOLUTION
+
+
+# %% tests="pe_predicted_parameters" points=1
+assert check.predicted_parameter_count(predict_parameter_count)
+
+# %% [markdown]
+# **The truth.** The cell below measures both with your own `PositionalEncoding`. Where your
+# prediction was off, find the step of your reasoning that went wrong before you read on.
+
+# %%
+table = PositionalEncoding(d_model=64, max_seq_length=40, dropout=0.0).pe[0]  # (40, 64)
+print("PE[pos] · PE[pos] for pos = 0, 17, 39:", [round(float(table[p] @ table[p]), 4) for p in (0, 17, 39)])
+big = PositionalEncoding(d_model=512, max_seq_length=5000, dropout=0.1)
+print("trainable parameters:", sum(p.numel() for p in big.parameters()),
+      "  numbers in buffers:", sum(b.numel() for b in big.buffers()))
+
+# %% [markdown]
 # ## 4. Looking at the encoding
 #
 # **The table as a heatmap.** Rows are positions, columns are dimensions. On the left the columns
@@ -182,55 +301,120 @@ assert check.dropout_behaviour(PositionalEncoding)
 # they look constant. Read a row from left to right and you read a position's "fingerprint".
 
 # %%
-with skip_until_implemented("PositionalEncoding"):
-    encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
-    figures.plot_encoding_heatmap(encoding.pe)
-    plt.show()
+encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
+figures.plot_encoding_heatmap(encoding.pe)
+plt.show()
 
 # %% [markdown]
 # **A few columns as curves.** Each column is one sinusoid; each pair (sin, cos) shares a
 # wavelength, and the wavelength grows geometrically with $i$.
 
 # %%
-with skip_until_implemented("PositionalEncoding"):
-    encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
-    figures.plot_encoding_curves(encoding.pe, dims=(0, 1, 8, 9, 20, 21))
-    plt.show()
+encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
+figures.plot_encoding_curves(encoding.pe, dims=(0, 1, 8, 9, 20, 21))
+plt.show()
 
 # %% [markdown]
-# **Which positions look alike?** The dot product $PE_p \cdot PE_q$ depends only on the offset
-# $p - q$: the bands run parallel to the diagonal. It is largest at $p = q$, where it equals
-# $d_{model}/2$ (each sin/cos pair contributes $\sin^2 + \cos^2 = 1$). Away from the diagonal it first
-# drops quickly, then it does not keep falling: it wobbles, because the columns' different wavelengths
-# drift in and out of step, and that wobble is the banding in the figure. The cell prints it for a
-# few offsets. A fixed offset always gives the same value, which is what lets attention learn
-# relative positions.
+# **Which positions look alike?** Each column pair contributes
+# $\sin a \sin b + \cos a \cos b = \cos(a - b)$, so
+#
+# $$PE_p \cdot PE_q = \sum_{i=0}^{d_{model}/2 - 1} \cos\big(\omega_i\,(p - q)\big).$$
+#
+# It depends only on the offset $p - q$: the bands run parallel to the diagonal. It is largest at
+# $p = q$, where every term is 1. And it is **even** in the offset, since $\cos(-x) = \cos x$: the
+# token three places to the left and the token three places to the right get exactly the same value,
+# so this dot product alone cannot tell left from right. Away from the diagonal the value falls
+# quickly at first, then only slowly and not steadily: it goes up and down, because the columns'
+# different wavelengths drift in and out of step (the banding in the figure). The cell prints it for
+# a few offsets.
 
 # %%
-with skip_until_implemented("PositionalEncoding"):
-    encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
-    figures.plot_position_similarity(encoding.pe)
-    plt.show()
-    table = encoding.pe[0]  # (200, 64)
-    print("PE[10]·PE[13] =", round(float(table[10] @ table[13]), 4),
-          "  PE[40]·PE[43] =", round(float(table[40] @ table[43]), 4), "(same offset, same value)")
-    offsets = [0, 1, 2, 5, 10, 20, 40, 60, 80, 100, 120, 140]
-    print("PE[50]·PE[50 + k] for k =", offsets)
-    print("                        ", [round(float(table[50] @ table[50 + k]), 1) for k in offsets])
+encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
+figures.plot_position_similarity(encoding.pe)
+plt.show()
+table = encoding.pe[0]  # (200, 64)
+print("PE[10]·PE[13] =", round(float(table[10] @ table[13]), 4),
+      "  PE[40]·PE[43] =", round(float(table[40] @ table[43]), 4), "(same offset, same value)")
+print("PE[50]·PE[47] =", round(float(table[50] @ table[47]), 4),
+      "  PE[50]·PE[53] =", round(float(table[50] @ table[53]), 4), "(left and right look alike)")
+offsets = [0, 1, 2, 5, 10, 20, 40, 60, 80, 100, 120, 140]
+print("PE[50]·PE[50 + k] for k =", offsets)
+print("                        ", [round(float(table[50] @ table[50 + k]), 1) for k in offsets])
 
 # %% [markdown]
-# ## 5. Where the embeddings are scaled by $\sqrt{d_{model}}$
+# **What attention sees.** Attention does not score $PE_p \cdot PE_q$. It first projects each token's
+# vector with learned matrices, a query $W_Q$ and a key $W_K$ (stage 2), and scores
+# $(x_p + PE_p) W_Q \cdot (x_q + PE_q) W_K$. Its position part, $PE_p W_Q \cdot PE_q W_K$, is in
+# general *not* a function of $p - q$ any more: the first line of the next cell shows it for random
+# projections. What no projection can take away is the linear structure of section 2,
+# $PE_{p+k} = R_k\, PE_p$. A query projection that contains $R_k$ turns the query of position $p$ into
+# $PE_{p+k}$, which matches the key of position $p + k$ best, and it does so at every $p$ with the same
+# matrix: "look $k$ tokens to the right" is one linear map that training can find. (Whether a trained
+# model uses it this way is another matter: the paper states the property as a hope.)
+#
+# The cell builds $R_3$ from the table itself (it reads each pair's angle step $\omega_i$ off row 1,
+# where $\sin \omega_i$ and $\cos \omega_i$ stand), checks $R_3 PE_p = PE_{p+3}$ for every $p$, and plots
+# two rows of scores against the positions $q$: $PE_{50} \cdot PE_q$, symmetric about 50, and
+# $(R_3 PE_{50}) \cdot PE_q$, which peaks at $q = 53$.
+
+# %%
+table = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0).pe[0]  # (200, 64)
+torch.manual_seed(0)
+W_Q, W_K = torch.randn(64, 64) / 8, torch.randn(64, 64) / 8  # random projections
+scores = [round(float((table[p] @ W_Q) @ (table[p + 3] @ W_K)), 3) for p in (10, 40)]
+print("(PE[p] W_Q)·(PE[p+3] W_K) for p = 10, 40:", scores, "(same offset, different scores)")
+k = 3
+omega = torch.atan2(table[1, 0::2], table[1, 1::2])  # (32,) the angle step of each column pair
+cos, sin = torch.cos(k * omega), torch.sin(k * omega)
+R = torch.zeros(64, 64)  # R_k: one 2x2 rotation block per column pair
+R[0::2, 0::2], R[0::2, 1::2] = torch.diag(cos), torch.diag(sin)
+R[1::2, 0::2], R[1::2, 1::2] = torch.diag(-sin), torch.diag(cos)
+shifted = table[:-k] @ R.T  # row p holds R_k PE_p
+print(f"largest |R_3 PE_p - PE_(p+3)| over p = 0..196: {(shifted - table[k:]).abs().max():.1e}")
+figures.plot_offset_scores(table, R, position=50, offset=k)
+plt.show()
+
+# %% [markdown]
+# ## 5. Why sinusoids, and what came after
+#
+# **Learned positions work as well.** The paper also tried *learned* positional embeddings, one
+# trained vector per position (an `nn.Embedding(max_seq_length, d_model)` indexed by position), and
+# "found that the two versions produced nearly identical results": in its Table 3, row (E), the base
+# model with learned positions scores 25.7 BLEU against 25.8 with sinusoids, on the English→German
+# development set (newstest2013).
+#
+# **Why sinusoids, then?** The paper: "because it may allow the model to extrapolate to sequence
+# lengths longer than the ones encountered during training". A learned table has one vector per
+# position it was trained on and nothing beyond; the formula gives a vector for any position, and
+# the same $R_k$ for any offset. Note the "may": the paper did not measure it. Later work did, and
+# found that Transformers with sinusoidal encodings degrade quickly on sequences even a little
+# longer than those they were trained on (Press, Smith and Lewis, 2022, *ALiBi*).
+#
+# **Rotary position embeddings (RoPE).** Su et al. (2021, *RoFormer*) took the rotation property one
+# step further. Instead of adding $PE_{pos}$ to the input once, they *rotate* every query and key
+# inside attention: the query vector $\mathbf{q}$ of position $m$ by $R_m$ and the key vector
+# $\mathbf{k}$ of position $n$ by $R_n$, with the same block rotations as above. Rotations compose
+# ($R_m^\top R_n = R_{n-m}$), so the score
+#
+# $$(R_m\, \mathbf{q}) \cdot (R_n\, \mathbf{k}) = \mathbf{q}^\top R_{n-m}\, \mathbf{k}$$
+#
+# depends on the positions only through $n - m$, whatever the learned projections, and, unlike
+# $PE_p \cdot PE_q$, it can tell left from right. Many recent language models use it. This course
+# keeps the paper's additive encoding.
+
+# %% [markdown]
+# ## 6. Where the embeddings are scaled by $\sqrt{d_{model}}$
 #
 # Section 3.4 of the paper: "In the embedding layers, we multiply those weights by
-# $\sqrt{d_{model}}$." The scaling happens **before** the positional encoding is added, in the
-# Encoder and Decoder of stage 4:
+# $\sqrt{d_{model}}$." In the Encoder and Decoder of stage 4, the input of the first layer for the
+# token $w$ at position $pos$ is therefore
 #
-# ```python
-# x = self.embedding(tokens) * math.sqrt(self.d_model)   # (batch, seq_len, d_model)
-# x = self.positional_encoding(x)                        # adds PE, then dropout
-# ```
+# $$\mathrm{Dropout}\big(\sqrt{d_{model}}\; E_w + PE_{pos}\big),$$
 #
-# **Why?** The paper does not say: that sentence is all it writes about it. What the factor does is
+# where $E_w$ is the token's row of the embedding matrix: the embedding is scaled **before** the
+# positional encoding is added, and the encoding itself is not scaled.
+#
+# **Why?** The paper gives no reason: that sentence is all it writes about it. What the factor does is
 # set the size of the word signal relative to the position signal, since the two are simply added.
 # Every PE entry lies in $[-1, 1]$; an embedding entry is as large as its initialisation makes it.
 # The cell below compares the two for the two initialisations you will meet: PyTorch's default for
@@ -245,30 +429,35 @@ with skip_until_implemented("PositionalEncoding"):
 torch.manual_seed(0)
 d_model, vocab_size = 64, 8000
 tokens = torch.randint(vocab_size, (1, 20))  # 20 random word ids
-with skip_until_implemented("PositionalEncoding"):
-    position_signal = PositionalEncoding(d_model, 20, 0.0).pe  # (1, 20, d_model)
-    print(f"typical |PE entry|: {position_signal.abs().mean():.3f}")
 for name, initialise in (("PyTorch default N(0, 1)", nn.init.normal_), ("Xavier uniform", nn.init.xavier_uniform_)):
     embedding = nn.Embedding(vocab_size, d_model)
     initialise(embedding.weight)
     word = embedding(tokens).detach()  # (1, 20, d_model)
     print(f"{name:23s}: typical |embedding entry| {word.abs().mean():.3f}, after scaling by "
           f"sqrt(d_model) = {math.sqrt(d_model):.0f}: {(word * math.sqrt(d_model)).abs().mean():.3f}")
+position_signal = PositionalEncoding(d_model, 20, 0.0).pe  # (1, 20, d_model): your table
+print(f"typical |PE entry|: {position_signal.abs().mean():.3f}")
 
 # %% [markdown]
 # **Reading the numbers.** With the default initialisation the scaled word signal is about ten times
-# larger than the position signal; with Xavier initialisation it is still several times *smaller*,
-# even after the factor. So the factor alone does not decide which signal dominates: the
+# larger than the position signal (about 6.4 against 0.57); with Xavier initialisation it is still
+# about five times *smaller* (about 0.11 against 0.57), even after the factor. So the factor alone
+# does not decide which signal dominates: the
 # initialisation does, and during training the model learns embeddings of whatever size works. Do
 # not trust the common explanation that the scaling "keeps the position signal from drowning the
 # words": at the initialisation this course uses, the numbers say otherwise.
 
 # %% [markdown]
 # ## Summary
-# - Attention ignores order, so each position gets a fixed sinusoidal vector added to its embedding.
+# - Self-attention without a mask ignores order, so each position gets a fixed sinusoidal vector
+#   added to its embedding.
 # - Even columns hold $\sin(pos/10000^{2i/d_{model}})$, odd columns the cosine of the same angle.
-# - `pe` is a buffer of shape `(1, max_seq_length, d_model)`; `forward` adds `pe[:, :seq_len]` and
-#   applies dropout to the sum.
+# - `pe` is a buffer of shape `(1, max_seq_length, d_model)`; `forward` adds the table's first
+#   `seq_len` positions and applies dropout to the sum.
+# - $PE_p \cdot PE_q$ depends only on $p - q$ and cannot tell left from right; the useful property is
+#   $PE_{p+k} = R_k PE_p$, one rotation per offset, which rotary encodings (RoPE) build on.
+# - Learned position vectors scored nearly the same in the paper; it chose sinusoids in the hope of
+#   handling longer sentences than seen in training.
 # - Embeddings are multiplied by $\sqrt{d_{model}}$ before the encoding is added (stage 4). The paper
 #   gives no reason; which of the two signals is larger depends on the initialisation.
 #
@@ -283,68 +472,84 @@ for name, initialise in (("PyTorch default N(0, 1)", nn.init.normal_), ("Xavier 
 # you saw in this notebook; there is nothing to look up. The points are given in each question.
 
 # %% [markdown]
-# **Question 1 (2 points).** Section 1 showed that shuffling the rows of the input only shuffles
-# the rows of the toy attention's output. Explain why attention without positional information
-# cannot tell "the dog bit the man" from "the man bit the dog", and how adding $PE_{pos}$ to each
-# embedding changes that.
+# **Question 1 (2 points).** Section 1's shuffle argument was about self-attention *without* a
+# mask. Now take a decoder-only model, as in today's language models: every layer uses a causal mask
+# (each token attends only to itself and the tokens before it), and there is **no** positional
+# encoding at all. Does shuffling the input still only shuffle the output? Can such a model tell
+# "dog bites man" from "man bites dog", and can it find out at which position a token stands?
+# Explain.
 
-# %% [markdown] answer="pe_q_order" points=2
-# **Model answer.** Attention mixes value vectors with weights computed from dot products between
-# token vectors; nothing in that computation depends on where a token stands. Reordering the input
-# reorders the rows of $Q$, $K$ and $V$ together, so every token gets exactly the same output
-# vector, only in another row. Both sentences hold the same tokens, so "dog" comes out the same
-# whether it is the subject or the object. Once $PE_{pos}$ is added, the same word at position 1
-# and at position 4 is a different vector: its scores against the other tokens differ, and the
-# outputs can depend on the order.
+# %% [markdown] answer="pe_q_causal" points=2
+# **Model answer.** No: the causal mask breaks the symmetry. Token $t$ mixes only tokens $1..t$, so
+# what a token sees depends on where it stands: the first token attends to itself alone, the last
+# to the whole sentence. Shuffling the input therefore changes the outputs, not just their order. In
+# "dog bites man" the first output is computed from "dog" alone, in "man bites dog" from "man" alone,
+# so the two sentences give different outputs and the model can tell them apart. Within one layer,
+# token $t$ still sees the tokens before it as a *set* (a weighted average does not know the order
+# of what it averages), but the outputs of the earlier positions already differ with the order, so
+# the next layer sees the order too. Position can be inferred as well, for example from how many
+# tokens are being averaged: if attention spreads evenly, a token that starts every sentence (such as
+# `<bos>`) gets a share of $1/t$ at position $t$, which tells the model $t$. (Language models trained
+# without any positional encoding have indeed been found to learn positional information.) The encoder,
+# unmasked, has no such help and needs the encoding.
 #
 # **Rubric.**
-# - 1 point: the weights and outputs depend only on the token vectors, so permuting the input
-#   permutes the output (the same words get the same vectors in both sentences).
-# - 1 point: with the encoding added, one word at two positions is two different vectors, so scores
-#   and outputs can depend on order.
+# - 1 point: the causal mask makes what a token sees depend on its position (token $t$ sees only
+#   $1..t$; the first token only itself), so shuffling changes the outputs and the two sentences
+#   differ (for example in the first token's output).
+# - 1 point: position or order can be recovered, argued either from how many tokens each position
+#   averages (a $1/t$ share of a fixed first token), or from stacked layers, whose inputs at earlier
+#   positions already differ with the order.
 
 # %% [markdown]
-# **Question 2 (2 points).** `pe` is registered with `register_buffer`, not stored as an
-# `nn.Parameter` and not as a plain attribute (`self.pe = pe`). For each of the two alternatives,
-# say what would go wrong. Think of the optimiser, `model.to(device)` and `state_dict()`.
+# **Question 2 (2 points).** The given line registers `pe` with `register_buffer`. Suppose a
+# classmate wrote `self.pe = pe.unsqueeze(0)` instead, a plain attribute. Predict what happens in
+# each case, and why: (a) on a machine with a GPU, `model.to("cuda")`, then a forward pass on a batch
+# that is on the GPU; (b) on the CPU, `model.double()`, then a forward pass on a `float64` batch.
 
 # %% [markdown] answer="pe_q_buffer" points=2
-# **Model answer.** As an `nn.Parameter` the table would be in `model.parameters()`, so the
-# optimiser would change it at every step: the fixed sinusoids would drift into a learned encoding
-# (with its own extra parameters), which is not the paper's model and loses the clean
-# relative-offset structure. As a plain attribute PyTorch does not know the tensor exists:
-# `model.to("cuda")` or `.double()` leave it behind on the CPU in float32, so `x + pe` fails with a
-# device or type mismatch on a GPU, and `state_dict()` does not contain it. A buffer moves and is
-# saved with the module but is never trained.
+# **Model answer.** `Module.to(...)` and `Module.double()` convert only the module's parameters and
+# buffers (and those of its submodules); a plain tensor attribute is invisible to them and stays as
+# it was built, a `float32` tensor on the CPU. (a) The batch is on the GPU and `pe` on the CPU, so
+# `x + self.pe[...]` raises a `RuntimeError` (tensors on different devices), at the first forward
+# pass. (b) Nothing fails: PyTorch's type promotion makes `float64 + float32` a `float64` result, so
+# the sum is computed and returned in `float64`; only the table itself keeps `float32` precision, a
+# negligible difference here. (Also true: the plain attribute is missing from `state_dict()`, which
+# does no harm here, because the constructor rebuilds the same table.) A buffer avoids (a): it moves
+# and converts with the module, is saved with it, and is still never trained.
 #
 # **Rubric.**
-# - 1 point: a Parameter is updated by the optimiser, so the fixed table becomes a learned one.
-# - 1 point: a plain attribute is not moved or converted by `.to(...)` (device mismatch on a GPU)
-#   and is not in the `state_dict`.
+# - 1 point: (a) fails with a device-mismatch error, because `.to()` moves parameters and buffers
+#   only and the plain attribute stays on the CPU.
+# - 1 point: (b) runs: `float64 + float32` is promoted to `float64` (either saying so, or saying that
+#   only a device mismatch, not a dtype mismatch, makes the sum fail).
 
 # %% [markdown]
-# **Question 3 (2 points).** The encoder of stage 4 multiplies the embeddings by $\sqrt{d_{model}}$
-# *before* adding the positional encoding. Using the sizes printed in section 5, explain what the
-# sum would be dominated by without this factor and why that hurts. Why is the scaling not done
-# inside `PositionalEncoding`?
+# **Question 3 (2 points).** Stage 4 initialises its embeddings with Xavier-uniform, as in section 6.
+# Suppose its Encoder forgot the factor $\sqrt{d_{model}}$. Using the numbers printed in section 6,
+# estimate how the sum "embedding + encoding" is split between the word and its position at the start
+# of training, and what that means for telling words apart. A classmate proposes to fix it inside
+# `PositionalEncoding`, by returning $\sqrt{d_{model}} \cdot (x + PE)$. Does that give the paper's
+# balance between word and position? Compare the three cases.
 
 # %% [markdown] answer="pe_q_scale" points=2
-# **Model answer.** Freshly initialised embedding entries are tiny (about 0.01 in section 5), while
-# the encoding's entries lie between -1 and 1 with a typical size of about 0.6, some 40 times more.
-# Without the factor the input would be almost all position: two different words at the same
-# position would be nearly the same vector, so attention would at first see positions rather than
-# words, and training would have to grow the embeddings before the words could count. Multiplying
-# by $\sqrt{d_{model}} = 8$ brings the word signal to about 0.1, the same order as the position
-# signal. The scaling
-# belongs to the embedding layer (the paper scales the embedding weights); `PositionalEncoding` only
-# adds a fixed signal. Scaling inside it would scale whatever it receives, and after the addition it
-# would scale the positions too, changing the balance the factor is meant to set.
+# **Model answer.** Section 6 printed a typical Xavier embedding entry of about 0.014 and a typical
+# encoding entry of about 0.57, about 40 times larger. Without the factor the sum is almost all
+# position: two different words at the same position differ by a few hundredths per entry on top of
+# the same position vector, so at the start the first layer sees mostly positions and words are hard
+# to tell apart (training can still grow the embeddings, but it starts from there). With the
+# paper's factor ($\sqrt{64} = 8$) the word entries are about 0.11, still about five times smaller
+# than the encoding: the factor narrows the gap eightfold but does not make words dominate at this
+# initialisation. The classmate's version multiplies word and position alike, so their ratio is the
+# same as without the factor (about 1 to 40), only everything is eight times larger; it is not the
+# paper's model, which scales the embedding alone before the encoding is added.
 #
 # **Rubric.**
-# - 1 point: without the factor the encoding (entries up to 1) swamps the small initial embeddings,
-#   so words are hard to tell apart at first.
-# - 1 point: the scaling is the embedding's job, before the addition; inside the encoding module (or
-#   after adding) it would scale the positions as well.
+# - 1 point: without the factor the word signal is about 40 times smaller than the position signal
+#   (about 0.014 against 0.57), so the input is mostly position and words are hard to tell apart at
+#   first; with the factor it is still about five times smaller.
+# - 1 point: scaling after the addition multiplies both signals, so the word-to-position ratio is the
+#   one without the factor; only scaling the embedding before the addition changes the balance.
 
 # %%
 check.summary()

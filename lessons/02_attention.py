@@ -139,8 +139,8 @@ plt.show()
 #
 # **Batches and heads.** In the model these matrices carry leading axes:
 # `Q` is `(batch, heads, q_len, d_k)`. Matrix multiplication `@` treats every leading axis as a
-# batch axis, so the same three lines work for 2-D, 3-D or 4-D inputs, as long as you transpose the
-# **last two** axes of `K`: `K.transpose(-2, -1)`.
+# batch axis, so the same computation works for 2-D, 3-D or 4-D inputs, as long as the transpose of
+# $K$ swaps only its **last two** axes (the leading axes must stay where they are).
 
 # %% [markdown]
 # ## 3. Why divide by $\sqrt{d_k}$?
@@ -198,56 +198,102 @@ plt.show()
 #
 # Sometimes a query must not look at certain keys: padding tokens that only fill a batch up to the
 # same length, or (in the decoder) words that come *later* in the sentence. A **mask** says which
-# query–key pairs are allowed. The convention in this course, as in PyTorch's
-# `F.scaled_dot_product_attention`:
+# query–key pairs are allowed. The convention in this course:
 #
 # > `True` (or 1) = **may attend**, `False` (or 0) = **hidden**.
 #
+# A boolean `attn_mask` of PyTorch's `F.scaled_dot_product_attention` means the same (True = takes
+# part in attention); PyTorch's `nn.MultiheadAttention` uses the opposite (True = not allowed,
+# section 11), so always check which convention a function expects.
+#
 # The mask has a shape that *broadcasts* against the scores `(batch, heads, q_len, k_len)`; you
 # build the two real masks in sections 6 and 7. To hide a key, set its score to a huge negative
-# number **before** the softmax: $e^{-10^9}$ is exactly 0 in floating point, so the hidden key gets
-# weight 0 and the softmax spreads the whole weight 1 over the allowed keys.
-# `scores.masked_fill(mask == 0, -1e9)` does that in one call. `float('-inf')` works too, but a
-# row whose keys are *all* hidden then becomes $0/0$ = NaN, while $-10^9$ gives an evenly spread row.
+# number such as $-10^9$ **before** the softmax. The softmax subtracts the row's largest score before
+# it exponentiates, and $e^{-10^9}$ underflows to exactly 0 in floating point, so the hidden key
+# gets weight 0 and the softmax spreads the whole weight 1 over the allowed keys.
+# `float('-inf')` hides a key just as well, but a row whose keys are *all* hidden then becomes
+# $0/0$ = NaN, while $-10^9$ gives an evenly spread row (question 2 asks when such a row can occur).
 #
-# The cell shows one score row with the last key hidden, done right and done in two common wrong ways.
+# The cell shows one score row with the last key hidden, done right and done in two common wrong ways
+# (it uses `torch.where(condition, a, b)`, which takes `a` where the condition is True and `b`
+# elsewhere).
 
 # %%
 row = torch.tensor([2.0, 1.0, 0.5, 3.0])  # scores of one query for 4 keys
 allowed = torch.tensor([True, True, True, False])  # the last key is hidden
 
-right = torch.softmax(row.masked_fill(allowed == 0, -1e9), dim=-1)
-fill_zero = torch.softmax(row.masked_fill(allowed == 0, 0.0), dim=-1)  # wrong: e^0 = 1 is not 0
-after_softmax = torch.softmax(row, dim=-1).masked_fill(allowed == 0, 0.0)  # wrong: too late
+right = torch.softmax(torch.where(allowed, row, -1e9), dim=-1)  # hidden score -1e9, then softmax
+fill_zero = torch.softmax(torch.where(allowed, row, 0.0), dim=-1)  # wrong: e^0 = 1 is not 0
+after_softmax = torch.softmax(row, dim=-1) * allowed  # wrong: too late
 
 for name, weights in (("right", right), ("filled with 0", fill_zero), ("after softmax", after_softmax)):
     print(f"{name:14s} weights {[round(w, 3) for w in weights.tolist()]}  sum {weights.sum():.3f}")
 
 # %% [markdown]
 # ### Pitfalls we see every year
-# - **softmax over the wrong axis.** The weights of one *query* must sum to 1, so normalise over the
-#   keys: `dim=-1`. With `dim=-2` each *key's* column sums to 1 instead, which has no meaning here.
-# - **the wrong scale.** Divide by $\sqrt{d_k}$, not by $d_k$ and not by $\sqrt{d_{model}}$: inside
-#   multi-head attention each head has width $d_k = d_{model}/h$. Read $d_k$ from `Q.size(-1)`.
-# - **masking after the softmax.** Zeroing weights after normalising leaves rows that sum to less
-#   than 1. The mask must change the *scores*.
-# - **an inverted mask.** `True` means "may attend": hide where `mask == 0`. Writing
-#   `masked_fill(mask, -1e9)` hides exactly the tokens you wanted to keep.
-# - **`~mask` on an integer mask.** Masks may arrive as 0/1 integers; `~` flips their bits
-#   (1 becomes -2), and `masked_fill` refuses a non-bool mask. `mask == 0` works for both.
-# - **returning the scores.** The function returns the *weights* (after the softmax), which the
-#   model later plots.
+# - **softmax over the wrong axis.** Symptom: the weights of one query do not sum to 1, but each
+#   *key's* column does. The weights of one query are normalised over the keys.
+# - **the wrong scale.** Symptom: weights that are too flat or too peaked compared with the
+#   reference. Inside multi-head attention each head has width $d_k = d_{model}/h$, not $d_{model}$;
+#   the given first line reads $d_k$ from the input.
+# - **masking after the softmax.** Symptom: rows that sum to less than 1 (the demo above).
+#   The mask must change the *scores*.
+# - **an inverted mask.** Symptom: the hidden keys get all the weight and the allowed keys get 0.
+#   Remember: `True` means "may attend".
+# - **`~mask` on an integer mask.** Masks may arrive as 0/1 integers. `~` flips an integer's bits
+#   (1 becomes −2 and 0 becomes −1, both non-zero), and `masked_fill` raises an error for a mask that
+#   is not bool. Build a condition that is a bool tensor for both kinds of mask.
+# - **returning the scores.** Symptom: "weights" with negative entries or rows that do not sum to 1.
+#   The function returns the *weights* (after the softmax), which the model later plots.
 
 # %% [markdown]
 # ## 5. Exercise: `scaled_dot_product_attention`
 #
 # Complete the function between the markers. It receives `Q` `(..., q_len, d_k)`, `K`
 # `(..., k_len, d_k)`, `V` `(..., k_len, d_v)` and an optional `mask` that broadcasts to
-# `(..., q_len, k_len)`. Compute the scaled scores, fill the hidden ones with `-1e9` when a mask is
-# given, take the softmax over the keys into `weights`, and set `output = weights @ V`. The given
-# first line reads $d_k$; the given last line returns both tensors. The checks call it with 4-D
-# inputs `(batch, heads, len, d)` and with 3-D ones `(batch, len, d)`, so count axes from the end.
-# Use plain tensor operations: the checks reject PyTorch's built-in attention.
+# `(..., q_len, k_len)` (or `None`: nothing hidden). It computes
+# $\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V$ with the hidden scores set to $-10^9$ before the
+# softmax, and returns two tensors, under these names (the given last line returns them):
+#
+# - `weights` `(..., q_len, k_len)`: every row sums to 1 and hidden keys get exactly 0;
+# - `output` `(..., q_len, d_v)`: row $i$ is the weighted sum of the values with row $i$ of `weights`.
+#
+# The given first line reads $d_k$. The mask may be bool or 0/1 integers. The checks call the function
+# with 4-D inputs `(batch, heads, len, d)` and with 3-D ones `(batch, len, d)`, so count axes from
+# the end. Use plain tensor operations: the checks reject PyTorch's built-in attention.
+#
+# Open a hint only when you are stuck, one at a time.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# Four steps, each one tensor operation: all scores at once with one matrix product (scaled), the
+# mask applied to the scores, a softmax, and one more matrix product with the values. Only the mask
+# step depends on whether a mask was given.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# `Q` `(..., q_len, d_k)` times $K^\top$ `(..., d_k, k_len)` gives the scores `(..., q_len, k_len)`;
+# $K^\top$ is `K` with its last two axes swapped. The keys are the last axis of the scores, so the
+# softmax runs over `dim=-1`. `weights` `(..., q_len, k_len)` times `V` `(..., k_len, d_v)` gives
+# `(..., q_len, d_v)`. To hide the keys, `Tensor.masked_fill(condition, value)` writes `value`
+# wherever `condition` is True; with our convention the condition is "the mask is 0".
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)
+# if mask is not None:
+#     scores = scores.masked_fill(mask == 0, -1e9)
+# weights = torch.softmax(scores, dim=-1)
+# output = weights @ V
+# ```
+#
+# </details>
 
 # %% solution="attention_function"
 #| include transformer_course.reference.attention:scaled_dot_product_attention
@@ -296,11 +342,10 @@ assert check.sdpa_matches_pytorch(scaled_dot_product_attention, batch=1, heads=2
 # "sat" now carries 95% of the value of "cat".
 
 # %%
-with skip_until_implemented("scaled_dot_product_attention"):
-    output_toy, weights_toy = scaled_dot_product_attention(Q_toy, K_toy, V_toy)
-    figures.plot_attention_weights(weights_toy, tokens, tokens, title="Weights softmax(Q Kᵀ / √d_k)")
-    plt.show()
-    print("output row of 'sat':", [round(x, 3) for x in output_toy[2].tolist()])
+output_toy, weights_toy = scaled_dot_product_attention(Q_toy, K_toy, V_toy)
+figures.plot_attention_weights(weights_toy, tokens, tokens, title="Weights softmax(Q Kᵀ / √d_k)")
+plt.show()
+print("output row of 'sat':", [round(x, 3) for x in output_toy[2].tolist()])
 
 # %% [markdown]
 # ## 6. The padding mask
@@ -313,13 +358,37 @@ with skip_until_implemented("scaled_dot_product_attention"):
 # of shape `(batch, 1, 1, seq_len)`: `True` at real tokens, `False` at padding. The two axes of
 # size 1 are there for broadcasting against the scores `(batch, heads, q_len, k_len)`: the same
 # keys are hidden for every head and for every query, so the mask only varies along the batch and
-# the key axis. (Padding *queries* are not masked: their rows still attend to real tokens; their
-# outputs are simply ignored by the loss in stage 5.)
+# the key axis. (Padding *queries* are not masked: a `<pad>` position still computes an output row
+# from the real tokens. That row does no harm because nothing reads it: every later attention hides
+# that position as a *key* with the same padding mask, in the encoder's next layers and in the
+# decoder's cross-attention over the source. On the target side, the loss of stage 5 also skips
+# `<pad>` positions.)
 #
-# Store the result in `mask`; the given last line returns it.
+# Store the result in `mask`; the given last line returns it. Do not hard-code 0 or 1 as the
+# padding id: use the argument.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
 #
-# Hint: a comparison such as `token_ids != pad_idx` already gives a bool tensor; `unsqueeze` adds
-# the axes. Do not hard-code 0 or 1 as the padding id: use the argument.
+# "Is this token a real one?" is one element-wise comparison of the ids with `pad_idx`; it already
+# gives a bool tensor. The rest is adding the two axes of size 1.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# The comparison gives `(batch, seq_len)`. `unsqueeze(d)` inserts an axis of size 1 at position `d`:
+# you need new axes at positions 1 and 2 to reach `(batch, 1, 1, seq_len)`.
+#
+# </details>
+#
+# <details><summary>Hint 3: the line</summary>
+#
+# ```python
+# mask = (token_ids != pad_idx).unsqueeze(1).unsqueeze(2)
+# ```
+#
+# </details>
 
 # %% solution="padding_mask"
 #| include transformer_course.reference.attention:make_padding_mask
@@ -342,18 +411,53 @@ assert check.padding_mask_values(make_padding_mask)
 # $$\text{mask}_{ij} = \begin{cases} \text{True} & j \le i \\ \text{False} & j > i \end{cases}$$
 #
 # `make_look_ahead_mask(size, device=None)` returns it as a bool tensor of shape
-# `(1, 1, size, size)` (it broadcasts over batch and heads), created directly on `device`; store it
-# in `mask`, the given last line returns it.
-# `torch.tril` keeps the lower triangle; mind its `diagonal` argument: `tril(-1)` would hide the
-# diagonal and stop every word from seeing itself.
+# `(1, 1, size, size)` (it broadcasts over batch and heads), created directly on `device`.
+#
+# ### Exercise, a bug hunt: `make_look_ahead_mask`
+#
+# This one is written for you, by a classmate, and it has **one realistic mistake**: it runs, its
+# shape, dtype and device are right, and a model trained with it does not crash, it only learns to
+# copy the word it should predict. Run the cell, look at the figure under it and read the check's
+# message below; then find the mistake and fix it in place (and run the cell, the figure and the
+# checks again).
 
 # %% solution="look_ahead_mask"
+#| bug: .tril() => .triu()
 #| include transformer_course.reference.attention:make_look_ahead_mask
 
-# %% tests="attn_look_ahead_mask_shape" points=1
-assert check.look_ahead_mask_shape(make_look_ahead_mask)
+# %% [markdown]
+# **The symptom, drawn.** Your look-ahead mask for a sentence of five words (blue: may attend; rows
+# are queries, columns keys). Compare it with the formula: what may the first word see?
 
-# %% tests="attn_look_ahead_mask_values" points=2
+# %%
+five_words = ["ein", "hund", "läuft", "schnell", "heim"]
+figures.plot_masks({"your look-ahead mask": make_look_ahead_mask(5)}, five_words, five_words)
+plt.show()
+
+# %% [markdown]
+# <details><summary>Hint 1: read the symptom</summary>
+#
+# In row 0 (the first word) every column is blue: the first word may see the whole sentence, its
+# future included, and the last word sees only itself. The mask is the mirror image of the one the
+# formula asks for.
+#
+# </details>
+#
+# <details><summary>Hint 2: where to look</summary>
+#
+# The shape and the device are right (the checks for those pass), so look at the call that chooses
+# which triangle of the all-True matrix is kept. PyTorch has one function for each triangle.
+#
+# </details>
+#
+# <details><summary>Hint 3: the line</summary>
+#
+# Keep the **lower** triangle, diagonal included: `.tril()` instead of `.triu()`.
+#
+# </details>
+
+# %% tests="attn_look_ahead_mask_values" points=3
+assert check.look_ahead_mask_shape(make_look_ahead_mask)
 assert check.look_ahead_mask_values(make_look_ahead_mask)
 
 # %% tests="attn_masks_hidden" points=1
@@ -378,29 +482,27 @@ vocabulary = {"<pad>": 3, "ein": 5, "hund": 6, "läuft": 7, "schnell": 8, "heim"
 sentences = [["ein", "hund", "läuft", "<pad>", "<pad>"], ["ein", "hund", "läuft", "schnell", "heim"]]
 token_ids = torch.tensor([[vocabulary[word] for word in sentence] for sentence in sentences])  # (2, 5)
 
-with skip_until_implemented("make_padding_mask and make_look_ahead_mask"):
-    padding_mask = make_padding_mask(token_ids, pad_idx=3)  # (2, 1, 1, 5)
-    look_ahead_mask = make_look_ahead_mask(token_ids.size(1))  # (1, 1, 5, 5)
-    combined_mask = padding_mask & look_ahead_mask  # broadcasts to (2, 1, 5, 5)
-    print("shapes:", tuple(padding_mask.shape), tuple(look_ahead_mask.shape), tuple(combined_mask.shape))
-    figures.plot_masks({"padding (sentence 1)": padding_mask[0], "look-ahead": look_ahead_mask,
-                        "padding & look-ahead": combined_mask[0]}, sentences[0], sentences[0])
-    plt.show()
+padding_mask = make_padding_mask(token_ids, pad_idx=3)  # (2, 1, 1, 5)
+look_ahead_mask = make_look_ahead_mask(token_ids.size(1))  # (1, 1, 5, 5)
+combined_mask = padding_mask & look_ahead_mask  # broadcasts to (2, 1, 5, 5)
+print("shapes:", tuple(padding_mask.shape), tuple(look_ahead_mask.shape), tuple(combined_mask.shape))
+figures.plot_masks({"padding (sentence 1)": padding_mask[0], "look-ahead": look_ahead_mask,
+                    "padding & look-ahead": combined_mask[0]}, sentences[0], sentences[0])
+plt.show()
 
 # %% [markdown]
 # **The masks at work.** Random queries and keys for the first sentence, attended with the combined
 # mask: every hidden cell gets weight exactly 0, and each row still sums to 1.
 
 # %%
-with skip_until_implemented("the masks and scaled_dot_product_attention"):
-    generator = torch.Generator().manual_seed(2)
-    Q_demo, K_demo, V_demo = (torch.randn(2, 1, 5, 8, generator=generator) for _ in range(3))  # (2, 1, 5, 8)
-    mask_demo = make_padding_mask(token_ids, 3) & make_look_ahead_mask(5)  # (2, 1, 5, 5)
-    _, weights_demo = scaled_dot_product_attention(Q_demo, K_demo, V_demo, mask_demo)
-    figures.plot_attention_weights(weights_demo[0, 0], sentences[0], sentences[0],
-                                   title="Weights with padding & look-ahead mask")
-    plt.show()
-    print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()])
+generator = torch.Generator().manual_seed(2)
+Q_demo, K_demo, V_demo = (torch.randn(2, 1, 5, 8, generator=generator) for _ in range(3))  # (2, 1, 5, 8)
+mask_demo = make_padding_mask(token_ids, 3) & make_look_ahead_mask(5)  # (2, 1, 5, 5)
+_, weights_demo = scaled_dot_product_attention(Q_demo, K_demo, V_demo, mask_demo)
+figures.plot_attention_weights(weights_demo[0, 0], sentences[0], sentences[0],
+                               title="Weights with padding & look-ahead mask")
+plt.show()
+print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()])
 
 # %% [markdown]
 # ## 8. Multi-head attention
@@ -409,20 +511,25 @@ with skip_until_implemented("the masks and scaled_dot_product_attention"):
 # sentence in several ways at once: "sat" wants its subject, its modifiers, maybe the tense of a
 # nearby auxiliary. A single softmax has to blend all of these into one distribution. **Multi-head
 # attention** runs $h$ attentions side by side, each on its own learned projection, so each head can
-# specialise in one kind of relation (stage 6 shows what trained heads look at):
+# specialise in one kind of relation (stage 6 shows what trained heads attend to):
 #
 # $$\mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\, W^O,
 # \qquad \mathrm{head}_i = \mathrm{Attention}(Q W_i^Q,\; K W_i^K,\; V W_i^V)$$
 #
 # - $h$ = `num_heads` (8 in the paper); $d_{model}$ = the model width (512);
-# - $W_i^Q, W_i^K, W_i^V$ — the projections of head $i$, each $d_{model} \times d_k$ with
-#   $d_k = d_{model}/h$ (64 in the paper);
+# - $W_i^Q, W_i^K$ — the projections of head $i$, each $d_{model} \times d_k$, and $W_i^V$,
+#   $d_{model} \times d_v$, with $d_k = d_v = d_{model}/h$ (64 in the paper);
 # - $\mathrm{Concat}$ — the $h$ head outputs side by side, back to width $h \cdot d_k = d_{model}$;
 # - $W^O$ — a $d_{model} \times d_{model}$ projection that **mixes** the heads: without it each
 #   slice of the output would only ever contain one head's result.
 #
 # Because each head is $h$ times narrower, all heads together cost about as much as one full-width
 # attention.
+#
+# **Does it help?** The paper measured it (its Table 3, rows (A)): at the same computation, it
+# trained the base model with 1, 4, 8, 16 and 32 heads. One head was 0.9 BLEU worse than the best
+# setting on the development set, and quality also dropped with too many heads: each head is then
+# very narrow ($d_k = 16$ with 32 heads), too narrow to compare queries and keys well.
 #
 # **One big projection instead of $h$ small ones.** Putting the $h$ matrices $W_i^Q$ side by side
 # gives one $d_{model} \times d_{model}$ matrix: `W_q = nn.Linear(d_model, d_model)` computes all
@@ -434,24 +541,25 @@ with skip_until_implemented("the masks and scaled_dot_product_attention"):
 # ### Splitting into heads and joining them back
 # `split_heads` turns `(batch, seq_len, d_model)` into `(batch, num_heads, seq_len, d_k)`, so that
 # `scaled_dot_product_attention` treats `(batch, num_heads)` as leading axes and runs every head at
-# once. It takes two steps:
+# once. What must hold: element `[b, i, t, :]` of the result is the block of features
+# $i \cdot d_k$ to $(i+1) \cdot d_k - 1$ of token $t$ of sentence $b$. Every head sees *every*
+# token, and only its own block of each token's features.
 #
-# 1. `view(batch, seq_len, num_heads, d_k)` — cut each token's `d_model` features into `num_heads`
-#    consecutive blocks of `d_k`;
-# 2. `transpose(1, 2)` — bring the heads axis in front of the sequence axis.
+# `combine_heads` is the exact inverse: `(batch, num_heads, seq_len, d_k)` back to
+# `(batch, seq_len, d_model)`, head $i$'s output for token $t$ in features $i \cdot d_k$ to
+# $(i+1) \cdot d_k - 1$ of token $t$, so that `combine_heads(split_heads(x))` gives `x` back.
 #
-# `combine_heads` undoes it in reverse order: `transpose(1, 2)` back to
-# `(batch, seq_len, num_heads, d_k)`, then `view(batch, seq_len, d_model)`. After a transpose the
-# tensor's memory is no longer in row order, and `.view` refuses it: call `.contiguous()` first
-# (or use `.reshape`, which copies when it must).
+# Two facts about PyTorch you will need: `view` re-reads a tensor's memory in row order (last axis
+# fastest) and never moves a number, while `transpose` swaps two axes without copying, so that
+# afterwards the memory is no longer in row order, and `view` refuses such a tensor.
 
 # %%
 diagrams.show("head_splitting")
 
 # %% [markdown]
-# **Why the transpose matters.** Below, 3 tokens with $d_{model} = 4$ and 2 heads, so $d_k = 2$.
-# Token $t$ holds the features $4t, \dots, 4t+3$. Head 0 should see the first two features of
-# *every* token. A bare `view` straight to `(batch, heads, seq_len, d_k)` has the right shape but
+# **Why a single `view` is not enough.** Below, 3 tokens with $d_{model} = 4$ and 2 heads, so
+# $d_k = 2$. Token $t$ holds the features $4t, \dots, 4t+3$. Head 0 should see the first two features
+# of *every* token. A bare `view` straight to `(batch, heads, seq_len, d_k)` has the right shape but
 # fills head 0 with the first six numbers in memory: pieces of token 0 and token 1 posing as three
 # different tokens.
 
@@ -463,22 +571,25 @@ print("head 0 after a bare x.view(1, 2, 3, 2):\n", x.view(1, 2, 3, 2)[0, 0])
 
 # %% [markdown]
 # ### Putting it together: `forward(q, k, v, mask)`
-# 1. project: `self.W_q(q)`, `self.W_k(k)`, `self.W_v(v)` — each `(batch, len, d_model)`;
-# 2. split each into heads: `Q`, `K`, `V` of shape `(batch, num_heads, len, d_k)`;
-# 3. attend with **your** `scaled_dot_product_attention(Q, K, V, mask)`; the masks you built
-#    broadcast over the heads axis; call the results `heads` (or any name) and `weights`;
-# 4. `output = self.W_o(self.combine_heads(heads))` — `(batch, q_len, d_model)`.
+# `forward` computes the formula above: $\mathrm{Concat}(\mathrm{head}_1, \dots,
+# \mathrm{head}_h)\,W^O$ with $\mathrm{head}_i = \mathrm{Attention}(qW_i^Q, kW_i^K, vW_i^V)$, every
+# head at once, using **your** `scaled_dot_product_attention`, `split_heads` and `combine_heads`.
+# `q` is `(batch, q_len, d_model)`, `k` and `v` are `(batch, k_len, d_model)`, and `mask` is one of
+# the masks you built (it broadcasts over the heads axis) or `None`.
 #
 # The given lines after the markers store `weights` `(batch, num_heads, q_len, k_len)` in
-# `self.attn_weights` (for plotting) and return `output`, so use those two names.
+# `self.attn_weights` (for plotting) and return `output` `(batch, q_len, d_model)`, so your code must
+# leave its results in variables with those two names.
 #
 # ### Pitfalls
-# - **`view` without `transpose`** in `split_heads` (shown above), or in `combine_heads`: right
-#   shape, scrambled tokens.
+# - **a single `view`** in `split_heads` (shown above), or in `combine_heads`: right shape,
+#   scrambled tokens.
 # - **skipping `W_o`**: returning the concatenated heads leaves every output feature computed by a
 #   single head.
 # - **scaling by $\sqrt{d_{model}}$**: happens when attention runs on the full width before
 #   splitting; each head is $d_k$ wide.
+# - **a tensor that `view` refuses** in `combine_heads`: the error says the tensor is not
+#   contiguous (its memory is not in row order after a transpose).
 # - **mixing up the inputs**: queries come from `q`, keys from `k`, values from `v`. In
 #   cross-attention `q` has a different length from `k` and `v`, so never take the sequence length
 #   of one for the others.
@@ -488,6 +599,44 @@ print("head 0 after a bare x.view(1, 2, 3, 2):\n", x.view(1, 2, 3, 2)[0, 0])
 # Complete `split_heads`, `combine_heads` and `forward`. Keep the constructor as it is: the checks
 # copy weights into your module by the names `W_q`, `W_k`, `W_v`, `W_o`, and compare it with the
 # reference and with PyTorch's `nn.MultiheadAttention` holding the same weights.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# `split_heads` is two steps: first cut each token's features into `num_heads` blocks of `d_k`
+# (a new axis next to the features), then move the heads axis in front of the sequence axis.
+# `combine_heads` undoes the two steps in reverse order. `forward` is five steps: project, split,
+# attend, combine, mix with `W_o`.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# `split_heads`: `(batch, seq_len, d_model)` → `view` → `(batch, seq_len, num_heads, d_k)` →
+# `transpose(1, 2)` → `(batch, num_heads, seq_len, d_k)`. `combine_heads`: the reverse, with
+# `.contiguous()` (or `reshape`, which copies when it must) before the `view` back to
+# `(batch, seq_len, d_model)`. Read the batch size and the sequence length from `x.shape`: `q` and
+# `k` may have different lengths. In `forward`, `Q` comes from `q` through `W_q`, `K` from `k`
+# through `W_k`, `V` from `v` through `W_v`.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# # split_heads
+# batch_size, seq_length, _ = x.shape
+# return x.view(batch_size, seq_length, self.num_heads, self.d_k).transpose(1, 2)
+# # combine_heads
+# batch_size, _, seq_length, _ = x.shape
+# return x.transpose(1, 2).contiguous().view(batch_size, seq_length, self.d_model)
+# # forward
+# Q, K, V = self.split_heads(self.W_q(q)), self.split_heads(self.W_k(k)), self.split_heads(self.W_v(v))
+# heads, weights = scaled_dot_product_attention(Q, K, V, mask)
+# output = self.W_o(self.combine_heads(heads))
+# ```
+#
+# </details>
 
 # %% solution="multi_head_attention"
 # Names the checks rely on: `split_heads`, `combine_heads` and `forward(q, k, v, mask)`, whatever your layers
@@ -549,49 +698,152 @@ assert check.mha_attention_weights(MultiHeadAttention, d_model=16, num_heads=8, 
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# ### Predict, then run
+# Work these out on paper before you run anything: each takes a few lines of reasoning from this
+# notebook, and none is spelled out above. Write your prediction after `return` (a number, or an
+# expression you worked out, such as `3 * 4`), run the cell and its check, and only then run the
+# cell that shows the truth.
+#
+# **Prediction 1 (1 point).** Section 3 took query and key entries of variance 1. Now the query
+# entries have variance 4 (standard deviation 2) and the key entries variance 1, all independent
+# with mean 0, and $d_k = 64$. What is the standard deviation of the *scaled* score
+# $q \cdot k / \sqrt{d_k}$?
+
+# %% solution="attn_predict_score_std"
+def predict_scaled_score_std() -> float:
+    """Your prediction of the standard deviation of q·k / sqrt(d_k): d_k = 64, Var(q_m) = 4, Var(k_m) = 1."""
+    ### BEGIN SOLUTION
+    return math.sqrt(64 * 4 * 1) / math.sqrt(64)  # Var(q·k) = d_k · Var(q_m) · Var(k_m)
+    ### END SOLUTION
+
+
+# %% tests="attn_predicted_score_std" points=1
+assert check.predicted_scaled_score_std(predict_scaled_score_std)
+
+# %% [markdown]
+# **Prediction 2 (1 point).** How many trainable parameters does `MultiHeadAttention(512, 8)` have
+# (the paper's sizes)?
+
+# %% solution="attn_predict_parameters"
+def predict_attention_parameters() -> int:
+    """Your prediction of the number of trainable parameters of MultiHeadAttention(512, 8)."""
+    ### BEGIN SOLUTION
+    return 4 * (512 * 512 + 512)  # four d_model x d_model layers with biases; heads add nothing
+    ### END SOLUTION
+
+
+# %% tests="attn_predicted_parameters" points=1
+assert check.predicted_attention_parameters(predict_attention_parameters)
+
+# %% [markdown]
+# **Prediction 3 (1 point).** Take the first sentence of section 7, `ein hund läuft <pad> <pad>`
+# (`<pad>` = 3), and combine its padding mask with the look-ahead mask of size 5 by `&`. How many of
+# the 25 entries of the 5 × 5 result are `True`?
+
+# %% solution="attn_predict_visible_pairs"
+def predict_visible_pairs() -> int:
+    """Your prediction of the number of True entries of padding & look-ahead for 3 words + 2 <pad>."""
+    ### BEGIN SOLUTION
+    return 1 + 2 + 3 + 3 + 3  # rows 3 and 4 (the <pad> queries) still see the three words
+    ### END SOLUTION
+
+
+# %% tests="attn_predicted_visible_pairs" points=1
+assert check.predicted_visible_pairs(predict_visible_pairs)
+
+# %% [markdown]
+# **The truth.** The cell below measures the first with random numbers and the other two with your
+# own code (and `nn.MultiheadAttention` as a second count). Where your prediction was off, find the
+# step of your reasoning that went wrong before you read on.
+
+# %%
+generator = torch.Generator().manual_seed(5)
+q = 2 * torch.randn(100_000, 64, generator=generator)  # query entries: variance 4
+k = torch.randn(100_000, 64, generator=generator)  # key entries: variance 1
+print(f"std of q·k / √64 over 100,000 pairs: {((q * k).sum(dim=-1) / math.sqrt(64)).std():.3f}")
+print("parameters of your MultiHeadAttention(512, 8):", sum(p.numel() for p in MultiHeadAttention(512, 8).parameters()),
+      "  of nn.MultiheadAttention(512, 8):", sum(p.numel() for p in nn.MultiheadAttention(512, 8).parameters()))
+sentence_mask = make_padding_mask(token_ids[:1], pad_idx=3) & make_look_ahead_mask(5)  # (1, 1, 5, 5)
+print("True entries of padding & look-ahead, row by row:", sentence_mask[0, 0].sum(dim=-1).tolist(),
+      " in all:", int(sentence_mask.sum()))
+
+# %% [markdown]
 # ## 10. Looking at the heads
 # Your module, untrained, on the second German sentence with the look-ahead mask. The weights are
 # random, so the patterns mean nothing yet, but every head has its own pattern, and the masked
-# upper triangle is 0 in all of them. In stage 6 the same figure for a trained model shows heads
-# that follow word order, align words between the languages, or look at the end of the sentence.
+# upper triangle is 0 in all of them. Stage 6 draws the attention of a trained model, where the
+# heads do follow patterns of their own.
 
 # %%
-with skip_until_implemented("MultiHeadAttention"):
-    torch.manual_seed(3)
-    demo_attention = MultiHeadAttention(d_model=32, num_heads=4).eval()
-    embedded = torch.randn(1, 5, 32)  # (batch 1, seq_len 5, d_model): stand-in token vectors
-    with torch.no_grad():
-        result = demo_attention(embedded, embedded, embedded, make_look_ahead_mask(5))
-    print("output:", tuple(result.shape), " attn_weights:", tuple(demo_attention.attn_weights.shape))
-    figures.plot_attention_heads(demo_attention.attn_weights, sentences[1], sentences[1])
-    plt.show()
+torch.manual_seed(3)
+demo_attention = MultiHeadAttention(d_model=32, num_heads=4).eval()
+embedded = torch.randn(1, 5, 32)  # (batch 1, seq_len 5, d_model): stand-in token vectors
+with torch.no_grad():
+    result = demo_attention(embedded, embedded, embedded, make_look_ahead_mask(5))
+print("output:", tuple(result.shape), " attn_weights:", tuple(demo_attention.attn_weights.shape))
+figures.plot_attention_heads(demo_attention.attn_weights, sentences[1], sentences[1])
+plt.show()
 
 # %% [markdown]
 # ## 11. The same computation in PyTorch
 # PyTorch ships `nn.MultiheadAttention`. It stores the three input projections stacked in one
 # matrix `in_proj_weight` = $[W_q; W_k; W_v]$ of shape `(3·d_model, d_model)` and the output
-# projection as `out_proj`. Its masks use the **opposite** convention (`True` = ignore), so ours
-# are inverted with `~` and the padding mask is squeezed to `(batch, seq_len)`. With the same
+# projection as `out_proj`. Its boolean masks use the **opposite** convention: in `attn_mask` and
+# in `key_padding_mask`, `True` means "not allowed to attend" (a float mask is added to the scores
+# instead). So ours are inverted with `~`, and the padding mask is squeezed to `(batch, seq_len)`,
+# the shape `key_padding_mask` expects. With the same
 # weights both modules agree to rounding error. (It is only a yardstick here: the checks reject it
 # inside your code.)
 
 # %%
-with skip_until_implemented("MultiHeadAttention and make_padding_mask"):
-    torch.manual_seed(4)
-    ours = MultiHeadAttention(d_model=16, num_heads=4).eval()
-    builtin = nn.MultiheadAttention(16, 4, batch_first=True).eval()
-    with torch.no_grad():
-        builtin.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
-        builtin.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
-        builtin.out_proj.weight.copy_(ours.W_o.weight)
-        builtin.out_proj.bias.copy_(ours.W_o.bias)
-        x = torch.randn(2, 5, 16)  # the two sentences, random stand-in vectors
-        mask = make_padding_mask(token_ids, pad_idx=3)  # (2, 1, 1, 5), True = may attend
-        mine = ours(x, x, x, mask)
-        theirs, _ = builtin(x, x, x, key_padding_mask=~mask[:, 0, 0, :])  # (2, 5), True = ignore
-    print("largest difference:", (mine - theirs).abs().max().item())
+torch.manual_seed(4)
+ours = MultiHeadAttention(d_model=16, num_heads=4).eval()
+builtin = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+with torch.no_grad():
+    builtin.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
+    builtin.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
+    builtin.out_proj.weight.copy_(ours.W_o.weight)
+    builtin.out_proj.bias.copy_(ours.W_o.bias)
+    x = torch.randn(2, 5, 16)  # the two sentences, random stand-in vectors
+    mask = make_padding_mask(token_ids, pad_idx=3)  # (2, 1, 1, 5), True = may attend
+    mine = ours(x, x, x, mask)
+    theirs, _ = builtin(x, x, x, key_padding_mask=~mask[:, 0, 0, :])  # (2, 5), True = ignore
+print("largest difference:", (mine - theirs).abs().max().item())
 
 # %% [markdown]
+# ## 12. What self-attention costs, and what it buys
+# The paper compares one self-attention layer with one recurrent layer (an RNN, as in stage 0) on a
+# sequence of $n$ positions of width $d$ (its Table 1):
+#
+# | layer | operations per layer | sequential operations | longest path between two positions |
+# |---|---|---|---|
+# | self-attention | $O(n^2 \cdot d)$ | $O(1)$ | $O(1)$ |
+# | recurrent | $O(n \cdot d^2)$ | $O(n)$ | $O(n)$ |
+#
+# - **Operations.** Self-attention computes $n^2$ dot products of width $d$; a recurrent layer
+#   multiplies a $d$-vector by a $d \times d$ matrix at each of its $n$ steps. Self-attention is
+#   the cheaper one while $n < d$, which holds for sentences (the paper's $d = 512$).
+# - **Sequential operations.** All positions of a self-attention layer are computed at once; an RNN
+#   must finish step $t - 1$ before step $t$, so it cannot use the parallel hardware as well.
+# - **Path length.** In self-attention every position reads every other one directly; in an RNN
+#   information from word 1 reaches word $n$ only through $n - 1$ steps, which makes long-range
+#   dependencies harder to learn.
+#
+# The cell prints the two leading terms, $n^2 d$ and $n d^2$, for $d = 512$ (constant factors left
+# out, so only the ratio means something).
+
+# %%
+d = 512
+for n in (10, 50, 512, 2000):
+    attention_ops, recurrent_ops = n * n * d, n * d * d
+    print(f"n = {n:4d}:  self-attention n²·d = {attention_ops:>13,}   recurrent n·d² = {recurrent_ops:>13,}"
+          f"   ratio {attention_ops / recurrent_ops:.2f}")
+
+# %% [markdown]
+# The price of self-attention is the $n^2$: for long documents it is the more expensive layer, and the
+# scores alone take $n^2$ numbers per head. For the sentences of this course ($n$ of a few tens) it is
+# the cheaper one, and it runs in parallel.
+#
 # ## Summary
 # - Attention is a soft lookup: $\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V$, scores `(…, q_len, k_len)`,
 #   softmax over the keys (`dim=-1`), output `(…, q_len, d_v)`.
@@ -603,7 +855,9 @@ with skip_until_implemented("MultiHeadAttention and make_padding_mask"):
 #   `(1, 1, size, size)` is lower-triangular with the diagonal; the decoder combines them with `&`.
 # - Multi-head attention projects with `W_q`, `W_k`, `W_v`, splits `d_model` into `num_heads` blocks
 #   of `d_k` (view, then transpose), attends per head, joins the heads (transpose, then view) and
-#   mixes them with `W_o`.
+#   mixes them with `W_o`. In the paper one head was 0.9 BLEU worse than the best number of heads.
+# - A self-attention layer costs $O(n^2 \cdot d)$ operations against a recurrent layer's
+#   $O(n \cdot d^2)$, but needs no sequential steps and links every pair of positions directly.
 #
 # Next, stage 3 wraps `MultiHeadAttention` with a feed-forward network, residual connections and
 # LayerNorm into encoder and decoder blocks. The last cell lists every check of this notebook with
@@ -617,71 +871,80 @@ with skip_until_implemented("MultiHeadAttention and make_padding_mask"):
 # you saw in this notebook; there is nothing to look up. The points are given in each question.
 
 # %% [markdown]
-# **Question 1 (3 points).** You divided the scores by $\sqrt{d_k}$. A classmate leaves the
-# division out in a model with $d_k = 64$. Explain, with the variance argument of section 3, what
-# happens to the attention weights at initialisation and why training then slows down or stalls.
-# Why $\sqrt{d_k}$, and not $d_k$?
+# **Question 1 (3 points).** A classmate's `MultiHeadAttention` for $d_{model} = 512$ with $h = 8$
+# heads divides every head's scores by $\sqrt{d_{model}}$ instead of $\sqrt{d_k}$. (a) With query and
+# key entries of mean 0 and variance 1, what is the variance of their scaled scores at
+# initialisation, and what does that do to the attention weights? (b) For which number of heads
+# would the mistake make no difference at all, and why? (c) Would the classmate's model be unable to
+# learn, or only start worse? Explain.
 
 # %% [markdown] answer="attn_q_scale" points=3
-# **Model answer.** With query and key entries of mean 0 and variance 1, $q \cdot k$ is a sum of
-# $d_k$ independent terms of variance 1, so its variance is $d_k$ and typical scores are about
-# $\pm\sqrt{d_k} = \pm 8$. A softmax over scores that far apart is almost one-hot. It is then
-# saturated: its derivatives $a_i(\delta_{ij} - a_j)$ are close to 0 for every entry, so hardly any
-# gradient reaches the queries and keys (the projections $W_q$, $W_k$), and they learn very slowly.
-# Dividing by $\sqrt{d_k}$ brings the variance back to 1 whatever the head width. Dividing by $d_k$
-# would shrink the variance to $1/d_k$: all scores near 0, nearly uniform weights, and attention
-# could
-# not focus on anything at first.
+# **Model answer.** (a) Each head has width $d_k = 512/8 = 64$, so $\mathrm{Var}(q \cdot k) = 64$.
+# Dividing by $\sqrt{512}$ divides the variance by 512: it becomes $64/512 = 1/8$ (standard deviation
+# about 0.35) instead of 1. Scores that close together give a softmax close to uniform: every query
+# spreads its weight almost evenly over the keys, so at first attention hardly prefers any key (and
+# the softmax's derivatives are those of a flat softmax, not of a peaked one). (b) With $h = 1$,
+# $d_k = d_{model}$, so both divisors are the same and the outputs are identical; the error grows
+# with the number of heads (the variance is $1/h$). (c) It can still learn: the wrong factor is a
+# constant $1/\sqrt{h}$ on every score, and $W^Q$, $W^K$ can grow by that factor to make up for it,
+# so training starts flatter and needs longer, but nothing is lost for good. (The opposite mistake,
+# no scaling at all, saturates the softmax instead.)
 #
 # **Rubric.**
-# - 1 point: $\mathrm{Var}(q \cdot k) = d_k$, so scores grow like $\sqrt{d_k}$ with the head width.
-# - 1 point: large scores saturate the softmax (nearly one-hot weights), its gradients vanish,
-#   learning stalls.
-# - 1 point: $\sqrt{d_k}$ restores variance 1 for any width; $d_k$ would over-shrink the scores
-#   (nearly uniform weights).
+# - 1 point: variance $d_k / d_{model} = 1/h = 1/8$ (standard deviation ≈ 0.35); scores too small,
+#   weights nearly uniform at initialisation.
+# - 1 point: no difference for $h = 1$ (then $d_k = d_{model}$); also accept "the larger $h$, the
+#   larger the error".
+# - 1 point: it only starts worse: a constant factor on the scores that the learned projections can
+#   absorb (also accept: weights too flat to focus at first, so training is slower).
 
 # %% [markdown]
-# **Question 2 (2 points).** Your function hides a key by filling its score with `-1e9` *before* the
-# softmax. A classmate multiplies the weights by the mask *after* the softmax instead. What is wrong
-# with their weights? And why does this course use `-1e9` rather than `float("-inf")`?
+# **Question 2 (2 points).** Section 4 says that with `float("-inf")` a row whose keys are *all*
+# hidden becomes NaN. The padding mask hides keys, not queries. In the decoder, with the combined
+# mask `padding & look-ahead`: can a row be fully hidden when sentences are padded at the *end*
+# (as in this notebook)? What if a batch were padded at the *start* instead (`<pad> <pad> <bos> ...`)?
+# For the case where it happens, say what `-inf` and `-1e9` each give, and why a NaN in a `<pad>`
+# position that nothing reads can still ruin training.
 
 # %% [markdown] answer="attn_q_mask" points=2
-# **Model answer.** After the softmax the hidden key has already taken its share of the
-# normaliser: zeroing its weight afterwards leaves a row that sums to less than 1, so the output is
-# shrunk and the visible keys do not get the weights a softmax over them alone would give. A score
-# of
-# `-1e9` becomes exactly 0 after the exponential, so the softmax spreads the whole weight 1 over the
-# allowed keys. With `-inf`, a row in which every key is hidden (a padding query, say) becomes
-# $0/0$ = NaN, and NaN spreads to everything computed from it, the loss included; `-1e9` gives
-# such a row evenly spread, finite weights instead.
+# **Model answer.** Padded at the end: row $i$ may see keys $0, \dots, i$, and key 0 is `<bos>`, a
+# real token, so every row keeps at least one visible key; a row is fully hidden only if the whole
+# sentence is padding (an empty slot in the batch). Padded at the start: the first rows are `<pad>`
+# queries whose keys $0, \dots, i$ are all `<pad>`, so those rows are fully hidden. With `-inf` every
+# score of such a row is $-\infty$ and the softmax computes $0/0$ = NaN; with `-1e9` all its scores
+# are equal and the weights are uniform ($1/k\_len$ each), finite and harmless. The NaN does not stay
+# in its row: in the next layer that position is a hidden key with weight 0, but
+# $0 \cdot \mathrm{NaN} = \mathrm{NaN}$ in the product with the values, so every output becomes NaN,
+# then the loss and all gradients.
 #
 # **Rubric.**
-# - 1 point: masking after the softmax leaves rows that do not sum to 1 (the hidden key still counts
-#   in the normaliser).
-# - 1 point: `-inf` turns fully hidden rows into NaN ($0/0$); a large finite negative number does
-#   not.
+# - 1 point: end padding never hides a whole row (key 0 stays visible) unless the sentence is all
+#   padding; start padding plus the look-ahead mask hides the first rows completely.
+# - 1 point: `-inf` gives NaN ($0/0$), `-1e9` gives uniform finite weights; the NaN spreads (for
+#   example $0 \cdot \mathrm{NaN}$ in the next weighted sum, or through the loss's gradient).
 
 # %% [markdown]
-# **Question 3 (2 points).** In `split_heads` you first viewed `(batch, seq_len, d_model)` as
-# `(batch, seq_len, num_heads, d_k)` and then transposed. Explain why
-# `x.view(batch, num_heads, seq_len, d_k)` gives the right shape but the wrong heads, and why
-# `combine_heads` needs `.contiguous()` (or `reshape`) before its `view`.
+# **Question 3 (2 points).** A classmate's `combine_heads` skips the transpose and calls
+# `x.reshape(batch, seq_len, d_model)` directly on `(batch, num_heads, seq_len, d_k)`. Their shape
+# check passes. (a) What does output position $t$ then contain, for $h = 2$ heads and a sequence of
+# 3 tokens? (b) For which sizes would no check catch the mistake, and why?
 
 # %% [markdown] answer="attn_q_heads" points=2
-# **Model answer.** `view` only re-reads the same memory in row-major order, and the memory holds
-# token 0's $d_{model}$ features, then token 1's, and so on. Read directly as
-# `(num_heads, seq_len, d_k)`, head 0's "positions" are consecutive chunks of $d_k$ numbers: pieces
-# of token 0, then of token 1, posing as different tokens. The shape is right, so only the values
-# show the mistake. Viewing as `(seq_len, num_heads, d_k)` cuts each token's features into
-# `num_heads` blocks, and `transpose(1, 2)` then puts the heads axis first without mixing tokens.
-# A transposed tensor is no longer laid out in row-major order, and `view` cannot re-read it;
-# `.contiguous()` copies it into that order first (`reshape` copies when it must).
+# **Model answer.** (a) `reshape` re-reads the memory in row order, and that memory holds all of
+# head 0 (its 3 positions, one after another), then all of head 1. The 6 blocks of $d_k$ numbers are
+# cut into 3 rows of $2 d_k$: output position 0 holds head 0's results for tokens 0 and 1, position 1
+# holds head 0's token 2 and head 1's token 0, position 2 holds head 1's tokens 1 and 2. The shape is
+# right, but positions are mixed across tokens, so the values are wrong and `combine_heads` no longer
+# inverts `split_heads`. (b) When `num_heads = 1` or `seq_len = 1`: the transpose then swaps an axis
+# of size 1, which does not change the order of the numbers in memory, so skipping it changes
+# nothing. Checks with those sizes alone cannot see the bug; that is why the checks use several heads
+# and tokens.
 #
 # **Rubric.**
-# - 1 point: a direct view splits memory in the wrong order, so a head's positions are pieces of
-#   tokens; same shape, wrong values.
-# - 1 point: after `transpose` the memory is not contiguous, so `view` needs `.contiguous()` (or
-#   `reshape`).
+# - 1 point: the reshape reads head by head, so an output position mixes pieces of different tokens
+#   (the exact layout above, or "tokens scrambled, same shape").
+# - 1 point: invisible when `num_heads == 1` or `seq_len == 1` (transposing a size-1 axis changes
+#   no order); either size earns the point with the reason.
 
 # %%
 check.summary()

@@ -111,7 +111,8 @@ diagrams.show("transformer")
 # `(batch, seq_len, d_model)` → `fc1` → `(batch, seq_len, d_ff)` → ReLU → `fc2` → `(batch, seq_len, d_model)`.
 # (The paper also describes it as two convolutions with kernel size 1: the same thing.)
 #
-# Small as it looks, it holds most of a block's parameters. With the paper's sizes:
+# Small as it looks, it has about twice as many parameters as the multi-head attention before it.
+# With the paper's sizes:
 
 # %%
 d_model, d_ff, num_heads = 512, 2048, 8
@@ -136,29 +137,68 @@ figures.plot_feed_forward_hidden(pre_activation)
 plt.show()
 
 # %% [markdown]
-# ## 3. Exercise: `PositionWiseFeedForward`
+# ## 3. Exercise, a bug hunt: `PositionWiseFeedForward`
 #
-# The constructor is given: `self.fc1`, `self.relu`, `self.fc2`. Complete `forward` so that it
-# returns $\max(0, xW_1 + b_1)W_2 + b_2$ for `x` of shape `(batch, seq_len, d_model)`.
+# The constructor makes `self.fc1` ($W_1, b_1$), `self.relu` and `self.fc2` ($W_2, b_2$); `forward`
+# must return $\max(0, xW_1 + b_1)W_2 + b_2$ for `x` of shape `(batch, seq_len, d_model)`, a tensor
+# of the same shape.
 #
-# ### Pitfalls
+# This one is written for you, by a classmate, and it has **one realistic mistake**: it runs, the
+# shape is right, and a model built with it still trains, only worse. Run the cell and the one under
+# it, which feeds random inputs through the module and describes what comes out; read the check's
+# message below; then find the mistake and fix it in place.
+#
+# ### Pitfalls (when you write such a network yourself)
 # - **No ReLU**: two linear layers in a row are one linear layer.
-# - **ReLU after `fc2` as well**: the output is added to the residual stream and must be able to be
-#   negative; only the hidden layer goes through the ReLU.
 # - Hard-coding sizes (512, 2048): use the layers you were given.
 
 # %% solution="block_feed_forward"
+#| bug: return self.fc2(self.relu(self.fc1(x))) => return self.relu(self.fc2(self.fc1(x)))
 #| include transformer_course.reference.blocks:PositionWiseFeedForward
+
+# %% [markdown]
+# **The symptom, in numbers.** 200 random positions through a freshly initialised module: the range
+# of the outputs and the share of them that are exactly zero. Think about what a sublayer's output is
+# added to (section 4) and whether it should be able to lower a value.
+
+# %%
+torch.manual_seed(0)
+probe = PositionWiseFeedForward(d_model=16, d_ff=64)
+with torch.no_grad():
+    out = probe(torch.randn(1, 200, 16))  # (1, 200, 16)
+print(f"outputs between {out.min():.3f} and {out.max():.3f}; exactly zero: {(out == 0).float().mean():.0%}")
+
+# %% [markdown]
+# <details><summary>Hint 1: read the symptom</summary>
+#
+# No output is negative, and about half are exactly 0. Only one part of the network can produce an
+# exact 0 and can never go below it. Where does the formula put that part, and where is it in the
+# code?
+#
+# </details>
+#
+# <details><summary>Hint 2: where to look</summary>
+#
+# The ReLU belongs to the hidden layer only, between `fc1` and `fc2`. The output of `fc2` is added to
+# the residual stream, where it must be free to be negative.
+#
+# </details>
+#
+# <details><summary>Hint 3: the line</summary>
+#
+# ```python
+# return self.fc2(self.relu(self.fc1(x)))
+# ```
+#
+# </details>
 
 # %% [markdown]
 # ### Check your work
 # Each cell checks one property. Read the message of the first failing one: fix that, rerun the
 # exercise cell, then rerun the checks.
 
-# %% tests="block_ffn_shape" points=1
+# %% tests="block_ffn_values" points=3
 assert check.feed_forward_shape(PositionWiseFeedForward)
-
-# %% tests="block_ffn_values" points=2
 assert check.feed_forward_values(PositionWiseFeedForward)
 
 # %% tests="block_ffn_hidden" points=1
@@ -172,18 +212,17 @@ assert check.feed_forward_shape(PositionWiseFeedForward, d_model=6, d_ff=6, batc
 # shuffled the same way; change one position and only that position's output moves.
 
 # %%
-with skip_until_implemented("PositionWiseFeedForward"):
-    torch.manual_seed(0)
-    ffn = PositionWiseFeedForward(d_model=8, d_ff=32)
-    x = torch.randn(1, 5, 8)  # (batch, seq_len, d_model)
-    order = torch.tensor([3, 0, 4, 1, 2])
-    with torch.no_grad():
-        same = torch.allclose(ffn(x)[:, order], ffn(x[:, order]), atol=1e-6)
-        edited = x.clone()
-        edited[0, 2] += 1.0  # change position 2 only
-        moved = (ffn(edited) - ffn(x)).abs().amax(dim=-1)[0]  # (seq_len,)
-    print("shuffling positions only shuffles the outputs:", same)
-    print("largest change of each output position after editing position 2:", moved.numpy().round(3))
+torch.manual_seed(0)
+ffn = PositionWiseFeedForward(d_model=8, d_ff=32)
+x = torch.randn(1, 5, 8)  # (batch, seq_len, d_model)
+order = torch.tensor([3, 0, 4, 1, 2])
+with torch.no_grad():
+    same = torch.allclose(ffn(x)[:, order], ffn(x[:, order]), atol=1e-6)
+    edited = x.clone()
+    edited[0, 2] += 1.0  # change position 2 only
+    moved = (ffn(edited) - ffn(x)).abs().amax(dim=-1)[0]  # (seq_len,)
+print("shuffling positions only shuffles the outputs:", same)
+print("largest change of each output position after editing position 2:", moved.numpy().round(3))
 
 # %% [markdown]
 # ## 4. Residual connections
@@ -234,7 +273,8 @@ plt.show()
 
 # %% [markdown]
 # Without the residual path, two layers are enough for every position to carry (almost) the same
-# vector: the sentence has been averaged away. With it, each position keeps its own identity.
+# vector: the sentence has been averaged away. With it, the similarity creeps up only slowly and
+# stays far below 1 after 12 layers: each position keeps most of its own identity.
 #
 # ## 5. Layer normalisation
 #
@@ -290,12 +330,6 @@ plt.show()
 # LayerNorm comes **after** the addition, so this arrangement is called **post-LN**. Section 11
 # compares it with the pre-LN order used by most deep models today; this course builds the paper's.
 #
-# In code, with the attributes the constructors give you:
-#
-# ```python
-# x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
-# ```
-#
 # Each sublayer has its **own** LayerNorm (`norm1`, `norm2`, …) because each has its own learned
 # $\gamma$ and $\beta$. One `self.dropout` module is enough for all sublayers: it has no parameters,
 # and each call draws a fresh random mask. In eval mode (`model.eval()`) dropout does nothing.
@@ -310,11 +344,14 @@ plt.show()
 diagrams.show("encoder_block")
 
 # %% [markdown]
-# | step | computation | shape |
-# |---|---|---|
-# | input | `x` | `(batch, src_len, d_model)` |
-# | sublayer 1 | `x = norm1(x + dropout(self_attn(x, x, x, mask)))` | `(batch, src_len, d_model)` |
-# | sublayer 2 | `x = norm2(x + dropout(feed_forward(x)))` | `(batch, src_len, d_model)` |
+# | step | sublayer | its inputs | LayerNorm |
+# |---|---|---|---|
+# | 1 | self-attention, `self_attn` | queries, keys and values all `x`; the `mask` | `norm1` |
+# | 2 | feed-forward, `feed_forward` | `x` (the output of step 1) | `norm2` |
+#
+# Each row is one application of the pattern of section 6, with that row's sublayer and LayerNorm
+# and the block's one `self.dropout`. The input `x` and the result of every step have the shape
+# `(batch, src_len, d_model)`.
 #
 # The `mask` is the source padding mask from stage 2, `(batch, 1, 1, src_len)`, True where the key
 # is a real token: no position attends to `<pad>`. Only attention needs it; the feed-forward
@@ -332,7 +369,34 @@ diagrams.show("encoder_block")
 #   or `F.dropout(..., training=True)`, which keeps dropping in eval mode.
 #
 # ## 8. Exercise: `EncoderBlock`
-# Complete `forward(x, mask)`: the two sublayers of the table, in that order. The constructor is given.
+# Complete `forward(x, mask)`: the two sublayers of the table, in that order, each wrapped in the
+# pattern of section 6. The constructor is given; the given last line returns `x`, so leave the
+# block's result in `x`.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# Each sublayer is one line: "new x = LayerNorm of (old x plus dropout of the sublayer applied to old
+# x)". Two sublayers, two lines, each with its own LayerNorm.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# Every tensor here is `(batch, src_len, d_model)`. `self.self_attn` is your stage-2
+# `MultiHeadAttention`: it takes `(q, k, v, mask)`, and in self-attention all three inputs are the
+# same `x`. `self.feed_forward` takes `x` only.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
+# x = self.norm2(x + self.dropout(self.feed_forward(x)))
+# ```
+#
+# </details>
 
 # %% solution="block_encoder"
 #| include transformer_course.reference.blocks:EncoderBlock
@@ -383,18 +447,17 @@ assert check.encoder_dropout_placement(EncoderBlock, d_model=8, num_heads=2, d_f
 # from block to block, however many blocks are stacked.
 
 # %%
-with skip_until_implemented("EncoderBlock"):
-    torch.manual_seed(0)
-    block = EncoderBlock(d_model=32, num_heads=4, d_ff=64, dropout=0.1).eval()
-    captured = {}
-    block.norm1.register_forward_hook(lambda module, args, output: captured.update(sum=args[0], out=output))
-    x = 2.0 + 3.0 * torch.randn(1, 5, 32)  # (batch, src_len, d_model), mean 2, std 3
-    with torch.no_grad():
-        block(x, None)
-    for name in ("sum", "out"):
-        mean = captured[name].mean(dim=-1)[0].numpy().round(2) + 0.0  # + 0.0 turns -0.0 into 0.0
-        std = captured[name].std(dim=-1, correction=0)[0].numpy().round(2)
-        print(f"{name:>3}: mean per position {mean}   std per position {std}")
+torch.manual_seed(0)
+block = EncoderBlock(d_model=32, num_heads=4, d_ff=64, dropout=0.1).eval()
+captured = {}
+block.norm1.register_forward_hook(lambda module, args, output: captured.update(sum=args[0], out=output))
+x = 2.0 + 3.0 * torch.randn(1, 5, 32)  # (batch, src_len, d_model), mean 2, std 3
+with torch.no_grad():
+    block(x, None)
+for name in ("sum", "out"):
+    mean = captured[name].mean(dim=-1)[0].numpy().round(2) + 0.0  # + 0.0 turns -0.0 into 0.0
+    std = captured[name].std(dim=-1, correction=0)[0].numpy().round(2)
+    print(f"{name:>3}: mean per position {mean}   std per position {std}")
 
 # %% [markdown]
 # ## 9. The decoder block
@@ -447,7 +510,34 @@ plt.show()
 #   (`norm1`, `norm2`, `norm3`, and dropout on the cross-attention output too).
 #
 # ## 10. Exercise: `DecoderBlock`
-# Complete `forward(x, enc_out, enc_mask, dec_mask)`: the three sublayers of the table, in that order.
+# Complete `forward(x, enc_out, enc_mask, dec_mask)`: the three sublayers of the table, in that order,
+# each wrapped in the pattern of section 6. The given last line returns `x`.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# The same one-line pattern as the encoder, three times, each with its own attention module or
+# network and its own LayerNorm. Only the inputs of the middle sublayer are new.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# In cross-attention the queries are the decoder's `x` `(batch, tgt_len, d_model)`; keys and values
+# are both `enc_out` `(batch, src_len, d_model)`; the result has the query's shape, so the residual
+# addition works. Self-attention takes `dec_mask`, cross-attention `enc_mask`.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# x = self.norm1(x + self.dropout(self.self_attn(x, x, x, dec_mask)))
+# x = self.norm2(x + self.dropout(self.cross_attn(x, enc_out, enc_out, enc_mask)))
+# x = self.norm3(x + self.dropout(self.feed_forward(x)))
+# ```
+#
+# </details>
 
 # %% solution="block_decoder"
 #| include transformer_course.reference.blocks:DecoderBlock
@@ -497,18 +587,92 @@ assert check.decoder_dropout_placement(DecoderBlock, d_model=8, num_heads=2, d_f
 # `<pad>` columns exactly zero weight.
 
 # %%
-with skip_until_implemented("DecoderBlock"):
-    torch.manual_seed(0)
-    block = DecoderBlock(d_model=32, num_heads=4, d_ff=64, dropout=0.1).eval()
-    x = torch.randn(1, target.size(1), 32)  # (batch, tgt_len, d_model)
-    enc_out = torch.randn(1, source.size(1), 32)  # (batch, src_len, d_model)
-    with torch.no_grad():
-        out = block(x, enc_out, enc_mask, dec_mask)
-    print("output shape:", tuple(out.shape))
-    figures.plot_decoder_attention(block.self_attn.attn_weights[0, 0], block.cross_attn.attn_weights[0, 0])
-    plt.show()
+torch.manual_seed(0)
+block = DecoderBlock(d_model=32, num_heads=4, d_ff=64, dropout=0.1).eval()
+x = torch.randn(1, target.size(1), 32)  # (batch, tgt_len, d_model)
+enc_out = torch.randn(1, source.size(1), 32)  # (batch, src_len, d_model)
+with torch.no_grad():
+    out = block(x, enc_out, enc_mask, dec_mask)
+print("output shape:", tuple(out.shape))
+figures.plot_decoder_attention(block.self_attn.attn_weights[0, 0], block.cross_attn.attn_weights[0, 0])
+plt.show()
 
 # %% [markdown]
+# ### Predict, then run
+# Section 2 printed the parameters of the feed-forward network and of one multi-head attention for
+# the paper's sizes ($d_{model} = 512$, 8 heads, $d_{ff} = 2048$). From those and what you know about
+# the blocks, work these out on paper before you run anything. Write your prediction after `return`
+# (a number, or an expression such as `3 * 4`), run the cell and its check, and only then run the
+# cell that shows the truth.
+#
+# **Prediction 1 (1 point).** How many trainable parameters does
+# `EncoderBlock(d_model=512, num_heads=8, d_ff=2048, dropout=0.1)` have?
+
+# %% solution="block_predict_encoder_parameters"
+def predict_encoder_parameters() -> int:
+    """Your prediction of the number of trainable parameters of EncoderBlock(512, 8, 2048, 0.1)."""
+    ### BEGIN SOLUTION
+    attention = 4 * (512 * 512 + 512)
+    feed_forward = 512 * 2048 + 2048 + 2048 * 512 + 512
+    return attention + feed_forward + 2 * (512 + 512)  # two LayerNorms, gain and bias each
+    ### END SOLUTION
+
+
+# %% tests="block_predicted_encoder_parameters" points=1
+assert check.predicted_encoder_parameters(predict_encoder_parameters)
+
+# %% [markdown]
+# **Prediction 2 (1 point).** And `DecoderBlock(d_model=512, num_heads=8, d_ff=2048, dropout=0.1)`?
+
+# %% solution="block_predict_decoder_parameters"
+def predict_decoder_parameters() -> int:
+    """Your prediction of the number of trainable parameters of DecoderBlock(512, 8, 2048, 0.1)."""
+    ### BEGIN SOLUTION
+    attention = 4 * (512 * 512 + 512)
+    feed_forward = 512 * 2048 + 2048 + 2048 * 512 + 512
+    return 2 * attention + feed_forward + 3 * (512 + 512)  # self- and cross-attention, three LayerNorms
+    ### END SOLUTION
+
+
+# %% tests="block_predicted_decoder_parameters" points=1
+assert check.predicted_decoder_parameters(predict_decoder_parameters)
+
+# %% [markdown]
+# **Prediction 3 (1 point).** What share of a *decoder* block's parameters, in percent, belongs to
+# its feed-forward network? (A number between 0 and 100; within 1 percentage point counts.)
+
+# %% solution="block_predict_feed_forward_share"
+def predict_feed_forward_share() -> float:
+    """Your prediction of the feed-forward network's share of DecoderBlock(512, 8, 2048, 0.1)'s parameters, in %."""
+    ### BEGIN SOLUTION
+    feed_forward = 512 * 2048 + 2048 + 2048 * 512 + 512
+    return 100 * feed_forward / (2 * 4 * (512 * 512 + 512) + feed_forward + 3 * 1024)
+    ### END SOLUTION
+
+
+# %% tests="block_predicted_feed_forward_share" points=1
+assert check.predicted_feed_forward_share(predict_feed_forward_share)
+
+# %% [markdown]
+# **The truth.** The cell below counts the parameters of your own blocks (their constructors are the
+# given ones). Where your prediction was off, find the step of your reasoning that went wrong.
+
+# %%
+def count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+encoder_block = EncoderBlock(d_model=512, num_heads=8, d_ff=2048, dropout=0.1)
+decoder_block = DecoderBlock(d_model=512, num_heads=8, d_ff=2048, dropout=0.1)
+for name, block_of_kind in (("encoder block", encoder_block), ("decoder block", decoder_block)):
+    share = 100 * count(block_of_kind.feed_forward) / count(block_of_kind)
+    print(f"{name}: {count(block_of_kind):,} parameters, of which feed-forward {share:.1f} %")
+
+# %% [markdown]
+# The feed-forward network holds two thirds of an encoder block's parameters but only half of a
+# decoder block's, whose second attention module (cross-attention) has as many as the first. The
+# LayerNorms are a rounding error: $2 \cdot 512$ each.
+#
 # ## 11. Post-LN and pre-LN
 #
 # The paper normalises **after** the residual addition (post-LN). Most deep Transformers since
@@ -566,14 +730,13 @@ def gradient_norm_per_block(block_class: type, num_layers: int, d_model: int = 6
 # stack; `PreLNEncoderBlock` reuses its parts in the other order.
 
 # %%
-with skip_until_implemented("EncoderBlock"):
-    for num_layers in (6, 12):
-        post = gradient_norm_per_block(EncoderBlock, num_layers)
-        pre = gradient_norm_per_block(PreLNEncoderBlock, num_layers)
-        figures.plot_gradient_norms({f"post-LN, {num_layers} blocks": post, f"pre-LN, {num_layers} blocks": pre})
-        plt.show()
-        print(f"{num_layers} blocks: top block / bottom block  post-LN {post[-1] / post[0]:.2f}, "
-              f"pre-LN {pre[-1] / pre[0]:.2f};  top block post-LN / pre-LN {post[-1] / pre[-1]:.1f}")
+for num_layers in (6, 12):
+    post = gradient_norm_per_block(EncoderBlock, num_layers)
+    pre = gradient_norm_per_block(PreLNEncoderBlock, num_layers)
+    figures.plot_gradient_norms({f"post-LN, {num_layers} blocks": post, f"pre-LN, {num_layers} blocks": pre})
+    plt.show()
+    print(f"{num_layers} blocks: top block / bottom block  post-LN {post[-1] / post[0]:.2f}, "
+          f"pre-LN {pre[-1] / pre[0]:.2f};  top block post-LN / pre-LN {post[-1] / pre[-1]:.1f}")
 
 # %% [markdown]
 # **Reading the bars.** In the post-LN stacks the gradients grow from the input end towards the
@@ -588,12 +751,14 @@ with skip_until_implemented("EncoderBlock"):
 #
 # ## Summary
 # - The feed-forward network $\max(0, xW_1 + b_1)W_2 + b_2$ is one small MLP applied to every
-#   position alone: `fc2(relu(fc1(x)))`, width $d_{model} \to d_{ff} \to d_{model}$.
+#   position alone, width $d_{model} \to d_{ff} \to d_{model}$; it holds about two thirds of an
+#   encoder block's parameters and half of a decoder block's.
 # - A residual connection adds the sublayer's input to its output; without it attention stacks
 #   average all positions into one.
 # - LayerNorm normalises the $d_{model}$ features of each position to mean 0, variance 1, then applies
 #   the learned $\gamma$, $\beta$; it never looks across the batch or across positions.
-# - Every sublayer is wrapped as `norm(x + dropout(sublayer(x)))` (post-LN), each with its own LayerNorm.
+# - Every sublayer is wrapped as $\mathrm{LayerNorm}(x + \mathrm{Dropout}(\mathrm{Sublayer}(x)))$
+#   (post-LN), each with its own LayerNorm.
 # - Encoder block: self-attention with the source padding mask, then feed-forward.
 #   Decoder block: masked self-attention with `dec_mask`; cross-attention with queries from the
 #   decoder, keys and values from `enc_out` and `enc_mask`; then feed-forward.
@@ -612,73 +777,81 @@ with skip_until_implemented("EncoderBlock"):
 # you saw in this notebook; there is nothing to look up. The points are given in each question.
 
 # %% [markdown]
-# **Question 1 (2 points).** Section 4 stacked attention layers with and without a residual
-# connection. Explain why attention without the residual path makes all positions alike after a
-# few layers, and give a second reason residual connections help training (think of the gradient).
+# **Question 1 (2 points).** In section 4, the stack without residual connections still had a
+# LayerNorm after every attention layer. A classmate argues: "LayerNorm rescales every position to
+# mean 0 and variance 1, so it undoes the averaging, and the residual connection is not needed."
+# Using sections 4 and 5, explain why the figure of section 4 proves them wrong, and what the
+# residual connection provides that LayerNorm cannot.
 
 # %% [markdown] answer="block_q_residual" points=2
-# **Model answer.** Each attention output is a weighted average of value vectors (weights are
-# positive and sum to 1). Averaging again and again pulls all positions towards a common mix, like
-# blurring an image repeatedly, so after a few layers every position carries nearly the same
-# vector and the sentence is averaged away. With $x + \mathrm{Attention}(x)$ each position keeps its
-# own vector and attention only adds a correction. For training, $\partial y / \partial x = I +
-# \partial\,\mathrm{Sublayer}/\partial x$: the identity term gives the gradient a direct path to the
-# lower blocks even when the sublayers' own derivatives are small.
+# **Model answer.** LayerNorm works on each position alone, with that position's own mean and
+# variance; it shifts and rescales a vector but keeps its direction pattern (up to the shift), and
+# two vectors that are (nearly) the same before it are (nearly) the same after it. It never compares
+# positions, so it cannot bring back differences between positions that attention has averaged
+# away: that is why the curve without residuals reaches a cosine similarity of 1 although every layer
+# ends in a LayerNorm. The residual connection adds each position's *own* input to the attention
+# output, so the information that distinguishes the positions survives every layer and attention
+# only adds a correction. (It also gives the gradient a direct identity term,
+# $\partial y/\partial x = I + \partial\,\mathrm{Sublayer}/\partial x$.)
 #
 # **Rubric.**
-# - 1 point: attention outputs are averages; repeated averaging makes positions converge (the
-#   residual keeps each position's own vector).
-# - 1 point: the identity path of the residual lets gradients reach lower layers undiminished.
+# - 1 point: LayerNorm acts per position (mean and variance of one vector), so it maps equal vectors
+#   to equal vectors and cannot restore differences between positions; the figure shows similarity
+#   1 despite the LayerNorms.
+# - 1 point: the residual keeps each position's own input in the sum (attention adds a correction);
+#   also accept the identity path for the gradient as the second reason, if the first is stated.
 
 # %% [markdown]
 # **Question 2 (3 points).** Suppose your `EncoderBlock` used pre-LN,
-# `x + dropout(sublayer(norm(x)))`, instead of the paper's post-LN. Which of your checks would still
-# pass, which would fail, and why? Then explain, with section 11, why pre-LN trains more stably in
-# deep stacks while the paper's post-LN needs a learning-rate warm-up.
+# `x + dropout(sublayer(norm(x)))` for each sublayer, instead of the paper's post-LN. Go through the
+# encoder's checks of section 8 (shape, values, PyTorch comparison, padding, dropout modes, dropout
+# placement): which would still pass, which would fail, and why? Then predict what the LayerNorm hook
+# experiment after those checks would print if it recorded the *block's output* instead.
 
 # %% [markdown] answer="block_q_preln" points=3
-# **Model answer.** Pre-LN computes a different function with the same parameters: shapes are
-# unchanged, so the shape checks pass, but the values no longer match the reference or
-# `nn.TransformerEncoderLayer` (whose default is post-LN), so the value and PyTorch comparisons
-# fail.
-# Its output is also no longer normalised per position: the residual stream keeps growing and
-# needs one final LayerNorm after the last block. In pre-LN that residual stream is an untouched
-# sum from the embeddings to the final LayerNorm, an identity path for the gradient. In post-LN
-# every
-# path from the loss to a lower block passes through one LayerNorm per sublayer, and at
-# initialisation the gradients of the blocks near the output are large (Xiong et al., 2020). With a
-# normal learning rate and Adam's poor estimates in its first steps, the first updates are then too
-# big and training can diverge; a warm-up keeps the learning rate tiny until that passes. Pre-LN
-# needs little or no warm-up, and the difference grows with depth.
+# **Model answer.** The shape check passes: every step keeps `(batch, src_len, d_model)`. The padding
+# check passes too: pre-LN uses the same mask in the same attention and the same per-position
+# LayerNorm and feed-forward network, so padding keys are still hidden and adding padding does not
+# change the real positions. Both dropout checks pass: dropout is still applied only to each
+# sublayer's output, so the block is deterministic in eval mode, random in training mode, and the
+# dropout sits where the placement check looks for it. The value check and the PyTorch comparison
+# fail: pre-LN is a different function of the same parameters, and `nn.TransformerEncoderLayer`
+# computes post-LN by default (`norm_first=False`). These two checks are the only ones that tell
+# the orders apart. The block's output would not be normalised: it is the input plus two
+# corrections, so with the input of mean 2 and standard deviation 3 the output keeps roughly that
+# mean and spread instead of mean 0, spread 1 per position; this is why a pre-LN stack needs a final
+# LayerNorm.
 #
 # **Rubric.**
-# - 1 point: shape checks pass but value/PyTorch comparisons fail: pre-LN is a different function
-#   (and its output is not normalised).
-# - 1 point: pre-LN keeps an identity path through the residual stream (plus a final LayerNorm);
-#   post-LN sends gradients through a LayerNorm per sublayer.
-# - 1 point: post-LN's large gradients near the output at initialisation make early steps unstable,
-#   hence the warm-up.
+# - 1 point: shape, padding and both dropout checks pass (they test properties that pre-LN shares),
+#   with a reason.
+# - 1 point: the value check and the PyTorch comparison fail, because pre-LN computes a different
+#   function (PyTorch's layer is post-LN unless `norm_first=True`).
+# - 1 point: the pre-LN output is not normalised per position (it keeps roughly the input's mean and
+#   spread), hence the final LayerNorm.
 
 # %% [markdown]
-# **Question 3 (2 points).** In the decoder block's cross-attention the queries come from the
-# decoder, while keys and values come from `enc_out`, masked with the source padding mask. What
-# would the model lose if keys and values came from the decoder instead? And why does
-# cross-attention need no look-ahead mask?
+# **Question 3 (2 points).** Cross-attention uses only the source padding mask. A classmate adds a
+# look-ahead mask to it "to be safe" in the decoder block. (a) What happens for the sentence pair of
+# section 9 (`tgt_len = 6`, `src_len = 7`)? (b) What happens for a pair with `tgt_len == src_len`,
+# and how would it hurt a German-to-English translation?
 
 # %% [markdown] answer="block_q_cross" points=2
-# **Model answer.** Cross-attention is the only place where the decoder reads the source sentence.
-# With keys and values from the decoder it would be a second self-attention: the output would not
-# depend on the German sentence at all, and the decoder could only continue English text as a
-# language model. The look-ahead mask stops a target position from seeing *later target* words,
-# which do not exist yet when translating. The source sentence is complete before decoding starts,
-# so looking at any source position leaks nothing from the future; only `<pad>` keys must be hidden,
-# which the source padding mask does.
+# **Model answer.** (a) A look-ahead mask of size 6 is `(1, 1, 6, 6)`, while the cross-attention
+# scores are `(batch, heads, 6, 7)`: the last axes 6 and 7 do not broadcast, so the forward pass
+# raises an error (and a look-ahead mask of size 7 would not fit the 6 queries). (b) With equal
+# lengths the shapes fit and nothing complains, but target position $t$ may then read only source
+# positions $0, \dots, t$. The source sentence is complete before translation starts, so looking at
+# all of it leaks nothing from the future; hiding its end only removes information. Word order
+# differs between the languages: German often puts the verb at the end of a clause, which the first
+# English words need, so the translation gets worse, with no error to warn about.
 #
 # **Rubric.**
-# - 1 point: cross-attention is the decoder's only path to the source; without it the translation
-#   ignores the input.
-# - 1 point: the whole source is known at translation time, so no future information leaks; only
-#   padding needs hiding.
+# - 1 point: for different lengths the masks do not broadcast against `(…, tgt_len, src_len)`: a
+#   shape error.
+# - 1 point: for equal lengths it runs silently and hides the end of the source from early target
+#   positions; the source is fully known, so the mask removes information without preventing any
+#   leak (a word-order example, or "worse translations", earns the point).
 
 # %%
 check.summary()

@@ -154,8 +154,7 @@ print("tgt:", tgt.shape, tgt.tolist())
 # - $PE_{[0:\,seq\_len]}$ — the first `seq_len` rows of the sinusoid table of stage 1;
 # - Dropout — applied to the sum, inside `PositionalEncoding.forward`.
 #
-# In code: `self.positional_encoding(self.embedding(x) * math.sqrt(self.d_model))`. The cell below
-# shows the lookup on the toy source batch.
+# The cell below shows the lookup on the toy source batch.
 
 # %%
 d_model = 32
@@ -200,9 +199,9 @@ print(source_mask[:, 0, 0].int())  # the second sentence has one pad token at th
 #   without the last token;
 # - labels = the target **shifted left**: the target words followed by `<eos>`, without `<bos>`.
 #
-# In code, for a target batch that starts with `<bos>` and ends with `<eos>`:
-# `dec_in = tgt[:, :-1]` and `labels = tgt[:, 1:]` (stage 5 does exactly this). At position $t$ the
-# decoder has read `<bos>`, $y_1, \dots, y_t$ and must output $y_{t+1}$.
+# Both are slices of one framed target tensor (`<bos>` ... `<eos>`), one position apart; the cell
+# below cuts them for the toy batch. At position $t$ the decoder has read `<bos>`, $y_1, \dots, y_t$
+# and must output $y_{t+1}$.
 #
 # Teacher forcing only works if position $t$ **cannot look at** positions after $t$: the input at
 # position $t+1$ *is* the label of position $t$, so a decoder that could look ahead would learn to
@@ -213,7 +212,8 @@ figures.plot_teacher_forcing(["two", "small", "cats", "are", "sleeping"])
 plt.show()
 
 # %%
-dec_in, labels = tgt[:, :-1], tgt[:, 1:]  # (batch, 6) each
+dec_in = tgt[:, :-1]  # (batch, 6): everything but the last token
+labels = tgt[:, 1:]  # (batch, 6): everything but <bos>
 for row in range(2):
     print("dec_in :", [target_vocabulary[i] for i in dec_in[row]])
     print("labels :", [target_vocabulary[i] for i in labels[row]], "\n")
@@ -242,7 +242,7 @@ for row in range(2):
 # real token only sees earlier positions, and those are never pads. But the pad positions would
 # still attend to each other, and a batch padded anywhere else (some pipelines pad on the left)
 # would leak pads into real positions. The combined mask is right for any layout and costs one
-# `&`; PyTorch's `nn.Transformer` does the same when given both `tgt_mask` and
+# more operation; PyTorch's `nn.Transformer` does the same when given both `tgt_mask` and
 # `tgt_key_padding_mask`.
 #
 # Below are the two ingredients for the second sentence of `dec_in`. Your combined mask must be
@@ -258,27 +258,69 @@ figures.plot_mask_panels({"padding mask (keys)": padding.expand(1, 1, 6, 6),
 plt.show()
 
 # %% [markdown]
-# ### Exercise 1: `make_target_mask`
+# ### Exercise 1, a bug hunt: `make_target_mask`
 #
-# Return a bool mask of shape `(batch, 1, tgt_len, tgt_len)`, `True` where query $i$ may attend to
-# key $j$. Use `make_padding_mask(tgt, pad_idx)` (shape `(batch, 1, 1, tgt_len)`) and
-# `make_look_ahead_mask(tgt.size(1), device=tgt.device)` (shape `(1, 1, tgt_len, tgt_len)`); the
-# `&` of the two broadcasts to the full shape. Creating the look-ahead mask on `tgt.device` keeps
-# the function working on a GPU.
+# `make_target_mask(tgt, pad_idx)` takes target ids `tgt` of shape `(batch, tgt_len)` (int64) and
+# the pad id, and returns a **bool** mask of shape `(batch, 1, tgt_len, tgt_len)`: `True` where query
+# $i$ may attend to key $j$, following the formula $M_{tgt}$ above. The two helpers of stage 2 are
+# imported: `make_padding_mask(ids, pad_idx)` returns `(batch, 1, 1, len)` and
+# `make_look_ahead_mask(size, device=...)` returns `(1, 1, size, size)`. The mask must live on the
+# same device as `tgt` (a check runs it on the `meta` device), so that the function also works on a GPU.
+#
+# This time the code is written for you, by a classmate, and it has **one realistic mistake**. It
+# runs, its shape, dtype and device are right, and the model even trains with it, only worse. Your
+# job is the debugging a real project needs:
+# 1. run the cell, then the figure and the check below it;
+# 2. read the symptoms: compare your mask's panels with the two ingredients above, and read what
+#    the check says (expected, got, likely cause);
+# 3. find the line, fix it in the cell, and run the cell, the figure and the check again.
 
 # %% solution="model_make_target_mask"
+#| bug: return padding & look_ahead => return padding | look_ahead
 #| include transformer_course.reference.model:make_target_mask
+
+# %% [markdown]
+# **The symptom, drawn.** Your mask for the toy batch, one panel per sentence (blue: may attend). A
+# correct mask is blue only where **both** ingredients above are blue: the first sentence has no
+# padding, so its mask is the plain lower triangle; in the second, the column of the pad token is
+# grey in every row.
+
+# %%
+target_mask = make_target_mask(dec_in, PAD)  # (batch, 1, tgt_len, tgt_len)
+print("target mask:", tuple(target_mask.shape), target_mask.dtype)
+sentences = [[target_vocabulary[i] for i in row] for row in dec_in]
+figures.plot_mask_panels({f"sentence {row}: padding & look-ahead": target_mask[row] for row in range(2)},
+                         labels=sentences)
+plt.show()
+
+# %% [markdown]
+# <details><summary>Hint 1: read the symptom</summary>
+#
+# Look at row 0 of the first sentence's panel: which keys may query 0 see? Which of the two rules
+# should have hidden the others? A key should be visible only when *both* rules allow it; the
+# panels show a mask that allows a key when *either* rule does.
+#
+# </details>
+#
+# <details><summary>Hint 2: where to look</summary>
+#
+# The two helper calls and their shapes are right (the check for the shape passes). What is left is
+# the one operation that combines the two masks.
+#
+# </details>
+#
+# <details><summary>Hint 3: the line</summary>
+#
+# The last line must combine the masks with a logical **and**: `return padding & look_ahead`.
+#
+# </details>
 
 # %% [markdown]
 # #### Check your work
 
-# %% tests="model_target_mask_shape" points=1
+# %% tests="model_target_mask_values" points=4
 assert check.target_mask_shape(make_target_mask)
-
-# %% tests="model_target_mask_values" points=2
 assert check.target_mask_values(make_target_mask)
-
-# %% tests="model_target_mask_device" points=1
 assert check.target_mask_device(make_target_mask)
 
 # %% tests="model_target_mask_hidden" points=1
@@ -289,35 +331,46 @@ assert check.target_mask_values(make_target_mask, batch=2, tgt_len=5, pad_idx=3)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Your mask for the whole toy batch: the first sentence has no padding, so its mask is the plain
-# lower triangle; in the second, the column of the pad token is grey in every row.
-
-# %%
-with skip_until_implemented("make_target_mask"):
-    target_mask = make_target_mask(dec_in, PAD)  # (batch, 1, tgt_len, tgt_len)
-    print("target mask:", tuple(target_mask.shape), target_mask.dtype)
-    sentences = [[target_vocabulary[i] for i in row] for row in dec_in]
-    figures.plot_mask_panels({f"sentence {row}: padding & look-ahead": target_mask[row] for row in range(2)},
-                             labels=sentences)
-    plt.show()
-
-# %% [markdown]
 # ## 7. Exercise 2: the `Encoder`
 #
-# Write `forward(x, mask)`: token ids `(batch, src_len)` → vectors `(batch, src_len, d_model)`.
+# Write `forward(x, mask)`: token ids `x` of shape `(batch, src_len)` (int64) and the source mask
+# `(batch, 1, 1, src_len)` → vectors `(batch, src_len, d_model)` (float), computed as the formulas
+# of sections 3 and 4: $H^{(0)}$ from the ids, then the $N$ blocks. The constructor is given: it
+# stores `self.d_model` and creates `self.embedding`, `self.positional_encoding` (which adds PE
+# **and** applies dropout) and `self.layers`. Keep it as it is: the checks copy weights by its
+# parameter names.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
 #
-# 1. look up the embeddings and multiply them by $\sqrt{d_{model}}$ (`self.d_model` is stored);
-# 2. add the positional encoding with `self.positional_encoding(...)` (it also applies dropout);
-# 3. run the blocks in order, each on the previous one's output, all with the same `mask`.
+# Three steps: ids to scaled vectors, add the position signal, then let each block refine the
+# output of the previous one. Every block gets the same source mask.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
 #
 # | step | shape |
 # |---|---|
 # | `x` (token ids) | `(batch, src_len)` |
-# | `self.embedding(x) * sqrt(d_model)` | `(batch, src_len, d_model)` |
-# | `self.positional_encoding(...)` | `(batch, src_len, d_model)` |
-# | after each `layer(x, mask)` | `(batch, src_len, d_model)` |
+# | embedding lookup, times $\sqrt{d_{model}}$ | `(batch, src_len, d_model)` |
+# | after the positional encoding module | `(batch, src_len, d_model)` |
+# | after each block | `(batch, src_len, d_model)` |
 #
-# The constructor is given: keep it as it is, the checks copy weights by its parameter names.
+# The scaling factor is a Python float: `math.sqrt` of the stored width.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)
+# x = self.positional_encoding(x)
+# for layer in self.layers:
+#     x = layer(x, mask)
+# ```
+#
+# </details>
 
 # %% solution="model_encoder"
 #| include transformer_course.reference.model:Encoder
@@ -357,13 +410,47 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 #   G^{(\ell)} = \mathrm{DecoderBlock}_\ell\!\left(G^{(\ell-1)}, \texttt{enc\_out}, M_{src}, M_{tgt}\right),
 #   \quad \texttt{logits} = G^{(N)} W_{pred} + b_{pred}$$
 #
-# - $W_{pred}$ — shape `(d_model, vocab_size)`, $b_{pred}$ — `(vocab_size,)`: `self.pred_layer`;
+# - $W_{pred}$ — shape `(d_model, vocab_size)`, $b_{pred}$ — `(vocab_size,)`: `self.pred_layer`
+#   (an `nn.Linear`, which stores the transpose: `pred_layer.weight` has shape `(vocab_size, d_model)`);
 # - logits — shape `(batch, tgt_len, vocab_size)`: at each position, one unnormalised score per
 #   target word. **Return the logits, not probabilities**: the cross-entropy loss of stage 5 applies
 #   the (log-)softmax itself, in a numerically safer way.
 #
 # The probability of the next word is then
 # $p(y_{t+1} = w \mid y_{\le t}, x) = \mathrm{softmax}(\texttt{logits}_{t})_w$.
+#
+# Write `forward(x, enc_out, enc_mask, dec_mask)`: target ids `x` `(batch, tgt_len)`, the encoder
+# output `(batch, src_len, d_model)`, the source mask and the target mask → logits
+# `(batch, tgt_len, vocab_size)`. The given constructor creates `self.embedding`,
+# `self.positional_encoding`, `self.layers` and `self.pred_layer`.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# The first two steps are the encoder's. Then each block refines the previous block's output while
+# reading `enc_out`, and one linear layer at the very end turns vectors into scores.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# Every block maps `(batch, tgt_len, d_model)` to the same shape; only `pred_layer` changes the last
+# axis, from `d_model` to `vocab_size`. The arguments of a block, in order: the target vectors,
+# `enc_out`, the source mask, the target mask.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, tgt_len, d_model)
+# x = self.positional_encoding(x)
+# for layer in self.layers:
+#     x = layer(x, enc_out, enc_mask, dec_mask)
+# logits = self.pred_layer(x)  # (batch, tgt_len, vocab_size)
+# ```
+#
+# </details>
 
 # %% solution="model_decoder"
 #| include transformer_course.reference.model:Decoder
@@ -396,14 +483,38 @@ assert check.decoder_layers_registered(Decoder, num_layers=4, d_model=8, num_hea
 # %% [markdown]
 # ## 9. Exercise 4: the `Transformer`
 #
-# The full model only wires the two stacks together:
+# The full model only wires the two stacks together. Write
+# `forward(enc_in, dec_in, enc_mask, dec_mask)`: source ids `(batch, src_len)`, decoder input ids
+# `(batch, tgt_len)`, the source mask `(batch, 1, 1, src_len)` and the target mask
+# `(batch, 1, tgt_len, tgt_len)` → logits `(batch, tgt_len, dec_vocab_size)`, using the given
+# `self.encoder` and `self.decoder`. The encoder must run **once** per batch: every decoder block
+# reads the same `enc_out`. The given constructor also initialises every weight matrix with
+# Xavier-uniform initialisation, a common choice for Transformers (the paper does not state its
+# initialisation).
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
 #
-# 1. `enc_out = self.encoder(enc_in, enc_mask)` — shape `(batch, src_len, d_model)`;
-# 2. `logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)` — shape `(batch, tgt_len, dec_vocab_size)`.
+# Encode the source once; then decode the target while reading the encoder's output. Which mask
+# does each stack need? The encoder only ever sees the source.
 #
-# The encoder runs **once** per batch; every decoder block reads the same `enc_out`. The given
-# constructor also initialises every weight matrix with Xavier-uniform initialisation, a common
-# choice for Transformers (the paper does not state its initialisation).
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# The encoder returns `(batch, src_len, d_model)`; the decoder takes its own ids, that tensor and
+# both masks (source mask first, as in `DecoderBlock`), and returns the logits.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# enc_out = self.encoder(enc_in, enc_mask)  # (batch, src_len, d_model)
+# logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)
+# ```
+#
+# </details>
 
 # %% solution="model_transformer"
 #| include transformer_course.reference.model:Transformer
@@ -490,14 +601,13 @@ def print_shapes(model: nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
 
 
 # %%
-with skip_until_implemented("Transformer (or a part of it)"):
-    torch.manual_seed(0)
-    toy_model = Transformer(len(source_vocabulary), len(target_vocabulary), d_model=32, num_heads=4,
-                            num_layers=2, d_ff=64, max_seq_length=50, dropout=0.1).eval()
-    print(f"{'src':32s} {tuple(src.shape)}\n{'dec_in':32s} {tuple(dec_in.shape)}")
-    logits = print_shapes(toy_model, src, dec_in, make_source_mask(src, PAD), make_target_mask(dec_in, PAD))
-    cross = toy_model.decoder.layers[0].cross_attn.attn_weights  # kept by MultiHeadAttention
-    print(f"{'cross-attention weights, block 0':32s} {tuple(cross.shape)}  (batch, heads, tgt_len, src_len)")
+torch.manual_seed(0)
+toy_model = Transformer(len(source_vocabulary), len(target_vocabulary), d_model=32, num_heads=4,
+                        num_layers=2, d_ff=64, max_seq_length=50, dropout=0.1).eval()
+print(f"{'src':32s} {tuple(src.shape)}\n{'dec_in':32s} {tuple(dec_in.shape)}")
+logits = print_shapes(toy_model, src, dec_in, make_source_mask(src, PAD), make_target_mask(dec_in, PAD))
+cross = toy_model.decoder.layers[0].cross_attn.attn_weights  # kept by MultiHeadAttention
+print(f"{'cross-attention weights, block 0':32s} {tuple(cross.shape)}  (batch, heads, tgt_len, src_len)")
 
 # %% [markdown]
 # The logits become next-word probabilities with a softmax over the last axis. The model is
@@ -510,17 +620,16 @@ with skip_until_implemented("Transformer (or a part of it)"):
 # hints at a bug (a softmax applied twice, a missing scaling, wrong labels). Stage 5 uses this.
 
 # %%
-with skip_until_implemented("Transformer (or a part of it)"):
-    torch.manual_seed(0)
-    toy_model = Transformer(len(source_vocabulary), len(target_vocabulary), 32, 4, 2, 64, 50, 0.1).eval()
-    with torch.no_grad():
-        logits = toy_model(src, dec_in, make_source_mask(src, PAD), make_target_mask(dec_in, PAD))
-    probabilities = logits.softmax(dim=-1)  # (batch, tgt_len, vocab_size), rows sum to 1
-    figures.plot_next_token_probabilities(probabilities[0], [target_vocabulary[i] for i in dec_in[0]],
-                                          target_vocabulary)
-    plt.show()
-    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=PAD)
-    print(f"untrained loss {loss.item():.2f}; ln(vocab size) = {math.log(len(target_vocabulary)):.2f}")
+torch.manual_seed(0)
+toy_model = Transformer(len(source_vocabulary), len(target_vocabulary), 32, 4, 2, 64, 50, 0.1).eval()
+with torch.no_grad():
+    logits = toy_model(src, dec_in, make_source_mask(src, PAD), make_target_mask(dec_in, PAD))
+probabilities = logits.softmax(dim=-1)  # (batch, tgt_len, vocab_size), rows sum to 1
+figures.plot_next_token_probabilities(probabilities[0], [target_vocabulary[i] for i in dec_in[0]],
+                                      target_vocabulary)
+plt.show()
+loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=PAD)
+print(f"untrained loss {loss.item():.2f}; ln(vocab size) = {math.log(len(target_vocabulary)):.2f}")
 
 # %% [markdown]
 # ## 11. How many parameters?
@@ -556,17 +665,88 @@ plt.show()
 # %% [markdown]
 # Our total is about 101 M, while Table 3 of the paper lists 65 M for the base model. The
 # difference is **weight sharing**: section 3.4 of the paper uses *one* matrix for the encoder
-# embedding, the decoder embedding and the prediction layer (possible because the byte-pair
-# vocabulary is shared by both languages). Counting that matrix once gives the paper's figure up
-# to about 2 M, which the paper does not break down. This course keeps the three separate: German
-# and English get their own vocabularies in stage 5, so the matrices do not even have the same
-# shape.
+# embedding, the decoder embedding and the prediction layer (following Press and Wolf, 2017,
+# *Using the Output Embedding to Improve Language Models*). Counting that matrix once gives the
+# paper's figure up to about 2 M, which the paper does not break down.
+#
+# Two kinds of sharing hide in that sentence:
+# - **target embedding and `pred_layer`.** The decoder's embedding has shape
+#   `(tgt_vocab, d_model)` and `pred_layer.weight` has the same shape `(tgt_vocab, d_model)`
+#   (`nn.Linear` stores $W_{pred}$ transposed): row $w$ is the vector of word $w$ on the way in and
+#   the direction whose dot product scores word $w$ on the way out. This sharing works for any
+#   vocabularies, ours included;
+# - **source embedding too.** That needs source and target to use one *joint* vocabulary, as the
+#   paper's byte-pair vocabulary does. Stage 5 gives German and English separate vocabularies of
+#   different sizes, so the source embedding cannot join in there.
+#
+# This course keeps all three matrices separate (the checks and the pretrained model expect that);
+# the cell below counts what each kind of sharing would save on the base configuration.
 
 # %%
 embedding_size = counts["encoder embedding"]
 blocks = counts["encoder blocks (6)"] + counts["decoder blocks (6)"]
-print(f"ours, nothing shared     : {sum(counts.values()) / 1e6:6.1f} M")
-print(f"one shared 37000x512 table: {(blocks + embedding_size) / 1e6:6.1f} M   (paper: 65 M)")
+output_bias = base.decoder.pred_layer.bias.numel()  # the bias has no counterpart in the embedding: never shared
+print(f"ours, nothing shared                     : {sum(counts.values()) / 1e6:6.1f} M")
+print(f"target embedding shared with pred_layer  : {(sum(counts.values()) - embedding_size) / 1e6:6.1f} M")
+print(f"one 37000x512 table for all three        : {(blocks + embedding_size + output_bias) / 1e6:6.1f} M"
+      "   (paper: 65 M)")
+
+# %% [markdown]
+# ### Predict, then run
+# Work these out on paper with the counts above before you run anything. Write your prediction
+# after `return` (a number, or an expression you worked out), run the cell and its check, and only
+# then run the cell that shows the truth. Take the configuration
+# `Transformer(src_vocab=1000, tgt_vocab=800, d_model=64, num_heads=4, num_layers=2, d_ff=128,
+# max_seq_length=50, dropout=0.1)`.
+#
+# **Prediction 1 (1 point).** How many trainable parameters does it have, exactly (what
+# `count_parameters` returns)?
+
+# %% solution="model_predict_parameters"
+def predict_parameter_count() -> int:
+    """Your prediction of count_parameters(Transformer(1000, 800, 64, 4, 2, 128, 50, 0.1))."""
+    ### BEGIN SOLUTION
+    d, ff, n = 64, 128, 2
+    attention, feed_forward, norm = 4 * (d * d + d), 2 * d * ff + ff + d, 2 * d
+    encoder_block, decoder_block = attention + feed_forward + 2 * norm, 2 * attention + feed_forward + 3 * norm
+    return 1000 * d + 800 * d + n * (encoder_block + decoder_block) + (800 * d + 800)
+    ### END SOLUTION
+
+
+# %% tests="model_predicted_parameters" points=1
+assert check.predicted_parameter_count(predict_parameter_count)
+
+# %% [markdown]
+# **Prediction 2 (1 point).** You make `pred_layer` use the decoder embedding's matrix
+# (`model.decoder.pred_layer.weight = model.decoder.embedding.weight`). How many trainable parameters
+# fewer does `count_parameters` now report for the same configuration?
+
+# %% solution="model_predict_tying_saving"
+def predict_tying_saving() -> int:
+    """Your prediction of how many parameters sharing the target embedding with pred_layer saves."""
+    ### BEGIN SOLUTION
+    return 800 * 64  # one (tgt_vocab, d_model) matrix counted once; the bias stays
+    ### END SOLUTION
+
+
+# %% tests="model_predicted_tying_saving" points=1
+assert check.predicted_tying_saving(predict_tying_saving)
+
+# %% [markdown]
+# **The truth.** The cell below builds the configuration with your `Transformer` (only the given
+# constructor runs), counts it, then shares the matrix and counts again. `model.parameters()` yields
+# a shared tensor once, so it is counted and updated once; both uses add to its gradient. Where your
+# prediction was off, find the step of your reasoning that went wrong before you read on.
+
+# %%
+torch.manual_seed(0)
+small = Transformer(1000, 800, d_model=64, num_heads=4, num_layers=2, d_ff=128, max_seq_length=50, dropout=0.1)
+separate = count_parameters(small)
+print("embedding", tuple(small.decoder.embedding.weight.shape), " pred_layer.weight",
+      tuple(small.decoder.pred_layer.weight.shape))
+small.decoder.pred_layer.weight = small.decoder.embedding.weight  # one Parameter, used twice
+print(f"separate: {separate:,}   shared: {count_parameters(small):,}   saved: {separate - count_parameters(small):,}")
+print("one tensor:", small.decoder.pred_layer.weight is small.decoder.embedding.weight)
 
 # %% [markdown]
 # ## 12. Pitfalls
@@ -614,9 +794,12 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # ## Summary
 # - Token ids → `embedding * sqrt(d_model)` → `+ PE` (and dropout) → $N$ blocks; the encoder's
 #   output feeds the cross-attention of every decoder block.
-# - Teacher forcing: `dec_in = tgt[:, :-1]` (starts with `<bos>`), `labels = tgt[:, 1:]`.
-# - The target mask is `padding & look_ahead`, shape `(batch, 1, tgt_len, tgt_len)`; the source mask
-#   is the padding mask `(batch, 1, 1, src_len)`.
+# - Teacher forcing: the decoder reads the target without its last token (it starts with `<bos>`)
+#   and is trained to output the target without its first token.
+# - The target mask allows a key only if it is neither padding nor in the future, shape
+#   `(batch, 1, tgt_len, tgt_len)`; the source mask is the padding mask `(batch, 1, 1, src_len)`.
+# - The target embedding and `pred_layer.weight` have the same shape and can be shared (the paper
+#   does); sharing the source embedding as well needs one joint vocabulary.
 # - `pred_layer` maps each decoder vector to logits `(batch, tgt_len, vocab_size)`; the loss takes
 #   raw logits.
 # - Blocks live in an `nn.ModuleList`, one new object per layer.
@@ -634,59 +817,79 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # you saw in this notebook; there is nothing to look up. The points are given in each question.
 
 # %% [markdown]
-# **Question 1 (2 points).** Why does the decoder need the look-ahead mask in training while the
-# encoder does not? Describe what a model trained without it would learn, and why it would then
-# fail when it translates.
+# **Question 1 (2 points).** A classmate's decoder uses only the padding mask, no look-ahead. Their
+# training loss becomes tiny. When they translate, they decode word by word: at every step the
+# decoder reads `<bos>` and the words produced so far, and only the **last** position's logits pick
+# the next word. That last position has no later tokens it could look at, so it seems the missing
+# mask cannot matter at translation time. Explain why the translations are nevertheless poor.
 
 # %% [markdown] answer="model_q_lookahead" points=2
-# **Model answer.** With teacher forcing the decoder reads the whole shifted target at once:
-# position $i$ must predict token $i+1$, and token $i+1$ is itself an input at position $i+1$.
-# Without the mask, self-attention at position $i$ can read position $i+1$ and copy it, so the loss
-# falls towards 0 without the model learning to translate. When it translates, the later words do
-# not exist yet: the model has never learned to predict from the earlier words alone, and its output
-# is poor. The encoder reads the source sentence, which is complete before translating starts and
-# is never predicted, so every source word may look at every other, in both directions.
+# **Model answer.** The damage is done in training. With teacher forcing, the input at position
+# $t+1$ is the label of position $t$; without the look-ahead mask position $t$ can attend to it, so
+# the cheapest way to a low loss is to copy that token, and the model learns to rely on the future
+# input instead of predicting from the source and the earlier words. At translation time the last
+# position has no position after it: the thing it learned to look at is missing, and it has never
+# learned to predict from the past alone, so its guess is poor. In addition, the earlier positions
+# now see different contexts than in training (at translation time they see all later words of the
+# prefix, in training they saw the true next word at every step), so the inputs the last position
+# attends to are unlike anything it was trained on.
 #
 # **Rubric.**
-# - 1 point: unmasked, the decoder sees the token it must predict and learns to copy it (low
-#   training loss, no translation at inference, where future words do not exist).
-# - 1 point: the source is fully known at translation time and is not predicted, so the encoder may
-#   attend both ways.
+# - 1 point: in training, position $t$ sees the next input, which is its own label, so the model
+#   learns to copy instead of to predict (a tiny training loss that means nothing).
+# - 1 point: at translation time that token does not exist yet (nothing to copy), and the model was
+#   never trained to predict from earlier words only; also full credit for explaining instead that
+#   the earlier positions' representations differ from those seen in training (train/test mismatch).
 
 # %% [markdown]
-# **Question 2 (2 points).** One classmate keeps the encoder blocks in a plain Python list,
-# another writes `nn.ModuleList([EncoderBlock(...)] * N)`. Both models run and give outputs of the
-# right shape. Explain for each what is actually wrong: what does the optimiser train, and what is
-# saved?
+# **Question 2 (2 points).** A classmate builds the encoder with
+# `self.layers = nn.ModuleList([EncoderBlock(...)] * 2)`, trains it and saves `model.state_dict()`.
+# (a) Compared with a correct encoder with two separately created blocks, how many parameters does
+# `count_parameters` report, and which keys does the saved `state_dict` contain? (b) You load that
+# file into a **correct** model with `load_state_dict`. Does it load without an error, and does the
+# correct model then compute the same outputs as the classmate's? What happens if you train it on?
 
 # %% [markdown] answer="model_q_modulelist" points=2
-# **Model answer.** `nn.Module` registers sub-modules assigned as modules or module containers; a
-# plain list is invisible to it. The blocks' weights are then missing from `model.parameters()`, so
-# the optimiser never updates them (they stay random), `state_dict()` does not save them and
-# `model.to(device)` does not move them. `[block] * N` builds a list of $N$ references to *one*
-# object: the model has one block's weights used $N$ times, a third or a sixth of the parameters it
-# should have, and every update changes "all" blocks at once.
+# **Model answer.** (a) `[block] * 2` is a list holding the same object twice. `parameters()`
+# yields each tensor once, so `count_parameters` reports one block's parameters, half of a correct
+# 2-block encoder's. `state_dict()` walks the module tree by name without removing duplicates, so it
+# holds the full set of keys, `layers.0.…` and `layers.1.…`, with identical values. (b) The keys
+# and shapes match a correct model exactly, so loading succeeds without an error; both of the
+# correct model's blocks receive the same weights, so it computes exactly what the classmate's
+# model computed. The difference shows only when training goes on: in the correct model the two
+# blocks are separate tensors and drift apart, while the classmate's stay tied (one set of weights,
+# updated by the sum of both uses' gradients).
 #
 # **Rubric.**
-# - 1 point: plain list: the blocks are not registered, so they are not trained, saved or moved.
-# - 1 point: `[block] * N`: one block shared N times (N times fewer parameters, tied weights).
+# - 1 point: one block's parameters are counted (half), but the state_dict lists keys for both
+#   slots with equal values.
+# - 1 point: loading into the correct model succeeds and gives the same outputs (both blocks get the
+#   same weights); further training unties them (or: a strict load does not detect the bug).
 
 # %% [markdown]
-# **Question 3 (2 points).** The source mask has shape `(batch, 1, 1, src_len)`, the target mask
-# `(batch, 1, tgt_len, tgt_len)`. Explain why the source mask can get away with size 1 on the query
-# axis while the target mask needs the full square.
+# **Question 3 (2 points).** By mistake, a source mask is built with the size-1 axis in the wrong
+# place: shape `(batch, 1, src_len, 1)` instead of `(batch, 1, 1, src_len)`, with the same values.
+# Predict what the encoder's self-attention (scores `(batch, heads, src_len, src_len)`, hidden
+# positions filled with $-10^9$ before the softmax) now does for a real token and for a padding
+# token. Would a padding-invariance test (append extra `<pad>` tokens to the source, compare the
+# real positions' outputs) notice?
 
 # %% [markdown] answer="model_q_masks" points=2
-# **Model answer.** Whether a key is padding depends on the key alone: the same keys are hidden
-# for every query, so one row broadcasts over all queries (and over the heads). The look-ahead rule,
-# key $j$ visible only if $j \le i$, depends on the pair of query $i$ and key $j$, so it needs a
-# value per pair: a `tgt_len` × `tgt_len` square. The target mask is that square combined with the
-# target padding row by `&`, and broadcasting gives `(batch, 1, tgt_len, tgt_len)`.
+# **Model answer.** The mask now broadcasts along the **key** axis instead of the query axis: it
+# says which *queries* are padding. A real token's query row is all `True`, so it attends to every
+# key, padding included: the padding is no longer hidden, and the outputs of real tokens change
+# when more `<pad>` tokens are appended, which is exactly what a padding-invariance test compares,
+# so it fails. A padding token's row is all `False`: every score becomes $-10^9$, the softmax of
+# equal scores is uniform, and that position averages all value vectors (no error and no NaN, because
+# $-10^9$ is finite). In the decoder's cross-attention the shapes may not even broadcast
+# (`src_len` on the query axis against `tgt_len` queries), which raises an error when the lengths
+# differ.
 #
 # **Rubric.**
-# - 1 point: padding depends only on the key, so a single row broadcasts over the queries.
-# - 1 point: look-ahead depends on the (query, key) pair, so it needs the square; `&` combines both
-#   by broadcasting.
+# - 1 point: the mask now selects queries, not keys: real tokens attend to padding, so their
+#   outputs depend on the padding and the padding-invariance check fails.
+# - 1 point: padding queries have every score masked, giving uniform attention (finite $-10^9$, so
+#   no NaN); also full credit for the broadcasting error in cross-attention when the lengths differ.
 
 # %%
 check.summary()

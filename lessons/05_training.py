@@ -92,7 +92,7 @@ from transformer_course.reference import (
 )
 from transformer_course.reference.training import TRAINING_STATE_NAME, Batch
 from transformer_course.reference.translation import prepare_data, translate
-from transformer_course.runtime import checkpoint_folder, grading_mode, short_run
+from transformer_course.runtime import checkpoint_folder, short_run
 from transformer_course.visualisation import attention as attention_figures
 from transformer_course.visualisation import diagrams
 from transformer_course.visualisation import training as figures
@@ -236,16 +236,40 @@ figures.plot_shifted_target(["<bos>", "a", "dog", "runs", "<eos>"])
 plt.show()
 
 # %% [markdown]
-# With a batch the shift works the same way on the padded tensor `tgt` of shape
-# `(batch, tgt_len + 1)`: `tgt_in = tgt[:, :-1]` and `tgt_out = tgt[:, 1:]`, both
-# `(batch, tgt_len)`. A shorter sentence keeps its `<eos>` in `tgt_in`, followed by padding; those
-# positions all have `<pad>` as their target, so the loss ignores them.
+# With a batch the shift works the same way, on every row of the padded target tensor at once. A
+# shorter sentence keeps its `<eos>` in `tgt_in`, followed by padding; those positions all have
+# `<pad>` as their target, so the loss ignores them.
 #
 # ## 4. Exercise: `collate`
 #
 # `collate` turns a list of `(source ids, target ids)` pairs into one `Batch` (a small dataclass
 # with the fields `src`, `tgt_in`, `tgt_out`, `src_mask`, `tgt_mask`). The padding and the masks are
-# given; write the shift, one line: `tgt_in` and `tgt_out` from the padded target `tgt`.
+# given. Write the shift: from the padded target `tgt`, an int64 tensor of shape
+# `(batch, tgt_len + 1)` framed by `<bos>` ... `<eos>`, make `tgt_in` (what the decoder reads) and
+# `tgt_out` (what it must predict), both `(batch, tgt_len)`, as in the table above.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# Both are the whole target with one token dropped: `tgt_in` loses the token nobody reads as
+# input, `tgt_out` the token nobody has to predict. Which one is which?
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# Slice the **second** axis (positions) and keep the first (sentences) whole. Dropping one end
+# turns length `tgt_len + 1` into `tgt_len`; slicing makes views, no copy needed.
+#
+# </details>
+#
+# <details><summary>Hint 3: the line</summary>
+#
+# ```python
+# tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # shift by one: predict the next token
+# ```
+#
+# </details>
 
 # %% solution="collate"
 #| include transformer_course.reference.training:collate
@@ -273,16 +297,15 @@ assert check.collate_shift(collate, batch_size=6, seed=12, pad_idx=0)
 # padded columns are grey in every row, and no row sees the future.
 
 # %%
-with skip_until_implemented("collate"):
-    example = collate(data.splits["train"][3:6], PAD_IDX)
-    print("src", tuple(example.src.shape), " tgt_in", tuple(example.tgt_in.shape),
-          " tgt_out", tuple(example.tgt_out.shape), " tgt_mask", tuple(example.tgt_mask.shape))
-    shortest = int((example.tgt_out != PAD_IDX).sum(dim=1).argmin())
-    reads = [target_vocab.itos[i] for i in example.tgt_in[shortest]]
-    print("tgt_in :", " ".join(reads))
-    print("tgt_out:", " ".join(target_vocab.itos[i] for i in example.tgt_out[shortest]))
-    attention_figures.plot_masks({"target mask of that sentence": example.tgt_mask[shortest]}, reads, reads)
-    plt.show()
+example = collate(data.splits["train"][3:6], PAD_IDX)
+print("src", tuple(example.src.shape), " tgt_in", tuple(example.tgt_in.shape),
+      " tgt_out", tuple(example.tgt_out.shape), " tgt_mask", tuple(example.tgt_mask.shape))
+shortest = int((example.tgt_out != PAD_IDX).sum(dim=1).argmin())
+reads = [target_vocab.itos[i] for i in example.tgt_in[shortest]]
+print("tgt_in :", " ".join(reads))
+print("tgt_out:", " ".join(target_vocab.itos[i] for i in example.tgt_out[shortest]))
+attention_figures.plot_masks({"target mask of that sentence": example.tgt_mask[shortest]}, reads, reads)
+plt.show()
 
 # %% [markdown]
 # ### Length bucketing: less padding, less wasted work
@@ -361,7 +384,8 @@ print(f"{len(train_loader)} training batches, {len(val_loader)} validation batch
 # $-\log p(y)$, where $y$ is the correct next token: 0 when the model gives $y$ probability 1,
 # large when it gives it little. The batch loss is the **mean over the real target tokens**.
 # Positions whose target is `<pad>` must not count: `nn.CrossEntropyLoss(ignore_index=PAD_IDX)`
-# skips them, both in the sum and in the count it divides by.
+# skips them, both in the sum and in the count it divides by (the default `reduction="mean"` with
+# no class weights).
 #
 # ### Label smoothing
 # The paper trains with **label smoothing** $\varepsilon_{ls} = 0.1$. Instead of the one-hot target
@@ -412,16 +436,37 @@ print(f"lowest possible label-smoothed training loss: {floor:.2f} nats per token
 # %% [markdown]
 # ## 6. Exercise: `compute_loss`
 #
-# Run the model on the batch and compute the criterion:
-# 1. `logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)`, shape
-#    `(batch, tgt_len, vocab)`;
-# 2. `nn.CrossEntropyLoss` wants the scores as `(N, vocab)` and the targets as `(N,)`: flatten the
-#    batch and position axes together, `(batch * tgt_len, vocab)` and `(batch * tgt_len,)`, in the
-#    same order for both. Use `.reshape`: `batch.tgt_out` is a slice of the padded target
-#    (`tgt[:, 1:]`), and `.view` refuses to flatten such a slice.
+# `compute_loss(model, batch, criterion)` returns the mean loss per real target token of one batch,
+# a scalar tensor that can be backpropagated. The model takes
+# `(src, tgt_in, src_mask, tgt_mask)`, the argument order of stage 4, and returns logits
+# `(batch, tgt_len, vocab)`. `nn.CrossEntropyLoss` wants scores of shape `(N, vocab)` and targets of
+# shape `(N,)` (int64). Use the `criterion` you are given (it knows the padding id and the
+# smoothing); don't build a new `nn.CrossEntropyLoss()` inside the function.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
 #
-# Use the `criterion` you are given (it knows the padding id and the smoothing); don't build a new
-# `nn.CrossEntropyLoss()` inside the function.
+# Two steps: a forward pass of the model on the batch's fields, then the criterion on the logits
+# and `batch.tgt_out`. Every (sentence, position) pair is one classification example.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# Merge the batch and position axes into one: logits `(batch * tgt_len, vocab)`, targets
+# `(batch * tgt_len,)`, flattened in the same order. Use `.reshape`, not `.view`: `batch.tgt_out`
+# is a slice of the padded target, not contiguous in memory, and `.view` refuses to flatten it.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (batch, tgt_len, vocab)
+# loss = criterion(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1))
+# ```
+#
+# </details>
 
 # %% solution="compute_loss"
 #| include transformer_course.reference.training:compute_loss
@@ -443,17 +488,38 @@ assert check.compute_loss_ignores_padding(compute_loss, batch_size=6, extra=5, s
 
 # %% [markdown]
 # **A sanity check you can always run before training:** an untrained model knows nothing, so its
-# loss should be close to $\ln K$ (uniform guessing over $K$ words). A much larger starting loss
-# points to a bug (for instance, wrong targets).
+# unsmoothed loss should be close to the loss of a model that gives all $K$ words the same
+# probability. A much larger starting loss points to a bug (for instance, wrong targets).
+#
+# **Prediction 1 (1 point).** What is that uniform model's cross-entropy (natural log, no label
+# smoothing) for a vocabulary of $K = 10{,}000$ words? Write the number (within 1%) or the expression
+# you worked out after `return`.
+
+# %% solution="train_predict_uniform_loss"
+def predict_uniform_loss() -> float:
+    """Your prediction of the cross-entropy of a uniform prediction over 10,000 words."""
+    ### BEGIN SOLUTION
+    return math.log(10_000)  # -log(1/K) at every position
+    ### END SOLUTION
+
+
+# %% tests="train_predicted_uniform_loss" points=1
+assert check.predicted_uniform_loss(predict_uniform_loss)
+
+# %% [markdown]
+# **The truth**, the same for our English vocabulary, and an untrained model's loss beside it on a
+# validation batch:
 
 # %%
-with skip_until_implemented("compute_loss (or collate)"):
-    torch.manual_seed(0)
-    untrained = Transformer(len(source_vocab), len(target_vocab), 64, 4, 1, 128, 128, 0.0).eval()
-    first_batch = next(iter(val_loader))
-    with torch.no_grad():
-        start_loss = compute_loss(untrained, first_batch, make_criterion(PAD_IDX, label_smoothing=0.0))
-    print(f"untrained loss {start_loss.item():.2f}, ln K = {math.log(len(target_vocab)):.2f}")
+for size in (10_000, len(target_vocab)):
+    uniform = torch.zeros(1, size)  # equal logits: every word gets probability 1/K
+    print(f"K = {size:,}: uniform model's loss {nn.functional.cross_entropy(uniform, torch.tensor([5])).item():.3f}")
+torch.manual_seed(0)
+untrained = Transformer(len(source_vocab), len(target_vocab), 64, 4, 1, 128, 128, 0.0).eval()
+first_batch = next(iter(val_loader))
+with torch.no_grad():
+    start_loss = compute_loss(untrained, first_batch, make_criterion(PAD_IDX, label_smoothing=0.0))
+print(f"untrained loss {start_loss.item():.2f}, ln K = {math.log(len(target_vocab)):.2f}")
 
 # %% [markdown]
 # ## 7. The optimiser and the warm-up schedule
@@ -472,9 +538,8 @@ with skip_until_implemented("compute_loss (or collate)"):
 # For $\mathit{step} < \mathit{warmup\_steps}$ the second term is the smaller one, so the rate
 # **rises linearly**. Afterwards the first term is smaller and the rate **decays** like
 # $1/\sqrt{\mathit{step}}$. Both terms are equal at $\mathit{step} = \mathit{warmup\_steps}$, where
-# the rate peaks at $d_{model}^{-0.5} \cdot \mathit{warmup\_steps}^{-0.5}$ (about $7 \cdot 10^{-4}$
-# for the paper's settings). We add a constant `factor` in front (1 in the paper) to tune the peak
-# for our much smaller data set and batches.
+# the rate is largest. We add a constant `factor` in front (1 in the paper) to tune the peak for our
+# much smaller data set and batches.
 #
 # **Why warm up?** At the start Adam's estimate of each weight's typical gradient size comes from
 # very few batches and is unreliable, so its early steps can be large and badly aimed; and a
@@ -485,27 +550,64 @@ with skip_until_implemented("compute_loss (or collate)"):
 # *On Layer Normalization in the Transformer Architecture*.) Without warm-up, a learning rate as
 # large as the peak often makes training unstable right at the start.
 #
-# ## 8. Exercise: `noam_learning_rate`
+# ## 8. Exercise, a bug hunt: `noam_learning_rate`
 #
-# Implement the formula, times `factor`. The schedule is named after Noam Shazeer, one of the
-# paper's authors. One detail: treat `step = 0` as step 1, since $0^{-0.5}$ divides by zero. The
-# optimiser wiring given below passes `index + 1` and so never asks for step 0, but a schedule that
-# crashes on 0 is a trap for the next piece of code that calls it (one of the checks does).
+# `noam_learning_rate(step, d_model, warmup_steps, factor=1.0)` returns the formula's learning rate
+# times `factor`, as a Python float. The schedule is named after Noam Shazeer, one of the paper's
+# authors. One detail: a step of 0 counts as step 1, since $0^{-0.5}$ divides by zero. The optimiser
+# wiring given below passes `index + 1` and so never asks for step 0, but a schedule that crashes on
+# 0 is a trap for the next piece of code that calls it (one of the checks does).
+#
+# The code below was typed in from the paper by a classmate, with **one slip**. Training with it
+# does not crash: it just runs with the wrong learning rates, which you would only notice as a
+# worse model at the end of a long run. Run the cell and the figure under it, compare the curve
+# with what section 7 says the schedule does, read the check's message, then find the slip and fix
+# it in place.
 
 # %% solution="noam_learning_rate"
+#| bug: warmup_steps ** -1.5 => warmup_steps ** -0.5
 #| include transformer_course.reference.training:noam_learning_rate
+
+# %% [markdown]
+# **The symptom, drawn.** Your schedule over the first 20,000 steps for the paper's settings (and
+# two others). Section 7 says where the peak of each curve must be.
+
+# %%
+figures.plot_learning_rate_schedule(noam_learning_rate, settings=[(512, 4000), (512, 8000), (256, 4000)])
+plt.show()
+
+# %% [markdown]
+# <details><summary>Hint 1: read the symptom</summary>
+#
+# The curves rise and then fall, as they should, but the peak is nowhere near `warmup_steps`: it
+# comes after a handful of steps, and a longer warm-up hardly moves it. So the two terms of the
+# minimum cross in the wrong place.
+#
+# </details>
+#
+# <details><summary>Hint 2: where to look</summary>
+#
+# The two terms cross where $\mathit{step}^{-0.5} = \mathit{step} \cdot \mathit{warmup\_steps}^{e}$,
+# that is at $\mathit{step} = \mathit{warmup\_steps}^{-2e/3}$. For the peak to sit at
+# `warmup_steps`, what must the exponent $e$ be? Compare it with the code.
+#
+# </details>
+#
+# <details><summary>Hint 3: the line</summary>
+#
+# The rising term is `step * warmup_steps ** -1.5`: the exponent is $-1.5$, not $-0.5$.
+#
+# </details>
 
 # %% [markdown]
 # ### Check your work
 
-# %% tests="train_noam_values" points=2
+# %% tests="train_noam_values" points=3
 assert check.noam_values(noam_learning_rate)
+assert check.noam_step_zero(noam_learning_rate)
 
 # %% tests="train_noam_peak" points=1
 assert check.noam_peak_at_warmup(noam_learning_rate)
-
-# %% tests="train_noam_step_zero" points=1
-assert check.noam_step_zero(noam_learning_rate)
 
 # %% tests="train_noam_hidden" points=1
 ### BEGIN HIDDEN TESTS
@@ -514,19 +616,57 @@ assert check.noam_peak_at_warmup(noam_learning_rate, d_model=128, warmup_steps=3
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# Your schedule for a few settings: a longer warm-up gives a later and lower peak, a wider model a
-# lower curve overall.
+# ### Predict, then run
+# Work these out from the formula before you run anything; write your prediction after `return`.
+#
+# **Prediction 2 (1 point).** With the paper's base settings ($d_{model} = 512$,
+# $\mathit{warmup\_steps} = 4000$, factor 1), at which step is the learning rate largest?
+
+# %% solution="train_predict_peak_step"
+def predict_peak_step() -> int:
+    """Your prediction of the step at which the paper's base schedule peaks."""
+    ### BEGIN SOLUTION
+    return 4000  # the two terms cross at step = warmup_steps
+    ### END SOLUTION
+
+
+# %% tests="train_predicted_peak_step" points=1
+assert check.predicted_peak_step(predict_peak_step)
+
+# %% [markdown]
+# **Prediction 3 (1 point).** And what is that largest learning rate (within 2%)?
+
+# %% solution="train_predict_peak_rate"
+def predict_peak_rate() -> float:
+    """Your prediction of the largest learning rate of the paper's base schedule."""
+    ### BEGIN SOLUTION
+    return (512 * 4000) ** -0.5
+    ### END SOLUTION
+
+
+# %% tests="train_predicted_peak_rate" points=1
+assert check.predicted_peak_rate(predict_peak_rate)
+
+# %% [markdown]
+# **The truth**, from your schedule: the largest value over the first 20,000 steps and where it
+# sits. The same for the settings of the training run in section 11 ($d_{model} = 256$, a warm-up of
+# 400 steps, `factor = 0.5`), which section 11 compares with the paper's.
 
 # %%
-with skip_until_implemented("noam_learning_rate"):
-    figures.plot_learning_rate_schedule(noam_learning_rate, settings=[(512, 4000), (512, 8000), (256, 4000)])
-    plt.show()
+for d, warmup, factor in ((512, 4000, 1.0), (256, 400, 0.5)):
+    rates = [noam_learning_rate(step, d, warmup, factor) for step in range(1, 20001)]
+    peak = max(rates)
+    print(f"d_model {d}, warm-up {warmup}, factor {factor}: peak {peak:.3e} at step {rates.index(peak) + 1}")
+
+# %% [markdown]
+# Look back at the figure under the exercise, now drawn by your fixed schedule (rerun its cell if you
+# have not): a longer warm-up gives a later and lower peak, a wider model a lower curve overall.
 
 # %% [markdown]
 # **Wiring it into PyTorch (given).** `LambdaLR` multiplies the optimiser's base learning rate by
 # `lr_lambda(index)`, where `index` counts the scheduler's `step()` calls from 0. With a base rate of
-# 1.0 the learning rate *is* our schedule; `index + 1` makes the first batch use step 1. Every
-# `scheduler.step()` moves the schedule on by one, so it must be called once per batch.
+# 1.0 the learning rate *is* our schedule; `index + 1` makes the first batch use step 1. Each call
+# of the scheduler's `step` method moves the schedule on by one, so it must be called once per batch.
 
 # %%
 #| include transformer_course.reference.training:make_optimizer
@@ -541,21 +681,21 @@ with skip_until_implemented("noam_learning_rate"):
 # $$g \leftarrow g \cdot \min\!\left(1, \frac{c}{\lVert g \rVert}\right)$$
 #
 # The direction stays the same; only the step length is capped, so one unlucky batch with a huge
-# gradient cannot throw the weights far away. `nn.utils.clip_grad_norm_(model.parameters(), c)`
-# does exactly this, in place, and must run **after** `loss.backward()` (which fills the
-# gradients) and **before** `optimizer.step()` (which uses them). Its cousin
+# gradient cannot throw the weights far away. `nn.utils.clip_grad_norm_` (arguments: the
+# parameters, then $c$) does exactly this, in place (PyTorch adds $10^{-6}$ to $\lVert g \rVert$ in the
+# quotient), and it must run **after** the backward pass (which fills the gradients) and **before**
+# the optimiser's update (which uses them). Its cousin
 # `clip_grad_value_` clips every entry separately, which changes the gradient's direction: a
 # different method, and not the one we use (the checks say so if you pick it).
 #
 # ## 10. Exercise: `train_epoch`
 #
 # The loop over batches, `model.train()` (dropout on) and the bookkeeping of the mean loss are
-# given. Inside the loop, write the five steps of one update, in this order:
-# 1. `optimizer.zero_grad()`: clear the gradients of the previous batch;
-# 2. `loss = compute_loss(model, batch, criterion)` (keep the name `loss`: the given lines read it);
-# 3. `loss.backward()`: compute the gradients;
-# 4. clip the gradients' total norm to `clip_norm`;
-# 5. `optimizer.step()`, then `scheduler.step()` if there is a scheduler (it may be `None`).
+# given. Inside the loop, write one update for the batch: clear the old gradients, compute the loss
+# with your `compute_loss` and store it in a variable named `loss` (the given lines after yours read
+# it), backpropagate, clip the gradients' total norm to `clip_norm`, update the weights, then move
+# the learning-rate schedule on by one step. `scheduler` may be `None` (no schedule): then skip
+# that last step.
 #
 # **Why zero the gradients?** `backward()` *adds* to each parameter's `.grad`; it never overwrites.
 # Without `zero_grad()` every update would use the sum of all gradients so far:
@@ -565,6 +705,36 @@ w = torch.tensor([1.0], requires_grad=True)
 for attempt in range(3):
     (2 * w).sum().backward()  # d(2w)/dw = 2 every time
     print(f"after backward #{attempt + 1}: w.grad = {w.grad.item()}")
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# The order matters: gradients must be cleared before the backward pass fills them, clipped after
+# it and before the optimiser uses them; the schedule moves on after the update it set the rate for.
+#
+# </details>
+#
+# <details><summary>Hint 2: the objects</summary>
+#
+# The optimiser clears and applies gradients (two methods); the loss tensor starts the backward
+# pass; `nn.utils.clip_grad_norm_` takes `model.parameters()` and the limit; the scheduler has one
+# method that moves it on.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# optimizer.zero_grad()
+# loss = compute_loss(model, batch, criterion)
+# loss.backward()
+# nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+# optimizer.step()
+# if scheduler is not None:
+#     scheduler.step()
+# ```
+#
+# </details>
 
 # %% solution="train_epoch"
 #| include transformer_course.reference.training:train_epoch
@@ -639,27 +809,26 @@ def copy_pairs(count: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
 threads = torch.get_num_threads()
 torch.set_num_threads(1)  # models this tiny train fastest on one CPU thread
 try:
-    with skip_until_implemented("train_epoch (or collate, compute_loss, noam_learning_rate)"):
-        toy_pairs = copy_pairs(512)
-        shifted = [collate(toy_pairs[start:start + 32], PAD_IDX) for start in range(0, 512, 32)]
-        unshifted = []
-        for batch in shifted:  # the bug: decoder input and target both the full target <bos> ... <eos>
-            full = torch.cat([batch.tgt_in[:, :1], batch.tgt_out], dim=1)  # (batch, tgt_len + 1)
-            unshifted.append(Batch(batch.src, full, full, batch.src_mask, make_target_mask(full, PAD_IDX)))
-        test = collate(copy_pairs(6, seed=1), PAD_IDX)
-        bos_only = test.tgt_in[:, :1]  # (6, 1): each decoder has read just <bos>
-        print("first source words:", test.src[:, 1].tolist())
-        curves = {}
-        for name, batches in (("shifted (correct)", shifted), ("not shifted (the bug)", unshifted)):
-            torch.manual_seed(0)
-            toy = Transformer(12, 12, 32, 4, 1, 64, 20, 0.0)  # vocab 12, d_model 32, 4 heads, 1 layer
-            toy_optimizer, toy_scheduler = make_optimizer(toy, 32, warmup_steps=50, factor=0.5)
-            curves[name] = [train_epoch(toy, batches, make_criterion(PAD_IDX, 0.0), toy_optimizer, toy_scheduler,
-                                        progress=False) for _ in range(2 if grading_mode() else 7)]
-            first = toy.eval()(test.src, bos_only, test.src_mask, make_target_mask(bos_only, PAD_IDX)).argmax(-1)
-            print(f"{name:22s} first word predicted: {first[:, 0].tolist()}")
-        figures.plot_loss_curves(curves, title="Copy task, your training loop")
-        plt.show()
+    toy_pairs = copy_pairs(512)
+    shifted = [collate(toy_pairs[start:start + 32], PAD_IDX) for start in range(0, 512, 32)]
+    unshifted = []
+    for batch in shifted:  # the bug: decoder input and target both the full target <bos> ... <eos>
+        full = torch.cat([batch.tgt_in[:, :1], batch.tgt_out], dim=1)  # (batch, tgt_len + 1)
+        unshifted.append(Batch(batch.src, full, full, batch.src_mask, make_target_mask(full, PAD_IDX)))
+    test = collate(copy_pairs(6, seed=1), PAD_IDX)
+    bos_only = test.tgt_in[:, :1]  # (6, 1): each decoder has read just <bos>
+    print("first source words:", test.src[:, 1].tolist())
+    curves = {}
+    for name, batches in (("shifted (correct)", shifted), ("not shifted (the bug)", unshifted)):
+        torch.manual_seed(0)
+        toy = Transformer(12, 12, 32, 4, 1, 64, 20, 0.0)  # vocab 12, d_model 32, 4 heads, 1 layer
+        toy_optimizer, toy_scheduler = make_optimizer(toy, 32, warmup_steps=50, factor=0.5)
+        curves[name] = [train_epoch(toy, batches, make_criterion(PAD_IDX, 0.0), toy_optimizer, toy_scheduler,
+                                    progress=False) for _ in range(2 if short_run() else 7)]
+        first = toy.eval()(test.src, bos_only, test.src_mask, make_target_mask(bos_only, PAD_IDX)).argmax(-1)
+        print(f"{name:22s} first word predicted: {first[:, 0].tolist()}")
+    figures.plot_loss_curves(curves, title="Copy task, your training loop")
+    plt.show()
 finally:
     torch.set_num_threads(threads)  # put back even when your code raises
 
@@ -684,8 +853,11 @@ finally:
 # The settings: a model smaller than the paper's base model (Multi30k is small; $d_{model} = 256$,
 # 3 layers on each side), Adam with the warm-up schedule, label smoothing 0.1, dropout 0.1. Our
 # batches of about 4,000 tokens are far smaller than the paper's (about 25,000 source and 25,000
-# target tokens) and an epoch has only about 120 of them, so we warm up for 400 steps instead of 4,000
-# and halve the peak with `factor = 0.5`. While the notebook is being autograded, a tiny model, five
+# target tokens) and an epoch has only about 120 of them, so we warm up for 400 steps instead of 4,000.
+# With $d_{model} = 256$ and that warm-up the formula would peak at $3.1 \cdot 10^{-3}$; `factor = 0.5`
+# halves that to $1.56 \cdot 10^{-3}$ (the truth cell of section 8 printed it), still about 2.2 times
+# the paper's peak of $7.0 \cdot 10^{-4}$: a smaller model and a much shorter warm-up tolerate, and
+# need, larger steps. While the notebook is being autograded, a tiny model, five
 # small batches and part of the validation split keep this part to seconds; the numbers it then
 # prints mean nothing.
 #
@@ -742,14 +914,13 @@ print(f"{count_parameters(model):,} trainable parameters on {device}")
 
 # %%
 optimizer = scheduler = None
-with skip_until_implemented("noam_learning_rate (make_optimizer uses it)"):
-    optimizer, scheduler = make_optimizer(model, CONFIG["d_model"], WARMUP_STEPS, LR_FACTOR)
-    finished = resume_training(STATE_PATH, model, optimizer, scheduler, history, CONFIG)
-    if finished:
-        print(f"resumed after epoch {finished} from {STATE_PATH}; the next batch uses schedule step "
-              f"{scheduler.last_epoch + 1}")
-    else:
-        print(f"no saved run at {STATE_PATH}: training starts from scratch")
+optimizer, scheduler = make_optimizer(model, CONFIG["d_model"], WARMUP_STEPS, LR_FACTOR)
+finished = resume_training(STATE_PATH, model, optimizer, scheduler, history, CONFIG)
+if finished:
+    print(f"resumed after epoch {finished} from {STATE_PATH}; the next batch uses schedule step "
+          f"{scheduler.last_epoch + 1}")
+else:
+    print(f"no saved run at {STATE_PATH}: training starts from scratch")
 
 # %% [markdown]
 # ### The training run
@@ -759,23 +930,22 @@ with skip_until_implemented("noam_learning_rate (make_optimizer uses it)"):
 # left. Running this cell again continues with the next epoch (up to `EPOCHS`).
 
 # %%
-with skip_until_implemented("train_epoch (or collate, compute_loss, noam_learning_rate)"):
-    if optimizer is None:  # the cell above could not build it: noam_learning_rate is not written yet
-        raise NotImplementedError
-    epochs = tqdm(range(len(history) + 1, EPOCHS + 1), desc="epochs", unit="epoch", initial=len(history),
-                  total=EPOCHS)
-    for epoch in epochs:
-        started = time.perf_counter()
-        train_loader.batch_sampler.set_epoch(epoch)
-        train_loss = train_epoch(model, train_loader, criterion, optimizer, scheduler, device,
-                                 clip_norm=CLIP_NORM, max_steps=MAX_STEPS)
-        val_loss = evaluate(model, val_loader, plain_criterion, device)
-        history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
-                        "lr": scheduler.get_last_lr()[0], "seconds": time.perf_counter() - started})
-        save_training_state(STATE_PATH, model, optimizer, scheduler, history, CONFIG)
-        epochs.write(f"epoch {epoch}: train loss {train_loss:.3f}, validation loss {val_loss:.3f}, "
-                     f"perplexity {perplexity(val_loss):.1f}, learning rate {scheduler.get_last_lr()[0]:.2e}, "
-                     f"{history[-1]['seconds']:.0f} s")
+if optimizer is None:  # the cell above could not build it: noam_learning_rate is not written yet
+    raise NotImplementedError
+epochs = tqdm(range(len(history) + 1, EPOCHS + 1), desc="epochs", unit="epoch", initial=len(history),
+              total=EPOCHS)
+for epoch in epochs:
+    started = time.perf_counter()
+    train_loader.batch_sampler.set_epoch(epoch)
+    train_loss = train_epoch(model, train_loader, criterion, optimizer, scheduler, device,
+                             clip_norm=CLIP_NORM, max_steps=MAX_STEPS)
+    val_loss = evaluate(model, val_loader, plain_criterion, device)
+    history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
+                    "lr": scheduler.get_last_lr()[0], "seconds": time.perf_counter() - started})
+    save_training_state(STATE_PATH, model, optimizer, scheduler, history, CONFIG)
+    epochs.write(f"epoch {epoch}: train loss {train_loss:.3f}, validation loss {val_loss:.3f}, "
+                 f"perplexity {perplexity(val_loss):.1f}, learning rate {scheduler.get_last_lr()[0]:.2e}, "
+                 f"{history[-1]['seconds']:.0f} s")
 
 # %% [markdown]
 # ### Curves
@@ -821,6 +991,40 @@ else:
     print("(train the model first)")
 
 # %% [markdown]
+# ### Averaging checkpoints
+# Section 6.1 of the paper: "For the base models, we used a single model obtained by averaging the
+# last 5 checkpoints, which were written at 10-minute intervals. For the big models, we averaged
+# the last 20 checkpoints." Averaging means the element-wise mean of every weight tensor over
+# checkpoints **of the same run**. Late in training the learning rate is small but not zero, and
+# every batch's gradient is noisy, so the weights keep wandering around a good region instead of
+# settling in one point; their mean lies nearer the middle of that region and usually generalises
+# a little better than any single checkpoint. It costs nothing when translating: the result is one
+# ordinary model.
+#
+# The course's pretrained model was made this way: `scripts/train_checkpoint.py` in the course
+# repository saves the weights after every epoch and, at the end, averages those of the last epochs
+# (for the shipped file, the last 3 of 12 epochs; its metadata, which notebook 6 prints, lists
+# them). The function below does the averaging; to try it on your run, keep a copy of
+# `model.state_dict()` after each epoch (cloned tensors, in memory or on disk), average the last few
+# and load the result into the model.
+
+# %%
+def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of each floating-point tensor over `states` (checkpoints of one run)."""
+    averaged = {}
+    for name, last in states[-1].items():
+        if last.is_floating_point():
+            averaged[name] = torch.stack([state[name].float() for state in states]).mean(dim=0).to(last.dtype)
+        else:  # integer buffers (counters, say) are not averaged: keep the latest
+            averaged[name] = last.clone()
+    return averaged
+
+
+if history:  # with the weights of one finished run, averaging a checkpoint with itself changes nothing
+    same = average_state_dicts([model.state_dict(), model.state_dict()])
+    print("unchanged:", all(torch.equal(same[name], tensor) for name, tensor in model.state_dict().items()))
+
+# %% [markdown]
 # ## 12. Pitfalls
 # Each of these bugs lets training *run*; only the numbers tell you something is wrong.
 #
@@ -828,10 +1032,10 @@ else:
 #   epoch, and the model only echoes its input (the toy run in section 10).
 # - **The loss counts `<pad>` tokens:** the loss depends on how much padding a batch happens to
 #   have, and the model spends effort learning to predict `<pad>`.
-# - **No `optimizer.zero_grad()`:** gradients pile up batch after batch, the steps grow, and the loss
+# - **Gradients never cleared:** they pile up batch after batch, the steps grow, and the loss
 #   jumps about or diverges.
 # - **Scheduler stepped once per epoch** instead of once per batch: the schedule then counts epochs,
-#   so with a warm-up of 400 steps the learning rate stays tiny for 400 epochs.
+#   so with a warm-up of 400 steps the learning rate would need 400 epochs to reach its peak.
 # - **No `model.train()` / `model.eval()`:** dropout off while training (more over-fitting) or on
 #   while evaluating (a noisy, too high validation loss).
 # - **Learning rate too high, no warm-up:** the loss explodes or gets stuck high in the first few
@@ -842,13 +1046,14 @@ else:
 # ## Summary
 # - Multi30k: 29,000 / 1,014 / 1,000 German–English caption pairs; spaCy blank tokenisers,
 #   lowercased; vocabularies from the training split with `min_freq=2`, rare words become `<unk>`.
-# - Batches are padded; the decoder reads `tgt_in = tgt[:, :-1]` and predicts `tgt_out = tgt[:, 1:]`;
-#   bucketing by length cuts the padding from about half of each batch to a few percent.
+# - Batches are padded; the decoder reads the target without its last token and predicts the target
+#   without `<bos>`; bucketing by length cuts the padding from about half of the token slots to
+#   under a tenth.
 # - The loss is cross-entropy over real target tokens (`ignore_index=pad`) with label smoothing 0.1;
 #   perplexity is $e^{\text{loss}}$ without smoothing.
 # - Adam with $\mathit{lrate} = d_{model}^{-0.5}\min(\mathit{step}^{-0.5},
 #   \mathit{step}\cdot\mathit{warmup}^{-1.5})$, stepped once per batch; gradients clipped by norm.
-# - One update: `zero_grad` → loss → `backward` → clip → `optimizer.step` → `scheduler.step`.
+# - One update: clear the gradients → loss → backward pass → clip → optimiser update → schedule step.
 # - Checkpoints hold the model, optimiser and scheduler state, the history and the random generators, so
 #   a run resumes exactly, into the same objects; in Colab, keep them in Google Drive.
 #
@@ -863,61 +1068,80 @@ else:
 # you saw in this notebook; there is nothing to look up. The points are given in each question.
 
 # %% [markdown]
-# **Question 1 (2 points).** Why does the training step feed `tgt[:, :-1]` to the decoder and
-# compare its predictions with `tgt[:, 1:]`? What did the toy run of section 10 show when the
-# target is not shifted, and why is its low loss misleading?
+# **Question 1 (2 points).** The criterion is
+# `nn.CrossEntropyLoss(ignore_index=PAD_IDX, label_smoothing=0.1)`. The same five sentence pairs
+# form a batch twice: once padded to a target length of 20, once with extra `<pad>` tokens appended
+# up to a length of 40. (a) Is the batch loss the same in both cases? Explain what a `<pad>`
+# position contributes to each of the two terms of the smoothed loss, and what the mean divides
+# by. (b) At a **real** position, how much target probability does PyTorch's smoothed target $q$
+# give to the `<pad>` id, and does that matter when the trained model translates?
 
-# %% [markdown] answer="train_q_shift" points=2
-# **Model answer.** With the shift, the decoder's input at position $i$ is token $i$ (starting with
-# `<bos>`) and the label at position $i$ is token $i+1$ (ending with `<eos>`): every position learns
-# to predict the next word from the words before it, which is exactly what translating word by word
-# asks for. Without the shift the label at position $i$ is the input at position $i$, which the
-# look-ahead mask allows the position to see (the diagonal). The model learns to copy its input:
-# the loss drops to almost 0 within an epoch, yet the model cannot produce a next word, and
-# translating gives echoes instead of sentences.
+# %% [markdown] answer="train_q_smoothing_padding" points=2
+# **Model answer.** (a) Yes, the same. `ignore_index` drops a `<pad>` position completely: it adds
+# nothing to the $(1-\varepsilon)(-\log p(y))$ term **and** nothing to the smoothing term
+# $\varepsilon \cdot \frac{1}{K}\sum_k -\log p(k)$, and the mean divides by the number of
+# non-ignored positions only. Extra padding therefore changes neither the sum nor the count (the
+# masks also keep padding from changing the real positions' logits). (b) At a real position the
+# smoothed target spreads $\varepsilon$ evenly over all $K$ ids, `<pad>` included, so `<pad>` gets
+# $\varepsilon / K$, about $0.1/K$: a tiny mass (for a vocabulary of several thousand words, around
+# $10^{-5}$). The best model then gives `<pad>` that tiny probability, far below the correct word's
+# $1 - \varepsilon + \varepsilon/K$, so greedy or beam search never picks it; it only raises the
+# loss floor a little. Leaving `<pad>` out of the smoothing, as some implementations do, makes a
+# negligible difference.
 #
 # **Rubric.**
-# - 1 point: the shift pairs each position with the next token (predict the next word from the
-#   previous ones).
-# - 1 point: unshifted, the answer is visible at its own position, so copying gives a near-zero loss
-#   and no ability to translate.
+# - 1 point: same loss: pad positions are excluded from both the cross-entropy and the smoothing
+#   term, and the mean divides by the number of real (non-pad) target tokens.
+# - 1 point: at real positions `<pad>` receives $\varepsilon/K$ of the target, a negligible amount
+#   that does not make the model output `<pad>` (the argmax stays the correct word).
 
 # %% [markdown]
-# **Question 2 (2 points).** The learning rate rises linearly for `warmup` steps, then decays as
-# $\mathit{step}^{-0.5}$. Why start small (think of stage 3's post-LN discussion and of Adam's first
-# steps)? And why must the scheduler step once per batch rather than once per epoch?
+# **Question 2 (2 points).** A classmate writes their own resume code and forgets one line. Predict
+# what happens in the first batches after resuming at step 2,000 of a run with a warm-up of 400 steps
+# (a) if the **scheduler's** state is not restored (the optimiser's is), and (b) if the
+# **optimiser's** state is not restored (the scheduler's is). Think of what each object stores.
 
-# %% [markdown] answer="train_q_warmup" points=2
-# **Model answer.** In the first steps Adam's estimates of the gradients' size rest on very few
-# batches, and a post-LN Transformer has large gradients in its upper blocks at initialisation: a
-# full learning rate then makes big, badly aimed updates, and the loss explodes or gets stuck high.
-# Rising slowly keeps the first updates small until the statistics settle; after that the rate
-# decays like $\mathit{step}^{-0.5}$. The schedule counts optimiser steps. Stepped once per epoch it
-# would count epochs instead: with a warm-up of 400 steps the learning rate would stay tiny for 400
-# epochs and the model would barely train.
+# %% [markdown] answer="train_q_resume" points=2
+# **Model answer.** (a) The scheduler stores the step count. A fresh scheduler starts again at step
+# 1, so the learning rate drops to the first warm-up value, a tiny fraction of the rate it had,
+# and the warm-up repeats: the next 400 batches learn slowly and the whole schedule is shifted by
+# 2,000 steps, so later rates are larger than in the uninterrupted run. Nothing breaks; training
+# just differs from the run it should continue. (b) Adam stores each weight's running averages of
+# the gradient and of its square. Restarted from zero, with bias correction its first update has a
+# size of about the learning rate in every coordinate (gradient divided by its own magnitude),
+# whatever that coordinate's usual gradient size; at step 2,000 the rate is near its peak, with no
+# warm-up to soften it, so the first updates are large and can make the loss jump before the averages
+# recover.
 #
 # **Rubric.**
-# - 1 point: early updates are unreliable (Adam's few-sample estimates, large post-LN gradients), so
-#   a small rate avoids divergence.
-# - 1 point: the schedule is defined in optimiser steps; stepping per epoch stretches the warm-up by
-#   the number of batches per epoch.
+# - 1 point: without the scheduler state the step count restarts: the learning rate falls to its
+#   first warm-up value and the warm-up repeats (slower progress, shifted schedule).
+# - 1 point: without the optimiser state Adam's moment estimates restart, so the first updates
+#   are about the size of the (now large) learning rate in every coordinate, without warm-up: a jump
+#   in the loss; also full credit for "the warm-up existed to protect exactly these first steps".
 
 # %% [markdown]
-# **Question 3 (2 points).** `compute_loss` ignores `<pad>` positions. Give two things that would
-# go wrong if the loss counted them.
+# **Question 3 (2 points).** Averaging the weights of the last few checkpoints of one run usually
+# gives a model at least as good as the last checkpoint. Predict what you get if you instead
+# average the weights of two models trained separately from different random initialisations (each
+# good on its own), and explain the difference.
 
-# %% [markdown] answer="train_q_padding" points=2
-# **Model answer.** The model would be trained to predict `<pad>` after the end of each sentence,
-# easy targets that spend its capacity and make the loss look better than the translations are.
-# The loss would depend on how much padding a batch happens to have, so losses of different
-# batches (or with and without length bucketing) could not be compared. And since the loss is a
-# mean, the many padding positions dilute the gradient of the real tokens, which then learn more
-# slowly in heavily padded batches.
+# %% [markdown] answer="train_q_averaging" points=2
+# **Model answer.** Checkpoints late in one run are close to each other: they descend from the same
+# weights and differ by the noise of the last updates around one good region, so their mean stays in
+# that region, near its middle, and loses nothing. Two separately trained models found different
+# solutions: the same function can be written with the hidden units of a feed-forward layer, or the
+# heads of an attention layer, in any order, and the two runs picked different orders and different
+# features. Unit 5 of one model has nothing to do with unit 5 of the other, so their average mixes
+# unrelated features; the loss between two separate solutions is generally high, and the averaged
+# model is much worse than either, typically close to useless (a loss near or above the untrained
+# model's is possible).
 #
 # **Rubric.**
-# - 1 point: the model learns to predict padding, and the loss depends on the amount of padding (it
-#   looks better than it is, batches are not comparable).
-# - 1 point: the real tokens' share of the gradient shrinks with padding (diluted mean).
+# - 1 point: checkpoints of one run lie near one another in one low-loss region; averaging removes
+#   the noise of the last updates.
+# - 1 point: separately trained models differ by permutations of units/heads and by different
+#   features, so the average is not a good solution (much worse, possibly near useless).
 
 # %%
 check.summary()

@@ -79,7 +79,7 @@ from transformer_course.data.tokenize import Tokenizer
 from transformer_course.reference import Transformer, count_parameters, make_source_mask, make_target_mask
 from transformer_course.reference.checkpoint import load, pretrained_path, read_metadata, select
 from transformer_course.reference.translation import corpus_bleu, prepare_data
-from transformer_course.runtime import checkpoint_folder, grading_mode, short_run
+from transformer_course.runtime import checkpoint_folder, short_run
 from transformer_course.visualisation import attention_maps as heatmaps
 from transformer_course.visualisation import decoding as figures
 from transformer_course.visualisation import diagrams
@@ -118,9 +118,9 @@ diagrams.show("transformer")
 # lead into a sentence that is worse overall. *Beam search* keeps the $k$ best partial sentences
 # (the beam, e.g. $k = 4$) at every step, extends each of them by every possible word, and keeps the
 # $k$ best extensions by total log-probability (usually divided by a length term, or it would favour
-# short sentences). The paper used beam size 4. On Multi30k beam search typically adds about one
-# BLEU point; this notebook implements greedy decoding, which is what the model's quality mostly
-# depends on.
+# short sentences). The paper used beam size 4 with a length penalty $\alpha = 0.6$. This notebook
+# implements greedy decoding; stage 7 (optional) adds beam search and measures what it gains on this
+# course's model.
 #
 # **A tiny worked example.** The "model" below is a hand-made table of next-word probabilities for
 # each prefix. Greedy decoding follows the best word at each step; listing every sentence shows that
@@ -181,28 +181,29 @@ plt.show()
 # ## 2. Greedy decoding for a whole batch
 #
 # Translating one sentence at a time wastes the hardware, so we decode a batch `src`
-# `(batch, src_len)` together. The algorithm, with the shape of every tensor:
+# `(batch, src_len)` together. The algorithm in words:
 #
-# 1. **Encode once.** `enc_out = model.encoder(src, src_mask)` has shape `(batch, src_len, d_model)`.
-#    The source does not change while we write the translation; encoding it again at every step
-#    would give the same tensor, only slower.
-# 2. **Start** with `ys` `(batch, 1)` full of `<bos>`, and `finished` `(batch,)` all `False`.
+# 1. **Encode once.** The encoder turns the source into `enc_out` `(batch, src_len, d_model)`. The
+#    source does not change while we write the translation; encoding it again at every step would
+#    give the same tensor, only slower.
+# 2. **Start** with the prefix `ys` `(batch, 1)` holding `<bos>` in every row, and a `finished`
+#    flag per sentence, all `False`.
 # 3. **Repeat at most `max_len` times:**
-#    1. `logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx))`:
-#       `(batch, len, vocab)`, one prediction per position of `ys`. The target mask is built from the
-#       current `ys` (its size grows each step), as in training.
-#    2. The prediction for the next token sits at the **last** position: `logits[:, -1]` is
-#       `(batch, vocab)`; its argmax over the vocabulary is `next_token` `(batch,)`.
-#    3. A sentence that already produced `<eos>` is finished: its new token becomes `<pad>`, whatever
-#       the model says.
-#    4. Append: `ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)` → `(batch, len + 1)`.
-#    5. Mark the sentences whose new token is `<eos>` as finished (`finished |= ...`); once **all**
-#       are finished, stop.
+#    1. run the decoder on the whole prefix, with the encoder output, the source mask and a
+#       look-ahead mask for the prefix *as it is now* (it grows by one position per step), exactly
+#       as in training: one row of logits per position of `ys`;
+#    2. read the prediction of the next token at the **last** position of the prefix and take the
+#       most likely word of the vocabulary;
+#    3. a sentence that already produced `<eos>` is finished: its new token is `<pad>`, whatever the
+#       model says;
+#    4. append the new tokens as one new column of `ys`;
+#    5. remember which sentences have now produced `<eos>` (a sentence that finished earlier stays
+#       finished); once **all** are finished, stop.
 #
 # `max_len` counts generated tokens, not `<bos>`: the result has at most `max_len + 1` columns.
 # Every step runs the decoder over the whole prefix again, so a sentence of $n$ words costs about
-# $n^2/2$ position-steps. Production systems cache the keys and values of earlier positions; we keep
-# the simple version, which gives exactly the same tokens.
+# $n^2/2$ position-steps. Stage 7 keeps the keys and values of earlier positions in a cache and
+# computes only the newest position; we keep the simple version here.
 #
 # **The bookkeeping on an example.** Two sentences, "a dog runs ." and "people .":
 #
@@ -221,9 +222,9 @@ plt.show()
 # %% [markdown]
 # ### Pitfalls we see every year
 # - **not stopping at `<eos>`:** the sentence runs on to `max_len` with repeated words after its end;
-# - **finished sentences keep talking:** tokens after `<eos>` must be `<pad>`; use
-#   `next_token.masked_fill(finished, pad_idx)` or `torch.where(finished, pad_idx, next_token)`;
-# - **`finished` overwritten instead of accumulated** (`finished = next_token == eos_idx`): a sentence
+# - **finished sentences keep talking:** tokens after `<eos>` must be `<pad>`, whatever the model
+#   predicts for that row;
+# - **`finished` overwritten instead of accumulated** (set from this step's tokens alone): a sentence
 #   forgets that it ended one step earlier;
 # - **stopping when *one* sentence is finished** (`finished.any()`) instead of all of them;
 # - **argmax over the wrong position:** `logits[:, 0]` (the prediction after `<bos>`, every step) or
@@ -242,8 +243,40 @@ plt.show()
 # encode the source once into `enc_out`, and create `ys` (full of `bos_idx`) and `finished` (all
 # `False`); the given `return ys` hands back the result. `make_source_mask` and `make_target_mask`
 # are imported above. The decorator `@torch.no_grad()` switches gradient tracking off: decoding never
-# trains. Hint: `ys.size(1)` is the current length; `tensor.all()` returns a one-element bool tensor
-# that `if` understands.
+# trains.
+#
+# **The contract.** `greedy_decode(model, src, pad_idx, bos_idx, eos_idx, max_len)` takes `src`
+# `(batch, src_len)` of `torch.long` ids and returns `ys` `(batch, out_len)`, `torch.long`, with
+# `out_len <= max_len + 1`: column 0 is `<bos>`, each row holds its sentence's tokens up to and
+# including its `<eos>`, and `pad_idx` after that. The loop stops as soon as every sentence has
+# produced `<eos>`, or after `max_len` generated tokens.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# One pass of the loop is one step of the table in section 2: run the decoder on everything written
+# so far, keep only what the last position predicts, overwrite the rows of finished sentences, append,
+# update `finished`, and leave the loop early when nothing is left to write. `tensor.all()` returns a
+# one-element bool tensor that `if` understands.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# At a step where `ys` is `(batch, len)`: the target mask is built from this `ys`; the decoder returns
+# `(batch, len, vocab)`; the last position's logits are `(batch, vocab)`; the argmax over the
+# vocabulary gives one id per sentence, `(batch,)`, the same shape as `finished`; to append it as a
+# column it must become `(batch, 1)`, and the new `ys` is `(batch, len + 1)`.
+#
+# </details>
+#
+# <details><summary>Hint 3: the hardest line</summary>
+#
+# Replacing the new token of every finished sentence by `<pad>` in one operation, with `finished` a
+# `(batch,)` bool tensor: `next_token = next_token.masked_fill(finished, pad_idx)` (or
+# `torch.where(finished, pad_idx, next_token)`).
+#
+# </details>
 
 # %% solution="greedy_decode"
 #| include transformer_course.reference.decoding:greedy_decode
@@ -303,6 +336,57 @@ assert check.greedy_matches_reference(greedy_decode, eos_idx=7, src_len=5, num_l
 assert check.greedy_matches_reference_batch(greedy_decode, eos_idx=7, batch=5, src_len=9, num_heads=8, max_len=12,
                                             seed=3)
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Predict, then run
+# Work this out on paper before you run anything: it follows from the loop you just wrote. Write your
+# prediction after `return` (a number, or an expression you worked out), run the cell and its check,
+# and only then run the cell that shows the truth.
+#
+# **Prediction 1 (1 point).** A batch of three sentences is decoded with `max_len=12`. The model would
+# end the first sentence with `<eos>` as its 4th generated token, the second as its 9th and the third
+# as its 2nd. How many times does your `greedy_decode` call `model.decoder`?
+
+# %% solution="dec_predict_decoder_calls"
+def predict_decoder_calls() -> int:
+    """Your prediction of the number of model.decoder calls (ends after 4, 9 and 2 tokens, max_len=12)."""
+    ### BEGIN SOLUTION
+    return 9  # one call per step; the batch runs until its longest sentence has said <eos>
+    ### END SOLUTION
+
+
+# %% tests="dec_predicted_decoder_calls" points=1
+assert check.predicted_decoder_calls(predict_decoder_calls)
+
+# %% [markdown]
+# **The truth.** The cell below builds a stand-in model whose sentence $b$ writes word 4 until its
+# step `ends[b]`, where it writes `<eos>`, counts the calls of its decoder, and decodes it with your
+# `greedy_decode`, once with `max_len=12` and once with `max_len=6`. Where your prediction was off,
+# find the step of your reasoning that went wrong.
+
+# %%
+class StandIn(nn.Module):
+    """Sentence b says word 4 until its ends[b]-th token, which is <eos>; counts the decoder's calls."""
+
+    def __init__(self, ends: list[int], eos: int = 2, vocab: int = 8) -> None:
+        super().__init__()
+        self.ends, self.eos, self.vocab, self.calls = torch.tensor(ends), eos, vocab, 0
+
+    def encoder(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(src.size(0), src.size(1), 4)  # (batch, src_len, 4): not used
+
+    def decoder(self, ys, enc_out, src_mask, tgt_mask) -> torch.Tensor:
+        self.calls += 1
+        logits = torch.zeros(ys.size(0), ys.size(1), self.vocab)  # (batch, len, vocab)
+        logits[:, -1, 4] = 1.0
+        logits[ys.size(1) >= self.ends, -1, self.eos] = 2.0  # the next token is token number ys.size(1)
+        return logits
+
+
+for max_len in (12, 6):
+    stand_in = StandIn([4, 9, 2])
+    ys = greedy_decode(stand_in, torch.ones(3, 5, dtype=torch.long), 3, 1, 2, max_len)  # pad 3, bos 1, eos 2
+    print(f"max_len={max_len:2}: {stand_in.calls} decoder calls; ys has {ys.size(1)} columns")
 
 # %% [markdown]
 # ## 4. The pretrained checkpoint
@@ -398,12 +482,11 @@ def translate_batch(model: nn.Module, sources: list[list[int]], batch_size: int 
 # typical errors are rare words (`<unk>`), a wrong colour or number, and a dropped detail.
 
 # %%
-with skip_until_implemented("greedy_decode"):
-    picked = [0, 1, 4, 6, 8, 9, 10, 15]
-    for index, tokens in zip(picked, translate_batch(model, [test_sources[i] for i in picked]), strict=True):
-        print(f"[{index}] German   : {test_german[index]}")
-        print(f"     reference: {test_references[index]}")
-        print(f"     model    : {' '.join(tokens)}\n")
+picked = [0, 1, 4, 6, 8, 9, 10, 15]
+for index, tokens in zip(picked, translate_batch(model, [test_sources[i] for i in picked]), strict=True):
+    print(f"[{index}] German   : {test_german[index]}")
+    print(f"     reference: {test_references[index]}")
+    print(f"     model    : {' '.join(tokens)}\n")
 
 # %% [markdown]
 # **What `ys` looks like.** Below is the raw output of one call for six short sentences, every id
@@ -411,38 +494,36 @@ with skip_until_implemented("greedy_decode"):
 # step, and is padded after that; the batch stops at the step where the last sentence finished.
 
 # %%
-with skip_until_implemented("greedy_decode"):
-    picked = [4, 6, 8, 23, 30, 41]
-    src = torch.full((len(picked), max(len(test_sources[i]) for i in picked)), source_vocab.pad_idx)
-    for row, index in enumerate(picked):
-        src[row, :len(test_sources[index])] = torch.tensor(test_sources[index])
-    ys = greedy_decode(model, src.to(device), source_vocab.pad_idx, target_vocab.bos_idx,
-                       target_vocab.eos_idx, max_len=30)
-    figures.plot_decoded_batch([[target_vocab.itos[i] for i in row] for row in ys.tolist()])
-    plt.show()
+picked = [4, 6, 8, 23, 30, 41]
+src = torch.full((len(picked), max(len(test_sources[i]) for i in picked)), source_vocab.pad_idx)
+for row, index in enumerate(picked):
+    src[row, :len(test_sources[index])] = torch.tensor(test_sources[index])
+ys = greedy_decode(model, src.to(device), source_vocab.pad_idx, target_vocab.bos_idx,
+                   target_vocab.eos_idx, max_len=30)
+figures.plot_decoded_batch([[target_vocab.itos[i] for i in row] for row in ys.tolist()])
+plt.show()
 
 # %% [markdown]
 # **Every step's choice, from one forward pass.** Feed the finished translation back in with teacher
 # forcing, `model(src, ys[:, :-1], ...)`: thanks to the look-ahead mask, position $t$ sees exactly the
 # prefix it saw at step $t + 1$ of decoding, so this one parallel pass reproduces the distribution of
-# every step. This is the same trick that makes training parallel. The bars show the five most likely
-# words at each step; greedy took the orange one.
+# every step (up to rounding in the last digits). This is the same trick that makes training
+# parallel. The bars show the five most likely words at each step; greedy took the orange one.
 
 # %%
-with skip_until_implemented("greedy_decode"):
-    src = torch.tensor([test_sources[9]], device=device)  # (1, src_len)
-    ys = greedy_decode(model, src, source_vocab.pad_idx, target_vocab.bos_idx, target_vocab.eos_idx, 40)
-    decoder_input = ys[:, :-1]  # the translation without its last token: (1, steps)
-    with torch.no_grad():
-        logits = model(src, decoder_input, make_source_mask(src, source_vocab.pad_idx),
-                       make_target_mask(decoder_input, target_vocab.pad_idx))  # (1, steps, vocab)
-    top = torch.softmax(logits[0], dim=-1).topk(5, dim=-1)  # values and indices: (steps, 5)
-    words = [target_vocab.itos[i] for i in ys[0].tolist()]
-    steps = [(" ".join(words[:t + 1]), [target_vocab.itos[i] for i in top.indices[t].tolist()],
-              top.values[t].tolist()) for t in range(decoder_input.size(1))]
-    print("German:", test_german[9])
-    figures.plot_next_token_choices(steps, title="Greedy decoding of test sentence 9")
-    plt.show()
+src = torch.tensor([test_sources[9]], device=device)  # (1, src_len)
+ys = greedy_decode(model, src, source_vocab.pad_idx, target_vocab.bos_idx, target_vocab.eos_idx, 40)
+decoder_input = ys[:, :-1]  # the translation without its last token: (1, steps)
+with torch.no_grad():
+    logits = model(src, decoder_input, make_source_mask(src, source_vocab.pad_idx),
+                   make_target_mask(decoder_input, target_vocab.pad_idx))  # (1, steps, vocab)
+top = torch.softmax(logits[0], dim=-1).topk(5, dim=-1)  # values and indices: (steps, 5)
+words = [target_vocab.itos[i] for i in ys[0].tolist()]
+steps = [(" ".join(words[:t + 1]), [target_vocab.itos[i] for i in top.indices[t].tolist()],
+          top.values[t].tolist()) for t in range(decoder_input.size(1))]
+print("German:", test_german[9])
+figures.plot_next_token_choices(steps, title="Greedy decoding of test sentence 9")
+plt.show()
 
 # %% [markdown]
 # ## 6. Measuring translation quality: BLEU
@@ -494,6 +575,31 @@ print(f"BLEU by hand = {100 * brevity * math.exp(mean_log):.2f}")
 print(f"sacreBLEU    = {corpus_bleu([' '.join(hypothesis)], [' '.join(reference)])[0]:.2f}")
 
 # %% [markdown]
+# **Prediction 2 (1 point).** A test set of two sentences, each reference 10 tokens long. The model's
+# translations are 10 and 5 tokens long. What brevity penalty BP does *corpus* BLEU give them? (Two
+# decimals are enough.)
+
+# %% solution="dec_predict_brevity_penalty"
+def predict_brevity_penalty() -> float:
+    """Your prediction of BP for hypotheses of 10 and 5 tokens against references of 10 and 10."""
+    ### BEGIN SOLUTION
+    return 0.72  # c = 15, r = 20: exp(1 - 20/15) = exp(-1/3)
+    ### END SOLUTION
+
+
+# %% tests="dec_predicted_brevity_penalty" points=1
+assert check.predicted_brevity_penalty(predict_brevity_penalty)
+
+# %% [markdown]
+# **The truth.** sacreBLEU scores two made-up pairs with those lengths and reports the corpus lengths
+# it used and its brevity penalty.
+
+# %%
+pairs = [(" ".join(["w"] * 10), " ".join(["w"] * 10)), (" ".join(["w"] * 5), " ".join(["w"] * 10))]
+parts = sacrebleu.metrics.BLEU(tokenize="none").corpus_score([h for h, _ in pairs], [[r for _, r in pairs]])
+print(f"hypotheses: {parts.sys_len} tokens, references: {parts.ref_len} tokens, BP = {parts.bp:.4f}")
+
+# %% [markdown]
 # **The recipe.** A BLEU number means little without the exact way it was computed: tokenisation,
 # casing and the test set change it by several points. Ours, for every score in this course:
 # - test set `test_2016_flickr` (1,000 sentences, one reference each), greedy decoding, `max_len=80`;
@@ -505,25 +611,24 @@ print(f"sacreBLEU    = {corpus_bleu([' '.join(hypothesis)], [' '.join(reference)
 #
 # Scores on lowercased, tokenised text run a little higher than the detokenised, cased BLEU of
 # published tables, so compare numbers only when the recipes match. While the grader runs this
-# notebook it decodes only the first 50 sentences to stay fast; otherwise it decodes all 1,000, which
-# is about half a minute of computation for one CPU core (measured with the course checkpoint by
-# `python scripts/benchmark.py --threads 1`; a slower model that rarely says `<eos>` takes longer).
+# notebook it decodes only the first 10 sentences to stay fast; otherwise it decodes all 1,000, which
+# took 31 seconds of CPU time on one core with the course checkpoint (measured by
+# `python scripts/benchmark.py --steps 1 --threads 1`; a model that rarely says `<eos>` takes longer).
 # Set `count` lower if you are in a hurry: a batch runs until its longest sentence has finished, and
 # each step re-reads the whole prefix.
 
 # %%
-with skip_until_implemented("greedy_decode"):
-    count = 10 if grading_mode() else 50 if short_run() else len(test_sources)
-    started = time.time()
-    hypotheses = [" ".join(tokens) for tokens in translate_batch(model, test_sources[:count])]
-    score, signature = corpus_bleu(hypotheses, test_references[:count])
-    print(f"decoded {count} sentences in {time.time() - started:.0f} s;  signature: {signature}")
-    print(f"BLEU of {'your model' if mine else 'the course checkpoint'}, measured now: {score:.2f} "
-          f"on {count} test sentences with your greedy_decode")
-    print(f"BLEU of the course checkpoint, stored in it: {shipped_bleu} on all 1,000 test sentences")
-    parts = sacrebleu.metrics.BLEU(tokenize="none").corpus_score(hypotheses, [test_references[:count]])
-    figures.plot_bleu_breakdown(parts.precisions, parts.bp, parts.score)
-    plt.show()
+count = 10 if short_run() else len(test_sources)
+started = time.time()
+hypotheses = [" ".join(tokens) for tokens in translate_batch(model, test_sources[:count])]
+score, signature = corpus_bleu(hypotheses, test_references[:count])
+print(f"decoded {count} sentences in {time.time() - started:.0f} s;  signature: {signature}")
+print(f"BLEU of {'your model' if mine else 'the course checkpoint'}, measured now: {score:.2f} "
+      f"on {count} test sentences with your greedy_decode")
+print(f"BLEU of the course checkpoint, stored in it: {shipped_bleu} on all 1,000 test sentences")
+parts = sacrebleu.metrics.BLEU(tokenize="none").corpus_score(hypotheses, [test_references[:count]])
+figures.plot_bleu_breakdown(parts.precisions, parts.bp, parts.score)
+plt.show()
 
 # %% [markdown]
 # With the course's checkpoint and all 1,000 sentences your decoder should reproduce the stored score:
@@ -535,7 +640,7 @@ with skip_until_implemented("greedy_decode"):
 # the references; the further below 1, the more words are missing.
 
 # %% [markdown]
-# ## 7. Exercise: collecting the attention maps
+# ## 7. Exercise, a bug hunt: collecting the attention maps
 #
 # Every `MultiHeadAttention` keeps the weights of its last forward pass in `attn_weights`,
 # `(batch, heads, q_len, k_len)`. The model has three kinds of attention:
@@ -546,13 +651,35 @@ with skip_until_implemented("greedy_decode"):
 # - **cross-attention**: `layer.cross_attn` of each decoder layer, English queries attending to the
 #   German keys, `(batch, heads, tgt_len, src_len)`.
 #
-# Complete `attention_maps(model)`: stack each kind over the layers, layer 0 (next to the embeddings)
-# first, into `encoder_self` `(layers, batch, heads, src_len, src_len)`, `decoder_self`
-# `(layers, batch, heads, tgt_len, tgt_len)` and `cross` `(layers, batch, heads, tgt_len, src_len)`;
-# the given `return` builds the dictionary. `torch.stack(list_of_tensors)` adds the new axis 0.
-# Call it right after a forward pass: the weights are those of the *last* pass.
+# `attention_maps(model)` stacks each kind over the layers, layer 0 (next to the embeddings) first,
+# into `encoder_self` `(layers, batch, heads, src_len, src_len)`, `decoder_self`
+# `(layers, batch, heads, tgt_len, tgt_len)` and `cross` `(layers, batch, heads, tgt_len, src_len)`,
+# and returns them in a dictionary. It must be called right after a forward pass: the weights are
+# those of the *last* pass.
+#
+# This time the function is written for you, by a classmate, with **one mistake**: it runs without
+# an error and returns three tensors of five axes each, which is how it slipped through. Run it and
+# the check cells below it, read what they say, then find the mistake and fix it in place.
+# The heatmaps of section 8 use this function: with the mistake, the first of them stops with an
+# error about the labels, a second symptom of the same bug.
+
+# %% [markdown]
+# <details><summary>Hint 1: read the symptom</summary>
+#
+# Which of the three maps do the checks complain about, and what is wrong with it: the shape they
+# expected and the one they got? Which of its axes should be the German length?
+#
+# </details>
+#
+# <details><summary>Hint 2: where to look</summary>
+#
+# Only one kind of attention in a decoder layer has the German tokens as its keys. Which module of
+# the decoder layer is that, and which module does the line that builds this map read?
+#
+# </details>
 
 # %% solution="attention_maps"
+#| bug: layer.cross_attn.attn_weights => layer.self_attn.attn_weights
 #| include transformer_course.reference.decoding:attention_maps
 
 # %% tests="dec_maps_shapes" points=1
@@ -615,13 +742,12 @@ print(sentence)
 # learned from translation pairs alone.
 
 # %%
-with skip_until_implemented("greedy_decode and attention_maps"):
-    maps, source_tokens, inputs, produced = attention_for(model, sentence)
-    heatmaps.plot_head_average(maps["cross"], produced, source_tokens,
-                               title="Cross-attention, last layer, mean of the heads")
-    plt.show()
-    strongest = maps["cross"][-1, 0].mean(0).argmax(-1)  # (tgt_len,): the German token each row looks at most
-    print("  ".join(f"{word}→{source_tokens[int(column)]}" for word, column in zip(produced, strongest, strict=True)))
+maps, source_tokens, inputs, produced = attention_for(model, sentence)
+heatmaps.plot_head_average(maps["cross"], produced, source_tokens,
+                           title="Cross-attention, last layer, mean of the heads")
+plt.show()
+strongest = maps["cross"][-1, 0].mean(0).argmax(-1)  # (tgt_len,): the German token each row looks at most
+print("  ".join(f"{word}→{source_tokens[int(column)]}" for word, column in zip(produced, strongest, strict=True)))
 
 # %% [markdown]
 # **Every layer and head.** One row of panels per layer, one column per head, with a shared colour
@@ -629,22 +755,19 @@ with skip_until_implemented("greedy_decode and attention_maps"):
 # weight on `<eos>` or the final period (a "nothing useful here" default, common in trained models).
 
 # %%
-with skip_until_implemented("greedy_decode and attention_maps"):
-    maps, source_tokens, inputs, produced = attention_for(model, sentence)
-    heatmaps.plot_attention_grid(maps["cross"], produced, source_tokens,
-                                 title="Cross-attention (rows: English word produced, columns: German)")
-    plt.show()
+maps, source_tokens, inputs, produced = attention_for(model, sentence)
+heatmaps.plot_attention_grid(maps["cross"], produced, source_tokens,
+                             title="Cross-attention (rows: English word produced, columns: German)")
+plt.show()
 
 # %% [markdown]
 # **Interactive.** Drag the slider to go through the layers and heads (each layer also offers the mean
 # of its heads); hover over a cell to read the English word, the German word and the weight.
 
 # %%
-with skip_until_implemented("greedy_decode and attention_maps"):
-    maps, source_tokens, inputs, produced = attention_for(model, sentence)
-    if not grading_mode():  # nobody sees an interactive figure in the grader's feedback
-        heatmaps.plot_attention_interactive(maps["cross"], produced, source_tokens, title="Cross-attention",
-                                            query_label="English (produced)", key_label="German").show()
+maps, source_tokens, inputs, produced = attention_for(model, sentence)
+heatmaps.plot_attention_interactive(maps["cross"], produced, source_tokens, title="Cross-attention",
+                                    query_label="English (produced)", key_label="German").show()
 
 # %% [markdown]
 # **Encoder self-attention.** German attending to German. Look for heads that attend to the next or
@@ -656,15 +779,13 @@ with skip_until_implemented("greedy_decode and attention_maps"):
 # mask.
 
 # %%
-with skip_until_implemented("greedy_decode and attention_maps"):
-    maps, source_tokens, inputs, produced = attention_for(model, sentence)
-    heatmaps.plot_attention_grid(maps["encoder_self"], source_tokens, source_tokens,
-                                 title="Encoder self-attention (German → German)")
-    plt.show()
-    if not grading_mode():  # nobody sees an interactive figure in the grader's feedback
-        heatmaps.plot_attention_interactive(maps["encoder_self"], source_tokens, source_tokens,
-                                            title="Encoder self-attention", query_label="German (query)",
-                                            key_label="German (key)").show()
+maps, source_tokens, inputs, produced = attention_for(model, sentence)
+heatmaps.plot_attention_grid(maps["encoder_self"], source_tokens, source_tokens,
+                             title="Encoder self-attention (German → German)")
+plt.show()
+heatmaps.plot_attention_interactive(maps["encoder_self"], source_tokens, source_tokens,
+                                    title="Encoder self-attention", query_label="German (query)",
+                                    key_label="German (key)").show()
 
 # %% [markdown]
 # **Decoder self-attention.** English attending to earlier English. Rows and columns are the decoder's
@@ -673,14 +794,12 @@ with skip_until_implemented("greedy_decode and attention_maps"):
 # the previous word or back at `<bos>`.
 
 # %%
-with skip_until_implemented("greedy_decode and attention_maps"):
-    maps, source_tokens, inputs, produced = attention_for(model, sentence)
-    heatmaps.plot_attention_grid(maps["decoder_self"], inputs, inputs,
-                                 title="Decoder self-attention (lower triangle only)")
-    plt.show()
-    if not grading_mode():  # nobody sees an interactive figure in the grader's feedback
-        heatmaps.plot_attention_interactive(maps["decoder_self"], inputs, inputs, title="Decoder self-attention",
-                                            query_label="English (query)", key_label="English (key)").show()
+maps, source_tokens, inputs, produced = attention_for(model, sentence)
+heatmaps.plot_attention_grid(maps["decoder_self"], inputs, inputs,
+                             title="Decoder self-attention (lower triangle only)")
+plt.show()
+heatmaps.plot_attention_interactive(maps["decoder_self"], inputs, inputs, title="Decoder self-attention",
+                                    query_label="English (query)", key_label="English (key)").show()
 
 # %% [markdown]
 # Try your own sentence: set `sentence = "..."` in the cell that defines `attention_for` (any German
@@ -714,42 +833,56 @@ with skip_until_implemented("greedy_decode and attention_maps"):
 # you saw in this notebook; there is nothing to look up. The points are given in each question.
 
 # %% [markdown]
-# **Question 1 (2 points).** Training ran the decoder once over a whole target sentence. Why must
-# greedy decoding run it once per output word, and why is it enough to take the argmax of
-# `logits[:, -1]` at each step?
+# **Question 1 (2 points).** A classmate's `greedy_decode` builds the decoder's mask from padding
+# only, without the look-ahead part, so that every position of `ys` may attend to every other
+# position. The model is the course's checkpoint, trained *with* the look-ahead mask, and it has
+# several decoder layers. Would the tokens it writes change? Would your answer be different for a
+# decoder with a single layer? Explain, following what the **last** position reads in each layer.
 
-# %% [markdown] answer="dec_q_stepwise" points=2
-# **Model answer.** When translating, the target sentence does not exist yet: word $t+1$ can only be
-# predicted once word $t$ has been chosen and fed back in as input, so the decoder runs once per new
-# word on the prefix produced so far. Because of the look-ahead mask, the logits at the earlier
-# positions only predict words that have already been chosen; the last position is the only one that
-# predicts the next, new word, so its argmax is the greedy choice.
+# %% [markdown] answer="dec_q_mask" points=2
+# **Model answer.** Greedy decoding only uses the last position, and in the first layer the last
+# position may attend to every position of the prefix with or without the look-ahead mask (nothing
+# comes after it), so in a one-layer decoder its logits, and the tokens, do not change. With several
+# layers they can change: without the mask the *earlier* positions' vectors in the first layer now
+# also read the later tokens of the prefix, and in the second layer the last position attends to
+# those changed vectors. Its logits are then computed from vectors the model never saw in training
+# (they no longer match what teacher forcing produced), so the argmax may differ and the tokens can
+# change.
 #
 # **Rubric.**
-# - 1 point: each new word depends on the words chosen before it, which exist only step by step.
-# - 1 point: with causal masking only the last position predicts the next word; earlier positions
-#   repeat past predictions.
+# - 1 point: for the last position the mask hides nothing (no later position exists), so a
+#   one-layer decoder writes the same tokens.
+# - 1 point: with two or more layers the earlier positions' vectors change (they read later tokens),
+#   the last position reads them in the next layer, so the logits differ from training's and tokens
+#   can change. (An answer that says "the tokens change because the model can see the future" with
+#   no account of the layers gets 0 for this point: during decoding there is no future token.)
 
 # %% [markdown]
-# **Question 2 (2 points).** In a batch, sentences finish at different steps. Explain why your
-# `greedy_decode` keeps a `finished` vector and writes `<pad>` into finished sentences instead of
-# stopping them, and what goes wrong if finished sentences keep producing words.
+# **Question 2 (2 points).** Suppose your `greedy_decode` kept its `finished` vector and its stopping
+# rule exactly as they are, but no longer replaced the new token of a finished sentence by `<pad>`.
+# Would the English translations that `translate_batch` prints change? Would decoding get faster or
+# slower? Explain both, then say what the `<pad>` tokens and the `finished` vector are each good for.
 
 # %% [markdown] answer="dec_q_finished" points=2
-# **Model answer.** The whole batch is one tensor decoded in lockstep, so no sentence can leave the
-# loop early: every step appends one token to every row. The `finished` vector remembers which
-# sentences have produced `<eos>`; their later tokens are set to `<pad>`, so each sentence ends
-# where
-# the model ended it, and the loop stops once all are finished or `max_len` is reached. If finished
-# sentences kept producing words, words after `<eos>` would enter the translations (and lower BLEU),
-# and a sentence's translation would depend on how long its batch mates are, differing from decoding
-# it alone.
+# **Model answer.** The printed translations stay the same. `target_vocab.decode` stops at the first
+# `<eos>` of a row, so nothing written after it reaches the text; and with the look-ahead mask, tokens
+# written after `<eos>` cannot change any earlier token of the row (the decoder never mixes rows of a
+# batch either). The speed stays the same too: the batch is one tensor, so a finished row goes
+# through the decoder at every step whether its new token is `<pad>` or a word, and the loop still
+# stops when the last sentence has produced `<eos>`. The `<pad>` tokens keep `ys` itself clean: each
+# row is exactly its translation and then padding, so any code that reads `ys` without stopping at
+# `<eos>` (the figure of section 5, a count of the tokens generated, a sum of log-probabilities over
+# the non-padding tokens) does not see words the model wrote after it had ended. The `finished`
+# vector, accumulated over the steps, is what lets the batch stop early: without it the loop could not
+# tell that every sentence has ended and would run to `max_len`, computing steps nobody reads.
 #
 # **Rubric.**
-# - 1 point: the batch is decoded together (one rectangular tensor), so finished rows must be
-#   filled, not removed.
-# - 1 point: without padding, words after `<eos>` leak into the output and results depend on the
-#   other sentences of the batch.
+# - 1 point: the translations do not change, because `decode` stops at the first `<eos>` (and later
+#   tokens cannot change earlier ones). An answer claiming that words after `<eos>` would enter the
+#   translations gets 0 here.
+# - 1 point: any correct account of cost or purpose: the speed does not change (finished rows are
+#   computed at every step either way); `<pad>` keeps `ys` clean for code that reads it past
+#   `<eos>`; the accumulated `finished` vector is what lets the loop stop before `max_len`.
 
 # %% [markdown]
 # **Question 3 (2 points).** The lesson warns that attention maps show where information was read,

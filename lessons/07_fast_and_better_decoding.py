@@ -28,8 +28,9 @@
 # | **7** (optional) | **the key/value cache and beam search** (this one) |
 #
 # **Working time:** about 2¾ hours: 46 minutes of reading, five exercises (about 1¾ hours), two
-# written questions (about 10 minutes), and cells that need about a minute and a half of computation
-# on one CPU core, the decoding of all 1,000 test sentences in sections 9 and 10 included. (Estimated
+# written questions (about 10 minutes), and cells dominated by the decoding of all 1,000 test sentences in
+# sections 9 and 10, which the course's benchmark measured at about 98 seconds of CPU time on one core
+# (about 4 minutes on the clock of a busy 2-core machine). (Estimated
 # by `scripts/working_time.py` in the course repository: reading at 150 words and 10 lines of given
 # code a minute, 5 minutes per exercise plus 2 per line you write, 5 per written question, and the
 # measured run time of the cells.)
@@ -41,7 +42,8 @@
 # 2. implement a key/value cache: cross-attention keys and values computed once per sentence,
 #    self-attention keys and values appended one position per step, and a decoder step that computes only
 #    the newest position, with the weights of the model you built in stage 4;
-# 3. show that cached decoding writes exactly the same tokens, and measure what it saves;
+# 3. show that cached decoding computes the same logits (up to rounding) and so writes the same tokens,
+#    and measure what it saves;
 # 4. explain beam search, the log-probability of a sentence, and why beam search needs a length penalty;
 # 5. implement batched beam search in which every hypothesis ends at its own `<eos>`, and check that a
 #    beam of one is greedy decoding;
@@ -58,8 +60,9 @@
 # grader also runs a few hidden ones with other sizes). The model classes come from the course
 # package (`transformer_course.reference`): they are the stage-4 architecture you wrote, so a bug
 # left in an earlier notebook cannot break this one. Sections 9 and 10 decode the 1,000 test
-# sentences with the pretrained model, in about a minute and a half of computation on one CPU core
-# (longer on the clock of a slow or busy machine); a GPU is faster but not needed.
+# sentences with the pretrained model: the course's benchmark, printed in those sections, measured 33 s
+# of CPU time for stage 6's greedy decoding, 4 s with the cache and 61 s for beam search (about 4 minutes
+# on the clock of a busy 2-core machine); a GPU is faster but not needed.
 #
 # <!-- keep-and-hand-in -->
 
@@ -78,6 +81,7 @@ from functools import partial
 import matplotlib.pyplot as plt
 import torch
 from torch import nn  # noqa: F401  (type hints of the code below)
+from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks import fast_decoding as check
 from transformer_course.reference import (
@@ -127,7 +131,7 @@ print("largest change in the first 5 positions after appending a 6th token:",
       f"{(six[:, :5] - five).abs().max().item():.2e}")
 
 # %% [markdown]
-# The difference is 0 (on some hardware a rounding difference around $10^{-7}$ may show: the same sums
+# The difference is 0, or a rounding difference around $10^{-7}$ on some hardware (the same sums
 # computed in another order). Every step of stage 6 recomputes, for all earlier positions, numbers it
 # already had. The figure shows which
 # positions each step computes: the whole triangle without a cache, only the diagonal with one.
@@ -190,6 +194,28 @@ plt.show()
 # `(batch, heads, 0, d_k)`) and its cross-attention keys and values. Complete the loop: compute the keys
 # and values of `enc_out` with **this layer's** `cross_attn` and append them to `cache.cross_keys` and
 # `cache.cross_values`.
+#
+# **The contract.** `start_cache(model, enc_out, src_mask)` returns a `KVCache` whose four lists hold one
+# tensor per decoder layer, layer 0 first: `self_keys[i]`, `self_values[i]` `(batch, heads, 0, d_k)` and
+# `cross_keys[i]`, `cross_values[i]` `(batch, heads, src_len, d_k)`, the keys and values that layer `i`'s
+# cross-attention computes from `enc_out`.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# Cross-attention's keys and values are the encoder output passed through that attention's own key and
+# value projections, split into heads. One of the given building blocks does exactly that for any
+# `MultiHeadAttention` and any memory tensor.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# `enc_out` is `(batch, src_len, d_model)`; each projection keeps that shape, and splitting into heads
+# gives `(batch, heads, src_len, d_k)` with `d_k = d_model / heads`. One key tensor and one value tensor
+# per layer: after the loop each cross list has `num_layers` entries.
+#
+# </details>
 
 # %% solution="start_cache"
 #| include transformer_course.reference.kv_cache:start_cache
@@ -212,20 +238,26 @@ assert check.cache_cross_keys_values(start_cache, num_layers=3, num_heads=2, d_m
 # `decoder_step(model, cache, tokens)` runs the decoder for **one** new position per sentence. `tokens`
 # `(batch, 1)` holds the newest token of each sentence; it sits at position `position = cache.steps`.
 # It returns the logits for the next token, `(batch, vocab)`: the same numbers `model.decoder` gives at
-# the last position of the whole prefix. Follow `Decoder.forward` and `DecoderBlock.forward` of stages 3–4,
-# for one position:
+# the last position of the whole prefix. It does for one position what `Decoder.forward` and
+# `DecoderBlock.forward` of stages 3–4 do for all of them:
 #
-# 1. `x = decoder.embedding(tokens) * math.sqrt(decoder.d_model)` → `(batch, 1, d_model)`;
-# 2. add the positional encoding of **this** position: `decoder.positional_encoding.pe[:, position:position + 1]`
-#    (`pe` is the `(1, max_seq_length, d_model)` table of stage 1);
-# 3. for each layer `i, layer in enumerate(decoder.layers)`:
-#    1. `keys, values = project_keys_values(layer.self_attn, x)` → `(batch, heads, 1, d_k)` each;
-#    2. append them to the cache along the steps axis and **store the result back**:
-#       `cache.self_keys[i] = torch.cat([cache.self_keys[i], keys], dim=2)`, the same for the values;
-#    3. `x = layer.norm1(x + attend(layer.self_attn, x, cache.self_keys[i], cache.self_values[i]))`;
-#    4. `x = layer.norm2(x + attend(layer.cross_attn, x, cache.cross_keys[i], cache.cross_values[i], cache.src_mask))`;
-#    5. `x = layer.norm3(x + layer.feed_forward(x))`;
-# 4. `logits = decoder.pred_layer(x[:, -1])` → `(batch, vocab)`.
+# 1. embed the new token and scale it by $\sqrt{d_\text{model}}$, as the decoder does;
+# 2. add the positional encoding of **this** position, row `position` of the table
+#    `decoder.positional_encoding.pe` `(1, max_seq_length, d_model)` of stage 1 (the module itself would add
+#    row 0 to a one-token input);
+# 3. in every layer `i`: compute the new position's self-attention keys and values, append them to
+#    `cache.self_keys[i]` and `cache.self_values[i]` along the steps axis, then run the three sublayers of
+#    the block (self-attention over the whole cached keys and values, cross-attention over the cached
+#    cross keys and values with the source mask, feed-forward), each with its residual connection and its
+#    own LayerNorm, in the order of `DecoderBlock.forward`;
+# 4. turn the last vector into logits with the decoder's output layer.
+#
+# **The contract.** `tokens` `(batch, 1)` `torch.long`; returns `(batch, vocab)`; after the call every
+# `cache.self_keys[i]` and `cache.self_values[i]` is one position longer, `(batch, heads, position + 1, d_k)`,
+# and the cross entries are unchanged. The modules are reached as `decoder = model.decoder`:
+# `decoder.embedding`, `decoder.d_model`, `decoder.positional_encoding.pe`, `decoder.layers` (each with
+# `self_attn`, `cross_attn`, `feed_forward`, `norm1`, `norm2`, `norm3`) and `decoder.pred_layer`; use the
+# given `project_keys_values` and `attend`.
 #
 # Decoding runs in eval mode, where dropout does nothing, so the step leaves dropout out.
 #
@@ -239,6 +271,26 @@ assert check.cache_cross_keys_values(start_cache, num_layers=3, num_heads=2, d_m
 #   every step; the cache already holds its keys and values;
 # - **concatenating on the wrong axis:** the cache is `(batch, heads, steps, d_k)`: the steps axis is 2;
 # - **forgetting the source mask** in cross-attention: padded source positions would get attention.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# Write `DecoderBlock.forward` of stage 3 again with two changes: the self-attention keys and values come
+# from the cache (after you have added the new position to it), and the cross-attention keys and values
+# are read from the cache instead of being computed from the encoder output. `attend` is everything
+# `MultiHeadAttention.forward` does after the keys and values are known. Dropout is left out.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# `x` stays `(batch, 1, d_model)` through every layer. The new keys and values are `(batch, heads, 1, d_k)`;
+# the cache before the step is `(batch, heads, position, d_k)` and after it `(batch, heads, position + 1,
+# d_k)`. The self-attention weights of the new position are `(batch, heads, 1, position + 1)`, the
+# cross-attention weights `(batch, heads, 1, src_len)`. The output layer sees `(batch, d_model)` and gives
+# `(batch, vocab)`.
+#
+# </details>
 
 # %% solution="decoder_step"
 #| include transformer_course.reference.kv_cache:decoder_step
@@ -270,23 +322,76 @@ assert check.step_reuses_cross_keys_values(decoder_step, steps=3, num_layers=3, 
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 5. Exercise: `cached_greedy_decode`
+# **Prediction 2 (1 point).** The pretrained model of section 9 has 3 decoder layers with 8 heads each.
+# It translates **one** German sentence of 9 tokens. After `start_cache` and 5 calls of `decoder_step`,
+# how many key and value vectors (each $d_k$ numbers long; keys and values both counted, all layers and
+# heads) does the **self-attention** part of the cache hold?
+
+# %% solution="fast_predict_cached_vectors"
+def predict_cached_vectors() -> int:
+    """Your prediction of the self-attention key and value vectors cached after 5 steps (3 layers, 8 heads)."""
+    ### BEGIN SOLUTION
+    return 240  # 2 (keys, values) * 3 layers * 8 heads * 5 positions
+    ### END SOLUTION
+
+
+# %% tests="fast_predicted_cached_vectors" points=1
+assert check.predicted_cached_vectors(predict_cached_vectors)
+
+# %% [markdown]
+# **The truth.** The cell runs your `start_cache` and 5 steps of your `decoder_step` on a model of that
+# shape (random weights, a smaller $d_\text{model}$) and counts the vectors in each part of the cache.
+
+# %%
+torch.manual_seed(0)
+shaped = Transformer(20, 20, d_model=32, num_heads=8, num_layers=3, d_ff=64, max_seq_length=50, dropout=0.0)
+source = torch.randint(4, 20, (1, 9))  # (1, 9): one sentence of 9 tokens
+with torch.no_grad():
+    source_mask = make_source_mask(source, 3)
+    kv = start_cache(shaped.eval(), shaped.encoder(source, source_mask), source_mask)
+    for token in (1, 5, 6, 7, 8):  # <bos> and four words
+        decoder_step(shaped, kv, torch.tensor([[token]]))
+vectors = {part: sum(t.shape[0] * t.shape[1] * t.shape[2] for t in getattr(kv, part))
+           for part in ("self_keys", "self_values", "cross_keys", "cross_values")}
+print(vectors, " self-attention in all:", vectors["self_keys"] + vectors["self_values"])
+
+# %% [markdown]
+# ## 5. Exercise, a bug hunt: `cached_greedy_decode`
 #
 # Greedy decoding with the cache takes the same arguments and returns the same tensor as stage 6's
 # `greedy_decode`: `(batch, out_len)` ids starting with `<bos>`, padded after each sentence's `<eos>`.
-# The given lines encode the source and start the cache once. Write the loop as in stage 6, with one
-# change: instead of `model.decoder(ys, ...)`, call `decoder_step(model, cache, ys[:, -1:])`, which feeds
-# only the newest token `(batch, 1)` and returns `(batch, vocab)` directly.
+# It encodes the source and starts the cache once; then each step calls `decoder_step` with the cache
+# and uses the next-token logits it returns. A finished sentence still goes through the step (its rows
+# are part of the batch tensors) and whatever it predicts is replaced by `<pad>`, exactly as in stage 6.
+# Section 9 measures what the cache saves on the pretrained model.
 #
-# A finished sentence still goes through the step (its rows are part of the batch tensors); it is fed
-# `<pad>` and whatever it predicts is replaced by `<pad>`, exactly as in stage 6. Section 9 measures what
-# the cache saves on the pretrained model.
+# This time the loop is written for you, by a classmate who ported stage 6's `greedy_decode` to the
+# cache, and **one line was not ported**. Nothing crashes, and on a short sentence the output can even
+# look like a translation. Run the cell and the checks below it, read what they report step by step,
+# then find the line and fix it in place.
 #
-# The checks below run your loop with the course's own `start_cache` and `decoder_step` in place of yours
-# (a mistake there is counted by their own checks above, once), and follow it step by step: what each step
-# was fed, the cache it was given, the token appended, when the loop stopped.
+# The checks run the loop with the course's own `start_cache` and `decoder_step` in place of yours
+# (a mistake there is counted by their own checks above, once), and follow it step by step: what each
+# step was fed, the cache it was given, the token appended, when the loop stopped.
+
+# %% [markdown]
+# <details><summary>Hint 1: read the symptom</summary>
+#
+# The checks say what the first wrong step was fed. What does the cache already hold at that step,
+# and so what is the only thing the step still needs to be told?
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# `decoder_step` expects the newest token of each sentence, `(batch, 1)`, and adds one position to
+# every layer's self-attention cache. How many positions does the call in the loop hand it at the
+# third step?
+#
+# </details>
 
 # %% solution="cached_greedy_decode"
+#| bug: cache, ys[:, -1:])  # (batch, vocab): only the newest token goes in => cache, ys)  # (batch, vocab)
 #| include transformer_course.reference.kv_cache:cached_greedy_decode
 
 # %% tests="fast_greedy_matches" points=2
@@ -316,7 +421,7 @@ assert check.cached_greedy_uses_the_cache(cached_greedy_decode, num_layers=1, se
 # $$\log P(y \mid x) = \sum_{t=1}^{n} \log P\big(y_t \mid y_0, \dots, y_{t-1},\, x\big),
 #   \qquad y_0 = \langle\text{bos}\rangle .$$
 #
-# Each term is at most 0, so every token lowers the total. Greedy decoding maximises each term in turn.
+# Each term is at most 0, so no token raises the total. Greedy decoding maximises each term in turn.
 # That does not maximise the sum: a word that wins one step can lead into a sentence whose later steps are
 # all unlikely. Searching every sentence is impossible ($|V|^n$ of them), so **beam search** keeps the $k$
 # best *prefixes* (the beam; $k$ is the beam size):
@@ -377,9 +482,12 @@ plt.show()
 #
 # - $n$ — the number of tokens generated, `<eos>` included (not `<bos>`);
 # - $\alpha \ge 0$ — how strongly length is favoured: $\alpha = 0$ gives $\mathrm{lp} = 1$, the plain sum;
-#   $\alpha = 1$ divides by a factor that grows linearly with the length; values from 0.6 to 1.0 are common;
-# - $\mathrm{lp}(1) = 1$ for every $\alpha$, and the 5 keeps very short outputs from being divided by
-#   almost nothing.
+#   $\alpha = 1$ divides by a factor that grows linearly with the length; the Transformer paper used
+#   $\alpha = 0.6$; the course's benchmark picks $\alpha$ on the validation set (section 10);
+# - $\mathrm{lp}(1) = 1$ for every $\alpha$. The constant 5 flattens the penalty at short lengths: with
+#   $\alpha = 1$, going from 1 to 2 tokens raises $\mathrm{lp}$ from 1 to $7/6$, where the plain
+#   $n^\alpha$ would double it. Between two long outputs the ratio of their penalties,
+#   $\big((5 + n_1)/(5 + n_2)\big)^\alpha$, is close to that of $n^\alpha$: the 5 matters for short ones.
 #
 # The score is negative, so dividing it by $\mathrm{lp}(n) > 1$ brings it closer to 0: longer hypotheses
 # get more help. Which $\alpha$ and which beam size are best is measured on the **validation** set; the test
@@ -391,6 +499,36 @@ plt.show()
 
 # %%
 #| include transformer_course.reference.beam_search:length_penalty
+
+# %% [markdown]
+# ### Predict, then run
+# Work these out on paper before you run anything. Write your prediction after `return` (a number, an
+# expression you worked out, or one of the choices as text), run the cell and its check, and only then
+# run the cell that shows the truth.
+#
+# **Prediction 1 (1 point).** Two finished hypotheses of one sentence: "A" has 10 tokens (with `<eos>`)
+# and $\log P = -5.0$; "B" has 4 tokens and $\log P = -3.5$. With $\alpha = 1$, which one does the
+# ranking $\log P / \mathrm{lp}(n)$ put first? Return `"A"` or `"B"`.
+
+# %% solution="fast_predict_penalty_choice"
+def predict_penalty_choice() -> str:
+    """Your prediction: "A" (10 tokens, log P = -5.0) or "B" (4 tokens, log P = -3.5), with alpha = 1."""
+    ### BEGIN SOLUTION
+    return "A"  # -5.0 / (15/6) = -2.0 beats -3.5 / (9/6) = -2.33
+    ### END SOLUTION
+
+
+# %% tests="fast_predicted_penalty_choice" points=1
+assert check.predicted_penalty_choice(predict_penalty_choice)
+
+# %% [markdown]
+# **The truth**, from the given `length_penalty`, for three values of $\alpha$:
+
+# %%
+for alpha in (0.0, 0.6, 1.0):
+    ranks = {name: log_p / length_penalty(torch.tensor(n), alpha).item() for name, n, log_p in
+             (("A", 10, -5.0), ("B", 4, -3.5))}
+    print(f"alpha {alpha}: A {ranks['A']:.3f}, B {ranks['B']:.3f} -> {max(ranks, key=ranks.get)} first")
 
 # %% [markdown]
 # ### Ending: `<eos>` for each hypothesis
@@ -409,6 +547,29 @@ plt.show()
 # `lengths` (tokens generated) and `finished`. At the start only hypothesis 0 is live (score 0); the others
 # get $-\infty$, or the first step would keep $k$ copies of the same best word.
 #
+# **Choosing the best entries of a table: flat indices.** To pick the $k$ best of *all* candidates of a
+# sentence, whichever hypothesis they extend, flatten its `(beam, vocab)` block into one row of
+# `beam · vocab` entries. Entry $(r, c)$ of a table with $C$ columns lands at flat index $i = r \cdot C + c$,
+# and back: $r = \lfloor i / C \rfloor$ (integer division, `//`), $c = i \bmod C$ (`%`). `topk` returns the
+# largest values of the last axis and their indices; `gather(dim, index)` reads, along axis `dim`, the
+# entries at `index`. The cell runs this on a toy table: 2 groups of 3 rows × 4 columns.
+
+# %%
+table = torch.tensor([[[0.1, 0.7, 0.2, 0.0], [0.5, 0.3, 0.9, 0.4], [0.6, 0.8, 0.05, 0.2]],
+                      [[0.3, 0.2, 0.1, 0.0], [0.25, 0.15, 0.35, 0.05], [0.4, 0.45, 0.1, 0.2]]],
+                     dtype=torch.float64)  # (2, 3, 4)
+columns = table.size(-1)  # C = 4
+flat = table.flatten(1)  # (2, 12): entry (r, c) of group g is flat[g, r * 4 + c]
+largest = flat.topk(2, dim=-1)  # per group the 2 largest entries: .values and .indices, each (2, 2)
+row_of, column_of = largest.indices // columns, largest.indices % columns  # back to (row, column)
+print("flat indices:", largest.indices.tolist(), " values:", largest.values.tolist())
+print("rows:", row_of.tolist(), " columns:", column_of.tolist())
+print("check: table[g, row, column] =", [[table[g, r, c].item() for r, c in zip(row_of[g], column_of[g], strict=True)]
+                                          for g in range(2)])
+row_names = torch.tensor([[10, 11, 12], [20, 21, 22]])  # (2, 3): a number attached to every row
+print("names of the rows the winners came from (gather along the row axis):", row_names.gather(1, row_of).tolist())
+
+# %% [markdown]
 # ### Pitfalls
 # - **ranking by the last token only:** a candidate's score is its parent's score **plus** the new
 #   log-probability; use `log_softmax` of the logits (raw logits are not log-probabilities);
@@ -423,16 +584,24 @@ plt.show()
 # %% [markdown]
 # ## 7. Exercise: `select_beams`
 #
-# One step of the search for a whole batch, on tensors:
+# One step of the search for a whole batch, on tensors. Besides the beam size, $\alpha$ and the id of
+# `<pad>`, `select_beams` (its signature is in the cell below) receives, for `batch` sentences of `beam`
+# hypotheses each:
 #
-# 1. `candidates` `(batch, beam, vocab)`: `scores.unsqueeze(-1) + log_probs` for live hypotheses; for
-#    finished ones $-\infty$ everywhere except 0 at `pad_idx` (e.g. build `stay` full of $-\infty$ with 0
-#    at `pad_idx`, and choose with `torch.where(finished.unsqueeze(-1), stay, log_probs)` before adding);
-# 2. the candidates' lengths: `lengths + (~finished).long()`; the ranking: candidates divided by
-#    `length_penalty(new_lengths, alpha).unsqueeze(-1)`;
-# 3. `ranking.flatten(1).topk(beam_size, dim=-1).indices` → `best` `(batch, beam_size)`, best first;
-# 4. return the candidates' plain scores at `best` (`gather`), `parents = best // vocab`,
-#    `tokens = best % vocab`.
+# - `scores` `(batch, beam)` float: each hypothesis's total log-probability so far ($-\infty$ for an empty slot);
+# - `log_probs` `(batch, beam, vocab)` float: its next-token log-probabilities;
+# - `finished` `(batch, beam)` bool: it has said `<eos>`; `lengths` `(batch, beam)` long: tokens it has generated.
+#
+# It scores every candidate by the rules of section 6: a live hypothesis extended by token $w$ has score
+# `scores + log_probs[..., w]` and one more token; a finished hypothesis has exactly one candidate, itself
+# extended by `pad_idx`, with its score and length unchanged (every other token of a finished hypothesis is
+# impossible, $-\infty$). Candidates are ranked by score divided by `length_penalty` of the candidate's length,
+# and the `beam_size` best of each sentence survive, taken over all `beam × vocab` candidates of the sentence
+# together (section 6's index arithmetic).
+#
+# **The contract.** Return `(new_scores, parents, tokens)`, each `(batch, beam_size)`, best candidate first:
+# the surviving candidates' plain total log-probabilities (not divided by the penalty), the beam index
+# (`torch.long`, $0 \dots$ `beam - 1`) of the hypothesis each one extends, and its new token (`torch.long`).
 
 # %% solution="select_beams"
 #| include transformer_course.reference.beam_search:select_beams
@@ -459,21 +628,60 @@ assert check.select_beams_length_penalty(select_beams, state=(((-2.2, -2.5, -1.9
 ### END HIDDEN TESTS
 
 # %% [markdown]
+# **Prediction 3 (1 point).** A batch of 2 sentences is searched with a beam of 4 over a target vocabulary
+# of 6,000 tokens, and all hypotheses are live. For **one** sentence, among how many candidates does
+# `select_beams` choose its 4 survivors?
+
+# %% solution="fast_predict_candidates"
+def predict_candidates() -> int:
+    """Your prediction of the number of candidates per sentence (beam 4, vocabulary 6,000)."""
+    ### BEGIN SOLUTION
+    return 24_000  # every hypothesis of the sentence times every token
+    ### END SOLUTION
+
+
+# %% tests="fast_predicted_candidates" points=1
+assert check.predicted_candidates(predict_candidates)
+
+# %% [markdown]
+# **The truth.** The cell calls your `select_beams` on random log-probabilities of that shape and prints
+# the shape of every tensor that `topk` (or a sort) is applied to inside it.
+
+# %%
+class ShowTopk(TorchFunctionMode):
+    """Prints the shape of the tensor each topk, sort or argsort call works on."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("topk", "sort", "argsort"):
+            print(f"{func.__name__} on a tensor of shape {tuple(args[0].shape)}")
+        return func(*args, **(kwargs or {}))
+
+
+with ShowTopk():
+    select_beams(torch.zeros(2, 4), torch.randn(2, 4, 6000).log_softmax(-1), torch.zeros(2, 4, dtype=torch.bool),
+                 torch.zeros(2, 4, dtype=torch.long), 4, 0.6, 3)
+
+# %% [markdown]
 # ## 8. Exercise: `beam_search`
 #
 # The given lines set up `batch × beam` rows: the source repeated, the cache started once on the repeated
-# encoder output, `ys` full of `<bos>`, and `scores`, `lengths`, `finished` as `(batch, beam)` tensors;
-# `first_row[b] = b · beam_size`. Write the loop, at most `max_len` steps:
+# encoder output, `ys` `(batch · beam, 1)` full of `<bos>`, and `scores`, `lengths`, `finished` as
+# `(batch, beam)` tensors; `first_row` `(batch, 1)` holds $b \cdot k$, the first row of sentence $b$. Write the
+# loop, at most `max_len` steps. Each step:
 #
-# 1. `log_probs = torch.log_softmax(decoder_step(model, cache, ys[:, -1:]), dim=-1)` → `(batch · beam, vocab)`;
-# 2. `scores, parents, tokens = select_beams(scores, log_probs.view(batch, beam_size, -1), finished, lengths, ...)`;
-# 3. `rows = (first_row + parents).flatten()`: the row each new hypothesis continues;
-# 4. `ys = torch.cat([ys[rows], tokens.view(-1, 1)], dim=1)` and `cache.reorder(rows)`;
-# 5. follow the parents for `finished` and `lengths` (`gather(1, parents)`); a live parent's child is one
-#    token longer; the child is finished if its parent was or its token is `<eos>`;
-# 6. stop when `finished.all()`.
+# - gets the next-token log-probabilities of every row from your `decoder_step` (section 6: log-probabilities,
+#   not raw logits);
+# - lets your `select_beams` choose the survivors;
+# - makes every new hypothesis continue its parent: its row of `ys` with the new token appended, its rows of
+#   the self-attention cache (the given `KVCache` has a method for that), its `finished` and its `lengths`;
+#   a live parent's child is one token longer, and the child is finished if its parent was or its token is
+#   `<eos>`;
+# - ends the loop early once every hypothesis of every sentence has finished.
 #
-# The given last lines pick each sentence's best hypothesis by `scores / length_penalty(lengths, alpha)`.
+# **The contract.** Same arguments as `greedy_decode` plus `beam_size` and `alpha`; after the loop `ys` is
+# `(batch · beam, out_len)` with row $b \cdot k + j$ hypothesis $j$ of sentence $b$, and `scores`, `lengths`
+# describe those rows as `(batch, beam)` tensors. The given last lines pick each sentence's best hypothesis
+# by `scores / length_penalty(lengths, alpha)` and return `(batch, out_len)`.
 
 # %% solution="beam_search"
 #| include transformer_course.reference.beam_search:beam_search
@@ -539,18 +747,17 @@ def translate_with(decode, sources: list[list[int]], batch_size: int = 256) -> l
 # a 2-core CPU is printed at the end of this section, from the course's benchmark; a GPU is much faster.)
 
 # %%
-with skip_until_implemented("cached_greedy_decode"):
-    count = 8 if short_run() else len(test_sources)
-    seconds = {}
-    translations = {}
-    for name, decode in (("with the cache", cached_greedy_decode), ("stage 6, no cache", greedy_decode)):
-        started = time.perf_counter()
-        translations[name] = translate_with(decode, test_sources[:count])
-        seconds[name] = time.perf_counter() - started
-        print(f"{name:>17}: {count / seconds[name]:6.1f} sentences/s")
-    same = sum(a == b for a, b in zip(*translations.values(), strict=True))
-    speedup = seconds["stage 6, no cache"] / seconds["with the cache"]
-    print(f"identical translations: {same} of {count}; the cache is {speedup:.1f}× faster")
+count = 8 if short_run() else len(test_sources)
+seconds = {}
+translations = {}
+for name, decode in (("with the cache", cached_greedy_decode), ("stage 6, no cache", greedy_decode)):
+    started = time.perf_counter()
+    translations[name] = translate_with(decode, test_sources[:count])
+    seconds[name] = time.perf_counter() - started
+    print(f"{name:>17}: {count / seconds[name]:6.1f} sentences/s")
+same = sum(a == b for a, b in zip(*translations.values(), strict=True))
+speedup = seconds["stage 6, no cache"] / seconds["with the cache"]
+print(f"identical translations: {same} of {count}; the cache is {speedup:.1f}× faster")
 
 # %% [markdown]
 # **Time against length.** Now one sentence at a time, so that each sentence's time is its own: short
@@ -570,13 +777,12 @@ def time_per_sentence(decode, indices: list[int]) -> tuple[list[int], list[float
     return lengths, seconds
 
 
-with skip_until_implemented("cached_greedy_decode"):
-    by_length = sorted(range(len(test_sources)), key=lambda i: len(test_sources[i]))
-    picked = by_length[:900:300] if short_run() else by_length[::16]  # from the shortest up
-    lengths, with_cache = time_per_sentence(cached_greedy_decode, picked)
-    _, without_cache = time_per_sentence(greedy_decode, picked)
-    figures.plot_decode_times(lengths, without_cache, with_cache)
-    plt.show()
+by_length = sorted(range(len(test_sources)), key=lambda i: len(test_sources[i]))
+picked = by_length[:900:300] if short_run() else by_length[::16]  # from the shortest up
+lengths, with_cache = time_per_sentence(cached_greedy_decode, picked)
+_, without_cache = time_per_sentence(greedy_decode, picked)
+figures.plot_decode_times(lengths, without_cache, with_cache)
+plt.show()
 
 # %% [markdown]
 # On one sentence at a time both decoders also pay a fixed cost per step (Python, launching many small
@@ -626,18 +832,17 @@ print(f"on {measured.SETTINGS['test_sentences']:,} test sentences: greedy {measu
 # rows per sentence, so expect it to take longer than greedy decoding, as the times above show).
 
 # %%
-with skip_until_implemented("beam_search"):
-    count = 8 if short_run() else len(test_sources)
-    greedy_text = [" ".join(t) for t in translate_with(cached_greedy_decode, test_sources[:count])]
-    started = time.perf_counter()
-    beam_text = [" ".join(t) for t in translate_with(partial(beam_search, beam_size=BEAM_SIZE, alpha=ALPHA),
-                                                     test_sources[:count])]
-    print(f"beam search: {count / (time.perf_counter() - started):.1f} sentences/s")
-    bleu = {"greedy": corpus_bleu(greedy_text, test_references[:count])[0],
-            f"beam {BEAM_SIZE}, alpha {ALPHA}": corpus_bleu(beam_text, test_references[:count])[0]}
-    print("signature:", corpus_bleu(beam_text, test_references[:count])[1])
-    figures.plot_bleu_comparison(bleu, title=f"BLEU on {count} test sentences")
-    plt.show()
+count = 8 if short_run() else len(test_sources)
+greedy_text = [" ".join(t) for t in translate_with(cached_greedy_decode, test_sources[:count])]
+started = time.perf_counter()
+beam_text = [" ".join(t) for t in translate_with(partial(beam_search, beam_size=BEAM_SIZE, alpha=ALPHA),
+                                                 test_sources[:count])]
+print(f"beam search: {count / (time.perf_counter() - started):.1f} sentences/s")
+bleu = {"greedy": corpus_bleu(greedy_text, test_references[:count])[0],
+        f"beam {BEAM_SIZE}, alpha {ALPHA}": corpus_bleu(beam_text, test_references[:count])[0]}
+print("signature:", corpus_bleu(beam_text, test_references[:count])[1])
+figures.plot_bleu_comparison(bleu, title=f"BLEU on {count} test sentences")
+plt.show()
 
 # %% [markdown]
 # **Where beam search fixes a greedy error.** The benchmark script also searched the test sentences for
@@ -651,21 +856,23 @@ with skip_until_implemented("beam_search"):
 BEAM_FIXES = [example["index"] for example in measured.BEAM_FIXES[:3]]  # test sentence numbers
 print("test sentences where the benchmark found beam search fixing greedy decoding:", BEAM_FIXES or "none")
 
-with skip_until_implemented("beam_search"):
-    for index in BEAM_FIXES:
-        src = torch.tensor([test_sources[index]], device=device)  # (1, src_len)
-        outputs = {"greedy": cached_greedy_decode(model, src, *special, 80),
-                   "beam": beam_search(model, src, *special, 80, beam_size=BEAM_SIZE, alpha=ALPHA)}
-        print(f"[{index}] German   : {test_german[index]}\n     reference: {test_references[index]}")
-        for name, ys in outputs.items():
-            log_prob = sequence_log_probs(model, src, ys, target_vocab.pad_idx).item()
-            print(f"     {name:9}: {' '.join(target_vocab.decode(ys[0].tolist()))}   (log P = {log_prob:.2f})")
-        print()
+for index in BEAM_FIXES:
+    src = torch.tensor([test_sources[index]], device=device)  # (1, src_len)
+    outputs = {"greedy": cached_greedy_decode(model, src, *special, 80),
+               "beam": beam_search(model, src, *special, 80, beam_size=BEAM_SIZE, alpha=ALPHA)}
+    print(f"[{index}] German   : {test_german[index]}\n     reference: {test_references[index]}")
+    for name, ys in outputs.items():
+        log_prob = sequence_log_probs(model, src, ys, target_vocab.pad_idx).item()
+        print(f"     {name:9}: {' '.join(target_vocab.decode(ys[0].tolist()))}   (log P = {log_prob:.2f})")
+    print()
 
 # %% [markdown]
 # **Token by token.** For the first of them, the running total of the log-probability along each
-# translation. Greedy is ahead after each of its choices, by construction; beam search accepts a less
-# likely word early and ends higher.
+# translation. Up to the first token where the two translations part they are the same; at that token
+# greedy's word is the more likely one (it is the argmax after the same prefix), so greedy is ahead
+# there. After it the two continue different prefixes and either can be ahead: beam search accepted a
+# less likely word and ends higher. (In the toy model of section 6, "a" trails "the" after one token,
+# 0.4 against 0.5, but "a cat" already leads "the dog" after two, 0.36 against 0.225.)
 
 # %%
 def token_log_probs(src: torch.Tensor, ys: torch.Tensor) -> tuple[list[str], list[float]]:
@@ -679,16 +886,15 @@ def token_log_probs(src: torch.Tensor, ys: torch.Tensor) -> tuple[list[str], lis
     return [target_vocab.itos[i] for i in ys[0, 1:][keep].tolist()], chosen[keep].tolist()
 
 
-with skip_until_implemented("beam_search"):
-    if not BEAM_FIXES:
-        print("(BEAM_FIXES is empty: there is no example sentence to follow)")
-    else:
-        src = torch.tensor([test_sources[BEAM_FIXES[0]]], device=device)
-        figures.plot_sentence_log_probs({
-            "greedy": token_log_probs(src, cached_greedy_decode(model, src, *special, 80)),
-            f"beam {BEAM_SIZE}": token_log_probs(src, beam_search(model, src, *special, 80, BEAM_SIZE, ALPHA))},
-            title=f"Test sentence {BEAM_FIXES[0]}: total log-probability as the translation grows")
-        plt.show()
+if not BEAM_FIXES:
+    print("(BEAM_FIXES is empty: there is no example sentence to follow)")
+else:
+    src = torch.tensor([test_sources[BEAM_FIXES[0]]], device=device)
+    figures.plot_sentence_log_probs({
+        "greedy": token_log_probs(src, cached_greedy_decode(model, src, *special, 80)),
+        f"beam {BEAM_SIZE}": token_log_probs(src, beam_search(model, src, *special, 80, BEAM_SIZE, ALPHA))},
+        title=f"Test sentence {BEAM_FIXES[0]}: total log-probability as the translation grows")
+    plt.show()
 
 # %% [markdown]
 # Beam search does not always win: on some sentences its more probable translation is *further* from the
@@ -702,10 +908,12 @@ with skip_until_implemented("beam_search"):
 #   every step, about $n^2/2$ position-computations for $n$ tokens.
 # - A key/value cache keeps, per decoder layer, the self-attention keys and values of every decoded position
 #   (one more per step) and the cross-attention keys and values of the source (computed once). A step then
-#   runs the decoder for the newest position only, and writes exactly the same tokens.
+#   runs the decoder for the newest position only. Its logits equal the full decoder's up to rounding
+#   (about $10^{-7}$), so it writes the same tokens unless two candidates tie to within that rounding (on
+#   the 1,000 test sentences the benchmark found no such case).
 # - Beam search keeps the $k$ best prefixes by total log-probability; $k = 1$ is greedy decoding. Finished
-#   hypotheses wait in the beam; a length penalty $((5+n)/6)^\alpha$ keeps the search from preferring short
-#   sentences.
+#   hypotheses wait in the beam; dividing the score by a length penalty $((5+n)/6)^\alpha$ counters its
+#   preference for short sentences.
 # - Beam size and $\alpha$ are chosen on the validation set; the test set gives the final number.
 #
 # The last cell lists every check of this notebook with `✔` or `✘` and its points. When you are
@@ -719,61 +927,60 @@ with skip_until_implemented("beam_search"):
 # you saw in this notebook; there is nothing to look up. The points are given in each question.
 
 # %% [markdown]
-# **Question 1 (3 points).** A check requires your `cached_greedy_decode` to write exactly the same
-# tokens as the `greedy_decode` of stage 6. Explain why keeping the self-attention keys and values of
-# the earlier positions, and computing the cross-attention keys and values only once per sentence,
-# cannot change a single token. Then compare the work of one step $t$: what does stage 6's decoder
-# compute, and what does your `decoder_step` compute?
+# **Question 1 (3 points).** The cache works because the decoder's self-attention has a look-ahead mask.
+# Suppose a decoder had *no* look-ahead mask in its self-attention (every position attends to every
+# position, as in the encoder), and we still decoded it one token at a time. When token $t$ is appended,
+# which of the numbers computed at earlier steps stay valid and which must be recomputed: the outputs of
+# the earlier positions, their self-attention keys and values in the **first** layer, and those in the
+# later layers? What would a step then cost, compared with section 1's $n(n+1)/2$?
 
 # %% [markdown] answer="fast_q_cache" points=3
-# **Model answer.** The decoder's self-attention is masked, so in every layer the vector at position
-# $j$ depends on the tokens $0, \dots, j$ only; appending token $t$ leaves all earlier positions as
-# they were (section 1 measured a change of 0). Their keys and values are thus the very numbers the
-# earlier steps computed, and attending with the new query over the kept keys and values plus the
-# new one is the computation the full decoder does at its last position. Cross-attention projects
-# the encoder output, which stays fixed while a sentence is decoded, so projecting it once gives the
-# same keys and values as projecting it at every step. Every input of the last position's
-# computation is unchanged, so its logits are too (up to rounding, when sums are taken in another
-# order), and so is their argmax: the same token at every step. At step $t$ stage 6 runs every layer
-# on all $t$ positions of the prefix (embedding, projections, attention, feed-forward), projects the
-# encoder output again in every cross-attention, and keeps only the last row: about $n(n+1)/2$
-# position-computations for $n$ tokens. The cached step embeds, projects and transforms one position
-# per layer; only its attention grows with $t$, as it reads $t$ cached keys and values. So the work
-# per step stays about constant instead of growing with the prefix, paid for with the memory of the
-# cache.
+# **Model answer.** Without the mask, every earlier position attends to the new token too, so the output
+# of every position changes in the first layer as soon as token $t$ is appended, and hence in every layer
+# after it. The first layer's keys and values are projections of that layer's *input*, the token
+# embeddings plus the positional encoding, which do not depend on the other tokens: those could still be
+# kept. From the second layer on, the inputs are the first layer's outputs, which have changed, so the keys
+# and values of all positions must be recomputed in every layer from the second on. A step then runs
+# layers 2 to $N$ on all $t$ positions again, as stage 6 did, so the cost is back to about $n(n+1)/2$
+# position-computations for $n$ tokens (only the first layer's projections saved): the cache is exact and
+# cheap only because causality freezes the past.
 #
 # **Rubric.**
-# - 1 point: the look-ahead mask makes earlier positions independent of later tokens, so their keys
-#   and values never change and reusing them gives the same result for the new position.
-# - 1 point: the cross-attention keys and values depend only on the encoder output, which is fixed
-#   for the sentence, so computing them once is exact.
-# - 1 point: stage 6 recomputes all $t$ positions at step $t$ (about $n^2/2$ in total), the cached
-#   step one position (its attention reads the $t$ cached keys and values), at the cost of memory.
+# - 1 point: the earlier positions' outputs change when a token is appended (they now attend to it), in
+#   the first layer and so in all later ones.
+# - 1 point: the first layer's keys and values depend only on each token's embedding and position and stay
+#   valid; the later layers' keys and values must all be recomputed. (An answer that says nothing at all
+#   can be kept gets the other two points but not this one.)
+# - 1 point: the cost per step grows with the prefix again, about $n^2/2$ position-computations in total,
+#   as without a cache.
 
 # %% [markdown]
-# **Question 2 (2 points).** Section 6 says that without a length penalty beam search prefers short
-# translations. Explain why, from the score $\log P(y \mid x) = \sum_t \log P(y_t \mid y_{<t}, x)$ that
-# ranks the hypotheses. Then say how dividing by $\mathrm{lp}(n) = ((5+n)/6)^\alpha$ changes the
-# comparison, and what $\alpha = 0$ does.
+# **Question 2 (3 points).** Two finished hypotheses of one sentence: one of 12 tokens with
+# $\log P = -6$, one of 6 tokens with $\log P = -4$. Compute $\mathrm{lp}(n)$ for each and the ranking
+# $\log P / \mathrm{lp}(n)$ with $\alpha = 1$ and with $\alpha = 0.6$ (two decimals are enough): which
+# hypothesis wins in each case, and which would win with $\alpha = 0$? Explain in one or two sentences why a
+# larger $\alpha$ moves the choice the way it does.
 
-# %% [markdown] answer="fast_q_length" points=2
-# **Model answer.** Each term of the sum is the logarithm of a probability, so it is at most 0 and in
-# practice clearly negative: every extra token lowers the total. Hypotheses are compared by their
-# totals, so one that says `<eos>` early keeps a score its longer rivals can only beat if all their
-# extra words are very likely. A finished hypothesis waits in the beam with a score that no longer
-# falls, while every live one loses a little more at each step, and a complete translation can lose
-# to a shorter one that drops details. The length penalty grows with $n$, and dividing a negative
-# score by it moves the score towards 0, more so for longer hypotheses: the comparison moves from the
-# total towards something closer to an average log-probability per token, and $\alpha$ sets how far.
-# With $\alpha = 0$, $\mathrm{lp}(n) = 1$ for every length: the ranking is the plain sum again, with
-# its preference for short outputs.
+# %% [markdown] answer="fast_q_length" points=3
+# **Model answer.** With $\alpha = 1$: $\mathrm{lp}(12) = 17/6 \approx 2.83$ and $\mathrm{lp}(6) = 11/6
+# \approx 1.83$, so the rankings are $-6/2.83 \approx -2.12$ and $-4/1.83 \approx -2.18$: the 12-token
+# hypothesis wins. With $\alpha = 0.6$: $\mathrm{lp}(12) = 2.83^{0.6} \approx 1.87$ and $\mathrm{lp}(6) =
+# 1.83^{0.6} \approx 1.44$, so $-6/1.87 \approx -3.21$ against $-4/1.44 \approx -2.78$: the 6-token
+# hypothesis wins. With $\alpha = 0$ both penalties are 1 and the plain sums compare, $-4 > -6$: the short
+# one wins. Every token adds a log-probability of at most 0, so the plain sum favours short hypotheses; the
+# penalty divides a negative score by a factor that grows with the length, bringing long hypotheses closer
+# to 0, and a larger $\alpha$ makes that factor grow faster, so the longer hypothesis overtakes between
+# $\alpha = 0.6$ and $\alpha = 1$.
 #
 # **Rubric.**
-# - 1 point: every token adds a log-probability of at most 0, so longer hypotheses have lower totals
-#   and an early `<eos>` is favoured (finished hypotheses stop losing score).
-# - 1 point: dividing the negative score by a factor that grows with the length favours longer
-#   hypotheses (towards a per-token average, by how much set by $\alpha$); with $\alpha = 0$ the
-#   penalty is 1 at every length and the ranking is the plain sum again.
+# - 1 point: the four penalties, about 2.83, 1.83 (α = 1) and 1.87, 1.44 (α = 0.6) (rounding within
+#   0.02 accepted).
+# - 1 point: the winners: the 12-token one at α = 1 (−2.12 against −2.18), the 6-token one at α = 0.6
+#   (−2.78 against −3.21) and at α = 0 (−4 against −6).
+# - 1 point: the reason: log-probabilities only add negative terms, so sums favour short outputs, and
+#   dividing by a penalty that grows with the length, faster for larger α, helps the longer hypothesis.
+#   (Saying that a larger α comes closer to ranking by the average log-probability per token also earns
+#   this point.)
 
 # %%
 check.summary()

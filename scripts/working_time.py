@@ -64,6 +64,7 @@ def run_seconds(path: Path, short: bool = True) -> float:
     one core of its own."""
     notebook = nbformat.read(path, as_version=4)
     environment = {"TRANSFORMER_COURSE_SHORT_RUN": "1" if short else "0", "MPLBACKEND": "Agg",
+                   "TRANSFORMER_COURSE_STRICT": "1",  # a cell that raises stops the run (runtime.guard_cells)
                    "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     previous = dict(os.environ)
     os.environ.update(environment)

@@ -81,6 +81,21 @@ def student_path(assignment: str) -> Path:
     return ROOT / "notebooks" / assignment / f"{assignment}.ipynb"
 
 
+@functools.cache
+def bug_hunt_grade_cells(assignment: str) -> frozenset[str]:
+    """The grade cells of the bug hunts (exercises given broken, `#| bug:` in the lesson): those whose checks are
+    called on a name a bug-hunt cell defines. On the blank notebook they fail on the bug, not on a stub."""
+    from transformer_course.authoring import bug_edits
+
+    bugs = bug_edits(ROOT, assignment)
+    notebook = nbformat.read(student_path(assignment), as_version=4)
+    names = {node.name for cell in notebook.cells if cell.get("id") in bugs
+             for node in ast.parse(cell.source).body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    return frozenset(cell.metadata["nbgrader"]["grade_id"] for cell in notebook.cells
+                     if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code"
+                     and any(f"({name}" in cell.source for name in names))
+
+
 def read(path: Path) -> nbformat.NotebookNode:
     return nbformat.read(path, as_version=4)
 

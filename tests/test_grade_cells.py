@@ -5,8 +5,14 @@ import re
 
 import pytest
 
-from conftest import ASSIGNMENTS, read, solution_path, student_path
-from transformer_course.authoring import HIDDEN_TESTS_LINE, KEEP_AND_HAND_IN, SETTINGS_TEMPLATE
+from conftest import ASSIGNMENTS, ROOT, read, solution_path, student_path
+from transformer_course.authoring import (
+    HIDDEN_TESTS_LINE,
+    KEEP_AND_HAND_IN,
+    SETTINGS_TEMPLATE,
+    broken_version,
+    bug_edits,
+)
 
 
 def grade_cells(notebook):
@@ -72,7 +78,13 @@ def test_student_notebook_has_stubs_not_solutions(assignment):
     assert "### BEGIN SOLUTION" not in text and "### BEGIN HIDDEN TESTS" not in text
     stubs = [cell for cell in student.cells if cell.metadata.get("nbgrader", {}).get("solution")
              and cell.cell_type == "code"]
-    assert stubs and all("raise NotImplementedError()" in cell.source for cell in stubs)
+    bugs = bug_edits(ROOT, assignment)  # a bug hunt gives the broken code instead of a stub
+    assert stubs and all("raise NotImplementedError()" in cell.source for cell in stubs if cell.id not in bugs)
+    solutions = {cell.id: cell.source for cell in read(solution_path(assignment)).cells}
+    for cell in stubs:
+        if cell.id in bugs:
+            assert all(replace in cell.source for _, replace in bugs[cell.id]) and cell.source != solutions[cell.id]
+            assert broken_version(solutions[cell.id], bugs[cell.id], cell.id) == cell.source
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -109,7 +109,7 @@ def test_every_drawing_function_is_skipped_while_grading_and_draws_otherwise(mon
         for node in tree.body:
             drawing = isinstance(node, ast.FunctionDef) and (
                 node.name.startswith("plot_") or (path.name == "diagrams.py" and node.name == "show"))
-            if not drawing or node.name.endswith("_interactive"):  # plotly: the notebooks skip those themselves
+            if not drawing:
                 continue
             names = [d.id for d in node.decorator_list if isinstance(d, ast.Name)]
             if "not_drawn_while_grading" not in names:
@@ -124,6 +124,9 @@ def test_every_drawing_function_is_skipped_while_grading_and_draws_otherwise(mon
     blank = positional.plot_encoding_heatmap(table)
     assert isinstance(blank, Figure) and not blank.axes and not plt.get_fignums()
     assert diagrams.show("transformer") is None and not plt.get_fignums()
+    from transformer_course.visualisation.attention_maps import plot_attention_interactive
+    unseen_map = plot_attention_interactive(torch.rand(1, 1, 2, 3, 3), ["a", "b", "c"], ["x", "y", "z"], title="t")
+    assert isinstance(unseen_map, unseen.Unseen) and unseen_map.show() is None and not plt.get_fignums()
     monkeypatch.delenv("NBGRADER_EXECUTION")
     drawn = positional.plot_encoding_heatmap(table)
     assert drawn.axes and plt.get_fignums()

@@ -24,7 +24,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ASSIGNMENTS, DATA_ASSIGNMENTS, read, require_multi30k, solution_path, student_path
+from conftest import (
+    ASSIGNMENTS,
+    DATA_ASSIGNMENTS,
+    bug_hunt_grade_cells,
+    read,
+    require_multi30k,
+    solution_path,
+    student_path,
+)
 from quality.honest import STAGES, STUB, STYLES, answers, student_notebook, with_hidden_tests, write_class
 from quality.honest.direct import grade_calls, run_checks
 from quality.inprocess import run_grade_cells
@@ -90,7 +98,10 @@ def test_every_exercise_is_answered_and_the_given_code_kept(style, assignment):
         if not (given.cell_type == "code" and is_solution(given)):
             assert answered == given
             continue
-        assert STUB.search(given.source) and not STUB.search(answered.source), given.id
+        if not STUB.search(given.source):  # a bug hunt: the broken code given, repaired by the student
+            assert answers(style, assignment)[given.id].fixes and answered.source != given.source, given.id
+            continue
+        assert not STUB.search(answered.source), given.id
         assert "NotImplementedError" not in answered.source, given.id
         lines, kept = iter(answered.source.splitlines()), STUB.sub("", given.source).splitlines()
         assert all(any(line == other for other in lines) for line in kept if line.strip()), (
@@ -114,8 +125,11 @@ def test_no_answer_is_the_reference_solution(assignment):
     class stays written by its students even when an answer is edited later."""
     regions = {cell.id: re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", cell.source, re.DOTALL)
                for cell in read(solution_path(assignment)).cells if cell.cell_type == "code" and is_solution(cell)}
+    predictions = {cell.id for cell in read(solution_path(assignment)).cells if "def predict_" in cell.source}
     for style in STYLES:
         for cell, answer in answers(style, assignment).items():
+            if cell in predictions or answer.fixes:  # a predicted number is the number; a repair is a small edit
+                continue
             assert len(answer.stubs) == len(regions[cell]), (style, cell)
             for number, (code, reference) in enumerate(zip(answer.stubs, regions[cell], strict=True)):
                 assert _normalised(code) != _normalised(reference), f"{style} {cell}, stub {number}: the reference"
@@ -146,10 +160,15 @@ def test_every_check_holds_called_directly_on_the_students_code(style, assignmen
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_every_check_called_directly_fails_on_the_blank_notebook(assignment):
-    """The direct path can fail: the release notebook, stubs unanswered, fails every call."""
+    """The direct path can fail: the release notebook, stubs unanswered, fails every call (a bug hunt's broken code
+    passes some checks, a shape say, and fails at least one call of each of its grade cells)."""
     outcomes = run_checks(read(student_path(assignment)), read(solution_path(assignment)))
-    assert outcomes and all(message is not None for message in outcomes.values()), [
-        call for call, message in outcomes.items() if message is None]
+    hunts = bug_hunt_grade_cells(assignment)
+    assert outcomes and all(message is not None for call, message in outcomes.items()
+                            if call.split(":")[0] not in hunts), [call for call, message in outcomes.items()
+                                                                   if message is None]
+    for grade_id in hunts:
+        assert any(message is not None for call, message in outcomes.items() if call.split(":")[0] == grade_id)
 
 
 # --- the grader ----------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 from transformer_course import runtime
 from transformer_course.checks import framework
 from transformer_course.checks.framework import CheckFailed, check
-from transformer_course.runtime import configure, skip_until_implemented
+from transformer_course.runtime import configure
 
 
 @pytest.fixture(autouse=True)
@@ -71,19 +71,6 @@ def test_checks_imported_while_grading_stay_strict_when_the_variable_is_removed(
         wrong()
 
 
-def test_skip_until_implemented_skips_stubs_and_shows_other_errors_without_stopping(shown, capsys):
-    with skip_until_implemented("the figure"):
-        raise NotImplementedError
-    assert "skipped" in capsys.readouterr().out
-    with skip_until_implemented("your encoder"):
-        raise RuntimeError("shape mismatch (3) vs (4)")
-    (text, html), = shown
-    assert "your encoder raised RuntimeError" in text and "shape mismatch" in text and "<details>" in html
-    configure(stop_at_first_failure=True)
-    with pytest.raises(RuntimeError), skip_until_implemented("your encoder"):
-        raise RuntimeError("now it stops")
-
-
 def test_summary_lists_every_check_of_the_notebook_with_points(monkeypatch, capsys):
     import transformer_course.checks.positional_encoding as stage
 
@@ -102,7 +89,63 @@ def test_summary_lists_every_check_of_the_notebook_with_points(monkeypatch, caps
     lines = capsys.readouterr().out.splitlines()
     marks = [line for line in lines if line and line[0] in "✔✘·"]
     assert marks[0].startswith("✘ " + stage.buffer_shape.check_title) and "(1 point)" in marks[0]
-    assert [line[0] for line in marks] == ["✘", "·", "·", "·"] and "not run yet" in marks[1]
+    assert [line[0] for line in marks] == ["✘", "·", "·", "·", "·", "·"] and "not run yet" in marks[1]
     assert "(2 points)" in marks[1]
-    assert any("0 of 6 points from the visible checks" in line for line in lines)
+    assert any("0 of 8 points from the visible checks" in line for line in lines)
     assert any("Hidden tests: 2 more cells worth 2 points" in line for line in lines)
+
+
+def _run_in_a_kernel(sources: list[str], environment: dict[str, str] | None = None) -> list:
+    """Run cells in a real Jupyter kernel, as "Run all" does (stopping at the first cell that errs)."""
+    import os
+
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    for name in ("NBGRADER_EXECUTION", runtime.STRICT_VARIABLE):
+        os.environ.pop(name, None)
+    saved = dict(os.environ)
+    os.environ.update(environment or {})
+    try:
+        NotebookClient(notebook, kernel_name="python3", timeout=120).execute()
+    except CellExecutionError:
+        pass
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return notebook.cells
+
+
+def _text(cell) -> str:
+    return "".join(output.get("text", "") or output.get("data", {}).get("text/plain", "") or output.get("ename", "")
+                   for output in cell.get("outputs", []))
+
+
+UNFINISHED = ["from transformer_course.runtime import configure\nconfigure(stop_at_first_failure=False)",
+              "class PositionalEncoding:\n    def __init__(self):\n"
+              "        # YOUR CODE HERE\n        raise NotImplementedError()",
+              "encoding = PositionalEncoding()\nprint('not reached')",
+              "import torch\ntorch.zeros(2) @ torch.zeros(3)",
+              "print('the end')"]
+
+
+def test_run_all_carries_on_past_an_unfinished_exercise_and_a_crash_without_any_wrapper_in_the_cell():
+    cells = _run_in_a_kernel(UNFINISHED)
+    assert "skipped: this cell uses PositionalEncoding, which is not written yet" in _text(cells[2])
+    assert "not reached" not in _text(cells[2])
+    assert "✘ this cell stopped: RuntimeError" in _text(cells[3]) and "inconsistent tensor size" in _text(cells[3])
+    assert _text(cells[4]) == "the end\n"
+
+
+@pytest.mark.parametrize("how", ["setting", "grading"])
+def test_when_asked_to_stop_or_while_grading_a_crash_stops_but_an_unfinished_exercise_still_only_skips(how):
+    cells = list(UNFINISHED)
+    if how == "setting":
+        cells[0] = cells[0].replace("=False", "=True")
+    ran = _run_in_a_kernel(cells, {"NBGRADER_EXECUTION": "autograde"} if how == "grading" else {})
+    assert "skipped: this cell uses PositionalEncoding" in _text(ran[2])
+    assert [output.get("output_type") for output in ran[3].outputs] == ["error"]
+    assert "outputs" not in ran[4] or not ran[4].outputs  # "Run all" stopped at the crash

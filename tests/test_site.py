@@ -159,7 +159,8 @@ def look_at(visit: Visit) -> dict:
     for index in range(maps.count()):
         box = maps.nth(index).locator(".course-plot .main-svg").first.bounding_box() or {"width": 0, "height": 0}
         heatmaps = maps.nth(index).locator(".heatmaplayer image").count()
-        seen["maps"].append((box["width"], box["height"], heatmaps))
+        seen["maps"].append((box["width"], box["height"], heatmaps,
+                             maps.nth(index).locator("img.course-static").count()))
     seen["formulas"] = page.locator("mjx-container svg").count()
     return seen
 
@@ -195,11 +196,21 @@ def test_every_figure_area_is_non_blank(pages_seen):
         assert len(seen["images"]) >= 3, name
         for index, (loaded, colours) in enumerate(seen["images"]):
             assert loaded and colours > 20, (name, index, "a blank or missing picture")
-        for index, (width, height, heatmaps) in enumerate(seen["maps"]):
+        for index, (width, height, heatmaps, static_pictures) in enumerate(seen["maps"]):
             assert width > 300 and height > 300 and heatmaps == 1, (name, index)
+            assert static_pictures == 0, (name, index, "a static copy left under the interactive map")
     decoding = pages_seen["stages/06_decoding.html"]
     assert len(decoding["maps"]) == 3  # cross-attention, encoder and decoder self-attention
     assert decoding["formulas"] > 5, "MathJax drew no formula"
+
+
+def test_an_interactive_figure_keeps_its_static_picture_only_as_the_fallback_inside_it():
+    output = nbformat.v4.new_output("display_data", {pages.PLOTLY_MIMETYPE: {"data": [], "layout": {}},
+                                                     "image/png": "iVBORw0KGgo=", "text/plain": "map"})
+    [only] = pages._split_interactive(output)
+    html = only["data"]["text/html"]
+    assert "image/png" not in only["data"] and html.count("<img") == 1
+    assert re.search(r'<div class="course-plot"><img class="course-static" src="data:image/png;base64,', html)
 
 
 def test_the_slider_changes_the_heatmap(site, browser):

@@ -78,6 +78,7 @@ def kernel_environment(work: Path, short: bool, jobs: int) -> dict[str, str]:
         "TRANSFORMER_COURSE_SHORT_RUN": "1" if short else "0",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs))),
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "TRANSFORMER_COURSE_STRICT": "1",  # a cell that raises stops the page's build (runtime.guard_cells)
     }
     if "MULTI30K_DIR" not in os.environ and SHARED_DATA.is_dir():
         environment["MULTI30K_DIR"] = str(SHARED_DATA)

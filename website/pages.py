@@ -9,8 +9,9 @@ Before running (`page_from_solution`):
 - stage 5 trains one epoch instead of ten and says so (`SITE_EDITS`), then prints what the full run of the
   course checkpoint recorded.
 
-After running (`finish_outputs`): every interactive (plotly) figure becomes two outputs, the interactive map
-drawn by the page's local plotly.js, and beside it the static picture the course draws of the same figure.
+After running (`finish_outputs`): every interactive (plotly) figure becomes the interactive map drawn by the
+page's local plotly.js; the static picture the course draws of the same figure is kept inside it only as the
+fallback for a reader without JavaScript (the script removes it when it draws the map).
 """
 
 from __future__ import annotations
@@ -133,14 +134,17 @@ def page_from_solution(notebook: NotebookNode, assignment: str) -> NotebookNode:
     return page
 
 
-def interactive_html(spec: dict, title: str) -> str:
-    """The interactive figure: its plotly spec as JSON, drawn by the site's course-figures.js."""
+def interactive_html(spec: dict, title: str, png: str | None = None) -> str:
+    """The interactive figure: its plotly spec as JSON, drawn by the site's course-figures.js, and the static
+    picture (base64 PNG) as the fallback that the script removes once the map is drawn."""
     payload = json.dumps(spec).replace("</", "<\\/")
+    fallback = (f'<img class="course-static" src="data:image/png;base64,{escape(png)}" alt="{escape(title)}">'
+                if png else "")
     return (f'<div class="course-interactive" role="figure" aria-label="{escape(title)} (interactive)">'
             f'<script type="application/json" class="course-spec">{payload}</script>'
-            f'<div class="course-plot"></div>'
+            f'<div class="course-plot">{fallback}</div>'
             '<p class="course-caption">Drag the slider under the map to see each layer and head; hover over a '
-            "cell to read its weight. Below: the static picture of the view the map opens with.</p></div>")
+            "cell to read its weight.</p></div>")
 
 
 def _split_interactive(output: NotebookNode) -> list[NotebookNode]:
@@ -151,17 +155,12 @@ def _split_interactive(output: NotebookNode) -> list[NotebookNode]:
         return [output]
     spec = data[PLOTLY_MIMETYPE]
     title = ((spec.get("layout") or {}).get("title") or {}).get("text") or "attention map"
-    interactive = nbformat.v4.new_output("display_data", {"text/html": interactive_html(spec, title),
-                                                          "text/plain": data.get("text/plain", title)})
-    outputs = [interactive]
-    if "image/png" in data:  # the course's own static drawing of the same figure, shown beside it
-        outputs.append(nbformat.v4.new_output("display_data", {"image/png": data["image/png"],
-                                                                "text/plain": f"{title} (static picture)"}))
-    return outputs
+    html = interactive_html(spec, title, data.get("image/png"))
+    return [nbformat.v4.new_output("display_data", {"text/html": html, "text/plain": data.get("text/plain", title)})]
 
 
 def finish_outputs(page: NotebookNode) -> NotebookNode:
-    """After running: each interactive figure as the interactive map plus its static picture."""
+    """After running: each interactive figure as the interactive map (its static picture only as a fallback)."""
     for cell in page.cells:
         if cell.cell_type == "code":
             cell.outputs = [part for output in cell.get("outputs", []) for part in _split_interactive(output)]

@@ -59,13 +59,22 @@ class Answer:
     """One exercise cell as a student completed it.
 
     stubs: the code that replaces each stub of the cell, in order (written without indentation: it is indented
-    to the stub's own); helpers: code the student added at the top of the cell (imports, helper functions)."""
+    to the stub's own); helpers: code the student added at the top of the cell (imports, helper functions);
+    fixes: for a bug hunt (a cell given broken, with no stub), the student's repairs."""
 
-    stubs: tuple[str, ...]
+    stubs: tuple[str, ...] = ()
     helpers: str = ""
+    fixes: tuple[tuple[str, str], ...] = ()  # a bug hunt: (broken text, the student's repair), each found once
 
     def fill(self, source: str) -> str:
-        """The cell's released source with every stub replaced by the student's code."""
+        """The cell's released source with every stub replaced by the student's code (a bug hunt's broken code
+        repaired)."""
+        if self.fixes:
+            for broken, repaired in self.fixes:
+                if source.count(broken) != 1:
+                    raise ValueError(f"the bug hunt's text {broken!r} must occur once in the cell")
+                source = source.replace(broken, repaired)
+            return source
         places = list(STUB.finditer(source))
         if len(places) != len(self.stubs):
             raise ValueError(f"the cell has {len(places)} stubs, the answer fills {len(self.stubs)}")

@@ -305,7 +305,7 @@ HELD_OUT: list[Mistake] = [
         STAGE, "feed-forward applies fc2 before fc1",
         _FFN,
         "return self.fc1(self.relu(self.fc2(x)))",
-        fails="block_ffn_shape", cause="before fc1 | fc1 first | widens",
+        fails="block_ffn_values", cause="before fc1 | fc1 first | widens",
     ),
     Mistake(
         STAGE, "encoder: feed-forward fed the block input instead of the first sublayer's output",

@@ -32,7 +32,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "target mask is the padding mask only (no look-ahead)",
         "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
         "return padding  # (batch, 1, 1, tgt_len)",
-        fails="model_target_mask_shape", cause="padding mask alone",
+        fails="model_target_mask_values", cause="padding mask alone",
     ),
     Mistake(
         STAGE, "target mask is the look-ahead mask only (padding not combined)",
@@ -191,13 +191,13 @@ HELD_OUT: list[Mistake] = [
         STAGE, "target mask: look-ahead mask built on the default device, whatever the device of tgt",
         "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
         "look_ahead = make_look_ahead_mask(tgt.size(1))  # (1, 1, tgt_len, tgt_len)",
-        fails="model_target_mask_device", cause="device",
+        fails="model_target_mask_values", cause="device",
     ),
     Mistake(
         STAGE, "target mask: float lower triangle combined with & (no bool)",
         "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
         "look_ahead = torch.tril(torch.ones(tgt.size(1), tgt.size(1), device=tgt.device))  # (tgt_len, tgt_len)",
-        fails="model_target_mask_shape", cause="dtype=torch.bool | .bool() | to bool",
+        fails="model_target_mask_values", cause="dtype=torch.bool | .bool() | to bool",
     ),
     Mistake(
         STAGE, "Encoder keeps the layers' results in another variable and returns the embeddings",

@@ -59,7 +59,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "schedule divides by zero at step 0",
         "step = max(step, 1)\n    ",
         "",
-        fails="train_noam_step_zero", cause="divides by zero",
+        fails="train_noam_values", cause="divides by zero",
     ),
     Mistake(
         STAGE, "optimizer.zero_grad missing: gradients accumulate",

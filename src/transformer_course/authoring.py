@@ -12,6 +12,11 @@ Markers a lesson may use:
     `#| settings`                   the student's settings cell (stop at the first failing check or not)
     `<!-- colab-badge -->`          in markdown: the Open-in-Colab badge of the student notebook (same tag)
     `<!-- keep-and-hand-in -->`     in markdown: how to keep your work in Colab and how to hand it in
+    `#| bug: FIND => REPLACE`       in a solution cell: a bug hunt. The solution notebook holds the correct
+                                    code (its solution markers around what the student must repair); the
+                                    student's notebook holds that code without the markers and with FIND
+                                    (which must occur once) replaced by REPLACE: the broken version the
+                                    student debugs. Several `#| bug:` lines plant several edits.
 Cell headers carry nbgrader roles in short form:
     `# %% solution="id"`            student writes code here (BEGIN/END SOLUTION inside)
     `# %% tests="id" points=2`      a locked grade cell
@@ -130,7 +135,7 @@ if importlib.util.find_spec("transformer_course") is None:
                    check=True)
 
 from transformer_course import __version__  # noqa: E402
-from transformer_course.runtime import configure, pick_device, skip_until_implemented  # noqa: E402, F401
+from transformer_course.runtime import configure, pick_device  # noqa: E402
 
 if f"v{__version__}" != RELEASE:
     print(f"Note: this notebook is from release {RELEASE}, the installed course package is v{__version__}.")
@@ -138,8 +143,9 @@ device = pick_device()'''
 
 SETTINGS_TEMPLATE = '''\
 # Your settings: change a value, then run this cell again.
-# STOP_AT_FIRST_FAILURE = False: a failing check shows a red ✘ message and "Run all" carries on to the
-#   end, where the last cell lists every check. True: the first failing check stops the notebook there.
+# STOP_AT_FIRST_FAILURE = False: a failing check or a cell that crashes shows a red ✘ message and "Run all"
+#   carries on to the end, where the last cell lists every check (a cell that uses an exercise you have
+#   not written yet says "skipped"). True: the first failing check or crash stops the notebook there.
 STOP_AT_FIRST_FAILURE = False
 configure(stop_at_first_failure=STOP_AT_FIRST_FAILURE)'''
 
@@ -170,10 +176,59 @@ def _nbgrader_metadata(metadata: dict) -> dict | None:
     return None
 
 
+BUG = re.compile(r"^#\| bug: (?P<find>.+?) => (?P<replace>.*)$")
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+def bug_edits(root: Path, assignment: str) -> dict[str, list[tuple[str, str]]]:
+    """{bug-hunt cell id: [(find, replace), ...]} from the lesson's `#| bug:` lines."""
+    lesson = jupytext.read(root / "lessons" / f"{assignment}.py", fmt="py:percent")
+    edits: dict[str, list[tuple[str, str]]] = {}
+    for cell in lesson.cells:
+        found = [BUG.match(line.strip()) for line in cell.source.splitlines()]
+        found = [match for match in found if match]
+        if not found:
+            continue
+        if "solution" not in cell.metadata:
+            raise ValueError(f"{assignment}: `#| bug:` outside a solution cell")
+        edits[cell.metadata["solution"]] = [(match["find"], match["replace"]) for match in found]
+    return edits
+
+
+def broken_version(source: str, edits: list[tuple[str, str]], where: str) -> str:
+    """A bug hunt's student version: the solution cell's code without its markers, with the bugs planted."""
+    code = "\n".join(line for line in source.splitlines() if line.strip() not in SOLUTION_MARKERS)
+    for find, replace in edits:
+        if code.count(find) != 1:
+            raise ValueError(f"{where}: `#| bug: {find} => ...`: the text must occur exactly once in the cell")
+        code = code.replace(find, replace)
+    return code
+
+
+def plant_bugs(root: Path, assignment: str, source: Path, release: Path) -> None:
+    """After nbgrader: give each bug-hunt cell of the release its broken version (and nbgrader's checksum)."""
+    edits = bug_edits(root, assignment)
+    if not edits:
+        return
+    from nbgrader.utils import compute_checksum
+
+    path = release / assignment / f"{assignment}.ipynb"
+    solution = nbformat.read(source / assignment / f"{assignment}.ipynb", as_version=4)
+    released = nbformat.read(path, as_version=4)
+    correct = {cell.id: cell.source for cell in solution.cells}
+    for cell in released.cells:
+        if cell.id in edits:
+            cell.source = broken_version(correct[cell.id], edits[cell.id], f"{assignment}: {cell.id}")
+            cell.metadata.nbgrader["checksum"] = compute_checksum(cell)
+    nbformat.write(released, path)
+
+
 def _expand(source: str, root: Path, assignment: str) -> str:
     lines = []
     for line in source.splitlines():
         stripped = line.strip()
+        if BUG.match(stripped):
+            continue
         if stripped.startswith("#| include "):
             lines.append(definition_source(stripped.removeprefix("#| include ").strip()))
         elif stripped == "#| setup":
@@ -277,6 +332,7 @@ def generate_release(root: Path, source: Path, release: Path, only: list[str] | 
             ["generate_assignment", assignment, "--no-db", "--force",
              f"--CourseDirectory.source_directory={source}", f"--CourseDirectory.release_directory={release}"],
         )
+        plant_bugs(root, assignment, source, release)
 
 
 def run_nbgrader(root: Path, arguments: list[str], **kwargs: object) -> subprocess.CompletedProcess:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import traceback
 from html import escape
@@ -42,9 +43,13 @@ def short_run() -> bool:
 
 def configure(*, stop_at_first_failure: bool | None = None) -> None:
     """The student's settings cell calls this. stop_at_first_failure=True makes a failing check raise
-    (so "Run all" stops there); False, the default, shows the failure in red and carries on."""
+    (so "Run all" stops there); False, the default, shows the failure in red and carries on.
+
+    In a notebook it also installs the cell guard (`guard_cells`), so that cells which use an exercise
+    not written yet say so and "Run all" carries on."""
     if stop_at_first_failure is not None:
         _settings["stop_at_first_failure"] = bool(stop_at_first_failure)
+    guard_cells()
 
 
 def stop_at_first_failure() -> bool:
@@ -135,33 +140,70 @@ def show_failure(title: str, body: str, footer: str = "", details: str = "") -> 
     show(text, html)
 
 
-class skip_until_implemented:  # noqa: N801  (used as a statement: `with skip_until_implemented("..."):`)
-    """Context manager for demo cells that use the student's code.
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+_KERNEL_MESSAGE = re.compile(r"not implemented for '|Could not run '|not currently implemented|is not implemented for")
 
-    While the code it names still raises NotImplementedError, the cell prints a short note instead
-    of failing, so a fresh student notebook runs top to bottom. Another error (a bug in that code)
-    is shown as a red block and the notebook carries on, unless the student asked to stop at the
-    first failure or the notebook is being graded: then it propagates.
-    """
 
-    def __init__(self, what: str) -> None:
-        self.what = what
+def unfinished_exercise(error: BaseException) -> str | None:
+    """The function (qualified name) whose `raise NotImplementedError()` stub raised `error`: an exercise
+    not written yet. None for any other error, a NotImplementedError from inside torch included
+    ('"softmax_lastdim_kernel_impl" not implemented for 'Bool'' is a dtype problem, not a stub)."""
+    if not isinstance(error, NotImplementedError) or _KERNEL_MESSAGE.search(str(error)):
+        return None
+    frames = list(traceback.walk_tb(error.__traceback__))
+    if not frames:
+        return "an exercise"
+    code = frames[-1][0].f_code
+    if code.co_filename.startswith(_TORCH_DIR):
+        return None
+    return getattr(code, "co_qualname", code.co_name)
 
-    def __enter__(self) -> skip_until_implemented:
-        return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: object) -> bool:
-        if kind is None:
-            return False
-        if issubclass(kind, NotImplementedError):
-            print(f"(skipped: {self.what} is not implemented yet; fill in its cell above, then run this one again)")
-            return True
-        if not issubclass(kind, Exception) or stop_at_first_failure():
-            return False
-        lines = traceback.format_exception(kind, error, tb)  # type: ignore[arg-type]
-        show_failure(f"this cell stopped: {self.what} raised {kind.__name__}",
-                     f"{kind.__name__}: {str(error).strip()[:500]}",
-                     "The check cells above say what is wrong; fix it, rerun that cell, then this one. "
-                     "(Set STOP_AT_FIRST_FAILURE = True in the settings cell to stop here instead.)",
-                     details="".join(lines[-6:]))
+def _carry_on(shell: object) -> None:
+    """Mark the running cell as finished without an error, so that "Run all" goes on to the next cell."""
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    if result is not None:
+        result.error_in_exec = None
+
+
+def _cell_guard(shell: object, kind: type[BaseException], error: BaseException, tb: object,
+                tb_offset: int | None = None) -> None:
+    """IPython's handler for an exception a cell raised (installed by `guard_cells`)."""
+    unfinished = unfinished_exercise(error)
+    if unfinished is not None:
+        name = unfinished.removesuffix(".forward").removesuffix(".__init__")
+        print(f"(skipped: this cell uses {name}, which is not written yet: fill in its cell above, then run "
+              "this one again)")
+        _carry_on(shell)
+        return
+    if stop_at_first_failure() or not isinstance(error, Exception):
+        shell.showtraceback((kind, error, tb), tb_offset=tb_offset)  # type: ignore[attr-defined]
+        return
+    lines = traceback.format_exception(kind, error, tb)  # type: ignore[arg-type]
+    show_failure(f"this cell stopped: {kind.__name__}", f"{kind.__name__}: {str(error).strip()[:500]}",
+                 "If the check cells above are red, fix what they say first; then rerun the cell that failed "
+                 "and this one. (Set STOP_AT_FIRST_FAILURE = True in the settings cell to stop here instead.)",
+                 details="".join(lines[-6:]))
+    _carry_on(shell)
+
+
+def guard_cells() -> bool:
+    """In a notebook (IPython), let every cell that raises carry "Run all" on to the end, as the lesson
+    promises: a cell that uses an exercise not written yet prints a one-line note saying which; any other
+    error is shown as a red block with its traceback folded, and the next cell runs. When the student
+    asked to stop at the first failure, or while grading, errors other than an unfinished exercise stop
+    the notebook as usual. Returns whether the guard is installed."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "set_custom_exc"):
+        return False
+    if getattr(shell, "_transformer_course_guard", False):
         return True
+    if shell.custom_exceptions:
+        return False  # someone else's handler: leave it
+    shell.set_custom_exc((Exception,), _cell_guard)
+    shell._transformer_course_guard = True
+    return True

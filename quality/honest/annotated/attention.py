@@ -31,13 +31,7 @@ ANSWERS = {
         mask = (token_ids != pad_idx).unsqueeze(-2).unsqueeze(-2)  # (batch, 1, 1, seq_len)
         """,
     )),
-    "look_ahead_mask": Answer(stubs=(
-        """
-        attn_shape = (1, 1, size, size)
-        subsequent_mask = torch.triu(torch.ones(attn_shape, device=device), diagonal=1).type(torch.uint8)
-        mask = subsequent_mask == 0
-        """,
-    )),
+    "look_ahead_mask": Answer(fixes=((".triu()", ".tril()"),)),
     "multi_head_attention": Answer(stubs=(
         """
         nbatches = x.size(0)
@@ -56,4 +50,7 @@ ANSWERS = {
         output = self.W_o(self.combine_heads(x))
         """,
     )),
+    "attn_predict_score_std": Answer(stubs=('return (64 * 4.0 * 1.0) ** 0.5 / 64 ** 0.5  # std of the scaled score',)),
+    "attn_predict_parameters": Answer(stubs=('return 4 * 512 * 512 + 4 * 512  # weights plus biases of four layers',)),
+    "attn_predict_visible_pairs": Answer(stubs=('return sum([1, 2, 3, 3, 3])  # visible keys per query row',)),
 }

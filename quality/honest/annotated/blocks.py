@@ -11,11 +11,8 @@ def sublayer(x, fn, norm, dropout):
 '''
 
 ANSWERS = {
-    "block_feed_forward": Answer(stubs=(
-        """
-        return self.fc2(self.fc1(x).relu())
-        """,
-    )),
+    "block_feed_forward": Answer(fixes=(("return self.relu(self.fc2(self.fc1(x)))",
+                                         "return self.fc2(self.fc1(x).relu())"),)),
     "block_encoder": Answer(helpers=_SUBLAYER, stubs=(
         """
         x = sublayer(x, lambda x: self.self_attn(x, x, x, mask), self.norm1, self.dropout)
@@ -30,4 +27,10 @@ ANSWERS = {
         x = sublayer(x, self.feed_forward, self.norm3, self.dropout)
         """,
     )),
+    "block_predict_encoder_parameters": Answer(stubs=(
+        "return 4 * (512 * 512 + 512) + (2 * 512 * 2048 + 2048 + 512) + 4 * 512  # MHA + FFN + 2 LayerNorms",)),
+    "block_predict_decoder_parameters": Answer(stubs=(
+        "return 8 * (512 * 512 + 512) + (2 * 512 * 2048 + 2048 + 512) + 6 * 512  # 2 MHA + FFN + 3 LayerNorms",)),
+    "block_predict_feed_forward_share": Answer(stubs=(
+        "return 100 * 2_099_712 / 4_204_032  # FFN over the whole decoder block",)),
 }

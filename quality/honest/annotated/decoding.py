@@ -18,18 +18,8 @@ ANSWERS = {
                 break
         """,
     )),
-    "attention_maps": Answer(
-        helpers='''
-        def collect(layers, kind):
-            "Stack the last attention weights of one kind of attention (an attribute of each layer) over the layers."
-            return torch.stack([getattr(layer, kind).attn_weights for layer in layers])
-        ''',
-        stubs=(
-            """
-            encoder_self = collect(model.encoder.layers, "self_attn")
-            decoder_self = collect(model.decoder.layers, "self_attn")
-            cross = collect(model.decoder.layers, "cross_attn")
-            """,
-        ),
-    ),
+    "attention_maps": Answer(fixes=(("cross = torch.stack([layer.self_attn.attn_weights",
+                                      "cross = torch.stack([getattr(layer, 'cross_attn').attn_weights"),)),
+    "dec_predict_decoder_calls": Answer(stubs=("return max(4, 9, 2)  # the longest sentence sets the steps",)),
+    "dec_predict_brevity_penalty": Answer(stubs=("return math.exp(1 - 20 / 15)",)),
 }

@@ -32,18 +32,8 @@ ANSWERS = {
         logits = decoder.pred_layer(x)[:, -1]
         """,
     )),
-    "cached_greedy_decode": Answer(stubs=(
-        """
-        for i in range(max_len):
-            prob = decoder_step(model, cache, ys[:, -1:])
-            _, next_word = torch.max(prob, dim=1)
-            next_word = next_word.masked_fill(finished, pad_idx)
-            ys = torch.cat([ys, next_word.unsqueeze(1)], dim=1)
-            finished = finished | (next_word == eos_idx)
-            if finished.all():
-                break
-        """,
-    )),
+    "cached_greedy_decode": Answer(fixes=(("decoder_step(model, cache, ys)",
+                                            "decoder_step(model, cache, ys[:, -1:])"),)),
     "select_beams": Answer(stubs=(
         """
         batch = scores.size(0)
@@ -72,4 +62,7 @@ ANSWERS = {
                 break
         """,
     )),
+    "fast_predict_penalty_choice": Answer(stubs=('return "a"  # -5/2.5 = -2.0 against -3.5/1.5',)),
+    "fast_predict_cached_vectors": Answer(stubs=("return 2 * 3 * 8 * 5",)),
+    "fast_predict_candidates": Answer(stubs=("return 4 * 6000",)),
 }

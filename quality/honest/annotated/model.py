@@ -5,12 +5,7 @@
 from quality.honest import Answer
 
 ANSWERS = {
-    "model_make_target_mask": Answer(stubs=(
-        """
-        tgt_mask = make_padding_mask(tgt, pad_idx)
-        return tgt_mask & make_look_ahead_mask(tgt.size(-1), device=tgt.device)
-        """,
-    )),
+    "model_make_target_mask": Answer(fixes=(("return padding | look_ahead", "return padding & look_ahead"),)),
     "model_encoder": Answer(stubs=(
         """
         x = self.positional_encoding(self.embedding(x) * math.sqrt(self.d_model))
@@ -32,4 +27,7 @@ ANSWERS = {
         logits = self.decoder(dec_in, memory, enc_mask, dec_mask)
         """,
     )),
+    "model_predict_parameters": Answer(stubs=(
+        "return (1000 + 800) * 64 + 2 * (33_472 + 50_240) + 800 * 65  # embeddings, blocks, pred_layer",)),
+    "model_predict_tying_saving": Answer(stubs=("return 51_200  # 800 x 64, the bias stays",)),
 }

@@ -17,14 +17,7 @@ ANSWERS = {
         loss = criterion(out.contiguous().view(-1, out.size(-1)), batch.tgt_out.contiguous().view(-1))
         """,
     )),
-    "noam_learning_rate": Answer(stubs=(
-        """
-        # we have to default the step to 1 for LambdaLR function to avoid zero raising to negative power.
-        if step == 0:
-            step = 1
-        return factor * (d_model ** (-0.5) * min(step ** (-0.5), step * warmup_steps ** (-1.5)))
-        """,
-    )),
+    "noam_learning_rate": Answer(fixes=(("warmup_steps ** -0.5", "warmup_steps ** (-1.5)"),)),
     "train_epoch": Answer(stubs=(
         """
         optimizer.zero_grad(set_to_none=True)
@@ -36,4 +29,7 @@ ANSWERS = {
             scheduler.step()
         """,
     )),
+    "train_predict_uniform_loss": Answer(stubs=("return -math.log(1 / 10_000)  # uniform: p = 1/K",)),
+    "train_predict_peak_step": Answer(stubs=("return 4000  # warmup_steps: both terms meet there",)),
+    "train_predict_peak_rate": Answer(stubs=("return 512 ** -0.5 * 4000 ** -0.5  # d_model^-0.5 * warmup^-0.5",)),
 }

@@ -16,4 +16,6 @@ ANSWERS = {
         context = torch.matmul(weights, keys)
         """,
     )),
+    "why_predict_parameters": Answer(stubs=("return 6 * 10 + 8 * 10 + 10  # W_q, W_k, v: no biases",)),
+    "why_predict_zero_v": Answer(stubs=("return 1.0 / 5",)),
 }

@@ -24,13 +24,8 @@ ANSWERS = {
         mask = real.view(batch, 1, 1, seq_len)
         """,
     )),
-    "look_ahead_mask": Answer(stubs=(
-        """
-        mask = torch.zeros(1, 1, size, size, dtype=torch.bool, device=device)
-        for i in range(size):
-            mask[0, 0, i, : i + 1] = True  # query i may look at keys 0..i, itself included
-        """,
-    )),
+    "look_ahead_mask": Answer(fixes=((".triu()  # diagonal included",
+                                    ".tril(diagonal=0)  # the lower triangle, diagonal included"),)),
     "multi_head_attention": Answer(stubs=(
         """
         heads = []
@@ -60,4 +55,7 @@ ANSWERS = {
         output = self.W_o(self.combine_heads(heads))
         """,
     )),
+    "attn_predict_score_std": Answer(stubs=('return 2',)),
+    "attn_predict_parameters": Answer(stubs=('return 1050624',)),
+    "attn_predict_visible_pairs": Answer(stubs=('return int(12)',)),
 }

@@ -4,13 +4,8 @@ sublayer, apply dropout to its output, add the residual, normalise; max(0, .) wr
 from quality.honest import Answer
 
 ANSWERS = {
-    "block_feed_forward": Answer(stubs=(
-        """
-        hidden = self.fc1(x)  # x W1 + b1: (batch, seq_len, d_ff)
-        hidden = torch.maximum(hidden, torch.zeros_like(hidden))  # max(0, .)
-        return self.fc2(hidden)  # (batch, seq_len, d_model)
-        """,
-    )),
+    "block_feed_forward": Answer(fixes=(("return self.relu(self.fc2(self.fc1(x)))",
+                                         "return self.fc2(torch.clamp(self.fc1(x), min=0))  # max(0, .) inside"),)),
     "block_encoder": Answer(stubs=(
         """
         # sublayer 1: multi-head self-attention
@@ -41,4 +36,7 @@ ANSWERS = {
         x = self.norm3(residual + self.dropout(x))
         """,
     )),
+    "block_predict_encoder_parameters": Answer(stubs=('return 3152384',)),
+    "block_predict_decoder_parameters": Answer(stubs=('return 4204032',)),
+    "block_predict_feed_forward_share": Answer(stubs=('return 50.0',)),
 }

@@ -40,27 +40,8 @@ ANSWERS = {
         logits = decoder.pred_layer(x[:, -1, :])  # (batch, vocab)
         """,
     )),
-    "cached_greedy_decode": Answer(stubs=(
-        """
-        batch = src.size(0)
-        out = torch.full((batch, max_len + 1), pad_idx, dtype=torch.long, device=src.device)
-        out[:, 0] = bos_idx
-        length = 1
-        for step in range(max_len):
-            newest = out[:, length - 1:length]  # (batch, 1): the last token of every sentence
-            logits = decoder_step(model, cache, newest)
-            next_token = logits.argmax(dim=-1)
-            for b in range(batch):
-                if finished[b]:
-                    next_token[b] = pad_idx
-            out[:, length] = next_token
-            length += 1
-            finished = finished | (next_token == eos_idx)
-            if bool(finished.all()):
-                break
-        ys = out[:, :length]
-        """,
-    )),
+    "cached_greedy_decode": Answer(fixes=(("decoder_step(model, cache, ys)",
+                                            "decoder_step(model, cache, ys.narrow(1, ys.size(1) - 1, 1))"),)),
     "select_beams": Answer(stubs=(
         """
         batch, beam = scores.shape
@@ -109,4 +90,7 @@ ANSWERS = {
                 break
         """,
     )),
+    "fast_predict_penalty_choice": Answer(stubs=("return 'A'  # A ranks -2.0, B -2.33",)),
+    "fast_predict_cached_vectors": Answer(stubs=("return 5 * 48  # 48 per position: 3 layers, 8 heads, K and V",)),
+    "fast_predict_candidates": Answer(stubs=("return 6000 * 4",)),
 }

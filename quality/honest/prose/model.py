@@ -5,14 +5,8 @@ keyword arguments so that the two masks cannot be swapped."""
 from quality.honest import Answer
 
 ANSWERS = {
-    "model_make_target_mask": Answer(stubs=(
-        """
-        padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len): no query looks at a pad key
-        look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)
-        mask = torch.logical_and(padding, look_ahead)  # both rules: (batch, 1, tgt_len, tgt_len)
-        return mask
-        """,
-    )),
+    "model_make_target_mask": Answer(fixes=(("return padding | look_ahead",
+                                             "return look_ahead & padding  # both rules must allow the key"),)),
     "model_encoder": Answer(stubs=(
         """
         scale = math.sqrt(self.d_model)
@@ -39,4 +33,15 @@ ANSWERS = {
         logits = self.decoder(dec_in, enc_out=encoded, enc_mask=enc_mask, dec_mask=dec_mask)
         """,
     )),
+    "model_predict_parameters": Answer(stubs=(
+        """
+        embeddings = 1000 * 64 + 800 * 64
+        attention = 4 * (64 * 64 + 64)
+        feed_forward = 64 * 128 + 128 + 128 * 64 + 64
+        encoder_blocks = 2 * (attention + feed_forward + 2 * 128)
+        decoder_blocks = 2 * (2 * attention + feed_forward + 3 * 128)
+        return embeddings + encoder_blocks + decoder_blocks + 800 * 64 + 800
+        """,
+    )),
+    "model_predict_tying_saving": Answer(stubs=("return 51200.0",)),
 }

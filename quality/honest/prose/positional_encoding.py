@@ -19,4 +19,6 @@ ANSWERS = {
         x = x + positions
         """,
     )),
+    "pe_predict_self_dot": Answer(stubs=("return 32",)),
+    "pe_predict_parameters": Answer(stubs=("return 0",)),
 }

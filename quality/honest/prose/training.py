@@ -20,16 +20,8 @@ ANSWERS = {
         loss = criterion(scores, targets)
         """,
     )),
-    "noam_learning_rate": Answer(stubs=(
-        """
-        step = max(1, step)  # step 0 counts as step 1
-        if step < warmup_steps:
-            rate = step / warmup_steps ** 1.5  # warm-up: rises linearly
-        else:
-            rate = 1 / math.sqrt(step)  # afterwards: decays like 1 / sqrt(step)
-        return factor * rate / math.sqrt(d_model)
-        """,
-    )),
+    "noam_learning_rate": Answer(fixes=(("min(step ** -0.5, step * warmup_steps ** -0.5)",
+                                         "min(step ** -0.5, step * warmup_steps ** -1.5)  # the paper's exponent"),)),
     "train_epoch": Answer(stubs=(
         """
         model.zero_grad()  # 1. clear the gradients of the previous batch
@@ -41,4 +33,12 @@ ANSWERS = {
             scheduler.step()
         """,
     )),
+    "train_predict_uniform_loss": Answer(stubs=(
+        """
+        vocabulary_size = 10 * 1000
+        return math.log(vocabulary_size)
+        """,
+    )),
+    "train_predict_peak_step": Answer(stubs=("return 4_000",)),
+    "train_predict_peak_rate": Answer(stubs=("return 1 / math.sqrt(512 * 4000)",)),
 }

@@ -24,4 +24,6 @@ ANSWERS = {
         context = (weights.unsqueeze(-1) * keys.unsqueeze(1)).sum(dim=2)  # (batch, q_len, key_size)
         """,
     )),
+    "why_predict_parameters": Answer(stubs=("return 10 * (6 + 8 + 1)",)),
+    "why_predict_zero_v": Answer(stubs=("return 0.20  # five equal scores share the weight",)),
 }

@@ -28,13 +28,8 @@ ANSWERS = {
         mask = (token_ids != pad_idx).reshape(token_ids.shape[0], 1, 1, token_ids.shape[1])
         """,
     )),
-    "look_ahead_mask": Answer(stubs=(
-        """
-        steps = torch.arange(size, device=device)
-        # key j is visible to query i when j <= i (d2l builds the same rule from valid lengths 1, 2, ..., size)
-        mask = (steps.reshape(1, -1) <= steps.reshape(-1, 1)).reshape(1, 1, size, size)
-        """,
-    )),
+    "look_ahead_mask": Answer(fixes=(("torch.ones(size, size, dtype=torch.bool, device=device).triu()",
+                                      "torch.tril(torch.ones(size, size, dtype=torch.bool, device=device))"),)),
     "multi_head_attention": Answer(stubs=(
         """
         batch_size, num_steps, _ = x.shape
@@ -58,4 +53,7 @@ ANSWERS = {
         output = self.W_o(self.combine_heads(heads))
         """,
     )),
+    "attn_predict_score_std": Answer(stubs=('return 2.0',)),
+    "attn_predict_parameters": Answer(stubs=('return 1_050_624',)),
+    "attn_predict_visible_pairs": Answer(stubs=('return 12',)),
 }

@@ -5,11 +5,7 @@ feed-forward network."""
 from quality.honest import Answer
 
 ANSWERS = {
-    "block_feed_forward": Answer(stubs=(
-        """
-        return self.fc2(F.relu(self.fc1(x)))
-        """,
-    )),
+    "block_feed_forward": Answer(fixes=(("self.relu(self.fc2(self.fc1(x)))", "self.fc2(F.relu(self.fc1(x)))"),)),
     "block_encoder": Answer(stubs=(
         """
         def add_norm(norm, X, Y):  # d2l's AddNorm: dropout on the sublayer output, residual, layer norm
@@ -29,4 +25,7 @@ ANSWERS = {
         x = add_norm(self.norm3, Z, self.feed_forward(Z))
         """,
     )),
+    "block_predict_encoder_parameters": Answer(stubs=('return 3_152_384',)),
+    "block_predict_decoder_parameters": Answer(stubs=('return 4_204_032',)),
+    "block_predict_feed_forward_share": Answer(stubs=('return 49.9',)),
 }

@@ -18,15 +18,9 @@ ANSWERS = {
                 break
         """,
     )),
-    "attention_maps": Answer(stubs=(
-        """
-        encoder_self, decoder_self, cross = [], [], []
-        for layer in model.encoder.layers:
-            encoder_self.append(layer.self_attn.attn_weights)
-        for layer in model.decoder.layers:
-            decoder_self.append(layer.self_attn.attn_weights)
-            cross.append(layer.cross_attn.attn_weights)
-        encoder_self, decoder_self, cross = torch.stack(encoder_self), torch.stack(decoder_self), torch.stack(cross)
-        """,
-    )),
+    "attention_maps": Answer(fixes=(("[layer.self_attn.attn_weights for layer in model.decoder.layers])  "
+                                       "# queries: target",
+                                      "[block.cross_attn.attn_weights for block in model.decoder.layers])"),)),
+    "dec_predict_decoder_calls": Answer(stubs=("return int(9.0)",)),
+    "dec_predict_brevity_penalty": Answer(stubs=("return 0.717",)),
 }

@@ -36,18 +36,8 @@ ANSWERS = {
             """,
         ),
     ),
-    "cached_greedy_decode": Answer(stubs=(
-        """
-        for _ in range(max_len):
-            logits = decoder_step(model, cache, ys[:, -1:])  # (batch, vocab)
-            next_token = logits.argmax(dim=-1)
-            next_token = torch.where(finished, torch.full_like(next_token, pad_idx), next_token)
-            ys = torch.cat((ys, next_token.reshape(-1, 1)), dim=1)
-            finished = finished | (next_token == eos_idx)
-            if finished.all():
-                break
-        """,
-    )),
+    "cached_greedy_decode": Answer(fixes=(("logits = decoder_step(model, cache, ys)",
+                                            "logits = decoder_step(model, cache, ys[:, ys.size(1) - 1:])"),)),
     "select_beams": Answer(stubs=(
         """
         batch_size, num_beams = scores.shape
@@ -79,4 +69,7 @@ ANSWERS = {
                 break
         """,
     )),
+    "fast_predict_penalty_choice": Answer(stubs=('return str("A")',)),
+    "fast_predict_cached_vectors": Answer(stubs=("return int(240.0)",)),
+    "fast_predict_candidates": Answer(stubs=("return 24000",)),
 }

@@ -16,14 +16,7 @@ ANSWERS = {
         loss = criterion(Y_hat.permute(0, 2, 1), batch.tgt_out)  # classes on axis 1, as CrossEntropyLoss wants
         """,
     )),
-    "noam_learning_rate": Answer(stubs=(
-        """
-        step = max(step, 1)
-        arg1 = 1 / math.sqrt(step)
-        arg2 = step * (warmup_steps ** -1.5)
-        return factor * (1 / math.sqrt(d_model)) * min(arg1, arg2)
-        """,
-    )),
+    "noam_learning_rate": Answer(fixes=(("step * warmup_steps ** -0.5", "step / warmup_steps ** 1.5"),)),
     "train_epoch": Answer(stubs=(
         """
         optimizer.zero_grad()
@@ -40,4 +33,7 @@ ANSWERS = {
             scheduler.step()
         """,
     )),
+    "train_predict_uniform_loss": Answer(stubs=("return torch.tensor(10000.0).log().item()",)),
+    "train_predict_peak_step": Answer(stubs=("return int(4e3)",)),
+    "train_predict_peak_rate": Answer(stubs=("return 7.0e-4",)),
 }

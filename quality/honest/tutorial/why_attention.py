@@ -25,4 +25,6 @@ ANSWERS = {
             """,
         ),
     ),
+    "why_predict_parameters": Answer(stubs=("return 150",)),
+    "why_predict_zero_v": Answer(stubs=("return 0.2",)),
 }

@@ -52,6 +52,7 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
+from transformer_course.checks.predictions import expect_number
 from transformer_course.reference import MultiHeadAttention as _ReferenceMultiHeadAttention
 from transformer_course.reference import make_look_ahead_mask as _reference_look_ahead_mask
 from transformer_course.reference import make_padding_mask as _reference_padding_mask
@@ -74,6 +75,9 @@ __all__ = [
     "mha_values",
     "padding_mask_shape",
     "padding_mask_values",
+    "predicted_attention_parameters",
+    "predicted_scaled_score_std",
+    "predicted_visible_pairs",
     "sdpa_integer_mask",
     "sdpa_masked_keys_get_zero",
     "sdpa_masked_values",
@@ -1433,3 +1437,35 @@ def mha_cross_attention(MultiHeadAttention: type[nn.Module], d_model: int = 20, 
                     name="forward(q, k, v, mask) with q_len != k_len",
                     cause="take each sequence length from its own input: split_heads reads seq_len from x.shape, so Q "
                           "has q_len rows and K, V have k_len rows.")
+
+
+# --- predict, then run ------------------------------------------------------------------------------
+
+
+@check("your prediction: the standard deviation of q·k / √d_k (d_k = 64, Var(q_m) = 4, Var(k_m) = 1)")
+def predicted_scaled_score_std(predict: Any) -> None:
+    d_k, variance_q, variance_k = 64, 4.0, 1.0
+    truth = math.sqrt(d_k * variance_q * variance_k) / math.sqrt(d_k)  # Var(q·k) = d_k · Var(q_m) · Var(k_m)
+    expect_number(predict, truth=truth, tolerance=0.03,
+                  what="the standard deviation of q·k / √d_k",
+                  cause="each product q_m k_m has variance Var(q_m) · Var(k_m); the d_k products add their "
+                        "variances; dividing by √d_k divides the variance by d_k; the standard deviation is "
+                        "the square root of the variance.")
+
+
+@check("your prediction: the parameters of MultiHeadAttention(512, 8)")
+def predicted_attention_parameters(predict: Any) -> None:
+    truth = sum(parameter.numel() for parameter in _ReferenceMultiHeadAttention(512, 8).parameters())
+    expect_number(predict, truth=float(truth), what="the parameters of MultiHeadAttention(512, 8)",
+                  cause="count the four nn.Linear layers W_q, W_k, W_v, W_o: each has in_features × out_features "
+                        "weights plus out_features biases. Does the number of heads change any of them?")
+
+
+@check("your prediction: the visible query-key pairs of padding & look-ahead for 3 words + 2 <pad>")
+def predicted_visible_pairs(predict: Any) -> None:
+    token_ids = torch.tensor([[5, 6, 7, 3, 3]])  # "ein hund läuft <pad> <pad>", <pad> = 3
+    mask = _reference_padding_mask(token_ids, 3) & _reference_look_ahead_mask(5)  # (1, 1, 5, 5)
+    expect_number(predict, truth=float(mask.sum()),
+                  what="the number of True entries of the combined 5 × 5 mask",
+                  cause="go row by row: query i may see keys 0..i (look-ahead), and no query may see a <pad> "
+                        "key. Which mask hides rows, and which hides columns?")

@@ -37,6 +37,7 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
+from transformer_course.checks.predictions import expect_number
 from transformer_course.reference import DecoderBlock as ReferenceDecoderBlock
 from transformer_course.reference import EncoderBlock as ReferenceEncoderBlock
 from transformer_course.reference import PositionWiseFeedForward as ReferenceFeedForward
@@ -61,6 +62,9 @@ __all__ = [
     "encoder_values",
     "feed_forward_shape",
     "feed_forward_values",
+    "predicted_decoder_parameters",
+    "predicted_encoder_parameters",
+    "predicted_feed_forward_share",
     "summary",
 ]
 
@@ -696,3 +700,37 @@ def decoder_dropout_placement(DecoderBlock: type[nn.Module], d_model: int = 16, 
                               d_ff: int = 32, batch: int = 2, tgt_len: int = 6, src_len: int = 6) -> None:
     _dropout_placement(DecoderBlock, "decoder", (d_model, num_heads, d_ff),
                        _decoder_inputs(batch, tgt_len, src_len, d_model), seed=6)
+
+
+# --- predict, then run ------------------------------------------------------------------------------
+
+
+def _parameter_count(module: nn.Module) -> int:
+    return sum(parameter.numel() for parameter in module.parameters())
+
+
+@check("your prediction: the parameters of one encoder block (d_model 512, 8 heads, d_ff 2048)")
+def predicted_encoder_parameters(predict: Any) -> None:
+    expect_number(predict, truth=float(_parameter_count(ReferenceEncoderBlock(512, 8, 2048, 0.1))),
+                  what="the parameters of EncoderBlock(512, 8, 2048, 0.1)",
+                  cause="add up the parts: the multi-head attention (four 512 → 512 linear layers), the "
+                        "feed-forward network (512 → 2048 → 512) and each LayerNorm's gain and bias (512 each). "
+                        "Biases count too; dropout has no parameters.")
+
+
+@check("your prediction: the parameters of one decoder block (d_model 512, 8 heads, d_ff 2048)")
+def predicted_decoder_parameters(predict: Any) -> None:
+    expect_number(predict, truth=float(_parameter_count(ReferenceDecoderBlock(512, 8, 2048, 0.1))),
+                  what="the parameters of DecoderBlock(512, 8, 2048, 0.1)",
+                  cause="a decoder block has one more attention module (cross-attention, with its own weights) "
+                        "and one more LayerNorm than an encoder block.")
+
+
+@check("your prediction: the feed-forward network's share of a decoder block's parameters, in percent")
+def predicted_feed_forward_share(predict: Any) -> None:
+    share = 100 * _parameter_count(ReferenceFeedForward(512, 2048)) / _parameter_count(
+        ReferenceDecoderBlock(512, 8, 2048, 0.1))
+    expect_number(predict, truth=share, absolute=1.0,
+                  what="the feed-forward network's share of a decoder block's parameters (percent)",
+                  cause="divide the feed-forward network's parameters by the whole decoder block's and multiply "
+                        "by 100; the block has two attention modules of about 1.05 million parameters each.")

@@ -19,6 +19,7 @@ sentence had already said <eos>, when decoding stopped and which sentences were 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,7 @@ from transformer_course.checks.framework import (
     summary,
 )
 from transformer_course.checks.localise import recorded_calls
+from transformer_course.checks.predictions import expect_number
 from transformer_course.reference import Transformer, make_source_mask, make_target_mask
 from transformer_course.reference.decoding import attention_maps as reference_attention_maps
 from transformer_course.reference.decoding import greedy_decode as reference_greedy_decode
@@ -63,6 +65,8 @@ __all__ = [
     "greedy_stops_at_eos",
     "greedy_stops_when_all_finished",
     "greedy_uses_last_position",
+    "predicted_brevity_penalty",
+    "predicted_decoder_calls",
     "summary",
 ]
 
@@ -926,3 +930,28 @@ def attention_maps_rows_sum_to_one(attention_maps: Callable, tgt_len: int = 5, *
                  got=f"up to {float(leaked.abs().max()):.3g}",
                  cause="the weights must come from the forward pass with the masks: read attn_weights after the "
                        "model ran, do not recompute attention without masks.")
+
+
+# --- predict, then run ------------------------------------------------------------------------------
+
+
+@check("your prediction: decoder calls for sentences that end after 4, 9 and 2 tokens, max_len = 12")
+def predicted_decoder_calls(predict: Any) -> None:
+    ids = Ids()
+    model, src = _script(((5, 6, 7, "eos"), (5, 6, 7, 8, 5, 6, 7, 8, "eos"), (5, "eos")), 12, ids).build()
+    with torch.no_grad():
+        reference_greedy_decode(model, src, ids.pad, ids.bos, ids.eos, 12)
+    expect_number(predict, truth=float(len(model.decoder.calls)),
+                  what="the number of decoder calls (sentences ending after 4, 9 and 2 tokens, max_len = 12)",
+                  cause="each step calls the decoder once for the whole batch, and the loop runs until every "
+                        "sentence has produced <eos> (or max_len steps): which sentence decides?")
+
+
+@check("your prediction: the brevity penalty of a two-sentence corpus (lengths 10 and 5, references 10 and 10)")
+def predicted_brevity_penalty(predict: Any) -> None:
+    hypothesis_lengths, reference_lengths = (10, 5), (10, 10)
+    c, r = sum(hypothesis_lengths), sum(reference_lengths)  # corpus BLEU sums the lengths first
+    expect_number(predict, truth=1.0 if c > r else math.exp(1 - r / c), absolute=0.005,
+                  what="the brevity penalty of the corpus",
+                  cause="BP uses the total length c of all hypotheses and r of all references, then "
+                        "exp(1 - r / c) when c <= r; it is not an average of per-sentence penalties.")

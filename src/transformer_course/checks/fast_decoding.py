@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks import differential
 from transformer_course.checks.boundary import on_student_side, supplied
@@ -56,6 +57,7 @@ from transformer_course.checks.framework import (
     student_code,
     summary,
 )
+from transformer_course.checks.predictions import expect_choice, expect_number
 from transformer_course.reference import Transformer, make_source_mask, make_target_mask
 from transformer_course.reference.beam_search import beam_search as reference_beam_search
 from transformer_course.reference.beam_search import length_penalty
@@ -80,6 +82,9 @@ __all__ = [
     "cached_greedy_matches_greedy",
     "cached_greedy_matches_greedy_padded",
     "cached_greedy_uses_the_cache",
+    "predicted_cached_vectors",
+    "predicted_candidates",
+    "predicted_penalty_choice",
     "select_beams_keeps_finished",
     "select_beams_length_penalty",
     "select_beams_top_candidates",
@@ -1628,3 +1633,59 @@ def beam_matches_reference(beam_search: Callable, beam_size: int = 3, alpha: flo
                        "differs from the reference.",
                cause="rows of sentence b are b * beam_size .. b * beam_size + beam_size - 1; after select_beams, "
                      "follow the parents in ys, the cache, finished and lengths.")
+
+
+# --- predict, then run ------------------------------------------------------------------------------
+
+
+@check("your prediction: which hypothesis alpha = 1 puts first (10 tokens, -5.0 or 4 tokens, -3.5)")
+def predicted_penalty_choice(predict: Any) -> None:
+    hypotheses = {"A": (10, -5.0), "B": (4, -3.5)}  # name: (tokens, log-probability)
+    ranks = {name: log_p / float(length_penalty(torch.tensor(float(n)), 1.0))
+             for name, (n, log_p) in hypotheses.items()}
+    expect_choice(predict, truth=max(ranks, key=ranks.get), choices=tuple(hypotheses),
+                  what="which hypothesis the length-penalised ranking puts first with alpha = 1",
+                  cause="compute lp(n) = ((5 + n) / 6) ** alpha for each length, divide each log-probability by "
+                        "it, and remember that the ranking is negative: the value closer to 0 wins.")
+
+
+@check("your prediction: the self-attention key and value vectors cached after 5 steps (3 layers, 8 heads)")
+def predicted_cached_vectors(predict: Any) -> None:
+    model = Transformer(20, 20, 16, 8, 3, 32, 40, 0.0).eval()  # 3 decoder layers of 8 heads
+    src = torch.full((1, 9), 5, dtype=torch.long)  # one sentence of 9 tokens
+    with torch.no_grad():
+        src_mask = make_source_mask(src, PAD)
+        cache = reference_start_cache(model, model.encoder(src, src_mask), src_mask)
+        for _ in range(5):
+            reference_decoder_step(model, cache, torch.full((1, 1), BOS, dtype=torch.long))
+    vectors = sum(t.shape[0] * t.shape[1] * t.shape[2] for t in (*cache.self_keys, *cache.self_values))
+    expect_number(predict, truth=float(vectors), what="the self-attention key and value vectors in the cache",
+                  cause="one key and one value vector per head, per layer and per decoded position; the source "
+                        "length only matters for the cross-attention part.")
+
+
+class _TopkWidth(TorchFunctionMode):
+    """Records the length of the last axis of every tensor topk is applied to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.widths: list[int] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        if getattr(func, "__name__", "") == "topk":
+            self.widths.append(int(args[0].shape[-1]))
+        return func(*args, **(kwargs or {}))
+
+
+@check("your prediction: the candidates per sentence that select_beams chooses from (beam 4, vocabulary 6,000)")
+def predicted_candidates(predict: Any) -> None:
+    batch, beam, vocab = 2, 4, 6000
+    watcher = _TopkWidth()
+    with torch.no_grad(), watcher:
+        reference_select_beams(torch.zeros(batch, beam), torch.zeros(batch, beam, vocab),
+                               torch.zeros(batch, beam, dtype=torch.bool), torch.zeros(batch, beam, dtype=torch.long),
+                               beam, 0.6, PAD)
+    expect_number(predict, truth=float(watcher.widths[-1]),
+                  what="the number of candidates per sentence (beam 4, vocabulary 6,000)",
+                  cause="every hypothesis of the sentence can be extended by every token of the vocabulary, and "
+                        "topk chooses among all of them together.")

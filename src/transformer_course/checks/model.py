@@ -42,10 +42,11 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
+from transformer_course.checks.predictions import expect_number
 from transformer_course.reference import Decoder as ReferenceDecoder
 from transformer_course.reference import Encoder as ReferenceEncoder
 from transformer_course.reference import Transformer as ReferenceTransformer
-from transformer_course.reference import make_source_mask
+from transformer_course.reference import count_parameters, make_source_mask
 from transformer_course.reference import make_target_mask as reference_target_mask
 
 # the parts of PyTorch this stage's grade cells meet, used once before any notebook code (runner.warm_up_torch):
@@ -53,6 +54,8 @@ from transformer_course.reference import make_target_mask as reference_target_ma
 WARM_UP: tuple[str, ...] = ("shape checks", "optimiser step")
 
 __all__ = [
+    "predicted_parameter_count",
+    "predicted_tying_saving",
     "decoder_layers_registered",
     "decoder_output_shape",
     "decoder_values",
@@ -1008,3 +1011,34 @@ def no_builtin_modules(Transformer: type[nn.Module], **sizes: float) -> None:
     source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=121)
     target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=122)
     _builtins(Transformer, config.transformer_args(), (source, target, *_masks(source, target, config.pad_idx)))
+
+
+# --- predict, then run ------------------------------------------------------------------------------------------
+
+PREDICTED_CONFIG = dict(src_vocab=1000, tgt_vocab=800, d_model=64, num_heads=4, num_layers=2, d_ff=128,
+                        max_seq_length=50, dropout=0.1)  # the configuration the notebook's predictions ask about
+
+
+def _predicted_model() -> nn.Module:
+    with torch.device("meta"):  # shapes only: no memory, and the student's random generator is left alone
+        return ReferenceTransformer(*PREDICTED_CONFIG.values())
+
+
+@check("your prediction: the parameters of Transformer(1000, 800, 64, 4, 2, 128, 50, 0.1)")
+def predicted_parameter_count(predict: Any) -> None:
+    expect_number(predict, truth=float(count_parameters(_predicted_model())),
+                  what="the parameters of Transformer(1000, 800, 64, 4, 2, 128, 50, 0.1)",
+                  cause="add up both embeddings (vocab x d_model each), 2 encoder blocks, 2 decoder blocks "
+                        "(a second attention and a third LayerNorm) and pred_layer (weights and biases); "
+                        "the positional encoding has none.")
+
+
+@check("your prediction: the parameters saved by sharing the target embedding with pred_layer")
+def predicted_tying_saving(predict: Any) -> None:
+    model = _predicted_model()
+    separate = count_parameters(model)
+    model.decoder.pred_layer.weight = model.decoder.embedding.weight
+    expect_number(predict, truth=float(separate - count_parameters(model)),
+                  what="the parameters saved by sharing the target embedding with pred_layer",
+                  cause="one (tgt_vocab, d_model) matrix is now counted once; pred_layer's bias has no "
+                        "counterpart in the embedding and stays.")

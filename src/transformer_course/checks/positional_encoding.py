@@ -26,8 +26,10 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
+from transformer_course.checks.predictions import expect_number
 
-__all__ = ["buffer_shape", "dropout_behaviour", "forward_adds_encoding", "summary", "table_values"]
+__all__ = ["buffer_shape", "dropout_behaviour", "forward_adds_encoding", "predicted_parameter_count",
+           "predicted_self_dot_product", "summary", "table_values"]
 from transformer_course.reference import PositionalEncoding as ReferencePositionalEncoding
 
 # the parts of PyTorch this stage's grade cells meet, used once before any notebook code (runner.warm_up_torch):
@@ -561,3 +563,24 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
     expect_close("forward(x) in eval mode", evaluated, summed, atol=1e-4, rtol=1e-4,
                  cause="in eval mode dropout must do nothing: use nn.Dropout (self.dropout), not F.dropout "
                        "with training=True.")
+
+
+# --- predict, then run ------------------------------------------------------------------------------
+
+
+@check("your prediction: PE[pos] · PE[pos] for d_model = 64")
+def predicted_self_dot_product(predict: Any) -> None:
+    table = _table(64, 40)  # (40, 64)
+    expect_number(predict, truth=float(table[17] @ table[17]), tolerance=0.01,
+                  what="PE[pos] · PE[pos] for d_model = 64",
+                  cause="column pair i holds sin(angle) and cos(angle) of one angle: what is sin² + cos²? "
+                        "How many pairs are there?")
+
+
+@check("your prediction: the trainable parameters of PositionalEncoding(512, 5000, 0.1)")
+def predicted_parameter_count(predict: Any) -> None:
+    expect_number(predict, truth=float(sum(parameter.numel() for parameter in
+                                           ReferencePositionalEncoding(512, 5000, 0.1).parameters())),
+                  what="the trainable parameters of PositionalEncoding(512, 5000, 0.1)",
+                  cause="the table is a buffer, not a parameter, and dropout has no weights: what does the "
+                        "optimiser find in model.parameters()?")

@@ -45,10 +45,12 @@ from transformer_course.checks.framework import (
     summary,
 )
 from transformer_course.checks.localise import Call, Step, Values, first_departure, recorded_calls, terms
+from transformer_course.checks.predictions import expect_number
 from transformer_course.reference import Transformer as ReferenceTransformer
 from transformer_course.reference.training import Batch
 from transformer_course.reference.training import collate as reference_collate
 from transformer_course.reference.training import compute_loss as reference_compute_loss
+from transformer_course.reference.training import noam_learning_rate as reference_noam_learning_rate
 from transformer_course.reference.training import train_epoch as reference_train_epoch
 
 # the parts of PyTorch this stage's grade cells meet, used once before any notebook code (runner.warm_up_torch):
@@ -56,6 +58,9 @@ from transformer_course.reference.training import train_epoch as reference_train
 WARM_UP: tuple[str, ...] = ("shape checks", "optimiser step")
 
 __all__ = [
+    "predicted_peak_rate",
+    "predicted_peak_step",
+    "predicted_uniform_loss",
     "collate_shapes",
     "collate_shift",
     "compute_loss_ignores_padding",
@@ -1169,3 +1174,38 @@ def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 
                  "and that the loss is computed with compute_loss(model, batch, criterion).")
     fail("the loss did not fall.", expected=f"epoch {epochs} loss below 60% of epoch 1's ({losses[0]:.3f})",
          got="losses per epoch " + ", ".join(f"{loss:.3f}" for loss in losses), cause=cause)
+
+
+# --- predict, then run ------------------------------------------------------------------------------------------
+
+PAPER_D_MODEL, PAPER_WARMUP = 512, 4000  # the paper's base model (section 5.3)
+
+
+def _paper_schedule() -> list[float]:
+    """The paper's learning rate for steps 1..5 * warmup (eq. 3, factor 1), from the reference schedule."""
+    return [reference_noam_learning_rate(step, PAPER_D_MODEL, PAPER_WARMUP) for step in range(1, 5 * PAPER_WARMUP + 1)]
+
+
+@check("your prediction: the loss of a uniform prediction over 10,000 words")
+def predicted_uniform_loss(predict: Any) -> None:
+    uniform = torch.zeros(1, 10_000, dtype=torch.float64)  # equal logits over K = 10,000 words
+    truth = float(nn.functional.cross_entropy(uniform, torch.tensor([4])))
+    expect_number(predict, truth=truth, tolerance=0.01, what="the loss of a uniform prediction",
+                  cause="every word gets probability 1/K, so the loss at every position is -log(1/K).")
+
+
+@check("your prediction: the step at which the paper's schedule peaks")
+def predicted_peak_step(predict: Any) -> None:
+    rates = _paper_schedule()
+    expect_number(predict, truth=float(rates.index(max(rates)) + 1),
+                  what="the step at which the paper's schedule peaks",
+                  cause="the rate rises while step * warmup^-1.5 is the smaller term and falls once step^-0.5 is: "
+                        "where are the two terms equal?")
+
+
+@check("your prediction: the peak learning rate of the paper's schedule")
+def predicted_peak_rate(predict: Any) -> None:
+    expect_number(predict, truth=max(_paper_schedule()), tolerance=0.02,
+                  what="the peak learning rate of the paper's schedule",
+                  cause="at the peak both terms are equal: d_model^-0.5 * warmup^-0.5 with d_model = 512 and "
+                        "warmup = 4000.")

@@ -40,6 +40,7 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
+from transformer_course.checks.predictions import expect_number
 from transformer_course.reference.additive_attention import AdditiveAttention as ReferenceAdditiveAttention
 
 # the parts of PyTorch this stage's grade cells meet, used once before any notebook code (runner.warm_up_torch):
@@ -50,6 +51,8 @@ __all__ = [
     "context_values",
     "forward_shapes",
     "masked_padding_gets_zero",
+    "predicted_parameter_count",
+    "predicted_weight_with_zero_v",
     "score_shape",
     "score_values",
     "sentences_are_independent",
@@ -511,3 +514,28 @@ def sentences_are_independent(AdditiveAttention: AttentionClass, batch: int = 3,
                  cause="the softmax must run over each query's own source positions (dim=-1), never over the "
                        "batch (dim=0), and padding must be hidden with the mask's query axis, "
                        "mask.unsqueeze(1) == 0." + FIX_SCORE_FIRST)
+
+
+# --- predict, then run ------------------------------------------------------------------------------
+
+
+@check("your prediction: the trainable parameters of AdditiveAttention(6, 8, 10)")
+def predicted_parameter_count(predict: Any) -> None:
+    expect_number(predict, truth=float(sum(parameter.numel() for parameter in
+                                           ReferenceAdditiveAttention(6, 8, 10).parameters())),
+                  what="the trainable parameters of AdditiveAttention(query_size=6, key_size=8, attention_size=10)",
+                  cause="an nn.Linear(in_features, out_features, bias=False) holds in_features * out_features "
+                        "weights; count W_q, W_k and v (v is a Linear with one output).")
+
+
+@check("your prediction: the first real token's weight when v is zero (5 real tokens, 3 padding)")
+def predicted_weight_with_zero_v(predict: Any) -> None:
+    module = ReferenceAdditiveAttention(6, 8, 10).double()
+    mask = torch.tensor([[True] * 5 + [False] * 3])  # (1, k_len = 8)
+    with torch.no_grad():
+        module.v.weight.zero_()
+        _, weights = module(randn(1, 1, 6, seed=90), randn(1, 8, 8, seed=91), mask)
+    expect_number(predict, truth=float(weights[0, 0, 0]), absolute=0.005,
+                  what="the weight of the first real token when v = 0",
+                  cause="with v = 0 every score is 0 before the mask; what does the softmax make of equal scores, "
+                        "and how many positions share the weight once the padding is hidden?")

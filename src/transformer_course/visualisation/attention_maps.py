@@ -78,6 +78,7 @@ def plot_attention_grid(weights: torch.Tensor, query_tokens: Sequence[str], key_
     return figure
 
 
+@not_drawn_while_grading  # while grading: an Unseen figure, whose .show() shows nothing
 def plot_attention_interactive(weights: torch.Tensor, query_tokens: Sequence[str], key_tokens: Sequence[str],
                                title: str, sentence: int = 0, query_label: str = "query",
                                key_label: str = "key") -> InteractiveFigure:

@@ -58,3 +58,24 @@ def plot_position_similarity(pe: torch.Tensor, max_positions: int = 60) -> Figur
     figure.colorbar(image, ax=axis)
     figure.tight_layout()
     return figure
+
+
+@not_drawn_while_grading
+def plot_offset_scores(pe: torch.Tensor, rotation: torch.Tensor, position: int = 50, offset: int = 3,
+                       max_positions: int = 100) -> Figure:
+    """Two rows of scores against the positions q: PE[position] · PE[q], symmetric about `position`, and
+    (R_k PE[position]) · PE[q], which peaks at position + offset (R_k = `rotation`, (d_model, d_model))."""
+    table = _table(pe)[:max_positions]
+    plain = table @ table[position]  # (positions,)
+    rotated = table @ (rotation.detach().float().cpu() @ table[position])  # (positions,)
+    figure, axis = plt.subplots(figsize=(9, 3.2))
+    axis.plot(plain.numpy(), label=f"PE[{position}] · PE[q]")
+    axis.plot(rotated.numpy(), label=f"(R_{offset} PE[{position}]) · PE[q]")
+    axis.axvline(position, color="grey", linewidth=0.8, linestyle=":")
+    axis.axvline(position + offset, color="grey", linewidth=0.8, linestyle="--")
+    axis.set_xlabel("position q")
+    axis.set_ylabel("dot product")
+    axis.set_title(f"A rotation by the offset moves the peak from q = {position} to q = {position + offset}")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure

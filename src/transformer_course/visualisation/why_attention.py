@@ -123,6 +123,7 @@ def plot_bleu_by_length(results: Mapping[str, Mapping[str, Mapping[str, float]]]
     return figure
 
 
+@not_drawn_while_grading  # while grading: an Unseen figure, whose .show() shows nothing
 def plot_alignment_interactive(weights: torch.Tensor, source_tokens: Sequence[str], target_tokens: Sequence[str],
                                title: str = "Where the decoder looked") -> InteractiveFigure:
     """Plotly heatmap of one sentence's attention: rows = English tokens produced, columns = German tokens.

@@ -48,6 +48,10 @@
 # 6. say what changes on the way from additive attention to the Transformer's scaled dot-product
 #    attention, and why.
 #
+# **Before you start.** You need Python and PyTorch basics (tensors and their shapes, `nn.Module`, a
+# training loop with an optimiser), softmax, and what a recurrent network does: it reads a sentence
+# one token at a time and keeps a state vector. Nothing of the Transformer yet.
+#
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After the exercise a few *check cells* test one property each: `✔` means it
@@ -198,7 +202,7 @@ plt.show()
 #
 # **Where $s_t$ comes from.** Bahdanau et al. score with the state *before* the step, $s_{t-1}$, and feed
 # $c_t$ into the recurrence. Our decoder scores with the state *after* the step, $s_t$, and feeds $c_t$
-# to the output layer (as Luong, Pham and Manning, 2015, did): the score is the same, and during
+# to the output layer (as Luong, Pham and Manning, 2015, did): the scoring function is the same, and during
 # training the queries of all target positions can be scored at once. So a query has a length axis too.
 #
 # ### The contract: shapes
@@ -225,8 +229,7 @@ plt.show()
 #   moderate number such as $-100$ (its weight is then tiny, but not always exactly 0);
 # - the mask, `(batch, k_len)`, used as it is against scores `(batch, q_len, k_len)`: broadcasting
 #   lines up the *last* axes, so `batch` meets `q_len`, a size-mismatch error, or, worse, when the
-#   two sizes happen to be equal, no error and the wrong sentence's mask; it needs an axis for the
-#   queries;
+#   two sizes happen to be equal, no error and the wrong sentence's mask;
 # - `tanh` forgotten, or applied to each projection separately instead of to their sum: the score is
 #   then a query part plus a key part, the softmax cancels the query part, and every query gets the
 #   same weights;
@@ -494,7 +497,8 @@ for german in ("Ein Hund rennt.",
 # number of epochs: **without attention** (`build_seq2seq(data, CONFIG)`) and **with your attention**
 # (`build_seq2seq(data, CONFIG, AdditiveAttention)`, which creates
 # `AdditiveAttention(hidden_size, hidden_size, attention_size)`: queries are decoder states, keys are
-# the bidirectional encoder's outputs, both `hidden_size` wide here).
+# the bidirectional encoder's outputs, both `hidden_size` wide here; each encoder direction is
+# `hidden_size // 2` wide, so their concatenation is `hidden_size`).
 #
 # The training loop is the standard one (stage 5 has you write it): for every batch, the cross-entropy
 # of the predicted next tokens, ignoring padding; backpropagation; gradients clipped to norm 1; an Adam
@@ -681,8 +685,8 @@ plt.show()
 #   $e_{tj} = v^\top\tanh(W_q s_t + W_k h_j)$, turns the scores into weights with a softmax over the
 #   source positions (padding filled with $-10^9$ first, so it gets exactly 0), and reads
 #   $c_t = \sum_j \alpha_{tj} h_j$, a fresh context for every target position.
-# - Shapes: scores and weights `(batch, q_len, k_len)`, context `(batch, q_len, key_size)`; the mask
-#   `(batch, k_len)` needs an axis for the queries before it meets the scores.
+# - Shapes: scores and weights `(batch, q_len, k_len)`, context `(batch, q_len, key_size)`, the mask
+#   `(batch, k_len)`.
 # - The Transformer keeps score → softmax → weighted sum, but scores with a scaled dot product, separates
 #   keys from values, uses several heads, and drops the RNN, which is why it needs positional encodings.
 #

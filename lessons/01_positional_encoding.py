@@ -140,7 +140,9 @@ print("shuffling the input only shuffles the output:", same)
 #   \begin{pmatrix} \cos \omega_i k & \sin \omega_i k \\ -\sin \omega_i k & \cos \omega_i k \end{pmatrix}
 #   \begin{pmatrix} \sin \omega_i pos \\ \cos \omega_i pos \end{pmatrix}$$
 #
-# The matrix is a rotation by the angle $\omega_i k$, and it depends on the offset $k$, not on $pos$.
+# The matrix is a rotation by the angle $\omega_i k$ (clockwise, when the sine is drawn on the first
+# axis and the cosine on the second, as in this vector), and it depends on the offset $k$, not on
+# $pos$.
 # Put one such $2 \times 2$ block per column pair on the diagonal of a $d_{model} \times d_{model}$
 # matrix $R_k$ and you get, for **every** position,
 #
@@ -160,7 +162,8 @@ print("shuffling the input only shuffles the output:", same)
 # - dropout applied twice, or to `x` before the addition: the given `return` already applies it,
 #   once, to the *sum* of embeddings and encodings, as the paper does;
 # - `pe` turned into an `nn.Parameter`: it is fixed, not learned, so the given line registers it as a
-#   *buffer* (Question 2 asks what the alternatives would break).
+#   *buffer*. A buffer belongs to the module like a parameter (it moves with `.to(...)` and is saved
+#   in `state_dict()`) but is not trained. (Question 2 asks what a plain attribute would break.)
 
 # %% [markdown]
 # ## 3. Exercise: `PositionalEncoding`
@@ -386,7 +389,7 @@ plt.show()
 # **Why sinusoids, then?** The paper: "because it may allow the model to extrapolate to sequence
 # lengths longer than the ones encountered during training". A learned table has one vector per
 # position it was trained on and nothing beyond; the formula gives a vector for any position, and
-# the same $R_k$ for any offset. Note the "may": the paper did not measure it. Later work did, and
+# the same $R_k$ at every position. Note the "may": the paper did not measure it. Later work did, and
 # found that Transformers with sinusoidal encodings degrade quickly on sequences even a little
 # longer than those they were trained on (Press, Smith and Lewis, 2022, *ALiBi*).
 #
@@ -440,12 +443,11 @@ print(f"typical |PE entry|: {position_signal.abs().mean():.3f}")
 
 # %% [markdown]
 # **Reading the numbers.** With the default initialisation the scaled word signal is about ten times
-# larger than the position signal (about 6.4 against 0.57); with Xavier initialisation it is still
-# about five times *smaller* (about 0.11 against 0.57), even after the factor. So the factor alone
-# does not decide which signal dominates: the
-# initialisation does, and during training the model learns embeddings of whatever size works. Do
-# not trust the common explanation that the scaling "keeps the position signal from drowning the
-# words": at the initialisation this course uses, the numbers say otherwise.
+# larger than the position signal (about 6.4 against 0.57). The Xavier line is the one that matters
+# for this course (stage 4 initialises its embeddings that way), and Question 3 asks you to read it.
+# During training the model learns embeddings of whatever size works. Before you trust the common
+# explanation that the scaling "keeps the position signal from drowning the words", compare the
+# numbers at the initialisation this course uses.
 
 # %% [markdown]
 # ## Summary

@@ -41,6 +41,10 @@
 # 5. implement `MultiHeadAttention`: projections, `split_heads`, attention per head, `combine_heads`, `W_o`;
 # 6. recognise the classic attention bugs from their symptoms.
 #
+# **Before you start.** You need stage 1 (why positions are added to the embeddings), matrix products of
+# batched tensors (`@` works on the last two axes, `transpose`), softmax, broadcasting, `view` and
+# `reshape`, and `nn.Linear`.
+#
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
@@ -85,7 +89,8 @@ from transformer_course.visualisation import diagrams
 # score. The scores become weights that are positive and sum to 1 (a softmax), and the result is
 # the weighted average of the values. Instead of returning one entry, the lookup returns a blend,
 # dominated by the best matches. In a trained Transformer the three vectors come from learned
-# linear maps of the token's embedding; here we choose them by hand.
+# linear maps of the token's current vector (its embedding, in the first layer); here we choose
+# them by hand.
 #
 # **A toy sentence.** Four tokens and four features, one per word class:
 # `[noun, verb, determiner, particle]`. Each **key** says which class the token is; each **query**
@@ -135,7 +140,8 @@ plt.show()
 #
 # Queries and keys can come from different sequences. In *self-attention* $Q$, $K$ and $V$ all come
 # from the same sentence ($q\_len = k\_len$). In the decoder's *cross-attention* the queries come
-# from the target sentence and the keys and values from the encoded source, so $q\_len \neq k\_len$.
+# from the target sentence and the keys and values from the encoded source, so in general
+# $q\_len \neq k\_len$.
 #
 # **Batches and heads.** In the model these matrices carry leading axes:
 # `Q` is `(batch, heads, q_len, d_k)`. Matrix multiplication `@` treats every leading axis as a
@@ -176,7 +182,8 @@ plt.show()
 # nearly all the weight. That looks decisive, but the softmax is then *saturated*: its derivative
 # $\partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)$ is close to 0 for every entry, so almost no
 # gradient flows back to the queries and keys, and learning stalls. Below, one query meets 8 keys
-# with $d_k = 512$: compare the weights and the largest entry of the softmax's Jacobian.
+# with $d_k = 512$: compare the weights and the largest entry of the softmax's Jacobian (the table
+# of all $\partial a_i/\partial s_j$).
 
 # %%
 generator = torch.Generator().manual_seed(1)
@@ -423,6 +430,7 @@ assert check.padding_mask_values(make_padding_mask)
 
 # %% solution="look_ahead_mask"
 #| bug: .tril() => .triu()
+#| bug: positions 0..i (lower triangle) => positions 0..i
 #| include transformer_course.reference.attention:make_look_ahead_mask
 
 # %% [markdown]
@@ -457,8 +465,8 @@ plt.show()
 # </details>
 
 # %% tests="attn_look_ahead_mask_values" points=3
-assert check.look_ahead_mask_shape(make_look_ahead_mask)
-assert check.look_ahead_mask_values(make_look_ahead_mask)
+assert check.look_ahead_mask_shape(make_look_ahead_mask, bug_hunt=True)
+assert check.look_ahead_mask_values(make_look_ahead_mask, bug_hunt=True)
 
 # %% tests="attn_masks_hidden" points=1
 ### BEGIN HIDDEN TESTS
@@ -551,7 +559,8 @@ print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()
 #
 # Two facts about PyTorch you will need: `view` re-reads a tensor's memory in row order (last axis
 # fastest) and never moves a number, while `transpose` swaps two axes without copying, so that
-# afterwards the memory is no longer in row order, and `view` refuses such a tensor.
+# afterwards the memory is no longer in row order, and `view` then refuses to merge the axes that
+# the transpose separated in memory.
 
 # %%
 diagrams.show("head_splitting")
@@ -736,15 +745,15 @@ def predict_attention_parameters() -> int:
 assert check.predicted_attention_parameters(predict_attention_parameters)
 
 # %% [markdown]
-# **Prediction 3 (1 point).** Take the first sentence of section 7, `ein hund läuft <pad> <pad>`
-# (`<pad>` = 3), and combine its padding mask with the look-ahead mask of size 5 by `&`. How many of
-# the 25 entries of the 5 × 5 result are `True`?
+# **Prediction 3 (1 point).** Take the sentence `ein hund läuft <pad> <pad> <pad>` (three words
+# and three `<pad>`, `<pad>` = 3), and combine its padding mask with the look-ahead mask of size 6
+# by `&`. How many of the 36 entries of the 6 × 6 result are `True`?
 
 # %% solution="attn_predict_visible_pairs"
 def predict_visible_pairs() -> int:
-    """Your prediction of the number of True entries of padding & look-ahead for 3 words + 2 <pad>."""
+    """Your prediction of the number of True entries of padding & look-ahead for 3 words + 3 <pad>."""
     ### BEGIN SOLUTION
-    return 1 + 2 + 3 + 3 + 3  # rows 3 and 4 (the <pad> queries) still see the three words
+    return 1 + 2 + 3 + 3 + 3 + 3  # rows 3 to 5 (the <pad> queries) still see the three words
     ### END SOLUTION
 
 
@@ -763,7 +772,8 @@ k = torch.randn(100_000, 64, generator=generator)  # key entries: variance 1
 print(f"std of q·k / √64 over 100,000 pairs: {((q * k).sum(dim=-1) / math.sqrt(64)).std():.3f}")
 print("parameters of your MultiHeadAttention(512, 8):", sum(p.numel() for p in MultiHeadAttention(512, 8).parameters()),
       "  of nn.MultiheadAttention(512, 8):", sum(p.numel() for p in nn.MultiheadAttention(512, 8).parameters()))
-sentence_mask = make_padding_mask(token_ids[:1], pad_idx=3) & make_look_ahead_mask(5)  # (1, 1, 5, 5)
+six_tokens = torch.tensor([[5, 6, 7, 3, 3, 3]])  # ein hund läuft <pad> <pad> <pad>: (1, 6)
+sentence_mask = make_padding_mask(six_tokens, pad_idx=3) & make_look_ahead_mask(6)  # (1, 1, 6, 6)
 print("True entries of padding & look-ahead, row by row:", sentence_mask[0, 0].sum(dim=-1).tolist(),
       " in all:", int(sentence_mask.sum()))
 

@@ -44,6 +44,10 @@
 # 5. contrast the paper's post-LN block with the pre-LN variant most deep models use today;
 # 6. recognise the classic block bugs from their symptoms.
 #
+# **Before you start.** You need stage 2 (multi-head attention and the two masks; this notebook imports
+# the course's versions), `nn.Linear`, the ReLU, dropout, and what `model.train()` and `model.eval()`
+# change. Layer normalisation is explained here.
+#
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
@@ -180,7 +184,8 @@ print(f"outputs between {out.min():.3f} and {out.max():.3f}; exactly zero: {(out
 # <details><summary>Hint 2: where to look</summary>
 #
 # The ReLU belongs to the hidden layer only, between `fc1` and `fc2`. The output of `fc2` is added to
-# the residual stream, where it must be free to be negative.
+# the residual stream (the running sum that flows through the stack, section 4), where it must be
+# free to be negative.
 #
 # </details>
 #
@@ -198,8 +203,8 @@ print(f"outputs between {out.min():.3f} and {out.max():.3f}; exactly zero: {(out
 # exercise cell, then rerun the checks.
 
 # %% tests="block_ffn_values" points=3
-assert check.feed_forward_shape(PositionWiseFeedForward)
-assert check.feed_forward_values(PositionWiseFeedForward)
+assert check.feed_forward_shape(PositionWiseFeedForward, bug_hunt=True)
+assert check.feed_forward_values(PositionWiseFeedForward, bug_hunt=True)
 
 # %% tests="block_ffn_hidden" points=1
 ### BEGIN HIDDEN TESTS
@@ -235,8 +240,9 @@ print("largest change of each output position after editing position 2:", moved.
 # - $\mathrm{Sublayer}$ — self-attention, cross-attention or the feed-forward network;
 # - $y$ — same shape as $x$; this is why every sublayer, and the embeddings, have width $d_{model}$.
 #
-# Two things follow. The sublayer only has to learn a *correction* to $x$, and doing nothing is
-# easy (output 0). And the gradient has a direct path back: $\partial y / \partial x = I +
+# Two things follow. The sublayer only has to learn a *correction* to $x$ (the running sum $x$ that
+# flows through the stack: the *residual stream*), and doing nothing is easy (output 0). And the
+# gradient has a direct path back: $\partial y / \partial x = I +
 # \partial\,\mathrm{Sublayer}/\partial x$, so it reaches the lower blocks even when the sublayers'
 # own Jacobians are small.
 #
@@ -358,15 +364,16 @@ diagrams.show("encoder_block")
 # network never mixes positions, so padding cannot leak through it.
 #
 # ### Pitfalls we see every year
-# - **Missing residual**: `norm1(dropout(self_attn(...)))` drops the input; the block still runs,
-#   but the stack loses what each position was (section 4).
-# - **LayerNorm before the sublayer** (`x + self_attn(norm1(x), ...)`): that is pre-LN, a different
-#   architecture from the paper's and from `nn.TransformerEncoderLayer`'s default.
-# - **Normalising only the sublayer output** (`x + norm1(sublayer)`): normalise the *sum*.
-# - **One LayerNorm for both sublayers** (`norm1` twice): `norm2` then never learns.
-# - **Forgetting the mask**, or passing it to the feed-forward network.
-# - **Dropout in the wrong place**: after the LayerNorm, on the sum, or on the sublayer's input;
-#   or `F.dropout(..., training=True)`, which keeps dropping in eval mode.
+# - **Missing residual**: the block still runs and every shape is right, but the value check fails,
+#   and in a stack each position would lose what it was (section 4).
+# - **LayerNorm in the wrong place**: the block runs with the right shapes, but its values differ
+#   from the reference and from `nn.TransformerEncoderLayer`, which computes the paper's order.
+# - **One LayerNorm for both sublayers**: the value check fails (the reference's two LayerNorms have
+#   different gains), and in training the second one would never learn.
+# - **Forgetting the mask**: the padding check fails, because adding `<pad>` tokens changes the
+#   outputs at the real positions. Passing it to the feed-forward network raises a `TypeError`.
+# - **Dropout in the wrong place**: the dropout-placement check fails; a dropout that ignores eval
+#   mode fails the dropout-modes check (two eval-mode runs give different outputs).
 #
 # ## 8. Exercise: `EncoderBlock`
 # Complete `forward(x, mask)`: the two sublayers of the table, in that order, each wrapped in the
@@ -440,7 +447,8 @@ assert check.encoder_dropout_placement(EncoderBlock, d_model=8, num_heads=2, d_f
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **LayerNorm inside your block.** A forward hook records what goes into `norm1` (the residual sum
+# **LayerNorm inside your block.** A forward hook (`register_forward_hook` calls our function every
+# time `norm1` runs, with its input and output) records what goes into `norm1` (the residual sum
 # `x + dropout(attention)`) and what comes out. The input here is deliberately far from mean 0 and
 # standard deviation 1; after `norm1` every position is back to mean 0, spread 1 (the fresh
 # LayerNorm has $\gamma = 1$, $\beta = 0$). This is what keeps the activations at the same scale
@@ -500,14 +508,17 @@ plt.show()
 
 # %% [markdown]
 # ### Pitfalls we see every year
-# - **Cross-attention keys and values from the decoder** (`cross_attn(x, x, x, ...)`): the decoder
-#   never reads the source sentence. Keys and values come from `enc_out`.
-# - **The query from the encoder** (`cross_attn(enc_out, x, x, ...)`): rows then follow the source.
-# - **Swapped masks**: `enc_mask` in self-attention and `dec_mask` in cross-attention. When
-#   `src_len == tgt_len` this runs without an error and quietly lets the decoder see the future.
-# - **`self.self_attn` used twice**: cross-attention has its own weights, `self.cross_attn`.
-# - The residual, LayerNorm and dropout pitfalls of the encoder, now for three sublayers
-#   (`norm1`, `norm2`, `norm3`, and dropout on the cross-attention output too).
+# - **Cross-attention that never reads the source**: the shape check fails with a size mismatch
+#   (there `src_len` differs from `tgt_len`, so the source mask does not fit), and where the lengths
+#   are equal the output does not change when the source sentence changes.
+# - **Cross-attention whose rows follow the source**: a size mismatch when the lengths differ, and a
+#   failed value check when they are equal.
+# - **Swapped masks**: when `src_len == tgt_len` this runs without an error and quietly lets the
+#   decoder see the future; the causality check catches it.
+# - **One attention module for both attention sublayers**: the shapes are right, but the value check
+#   fails, because cross-attention has weights of its own.
+# - The residual, LayerNorm and dropout pitfalls of the encoder, now for three sublayers, each with
+#   its own LayerNorm and dropout on every sublayer's output.
 #
 # ## 10. Exercise: `DecoderBlock`
 # Complete `forward(x, enc_out, enc_mask, dec_mask)`: the three sublayers of the table, in that order,
@@ -688,10 +699,11 @@ for name, block_of_kind in (("encoder block", encoder_block), ("decoder block", 
 # untouched identity path; in post-LN every path from the loss back to the lower blocks passes
 # through a LayerNorm per sublayer. Xiong et al. (2020, "On Layer Normalization in the Transformer
 # Architecture") showed that at initialisation the post-LN gradients of the blocks near the output
-# are large. Together with the optimiser's first, poorly estimated steps this makes training
-# unstable, which is why the paper's recipe needs a **learning-rate warm-up** (4000 steps; you will
-# meet it in stage 5). Pre-LN stacks train stably with little or no warm-up, and the gap grows with
-# depth. For the 6-block models of this course both work.
+# are large, so a large learning rate at the start makes training unstable; Xiong et al. offer this
+# as the reason the paper's recipe needs a **learning-rate warm-up** (4000 steps in the paper; you
+# will meet it in stage 5), which the paper itself does not explain. Pre-LN stacks train stably
+# with little or no warm-up, and the gap grows with depth. For the 6-block models of this course
+# both work.
 #
 # A pre-LN encoder block needs no new parameters, only a different `forward`:
 
@@ -848,7 +860,8 @@ for num_layers in (6, 12):
 #
 # **Rubric.**
 # - 1 point: for different lengths the masks do not broadcast against `(…, tgt_len, src_len)`: a
-#   shape error.
+#   shape error. Also accept: a rectangular `tril(tgt_len, src_len)` mask runs silently and hides
+#   source positions after $t$.
 # - 1 point: for equal lengths it runs silently and hides the end of the source from early target
 #   positions; the source is fully known, so the mask removes information without preventing any
 #   leak (a word-order example, or "worse translations", earns the point).

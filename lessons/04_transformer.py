@@ -42,6 +42,10 @@
 # 5. count the parameters per component and compare them with the paper's base model;
 # 6. test a model for causality and padding invariance, and against PyTorch's own `nn.Transformer`.
 #
+# **Before you start.** You need stages 1 to 3 (positional encoding, multi-head attention and the masks,
+# the encoder and decoder blocks; this notebook imports the course's versions), `nn.Embedding` and
+# `nn.ModuleList`.
+#
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
@@ -212,8 +216,9 @@ figures.plot_teacher_forcing(["two", "small", "cats", "are", "sleeping"])
 plt.show()
 
 # %%
-dec_in = tgt[:, :-1]  # (batch, 6): everything but the last token
-labels = tgt[:, 1:]  # (batch, 6): everything but <bos>
+length = tgt.size(1) - 1  # both views are one token shorter than the framed target
+dec_in = tgt.narrow(1, 0, length)  # (batch, 6): starts at position 0, everything but the last token
+labels = tgt.narrow(1, 1, length)  # (batch, 6): starts at position 1, everything but <bos>
 for row in range(2):
     print("dec_in :", [target_vocabulary[i] for i in dec_in[row]])
     print("labels :", [target_vocabulary[i] for i in labels[row]], "\n")
@@ -268,8 +273,9 @@ plt.show()
 # same device as `tgt` (a check runs it on the `meta` device), so that the function also works on a GPU.
 #
 # This time the code is written for you, by a classmate, and it has **one realistic mistake**. It
-# runs, its shape, dtype and device are right, and the model even trains with it, only worse. Your
-# job is the debugging a real project needs:
+# runs, its shape, dtype and device are right, and the training loss even falls fast with it, but
+# the model can read the word it must predict, learns to copy, and translates badly. Your job is
+# the debugging a real project needs:
 # 1. run the cell, then the figure and the check below it;
 # 2. read the symptoms: compare your mask's panels with the two ingredients above, and read what
 #    the check says (expected, got, likely cause);
@@ -277,6 +283,7 @@ plt.show()
 
 # %% solution="model_make_target_mask"
 #| bug: return padding & look_ahead => return padding | look_ahead
+#| bug: when j <= i and token j is not padding. => as M_tgt of section 6 says.
 #| include transformer_course.reference.model:make_target_mask
 
 # %% [markdown]
@@ -319,9 +326,9 @@ plt.show()
 # #### Check your work
 
 # %% tests="model_target_mask_values" points=4
-assert check.target_mask_shape(make_target_mask)
-assert check.target_mask_values(make_target_mask)
-assert check.target_mask_device(make_target_mask)
+assert check.target_mask_shape(make_target_mask, bug_hunt=True)
+assert check.target_mask_values(make_target_mask, bug_hunt=True)
+assert check.target_mask_device(make_target_mask, bug_hunt=True)
 
 # %% tests="model_target_mask_hidden" points=1
 ### BEGIN HIDDEN TESTS
@@ -628,7 +635,8 @@ probabilities = logits.softmax(dim=-1)  # (batch, tgt_len, vocab_size), rows sum
 figures.plot_next_token_probabilities(probabilities[0], [target_vocabulary[i] for i in dec_in[0]],
                                       target_vocabulary)
 plt.show()
-loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1), ignore_index=PAD)
+# cross-entropy wants one row of scores per example: (batch * tgt_len, vocab) scores, (batch * tgt_len,) labels
+loss = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=PAD)
 print(f"untrained loss {loss.item():.2f}; ln(vocab size) = {math.log(len(target_vocabulary)):.2f}")
 
 # %% [markdown]
@@ -787,6 +795,8 @@ one_block = count_parameters(EncoderBlock(32, 4, 64, 0.1))
 print("two distinct blocks should have:", 2 * one_block)
 print("plain list   :", count_parameters(PlainListStack()), "parameters")
 print("same block x2:", count_parameters(SameBlockStack()), "parameters")
+prefixes = sorted({".".join(key.split(".")[:2]) for key in SameBlockStack().state_dict()})  # "layers.0", ...
+print("same block x2: state_dict keys start with", prefixes)
 stack = PlainListStack().double()
 print("after .double(), a block in the plain list is still", stack.layers[0].norm1.weight.dtype)
 

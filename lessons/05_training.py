@@ -44,6 +44,10 @@
 #    step) and recognise the classic training-loop bugs from their symptoms;
 # 6. train and evaluate the model, plot its curves, save a checkpoint and resume from it.
 #
+# **Before you start.** You need stage 4's `Transformer` (imported from the course package), a PyTorch
+# training loop (gradients, `backward`, an optimiser's step), cross-entropy, and why sentences of a
+# batch are padded to one length.
+#
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
@@ -488,29 +492,36 @@ assert check.compute_loss_ignores_padding(compute_loss, batch_size=6, extra=5, s
 
 # %% [markdown]
 # **A sanity check you can always run before training:** an untrained model knows nothing, so its
-# unsmoothed loss should be close to the loss of a model that gives all $K$ words the same
-# probability. A much larger starting loss points to a bug (for instance, wrong targets).
+# unsmoothed loss should be close to $\ln K$, the loss of a model that gives all $K$ words the same
+# probability. A much larger starting loss points to a bug (for instance, wrong targets). Once
+# training runs, the loss says how much probability the model gives the right word.
 #
-# **Prediction 1 (1 point).** What is that uniform model's cross-entropy (natural log, no label
-# smoothing) for a vocabulary of $K = 10{,}000$ words? Write the number (within 1%) or the expression
-# you worked out after `return`.
+# **Prediction 1 (1 point).** A model puts probability 0.5 on the right word at every position and
+# spreads the other 0.5 evenly over the remaining 9,999 words of a $K = 10{,}000$-word vocabulary.
+# What is its cross-entropy (natural log, no label smoothing)? Write the number (within 1%) or the
+# expression you worked out after `return`.
 
 # %% solution="train_predict_uniform_loss"
-def predict_uniform_loss() -> float:
-    """Your prediction of the cross-entropy of a uniform prediction over 10,000 words."""
+def predict_half_right_loss() -> float:
+    """Your prediction of the cross-entropy when the right word gets probability 0.5 of 10,000 words."""
     ### BEGIN SOLUTION
-    return math.log(10_000)  # -log(1/K) at every position
+    return -math.log(0.5)  # only p(right word) enters the unsmoothed loss
     ### END SOLUTION
 
 
 # %% tests="train_predicted_uniform_loss" points=1
-assert check.predicted_uniform_loss(predict_uniform_loss)
+assert check.predicted_half_right_loss(predict_half_right_loss)
 
 # %% [markdown]
-# **The truth**, the same for our English vocabulary, and an untrained model's loss beside it on a
-# validation batch:
+# **The truth**, computed from that model's probabilities, beside the uniform model's loss and an
+# untrained model's loss on a validation batch:
 
 # %%
+size = 10_000
+half_right = torch.full((1, size), 0.5 / (size - 1), dtype=torch.float64)  # the rest, spread evenly
+half_right[0, 5] = 0.5  # the right word, id 5
+half_right_loss = nn.functional.cross_entropy(half_right.log(), torch.tensor([5]))  # log-probabilities as logits
+print(f"p(right word) = 0.5 of K = {size:,}: loss {half_right_loss.item():.3f}")
 for size in (10_000, len(target_vocab)):
     uniform = torch.zeros(1, size)  # equal logits: every word gets probability 1/K
     print(f"K = {size:,}: uniform model's loss {nn.functional.cross_entropy(uniform, torch.tensor([5])).item():.3f}")
@@ -559,13 +570,17 @@ print(f"untrained loss {start_loss.item():.2f}, ln K = {math.log(len(target_voca
 # 0 is a trap for the next piece of code that calls it (one of the checks does).
 #
 # The code below was typed in from the paper by a classmate, with **one slip**. Training with it
-# does not crash: it just runs with the wrong learning rates, which you would only notice as a
-# worse model at the end of a long run. Run the cell and the figure under it, compare the curve
-# with what section 7 says the schedule does, read the check's message, then find the slip and fix
-# it in place.
+# does not crash, but the rate peaks after a handful of steps (step 16 for the paper's warm-up of
+# 4,000, step 8 for the 400 steps of section 11), at about 16 and 7 times the intended peak, and
+# then follows the decay curve. There is no real warm-up: the first steps are exactly the large
+# ones the warm-up exists to avoid. Run the cell and the figure under it, compare the curve with
+# what section 7 says the schedule does, read the check's message, then find the slip and fix it
+# in place.
 
 # %% solution="noam_learning_rate"
 #| bug: warmup_steps ** -1.5 => warmup_steps ** -0.5
+#| bug: factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) => the paper's equation 3
+#| bug: equation 3  (paper, eq. 3). => equation 3 (section 7), times factor.
 #| include transformer_course.reference.training:noam_learning_rate
 
 # %% [markdown]
@@ -603,11 +618,11 @@ plt.show()
 # ### Check your work
 
 # %% tests="train_noam_values" points=3
-assert check.noam_values(noam_learning_rate)
-assert check.noam_step_zero(noam_learning_rate)
+assert check.noam_values(noam_learning_rate, bug_hunt=True)
+assert check.noam_step_zero(noam_learning_rate, bug_hunt=True)
 
 # %% tests="train_noam_peak" points=1
-assert check.noam_peak_at_warmup(noam_learning_rate)
+assert check.noam_peak_at_warmup(noam_learning_rate, bug_hunt=True)
 
 # %% tests="train_noam_hidden" points=1
 ### BEGIN HIDDEN TESTS
@@ -620,21 +635,24 @@ assert check.noam_peak_at_warmup(noam_learning_rate, d_model=128, warmup_steps=3
 # Work these out from the formula before you run anything; write your prediction after `return`.
 #
 # **Prediction 2 (1 point).** With the paper's base settings ($d_{model} = 512$,
-# $\mathit{warmup\_steps} = 4000$, factor 1), at which step is the learning rate largest?
+# $\mathit{warmup\_steps} = 4000$, factor 1) the rate peaks at step 4,000. At which step would it peak
+# if the code used `warmup_steps ** -1.0` instead of `warmup_steps ** -1.5`? Give the whole-number
+# step with the largest rate (within half a step).
 
 # %% solution="train_predict_peak_step"
-def predict_peak_step() -> int:
-    """Your prediction of the step at which the paper's base schedule peaks."""
+def predict_variant_peak_step() -> int:
+    """Your prediction of the step at which the schedule with warmup_steps ** -1.0 peaks (warm-up 4000)."""
     ### BEGIN SOLUTION
-    return 4000  # the two terms cross at step = warmup_steps
+    return round(4000 ** (2 / 3))  # step^-0.5 = step / warmup  <=>  step^1.5 = warmup
     ### END SOLUTION
 
 
 # %% tests="train_predicted_peak_step" points=1
-assert check.predicted_peak_step(predict_peak_step)
+assert check.predicted_variant_peak_step(predict_variant_peak_step)
 
 # %% [markdown]
-# **Prediction 3 (1 point).** And what is that largest learning rate (within 2%)?
+# **Prediction 3 (1 point).** Back to the paper's formula (exponent $-1.5$) and base settings: what
+# is the largest learning rate of its schedule (within 2%)?
 
 # %% solution="train_predict_peak_rate"
 def predict_peak_rate() -> float:
@@ -650,13 +668,16 @@ assert check.predicted_peak_rate(predict_peak_rate)
 # %% [markdown]
 # **The truth**, from your schedule: the largest value over the first 20,000 steps and where it
 # sits. The same for the settings of the training run in section 11 ($d_{model} = 256$, a warm-up of
-# 400 steps, `factor = 0.5`), which section 11 compares with the paper's.
+# 400 steps, `factor = 0.5`), which section 11 compares with the paper's; and, from the formula, the
+# paper's settings with the exponent $-1.0$ of Prediction 2.
 
 # %%
 for d, warmup, factor in ((512, 4000, 1.0), (256, 400, 0.5)):
     rates = [noam_learning_rate(step, d, warmup, factor) for step in range(1, 20001)]
     peak = max(rates)
     print(f"d_model {d}, warm-up {warmup}, factor {factor}: peak {peak:.3e} at step {rates.index(peak) + 1}")
+variant = [512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.0) for step in range(1, 20001)]
+print(f"d_model 512, warm-up 4000, exponent -1.0: peak {max(variant):.3e} at step {variant.index(max(variant)) + 1}")
 
 # %% [markdown]
 # Look back at the figure under the exercise, now drawn by your fixed schedule (rerun its cell if you
@@ -680,8 +701,9 @@ for d, warmup, factor in ((512, 4000, 1.0), (256, 400, 0.5)):
 #
 # $$g \leftarrow g \cdot \min\!\left(1, \frac{c}{\lVert g \rVert}\right)$$
 #
-# The direction stays the same; only the step length is capped, so one unlucky batch with a huge
-# gradient cannot throw the weights far away. `nn.utils.clip_grad_norm_` (arguments: the
+# The gradient's direction stays the same; only its length is capped, so one unlucky batch cannot
+# dominate Adam's running averages (with plain SGD this caps the step length directly).
+# `nn.utils.clip_grad_norm_` (arguments: the
 # parameters, then $c$) does exactly this, in place (PyTorch adds $10^{-6}$ to $\lVert g \rVert$ in the
 # quotient), and it must run **after** the backward pass (which fills the gradients) and **before**
 # the optimiser's update (which uses them). Its cousin
@@ -833,6 +855,51 @@ finally:
     torch.set_num_threads(threads)  # put back even when your code raises
 
 # %% [markdown]
+# ### Your own ablation: is the warm-up needed?
+#
+# Section 7 gave the reasons for the warm-up; now test them. The cell trains the same toy model on the
+# copy task three times with your `train_epoch`: with the warm-up schedule of the run above; with the
+# schedule's peak learning rate from the very first step and no warm-up; and with ten times that
+# rate, again without warm-up. (With `scheduler=None`, your `train_epoch` leaves the rate alone.)
+#
+# **Predict first**, and write it down: which curve falls fastest over the first epoch, and which
+# ends lowest after seven? Does the ten-times rate learn at all? A loss near $\ln 9 \approx 2.2$ on
+# this task means a model that guesses among the nine possible next tokens and has learned nothing.
+# On a CPU the cell takes a few seconds.
+
+# %%
+threads = torch.get_num_threads()
+torch.set_num_threads(1)
+try:
+    peak = noam_learning_rate(50, 32, 50, 0.5)  # the toy schedule's largest rate, at its step 50
+    ablation = {}
+    for name, constant in (("warm-up (as above)", None), ("no warm-up, the peak rate", peak),
+                           ("no warm-up, 10 × the peak", 10 * peak)):
+        torch.manual_seed(0)
+        toy = Transformer(12, 12, 32, 4, 1, 64, 20, 0.0)
+        toy_optimizer, toy_scheduler = make_optimizer(toy, 32, warmup_steps=50, factor=0.5)
+        if constant is not None:  # a constant learning rate from step 1
+            toy_scheduler = None
+            for group in toy_optimizer.param_groups:
+                group["lr"] = constant
+        ablation[name] = [train_epoch(toy, shifted, make_criterion(PAD_IDX, 0.0), toy_optimizer, toy_scheduler,
+                                      progress=False) for _ in range(2 if short_run() else 7)]
+        print(f"{name:26s} loss per epoch: {[round(loss, 2) for loss in ablation[name]]}")
+    figures.plot_loss_curves(ablation, title="Copy task: warm-up or not")
+    plt.show()
+finally:
+    torch.set_num_threads(threads)
+
+# %% [markdown]
+# **Reading it.** Compare the curves with your prediction. In the course's own run (torch 2.13 on a
+# CPU, seed 0), the constant peak rate fell faster in the first epoch but ended above the warm-up's
+# curve, and ten times that rate stalled near 2.2 from the second epoch on: it never learned to copy.
+# On this tiny model the damage of skipping the warm-up is mild at the peak rate and total at ten
+# times it; post-LN Transformers of the paper's size trained without warm-up did far worse even at
+# much smaller rates (Xiong et al., 2020). Try `label_smoothing=0.1` in `make_criterion` for one of the runs: the loss
+# then cannot fall to 0 (section 5), so compare the curves' shapes, not their floors.
+
+# %% [markdown]
 # ## 11. Training on Multi30k
 #
 # **The device.** The setup cell picked it automatically and stored it in `device`: the GPU when
@@ -950,7 +1017,7 @@ for epoch in epochs:
 # %% [markdown]
 # ### Curves
 # Read them like this: both losses should fall quickly at first, then flatten. The training loss
-# includes label smoothing and dropout, so it sits *above* the validation loss early on and cannot
+# includes label smoothing and dropout, so it normally sits above the validation loss and cannot
 # go below the floor computed in section 5. A validation loss that turns upward while the training
 # loss keeps falling means over-fitting: the epoch with the lowest validation loss is the one to keep.
 
@@ -1073,27 +1140,35 @@ if history:  # with the weights of one finished run, averaging a checkpoint with
 # form a batch twice: once padded to a target length of 20, once with extra `<pad>` tokens appended
 # up to a length of 40. (a) Is the batch loss the same in both cases? Explain what a `<pad>`
 # position contributes to each of the two terms of the smoothed loss, and what the mean divides
-# by. (b) At a **real** position, how much target probability does PyTorch's smoothed target $q$
-# give to the `<pad>` id, and does that matter when the trained model translates?
+# by. (b) How much does smoothing raise the lowest loss a perfect model can reach, for
+# $K = 10{,}000$ and $\varepsilon = 0.1$, if `<pad>` is excluded from the smoothing mass
+# ($\varepsilon$ spread evenly over the other $K - 1$ ids)? How far is that from PyTorch's version,
+# which spreads $\varepsilon$ over all $K$ ids?
 
 # %% [markdown] answer="train_q_smoothing_padding" points=2
 # **Model answer.** (a) Yes, the same. `ignore_index` drops a `<pad>` position completely: it adds
 # nothing to the $(1-\varepsilon)(-\log p(y))$ term **and** nothing to the smoothing term
 # $\varepsilon \cdot \frac{1}{K}\sum_k -\log p(k)$, and the mean divides by the number of
 # non-ignored positions only. Extra padding therefore changes neither the sum nor the count (the
-# masks also keep padding from changing the real positions' logits). (b) At a real position the
-# smoothed target spreads $\varepsilon$ evenly over all $K$ ids, `<pad>` included, so `<pad>` gets
-# $\varepsilon / K$, about $0.1/K$: a tiny mass (for a vocabulary of several thousand words, around
-# $10^{-5}$). The best model then gives `<pad>` that tiny probability, far below the correct word's
-# $1 - \varepsilon + \varepsilon/K$, so greedy or beam search never picks it; it only raises the
-# loss floor a little. Leaving `<pad>` out of the smoothing, as some implementations do, makes a
-# negligible difference.
+# masks also keep padding from changing the real positions' logits). (b) The best possible
+# prediction is $p = q$, so the floor is the entropy of the smoothed target. With `<pad>` excluded,
+# the correct word gets $a = 1 - \varepsilon + \varepsilon/(K-1)$, each of the $K - 2$ other
+# ids $b = \varepsilon/(K-1)$ and `<pad>` nothing:
+#
+# $$H(q) = -a\ln a - (K-2)\,b\ln b \approx -(1-\varepsilon)\ln(1-\varepsilon) - \varepsilon\ln\frac{\varepsilon}{K}
+#   \approx 0.095 + 1.151 = 1.246$$
+#
+# nats per token, up from 0 without smoothing. PyTorch's version
+# (`ignore_index` only drops the padded *positions*; at a real position `<pad>` is still one of the
+# $K$ ids and gets $\varepsilon/K$) has the floor $1.24599$ instead of $1.24598$: about $10^{-5}$
+# nats more, a negligible difference, and the correct word stays the most probable either way.
 #
 # **Rubric.**
 # - 1 point: same loss: pad positions are excluded from both the cross-entropy and the smoothing
 #   term, and the mean divides by the number of real (non-pad) target tokens.
-# - 1 point: at real positions `<pad>` receives $\varepsilon/K$ of the target, a negligible amount
-#   that does not make the model output `<pad>` (the argmax stays the correct word).
+# - 1 point: the floor is the entropy of the smoothed target, about 1.25 nats per token for
+#   $K = 10{,}000$ and $\varepsilon = 0.1$ (a formula with numbers), and including `<pad>` in the
+#   smoothing, as PyTorch does, changes it only negligibly (about $10^{-5}$ nats).
 
 # %% [markdown]
 # **Question 2 (2 points).** A classmate writes their own resume code and forgets one line. Predict
@@ -1102,20 +1177,25 @@ if history:  # with the weights of one finished run, averaging a checkpoint with
 # **optimiser's** state is not restored (the scheduler's is). Think of what each object stores.
 
 # %% [markdown] answer="train_q_resume" points=2
-# **Model answer.** (a) The scheduler stores the step count. A fresh scheduler starts again at step
-# 1, so the learning rate drops to the first warm-up value, a tiny fraction of the rate it had,
-# and the warm-up repeats: the next 400 batches learn slowly and the whole schedule is shifted by
-# 2,000 steps, so later rates are larger than in the uninterrupted run. Nothing breaks; training
-# just differs from the run it should continue. (b) Adam stores each weight's running averages of
-# the gradient and of its square. Restarted from zero, with bias correction its first update has a
-# size of about the learning rate in every coordinate (gradient divided by its own magnitude),
-# whatever that coordinate's usual gradient size; at step 2,000 the rate is near its peak, with no
-# warm-up to soften it, so the first updates are large and can make the loss jump before the averages
-# recover.
+# **Model answer.** (a) The scheduler stores the step count. `optimizer.load_state_dict` restores
+# the learning rate stored in the optimiser's parameter group, so the first resumed batch still
+# runs at the right rate; but the fresh scheduler counts from the start, and its first `step()`
+# sets the rate for the second resumed batch to the step-2 warm-up value, about 1% of the rate it
+# had. The warm-up then repeats: the next 400 batches learn slowly and the whole schedule is
+# shifted by 2,000 steps, so later rates are larger than in the uninterrupted run. Nothing breaks;
+# training just differs from the run it should continue. (b) Adam stores each weight's running
+# averages of the gradient and of its square. Restarted from zero, with bias correction its first
+# updates have a size of about the learning rate in every coordinate (gradient divided by its own
+# magnitude), whatever that coordinate's usual gradient size. Loading the scheduler's state does not
+# touch the fresh optimiser's rate, so the first resumed batch still takes a tiny step-1-sized
+# step; from the second batch on the rate is the one of step 2,001, still about half its peak
+# ($\sqrt{400/2000} \approx 0.45$), far above the early warm-up rates. With no warm-up to soften
+# them, these updates are large and can make the loss jump before the averages recover.
 #
 # **Rubric.**
-# - 1 point: without the scheduler state the step count restarts: the learning rate falls to its
-#   first warm-up value and the warm-up repeats (slower progress, shifted schedule).
+# - 1 point: without the scheduler state the step count restarts: the learning rate falls to an
+#   early warm-up value (from the second resumed batch on) and the warm-up repeats (slower
+#   progress, shifted schedule).
 # - 1 point: without the optimiser state Adam's moment estimates restart, so the first updates
 #   are about the size of the (now large) learning rate in every coordinate, without warm-up: a jump
 #   in the loss; also full credit for "the warm-up existed to protect exactly these first steps".
@@ -1140,8 +1220,8 @@ if history:  # with the weights of one finished run, averaging a checkpoint with
 # **Rubric.**
 # - 1 point: checkpoints of one run lie near one another in one low-loss region; averaging removes
 #   the noise of the last updates.
-# - 1 point: separately trained models differ by permutations of units/heads and by different
-#   features, so the average is not a good solution (much worse, possibly near useless).
+# - 1 point: the two models sit in different low-loss regions (e.g. units or heads in another
+#   order, different features), so their average is not a low-loss solution.
 
 # %%
 check.summary()

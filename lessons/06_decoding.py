@@ -45,6 +45,10 @@
 #    and decoder self-attention heatmaps, per layer and head;
 # 6. recognise the classic decoding bugs from their symptoms.
 #
+# **Before you start.** You need stages 4 and 5: the model's forward pass with its masks, and the
+# vocabulary's `<bos>`, `<eos>` and `<pad>`. A trained model is provided (the course's checkpoint), so
+# notebook 5's training run is not needed. For BLEU: logarithms and a geometric mean.
+#
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
@@ -228,7 +232,7 @@ plt.show()
 #   forgets that it ended one step earlier;
 # - **stopping when *one* sentence is finished** (`finished.any()`) instead of all of them;
 # - **argmax over the wrong position:** `logits[:, 0]` (the prediction after `<bos>`, every step) or
-#   an argmax over all positions; the next token is predicted at `logits[:, -1]`;
+#   an argmax over all positions;
 # - **forgetting `model.eval()`:** dropout stays on and the same sentence translates differently each
 #   time (the given first line of `greedy_decode` does it);
 # - **re-encoding the source at every step:** correct, but it repeats work the encoder already did;
@@ -576,8 +580,8 @@ print(f"sacreBLEU    = {corpus_bleu([' '.join(hypothesis)], [' '.join(reference)
 
 # %% [markdown]
 # **Prediction 2 (1 point).** A test set of two sentences, each reference 10 tokens long. The model's
-# translations are 10 and 5 tokens long. What brevity penalty BP does *corpus* BLEU give them? (Two
-# decimals are enough.)
+# translations are 10 and 5 tokens long. What brevity penalty BP does *corpus* BLEU give them? (Within
+# 0.01: two decimals are enough.)
 
 # %% solution="dec_predict_brevity_penalty"
 def predict_brevity_penalty() -> float:
@@ -613,7 +617,9 @@ print(f"hypotheses: {parts.sys_len} tokens, references: {parts.ref_len} tokens, 
 # published tables, so compare numbers only when the recipes match. While the grader runs this
 # notebook it decodes only the first 10 sentences to stay fast; otherwise it decodes all 1,000, which
 # took 31 seconds of CPU time on one core with the course checkpoint (measured by
-# `python scripts/benchmark.py --steps 1 --threads 1`; a model that rarely says `<eos>` takes longer).
+# `python scripts/benchmark.py --steps 1 --threads 1`; the separate run of stage 7's benchmark,
+# `scripts/benchmark.py --no-training --threads 1`, measured 33 s for the same decoding; a model that
+# rarely says `<eos>` takes longer).
 # Set `count` lower if you are in a hurry: a batch runs until its longest sentence has finished, and
 # each step re-reads the whole prefix.
 
@@ -683,13 +689,13 @@ plt.show()
 #| include transformer_course.reference.decoding:attention_maps
 
 # %% tests="dec_maps_shapes" points=1
-assert check.attention_maps_shapes(attention_maps)
+assert check.attention_maps_shapes(attention_maps, bug_hunt=True)
 
 # %% tests="dec_maps_values" points=2
-assert check.attention_maps_values(attention_maps)
+assert check.attention_maps_values(attention_maps, bug_hunt=True)
 
 # %% tests="dec_maps_rows" points=1
-assert check.attention_maps_rows_sum_to_one(attention_maps)
+assert check.attention_maps_rows_sum_to_one(attention_maps, bug_hunt=True)
 
 # %% tests="dec_maps_hidden" points=1
 ### BEGIN HIDDEN TESTS
@@ -898,9 +904,13 @@ heatmaps.plot_attention_interactive(maps["decoder_self"], inputs, inputs, title=
 # large the value vector it multiplies is.
 #
 # **Rubric.**
-# - 1 point: encoder outputs are mixtures of the whole source, so a position is not a word.
-# - 1 point: one map is one head of many; residual paths, feed-forward layers and value sizes also
-#   decide the output.
+# - 1 point: a first valid reason, for example: encoder outputs are mixtures of the whole source, so
+#   a position is not a word; one map is one head of one layer among many; residual paths and
+#   feed-forward layers carry information that attention weights do not show (nor do the weights show
+#   the size of the value vectors they multiply); averaging over heads hides what single heads do;
+#   attention weights are not causal evidence (changing them need not change the output).
+# - 1 point: a second valid reason, distinct from the first (any other example above, or another
+#   sound one).
 
 # %%
 check.summary()

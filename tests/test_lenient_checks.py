@@ -149,3 +149,19 @@ def test_when_asked_to_stop_or_while_grading_a_crash_stops_but_an_unfinished_exe
     assert "skipped: this cell uses PositionalEncoding" in _text(ran[2])
     assert [output.get("output_type") for output in ran[3].outputs] == ["error"]
     assert "outputs" not in ran[4] or not ran[4].outputs  # "Run all" stopped at the crash
+
+
+def test_a_bug_hunt_check_shows_the_symptom_but_not_the_cause_until_grading(shown, monkeypatch):
+    @check("a mask")
+    def mask_values(mask):
+        framework.fail("the mask has wrong entries.", expected="key 1 hidden", got="allowed",
+                       cause="the two masks are combined with `|`")
+
+    mask_values(None, bug_hunt=True)
+    (text, _), = shown
+    assert "expected: key 1 hidden" in text and "got:      allowed" in text
+    assert "`|`" not in text and "the cause is for you to find" in text
+    mask_values(None)  # the same check outside a bug hunt names the cause
+    assert "combined with `|`" in shown[-1][0]
+    result = framework.run_check(mask_values.__wrapped__, "a mask", (None,), {"bug_hunt": True})
+    assert "combined with `|`" in result.message  # what the grader and the feedback see

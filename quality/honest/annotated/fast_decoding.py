@@ -64,5 +64,5 @@ ANSWERS = {
     )),
     "fast_predict_penalty_choice": Answer(stubs=('return "a"  # -5/2.5 = -2.0 against -3.5/1.5',)),
     "fast_predict_cached_vectors": Answer(stubs=("return 2 * 3 * 8 * 5",)),
-    "fast_predict_candidates": Answer(stubs=("return 4 * 6000",)),
+    "fast_predict_candidates": Answer(stubs=("return 13217 % 6000  # the column (token) of the flat index",)),
 }

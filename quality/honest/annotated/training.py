@@ -29,7 +29,7 @@ ANSWERS = {
             scheduler.step()
         """,
     )),
-    "train_predict_uniform_loss": Answer(stubs=("return -math.log(1 / 10_000)  # uniform: p = 1/K",)),
-    "train_predict_peak_step": Answer(stubs=("return 4000  # warmup_steps: both terms meet there",)),
+    "train_predict_uniform_loss": Answer(stubs=("return -math.log(0.5)  # only p(right word) counts",)),
+    "train_predict_peak_step": Answer(stubs=("return 252  # step^1.5 = warmup: 4000^(2/3) = 251.98",)),
     "train_predict_peak_rate": Answer(stubs=("return 512 ** -0.5 * 4000 ** -0.5  # d_model^-0.5 * warmup^-0.5",)),
 }

@@ -92,5 +92,5 @@ ANSWERS = {
     )),
     "fast_predict_penalty_choice": Answer(stubs=("return 'A'  # A ranks -2.0, B -2.33",)),
     "fast_predict_cached_vectors": Answer(stubs=("return 5 * 48  # 48 per position: 3 layers, 8 heads, K and V",)),
-    "fast_predict_candidates": Answer(stubs=("return 6000 * 4",)),
+    "fast_predict_candidates": Answer(stubs=("return 13_217 - 6_000 * (13_217 // 6_000)",)),
 }

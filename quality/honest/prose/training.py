@@ -35,10 +35,10 @@ ANSWERS = {
     )),
     "train_predict_uniform_loss": Answer(stubs=(
         """
-        vocabulary_size = 10 * 1000
-        return math.log(vocabulary_size)
+        right_word_probability = 1 / 2
+        return math.log(1 / right_word_probability)
         """,
     )),
-    "train_predict_peak_step": Answer(stubs=("return 4_000",)),
+    "train_predict_peak_step": Answer(stubs=("return math.ceil(math.pow(4_000, 2 / 3))",)),
     "train_predict_peak_rate": Answer(stubs=("return 1 / math.sqrt(512 * 4000)",)),
 }

@@ -55,5 +55,5 @@ ANSWERS = {
     )),
     "attn_predict_score_std": Answer(stubs=('return 2.0',)),
     "attn_predict_parameters": Answer(stubs=('return 1_050_624',)),
-    "attn_predict_visible_pairs": Answer(stubs=('return 12',)),
+    "attn_predict_visible_pairs": Answer(stubs=('return 15',)),
 }

@@ -71,5 +71,5 @@ ANSWERS = {
     )),
     "fast_predict_penalty_choice": Answer(stubs=('return str("A")',)),
     "fast_predict_cached_vectors": Answer(stubs=("return int(240.0)",)),
-    "fast_predict_candidates": Answer(stubs=("return 24000",)),
+    "fast_predict_candidates": Answer(stubs=("return 1217",)),
 }

@@ -1461,11 +1461,11 @@ def predicted_attention_parameters(predict: Any) -> None:
                         "weights plus out_features biases. Does the number of heads change any of them?")
 
 
-@check("your prediction: the visible query-key pairs of padding & look-ahead for 3 words + 2 <pad>")
+@check("your prediction: the visible query-key pairs of padding & look-ahead for 3 words + 3 <pad>")
 def predicted_visible_pairs(predict: Any) -> None:
-    token_ids = torch.tensor([[5, 6, 7, 3, 3]])  # "ein hund läuft <pad> <pad>", <pad> = 3
-    mask = _reference_padding_mask(token_ids, 3) & _reference_look_ahead_mask(5)  # (1, 1, 5, 5)
+    token_ids = torch.tensor([[5, 6, 7, 3, 3, 3]])  # "ein hund läuft <pad> <pad> <pad>", <pad> = 3
+    mask = _reference_padding_mask(token_ids, 3) & _reference_look_ahead_mask(6)  # (1, 1, 6, 6)
     expect_number(predict, truth=float(mask.sum()),
-                  what="the number of True entries of the combined 5 × 5 mask",
+                  what="the number of True entries of the combined 6 × 6 mask",
                   cause="go row by row: query i may see keys 0..i (look-ahead), and no query may see a <pad> "
                         "key. Which mask hides rows, and which hides columns?")

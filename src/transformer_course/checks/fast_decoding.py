@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks import differential
 from transformer_course.checks.boundary import on_student_side, supplied
@@ -83,7 +82,7 @@ __all__ = [
     "cached_greedy_matches_greedy_padded",
     "cached_greedy_uses_the_cache",
     "predicted_cached_vectors",
-    "predicted_candidates",
+    "predicted_flat_index_token",
     "predicted_penalty_choice",
     "select_beams_keeps_finished",
     "select_beams_length_penalty",
@@ -1664,28 +1663,16 @@ def predicted_cached_vectors(predict: Any) -> None:
                         "length only matters for the cross-attention part.")
 
 
-class _TopkWidth(TorchFunctionMode):
-    """Records the length of the last axis of every tensor topk is applied to."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.widths: list[int] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        if getattr(func, "__name__", "") == "topk":
-            self.widths.append(int(args[0].shape[-1]))
-        return func(*args, **(kwargs or {}))
-
-
-@check("your prediction: the candidates per sentence that select_beams chooses from (beam 4, vocabulary 6,000)")
-def predicted_candidates(predict: Any) -> None:
-    batch, beam, vocab = 2, 4, 6000
-    watcher = _TopkWidth()
-    with torch.no_grad(), watcher:
-        reference_select_beams(torch.zeros(batch, beam), torch.zeros(batch, beam, vocab),
-                               torch.zeros(batch, beam, dtype=torch.bool), torch.zeros(batch, beam, dtype=torch.long),
-                               beam, 0.6, PAD)
-    expect_number(predict, truth=float(watcher.widths[-1]),
-                  what="the number of candidates per sentence (beam 4, vocabulary 6,000)",
-                  cause="every hypothesis of the sentence can be extended by every token of the vocabulary, and "
-                        "topk chooses among all of them together.")
+@check("your prediction: the token that flat index 13,217 stands for (beam 4, vocabulary 6,000)")
+def predicted_flat_index_token(predict: Any) -> None:
+    beam, vocab, flat_index = 4, 6000, 13_217
+    log_probs = torch.full((1, beam * vocab), -20.0)  # one sentence, its beam * vocab candidates in one row
+    log_probs[0, flat_index] = -0.1  # the best candidate sits at that flat index
+    with torch.no_grad():
+        _, _, tokens = reference_select_beams(torch.zeros(1, beam), log_probs.view(1, beam, vocab),
+                                              torch.zeros(1, beam, dtype=torch.bool),
+                                              torch.zeros(1, beam, dtype=torch.long), beam, 0.6, PAD)
+    expect_number(predict, truth=float(tokens[0, 0]),
+                  what="the token that flat index 13,217 stands for (beam 4, vocabulary 6,000)",
+                  cause="entry (r, c) of a table with C columns sits at flat index r * C + c; here a row is a "
+                        "hypothesis and a column a token of the vocabulary.")

@@ -180,10 +180,11 @@ def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = 
     with linecache (files, IPython cells); for code compiled from a string that linecache does not
     know (`compile(source, "<cell 3>", "exec")`), pass `sources={"<cell 3>": source}`, or only the
     line number is shown."""
+    kwargs = {key: value for key, value in (kwargs or {}).items() if key != BUG_HUNT}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a warning on stderr would zero the grade cell
-            function(*args, **(kwargs or {}))
+            function(*args, **kwargs)
     except CheckFailed as error:
         return Result(title, False, str(error))
     except NotImplementedError as error:
@@ -195,6 +196,22 @@ def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = 
     return Result(title, True)
 
 
+BUG_HUNT = "bug_hunt"  # a grade cell's keyword: the check grades a bug hunt (an exercise given with a bug planted)
+BUG_HUNT_CAUSE = ("this is a bug hunt: the cause is for you to find, from what was expected and what came out "
+                  "(the hints under the exercise help; your feedback after grading names it).")
+
+
+def without_cause(message: str) -> str:
+    """A failure message with its `likely cause` replaced: a bug hunt's student reads the symptom, not the fix."""
+    lines = message.splitlines()
+    at = next((index for index, line in enumerate(lines) if line.strip().startswith("likely cause:")), None)
+    if at is None:
+        return message
+    indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+    kept = [line for line in lines[at + 1:] if not line.startswith(indent + " ")]  # the cause's own continuation
+    return "\n".join([*lines[:at], f"{indent}likely cause: {BUG_HUNT_CAUSE}", *kept])
+
+
 def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
     """Turn a function that raises CheckFailed into a graded check with a pass line.
 
@@ -203,6 +220,10 @@ def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
     `assert` holds and "Run all" carries on (the summary lists the failure again). While grading, or
     when the student asked to stop at the first failure (`runtime.configure`), it raises CheckFailed
     with the message instead, so the cell fails (and scores 0).
+
+    A grade cell of a bug hunt passes `bug_hunt=True`: outside grading, the failure message then keeps what
+    was expected and what came out but not the likely cause, which would name the planted bug's fix; while
+    grading the message is whole (the feedback explains the mistake).
 
     The decorated function keeps the original as `__wrapped__` and its title as `check_title`."""
 
@@ -219,9 +240,10 @@ def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
             if result.passed:
                 print(f"✔ {title}")
                 return True
+            message = result.message if graded or not kwargs.get(BUG_HUNT) else without_cause(result.message)
             if graded or stop_at_first_failure():  # grading, or the student asked to stop here
-                raise CheckFailed(f"✘ {title}: {result.message}") from None
-            show_failure(title, result.message,
+                raise CheckFailed(f"✘ {title}: {message}") from None
+            show_failure(title, message,
                          "The notebook carries on; fix the code above, rerun its cell, then this one.")
             return True
 

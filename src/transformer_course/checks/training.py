@@ -58,9 +58,9 @@ from transformer_course.reference.training import train_epoch as reference_train
 WARM_UP: tuple[str, ...] = ("shape checks", "optimiser step")
 
 __all__ = [
+    "predicted_half_right_loss",
     "predicted_peak_rate",
-    "predicted_peak_step",
-    "predicted_uniform_loss",
+    "predicted_variant_peak_step",
     "collate_shapes",
     "collate_shift",
     "compute_loss_ignores_padding",
@@ -1186,20 +1186,24 @@ def _paper_schedule() -> list[float]:
     return [reference_noam_learning_rate(step, PAPER_D_MODEL, PAPER_WARMUP) for step in range(1, 5 * PAPER_WARMUP + 1)]
 
 
-@check("your prediction: the loss of a uniform prediction over 10,000 words")
-def predicted_uniform_loss(predict: Any) -> None:
-    uniform = torch.zeros(1, 10_000, dtype=torch.float64)  # equal logits over K = 10,000 words
-    truth = float(nn.functional.cross_entropy(uniform, torch.tensor([4])))
-    expect_number(predict, truth=truth, tolerance=0.01, what="the loss of a uniform prediction",
-                  cause="every word gets probability 1/K, so the loss at every position is -log(1/K).")
+@check("your prediction: the loss when the right word gets probability 0.5 of 10,000 words")
+def predicted_half_right_loss(predict: Any) -> None:
+    vocabulary = 10_000
+    probabilities = torch.full((1, vocabulary), 0.5 / (vocabulary - 1), dtype=torch.float64)
+    probabilities[0, 4] = 0.5  # the right word
+    truth = float(nn.functional.cross_entropy(probabilities.log(), torch.tensor([4])))
+    expect_number(predict, truth=truth, tolerance=0.01, what="the loss when the right word gets probability 0.5",
+                  cause="the unsmoothed loss at a position is -log p(right word); how the rest is spread does not "
+                        "enter it.")
 
 
-@check("your prediction: the step at which the paper's schedule peaks")
-def predicted_peak_step(predict: Any) -> None:
-    rates = _paper_schedule()
-    expect_number(predict, truth=float(rates.index(max(rates)) + 1),
-                  what="the step at which the paper's schedule peaks",
-                  cause="the rate rises while step * warmup^-1.5 is the smaller term and falls once step^-0.5 is: "
+@check("your prediction: the step at which the schedule with warmup_steps ** -1.0 peaks")
+def predicted_variant_peak_step(predict: Any) -> None:
+    rates = [PAPER_D_MODEL ** -0.5 * min(step ** -0.5, step * PAPER_WARMUP ** -1.0)
+             for step in range(1, 5 * PAPER_WARMUP + 1)]
+    expect_number(predict, truth=float(rates.index(max(rates)) + 1), absolute=0.5,
+                  what="the step at which the schedule with warmup_steps ** -1.0 peaks",
+                  cause="the rate rises while step * warmup^-1.0 is the smaller term and falls once step^-0.5 is: "
                         "where are the two terms equal?")
 
 

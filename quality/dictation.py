@@ -68,38 +68,29 @@ def _snippets(line: str) -> list[str]:
     return [_squash(snippet) for snippet in found if len(_squash(snippet)) >= MINIMUM]
 
 
+def _regions(source: str) -> list[tuple[bool, str]]:
+    """(inside the solution markers?, line) for every line of a cell but the markers themselves."""
+    regions, inside = [], False
+    for line in source.splitlines():
+        if line.strip() in (BEGIN, END):
+            inside = line.strip() == BEGIN
+        else:
+            regions.append((inside, line))
+    return regions
+
+
 def solution_lines(notebook: nbformat.NotebookNode) -> list[str]:
     """The lines between the solution markers of every solution cell."""
-    lines = []
-    for cell in notebook.cells:
-        if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get("solution"):
-            continue
-        inside = False
-        for line in cell.source.splitlines():
-            if line.strip() == BEGIN:
-                inside = True
-            elif line.strip() == END:
-                inside = False
-            elif inside and line.strip() and not line.strip().startswith("#"):
-                lines.append(line)
-    return lines
+    return [line for cell in notebook.cells
+            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution")
+            for inside, line in _regions(cell.source)
+            if inside and line.strip() and not line.strip().startswith("#")]
 
 
 def given_code(notebook: nbformat.NotebookNode) -> str:
     """Every code line of the solution notebook outside the solution markers, squashed."""
-    kept = []
-    for cell in notebook.cells:
-        if cell.cell_type != "code":
-            continue
-        inside = False
-        for line in cell.source.splitlines():
-            if line.strip() == BEGIN:
-                inside = True
-            elif line.strip() == END:
-                inside = False
-            elif not inside:
-                kept.append(_without_comment(line))
-    return _squash("\n".join(kept))
+    return _squash("\n".join(_without_comment(line) for cell in notebook.cells if cell.cell_type == "code"
+                             for inside, line in _regions(cell.source) if not inside))
 
 
 def in_the_open(notebook: nbformat.NotebookNode) -> str:

@@ -82,18 +82,24 @@ def student_path(assignment: str) -> Path:
 
 
 @functools.cache
-def bug_hunt_grade_cells(assignment: str) -> frozenset[str]:
-    """The grade cells of the bug hunts (exercises given broken, `#| bug:` in the lesson): those whose checks are
-    called on a name a bug-hunt cell defines. On the blank notebook they fail on the bug, not on a stub."""
+def bug_hunt_names(assignment: str) -> frozenset[str]:
+    """What the bug hunts of a stage define (exercises given broken, `#| bug:` in the lesson)."""
     from transformer_course.authoring import bug_edits
 
     bugs = bug_edits(ROOT, assignment)
     notebook = nbformat.read(student_path(assignment), as_version=4)
-    names = {node.name for cell in notebook.cells if cell.get("id") in bugs
-             for node in ast.parse(cell.source).body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    return frozenset(node.name for cell in notebook.cells if cell.get("id") in bugs
+                     for node in ast.parse(cell.source).body if isinstance(node, ast.FunctionDef | ast.ClassDef))
+
+
+@functools.cache
+def bug_hunt_grade_cells(assignment: str) -> frozenset[str]:
+    """The visible grade cells of the bug hunts: those whose checks are called on a name a bug-hunt cell defines.
+    On the blank notebook they fail on the bug, not on a stub."""
+    notebook = nbformat.read(student_path(assignment), as_version=4)
     return frozenset(cell.metadata["nbgrader"]["grade_id"] for cell in notebook.cells
                      if cell.metadata.get("nbgrader", {}).get("grade") and cell.cell_type == "code"
-                     and any(f"({name}" in cell.source for name in names))
+                     and any(f"({name}" in cell.source for name in bug_hunt_names(assignment)))
 
 
 def read(path: Path) -> nbformat.NotebookNode:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from transformer_course.authoring import assignments, run_nbgrader
+from transformer_course.authoring import assignments, plant_bugs, run_nbgrader
 
 
 @dataclass
@@ -65,6 +65,8 @@ class Classroom:
                 gradebook.update_or_create_assignment(assignment)
         pattern = assignment_ids[0] if len(assignment_ids) == 1 else "*"
         self.nbgrader("generate_assignment", pattern, "--force")
+        for assignment in assignment_ids:  # the bug hunts' broken code, as in the students' notebooks
+            plant_bugs(self.root, assignment, self.root / "solutions", self.folder / "release")
         return assignment_ids
 
     def submit(self, student: str, assignment: str, notebook: nbformat.NotebookNode) -> Path:

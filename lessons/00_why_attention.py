@@ -27,12 +27,14 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 1 hour 40 minutes: 54 minutes of reading, one exercise and two predictions
-# (about 33 minutes), two written questions (about 10 minutes), and about 4 minutes of computation on
-# one CPU core, most of it the training of section 7. (Estimated by `scripts/working_time.py` in the
-# course repository: reading at 150 words and 10 lines of given code a minute, 5 minutes per
-# exercise or prediction plus 2 per line you write, 5 per written question, and the measured run
-# time of the cells, training included.)
+# **Working time:** about 1½ hours if you are at ease with PyTorch, about 2½ hours if you are new to
+# it or get stuck. That is reading (53 minutes, or 68 with the folded hints), one exercise, two
+# predictions and two written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving
+# a copy), and about 4 minutes of computation on one CPU core, most of it the training of section 7.
+# (Estimated by `scripts/working_time.py` in the course repository from the notebook's length and the
+# measured run time of its cells, with assumptions it prints, not measurements of students: for
+# example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2 or 4 per line you write, 10
+# or 20 per bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can

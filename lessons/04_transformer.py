@@ -26,11 +26,13 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 1 hour 40 minutes: 35 minutes of reading, four exercises (about 50
-# minutes), three written questions (about 15 minutes), and cells that run in seconds. (Estimated by
-# `scripts/working_time.py` in the course repository: reading at 150 words and 10 lines of given
-# code a minute, 5 minutes per exercise plus 2 per line you write, 5 per written question, and the
-# measured run time of the cells.)
+# **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it
+# or get stuck. That is reading (41 minutes, or 58 with the folded hints), three exercises, one bug
+# hunt, two predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
+# cell, saving a copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the
+# course repository from the notebook's length and the measured run time of its cells, with
+# assumptions it prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10
+# minutes per exercise plus 2 or 4 per line you write, 10 or 20 per bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can

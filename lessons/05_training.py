@@ -25,11 +25,14 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 2½ hours: an hour of reading, four exercises (about 45 minutes), three
-# written questions (about 15 minutes), and the training run of section 11, 17 to 35 minutes on a
-# 2-core CPU. (Estimated by `scripts/working_time.py` in the course repository: reading at 150 words
-# and 10 lines of given code a minute, 5 minutes per exercise plus 2 per line you write, 5 per
-# written question, and the measured run time of the cells.)
+# **Working time:** about 3 hours if you are at ease with PyTorch, about 4½ hours if you are new to it
+# or get stuck. That is reading (73 minutes, or 96 with the folded hints), three exercises, one bug
+# hunt, three predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
+# cell, saving a copy), and the training run of section 11 (ten epochs of about 3.5 minutes of CPU
+# time each: 17 to 35 minutes on a 2-core CPU). (Estimated by `scripts/working_time.py` in the course
+# repository from the notebook's length and the measured run time of its cells, with assumptions it
+# prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10 minutes per
+# exercise plus 2 or 4 per line you write, 10 or 20 per bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can

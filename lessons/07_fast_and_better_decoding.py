@@ -27,13 +27,14 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | **7** (optional) | **the key/value cache and beam search** (this one) |
 #
-# **Working time:** about 2¾ hours: 46 minutes of reading, five exercises (about 1¾ hours), two
-# written questions (about 10 minutes), and cells dominated by the decoding of all 1,000 test sentences in
-# sections 9 and 10, which the course's benchmark measured at about 98 seconds of CPU time on one core
-# (about 4 minutes on the clock of a busy 2-core machine). (Estimated
-# by `scripts/working_time.py` in the course repository: reading at 150 words and 10 lines of given
-# code a minute, 5 minutes per exercise plus 2 per line you write, 5 per written question, and the
-# measured run time of the cells.)
+# **Working time:** about 3 hours if you are at ease with PyTorch, about 5½ hours if you are new to it
+# or get stuck. That is reading (60 minutes, or 81 with the folded hints), four exercises, one bug
+# hunt, three predictions and two written questions, 5 to 10 minutes of setting up (Colab, the setup
+# cell, saving a copy), and about 2 minutes of computation on one CPU core, most of it decoding the
+# test set three ways. (Estimated by `scripts/working_time.py` in the course repository from the
+# notebook's length and the measured run time of its cells, with assumptions it prints, not
+# measurements of students: for example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2
+# or 4 per line you write, 10 or 20 per bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can

@@ -178,11 +178,14 @@ def stage_title(page: NotebookNode) -> str:
 
 
 def working_time(page: NotebookNode) -> str:
-    """The working time the notebook's header quotes ('about 50 minutes'), as scripts/working_time.py wrote it."""
+    """The working times the notebook's header quotes for its two students, as scripts/working_time.py estimated
+    them: 'about 1½ hours (at ease with PyTorch) to 2¾ hours (new to it)'."""
     for cell in page.cells[:2]:
-        found = re.search(r"\*\*Working time:\*\* (about [^:]+):", cell.source)
+        text = " ".join(cell.source.split())
+        found = re.search(r"\*\*Working time:\*\* about (.+?) if you are at ease with PyTorch, about (.+?) if you are "
+                          r"new to it", text)
         if found:
-            return found.group(1)
+            return f"about {found.group(1)} (at ease with PyTorch) to {found.group(2)} (new to it)"
     raise ValueError("a stage page without its working time")
 
 

@@ -52,7 +52,7 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
-from transformer_course.checks.predictions import expect_number
+from transformer_course.checks.predictions import expect_number, parameters_of
 from transformer_course.reference import MultiHeadAttention as _ReferenceMultiHeadAttention
 from transformer_course.reference import make_look_ahead_mask as _reference_look_ahead_mask
 from transformer_course.reference import make_padding_mask as _reference_padding_mask
@@ -1455,8 +1455,8 @@ def predicted_scaled_score_std(predict: Any) -> None:
 
 @check("your prediction: the parameters of MultiHeadAttention(512, 8)")
 def predicted_attention_parameters(predict: Any) -> None:
-    truth = sum(parameter.numel() for parameter in _ReferenceMultiHeadAttention(512, 8).parameters())
-    expect_number(predict, truth=float(truth), what="the parameters of MultiHeadAttention(512, 8)",
+    expect_number(predict, truth=float(parameters_of(lambda: _ReferenceMultiHeadAttention(512, 8))),
+                  what="the parameters of MultiHeadAttention(512, 8)",
                   cause="count the four nn.Linear layers W_q, W_k, W_v, W_o: each has in_features × out_features "
                         "weights plus out_features biases. Does the number of heads change any of them?")
 

@@ -37,7 +37,7 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
-from transformer_course.checks.predictions import expect_number
+from transformer_course.checks.predictions import expect_number, parameters_of
 from transformer_course.reference import DecoderBlock as ReferenceDecoderBlock
 from transformer_course.reference import EncoderBlock as ReferenceEncoderBlock
 from transformer_course.reference import PositionWiseFeedForward as ReferenceFeedForward
@@ -705,13 +705,9 @@ def decoder_dropout_placement(DecoderBlock: type[nn.Module], d_model: int = 16, 
 # --- predict, then run ------------------------------------------------------------------------------
 
 
-def _parameter_count(module: nn.Module) -> int:
-    return sum(parameter.numel() for parameter in module.parameters())
-
-
 @check("your prediction: the parameters of one encoder block (d_model 512, 8 heads, d_ff 2048)")
 def predicted_encoder_parameters(predict: Any) -> None:
-    expect_number(predict, truth=float(_parameter_count(ReferenceEncoderBlock(512, 8, 2048, 0.1))),
+    expect_number(predict, truth=float(parameters_of(lambda: ReferenceEncoderBlock(512, 8, 2048, 0.1))),
                   what="the parameters of EncoderBlock(512, 8, 2048, 0.1)",
                   cause="add up the parts: the multi-head attention (four 512 → 512 linear layers), the "
                         "feed-forward network (512 → 2048 → 512) and each LayerNorm's gain and bias (512 each). "
@@ -720,7 +716,7 @@ def predicted_encoder_parameters(predict: Any) -> None:
 
 @check("your prediction: the parameters of one decoder block (d_model 512, 8 heads, d_ff 2048)")
 def predicted_decoder_parameters(predict: Any) -> None:
-    expect_number(predict, truth=float(_parameter_count(ReferenceDecoderBlock(512, 8, 2048, 0.1))),
+    expect_number(predict, truth=float(parameters_of(lambda: ReferenceDecoderBlock(512, 8, 2048, 0.1))),
                   what="the parameters of DecoderBlock(512, 8, 2048, 0.1)",
                   cause="a decoder block has one more attention module (cross-attention, with its own weights) "
                         "and one more LayerNorm than an encoder block.")
@@ -728,8 +724,8 @@ def predicted_decoder_parameters(predict: Any) -> None:
 
 @check("your prediction: the feed-forward network's share of a decoder block's parameters, in percent")
 def predicted_feed_forward_share(predict: Any) -> None:
-    share = 100 * _parameter_count(ReferenceFeedForward(512, 2048)) / _parameter_count(
-        ReferenceDecoderBlock(512, 8, 2048, 0.1))
+    share = 100 * parameters_of(lambda: ReferenceFeedForward(512, 2048)) / parameters_of(
+        lambda: ReferenceDecoderBlock(512, 8, 2048, 0.1))
     expect_number(predict, truth=share, absolute=1.0,
                   what="the feed-forward network's share of a decoder block's parameters (percent)",
                   cause="divide the feed-forward network's parameters by the whole decoder block's and multiply "

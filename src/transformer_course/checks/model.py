@@ -42,7 +42,7 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
-from transformer_course.checks.predictions import expect_number
+from transformer_course.checks.predictions import expect_number, parameters_of
 from transformer_course.reference import Decoder as ReferenceDecoder
 from transformer_course.reference import Encoder as ReferenceEncoder
 from transformer_course.reference import Transformer as ReferenceTransformer
@@ -1026,7 +1026,7 @@ def _predicted_model() -> nn.Module:
 
 @check("your prediction: the parameters of Transformer(1000, 800, 64, 4, 2, 128, 50, 0.1)")
 def predicted_parameter_count(predict: Any) -> None:
-    expect_number(predict, truth=float(count_parameters(_predicted_model())),
+    expect_number(predict, truth=float(parameters_of(_predicted_model)),
                   what="the parameters of Transformer(1000, 800, 64, 4, 2, 128, 50, 0.1)",
                   cause="add up both embeddings (vocab x d_model each), 2 encoder blocks, 2 decoder blocks "
                         "(a second attention and a third LayerNorm) and pred_layer (weights and biases); "

@@ -26,7 +26,7 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
-from transformer_course.checks.predictions import expect_number
+from transformer_course.checks.predictions import expect_number, parameters_of
 
 __all__ = ["buffer_shape", "dropout_behaviour", "forward_adds_encoding", "predicted_parameter_count",
            "predicted_self_dot_product", "summary", "table_values"]
@@ -579,8 +579,7 @@ def predicted_self_dot_product(predict: Any) -> None:
 
 @check("your prediction: the trainable parameters of PositionalEncoding(512, 5000, 0.1)")
 def predicted_parameter_count(predict: Any) -> None:
-    expect_number(predict, truth=float(sum(parameter.numel() for parameter in
-                                           ReferencePositionalEncoding(512, 5000, 0.1).parameters())),
+    expect_number(predict, truth=float(parameters_of(lambda: ReferencePositionalEncoding(512, 5000, 0.1))),
                   what="the trainable parameters of PositionalEncoding(512, 5000, 0.1)",
                   cause="the table is a buffer, not a parameter, and dropout has no weights: what does the "
                         "optimiser find in model.parameters()?")

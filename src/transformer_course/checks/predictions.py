@@ -24,8 +24,12 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+from torch import nn
+
 from transformer_course.checks.boundary import on_student_side
 from transformer_course.checks.framework import fail, student_code
+from transformer_course.reference import count_parameters
 
 
 @on_student_side
@@ -82,6 +86,14 @@ def expect_choice(predict: Callable[[], Any], *, truth: str, choices: Sequence[s
     if known[given] != truth:
         fail(f"your answer to {what} is not the right choice.", expected=repr(truth), got=repr(known[given]),
              cause=cause)
+
+
+def parameters_of(build: Callable[[], nn.Module]) -> int:
+    """The trainable parameters of the module `build()` makes, built on the meta device: shapes only, no memory
+    and no computation, and the random generator of the student's kernel (where a check runs in Colab) is left
+    as it was."""
+    with torch.device("meta"):
+        return count_parameters(build())
 
 
 def _show(number: float) -> str:

@@ -40,7 +40,7 @@ from transformer_course.checks.framework import (
     summary,
     tensors_close,
 )
-from transformer_course.checks.predictions import expect_number
+from transformer_course.checks.predictions import expect_number, parameters_of
 from transformer_course.reference.additive_attention import AdditiveAttention as ReferenceAdditiveAttention
 
 # the parts of PyTorch this stage's grade cells meet, used once before any notebook code (runner.warm_up_torch):
@@ -521,8 +521,7 @@ def sentences_are_independent(AdditiveAttention: AttentionClass, batch: int = 3,
 
 @check("your prediction: the trainable parameters of AdditiveAttention(6, 8, 10)")
 def predicted_parameter_count(predict: Any) -> None:
-    expect_number(predict, truth=float(sum(parameter.numel() for parameter in
-                                           ReferenceAdditiveAttention(6, 8, 10).parameters())),
+    expect_number(predict, truth=float(parameters_of(lambda: ReferenceAdditiveAttention(6, 8, 10))),
                   what="the trainable parameters of AdditiveAttention(query_size=6, key_size=8, attention_size=10)",
                   cause="an nn.Linear(in_features, out_features, bias=False) holds in_features * out_features "
                         "weights; count W_q, W_k and v (v is a Linear with one output).")

@@ -140,7 +140,7 @@ def show_failure(title: str, body: str, footer: str = "", details: str = "") -> 
     show(text, html)
 
 
-_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+TORCH_DIR = str(Path(torch.__file__).resolve().parent)  # where a frame of torch's own code lives
 _KERNEL_MESSAGE = re.compile(r"not implemented for '|Could not run '|not currently implemented|is not implemented for")
 
 
@@ -154,7 +154,7 @@ def unfinished_exercise(error: BaseException) -> str | None:
     if not frames:
         return "an exercise"
     code = frames[-1][0].f_code
-    if code.co_filename.startswith(_TORCH_DIR):
+    if code.co_filename.startswith(TORCH_DIR):
         return None
     return getattr(code, "co_qualname", code.co_name)
 

@@ -40,8 +40,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks.boundary import Frame, on_student_side
+from transformer_course.runtime import TORCH_DIR
 
-_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 _CHECKS_DIR = str(Path(__file__).resolve().parent)
 _REFERENCE_DIR = str(Path(__file__).resolve().parents[1] / "reference")
@@ -94,7 +94,7 @@ class Trace:
 def _library(filename: str) -> bool:
     if filename.startswith(_REFERENCE_DIR):
         return False
-    return (filename.startswith((_TORCH_DIR, _CHECKS_DIR, "<frozen")) or "/lib/python" in filename
+    return (filename.startswith((TORCH_DIR, _CHECKS_DIR, "<frozen")) or "/lib/python" in filename
             or "/site-packages/" in filename or f"{_PACKAGE_DIR}/grading" in filename
             or f"{_PACKAGE_DIR}/runtime" in filename)
 

@@ -16,14 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-import torch
-
 from transformer_course.checks import crash
 from transformer_course.checks.boundary import Frame, StudentError, student_error_of
-from transformer_course.runtime import unfinished_exercise
+from transformer_course.runtime import TORCH_DIR, unfinished_exercise
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
-_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 
 
 @dataclass(frozen=True)
@@ -177,7 +174,7 @@ def kind_of(error: BaseException) -> ErrorKind | None:
 
 
 def _from_the_course(filename: str) -> bool:
-    return filename.startswith((_PACKAGE_DIR, _TORCH_DIR, "<frozen")) or "/lib/python" in filename
+    return filename.startswith((_PACKAGE_DIR, TORCH_DIR, "<frozen")) or "/lib/python" in filename
 
 
 def _source_line(filename: str, lineno: int, module_globals: Mapping[str, object],

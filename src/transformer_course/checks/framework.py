@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from html import escape
-from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -25,8 +24,6 @@ from transformer_course.checks._grade_cells import GRADE_CELLS
 from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.errors import crash_lines, explain_crash, first_line, is_stub
 from transformer_course.runtime import grading_mode, show, show_failure, stop_at_first_failure
-
-_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 
 CheckFunction = TypeVar("CheckFunction", bound=Callable[..., Any])
 

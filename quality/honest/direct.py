@@ -95,7 +95,7 @@ def run_checks(notebook: nbformat.NotebookNode, source_notebook: nbformat.Notebo
     if module_name is None:
         raise ValueError("the notebook's grade cells call no checks module")
     checks = importlib.import_module(module_name)
-    from transformer_course.checks.framework import BUG_HUNT, CheckFailed
+    from transformer_course.checks.framework import CheckFailed, check_arguments
 
     namespace = student_namespace(notebook)
     outcomes: dict[str, str | None] = {}
@@ -105,8 +105,7 @@ def run_checks(notebook: nbformat.NotebookNode, source_notebook: nbformat.Notebo
         for call in grade_calls(source_notebook):
             undecorated: Callable[..., Any] = getattr(checks, call.name).__wrapped__
             try:
-                keywords = {key: value for key, value in call.keywords.items() if key != BUG_HUNT}  # a message option
-                undecorated(*(namespace[name] for name in call.objects), **keywords)
+                undecorated(*(namespace[name] for name in call.objects), **check_arguments(call.keywords))
             except CheckFailed as failure:
                 outcomes[str(call)] = str(failure)
             except Exception as error:  # the student's code crashed inside the check: keep where

@@ -177,7 +177,7 @@ def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = 
     with linecache (files, IPython cells); for code compiled from a string that linecache does not
     know (`compile(source, "<cell 3>", "exec")`), pass `sources={"<cell 3>": source}`, or only the
     line number is shown."""
-    kwargs = {key: value for key, value in (kwargs or {}).items() if key != BUG_HUNT}
+    kwargs = check_arguments(kwargs)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a warning on stderr would zero the grade cell
@@ -196,6 +196,11 @@ def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = 
 BUG_HUNT = "bug_hunt"  # a grade cell's keyword: the check grades a bug hunt (an exercise given with a bug planted)
 BUG_HUNT_CAUSE = ("this is a bug hunt: the cause is for you to find, from what was expected and what came out "
                   "(the hints under the exercise help; your feedback after grading names it).")
+
+
+def check_arguments(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A grade cell's keywords without the options meant for the message (`bug_hunt`): what the check takes."""
+    return {key: value for key, value in (kwargs or {}).items() if key != BUG_HUNT}
 
 
 def without_cause(message: str) -> str:

@@ -38,9 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         (demo / "downloads" / student).mkdir(parents=True)
         for assignment, notebook in notebooks.items():
             nbformat.write(notebook, demo / "downloads" / student / f"{assignment}.ipynb")
-    print("3/3 python -m transformer_course.grading.batch autograde/demo/downloads --class-dir autograde/demo/class")
+    problem = bubblewrap_problem()
+    print("3/3 python -m transformer_course.grading.batch autograde/demo/downloads --class-dir autograde/demo/class"
+          + (" --no-sandbox" if problem else ""))
+    print(confinement(problem), flush=True)
     grader = BatchGrader(root, demo / "class", demo / "downloads", jobs=min(3, os.cpu_count() or 1),
-                         assignment_ids=assignment_ids, sandbox=bubblewrap_problem() is None)
+                         assignment_ids=assignment_ids, sandbox=problem is None)
     students = grader.run()
     csv_path = grader.class_dir / "scores.csv"
     print()
@@ -52,8 +55,19 @@ def main(argv: list[str] | None = None) -> int:
     print("\nchen's bugs:", "; ".join(f"{a}: {m.description}" for a, m in KNOWN_BUGS.items() if a in assignment_ids))
     print(f"scores: {csv_path.relative_to(root)}   feedback: {(grader.class_dir / 'feedback').relative_to(root)}/   "
           f"class report: {(grader.class_dir / 'report.html').relative_to(root)}")
+    print(confinement(problem))
     print(f"done in {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def confinement(problem: str | None) -> str:
+    """One plain line: were the example students' notebooks graded in the sandbox? (The demo grades its own
+    built-in students, so it goes on without one; the batch command refuses to, unless told --no-sandbox.)"""
+    if problem is None:
+        return "graded CONFINED: every student's code ran in a bubblewrap sandbox (no network, no other files)"
+    return (f"graded WITHOUT a sandbox, because {problem}: fine for these built-in example students, but "
+            "install bubblewrap before grading a real class (the batch command refuses to grade without it "
+            "unless given --no-sandbox)")
 
 
 if __name__ == "__main__":

@@ -351,3 +351,18 @@ def test_a_worker_that_fails_before_the_barrier_holds_nobody_up(tmp_path):
     assert time.monotonic() - started < 30
     assert _times(talks[0][1], "hidden") and json.loads(talks[0][0].splitlines()[-1]) == {"done": True}
     assert not _times(talks[1][1], "hidden")
+
+
+def test_without_a_sandbox_nobody_is_graded_unless_the_instructor_says_no_sandbox(tmp_path, capsys, monkeypatch):
+    """Secure by default: where bubblewrap cannot isolate (here: told it cannot), the command says why and
+    stops with exit status 2 before any notebook runs; only `--no-sandbox`, said by name, grades unconfined."""
+    import transformer_course.grading.classroom.batch as batch
+    monkeypatch.setattr(batch, "bubblewrap_problem", lambda: "bubblewrap (`bwrap`) is not installed")
+    submissions = tmp_path / "downloads"
+    write_example_class(ROOT, submissions, "01_positional_encoding", tmp_path / "class", submissions)
+    code = main([str(submissions), "--class-dir", str(tmp_path / "class"), "--assignment", "01_positional_encoding",
+                 "--jobs", "1"])
+    error = capsys.readouterr().err
+    assert code == 2, error
+    assert "cannot be isolated here: bubblewrap (`bwrap`) is not installed" in error and "--no-sandbox" in error
+    assert not (tmp_path / "class" / "scores.csv").exists() and not (tmp_path / "class" / "autograded").exists()

@@ -6,8 +6,8 @@ against snapshots), in a zygote of its own started without a sandbox (the sandbo
 test_isolation.py). The student's `PositionalEncoding` has a real bug (a base-10 logarithm where the
 natural one belongs) unless a test says otherwise; whatever the notebook does around it, its grade cell
 must still fail for the bug, the hidden test's inputs must never reach anything the student is shown, and
-an answer that is the reference solution, however it got into the notebook, must be flagged, while an
-honest notebook is not.
+an answer that reaches for the reference solution finds none (the grading build leaves it out) and earns
+nothing, while an honest notebook carries no flag.
 """
 
 from __future__ import annotations
@@ -286,10 +286,26 @@ REFERENCE = {
 
 
 @pytest.mark.parametrize("route", REFERENCE)
-def test_an_answer_that_is_the_reference_is_flagged_however_it_got_there(session, tmp_path, route):
-    grades, findings, _ = run(session, notebook([CORRECT, REFERENCE[route]]), tmp_path)
-    assert failed(grades[0]) is None  # it is the right answer: the flag, not the score, tells
-    assert any("reference solution" in finding for finding in findings), (route, findings)
+def test_an_answer_that_is_the_reference_finds_no_reference_and_earns_nothing(session, tmp_path, route):
+    """The grading build (`grading.sandbox.build`) leaves the reference solution of the graded exercises out of the
+    notebook's process: whichever way the notebook reaches for it, it finds the exercise's stub (or nothing), and
+    the grade cell fails, for the student's own cell or for the stub it got."""
+    grades, _, shown = run(session, notebook([CORRECT, REFERENCE[route]]), tmp_path)
+    assert failed(grades[0]) is not None, route
+    assert "not implemented" in failed(grades[0]) or "Error" in shown, (route, failed(grades[0]))
+
+
+def test_the_reference_of_the_graded_exercises_is_not_in_the_notebooks_process(session, tmp_path):
+    """Its source is not there either, whichever way it is read (inspect, linecache, the loader, the file named
+    by `__file__`, which the sandbox does not show and which is not read here)."""
+    reader = ("import inspect, linecache, sys\n"
+              "from transformer_course.reference import positional_encoding as ref\n"
+              "print(inspect.getsource(ref))\n"
+              "print(''.join(linecache.getlines(ref.__file__)))\n"
+              "print(ref.__loader__.get_source(ref.__name__))\n")
+    _, _, shown = run(session, notebook([CORRECT, reader]), tmp_path)
+    assert "class PositionalEncoding" in shown and "not in the grading sandbox" in shown
+    assert "torch.sin(position * div_term)" not in shown
 
 
 def test_pasting_the_published_solution_is_not_laundering(session, tmp_path):

@@ -24,7 +24,6 @@ from nbformat.v4 import new_code_cell
 from test_boundary import CHECKS, CORRECT, GRADE, HIDDEN_GRADE, SECRET_D, SECRET_N, failed, notebook, run
 
 from transformer_course.checks.boundary import Frame, StudentError
-from transformer_course.grading.intake.scan import suspicious_code
 from transformer_course.grading.sandbox import channel, isolation
 from transformer_course.grading.sandbox.session import Servant as ServantProxy
 from transformer_course.grading.sandbox.session import ServantFailed, Session, kill_all
@@ -569,7 +568,7 @@ def test_in_phases_a_notebook_that_says_it_parked_costs_only_itself(tmp_path):
     assert LAST_RUN["sandbox alive at the end"]
 
 
-# --- 6. the reference solution handed in, flagged by nobody --------------------------------------------------
+# --- 6. the reference solution laundered past a watch: not there to be laundered ------------------------------
 
 LAUNDERED = {
     # the checks module re-exports the reference; an ordinary cell is never watched: every table in advance
@@ -614,15 +613,13 @@ LAUNDERED = {
 
 
 @pytest.mark.parametrize("route", LAUNDERED)
-def test_the_reference_handed_in_is_flagged_by_the_watch(session, tmp_path, route):
-    """Ordinary cells are watched too (only notebook code calling the reference counts there: the given cells run
-    the course's checks and tools), the reference's probes report it however tracing is set, and a process the
-    notebook's code starts during a check is noted. Whatever the score, the instructor is told: by the watch
-    itself (the scan of the notebook's text, a second line, is not needed for any of these)."""
-    release = notebook(["class PositionalEncoding(nn.Module):\n    pass\n"])
+def test_the_reference_laundered_finds_no_reference_and_earns_nothing(session, tmp_path, route):
+    """Routes past an earlier design's watch (tables computed in an ordinary cell, tracing switched off, a process
+    pool): the grading build leaves the reference of the graded exercises out of the notebook's process, so each
+    finds only the exercise's stub, and neither the visible nor the hidden part of the grade cell passes."""
     handed_in = notebook(["", LAUNDERED[route]], [HIDDEN_GRADE])
-    _, findings, _ = run(session, handed_in, tmp_path)
-    assert findings, (route, suspicious_code(handed_in, release))
+    grades, _, _ = run(session, handed_in, tmp_path)
+    assert all(failed(cell) is not None for cell in grades), (route, [cell.outputs for cell in grades])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -136,3 +136,24 @@ def as_exception(error: StudentError, check_failed: type[BaseException]) -> Base
 
 def student_error_of(exception: BaseException) -> StudentError | None:
     return getattr(exception, "student_error", None)
+
+
+# --- the grading build -------------------------------------------------------------------------------------
+
+
+class JudgedByGrader(RuntimeError):
+    """A check called by notebook code inside the grading sandbox, where only its experiments exist."""
+
+
+def judged_by_grader(name: str, title: str = "") -> Callable[..., Any]:
+    """What the grading build (`grading.sandbox.build`) puts in place of a check or judging helper: calling it
+    says that checks are judged by the grader, in its own process, not in the notebook's."""
+
+    def stub(*args: Any, **kwargs: Any) -> Any:
+        raise JudgedByGrader(f"check.{name} is judged by the grader, outside your notebook: while your notebook is "
+                             "graded, checks run only in the grade cells, and your code cannot call them")
+
+    stub.__name__ = stub.__qualname__ = name
+    if title:
+        stub.check_title = title  # type: ignore[attr-defined]  (framework.record finds a check by its title)
+    return stub

@@ -132,15 +132,21 @@ def python_paths() -> list[str]:
     return [path for path in dict.fromkeys(paths) if os.path.exists(path)]
 
 
+HIDDEN_FOLDERS = ("checks", "reference")  # never on the sandbox's disk: each runner gets its own build (`build`)
+
+
 def course_paths(root: Path | None = None) -> list[str]:
-    """The course package's own folder (src/transformer_course of an editable install, or its folder
-    in site-packages) and the checkout's assets/checkpoint when there is one. `root` is the checkout;
-    None means the one holding this package when it is an editable install."""
+    """What the sandbox may read of the course: the package's files and folders (src/transformer_course of an
+    editable install, or its folder in site-packages) except the checks and the reference solution, which each
+    runner receives as its notebook's grading build (`build`), and the checkout's assets/checkpoint when there is
+    one. `root` is the checkout; None means the one holding this package when it is an editable install."""
     package = Path(__file__).resolve().parents[2]
     if root is None and package.parent.name == "src":
         root = package.parent.parent
     checkpoint = Path(root) / "assets" / "checkpoint" if root is not None else None
-    return [str(package), *([str(checkpoint)] if checkpoint is not None and checkpoint.is_dir() else [])]
+    shown = [str(entry) for entry in sorted(package.iterdir())
+             if entry.name not in (*HIDDEN_FOLDERS, "__pycache__") and not entry.name.startswith(".")]
+    return [*shown, *([str(checkpoint)] if checkpoint is not None and checkpoint.is_dir() else [])]
 
 
 def base_environment(home: str, tmp: str = "/tmp") -> dict[str, str]:
@@ -236,30 +242,41 @@ def _kernel_tunables() -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------
 # Seccomp: a classic BPF program, written here so that no library is needed
 
-SECCOMP_DENIED = {  # machine: (AUDIT_ARCH_*, system call numbers refused with EPERM)
+SECCOMP_DENIED = {  # machine: (AUDIT_ARCH_*, system call numbers refused with EPERM, fcntl's number)
     # ptrace, syslog, process_vm_readv, process_vm_writev, kcmp, perf_event_open, userfaultfd, bpf,
     # add_key, request_key, keyctl, pidfd_getfd, process_madvise, io_uring_setup/enter/register,
-    # move_pages, migrate_pages
+    # move_pages, migrate_pages; then what lets two sandboxes observe each other through a file both can read
+    # (the Python installation, the virtual environment): flock, inotify_init, inotify_init1, fanotify_init
     "x86_64": (0xC000003E, (101, 103, 310, 311, 312, 298, 323, 321, 248, 249, 250, 438, 440, 425, 426, 427,
-                            279, 256)),
+                            279, 256, 73, 253, 294, 300), 72),
     "aarch64": (0xC00000B7, (117, 116, 270, 271, 272, 241, 282, 280, 217, 218, 219, 438, 440, 425, 426, 427,
-                             239, 238)),
+                             239, 238, 32, 26, 262), 25),
 }
+# fcntl's commands that lock a file, ask about another process's lock, take a lease or watch a folder (dnotify):
+# F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_GETLEASE, F_NOTIFY
+FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
 
 
 def seccomp_program(machine: str | None = None) -> bytes | None:
     """The filter's BPF instructions for this machine, None where its system call numbers are unknown.
-    System calls of another ABI (32-bit, x32) are refused altogether."""
+    System calls of another ABI (32-bit, x32) are refused altogether; fcntl is refused for the commands of
+    FCNTL_DENIED only (its second argument, an unsigned int: the low half of the 64-bit argument)."""
     entry = SECCOMP_DENIED.get(machine or platform.machine())
     if entry is None:
         return None
-    arch, denied = entry
+    arch, denied, fcntl = entry
     load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JMP|JEQ|K, JMP|JGE|K, RET|K
     allow, refuse = 0x7FFF0000, 0x00050000  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
-    n = len(denied)
+    n, m = len(denied), len(FCNTL_DENIED)
+    low_half = 16 + 8 * 1 + (0 if sys.byteorder == "little" else 4)  # seccomp_data.args[1]
+    # layout: [0-4] architecture and ABI; [5, 5+n) refused calls -> EPERM; then "fcntl?" -> its command checks;
+    # allow; the command checks; allow; EPERM
     program = [(load, 0, 0, 4), (equal, 1, 0, arch), (give, 0, 0, refuse | errno.ENOSYS), (load, 0, 0, 0),
-               (at_least, n + 1, 0, 0x40000000),
-               *[(equal, n - i, 0, number) for i, number in enumerate(denied)],
+               (at_least, n + m + 4, 0, 0x40000000),
+               *[(equal, n + m + 3 - i, 0, number) for i, number in enumerate(denied)],
+               (equal, 1, 0, fcntl), (give, 0, 0, allow),
+               (load, 0, 0, low_half),
+               *[(equal, m - i, 0, command) for i, command in enumerate(FCNTL_DENIED)],
                (give, 0, 0, allow), (give, 0, 0, refuse | errno.EPERM)]
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
 

@@ -23,9 +23,11 @@ Verdicts are decided by the grader (`executor`), in a process that never runs st
 values the servant sends. Whatever the notebook does to this process (patching torch, the checks or this
 module, threads, hooks) can only change the values its own code appears to return.
 
-A watcher (`watch`) is on duty while notebook code runs: the reference solution of this notebook's
-exercises running from the notebook's own code (or, in a servant, other than through what the check
-supplied), or a copy of it being made, becomes a note for the grader, which decides what to flag.
+Neither the zygote nor a runner holds the checks' judging code or the reference solution of the notebook's
+exercises: the sandbox does not see the course's `checks/` and `reference/` folders, the zygote imports neither,
+and each runner, right after it was forked, receives its notebook's *grading build* of both packages over the
+channel and imports them from memory (`build`). A grade cell's argument that is one of the few reference parts
+still in the build becomes a note for the grader (`watch`), which decides what to flag.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from transformer_course.grading.sandbox import channel, fingerprint
-from transformer_course.grading.sandbox.watch import GUARD, Known, Watcher
+from transformer_course.grading.sandbox import build, channel
+from transformer_course.grading.sandbox.watch import Watcher
 
 MAX_OUTPUT = 1_000_000  # characters of text one cell may print before the rest is cut
 PRIVATE_FOLDERS = "COURSE_RUNNER_PRIVATE"  # set by the launchers when cwd and TMPDIR belong to this runner alone
@@ -172,10 +174,10 @@ def make_shell(user_ns: dict[str, Any], current: list[CellRecorder]) -> Any:
 # --- before the first notebook ----------------------------------------------------------------------------
 
 
-def preload(modules: list[str], warm_up: bool = True) -> None:
-    """Import what the notebook will use (with warm_up: `modules`, among them the checks and the reference
-    modules of its exercises, and the parts of PyTorch its checks meet, which load more of themselves on first
-    use) before any notebook code runs."""
+def preload(modules: list[str], warm_up: bool = True, parts: list[str] | None = None) -> None:
+    """Import what the notebook will use (with warm_up: `modules`, and `parts` of PyTorch its checks meet, which
+    load more of themselves on first use) before any notebook code runs. The course's checks and reference
+    packages are never imported here: each runner imports its own build of them (`build`)."""
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype")
     import matplotlib
@@ -184,21 +186,18 @@ def preload(modules: list[str], warm_up: bool = True) -> None:
     import matplotlib.pyplot  # noqa: F401
     import torch  # noqa: F401
 
-    import transformer_course.checks.framework  # noqa: F401
-    import transformer_course.reference  # noqa: F401
-
     if not warm_up:
         return
-    parts: set[str] = set()
     for name in modules:
+        if name in build.HIDDEN_PACKAGES or name.startswith(tuple(f"{hidden}." for hidden in build.HIDDEN_PACKAGES)):
+            continue  # not in this sandbox: each runner gets its own build
         try:
             module = importlib.import_module(name)
         except Exception as error:  # a module that cannot load now will fail in the cell that uses it
             print(f"runner: could not preload {name}: {error}", file=sys.stderr)
             continue
-        if name.startswith("transformer_course.checks."):
-            parts.update(getattr(module, "WARM_UP", WARM_UP_PARTS))
-    warm_up_torch(parts)
+        del module
+    warm_up_torch(set(WARM_UP_PARTS if parts is None else parts))
 
 
 WARM_UP_PARTS = ("shape checks", "optimiser step")
@@ -233,7 +232,7 @@ def warm_up_torch(parts: set[str] | tuple[str, ...] = WARM_UP_PARTS) -> None:
 # --- the zygote ---------------------------------------------------------------------------------------------
 
 
-def serve(preloaded: list[str], warm_up: bool = True) -> None:
+def serve(preloaded: list[str], warm_up: bool = True, parts: list[str] | None = None) -> None:
     """The zygote: prepare, then fork one runner per notebook the grader asks for.
 
     A runner may *park* (the grader's `park`): it stops reading the channel and sleeps until the grader has
@@ -244,8 +243,7 @@ def serve(preloaded: list[str], warm_up: bool = True) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)  # notebook code writing to fd 1 must not reach the grader's channel
-    preload(preloaded, warm_up)
-    sys.addaudithook(GUARD.hook)  # for good: no Python code can remove an audit hook
+    preload(preloaded, warm_up, parts)
     _subreaper()
     link = Channel(requests, replies)
     scratch = _scratch_folders()
@@ -497,10 +495,16 @@ class Runner:
         self.link = link
         self.parking = parking  # (write end of the pipe that tells the zygote it parked, read end of its wake-up)
         self.checks = str(request.get("checks") or "")
-        # the reference solution of this notebook's exercises, found before any notebook code runs
-        self.exercises = fingerprint.exercise_code([str(name) for name in request.get("exercises", [])])
-        self.known = Known(self.exercises)  # probes the reference's exercise functions
-        self.watcher = Watcher(self.known, direct=True)  # on duty whenever notebook code runs here
+        # this notebook's build of the checks and the reference, sent by the grader right after the fork: nothing
+        # of another notebook's build is on disk here or in this process's memory
+        sources = link.receive()
+        if not isinstance(sources, dict) or sources.get("op") != "build" or not isinstance(sources.get("modules"),
+                                                                                                dict):
+            os._exit(3)
+        build.install(sources["modules"])
+        del sources
+        self.exercises = [str(name) for name in request.get("exercises", [])]
+        self.watcher = Watcher(self.exercises)
         self.snapshots: dict[int, tuple[int, int]] = {}  # id -> (pid, write end of its wake-up pipe)
         self.current: list[CellRecorder] = [CellRecorder()]
         self.user_ns: dict[str, Any] = {"__name__": "__main__"}
@@ -518,7 +522,6 @@ class Runner:
         import matplotlib.pyplot as plt
 
         self.close_figures = lambda: plt.close("all")
-        GUARD.watcher = self.watcher  # from here on, and in threads that outlive a cell
         link.send({"op": "runner-ready", "pid": os.getpid()})
 
     def loop(self) -> None:
@@ -644,7 +647,7 @@ class Servant:
         self.runner, self.identity, self.link = runner, identity, runner.link
         self.table: dict[int, Any] = {}
         self.ids: dict[int, int] = {}
-        self.watcher = Watcher(runner.known)
+        self.watcher = Watcher(runner.exercises)
         self.link.resolve, self.link.names, self.link.keep = self.table.__getitem__, self.name, self.keep
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         null = open(os.devnull, "w")  # noqa: SIM115 (lives as long as this process)
@@ -737,11 +740,14 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preload", default="", help="modules to import before the first notebook")
+    parser.add_argument("--warm-up", default=None, help="the parts of PyTorch to use once (runner.warm_up_torch), "
+                        "comma-separated; all of them when not given")
     parser.add_argument("--no-warm-up", action="store_true",
                         help="import only matplotlib, torch and the checks' framework: no notebook modules, no "
                              "warm-up (the batch grader's start-up test)")
     arguments = parser.parse_args(argv)
-    serve([name for name in arguments.preload.split(",") if name], not arguments.no_warm_up)
+    parts = None if arguments.warm_up is None else [part for part in arguments.warm_up.split(",") if part]
+    serve([name for name in arguments.preload.split(",") if name], not arguments.no_warm_up, parts)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from typing import Any
 from transformer_course.checks.boundary import Frame, StudentError, as_exception
 from transformer_course.grading.sandbox import channel, profiling
 from transformer_course.grading.sandbox.isolation import process_tree
+from transformer_course.grading.sandbox.outputs import MalformedOutputs, cell_outputs
 from transformer_course.grading.sandbox.runner import PRIVATE_FOLDERS, PRIVATE_SHM
 
 MAX_CELL_MESSAGE = 16 * 2**20  # a cell's outputs, as the runner sends them
@@ -253,7 +254,10 @@ class Session:
 
     def start(self, timeout: float = 600) -> Session:
         """Start the zygote and wait until it is ready (imports done)."""
+        from transformer_course.grading.sandbox import build
+
         argv = [sys.executable, "-m", "transformer_course.grading.sandbox.runner", "--preload", ",".join(self.preload),
+                "--warm-up", ",".join(build.warm_up_parts(self.preload)),  # the zygote cannot read the checks
                 *([] if self.warm_up else ["--no-warm-up"])]
         log_read, log_write = os.pipe()
         with profiling.phase("zygote start (sandbox, imports)", self.cpu_seconds):
@@ -457,6 +461,10 @@ class Session:
         self.runner = self._host_pid(started.get("pid"))
         self.runner_inner = started.get("pid") if isinstance(started.get("pid"), int) else None
         self.snapshots = {}
+        from transformer_course.grading.sandbox import build
+
+        with profiling.phase("grading build", self.cpu_seconds):  # this notebook's checks and reference, to the runner
+            self.send({"op": "build", "modules": build.grading_build(checks, exercises)})
         self._await("runner-ready", timeout)
 
     def park(self, timeout: float = 30) -> Parked:
@@ -537,7 +545,12 @@ class Session:
                 raise RunnerDied(f"{KERNEL_DIED} [a message that is not the grader's arrived]")
             self.reap()
             keep_notes(self.cell_notes, message.get("notes"))
-            outputs = [dict(output) for output in message.get("outputs", []) if isinstance(output, dict)]
+            try:
+                outputs = cell_outputs(message.get("outputs", []))
+            except MalformedOutputs as malformed:  # only the student's code writes such outputs: this cell pays
+                self.kill_runner()
+                raise RunnerDied(f"{KERNEL_DIED} [the cell's outputs are not in the grader's format: {malformed}]"
+                                 ) from None
             if interrupted:
                 raise CellTimedOut(outputs)
             return outputs
@@ -631,7 +644,8 @@ def keep_notes(kept: list[dict[str, str]], notes: Any) -> None:
     for note in notes[:MAX_NOTES]:
         if len(kept) >= MAX_NOTES:
             return
-        if not (isinstance(note, dict) and note.get("kind") in NOTE_KINDS and len(note) <= 4
+        if not (isinstance(note, dict) and isinstance(note.get("kind"), str) and note["kind"] in NOTE_KINDS
+                and len(note) <= 4
                 and all(isinstance(key, str) and isinstance(value, str) and len(value) <= 500
                         for key, value in note.items())):
             continue

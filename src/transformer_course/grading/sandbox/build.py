@@ -1,0 +1,427 @@
+"""The grading build: the course package as one notebook's sandbox gets it, made in the grader, kept in memory.
+
+While grading, a student's code runs in a sandbox (`isolation`) that must not *hold* what decides or answers:
+the checks' judging code (expected values, comparisons, messages) and the reference solution of the exercises
+being graded. The sandbox therefore sees neither `checks/` nor `reference/` on disk (`isolation.course_paths`),
+and its zygote imports neither (`runner.preload`). Each runner, right after the zygote forked it, receives from
+the grader over the channel the sources of *its* build (`grading_build`) and imports them from memory
+(`BuildFinder`), so no other notebook's build is ever on disk or in this runner's memory:
+
+- every checks module that defines checks or experiments is cut down to its student side: the
+  `@on_student_side` experiments (`checks.boundary`), the checks' records (dataclasses, which the channel
+  carries), module constants and imports, and whatever module-level name these use, followed across checks
+  modules (`student_side`). Every other function is gone; a public check becomes a stub that raises, when an
+  ordinary cell calls it while grading, that checks are judged by the grader (`boundary.judged_by_grader`). The
+  checks' shared machinery that computes no expected value (framework, errors, crash, compare, boundary) is kept
+  whole: the runner and the notebook's summary cell use it. Nothing here is a list of checks: a new check or
+  experiment is found by its decorator.
+- in the reference modules, the `### BEGIN SOLUTION` / `### END SOLUTION` regions of the exercises of the stage
+  being graded are replaced by `raise NotImplementedError(...)` (`strip_solutions`); the stage is the lesson
+  whose checks module the notebook's grade cells call, and its exercises are the definitions the lesson
+  includes (`lessons/NN_*.py`, `#| include`). Earlier stages' parts, which a notebook builds on, stay.
+- where an experiment plugs a part of the graded stage's reference into the student's objects (reference
+  attention inside the student's MultiHeadAttention, say), the checks build imports a stand-in from
+  `stand_ins`, made of PyTorch's own built-ins, instead (tests/test_grading_build.py: same values).
+
+Every source keeps the line numbers of the file it comes from (what is left out becomes blank lines), and
+`BuildFinder` gives each module its real `__file__` and puts its text into `linecache`, so tracebacks show the
+lines as they are. Outside grading (a student's own kernel, Colab) none of this is used.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import linecache
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+PACKAGE = "transformer_course"
+CHECKS = f"{PACKAGE}.checks"
+REFERENCE = f"{PACKAGE}.reference"
+HIDDEN_PACKAGES = (CHECKS, REFERENCE)  # not on the sandbox's disk: each runner gets its own build of them
+STAND_INS = f"{PACKAGE}.grading.sandbox.stand_ins"
+SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[^\n]*\n.*?^[ \t]*### END SOLUTION[^\n]*$", re.MULTILINE | re.DOTALL)
+STUB_HELPER = "_judged_by_grader"  # put into a reduced checks module's namespace by BuildFinder
+
+Build = dict[str, tuple[str, str, bool]]  # module name -> (file name, source, is a package)
+
+
+# --- where the sources are ------------------------------------------------------------------------------------
+
+
+def package_folder() -> Path:
+    """src/transformer_course (or its folder in site-packages), found without importing the checks."""
+    return Path(__file__).resolve().parents[2]
+
+
+def _modules(package: str) -> dict[str, Path]:
+    """{module name: file} of one package of the course (its __init__ as the package's own name)."""
+    folder = package_folder().joinpath(*package.split(".")[1:])
+    found = {}
+    for path in sorted(folder.glob("*.py")):
+        found[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    return found
+
+
+# --- the checks: their student side -----------------------------------------------------------------------------
+
+
+def _decorator_name(decorator: ast.expr) -> str:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+
+
+def _bound_names(statement: ast.stmt) -> list[str]:
+    """The module-level names a statement binds."""
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [statement.name]
+    if isinstance(statement, ast.Import | ast.ImportFrom):
+        return [(alias.asname or alias.name).split(".")[0] for alias in statement.names]
+    targets: list[ast.expr] = []
+    if isinstance(statement, ast.Assign):
+        targets = statement.targets
+    elif isinstance(statement, ast.AnnAssign | ast.AugAssign):
+        targets = [statement.target]
+    return [node.id for target in targets for node in ast.walk(target) if isinstance(node, ast.Name)]
+
+
+class _Module:
+    """One checks module as the build reads it: its statements, what binds each name, what it imports."""
+
+    def __init__(self, name: str, path: Path) -> None:
+        self.name, self.path = name, path
+        self.text = path.read_text(encoding="utf-8")
+        self.tree = ast.parse(self.text, str(path))
+        self.binders: dict[str, list[int]] = {}
+        for index, statement in enumerate(self.tree.body):
+            for bound in _bound_names(statement):
+                self.binders.setdefault(bound, []).append(index)
+        self.aliases: dict[str, str] = {}  # local name -> a checks module it names
+        self.imported: dict[str, tuple[str, str]] = {}  # local name -> (checks module, its name there)
+        for statement in self.tree.body:
+            if isinstance(statement, ast.ImportFrom) and statement.module and statement.level == 0:
+                for alias in statement.names:
+                    local = alias.asname or alias.name
+                    if f"{statement.module}.{alias.name}".startswith(f"{CHECKS}.") and statement.module == CHECKS:
+                        self.aliases[local] = f"{CHECKS}.{alias.name}"
+                    elif statement.module.startswith(f"{CHECKS}."):
+                        self.imported[local] = (statement.module, alias.name)
+            elif isinstance(statement, ast.Import):
+                for alias in statement.names:
+                    if alias.name.startswith(f"{CHECKS}.") and alias.asname:
+                        self.aliases[alias.asname] = alias.name
+
+    def experiments_or_checks(self) -> bool:
+        return any(_decorator_name(decorator) in ("on_student_side", "check")
+                   for statement in self.tree.body if isinstance(statement, ast.FunctionDef)
+                   for decorator in statement.decorator_list)
+
+    def roots(self) -> set[int]:
+        """Statements kept whatever uses them: experiments, records, constants, imports, the docstring."""
+        kept = set()
+        for index, statement in enumerate(self.tree.body):
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+                if any(_decorator_name(decorator) == "on_student_side" for decorator in statement.decorator_list):
+                    kept.add(index)
+            elif isinstance(statement, ast.ClassDef):
+                if any(_decorator_name(decorator) == "dataclass" for decorator in statement.decorator_list):
+                    kept.add(index)  # a record the channel may carry
+            elif isinstance(statement, ast.Assign | ast.AnnAssign):
+                if any(name.isupper() or name.startswith("__") for name in _bound_names(statement)):
+                    kept.add(index)
+            elif not isinstance(statement, ast.AugAssign):
+                kept.add(index)  # imports, the docstring, module-level blocks
+        return kept
+
+    def uses(self, index: int) -> Iterable[tuple[str, str]]:
+        """(module, name) of every module-level name of the checks that statement `index` uses."""
+        for node in ast.walk(self.tree.body[index]):
+            if isinstance(node, ast.Name):
+                if node.id in self.imported:
+                    yield self.imported[node.id]
+                elif node.id in self.binders:
+                    yield self.name, node.id
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in self.aliases:
+                yield self.aliases[node.value.id], node.attr
+
+
+@cache
+def _checks_modules() -> dict[str, _Module]:
+    return {name: _Module(name, path) for name, path in _modules(CHECKS).items()}
+
+
+@cache
+def kept_statements() -> dict[str, frozenset[int] | None]:
+    """{checks module: the indices of the statements its student side keeps}, None for a module kept whole: the
+    transitive closure, across the checks modules, of what the experiments, records and constants use."""
+    modules = _checks_modules()
+    whole = {name for name, module in modules.items() if not module.experiments_or_checks()}
+    kept: dict[str, set[int]] = {name: set() for name in modules}
+    pending: list[tuple[str, int]] = []
+    for name, module in modules.items():
+        if name not in whole:
+            pending += [(name, index) for index in module.roots()]
+    while pending:
+        name, index = pending.pop()
+        if index in kept[name]:
+            continue
+        kept[name].add(index)
+        for used_module, used in modules[name].uses(index):
+            if used_module in whole or used_module not in modules:
+                continue
+            pending += [(used_module, binder) for binder in modules[used_module].binders.get(used, [])]
+    return {name: None if name in whole else frozenset(kept[name]) for name in modules}
+
+
+def student_side(name: str, own_stage: Mapping[str, str] | None = None) -> str:
+    """The source of checks module `name` as the sandbox gets it (same line numbers): what `kept_statements`
+    keeps, a stub for every public function it leaves out, and, for the names in `own_stage` ({name bound by an
+    import from the reference: the stand-in's name}), an import of the stand-in instead."""
+    module = _checks_modules()[name]
+    kept = kept_statements()[name]
+    lines = module.text.split("\n")
+    if kept is None:
+        return module.text
+    output = [""] * len(lines)
+    for index, statement in enumerate(module.tree.body):
+        first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))]) - 1
+        last = statement.end_lineno or statement.lineno
+        if index in kept:
+            output[first:last] = _with_stand_ins(statement, lines[first:last], own_stage or {})
+        elif isinstance(statement, ast.FunctionDef) and not statement.name.startswith("_"):
+            output[first] = _stub(statement)
+    return "\n".join(output)
+
+
+def _stub(function: ast.FunctionDef) -> str:
+    """One line standing for a public function the build leaves out (a check, or a helper the grader uses)."""
+    title = ""
+    for decorator in function.decorator_list:
+        if (_decorator_name(decorator) == "check" and isinstance(decorator, ast.Call) and decorator.args
+                and isinstance(decorator.args[0], ast.Constant) and isinstance(decorator.args[0].value, str)):
+            title = decorator.args[0].value
+    return f"{function.name} = {STUB_HELPER}({function.name!r}, {title!r})"
+
+
+def _with_stand_ins(statement: ast.stmt, lines: list[str], own_stage: Mapping[str, str]) -> list[str]:
+    """An import from the reference of a part the graded stage's students write, made an import of its stand-in
+    (the rest of the statement's lines blank); any other statement as it is."""
+    if not (isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith(REFERENCE)):
+        return lines
+    replaced = [alias for alias in statement.names if (alias.asname or alias.name) in own_stage]
+    if not replaced:
+        return lines
+    names = [f"{own_stage[alias.asname or alias.name]} as {alias.asname or alias.name}" for alias in replaced]
+    others = [f"{alias.name} as {alias.asname or alias.name}" for alias in statement.names if alias not in replaced]
+    text = f"from {STAND_INS} import {', '.join(names)}"
+    if others:
+        text += f"; from {statement.module} import {', '.join(others)}"
+    return [text] + [""] * (len(lines) - 1)
+
+
+# --- the reference: the graded stage's exercises taken out ----------------------------------------------------
+
+
+@cache
+def stages() -> tuple[tuple[str, frozenset[tuple[str, str]]], ...]:
+    """Per lesson, in the course's order: (its checks module, the (reference module, definition) it includes),
+    read from lessons/NN_*.py next to the package (an editable install, as the grader runs). Empty when there is
+    no lessons folder (see `own_exercises`)."""
+    folder = package_folder().parent.parent / "lessons"
+    found = []
+    for path in sorted(folder.glob("[0-9][0-9]_*.py")):
+        text = path.read_text(encoding="utf-8")
+        checks = re.search(rf"^from {re.escape(CHECKS)} import (\w+) as check\b", text, re.MULTILINE)
+        included = frozenset(tuple(match.groups()) for match in
+                             re.finditer(r"^\s*#\| include ([\w.]+):(\w+)\s*$", text, re.MULTILINE))
+        found.append((f"{CHECKS}.{checks.group(1)}" if checks else "", included))
+    return tuple(found)
+
+
+# Exercise parts an experiment plugs into the student's objects for which there is no stand-in made of built-ins
+# (`stand_ins`): their solution regions stay in the build of their own stage (README, *Isolation*).
+KEPT_FOR_EXPERIMENTS = frozenset({
+    (f"{REFERENCE}.additive_attention", "AdditiveAttention.score"),  # why_attention._build: the reference score
+    (f"{REFERENCE}.attention", "MultiHeadAttention.split_heads"),  # attention._reference_parts
+    (f"{REFERENCE}.attention", "MultiHeadAttention.combine_heads"),
+    (f"{REFERENCE}.model", "Encoder.forward"),  # model._plugged: the reference Encoder and Decoder in the student's
+    (f"{REFERENCE}.model", "Decoder.forward"),  # Transformer
+})
+
+
+def _enclosing(tree: ast.Module, line: int) -> str:
+    """The qualified name of the innermost function or class of `tree` around `line`."""
+    names: list[str] = []
+    body: list[ast.stmt] = tree.body
+    while True:
+        inside = next((node for node in body if isinstance(node, ast.FunctionDef | ast.ClassDef)
+                       and node.lineno <= line <= (node.end_lineno or node.lineno) + 1), None)
+        if inside is None:
+            return ".".join(names)
+        names.append(inside.name)
+        body = inside.body
+
+
+@cache
+def _definitions_with_solutions() -> dict[tuple[str, str], tuple[int, int]]:
+    """(reference module, top-level definition) -> its lines, for every definition holding a solution region."""
+    found = {}
+    for name, path in _modules(REFERENCE).items():
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        regions = [text.count("\n", 0, match.start()) + 1 for match in SOLUTION.finditer(text)]
+        for statement in tree.body:
+            if isinstance(statement, ast.FunctionDef | ast.ClassDef):
+                first, last = statement.lineno, statement.end_lineno or statement.lineno
+                if any(first <= line <= last + 1 for line in regions):
+                    found[name, statement.name] = (first, last)
+    return found
+
+
+def own_exercises(checks: str, exercises: Iterable[str] = ()) -> set[tuple[str, str]]:
+    """The reference definitions whose solution regions the notebook graded with `checks` must not hold: those its
+    lesson includes; without lessons (or for a notebook of no known lesson), those named like its `exercises`."""
+    solved = _definitions_with_solutions()
+    for module, included in stages():
+        if module == checks and checks:
+            return {definition for definition in included if definition in solved}
+    wanted = set(exercises)
+    return {definition for definition in solved if definition[1] in wanted}
+
+
+def strip_solutions(text: str, definitions: Iterable[tuple[int, int]], keep: Iterable[str] = ()) -> str:
+    """`text` with every solution region inside the given line ranges replaced by `raise NotImplementedError`
+    (same number of lines), except those inside the functions named in `keep` (qualified names)."""
+    ranges, kept = list(definitions), set(keep)
+    tree = ast.parse(text) if kept else None
+
+    def replace(match: re.Match[str]) -> str:
+        line = text.count("\n", 0, match.start()) + 1
+        if not any(first <= line <= last + 1 for first, last in ranges):
+            return match.group(0)
+        if tree is not None and _enclosing(tree, line) in kept:
+            return match.group(0)
+        indent = match.group(1)
+        return (f"{indent}raise NotImplementedError('the reference solution of this exercise is not in the grading "
+                f"sandbox')" + "\n" * match.group(0).count("\n"))
+
+    return SOLUTION.sub(replace, text)
+
+
+# --- one notebook's build --------------------------------------------------------------------------------------
+
+
+def stand_ins_for(stripped: set[tuple[str, str]]) -> dict[str, dict[str, str]]:
+    """{checks module: {local name: stand-in}} for every reference part of `stripped` that a checks module's student
+    side imports: the stand-in is `stand_ins.<definition name>` (tests require one for each such part)."""
+    available = {statement.name for statement in ast.parse(
+        Path(__file__).with_name("stand_ins.py").read_text(encoding="utf-8")).body
+        if isinstance(statement, ast.FunctionDef)}
+    names = {definition for _, definition in stripped}
+    found: dict[str, dict[str, str]] = {}
+    for name, module in _checks_modules().items():
+        kept = kept_statements()[name]
+        for index, statement in enumerate(module.tree.body):
+            if kept is not None and index not in kept:
+                continue
+            if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith(REFERENCE):
+                for alias in statement.names:
+                    if alias.name in names and alias.name in available:
+                        found.setdefault(name, {})[alias.asname or alias.name] = alias.name
+    return found
+
+
+def grading_build(checks: str, exercises: Iterable[str] = ()) -> Build:
+    """The checks and reference packages for the runner of one notebook (graded with `checks`, its exercises
+    `exercises`): {module name: (file name, source, is a package)}."""
+    stripped = own_exercises(checks, exercises)
+    solved = _definitions_with_solutions()
+    plugged = stand_ins_for(stripped)
+    build: Build = {}
+    for name, path in _modules(CHECKS).items():
+        build[name] = (str(path), student_side(name, plugged.get(name)), path.stem == "__init__")
+    for name, path in _modules(REFERENCE).items():
+        ranges = [solved[definition] for definition in stripped if definition[0] == name]
+        text = path.read_text(encoding="utf-8")
+        keep = [qualname for module, qualname in KEPT_FOR_EXPERIMENTS if module == name]
+        build[name] = (str(path), strip_solutions(text, ranges, keep) if ranges else text, path.stem == "__init__")
+    return build
+
+
+def warm_up_parts(modules: Iterable[str]) -> list[str]:
+    """The parts of PyTorch the named checks modules' grade cells meet (their `WARM_UP`, read from the source:
+    the zygote cannot import the checks), all of them for a checks module that names none."""
+    parts: list[str] = []
+    everything = ["shape checks", "optimiser step"]
+    for name in modules:
+        module = _checks_modules().get(name)
+        if module is None:
+            continue
+        named = everything
+        for statement in module.tree.body:
+            if "WARM_UP" in _bound_names(statement) and getattr(statement, "value", None) is not None:
+                try:
+                    named = list(ast.literal_eval(statement.value))  # type: ignore[arg-type]
+                except ValueError:
+                    named = everything
+        parts += [part for part in named if part not in parts]
+    return parts
+
+
+# --- the runner's side: importing a build from memory ---------------------------------------------------------
+
+
+class BuildFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the modules of a build (and only those) in memory; first on `sys.meta_path` in a runner."""
+
+    def __init__(self, build: Mapping[str, Any]) -> None:
+        self.build = {str(name): (str(entry[0]), str(entry[1]), bool(entry[2])) for name, entry in build.items()}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        entry = self.build.get(fullname)
+        if entry is None:
+            if fullname.startswith(tuple(f"{package}." for package in HIDDEN_PACKAGES)):
+                raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+            return None
+        filename, _, package = entry
+        spec = importlib.util.spec_from_loader(fullname, self, origin=filename, is_package=package)
+        assert spec is not None
+        spec.has_location = True
+        if package:
+            spec.submodule_search_locations = [str(Path(filename).parent)]
+        return spec
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        filename, source, _ = self.build[module.__name__]
+        module.__file__ = filename
+        lines = source.splitlines(keepends=True)
+        linecache.cache[filename] = (len(source), None, lines, filename)  # no mtime: checkcache keeps it
+        if module.__name__.startswith(f"{CHECKS}.") and f"{STUB_HELPER}(" in source:
+            from transformer_course.checks.boundary import judged_by_grader
+
+            module.__dict__[STUB_HELPER] = judged_by_grader
+        exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102 (the course's code)
+
+    def get_source(self, fullname: str) -> str:
+        return self.build[fullname][1]
+
+
+def install(build: Mapping[str, Any]) -> BuildFinder:
+    """Import the checks and reference packages from `build` from now on (in a runner, before any notebook code)."""
+    for name in [name for name in sys.modules if name in HIDDEN_PACKAGES or name.startswith(
+            tuple(f"{package}." for package in HIDDEN_PACKAGES))]:
+        del sys.modules[name]  # nothing of the course's files may stay in use (the zygote imports none)
+    finder = BuildFinder(build)
+    sys.meta_path.insert(0, finder)
+    return finder

@@ -410,9 +410,56 @@ def test_sandbox_dies_with_its_parent():
             leftover.rmdir()
 
 
+def _build_pipe(checks: str) -> int:
+    """A pipe's read end from which a confined program reads a grading build (as a runner gets it on its channel)."""
+    import threading
+
+    from transformer_course.grading.sandbox import build
+
+    data = json.dumps(build.grading_build(checks)).encode()
+    read, write = os.pipe()
+
+    def feed() -> None:
+        with os.fdopen(write, "wb") as handle:
+            handle.write(data)
+
+    threading.Thread(target=feed, daemon=True).start()
+    return read
+
+
+BUILD_FROM_FD = """
+from transformer_course.grading.sandbox import build
+with os.fdopen({fd}, "rb") as handle:
+    build.install({{name: tuple(entry) for name, entry in json.loads(handle.read()).items()}})
+"""
+
+
+@needs_bubblewrap
+def test_the_sandbox_holds_neither_the_checks_nor_the_reference():
+    """Only the runner's build (sent over its channel) brings them: the course's folders are not shown."""
+    package = Path(isolation.__file__).resolve().parents[2]
+    results, error, _ = confine(f"""
+        import importlib
+        found = {{}}
+        for name in ("transformer_course.checks", "transformer_course.reference", "transformer_course.runtime"):
+            try:
+                importlib.import_module(name)
+                found[name] = "imported"
+            except ImportError as problem:
+                found[name] = type(problem).__name__
+        report(found=found, listed=sorted(os.listdir({str(package)!r})))
+    """)
+    assert results, error
+    assert results["found"] == {"transformer_course.checks": "ModuleNotFoundError",
+                                "transformer_course.reference": "ModuleNotFoundError",
+                                "transformer_course.runtime": "imported"}
+    assert not {"checks", "reference"} & set(results["listed"])
+
+
 @needs_bubblewrap
 def test_torch_and_the_checks_run_confined():
-    results, error, _ = confine(f"""
+    fd = _build_pipe("transformer_course.checks.positional_encoding")
+    results, error, _ = confine(BUILD_FROM_FD.format(fd=fd) + textwrap.dedent(f"""
         import torch, matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt, spacy
@@ -423,7 +470,8 @@ def test_torch_and_the_checks_run_confined():
         report(product=float((torch.ones(2, 3) @ torch.ones(3)).sum()), run_check=hasattr(framework, "run_check"),
                words=[token.text for token in spacy.blank("de")("Ein Hund läuft.")],
                checkpoint=str(pretrained_path()), data=sorted(os.listdir({str(DATA)!r})) if {bool(DATA)} else [])
-    """, timeout=300)
+    """), timeout=300, pass_fds=(fd,))
+    os.close(fd)
     assert results, error
     assert results["product"] == 6.0
     assert results["run_check"] and results["words"] == ["Ein", "Hund", "läuft", "."]
@@ -431,6 +479,64 @@ def test_torch_and_the_checks_run_confined():
     assert error == "", error  # no library complains about a file it looked for and did not find
     if DATA:
         assert "val.de.gz" in results["data"]
+
+
+LOCKS = """
+import ctypes, fcntl, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+shared = os.path.join(os.path.dirname(os.__file__), "os.py")  # a file every sandbox can read
+handle = open(shared, "rb")
+lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0)
+def raw(result):
+    if result < 0:
+        raise OSError(ctypes.get_errno(), "refused")
+results = dict(
+    flock=attempt(lambda: fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+    setlk=attempt(lambda: fcntl.fcntl(handle, fcntl.F_SETLK, lock)),
+    setlkw=attempt(lambda: fcntl.fcntl(handle, fcntl.F_SETLKW, lock)),
+    getlk=attempt(lambda: fcntl.fcntl(handle, fcntl.F_GETLK, lock)),
+    ofd_setlk=attempt(lambda: fcntl.fcntl(handle, 37, lock)),
+    ofd_getlk=attempt(lambda: fcntl.fcntl(handle, 36, lock)),
+    lease=attempt(lambda: fcntl.fcntl(handle, 1024, fcntl.F_RDLCK)),
+    lockf=attempt(lambda: fcntl.lockf(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+    inotify=attempt(lambda: raw(libc.inotify_init1(0))),
+    fanotify=attempt(lambda: raw(libc.fanotify_init(0, 0))),
+    ordinary=attempt(lambda: fcntl.fcntl(handle, fcntl.F_GETFD)),
+    nonblocking=attempt(lambda: fcntl.fcntl(handle, fcntl.F_SETFL, os.O_NONBLOCK)),
+)
+time.sleep({hold})
+report(**results)
+"""
+
+
+@needs_bubblewrap
+def test_files_both_sandboxes_read_carry_no_lock_and_no_watch():
+    """flock, fcntl's locks and leases, inotify and fanotify are refused (EPERM), so two sandboxes that read the
+    same file (the Python installation, the virtual environment) cannot see each other through it; fcntl's other
+    commands still work."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda hold: confine(LOCKS.format(hold=hold)), (3, 0)))
+    for results, error, _ in both:
+        assert results, error
+        refused = {name: value for name, value in results.items() if name not in ("ordinary", "nonblocking")}
+        assert set(refused.values()) == {"EPERM"}, results
+        assert results["ordinary"] == results["nonblocking"] == "done"
+
+
+@needs_bubblewrap
+def test_ipython_and_the_course_need_no_lock():
+    """The runner's shell keeps no history (IPython's history is an sqlite file, and sqlite locks it with fcntl)."""
+    results, error, _ = confine("""
+        from transformer_course.grading.sandbox.runner import CellRecorder, make_shell
+        shell = make_shell({}, [CellRecorder()])
+        result = shell.run_cell("1 + 1", store_history=True)
+        report(ok=result.success, history=type(shell.history_manager).__name__ if shell.history_manager else None,
+               enabled=bool(getattr(shell.history_manager, "enabled", False)))
+    """)
+    assert results, error
+    assert results["ok"] and not results["enabled"], results
 
 
 ALLOCATING_CHILDREN = """

@@ -42,6 +42,7 @@ import nbformat
 from transformer_course.grading.gradebook.config import ROOT, default_db_url, nbgrader_config
 from transformer_course.grading.outputs import hand_grades
 from transformer_course.grading.outputs.files import replace_atomically, write_text_atomically
+from transformer_course.grading.outputs.inert import markdown_html
 from transformer_course.grading.outputs.report import write_report
 from transformer_course.grading.outputs.scores import (  # noqa: F401  (re-exported: answers.NEEDS_MANUAL_GRADING, ...)
     GRADEBOOK_COLUMNS,
@@ -234,18 +235,20 @@ table { border-collapse: collapse; width: 100%; } td, th { border-top: 1px solid
 """
 
 
+ANSWER_PAGE_POLICY = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+
+
 def _page(title: str, body: str) -> str:
     # No scripts and nothing fetched: the page shows students' text, escaped, and works offline.
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+            f"<meta http-equiv='Content-Security-Policy' content=\"{ANSWER_PAGE_POLICY}\">"
             f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>{body}</body></html>")
 
 
 def _markdown(text: str) -> str:
-    """Our own markdown (question, model answer) as HTML; any raw HTML in it is escaped."""
-    from markdown_it import MarkdownIt
-
-    return MarkdownIt("commonmark", {"html": False}).render(text)
+    """Our own markdown (question, model answer) as HTML: raw HTML in it shown as text, the result sanitised
+    like every student's text (`inert.markdown_html`)."""
+    return markdown_html(text)
 
 
 def _question_page(sheet: Sheet) -> str:
@@ -445,14 +448,34 @@ def refresh_scores_csv(class_dir: Path, db_url: str | None = None) -> Path:
 
 # --- formgrader ------------------------------------------------------------------------------------
 
+# The formgrader's pages are nbgrader's: they run nbgrader's own inline scripts (the submission's ids in a
+# <script>, onclick handlers) and JupyterLab's, so the policy must allow inline script; what it forbids is
+# everything from elsewhere (scripts, styles, images, fonts, connections: nothing leaves for another host,
+# not even MathJax from its CDN, so math reads as written), plugins, framing by other sites, other <base>
+# addresses and form targets. Student text is made inert before nbgrader renders it (`inert.configure`).
+FORMGRADER_POLICY = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+                     "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
+                     "worker-src 'self' blob:; frame-src 'self'; object-src 'none'; base-uri 'self'; "
+                     "form-action 'self'; frame-ancestors 'self'")
+SERVER_CONFIG = "jupyter_server_config.py"
+
+
+def formgrader_command(class_dir: Path) -> str:
+    """The command that starts the formgrader with the class's configuration and policy (README says it)."""
+    return f"cd {class_dir} && jupyter lab --config={SERVER_CONFIG}"
+
+
 def write_formgrader_config(class_dir: Path, course: Path, db_url: str | None = None) -> Path:
-    """CLASS_DIR/nbgrader_config.py: the course's nbgrader configuration pointed at this class, so
-    that `cd CLASS_DIR && jupyter lab` opens nbgrader's formgrader on its gradebook."""
+    """CLASS_DIR/nbgrader_config.py: the course's nbgrader configuration pointed at this class, with every
+    page nbconvert renders made inert, so that JupyterLab started there opens nbgrader's formgrader on its
+    gradebook; and CLASS_DIR/jupyter_server_config.py, the Jupyter server's Content-Security-Policy, which
+    applies when the server is started with `--config=jupyter_server_config.py` (`formgrader_command`)."""
     path = class_dir / "nbgrader_config.py"
     path.write_text(f'''"""nbgrader configuration for grading this class by hand in the formgrader.
 
 Written by the course's batch command (python -m transformer_course.grading.answers formgrader
-re-writes it). Start JupyterLab here: `cd {class_dir} && jupyter lab`, then open
+re-writes it). Start JupyterLab here, with the server configuration beside this file (its
+Content-Security-Policy): `{formgrader_command(class_dir)}`, then open
 Nbgrader > Formgrader > Manage Assignments > (assignment) > the number of submissions >
 a student's notebook, and grade the written answers. Grade code with the batch command, not with
 the formgrader's autograde button.
@@ -460,7 +483,11 @@ the formgrader's autograde button.
 
 load_subconfig({json.dumps(str(course / "autograde" / "nbgrader_config.py"))})  # noqa: F821
 
+from transformer_course.grading.outputs.inert import configure  # noqa: E402
+
 c = get_config()  # noqa: F821
+# Student text in the grading pages: rendered, then sanitised (nh3), whatever the configuration above says.
+configure(c)
 c.CourseDirectory.root = {json.dumps(str(class_dir))}
 c.CourseDirectory.source_directory = {json.dumps(str(course / "solutions"))}
 c.CourseDirectory.release_directory = "release"
@@ -469,6 +496,16 @@ c.CourseDirectory.autograded_directory = "autograded"
 c.CourseDirectory.feedback_directory = "feedback"
 c.CourseDirectory.db_url = {json.dumps(db_url or default_db_url(class_dir))}
 ''', encoding="utf-8")
+    server_config = f'''"""The Jupyter server of this class's formgrader: a Content-Security-Policy on every page.
+
+Written by the course's batch command. It applies only when the server is started with it:
+    {formgrader_command(class_dir)}
+"""
+
+c = get_config()  # noqa: F821
+c.ServerApp.tornado_settings = {{"headers": {{"Content-Security-Policy": {json.dumps(FORMGRADER_POLICY)}}}}}
+'''
+    (class_dir / SERVER_CONFIG).write_text(server_config, encoding="utf-8")
     return path
 
 
@@ -491,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if arguments.command == "formgrader":
         path = write_formgrader_config(class_dir, course, arguments.db_url)
-        print(f"wrote {path}\nnow: cd {class_dir} && jupyter lab   (then Nbgrader > Formgrader)")
+        print(f"wrote {path} and {path.parent / SERVER_CONFIG}\nnow: {formgrader_command(class_dir)}   "
+              "(then Nbgrader > Formgrader)")
         return 0
     if arguments.command == "refresh":
         imported = Imported(students=graded_by_hand(arguments.db_url or default_db_url(class_dir)))

@@ -1,7 +1,8 @@
 """The feedback pages nbgrader writes for students: no hidden tests, and nothing that runs.
 
 `HideHiddenTests` (a feedback preprocessor) strips hidden tests and the tracebacks that would quote them.
-`InertNotebook` (see `inert`) makes written answers, comments and rich outputs inert before rendering.
+`InertNotebook` (see `inert`) makes written answers, comments and rich outputs inert before rendering, and
+the exporter's markdown and HTML filters sanitise what the template renders (nh3, after rendering).
 `SafeFeedbackExporter` is the HTML exporter of nbgrader's generate_feedback: the page it writes has a
 Content-Security-Policy that allows no script, no connection and nothing fetched from elsewhere (styles and
 inline images only), and carries no script element at all: nbgrader's template would load MathJax and
@@ -18,7 +19,7 @@ from nbconvert.exporters.exporter import ResourcesDict
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from transformer_course.grading.outputs.inert import InertNotebook  # noqa: F401  (nbgrader_config.py uses it)
+from transformer_course.grading.outputs.inert import FILTERS, InertNotebook  # noqa: F401  (nbgrader_config.py uses it)
 
 HIDDEN_REGION = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.DOTALL)
 HIDDEN_NOTE = "# (hidden tests: their source is not shown in feedback)"
@@ -79,6 +80,11 @@ class SafeFeedbackExporter(HTMLExporter):
         environment = super()._create_environment()
         environment.bytecode_cache = COMPILED_TEMPLATES
         return environment
+
+    def default_filters(self):  # noqa: ANN201  (nbconvert's generator of (name, filter))
+        """nbconvert's filters, with markdown and HTML sanitised after rendering (`inert`) whatever the config."""
+        yield from super().default_filters()
+        yield from FILTERS.items()
 
     def from_notebook_node(self, nb: NotebookNode, resources: dict | None = None, **kw: object) -> tuple[str, dict]:
         page, resources = super().from_notebook_node(nb, resources, **kw)

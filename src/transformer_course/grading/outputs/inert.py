@@ -2,69 +2,132 @@
 
 A written answer is markdown, and markdown passes raw HTML through: `<img src=x onerror=...>` or
 `<script>` in an answer would run as script in nbgrader's feedback page and in the instructor's logged-in
-formgrader, from where it could reach the Jupyter server. `inert_markdown` writes every `<` outside code
-as `&lt;` (shown as `<`, never parsed as a tag) and turns links to `javascript:`, `vbscript:`, `data:` and
-`file:` addresses into links to nowhere; everything else of the markdown (emphasis, lists, code, links,
-`$...$` math as written) reads as before. It is idempotent: running it twice changes nothing more.
+formgrader, from where it could reach the Jupyter server. Rules on the markdown's lines cannot see what the
+renderer will make of it (a link whose destination starts on the next line, `[x](\\njavascript:...)`, got
+through such rules: issue 29), so the course sanitises the *rendered HTML* instead, with nh3 (the Rust
+sanitiser ammonia, built on a real HTML5 parser) and a short allow-list (`sanitize_html`): text formatting,
+lists, code, tables, links to http(s), mailto and `#` only, images from http(s) or PNG/JPEG `data:`
+addresses, no attribute that runs or styles anything, no SVG, MathML, form, frame or script.
 
-`InertNotebook` applies it to every markdown and raw cell of a notebook about to be rendered, and to the
-comments nbgrader's GetGrades put into the cells' metadata; HTML, markdown and SVG outputs of code cells
-are cleaned by nbconvert's `SanitizeHTML` (bleach), scripts and widgets among outputs removed.
+`markdown_html` renders markdown with nbconvert's own renderer (the one feedback and the formgrader use, so
+`$...$` math is kept as written, for MathJax where a page has it) with raw HTML shown as text, then
+sanitises. `inert_markdown` wraps that HTML as markdown that any CommonMark renderer passes through
+unchanged: one HTML block on one line (every newline written `&#10;`, which HTML reads as a newline), so
+no later markdown pass can find a link or a tag in it.
+
+`InertNotebook` (an nbconvert preprocessor) puts every markdown cell, raw cell, nbgrader comment and rich
+output of a notebook through this before it is rendered; `configure` also replaces the exporter's
+`markdown2html` and `clean_html` filters with sanitising ones, so whatever a template renders from
+markdown or HTML is sanitised again after rendering, even text no preprocessor saw.
 """
 
 from __future__ import annotations
 
-import html
 import re
+from typing import Any
 
+import jinja2
+import nh3
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors import Preprocessor
-from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbformat import NotebookNode
 from traitlets import Bool
+from traitlets.config import Config
 
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_CODE_SPAN = re.compile(r"(`+)(?:.+?)\1", re.DOTALL)
-_UNSAFE_SCHEME = re.compile(r"(?:java|vb)script:|data:|file:")
-# the destination of [text](destination) or [label]: destination
-_LINK = re.compile(r"(\]\(\s*<?|^\s{0,3}\[[^\]]+\]:\s*<?)([^\s)>]+)", re.M)
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# What a student's text may become: text formatting, lists, code, tables, links and images. No style
+# attribute (a fixed overlay could dress a fake button over the formgrader), no form, frame, SVG or MathML.
+TAGS = {"a", "abbr", "b", "blockquote", "br", "caption", "code", "dd", "del", "details", "div", "dl", "dt",
+        "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "ol", "p", "pre", "q",
+        "s", "samp", "small", "span", "strong", "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th",
+        "thead", "tr", "u", "ul", "var"}
+ATTRIBUTES = {"a": {"href", "title"}, "img": {"src", "alt", "title", "width", "height"}, "ol": {"start"},
+              "td": {"align", "colspan", "rowspan"}, "th": {"align", "colspan", "rowspan", "scope"},
+              "abbr": {"title"}}
+# Classes only of the renderers' own making: pygments' token classes in highlighted code, pandas' tables,
+# the wrapper of `inert_markdown`; never a class of the page around it (bootstrap's in the formgrader).
+_PYGMENTS = {"highlight", "hll", "c", "err", "k", "l", "n", "o", "x", "p", "ch", "cm", "cp", "cpf", "c1", "cs",
+             "gd", "ge", "gr", "gh", "gi", "go", "gp", "gs", "gu", "gt", "kc", "kd", "kn", "kp", "kr", "kt", "ld",
+             "m", "s", "na", "nb", "nc", "no", "nd", "ni", "ne", "nf", "nl", "nn", "nx", "py", "nt", "nv", "ow",
+             "w", "mb", "mf", "mh", "mi", "mo", "sa", "sb", "sc", "dl", "sd", "s2", "se", "sh", "si", "sx", "sr",
+             "s1", "ss", "bp", "fm", "vc", "vg", "vi", "vm", "il"}
+CLASSES = {"div": {"highlight", "inert-markdown"}, "span": _PYGMENTS, "pre": {"highlight"}, "code": _PYGMENTS,
+           "table": {"dataframe"}}
+URL_SCHEMES = {"http", "https", "mailto", "data"}
+_IMAGE_DATA = re.compile(r"data:image/(?:png|jpeg);base64,[A-Za-z0-9+/=\s]*\Z", re.IGNORECASE)
+_WEB = re.compile(r"(?:https?:|mailto:)", re.IGNORECASE)
+WRAPPER = '<div class="inert-markdown">'
+# The mimetypes of a code cell's output that a page may show, each made inert below; everything else
+# (javascript, widgets, SVG, PDF, other HTML-ish types a template might inline) is dropped.
+OUTPUT_TYPES = ("text/plain", "text/html", "text/markdown", "text/latex", "image/png", "image/jpeg")
 
 
-def _safe_link(match: re.Match) -> str:
-    """A link destination, or "#blocked-link" when a browser would read it as a script, data or file address
-    (markdown decodes entities in it, browsers drop whitespace and control characters from a scheme)."""
-    decoded = re.sub(r"[\s\x00-\x1f\x7f]", "", html.unescape(match.group(2))).lower()
-    return match.group(1) + ("#blocked-link" if _UNSAFE_SCHEME.match(decoded) else match.group(2))
+def _attribute(tag: str, attribute: str, value: str) -> str | None:
+    """An allowed attribute's value, or None to drop it: a link goes to the web, mail or this page only (nh3
+    lets `data:` through for images, so it is refused here for links), an image is the web or PNG/JPEG."""
+    if attribute == "href":
+        return value if _WEB.match(value) or value.startswith("#") else None
+    if attribute == "src":
+        return value if re.match(r"https?:", value, re.IGNORECASE) or _IMAGE_DATA.match(value) else None
+    return value
 
 
-def _prose(text: str) -> str:
-    return _LINK.sub(_safe_link, _CONTROL.sub("", text)).replace("<", "&lt;")
+def sanitize_html(fragment: str) -> str:
+    """FRAGMENT with only the allow-list's tags, attributes, classes and addresses left (see the module).
+
+    A relative address other than `#fragment` is dropped: in the formgrader it would be a request to the
+    Jupyter server with the instructor's rights."""
+    return nh3.clean(fragment, tags=TAGS, clean_content_tags={"script", "style"}, attributes=ATTRIBUTES,
+                     attribute_filter=_attribute, url_schemes=URL_SCHEMES, allowed_classes=CLASSES,
+                     url_relative=lambda url: url if url.startswith("#") else None, strip_comments=True)
 
 
-def _line(line: str) -> str:
-    """One line outside a fenced block: code spans kept as written (markdown escapes them), the rest inert."""
-    parts, last = [], 0
-    for match in _CODE_SPAN.finditer(line):
-        parts += [_prose(line[last:match.start()]), match.group(0)]
-        last = match.end()
-    return "".join([*parts, _prose(line[last:])])
+def markdown_html(text: str, attachments: dict | None = None, raw_html: bool = False) -> str:
+    """TEXT rendered as nbconvert renders markdown ($...$ math kept as written), then sanitised.
+
+    Raw HTML in TEXT is shown as text unless RAW_HTML (then it is parsed, and the sanitiser decides)."""
+    renderer = IPythonRenderer(escape=not raw_html, allow_harmful_protocols=False, attachments=attachments or {})
+    return sanitize_html(MarkdownWithMath(renderer=renderer).render(text))
 
 
-def inert_markdown(text: str) -> str:
-    """TEXT as markdown that renders no HTML element of its own and links to no script (see the module)."""
-    out, fence = [], None
-    for line in text.splitlines(keepends=True):
-        opening = _FENCE.match(line)
-        if fence is None and opening:
-            fence = opening.group(1)
-            out.append(line)
-        elif fence is not None:
-            if line.strip().startswith(fence[0] * len(fence)) and not line.strip().strip(fence[0]):
-                fence = None
-            out.append(line)
-        else:
-            out.append(_line(line))
-    return "".join(out)
+def as_markdown(fragment: str) -> str:
+    """Sanitised HTML as markdown that renders to exactly that HTML (one HTML block on one line)."""
+    return WRAPPER + fragment.replace("\r", "").replace("\n", "&#10;") + "</div>"
+
+
+def inert_markdown(text: str, attachments: dict | None = None) -> str:
+    """TEXT as markdown that renders to TEXT's sanitised HTML and nothing else; idempotent."""
+    if text.startswith(WRAPPER) and as_markdown(sanitize_html(text)[len(WRAPPER):-len("</div>")]) == text:
+        return text  # already inert (sanitised HTML on one line): sanitising again would change nothing
+    return as_markdown(markdown_html(text, attachments))
+
+
+def _text(value: Any) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def inert_outputs(outputs: list) -> list:
+    """A code cell's outputs with only inert rich data (see OUTPUT_TYPES) and no metadata a template would
+    write into the page, except an image's numeric size."""
+    kept = []
+    for output in outputs:
+        if "data" in output:
+            data = {kind: value for kind, value in output.data.items() if kind in OUTPUT_TYPES}
+            if "text/html" in data:
+                data["text/html"] = sanitize_html(_text(data["text/html"]))
+            if "text/markdown" in data:
+                data["text/markdown"] = inert_markdown(_text(data["text/markdown"]))
+            for kind in ("image/png", "image/jpeg"):  # base64 only: the template writes it into src="data:..."
+                if kind in data and not re.fullmatch(r"[A-Za-z0-9+/=\s]*", _text(data[kind])):
+                    del data[kind]
+            if not data:
+                continue
+            sizes = {kind: {key: value for key, value in output.get("metadata", {}).get(kind, {}).items()
+                            if key in ("width", "height") and isinstance(value, int | float)}
+                     for kind in ("image/png", "image/jpeg") if kind in data}
+            output.data = NotebookNode(data)
+            output.metadata = NotebookNode({kind: size for kind, size in sizes.items() if size})
+        kept.append(output)
+    return kept
 
 
 class InertNotebook(Preprocessor):
@@ -75,18 +138,53 @@ class InertNotebook(Preprocessor):
 
     enabled = Bool(True).tag(config=True)
 
-    def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
-        self._outputs = SanitizeHTML(parent=self)
-        return super().preprocess(nb, resources)
-
     def preprocess_cell(self, cell: NotebookNode, resources: dict, index: int) -> tuple[NotebookNode, dict]:
-        if cell.cell_type in ("markdown", "raw"):
-            cell.source = inert_markdown(cell.source) if cell.cell_type == "markdown" else cell.source.replace(
-                "<", "&lt;")
-            cell.pop("attachments", None) if cell.cell_type == "raw" else None
+        if cell.cell_type == "markdown":
+            cell.source = inert_markdown(cell.source, cell.get("attachments"))
+            cell.pop("attachments", None)  # already inlined as data: images where they were used
+        elif cell.cell_type == "raw":
+            # Shown as text whatever its format says (a template renders text/html raw cells as HTML).
+            cell.source = sanitize_html("<pre>" + _escape(cell.source) + "</pre>")
+            cell.metadata["raw_mimetype"] = "text/html"
+            cell.pop("attachments", None)
         elif cell.cell_type == "code":
-            cell.outputs = self._outputs.sanitize_code_outputs(cell.get("outputs", []))
+            cell.outputs = inert_outputs(cell.get("outputs", []))
         nbgrader = cell.get("metadata", {}).get("nbgrader", {})
         if isinstance(nbgrader.get("comment"), str):
             nbgrader["comment"] = inert_markdown(nbgrader["comment"])
         return cell, resources
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+@jinja2.pass_context
+def markdown2html(context: jinja2.runtime.Context, source: str) -> str:
+    """The `markdown2html` filter of a template, sanitised after rendering (raw HTML is parsed here, so the
+    HTML `InertNotebook` made is kept; the sanitiser removes anything else that could run)."""
+    cell = context.get("cell", {}) or {}
+    return markdown_html(source, cell.get("attachments", {}) if hasattr(cell, "get") else {}, raw_html=True)
+
+
+def clean_html(source: str | bytes) -> str:
+    """The `clean_html` filter of a template (raw cells, HTML outputs when sanitising), with nh3."""
+    return sanitize_html(source.decode("utf-8", "replace") if isinstance(source, bytes) else _text(source))
+
+
+FILTERS = {"markdown2html": markdown2html, "clean_html": clean_html}
+
+
+def configure(config: Config) -> Config:
+    """CONFIG with every HTML page nbconvert renders (feedback, the formgrader's grading pages) made inert:
+    InertNotebook first among its preprocessors, the sanitising filters in place of nbconvert's, and its
+    HTML outputs sanitised. Returns CONFIG."""
+    preprocessors = list(config.HTMLExporter.get("preprocessors", []))
+    if InertNotebook not in preprocessors and "transformer_course.grading.outputs.inert.InertNotebook" not in [
+            str(p) for p in preprocessors]:
+        preprocessors.insert(0, InertNotebook)
+    config.HTMLExporter.preprocessors = preprocessors
+    config.HTMLExporter.filters = {**config.HTMLExporter.get("filters", {}), **FILTERS}
+    config.HTMLExporter.sanitize_html = True
+    return config
+

@@ -1,0 +1,48 @@
+"""What the grading build costs one notebook: making it in the grader (`build.grading_build`) and, in a fresh
+process that has imported torch (as the zygote has), installing it and importing the stage's checks module and
+the reference package from memory; beside it, importing the same modules from their files.
+
+    python scripts/measure_grading_build.py
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from transformer_course.grading.sandbox import build
+
+CHILD = """
+import json, sys, time
+import torch, IPython.core.interactiveshell, matplotlib.pyplot  # what the zygote imports
+mode, checks = sys.argv[1], sys.argv[2]
+entries = sys.stdin.read()
+started = time.perf_counter()
+if mode == "build":
+    from transformer_course.grading.sandbox import build
+    build.install({name: tuple(entry) for name, entry in json.loads(entries).items()})
+__import__(checks)
+import transformer_course.reference
+print(time.perf_counter() - started)
+"""
+
+
+def main() -> None:
+    for checks, _ in build.stages():
+        started = time.perf_counter()
+        made = build.grading_build(checks)
+        making = time.perf_counter() - started
+        data = json.dumps(made)
+        seconds = {}
+        for mode in ("build", "files"):
+            runs = [float(subprocess.run([sys.executable, "-c", CHILD, mode, checks], input=data, text=True,
+                                         capture_output=True, check=True).stdout) for _ in range(3)]
+            seconds[mode] = sorted(runs)[1]
+        print(f"{checks.rsplit('.', 1)[1]:20} make {making:.3f} s ({len(data) / 1024:.0f} KiB)  "
+              f"import from the build {seconds['build']:.3f} s  from the files {seconds['files']:.3f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -252,6 +252,7 @@ KEPT_FOR_EXPERIMENTS = frozenset({
     (f"{REFERENCE}.additive_attention", "AdditiveAttention.score"),  # why_attention._build: the reference score
     (f"{REFERENCE}.attention", "MultiHeadAttention.split_heads"),  # attention._reference_parts
     (f"{REFERENCE}.attention", "MultiHeadAttention.combine_heads"),
+    (f"{REFERENCE}.blocks", "PositionWiseFeedForward.forward"),  # blocks._block: the reference feed-forward network
     (f"{REFERENCE}.model", "Encoder.forward"),  # model._plugged: the reference Encoder and Decoder in the student's
     (f"{REFERENCE}.model", "Decoder.forward"),  # Transformer
 })

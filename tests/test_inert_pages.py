@@ -21,13 +21,17 @@ gradebook's comment, scores.csv's name column) in a copy of the example class gr
 import contextlib
 import csv
 import json
+import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 
 import nbformat
 import pytest
-from test_written_answers import formgrader
 
 from browser import Browser
 from conftest import EXAMPLE_ASSIGNMENT, ROOT
@@ -96,7 +100,8 @@ def test_the_browser_runs_the_payload_where_nothing_stops_it(tmp_path):
 def test_the_feedback_page_runs_nothing_and_reads_well(hostile_class, tmp_path):
     page = hostile_class / "feedback" / STUDENT / EXAMPLE_ASSIGNMENT / f"{EXAMPLE_ASSIGNMENT}.html"
     source = page.read_text(encoding="utf-8")
-    assert "Content-Security-Policy" in source and not re.search(r"<script|\bsrc=[\"']?(https?:)?//", source, re.I)
+    assert "Content-Security-Policy" in source
+    assert not re.search(r"<script|<[^>]*\bsrc=[\"']?(https?:)?//", source, re.I)
     with Browser(tmp_path / "profile") as browser:
         browser.open(page.as_uri())
         assert browser.evaluate(RAN) is None
@@ -121,19 +126,71 @@ def test_the_answer_pages_and_the_report_run_nothing(hostile_class, tmp_path):
         assert browser.evaluate("document.documentElement.dataset.sortable") == "on"  # its own script did run
 
 
+@contextlib.contextmanager
+def formgrader_with_policy(class_dir):
+    """JupyterLab started in the class folder with the README's command (`jupyter lab
+    --config=jupyter_server_config.py`); yields (call, headers): the REST call of `formgrader` and a function
+    returning a page's response headers."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = "formgrader-policy-test"
+    environment = {**os.environ, "JUPYTER_CONFIG_DIR": str(class_dir / ".jupyter"),
+                   "JUPYTER_RUNTIME_DIR": str(class_dir / ".jupyter" / "runtime")}
+    server = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", f"--config={answers.SERVER_CONFIG}",
+                               "--no-browser", "--ip=127.0.0.1", f"--port={port}", f"--IdentityProvider.token={token}",
+                               "--allow-root"], cwd=class_dir, env=environment, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+
+    def call(path):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read().decode()
+
+    def headers(path):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.headers
+
+    call.url = lambda path: f"http://127.0.0.1:{port}{path}{'&' if '?' in path else '?'}token={token}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                call("/api/status")
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "the Jupyter server did not start"
+                time.sleep(0.5)
+        yield call, headers
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
 def test_the_formgraders_grading_page_runs_nothing(hostile_class, tmp_path):
-    """nbgrader's formgrader renders the autograded notebook into the instructor's logged-in page (its own
-    scripts run there, so it can have no policy): the answer, its outputs and the comments must be inert."""
-    with contextlib.contextmanager(formgrader)(hostile_class) as call:
+    """nbgrader's formgrader renders the autograded notebook into the instructor's logged-in page: the answer,
+    its outputs and the comments must be inert (its own scripts run there, inline ones included, so its policy
+    must allow inline script: the sanitiser is the defence, the policy forbids everything from elsewhere).
+    The server is started as README says, and every page it serves carries the policy."""
+    with formgrader_with_policy(hostile_class) as (call, headers):
         listed = json.loads(call(f"/formgrader/api/submitted_notebooks/{EXAMPLE_ASSIGNMENT}/{EXAMPLE_ASSIGNMENT}"))
         submission = next(entry for entry in listed if entry["student"] == STUDENT)
-        url = call.url(f"/formgrader/submissions/{submission['id']}/?index=0")
+        page = f"/formgrader/submissions/{submission['id']}/?index=0"
+        for path in (page, "/formgrader", "/lab", "/api/status"):  # the REST API adds default-src 'none'
+            assert headers(path)["Content-Security-Policy"].startswith(answers.FORMGRADER_POLICY), path
         with Browser(tmp_path / "profile") as browser:
-            browser.open(url, settle=2)
+            browser.open(call.url(page), settle=2)
             assert "formgrader" in browser.evaluate("document.body.innerHTML").lower()
+            assert browser.evaluate("typeof jQuery === 'function' && typeof submission_id === 'string'")  # its own
             assert "<img src=x onerror=" in browser.evaluate("document.body.innerText")  # the answer, as text
             assert browser.evaluate(RAN) is None
             assert browser.evaluate(JAVASCRIPT_LINKS) == 0
+            assert browser.evaluate(RISKY_ELEMENTS) == []
+            ran = _click_every_link(browser, call.url(page))
+            assert browser.evaluate(RAN) is None and ran == []
+            browser.open(call.url("/lab"), settle=5)  # JupyterLab itself works under the policy
+            assert browser.evaluate("document.querySelector('#jp-main-dock-panel, .jp-LabShell') !== null")
 
 
 # --- issue 29: every known way past a sanitiser, through every path that renders student text -------------

@@ -47,8 +47,8 @@ class HideHiddenTests(NbGraderPreprocessor):
 def without_scripts(page: str) -> str:
     """PAGE with its script elements removed and the policy as the first element of its head.
 
-    Every `<` of what a student wrote was escaped before rendering (`InertNotebook`), so each script element
-    left in the page is the template's own; the policy forbids any that would remain."""
+    What a student wrote was sanitised (`inert`: no script element survives it), so each script element left
+    in the page is the template's own; the policy forbids any that would remain."""
     page = _SCRIPT.sub("", page)
     head = re.search(r"<head\b[^>]*>", page, re.IGNORECASE)
     return page[:head.end()] + CSP_META + page[head.end():] if head else CSP_META + page

@@ -17,6 +17,7 @@ import os
 import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
@@ -59,13 +60,13 @@ def shared_session() -> Session:
 
 
 def run_notebook(notebook: nbformat.NotebookNode, directory: Path, timeout: float = 600,
-                 session: Session | None = None) -> nbformat.NotebookNode:
+                 session: Session | None = None, **options: Any) -> nbformat.NotebookNode:
     """The notebook as the grader leaves it: every cell's outputs, the findings in its metadata. `session`:
-    a zygote of the caller's (default: the test process's shared one)."""
+    a zygote of the caller's (default: the test process's shared one); `options`: JudgedExecute's settings."""
     executor._SESSION[0] = session or shared_session()
     executor._SESSION_FACTORY[0] = (lambda _notebook: session.start()) if session else (
         lambda _notebook: shared_session())
-    preprocessor = JudgedExecute(timeout=timeout, sandbox_per_notebook=False)  # one zygote for the test process
+    preprocessor = JudgedExecute(timeout=timeout, sandbox_per_notebook=False, **options)  # one zygote for the tests
     preprocessor.log = logging.getLogger("inprocess")
     try:
         graded, _ = preprocessor.preprocess(copy.deepcopy(notebook), {"cwd": str(directory)})

@@ -305,6 +305,7 @@ class BatchGrader:
                            for a, error in failures.items()]
         result.reasons += [f"{a}: flagged for review: your notebook {finding}"
                            for a, r in report.items() for finding in r.get("findings", [])]
+        result.reasons += [f"{a}: {fault}" for a, r in report.items() for fault in r.get("faults", [])]
         result.status = "graded" if report and not failures and not missing else "failed"
         result.seconds = time.perf_counter() - start
         self.records.mkdir(parents=True, exist_ok=True)

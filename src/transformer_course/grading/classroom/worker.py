@@ -220,7 +220,8 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
             report[assignment] = {"success": bool(result["success"]),
                                   "error": "" if result["success"] else _last_lines(result),
                                   "seconds": round(seconds.get(assignment, 0.0) + time.perf_counter() - started, 1),
-                                  "findings": _findings(class_dir, arguments.student, assignment)}
+                                  "findings": _findings(class_dir, arguments.student, assignment),
+                                  "faults": _findings(class_dir, arguments.student, assignment, "faults")}
     finally:
         executor.use_gate(None)
         executor.close_session()
@@ -271,14 +272,15 @@ def _profile_gradebook() -> None:
     api.Gradebook.__init__ = timed
 
 
-def _findings(class_dir: Path, student: str, assignment: str) -> list[str]:
-    """What the grader flagged for review while running this notebook (see executor.FINDINGS_KEY)."""
+def _findings(class_dir: Path, student: str, assignment: str, key: str = "findings") -> list[str]:
+    """What the grader flagged for review while running this notebook (see executor.FINDINGS_KEY), or with
+    key="faults" the cells that did not finish and why."""
     path = class_dir / "autograded" / student / assignment / f"{assignment}.ipynb"
     try:
         notebook = nbformat.read(path, as_version=4)
     except (OSError, ValueError):
         return []
-    found = notebook.metadata.get(executor.FINDINGS_KEY, {}).get("findings", [])
+    found = notebook.metadata.get(executor.FINDINGS_KEY, {}).get(key, [])
     return [str(finding) for finding in found] if isinstance(found, list) else []
 
 

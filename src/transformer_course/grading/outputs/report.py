@@ -155,8 +155,8 @@ def named_causes(class_dir: Path, rows: list[dict[str, str]]) -> list[tuple[str,
     return [(cause, sorted(where[cause]), sorted(students[cause])) for cause in ranked]
 
 
-NEEDS = ("flagged for review", "rejected", "repaired", "grading failed", "answers to grade",
-         "answers changed since graded")
+NEEDS = ("flagged for review", "rejected", "repaired", "grading failed", "cells that did not finish",
+         "answers to grade", "answers changed since graded")
 
 
 def needs(row: dict[str, str]) -> list[str]:
@@ -171,6 +171,8 @@ def needs(row: dict[str, str]) -> list[str]:
         found.append("repaired")
     if row.get("status") == "failed":
         found.append("grading failed")
+    if "did not finish:" in reasons or "passed the grader's budget" in reasons:  # executor.FAULT_WORDS, OutputBudget
+        found.append("cells that did not finish")
     if row.get("status") in GRADED and status.startswith(NEEDS_MANUAL_GRADING):
         found.append("answers to grade")
     if row.get("status") in GRADED and "review:" in status:

@@ -40,6 +40,7 @@ from traitlets import Bool, Integer
 from transformer_course.grading.cells import checks_module, is_grade_cell, reference_modules, split_hidden
 from transformer_course.grading.sandbox import fingerprint, profiling
 from transformer_course.grading.sandbox.channel import StudentName
+from transformer_course.grading.sandbox.outputs import OutputBudget
 from transformer_course.grading.sandbox.session import (
     SERVANT_ENDED,
     CellTimedOut,
@@ -340,7 +341,12 @@ class JudgedExecute(NbGraderPreprocessor):
     """nbgrader's Execute replaced (see the module docstring)."""
 
     timeout = Integer(120, help="Seconds a cell may run.").tag(config=True)
-    max_kernel_deaths = Integer(3, help="Runner crashes tolerated per notebook before giving up.").tag(config=True)
+    max_kernel_deaths = Integer(10, help="Crashes of the notebook's process in its own ordinary cells tolerated "
+                                         "before the rest is not run (each costs a replay of the cells above; "
+                                         "restarts the grader makes after a check's time-out are not counted)").tag(
+        config=True)
+    output_budget_mb = Integer(16, help="Megabytes of output one notebook may keep; past it outputs are left "
+                                        "out and the row says so").tag(config=True)
     notebook_timeout = Integer(1800, help="Seconds a whole notebook may run; the cells after are not run.").tag(
         config=True)
     interrupt_on_timeout = Bool(True, help="Kept for nbgrader's configuration; cells are always stopped.").tag(
@@ -357,6 +363,8 @@ class JudgedExecute(NbGraderPreprocessor):
         self.replay: list[tuple[str, Any]] = []  # what to run again after a runner died: cells, snapshots
         self.hidden: list[_Hidden] = []
         self.deaths = 0
+        self.faults: list[str] = []  # cells that did not finish, and why: the row's reasons and the class report
+        self.budget = OutputBudget(limit=self.output_budget_mb * 2**20)
         self.limit_hit = False  # with a gate: a process of the shared sandbox ran into its memory or process limit
         gate = _GATE[0]
         if gate is None and self.sandbox_per_notebook:  # the previous notebook's hidden tests ran in the last one
@@ -379,7 +387,8 @@ class JudgedExecute(NbGraderPreprocessor):
             count += 1
             cell.execution_count = count
             if self.deaths > self.max_kernel_deaths:
-                cell.outputs = [_error("NotRun", "not run: the notebook's process crashed too often above")]
+                cell.outputs = [_error("NotRun", f"not run: the notebook's process crashed "
+                                       f"{self.deaths} times above ({self._crashed_cells()})")]
                 continue
             if time.monotonic() - started > self.notebook_timeout:  # many slow cells must not hold a class up
                 cell.outputs = [_error("NotRun", f"not run: the notebook had run for more than "
@@ -398,29 +407,53 @@ class JudgedExecute(NbGraderPreprocessor):
         labels = set(fingerprint.exercise_labels(self.exercises))
         findings = findings_from(self.notes, written, labels)
         nb.metadata.setdefault(FINDINGS_KEY, {})["findings"] = findings
+        nb.metadata[FINDINGS_KEY]["faults"] = self.faults + [reason for reason in [self.budget.reason()] if reason]
         if self.limit_hit and gate is not None:  # the limits are for one notebook's processes: grade it again alone
             gate.grade_alone()
         return nb, resources
 
     # cells ------------------------------------------------------------------------------------------------
 
+    def _fault(self, index: int, why: str) -> None:
+        """Remember that the cell at `index` did not finish, and why (for the row's reasons)."""
+        text = f"{_label(self.nb.cells[index])} {FAULT_WORDS} {why}"
+        if text not in self.faults:
+            self.faults.append(text)
+
+    def _crashed_cells(self) -> str:
+        crashed = [fault.split(f" {FAULT_WORDS} ")[0] for fault in self.faults if "crashed" in fault]
+        return ", ".join(crashed[:5]) + (" ..." if len(crashed) > 5 else "")
+
+    def _keep(self, index: int, outputs: list[dict[str, Any]]) -> list[NotebookNode]:
+        return [_node(o) for o in self.budget.keep(outputs, _label(self.nb.cells[index]))]
+
     def _ordinary_cell(self, index: int, cell: NotebookNode) -> None:
         try:
             with profiling.phase("ordinary cells", self.session.cpu_seconds):
-                cell.outputs = [_node(o) for o in self.session.run_cell(cell.source, self.timeout)]
+                cell.outputs = self._keep(index, self.session.run_cell(cell.source, self.timeout))
             self.notes += [note for note in self.session.cell_notes if note not in self.notes]
             if not any(o.get("output_type") == "error" for o in cell.outputs):
                 self.replay.append(("cell", index))
         except CellTimedOut as stopped:
             partial = stopped.args[0] if stopped.args and isinstance(stopped.args[0], list) else []
-            cell.outputs = [_node(o) for o in partial if o.get("output_type") != "error"]
+            cell.outputs = self._keep(index, [o for o in partial if o.get("output_type") != "error"])
             cell.outputs.append(_error("CellTimeoutError", f"this cell ran longer than {self.timeout} s and was "
                                        "stopped"))
+            self._fault(index, f"ran longer than {self.timeout} s and was stopped")
             if self.session.runner is None:
                 self._died(index, None)
         except RunnerDied as died:
+            self._fault(index, "crashed: its process stopped (os._exit, a crash in native code, more memory than "
+                               "allowed, or outputs the grader does not accept)")
             self._died(index, died)
             cell.outputs = [_error("KernelDied", str(died))]
+        except Exception:  # whatever the student's side sent, it costs this cell, never the notebook or the batch
+            self.log.warning("cell %d could not be read back from the student's process", index, exc_info=True)
+            self.session.kill_runner()
+            self._fault(index, "crashed: the grader could not read back what it did")
+            self._died(index, None)
+            cell.outputs = [_error("GradingError", "the grader could not read back what this cell did; it scores "
+                                                   "nothing, the cells after it still ran")]
 
     def _grade_cell(self, index: int, cell: NotebookNode) -> None:
         try:
@@ -445,9 +478,10 @@ class JudgedExecute(NbGraderPreprocessor):
         # a runner replaced after a hidden part must retake the later hidden parts' snapshots too: every clean cell
         upto = index if snapshot is None else len(self.nb.cells)
         if self.session.runner is None:
-            self._died(upto, None)
+            self._died(upto, None, counted=False)
             if self.session.runner is None:
-                return Judged(error=("NotRun", "not run: the notebook's process crashed too often above"))
+                return Judged(error=("NotRun", f"not run: the notebook's process crashed {self.deaths} times above "
+                                               f"({self._crashed_cells()})"))
         deadline = time.monotonic() + self.timeout
         try:
             with self.session.servant(deadline, snapshot) as servant:
@@ -468,9 +502,14 @@ class JudgedExecute(NbGraderPreprocessor):
             judged = Judged(error=("KernelDied", str(died)))
         if judged.error is not None and judged.error[0] == "KernelDied":
             self._limit()
+        if judged.error is not None and judged.error[0] in ("KernelDied", "CellTimeoutError"):
+            self._fault(index, ("ran longer than " f"{self.timeout} s and was stopped"
+                                if judged.error[0] == "CellTimeoutError" else
+                                "stopped: the process running your code for its checks ended")
+                        + (" (hidden tests)" if snapshot is not None else ""))
         self.notes += [note for note in judged.notes if note not in self.notes]
-        if self.session.runner is None:
-            self._died(upto, None)
+        if self.session.runner is None:  # the grader ended it (a check out of time): this cell paid, not the others
+            self._died(upto, None, counted=False)
         return judged
 
     def session_results(self, judged: Judged) -> None:
@@ -491,9 +530,10 @@ class JudgedExecute(NbGraderPreprocessor):
         for entry in self.hidden:
             cell = self.nb.cells[entry.index]
             if self.session.runner is None:  # lost (an earlier hidden part, a later notebook): every snapshot retaken
-                self._died(len(self.nb.cells), None)
+                self._died(len(self.nb.cells), None, counted=False)
             if self.session.runner is None:
-                judged = Judged(error=("NotRun", "not run: the notebook's process crashed too often above"))
+                judged = Judged(error=("NotRun", f"not run: the notebook's process crashed {self.deaths} times "
+                                                 f"above ({self._crashed_cells()})"))
             elif entry.snapshot is None:
                 judged = Judged(error=("KernelDied", "the hidden tests could not run: the notebook's process "
                                        "stopped after this cell"))
@@ -552,6 +592,18 @@ class JudgedExecute(NbGraderPreprocessor):
                     item.snapshot = session.snapshot()
         except (RunnerDied, ChannelBroken):
             self.session.kill_runner()
+
+
+FAULT_WORDS = "did not finish:"  # "cell 12 (attn_split_heads) did not finish: ran longer than 120 s ..."
+
+
+def _label(cell: NotebookNode) -> str:
+    """How a row's reason names a cell: its number as the notebook showed it, and its nbgrader id."""
+    number = cell.get("execution_count")
+    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") if isinstance(
+        cell.get("metadata", {}).get("nbgrader"), dict) else None
+    return f"cell {number if isinstance(number, int) else '?'}" + (f" ({grade_id})" if isinstance(grade_id, str)
+                                                                   else "")
 
 
 HIDDEN_FAILED = ("fails on the hidden test's inputs (other sizes than the visible checks'; they are not shown, "

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from test_boundary import CHECKS, CORRECT, GRADE, HIDDEN_GRADE, failed, notebook
 
 from quality.inprocess import run_notebook
-from test_boundary import CHECKS, CORRECT, GRADE, HIDDEN_GRADE, failed, notebook
 from transformer_course.grading.sandbox.executor import FINDINGS_KEY
 from transformer_course.grading.sandbox.session import Session
 

@@ -484,6 +484,36 @@ def test_in_phases_a_notebook_that_needs_what_the_sleeping_ones_hold_is_graded_a
     assert LAST_RUN["graded alone"] <= {"0", "1"}
 
 
+def test_in_phases_a_hidden_part_that_runs_into_the_limits_gets_no_notebook_graded_again(tmp_path):
+    """Whether a notebook is graded again alone is decided from its own events before the hidden parts, never
+    from the sandbox's counters: a hidden part that allocates past the memory limit for one hidden size only
+    (it stands for any hidden input) costs its own cell, and neither its notebook nor the one beside it is
+    graded again (before issue 29, the counter the kill left made the grader regrade a notebook alone, after
+    the hidden parts: one bit of the hidden input, shown in that notebook's outputs as the time it ran)."""
+    from transformer_course.grading.sandbox.session import grading_environment, sandboxed_launcher
+
+    if isolation.bubblewrap_problem() is not None:
+        pytest.skip(isolation.bubblewrap_problem())
+
+    def limited() -> Session:
+        return Session([CHECKS, "IPython.core.interactiveshell", "torch", "math"], environment=grading_environment(1),
+                       launcher=sandboxed_launcher(limits=isolation.Limits(memory_bytes=2 * 2**30)),
+                       warm_up=False).start()
+
+    bomb = CORRECT.replace("        self.dropout = nn.Dropout(dropout)\n",
+                           "        self.dropout = nn.Dropout(dropout)\n"
+                           f"        if max_seq_length == {SECRET_N}:\n"
+                           "            bytearray(3 * 2**30)\n")
+    first = notebook([CORRECT], [HIDDEN_GRADE])
+    second = notebook([bomb], [HIDDEN_GRADE])
+    graded = graded_in_phases(limited, [first, second], tmp_path)
+    assert LAST_RUN["graded alone"] == set()
+    _, grades = shown_and_grades(graded[0])
+    assert failed(grades[0]) is None, grades[0].outputs
+    _, grades = shown_and_grades(graded[1])
+    assert failed(grades[0]) is not None and "hidden" in failed(grades[0]), grades[0].outputs
+
+
 
     """The same two notebooks with the second one's cells run after the first one's hidden test, in one sandbox
     (what the phases prevent): the zygote empties the folders between them, but the pid counter carries the

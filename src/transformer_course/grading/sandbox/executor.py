@@ -365,7 +365,8 @@ class JudgedExecute(NbGraderPreprocessor):
         self.deaths = 0
         self.faults: list[str] = []  # cells that did not finish, and why: the row's reasons and the class report
         self.budget = OutputBudget(limit=self.output_budget_mb * 2**20)
-        self.limit_hit = False  # with a gate: a process of the shared sandbox ran into its memory or process limit
+        self.limit_hit = False  # with a gate: this notebook's own process stopped during its visible cells
+        self.visible_phase = True  # until the gate: no hidden input exists anywhere in the sandbox yet
         gate = _GATE[0]
         if gate is None and self.sandbox_per_notebook:  # the previous notebook's hidden tests ran in the last one
             close_session()
@@ -445,6 +446,7 @@ class JudgedExecute(NbGraderPreprocessor):
         except RunnerDied as died:
             self._fault(index, "crashed: its process stopped (os._exit, a crash in native code, more memory than "
                                "allowed, or outputs the grader does not accept)")
+            self._limit()
             self._died(index, died)
             cell.outputs = [_error("KernelDied", str(died))]
         except Exception:  # whatever the student's side sent, it costs this cell, never the notebook or the batch
@@ -500,7 +502,7 @@ class JudgedExecute(NbGraderPreprocessor):
                                                   f"({failure}); this cell scores 0")))
         except RunnerDied as died:
             judged = Judged(error=("KernelDied", str(died)))
-        if judged.error is not None and judged.error[0] == "KernelDied":
+        if judged.error is not None and judged.error[0] == "KernelDied" and snapshot is None:
             self._limit()
         if judged.error is not None and judged.error[0] in ("KernelDied", "CellTimeoutError"):
             self._fault(index, ("ran longer than " f"{self.timeout} s and was stopped"
@@ -549,6 +551,7 @@ class JudgedExecute(NbGraderPreprocessor):
         if self.session.runner is not None:
             with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner park", self.session.cpu_seconds):
                 parked = self.session.park()
+        self.visible_phase = False
         gate.pause()
         if parked is not None:  # refused (RunnerDied) when its sandbox has ended meanwhile
             with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner park", self.session.cpu_seconds):
@@ -562,16 +565,18 @@ class JudgedExecute(NbGraderPreprocessor):
         self.session.notebook(self.checks or "transformer_course.checks.framework", self.exercises, self.cwd)
 
     def _limit(self) -> None:
-        """Note whether the shared sandbox's processes have run into its memory or process limit: the parked
-        runners of the student's other notebooks hold their share, so the worker grades this notebook again,
-        alone in a sandbox of its own, as it would have been graded before the phases."""
-        if _GATE[0] is not None and self.session.reason() is not None:
+        """This notebook's own process stopped (its runner in one of its cells, or the servant of one of its
+        grade cells): with a gate, the worker grades it again alone, in a sandbox of its own, after the phases,
+        since the parked runners of the student's other notebooks hold their share of the limits. Decided from
+        this notebook's own events and only before the gate, never from the sandbox's counters (which another
+        notebook's code moves) nor during the hidden parts: so whether a notebook is graded again carries
+        nothing of any hidden input (issue 29)."""
+        if _GATE[0] is not None and self.visible_phase:
             self.limit_hit = True
 
     def _died(self, upto: int, died: RunnerDied | None, counted: bool = True) -> None:
         """A new runner: fork it, run the clean cells above `upto` again and retake their snapshots. `counted`:
         the death counts towards `max_kernel_deaths` (not when another notebook's code ended this one's runner)."""
-        self._limit()
         self.deaths += counted
         if died is not None:
             self.log.warning("runner died in cell %d: %s", upto, died)

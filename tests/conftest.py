@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = assignments(ROOT)
 
 # A local copy of Multi30k next to the checkout (the six .gz files) lets executed notebooks and
+# The class's secret the batch grader draws hidden inputs from: one per test process, never ~/.config's.
+os.environ.setdefault("TRANSFORMER_COURSE_SECRET_FILE",
+                      str(Path(__import__("tempfile").gettempdir()) / f"transformer-course-test-{os.getpid()}.key"))
 # nbgrader's kernels, which inherit this environment, run offline.
 MULTI30K_COPY = ROOT.parent / "shared" / "data" / "multi30k"
 if MULTI30K_COPY.is_dir():

@@ -43,6 +43,7 @@ from transformer_course.checks.framework import (
 )
 from transformer_course.checks.localise import recorded_calls
 from transformer_course.checks.predictions import expect_number
+from transformer_course.checks.salt import salted_seed
 from transformer_course.reference import Transformer, make_source_mask, make_target_mask
 from transformer_course.reference.decoding import attention_maps as reference_attention_maps
 from transformer_course.reference.decoding import greedy_decode as reference_greedy_decode
@@ -240,7 +241,7 @@ class Translation:
 def _seeded(seed: int) -> Iterator[None]:
     """Build modules from a fixed seed without disturbing the notebook's own random stream."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(salted_seed(seed))
         yield
 
 

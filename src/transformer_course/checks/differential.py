@@ -40,6 +40,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks.boundary import Frame, on_student_side
+from transformer_course.checks.salt import salted_seed
 from transformer_course.runtime import TORCH_DIR
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
@@ -1285,7 +1286,7 @@ def traced_call(target: Any, *args: Any, method: str | None = None, names: Seque
     inputs |= {key: value for key, value in kwargs.items() if isinstance(value, torch.Tensor)}
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
-            torch.manual_seed(seed)
+            torch.manual_seed(salted_seed(seed))
         with recording(root, inputs) as trace:
             try:
                 trace.output = function(*args, **kwargs)

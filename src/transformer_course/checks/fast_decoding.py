@@ -57,6 +57,7 @@ from transformer_course.checks.framework import (
     summary,
 )
 from transformer_course.checks.predictions import expect_choice, expect_number
+from transformer_course.checks.salt import salted_seed
 from transformer_course.reference import Transformer, make_source_mask, make_target_mask
 from transformer_course.reference.beam_search import beam_search as reference_beam_search
 from transformer_course.reference.beam_search import length_penalty
@@ -145,7 +146,7 @@ class _Model:
 def _model(arguments: tuple, prepare: Callable[[nn.Module], None], seed: int = 0) -> _Model:
     """The course's Transformer(*arguments) from a fixed seed, changed by `prepare`, in float64 and eval mode."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(salted_seed(seed))
         module = Transformer(*arguments)
     with torch.no_grad():
         prepare(module)

@@ -23,6 +23,7 @@ from torch.overrides import TorchFunctionMode
 from transformer_course.checks._grade_cells import GRADE_CELLS
 from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.errors import crash_lines, explain_crash, first_line, is_stub
+from transformer_course.checks.salt import salted_seed
 from transformer_course.runtime import grading_mode, show, show_failure, stop_at_first_failure
 
 CheckFunction = TypeVar("CheckFunction", bound=Callable[..., Any])
@@ -260,7 +261,7 @@ def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
 
 def generator(seed: int = 0) -> torch.Generator:
     """A private random stream, so expected values never depend on other random draws."""
-    return torch.Generator().manual_seed(seed)
+    return torch.Generator().manual_seed(salted_seed(seed))
 
 
 def randn(*shape: int, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:

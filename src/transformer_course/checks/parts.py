@@ -37,6 +37,7 @@ from transformer_course.checks.boundary import Frame, on_student_side
 from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.errors import crash_lines, first_line
 from transformer_course.checks.framework import CheckFailed, Diagnosis, fail, student_code
+from transformer_course.checks.salt import salted_seed
 
 Tensor = torch.Tensor
 Term = tuple[float, str]  # coefficient, value key
@@ -256,7 +257,7 @@ def seeded(seed: int | None = None) -> Iterator[None]:
     """Leave the global random stream as it was (the notebook's own draws); seed it inside when `seed` is given."""
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
-            torch.manual_seed(seed)
+            torch.manual_seed(salted_seed(seed))
         yield
 
 

@@ -27,6 +27,7 @@ from transformer_course.checks.framework import (
     tensors_close,
 )
 from transformer_course.checks.predictions import expect_number, parameters_of
+from transformer_course.checks.salt import salted_seed
 
 __all__ = ["buffer_shape", "dropout_behaviour", "forward_adds_encoding", "predicted_parameter_count",
            "predicted_self_dot_product", "summary", "table_values"]
@@ -447,7 +448,7 @@ def _train_then_eval(module: nn.Module, x: torch.Tensor, seed: int) -> tuple[Any
     """The student's forward on x in train mode (torch seeded with `seed`), then in eval mode."""
     module = module.double()
     with torch.random.fork_rng(devices=[]), torch.no_grad(), student_code():
-        torch.manual_seed(seed)
+        torch.manual_seed(salted_seed(seed))
         module.train()
         trained = module(x)
         module.eval()

@@ -46,6 +46,7 @@ from transformer_course.checks.framework import (
 )
 from transformer_course.checks.localise import Call, Step, Values, first_departure, recorded_calls, terms
 from transformer_course.checks.predictions import expect_number
+from transformer_course.checks.salt import salted_seed
 from transformer_course.reference import Transformer as ReferenceTransformer
 from transformer_course.reference.training import Batch
 from transformer_course.reference.training import collate as reference_collate
@@ -106,7 +107,7 @@ def _model(seed: int, d_model: int = 16, num_heads: int = 2, num_layers: int = 1
            dtype: torch.dtype = torch.float64, dropout: float = 0.0) -> nn.Module:
     """A tiny reference Transformer (no dropout unless asked), weights fixed by seed (global RNG untouched)."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.manual_seed(salted_seed(seed))
         model = ReferenceTransformer(VOCAB, VOCAB, d_model, num_heads, num_layers, d_ff, 30, dropout)
     return model.to(dtype)
 
@@ -912,7 +913,7 @@ def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
     try:
         with _one_thread(), torch.random.fork_rng(devices=[]), student_code(), \
                 _course_compute_loss(train_epoch, run):
-            torch.manual_seed(setup.seed)
+            torch.manual_seed(salted_seed(setup.seed))
             for _ in range(setup.epochs):
                 result = train_epoch(model, batches, criterion, spy, scheduler, device="cpu",
                                      clip_norm=setup.clip_norm, progress=False)

@@ -58,6 +58,7 @@ from transformer_course.grading.intake.submissions import (
 from transformer_course.grading.outputs import answers, hand_grades, report, scores
 from transformer_course.grading.outputs.files import replace_atomically
 from transformer_course.grading.outputs.spreadsheet import protect
+from transformer_course.grading.sandbox import hidden_inputs
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
 
@@ -195,8 +196,9 @@ class BatchGrader:
                  db_url: str | None = None, shard: tuple[int, int] | None = None, timeout: int = 120,
                  memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
                  require_sandbox: bool = False, limits: Limits | None = None,
-                 sandbox_per_notebook: bool = False) -> None:
+                 sandbox_per_notebook: bool = False, secret_file: Path | None = None) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
+        self.secret_file = hidden_inputs.secret_path(secret_file).resolve()  # the hidden inputs' secret
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
         self.sandbox, self.require_sandbox = sandbox, require_sandbox
         self.sandbox_per_notebook = sandbox_per_notebook  # the design of 2026-11-25 evening (see the worker)
@@ -326,6 +328,7 @@ class BatchGrader:
                    "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
         command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
         command += ([] if self.sandbox else ["--no-sandbox"]) + ["--wait-for-go"]
+        command += ["--secret-file", str(self.secret_file)]
         command += ["--sandbox-per-notebook"] if self.sandbox_per_notebook else ["--wait-between-phases"]
         limit = 60 + 3 * self.timeout * 20 * len(assignment_ids)  # generous: a notebook has ~20 slow cells at most
         with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -495,6 +498,8 @@ class BatchGrader:
                                      "to grade without isolation on a machine that holds nothing else of value")
         if grade and not self.sandbox:
             _warn_unsandboxed()
+        if grade:
+            self.use_secret()
         assignment_ids = self.prepare() if grade else self.assignment_ids
         release = Release(self.class_dir / "release", assignment_ids)
         root = download_root(self.submissions)
@@ -605,6 +610,23 @@ class BatchGrader:
         return list(dict.fromkeys(
             reason for reason in result.reasons if reason not in rejected
             and (assignment in reason or not any(a in reason for a in self.assignment_ids))))
+
+    def use_secret(self) -> None:
+        """Read the class's secret (made once, the first time, where `secret_file` says): the hidden tests'
+        inputs are drawn from it (`hidden_inputs`). It must lie outside the class folder and the downloads."""
+        for folder in (self.class_dir, self.submissions):
+            if self.secret_file == folder or folder in self.secret_file.parents:
+                raise GradingUnavailable(f"the secret the hidden inputs are drawn from ({self.secret_file}) lies in "
+                                         f"{folder}: keep it outside the class folder and the downloads "
+                                         "(--secret-file PATH)")
+        try:
+            _, created = hidden_inputs.read_or_create(self.secret_file)
+        except (OSError, hidden_inputs.SecretError) as problem:
+            raise GradingUnavailable(f"the secret the hidden inputs are drawn from cannot be read: {problem}") from None
+        if created:
+            print(f"made the class's secret {self.secret_file}: the hidden tests' inputs are drawn from it. Keep it "
+                  "(a regrade with it gives the same scores) and do not publish it; every grading machine needs "
+                  "the same file", flush=True)
 
 
 def _balanced(groups: list[list[str]], weight: dict[str, float]) -> list[list[str]]:
@@ -717,6 +739,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="grade each notebook from start to end in a sandbox of its own (slower; the design of "
                              "2026-11-25 evening) instead of all visible cells first, then the hidden parts, in one "
                              "sandbox")
+    parser.add_argument("--secret-file", type=Path,
+                        help="the class's secret, which the hidden tests' inputs are drawn from (made the first time; "
+                             f"default: ${hidden_inputs.SECRET_VARIABLE}, else "
+                             "~/.config/transformer-course/hidden-inputs.key); keep it outside the class folder")
     parser.add_argument("--scores-only", action="store_true",
                         help="grade nobody: write scores.csv for the whole class from the gradebook (after all shards)")
     arguments = parser.parse_args(argv)
@@ -726,7 +752,7 @@ def main(argv: list[str] | None = None) -> int:
                          db_url=arguments.db_url, shard=arguments.shard, timeout=arguments.timeout,
                          memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
                          assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox,
-                         sandbox_per_notebook=arguments.sandbox_per_notebook)
+                         sandbox_per_notebook=arguments.sandbox_per_notebook, secret_file=arguments.secret_file)
     if arguments.shard:
         print(f"this machine grades shard {arguments.shard[0]}/{arguments.shard[1]} of the class", flush=True)
     try:

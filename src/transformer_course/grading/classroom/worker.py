@@ -30,7 +30,7 @@ from traitlets.config import Config
 
 from transformer_course.grading.classroom import SANDBOX_PROBLEM
 from transformer_course.grading.gradebook.config import nbgrader_config
-from transformer_course.grading.sandbox import executor, isolation, profiling
+from transformer_course.grading.sandbox import executor, hidden_inputs, isolation, profiling
 from transformer_course.grading.sandbox.executor import Session
 
 
@@ -158,6 +158,8 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
     from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
 
     phased = not arguments.sandbox_per_notebook
+    if arguments.secret_file is not None:
+        executor.use_secret(hidden_inputs.read_secret(arguments.secret_file))
 
     def use_sandboxes(shared: bool) -> None:
         executor.use_session_factory(session_factory(course, released, arguments.memory_gb, not arguments.no_sandbox,
@@ -299,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=120, help="seconds a cell may run")
     parser.add_argument("--memory-gb", type=float, default=6.0, help="memory all of a student's processes may use")
     parser.add_argument("--no-sandbox", action="store_true")
+    parser.add_argument("--secret-file", type=Path,
+                        help="the class's secret: the hidden tests' inputs are drawn from it (without: as written)")
     parser.add_argument("--sandbox-per-notebook", action="store_true",
                         help="grade each notebook from start to end in a sandbox of its own (the design of "
                              "2026-11-25 evening), instead of every visible cell first, then the hidden parts, in "

@@ -38,7 +38,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer
 
 from transformer_course.grading.cells import checks_module, is_grade_cell, reference_modules, split_hidden
-from transformer_course.grading.sandbox import fingerprint, profiling
+from transformer_course.grading.sandbox import fingerprint, hidden_inputs, profiling
 from transformer_course.grading.sandbox.channel import StudentName
 from transformer_course.grading.sandbox.outputs import OutputBudget
 from transformer_course.grading.sandbox.session import (
@@ -127,13 +127,16 @@ class Judged:
         return self.error is None
 
 
-def judge(calls: list[CheckCall], checks: str | None, servant: Any, timeout: float) -> Judged:
-    """Run each check here, its experiments in the servant; stop at the first that fails (as `assert` does)."""
+def judge(calls: list[CheckCall], checks: str | None, servant: Any, timeout: float,
+          salts: list[int] | None = None) -> Judged:
+    """Run each check here, its experiments in the servant; stop at the first that fails (as `assert` does).
+    `salts`: for a hidden part drawn from the class's secret, each call's salt (`checks.salt`)."""
     from transformer_course.checks.boundary import judging
     from transformer_course.checks.framework import run_check
+    from transformer_course.checks.salt import salted
     judged = Judged()
     module = importlib.import_module(checks) if checks else None
-    for call in calls:
+    for number, call in enumerate(calls):
         function = getattr(module, call.name, None) if module is not None else None
         inner, title = getattr(function, "__wrapped__", None), getattr(function, "check_title", None)
         if inner is None or not isinstance(title, str):
@@ -141,7 +144,7 @@ def judge(calls: list[CheckCall], checks: str | None, servant: Any, timeout: flo
             break
         args = tuple(StudentName(name) for name in call.args)
         try:
-            with judging(servant):
+            with judging(servant), salted(salts[number] if salts else None):
                 result = run_check(inner, title, args, dict(call.kwargs))
         except ServantFailed as failure:
             judged.error = (("CellTimeoutError", f"this cell ran longer than {timeout:g} s and was stopped")
@@ -245,6 +248,13 @@ def exercise_names(notebook: NotebookNode) -> list[str]:
 _SESSION: list[Session | None] = [None]
 _SESSION_FACTORY: list[Callable[[NotebookNode], Session] | None] = [None]
 _GATE: list[Any] = [None]
+_SECRET: list[bytes | None] = [None]
+
+
+def use_secret(secret: bytes | None) -> None:
+    """Draw every hidden part's inputs from `secret` (the class's, `hidden_inputs.read_or_create`); None: the
+    inputs written in the grade cells (nbgrader run on its own, the tests)."""
+    _SECRET[0] = secret
 
 
 def use_gate(gate: Any) -> None:
@@ -476,7 +486,18 @@ class JudgedExecute(NbGraderPreprocessor):
             self.hidden.append(entry)
             self._take_snapshot(entry)
 
-    def _judge(self, calls: list[CheckCall], snapshot: int | None, index: int) -> Judged:
+    def _drawn(self, calls: list[CheckCall], index: int) -> tuple[list[CheckCall], list[int] | None]:
+        """A hidden part's calls with their inputs drawn from the class's secret, and their salts."""
+        secret = _SECRET[0]
+        if secret is None:
+            return calls, None
+        metadata = self.nb.cells[index].get("metadata", {}).get("nbgrader", {})
+        place = f"{self.checks}:{metadata.get('grade_id') if isinstance(metadata, dict) else index}"
+        drawn = [hidden_inputs.draw(call, secret, f"{place}:{line}") for line, call in enumerate(calls)]
+        return [call for call, _ in drawn], [salt for _, salt in drawn]
+
+    def _judge(self, calls: list[CheckCall], snapshot: int | None, index: int,
+               salts: list[int] | None = None) -> Judged:
         # a runner replaced after a hidden part must retake the later hidden parts' snapshots too: every clean cell
         upto = index if snapshot is None else len(self.nb.cells)
         if self.session.runner is None:
@@ -487,7 +508,7 @@ class JudgedExecute(NbGraderPreprocessor):
         deadline = time.monotonic() + self.timeout
         try:
             with self.session.servant(deadline, snapshot) as servant:
-                judged = judge(calls, self.checks, servant, self.timeout)
+                judged = judge(calls, self.checks, servant, self.timeout, salts)
             if servant.broken and not servant.exited:
                 # it ran out of time or broke the protocol: what the student's code did to its sandbox (pipes
                 # shrunk, forged replies queued, processes asleep) is not to be trusted by the next cell, which
@@ -540,8 +561,9 @@ class JudgedExecute(NbGraderPreprocessor):
                 judged = Judged(error=("KernelDied", "the hidden tests could not run: the notebook's process "
                                        "stopped after this cell"))
             else:
+                calls, salts = self._drawn(entry.calls, entry.index)
                 with profiling.phase("hidden tests", self.session.cpu_seconds):
-                    judged = _without_hidden_values(self._judge(entry.calls, entry.snapshot, entry.index))
+                    judged = _without_hidden_values(self._judge(calls, entry.snapshot, entry.index, salts))
             cell.outputs = _merge(cell.outputs, judged)
 
     def _pause(self, gate: Any) -> None:

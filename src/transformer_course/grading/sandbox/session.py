@@ -675,8 +675,13 @@ class Servant:
             raise ServantFailed(self.broken)
         self.calls += 1
         number = self.calls
-        self.session.send({"op": "run", "id": number, "module": module, "function": qualname,
-                           "args": list(args), "kwargs": dict(kwargs)})
+        from transformer_course.checks.salt import current
+
+        request = {"op": "run", "id": number, "module": module, "function": qualname, "args": list(args),
+                   "kwargs": dict(kwargs)}
+        if current() is not None:  # a hidden part: the experiment draws from the same salt (checks.salt)
+            request["salt"] = current()
+        self.session.send(request)
         try:
             for message in self.session.messages(self.deadline):
                 if message["op"] == "runner-exit":

@@ -526,6 +526,29 @@ def test_files_both_sandboxes_read_carry_no_lock_and_no_watch():
 
 
 @needs_bubblewrap
+def test_every_sandbox_reads_its_own_copy_of_the_course_files():
+    """The course's files are shown at their usual paths, but each sandbox's are a copy of its own (another file
+    than the host's and than the other sandbox's): nothing of them (a lock, the page cache, an access time) is
+    shared; the copies go with the sandbox."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = [str(Path(path) / "__init__.py") if Path(path).is_dir() else path for path in course_paths(ROOT)
+             if Path(path).suffix == ".py" or (Path(path) / "__init__.py").is_file()]
+    code = f"report(files={{path: [os.stat(path).st_dev, os.stat(path).st_ino] for path in {files!r}}})"
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: confine(code), range(2)))
+    seen = []
+    for results, error, confined in both:
+        assert results, error
+        assert confined._private_folder is not None and not os.path.exists(confined._private_folder)
+        seen.append({path: tuple(value) for path, value in results["files"].items()})
+    host = {path: (os.stat(path).st_dev, os.stat(path).st_ino) for path in files}
+    assert set(seen[0]) == set(files) and files
+    for path in files:
+        assert len({host[path], seen[0][path], seen[1][path]}) == 3, path
+
+
+@needs_bubblewrap
 def test_ipython_and_the_course_need_no_lock():
     """The runner's shell keeps no history (IPython's history is an sqlite file, and sqlite locks it with fcntl)."""
     results, error, _ = confine("""

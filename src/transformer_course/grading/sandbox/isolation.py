@@ -149,6 +149,31 @@ def course_paths(root: Path | None = None) -> list[str]:
     return [*shown, *([str(checkpoint)] if checkpoint is not None and checkpoint.is_dir() else [])]
 
 
+def own_copies(sandbox: Sandbox) -> tuple[dict[str, str], str]:
+    """({course path: its copy}, the folder holding the copies) for the course files `sandbox` may read: every
+    sandbox reads its own copy of them, shown at their usual paths, so no two sandboxes share a course file
+    (its locks, its page cache, its access times). The copies go with the sandbox (`Confined.close`)."""
+    folder = tempfile.mkdtemp(prefix=CGROUP_PREFIX + "course-")
+    course = set(course_paths())
+    copies = {}
+    try:
+        for path in sandbox.readable:
+            where, _ = _walk(path)
+            if where not in course or not os.path.exists(where):
+                continue
+            copy = os.path.join(folder, str(len(copies)), os.path.basename(where))
+            if os.path.isdir(where):
+                shutil.copytree(where, copy, ignore=shutil.ignore_patterns("__pycache__", ".*"), symlinks=False)
+            else:
+                os.makedirs(os.path.dirname(copy))
+                shutil.copy2(where, copy)
+            copies[where] = copy
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return copies, folder
+
+
 def base_environment(home: str, tmp: str = "/tmp") -> dict[str, str]:
     """The whole environment a confined program starts from (the caller's `environment` is added)."""
     return {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": home, "PWD": home,
@@ -296,7 +321,7 @@ def _data_fd(data: bytes) -> int:
 
 
 def _bubblewrap_command(sandbox: Sandbox, argv: Sequence[str], info_fd: int, block_fd: int | None,
-                        ) -> tuple[list[str], list[int]]:
+                        copies: Mapping[str, str] | None = None) -> tuple[list[str], list[int]]:
     """(the bwrap command line, the descriptors it reads that the caller must pass and then close)."""
     limits = sandbox.limits
     binds, links = _layout(sandbox)  # first: it may refuse the sandbox before any descriptor is open
@@ -324,7 +349,8 @@ def _bubblewrap_command(sandbox: Sandbox, argv: Sequence[str], info_fd: int, blo
                 "--remount-ro", "/dev", "--proc", "/proc"]
     command += [argument for path in _kernel_tunables() for argument in ("--ro-bind", path, path)]
     command += ["--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
-    command += [argument for path in binds for argument in ("--ro-bind", path, path)]
+    copies = copies or {}
+    command += [argument for path in binds for argument in ("--ro-bind", copies.get(path, path), path)]
     command += [argument for link, target in sorted(links.items()) for argument in ("--symlink", target, link)]
     command += ["--size", str(limits.work_bytes), "--perms", "0755", "--tmpfs", sandbox.workdir,
                 "--remount-ro", "/", "--chdir", sandbox.workdir, "--", *argv]
@@ -375,14 +401,14 @@ def _await_reaper(pid: int, timeout: float = 2.0) -> None:
 
 
 def _launch(sandbox: Sandbox, argv: Sequence[str], cgroup: _Cgroup | None, stdin, stdout, stderr,
-            pass_fds: Sequence[int]) -> tuple[subprocess.Popen, int]:
+            pass_fds: Sequence[int], copies: Mapping[str, str] | None = None) -> tuple[subprocess.Popen, int]:
     """Start `argv` under bubblewrap; it runs only once it is in `cgroup` and limited. Returns
     (the bwrap process, the host pid of the sandbox's first process)."""
     command_fds: list[int] = []
     info_read, info_write = os.pipe()
     block_read, block_write = os.pipe()
     try:
-        command, command_fds = _bubblewrap_command(sandbox, argv, info_write, block_read)
+        command, command_fds = _bubblewrap_command(sandbox, argv, info_write, block_read, copies)
         environment = {**base_environment(sandbox.workdir), **sandbox.environment}
         process = subprocess.Popen(command, stdin=stdin, stdout=stdout, stderr=stderr, env=environment,
                                    pass_fds=(info_write, block_read, *command_fds, *pass_fds))
@@ -884,8 +910,13 @@ def start(sandbox: Sandbox, argv: Sequence[str], *, stdin=PIPE, stdout=PIPE, std
     cgroup = _Cgroup.create(sandbox.limits)
     try:
         if sandbox.isolate and bubblewrap_problem() is None:
-            process, inner = _launch(sandbox, argv, cgroup, stdin, stdout, stderr, pass_fds)
-            return Confined(process, sandbox.limits, isolated=True, cgroup=cgroup, inner=inner, private_folder=None)
+            copies, folder = own_copies(sandbox)
+            try:
+                process, inner = _launch(sandbox, argv, cgroup, stdin, stdout, stderr, pass_fds, copies)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            return Confined(process, sandbox.limits, isolated=True, cgroup=cgroup, inner=inner, private_folder=folder)
         return _start_unconfined(sandbox, argv, cgroup, stdin, stdout, stderr, pass_fds)
     except BaseException:
         if cgroup is not None:

@@ -366,3 +366,15 @@ def test_without_a_sandbox_nobody_is_graded_unless_the_instructor_says_no_sandbo
     assert code == 2, error
     assert "cannot be isolated here: bubblewrap (`bwrap`) is not installed" in error and "--no-sandbox" in error
     assert not (tmp_path / "class" / "scores.csv").exists() and not (tmp_path / "class" / "autograded").exists()
+
+
+def test_a_cell_that_did_not_finish_is_named_in_the_row_and_the_report(graded):
+    """gus's exercise cell loops forever: the row names that cell and why, honest students' rows name none,
+    and the class report lists gus among the rows that need a person."""
+    from transformer_course.grading.outputs.report import needs
+
+    _, _, rows, _ = graded
+    stopped = r"cell \d+ \(\w+\) did not finish: ran longer than \d+ s and was stopped"
+    assert re.search(stopped, rows["gus"]["reasons"]), rows["gus"]["reasons"]
+    assert "cells that did not finish" in needs(rows["gus"])
+    assert all("did not finish" not in rows[name]["reasons"] for name in ("ada", "blake", "chen", "dana_12345"))

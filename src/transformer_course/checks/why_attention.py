@@ -20,6 +20,7 @@ from types import MethodType, SimpleNamespace
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from transformer_course.checks import differential
@@ -116,9 +117,20 @@ def _build(AdditiveAttention: AttentionClass, sizes: tuple[int, int, int], state
     module = module.double()
     copy_weights(SimpleNamespace(state_dict=lambda: state), module, "AdditiveAttention")
     if reference_score:
-        supplied(ReferenceAdditiveAttention.score)  # the check's doing, not the student's
-        module.score = MethodType(ReferenceAdditiveAttention.score, module)
+        supplied(_score_stand_in)  # the check's doing, not the student's
+        module.score = MethodType(_score_stand_in, module)
     return module.eval()
+
+
+def _score_stand_in(self: nn.Module, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """The reference score's values, v^T tanh(W_q s + W_k h), computed from the module's own weights with
+    `F.linear` (tests/test_grading_build.py: equal to the reference's): the experiment plugs this in, so the
+    reference solution of `score` need not be in stage 0's grading build. query (batch, q_len, query_size),
+    keys (batch, k_len, key_size) -> (batch, q_len, k_len)."""
+    queries = F.linear(query, self.W_q.weight, self.W_q.bias)  # (batch, q_len, attention_size)
+    projected = F.linear(keys, self.W_k.weight, self.W_k.bias)  # (batch, k_len, attention_size)
+    pairs = torch.tanh(queries[:, :, None, :] + projected[:, None, :, :])  # (batch, q_len, k_len, attention_size)
+    return F.linear(pairs, self.v.weight, self.v.bias)[..., 0]
 
 
 def _tensor(value: Any, name: str, cause: str) -> torch.Tensor:

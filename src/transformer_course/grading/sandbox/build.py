@@ -246,16 +246,11 @@ def stages() -> tuple[tuple[str, frozenset[tuple[str, str]]], ...]:
     return tuple(found)
 
 
-# Exercise parts an experiment plugs into the student's objects for which there is no stand-in made of built-ins
-# (`stand_ins`): their solution regions stay in the build of their own stage (README, *Isolation*).
-KEPT_FOR_EXPERIMENTS = frozenset({
-    (f"{REFERENCE}.additive_attention", "AdditiveAttention.score"),  # why_attention._build: the reference score
-    (f"{REFERENCE}.attention", "MultiHeadAttention.split_heads"),  # attention._reference_parts
-    (f"{REFERENCE}.attention", "MultiHeadAttention.combine_heads"),
-    (f"{REFERENCE}.blocks", "PositionWiseFeedForward.forward"),  # blocks._block: the reference feed-forward network
-    (f"{REFERENCE}.model", "Encoder.forward"),  # model._plugged: the reference Encoder and Decoder in the student's
-    (f"{REFERENCE}.model", "Decoder.forward"),  # Transformer
-})
+# Exercise parts an experiment plugs into the student's objects whose solution regions stay in the build of their
+# own stage. None: every experiment that plugs in a part of the graded stage uses a stand-in with the reference's
+# values (`stand_ins`, or one written beside the experiment in its checks module: the checks may not import the
+# grading package), so no reference part can be handed in (README, *Isolation*).
+KEPT_FOR_EXPERIMENTS: frozenset[tuple[str, str]] = frozenset()
 
 
 def _enclosing(tree: ast.Module, line: int) -> str:
@@ -298,6 +293,39 @@ def own_exercises(checks: str, exercises: Iterable[str] = ()) -> set[tuple[str, 
     return {definition for definition in solved if definition[1] in wanted}
 
 
+def later_exercises(checks: str) -> set[tuple[str, str]]:
+    """The reference definitions holding a solution region of an exercise of a stage after the one graded with
+    `checks` (an earlier notebook may use them: stage 0 collates with stage 5's `collate`); empty for a notebook of
+    no known lesson."""
+    solved = _definitions_with_solutions()
+    order = [module for module, _ in stages()]
+    if not checks or checks not in order:
+        return set()
+    return {definition for _, included in stages()[order.index(checks) + 1:]
+            for definition in included if definition in solved}
+
+
+def available_stand_ins() -> set[str]:
+    """The names of the functions of `stand_ins` (read from its source: the grader imports no reference for this)."""
+    return {statement.name for statement in ast.parse(Path(__file__).with_name("stand_ins.py").read_text(
+        encoding="utf-8")).body if isinstance(statement, ast.FunctionDef) and not statement.name.startswith("_")}
+
+
+def stand_in_definitions(text: str, definitions: Mapping[str, tuple[int, int]]) -> str:
+    """`text` with each named top-level definition ({name: its lines}) replaced by an import of the stand-in of
+    that name (same number of lines): a later stage's exercise that the graded notebook uses keeps its values,
+    not its solution."""
+    lines = text.split("\n")
+    decorated = {statement.name: min(decorator.lineno for decorator in statement.decorator_list)
+                 for statement in ast.parse(text).body
+                 if isinstance(statement, ast.FunctionDef | ast.ClassDef) and statement.decorator_list}
+    for name, (first, last) in definitions.items():
+        first = min(first, decorated.get(name, first))  # its decorators go with it
+        lines[first - 1:last] = [f"from {STAND_INS} import {name}  # a stand-in: the reference solution of a later "
+                                 f"stage's exercise is not in this build"] + [""] * (last - first)
+    return "\n".join(lines)
+
+
 def strip_solutions(text: str, definitions: Iterable[tuple[int, int]], keep: Iterable[str] = ()) -> str:
     """`text` with every solution region inside the given line ranges replaced by `raise NotImplementedError`
     (same number of lines), except those inside the functions named in `keep` (qualified names)."""
@@ -323,9 +351,7 @@ def strip_solutions(text: str, definitions: Iterable[tuple[int, int]], keep: Ite
 def stand_ins_for(stripped: set[tuple[str, str]]) -> dict[str, dict[str, str]]:
     """{checks module: {local name: stand-in}} for every reference part of `stripped` that a checks module's student
     side imports: the stand-in is `stand_ins.<definition name>` (tests require one for each such part)."""
-    available = {statement.name for statement in ast.parse(
-        Path(__file__).with_name("stand_ins.py").read_text(encoding="utf-8")).body
-        if isinstance(statement, ast.FunctionDef)}
+    available = available_stand_ins()
     names = {definition for _, definition in stripped}
     found: dict[str, dict[str, str]] = {}
     for name, module in _checks_modules().items():
@@ -342,18 +368,29 @@ def stand_ins_for(stripped: set[tuple[str, str]]) -> dict[str, dict[str, str]]:
 
 def grading_build(checks: str, exercises: Iterable[str] = ()) -> Build:
     """The checks and reference packages for the runner of one notebook (graded with `checks`, its exercises
-    `exercises`): {module name: (file name, source, is a package)}."""
+    `exercises`): {module name: (file name, source, is a package)}. The reference holds no solution of an exercise
+    of the graded stage (`raise NotImplementedError`) nor of a later stage (a stand-in where `stand_ins` has one of
+    that name, else `raise NotImplementedError`)."""
     stripped = own_exercises(checks, exercises)
+    later = later_exercises(checks) - stripped
     solved = _definitions_with_solutions()
-    plugged = stand_ins_for(stripped)
+    available = available_stand_ins()
+    plugged = stand_ins_for(stripped | later)
     build: Build = {}
     for name, path in _modules(CHECKS).items():
         build[name] = (str(path), student_side(name, plugged.get(name)), path.stem == "__init__")
     for name, path in _modules(REFERENCE).items():
-        ranges = [solved[definition] for definition in stripped if definition[0] == name]
         text = path.read_text(encoding="utf-8")
+        replaced = {definition: solved[module, definition] for module, definition in later
+                    if module == name and definition in available}
+        ranges = [solved[module, definition] for module, definition in stripped | later
+                  if module == name and definition not in replaced]
         keep = [qualname for module, qualname in KEPT_FOR_EXPERIMENTS if module == name]
-        build[name] = (str(path), strip_solutions(text, ranges, keep) if ranges else text, path.stem == "__init__")
+        if ranges:
+            text = strip_solutions(text, ranges, keep)
+        if replaced:
+            text = stand_in_definitions(text, replaced)
+        build[name] = (str(path), text, path.stem == "__init__")
     return build
 
 

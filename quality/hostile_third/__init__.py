@@ -2,7 +2,7 @@
 
 Each attack is a notebook builder that starts from an honest student's notebook (`quality.honest`, the "tutorial"
 style, which earns full points and no flag) and changes as little as the attack needs, so that what the attack
-gains is the whole difference. `write_class(folder, secret)` writes them as a downloads folder (one folder per
+gains is the whole difference. `write_class(folder)` writes them as a downloads folder (one folder per
 student) for the batch command; `tests/test_hostile_third.py` grades it once and asserts the promises.
 
     honest   stages 1 and 2 as the honest tutorial student wrote them: the control (full points, no flag, no fault)
@@ -29,10 +29,11 @@ student) for the batch command; `tests/test_hostile_third.py` grades it once and
              it loads the reference from it (runpy.run_path). In the phases the stage-1 notebook's visible cells
              run before the stage-2 notebook's, but its hidden parts after them, in the same sandbox with the same
              /tmp.
-             Would gain: stage 1's hidden points (2) for absent work, with the course's own reference running in
-             the sandbox of the notebook whose exercise it solves (promises 1 and 3); the watch does not see it
-             (the class comes from run_path, not from the reference's module), and no line of the notebook
-             matches the static scan.
+             Would gain: stage 1's hidden table point for absent work (measured: 1 point; the forward checks
+             pass on a table of zeros anyway, since they add the module's own buffer), with the course's own
+             reference running in the sandbox of the notebook whose exercise it solves (promises 1 and 3); the
+             watch does not see it (the class comes from run_path, not from the reference's module), and no line
+             of the notebook matches the static scan.
 """
 
 from __future__ import annotations

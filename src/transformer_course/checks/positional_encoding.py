@@ -427,11 +427,35 @@ def diagnose_forward(got: torch.Tensor, x: torch.Tensor, pe: torch.Tensor) -> Di
     return None
 
 
+def _table_buffer(module: nn.Module, max_seq_length: int, d_model: int) -> tuple[str, torch.Tensor] | None:
+    """The buffer that holds the module's positional table, found by its role and shape: `pe` when it is
+    (1, max_seq_length, d_model), else the only buffer of that shape; None when there is none."""
+    shaped = [(name, buffer) for name, buffer in module.named_buffers()
+              if tuple(buffer.shape) == (1, max_seq_length, d_model) and buffer.is_floating_point()]
+    named = [(name, buffer) for name, buffer in shaped if name == "pe"]
+    if named or len(shaped) == 1:
+        return (named or shaped)[0]
+    return None
+
+
+def _put_table(module: nn.Module, table: torch.Tensor) -> str | None:
+    """Put `table` (1, max_seq_length, d_model) into the module's table buffer (its name; None: no such buffer),
+    so that forward is judged on whether its output follows the table, not only on agreeing with it."""
+    found = _table_buffer(module, table.size(1), table.size(2))
+    if found is None:
+        return None
+    with torch.no_grad():
+        found[1].copy_(table)
+    return found[0]
+
+
 @on_student_side
-def _forward_twice(module: nn.Module, x: torch.Tensor, max_seq_length: int) -> tuple[Any, Any]:
-    """The student's forward on x, twice, in eval mode and float64."""
+def _forward_twice(module: nn.Module, x: torch.Tensor, table: torch.Tensor) -> tuple[Any, Any, str | None]:
+    """The student's forward on x, twice, in eval mode and float64, with `table` in its table buffer; the
+    buffer's name (None: forward ran on no table of the check's)."""
     module = module.double().eval()
-    seq_len, d_model = x.size(1), x.size(2)
+    held = _put_table(module, table)
+    max_seq_length, seq_len, d_model = table.size(1), x.size(1), x.size(2)
     with crash_explained(
         f"forward crashed on x of shape {tuple(x.shape)} (batch, seq_len, d_model), "
         f"max_seq_length={max_seq_length}.",
@@ -440,19 +464,36 @@ def _forward_twice(module: nn.Module, x: torch.Tensor, max_seq_length: int) -> t
               "self.pe[:, :x.size(1)] (x.size(0) is the batch, x.size(2) is d_model).",
         when=_size_mismatch,
     ), torch.no_grad(), student_code():
-        return module(x.clone()), module(x.clone())
+        return module(x.clone()), module(x.clone()), held
 
 
 @on_student_side
-def _train_then_eval(module: nn.Module, x: torch.Tensor, seed: int) -> tuple[Any, Any]:
-    """The student's forward on x in train mode (torch seeded with `seed`), then in eval mode."""
+def _train_then_eval(module: nn.Module, x: torch.Tensor, seed: int, table: torch.Tensor
+                     ) -> tuple[Any, Any, str | None]:
+    """The student's forward on x in train mode (torch seeded with `seed`), then in eval mode, with `table` in its
+    table buffer; the buffer's name (None: there is none)."""
     module = module.double()
+    held = _put_table(module, table)
     with torch.random.fork_rng(devices=[]), torch.no_grad(), student_code():
         torch.manual_seed(salted_seed(seed))
         module.train()
         trained = module(x)
         module.eval()
-        return trained, module(x)
+        return trained, module(x), held
+
+
+def _no_table_buffer(max_seq_length: int, d_model: int) -> None:
+    fail("forward could not be given a table: PositionalEncoding holds no buffer of shape "
+         f"(1, {max_seq_length}, {d_model}).",
+         expected=f"the table in self.pe, a buffer of shape (1, {max_seq_length}, {d_model})",
+         got="no such buffer",
+         cause="keep the given `self.register_buffer('pe', pe.unsqueeze(0))` line: this check puts its own table "
+               "into that buffer and requires forward to add it.")
+
+
+def _random_table(max_seq_length: int, d_model: int, seed: int) -> torch.Tensor:
+    """A table the student's code cannot have computed: forward must follow whatever its buffer holds."""
+    return randn(1, max_seq_length, d_model, seed=seed).to(torch.float64)
 
 
 def _context(d_model: int, max_seq_length: int, seq_len: int | None = None) -> differential.Context:
@@ -499,7 +540,12 @@ def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16
                           seq_len: int = 7) -> None:
     module = _build(PositionalEncoding, d_model, max_seq_length, 0.1)
     x = randn(3, seq_len, d_model, seed=1)
-    got, again = _forward_twice(module, x, max_seq_length)
+    # a random table in the module's buffer: forward must add what the buffer holds (a forward that ignores its
+    # table would agree with a table of zeros)
+    table = _random_table(max_seq_length, d_model, seed=3)
+    got, again, held = _forward_twice(module, x, table)
+    if held is None:
+        _no_table_buffer(max_seq_length, d_model)
     if isinstance(got, torch.Tensor) and isinstance(again, torch.Tensor) and got.shape == again.shape \
             and not torch.equal(got, again):
         fail(
@@ -510,10 +556,8 @@ def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16
                   "itself off in eval mode, not F.dropout(..., training=True).",
         )
     reference = ReferencePositionalEncoding(d_model, max_seq_length, 0.1).double().eval()
-    own = _students_table(module, d_model, max_seq_length)
     with torch.no_grad():
-        if own is not None:
-            reference.pe.copy_(own)  # x + the student's own table (the table has checks of its own)
+        reference.pe.copy_(table)  # x + the table the student's buffer held
         expected = reference(x)
     pe = reference.pe[:, :seq_len]
     if isinstance(got, torch.Tensor) and tensors_close(got, pe, 1e-4, 1e-4):
@@ -531,7 +575,8 @@ def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16
 
     expect_close("forward(x)", got, expected, atol=1e-4, rtol=1e-4, axes=("batch", "position", "feature"),
                  diagnose=diagnose, cause="return x + self.pe[:, :x.size(1)] (the slice keeps only the first "
-                                          "seq_len positions).")
+                                          "seq_len positions); this check puts random values into self.pe, so "
+                                          "forward must add the table its buffer holds.")
 
 
 @check("dropout is applied after the addition in train mode and switched off in eval mode")
@@ -539,13 +584,23 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
     p = 0.5
     module = _build(PositionalEncoding, d_model, max_seq_length, p)
     x = randn(4, 10, d_model, seed=2)
-    own = _students_table(module, d_model, max_seq_length)
-    summed = x + (own[0] if own is not None else _table(d_model, max_seq_length))[:10]  # the student's own table
-    trained, evaluated = _train_then_eval(module, x, 0)
+    table = _random_table(max_seq_length, d_model, seed=4)  # forward must add what its buffer holds
+    summed = x + table[0, :10]
+    trained, evaluated, held = _train_then_eval(module, x, 0, table)
+    if held is None:
+        _no_table_buffer(max_seq_length, d_model)
     if not isinstance(trained, torch.Tensor) or trained.shape != x.shape:
         fail("forward returned the wrong thing.", expected=f"shape {tuple(x.shape)}",
              got=getattr(trained, "shape", type(trained).__name__), cause="return a tensor shaped like x.")
     zeros = trained.abs() < 1e-12
+    rows = table[0, :10]  # dropout on x alone leaves the table's values where x was dropped
+    if not zeros.any() and (((trained - rows).abs() < 1e-4) | ((trained - rows - x / (1 - p)).abs() < 1e-4)).all():
+        fail(
+            "in train mode the kept elements are not (x + pe) / (1 - p).",
+            expected="each element either 0 or (x + pe) / (1 - p)",
+            got="pe where x was dropped, x / (1 - p) + pe elsewhere: dropout was applied to x before adding pe",
+            cause="apply dropout once, after adding pe (dropout on x before the addition leaves pe undropped).",
+        )
     if not zeros.any():
         fail(
             "in train mode no element was dropped.",

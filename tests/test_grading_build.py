@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,8 @@ import textwrap
 import pytest
 import torch
 
-from transformer_course.grading.sandbox import build, stand_ins
+from transformer_course.checks import stand_ins
+from transformer_course.grading.sandbox import build
 
 STAGES = [checks for checks, _ in build.stages()]
 # reference parts of the graded stage that an experiment only builds (their constructors are given code, not an
@@ -200,7 +202,7 @@ def test_no_build_holds_a_solution_of_its_own_or_a_later_stage(checks):
                     assert region.group(0) in text, (checks, module, definition)  # the notebook builds on it
     training = entries["transformer_course.reference.training"][1]
     if order < STAGES.index("transformer_course.checks.training"):
-        assert "from transformer_course.grading.sandbox.stand_ins import collate" in training
+        assert "from transformer_course.checks.stand_ins import collate" in training
 
 
 def test_the_reference_run_with_a_stage_0_build_uses_the_later_stages_stand_ins():
@@ -219,7 +221,7 @@ def test_the_reference_run_with_a_stage_0_build_uses_the_later_stages_stand_ins(
         print(json.dumps({"mask": make_target_mask(batch.tgt_in, 0).tolist(), "stripped": stripped,
                           "stand-ins": [collate.__module__, greedy_decode.__module__]}))
     """)
-    assert results["stand-ins"] == ["transformer_course.grading.sandbox.stand_ins"] * 2 and results["stripped"]
+    assert results["stand-ins"] == ["transformer_course.checks.stand_ins"] * 2 and results["stripped"]
     assert results["mask"][1][0] == [[True, False, False], [True, True, False], [True, True, True]]
 
 
@@ -305,3 +307,35 @@ def test_the_train_epoch_stand_in_trains_as_the_reference_does():
     (loss, state), (stand_in_loss, stand_in_state) = trained
     assert loss == stand_in_loss
     assert all(torch.equal(state[name], stand_in_state[name]) for name in state)
+
+
+HANDED_IN = {  # the checks' own part for an exercise, handed in as the student's answer
+    "05_training": ("compute_loss", "compute_loss = check.reference_compute_loss\n"),
+    "02_attention": ("MultiHeadAttention", "MultiHeadAttention.split_heads = check._split_heads_stand_in\n"
+                                           "MultiHeadAttention.combine_heads = check._combine_heads_stand_in\n"),
+}
+
+
+@pytest.mark.parametrize("assignment", sorted(HANDED_IN))
+def test_a_part_the_checks_plug_in_cannot_be_handed_in(assignment, tmp_path):
+    """In the runner, the graded stage's parts that experiments plug in are proxies that only an experiment's
+    servant can call (`build.experiment_parts`): handed in as the answer, they fail the exercise's checks."""
+    import nbformat
+
+    from conftest import graded_part, read, solution_path
+    from quality.inprocess import run_grade_cells
+
+    exercise, line = HANDED_IN[assignment]
+    notebook = graded_part(read(solution_path(assignment)))
+    defined = min(index for index, cell in enumerate(notebook.cells)  # the cell that defines the exercise
+                  if cell.metadata.get("nbgrader", {}).get("solution")
+                  and re.search(rf"^(class|def) {exercise}\b", cell.source, re.MULTILINE))
+    notebook.cells.insert(defined + 1, nbformat.v4.new_code_cell(line))
+    outcomes = run_grade_cells(notebook, tmp_path)
+    judged = {grade_id: outcome for grade_id, outcome in outcomes.items()
+              if any(f"({exercise}" in cell.source for cell in notebook.cells
+                     if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id)}
+    checked = {grade_id for grade_id in judged if "split" in grade_id or "combine" in grade_id
+               or "heads" in grade_id} if exercise == "MultiHeadAttention" else set(judged)
+    assert checked and all(not judged[grade_id].passed for grade_id in checked), {
+        grade_id: judged[grade_id].message[:200] for grade_id in checked}

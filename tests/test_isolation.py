@@ -394,7 +394,7 @@ def test_sandbox_dies_with_its_parent():
         parent.wait()
         # every holder of the pipe's other end (the program, bubblewrap) is gone: end of file
         assert select.select([read], [], [], 15)[0] and os.read(read, 1) == b"", "the sandbox outlived its parent"
-        assert isolation._state(bubblewrap) in ("", "Z")
+        assert isolation.process_state(bubblewrap) in ("", "Z")
     finally:
         os.close(read)
         parent.kill()

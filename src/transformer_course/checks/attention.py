@@ -41,6 +41,7 @@ from transformer_course.checks.framework import (
     CheckFailed,
     Diagnosis,
     check,
+    course_code,
     expect_close,
     expect_shape,
     fail,
@@ -244,16 +245,19 @@ def _attention_arguments(args: tuple, kwargs: dict) -> list[Any]:
 
 
 def _split_heads_stand_in(self: _Sizes, x: torch.Tensor) -> torch.Tensor:
-    """The reference split_heads' values, (batch, seq_len, d_model) -> (batch, num_heads, seq_len, d_k), by
-    `unflatten` of the last axis and a transpose counted from the end (tests/test_grading_build.py: equal to the
-    reference's), so that the reference solution of split_heads need not be in stage 2's grading build."""
-    return x.unflatten(-1, (self.num_heads, self.d_k)).transpose(-3, -2)
+    """The reference split_heads' values and shape contract (a tensor that is not (batch, seq_len, d_model), or
+    not contiguous, fails as it would there): (batch, seq_len, d_model) -> (batch, num_heads, seq_len, d_k).
+    Plugged into the student's module where forward is graded; in grading it reaches only that experiment's
+    servant (`grading.sandbox.build.experiment_parts`)."""
+    batch, length, _ = x.shape
+    return x.view(batch, length, self.num_heads, self.d_k).permute(0, 2, 1, 3)  # (batch, heads, length, d_k)
 
 
 def _combine_heads_stand_in(self: _Sizes, x: torch.Tensor) -> torch.Tensor:
-    """The reference combine_heads' values, (batch, num_heads, seq_len, d_k) -> (batch, seq_len, d_model): the
-    heads moved next to d_k, then `flatten`ed into one axis (a copy where the transpose left a view)."""
-    return x.movedim(-3, -2).flatten(-2)
+    """The reference combine_heads' values and shape contract: (batch, num_heads, seq_len, d_k) -> (batch, seq_len,
+    d_model); any other number of axes fails as it would there."""
+    batch, _, length, _ = x.shape
+    return x.permute(0, 2, 1, 3).contiguous().view(batch, length, self.d_model)  # (batch, length, d_model)
 
 
 @contextmanager
@@ -268,7 +272,8 @@ def _reference_parts(module: nn.Module, sizes: _Sizes, calls: list[dict[str, Any
     supplied(_reference_attention, split, combine)
 
     def attention(*args: Any, **kwargs: Any) -> Any:
-        result = _reference_attention(*args, **kwargs)
+        with course_code():  # the check's own part: in the grading build, a stand-in on PyTorch's attention
+            result = _reference_attention(*args, **kwargs)
         calls.append({"arguments": _attention_arguments(args, kwargs), "result": result})
         return result
 

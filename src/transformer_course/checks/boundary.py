@@ -86,6 +86,73 @@ def supplied(*objects: Any) -> None:
             watcher(value)
 
 
+# --- parts of the graded stage, in a servant only ------------------------------------------------------------
+
+_PARTS: dict[str, Callable[..., Any]] = {}  # key ("module:function") -> the part, while an experiment runs
+
+
+class PartNotHere(RuntimeError):
+    """A part the grader supplies only to its own experiments was called from elsewhere."""
+
+
+def supplied_part(key: str) -> Callable[..., Any]:
+    """What the grading build puts in place of a part of the graded stage that an experiment plugs into the
+    student's objects (`grading.sandbox.build.experiment_parts`): a proxy to the part the grader sent with the
+    running experiment's request, and nothing otherwise (an ordinary cell, another experiment)."""
+    name = key.rpartition(":")[2]
+
+    def part(*args: Any, **kwargs: Any) -> Any:
+        found = _PARTS.get(key)
+        if found is None:
+            raise PartNotHere(f"{name} is a part the grader's checks plug into your code while they run; it is not "
+                              "there for your notebook's own code")
+        return found(*args, **kwargs)
+
+    part.__name__ = part.__qualname__ = name
+    return part
+
+
+def _show_lines(filename: str, source: str) -> None:
+    """Put a part's lines into linecache's copy of its file (the build left them blank there), so tracebacks and
+    the checks' recorder read the part's own lines, in this servant only."""
+    import linecache
+
+    entry = linecache.cache.get(filename)
+    if entry is None or len(entry) != 4:
+        return
+    lines = list(entry[2])
+    for number, line in enumerate(source.splitlines(keepends=True)):
+        if line.strip() and number < len(lines):
+            lines[number] = line
+    linecache.cache[filename] = (entry[0], entry[1], lines, entry[3])
+
+
+@contextlib.contextmanager
+def parts_sent(parts: Any) -> Iterator[None]:
+    """Inside: the parts the grader sent with one experiment's request ([key, file name, source], ...), each
+    defined in a copy of its module's namespace (so that it finds that module's helpers); gone afterwards."""
+    import sys
+
+    made: dict[str, Callable[..., Any]] = {}
+    for entry in parts if isinstance(parts, list) else []:
+        if not (isinstance(entry, list | tuple) and len(entry) == 3 and all(isinstance(x, str) for x in entry)):
+            continue
+        key, filename, source = entry
+        module_name, _, name = key.rpartition(":")
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        namespace = dict(vars(module))
+        exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102 (the grader's code)
+        made[key] = namespace[name]
+        _show_lines(filename, source)
+    _PARTS.update(made)
+    try:
+        yield
+    finally:
+        _PARTS.clear()
+
+
 # --- errors from the student's side ------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from html import escape
 from types import ModuleType
@@ -417,9 +418,24 @@ _BUILTIN_MODULES = (
 )
 
 
+_COURSE_CODE: ContextVar[bool] = ContextVar("transformer_course_course_code", default=False)
+
+
+@contextmanager
+def course_code() -> Iterator[None]:
+    """Inside: code the check supplied runs (a part plugged into the student's module, which may be built on
+    PyTorch's own attention where the reference is not in the grading build): the guard below lets it be. Only
+    the student's own calls are theirs to answer for."""
+    token = _COURSE_CODE.set(True)
+    try:
+        yield
+    finally:
+        _COURSE_CODE.reset(token)
+
+
 class _RejectBuiltins(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        if func in _BUILTIN_FUNCTIONS:
+        if func in _BUILTIN_FUNCTIONS and not _COURSE_CODE.get():
             fail(
                 "your code calls PyTorch's built-in attention.",
                 expected="attention written with matrix products and softmax",

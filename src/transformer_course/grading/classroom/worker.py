@@ -30,13 +30,14 @@ from traitlets.config import Config
 
 from transformer_course.grading.classroom import SANDBOX_PROBLEM
 from transformer_course.grading.gradebook.config import nbgrader_config
+from transformer_course.grading.outputs import inert
 from transformer_course.grading.sandbox import executor, hidden_inputs, isolation, profiling
 from transformer_course.grading.sandbox.executor import Session
 
 
 def course_config(course: Path, class_dir: Path, db_url: str, timeout: int) -> Config:
     """The course's nbgrader configuration for this class, with the course's Execute and its time limit."""
-    config = nbgrader_config(course, class_dir, db_url)
+    config = inert.configure(nbgrader_config(course, class_dir, db_url))  # feedback pages: student text inert
     config.JudgedExecute.timeout = timeout
     pipeline = config.Autograde.get("autograde_preprocessors") or Autograde.class_traits()[
         "autograde_preprocessors"].default()
@@ -45,17 +46,14 @@ def course_config(course: Path, class_dir: Path, db_url: str, timeout: int) -> C
 
 
 def session_factory(course: Path, notebooks: list[nbformat.NotebookNode], memory_gb: float, isolate: bool,
-                    data_folder: str | None, warm_up: bool = True,
-                    shared: bool = False) -> Callable[[nbformat.NotebookNode], Session]:
-    """Sessions for this student: with `shared`, one sandbox for all of `notebooks` (graded in two phases,
-    `Phases`), preloading what any of them imports; else a sandbox for each notebook, preloading what it
-    imports."""
+                    data_folder: str | None, warm_up: bool = True) -> Callable[[nbformat.NotebookNode], Session]:
+    """Sessions for this student: a sandbox for each notebook, preloading what it imports (`notebooks`: kept
+    for the callers; every notebook brings its own list)."""
     threads = max(1, int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     limits = isolation.Limits(memory_bytes=int(memory_gb * 2**30), cpus=float(threads))  # its share of the cores
     launcher = executor.sandboxed_launcher(limits=limits, isolate=isolate, course_root=course)
     environment = executor.grading_environment(threads, data_folder)
-    every = executor.preload_modules(notebooks) if shared else []
-    return lambda notebook: Session(every if shared else executor.preload_modules([notebook]),
+    return lambda notebook: Session(executor.preload_modules([notebook]),
                                     environment=environment, launcher=launcher, warm_up=warm_up).start()
 
 
@@ -80,7 +78,7 @@ def runner_start_problem(course: Path, memory_gb: float, isolate: bool, data_fol
 class Phases:
     """A student's notebooks graded in two phases: first the visible cells of every one of them, then their hidden
     parts, so that nothing a hidden part does (files, processes, counters, the time it takes) can reach an
-    output the student is shown; the notebooks then share one sandbox (`executor.use_gate`).
+    output the student is shown. Each notebook keeps a sandbox of its own meanwhile (`executor.use_gate`).
 
     nbgrader grades a notebook from start to end in one call, so each call runs in a thread of its own, which
     the executor holds at `pause()` between the phases; only one thread runs at a time: `visible` starts a
@@ -90,7 +88,6 @@ class Phases:
         self.local = threading.local()
         self.threads: dict[str, tuple[threading.Thread, threading.Event, threading.Event]] = {}
         self.results: dict[str, dict] = {}
-        self.alone: set[str] = set()  # notebooks to grade again in a sandbox of their own (grade_alone)
 
     def pause(self) -> None:
         """Called by the executor in a notebook's thread, between its visible cells and its hidden parts."""
@@ -102,12 +99,6 @@ class Phases:
         # nbgrader's utils.setenv removes this variable when a notebook's execution ends, without looking
         # whether it is still there: with notebooks taking turns, it is set again for the one now going on
         os.environ["NBGRADER_EXECUTION"] = "autograde"
-
-    def grade_alone(self) -> None:
-        """Called by the executor when this thread's notebook ran into the shared sandbox's memory or process
-        limit: the other notebooks' sleeping runners held their share, so it is graded again after the phases,
-        alone in a sandbox of its own, as the limits mean (one notebook's processes)."""
-        self.alone.add(self.local.assignment)
 
     def visible(self, assignment: str, autograde: Callable[[], dict], attempts: int = 3) -> None:
         """Start grading `assignment` and return when its visible cells have run (or its grading has ended). A
@@ -161,11 +152,9 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
     if arguments.secret_file is not None:
         executor.use_secret(hidden_inputs.read_secret(arguments.secret_file))
 
-    def use_sandboxes(shared: bool) -> None:
-        executor.use_session_factory(session_factory(course, released, arguments.memory_gb, not arguments.no_sandbox,
-                                                     os.environ.get(MULTI30K_DIR), shared=shared))
-
-    use_sandboxes(shared=phased)
+    # a sandbox per notebook, in the phases too: nothing of one notebook's sandbox is another's
+    executor.use_session_factory(session_factory(course, released, arguments.memory_gb, not arguments.no_sandbox,
+                                                 os.environ.get(MULTI30K_DIR)))
     os.environ.setdefault("MPLBACKEND", "Agg")
     if phased and released:  # the sandbox first: where none starts, the batch stops instead of failing everyone
         try:
@@ -202,12 +191,10 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
                 seconds[assignment] += time.perf_counter() - started
             executor.use_gate(None)
             executor.close_session()
-            use_sandboxes(shared=False)
         for assignment in arguments.assignment:
             result = results.get(assignment)
-            alone = phased and assignment in phases.alone
-            if result is None or alone or (not result["success"] and _database_trouble(result)):
-                started = time.perf_counter()  # graded (again), alone: in a sandbox of its own
+            if result is None or (not result["success"] and _database_trouble(result)):
+                started = time.perf_counter()  # graded (again) from start to end: the gradebook refused a write
                 with profiling.phase("nbgrader autograde"):
                     result = _autograde(api, assignment, arguments.student)
                 seconds[assignment] = seconds.get(assignment, 0.0) + time.perf_counter() - started

@@ -40,7 +40,7 @@ from pathlib import Path
 import nbformat
 
 from transformer_course.grading.gradebook.config import ROOT, default_db_url, nbgrader_config
-from transformer_course.grading.outputs import hand_grades
+from transformer_course.grading.outputs import hand_grades, inert
 from transformer_course.grading.outputs.files import replace_atomically, write_text_atomically
 from transformer_course.grading.outputs.inert import markdown_html
 from transformer_course.grading.outputs.report import write_report
@@ -410,7 +410,8 @@ def regenerate_feedback(course: Path, class_dir: Path, who: Iterable[tuple[str, 
     hidden tests removed), so it runs here, without the sandbox."""
     from nbgrader.apps import NbGraderAPI
 
-    api = NbGraderAPI(config=nbgrader_config(course, class_dir, db_url or default_db_url(class_dir)))
+    config = inert.configure(nbgrader_config(course, class_dir, db_url or default_db_url(class_dir)))
+    api = NbGraderAPI(config=config)
     failures = []
     for student, assignment in sorted(who):
         outcome = api.generate_feedback(assignment, student, force=True)

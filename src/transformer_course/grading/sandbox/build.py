@@ -47,9 +47,10 @@ PACKAGE = "transformer_course"
 CHECKS = f"{PACKAGE}.checks"
 REFERENCE = f"{PACKAGE}.reference"
 HIDDEN_PACKAGES = (CHECKS, REFERENCE)  # not on the sandbox's disk: each runner gets its own build of them
-STAND_INS = f"{PACKAGE}.grading.sandbox.stand_ins"
+STAND_INS = f"{CHECKS}.stand_ins"
 SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[^\n]*\n.*?^[ \t]*### END SOLUTION[^\n]*$", re.MULTILINE | re.DOTALL)
 STUB_HELPER = "_judged_by_grader"  # put into a reduced checks module's namespace by BuildFinder
+PART_HELPER = "_supplied_part"  # likewise: a part of the graded stage that only a servant gets (`experiment_parts`)
 
 Build = dict[str, tuple[str, str, bool]]  # module name -> (file name, source, is a package)
 
@@ -194,7 +195,9 @@ def student_side(name: str, own_stage: Mapping[str, str] | None = None) -> str:
     for index, statement in enumerate(module.tree.body):
         first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))]) - 1
         last = statement.end_lineno or statement.lineno
-        if index in kept:
+        if index in kept and isinstance(statement, ast.FunctionDef) and statement.name.endswith("_stand_in"):
+            output[first] = f"{statement.name} = {PART_HELPER}({name + ':' + statement.name!r})"  # `experiment_parts`
+        elif index in kept:
             output[first:last] = _with_stand_ins(statement, lines[first:last], own_stage or {})
         elif isinstance(statement, ast.FunctionDef) and not statement.name.startswith("_"):
             output[first] = _stub(statement)
@@ -307,7 +310,7 @@ def later_exercises(checks: str) -> set[tuple[str, str]]:
 
 def available_stand_ins() -> set[str]:
     """The names of the functions of `stand_ins` (read from its source: the grader imports no reference for this)."""
-    return {statement.name for statement in ast.parse(Path(__file__).with_name("stand_ins.py").read_text(
+    return {statement.name for statement in ast.parse((package_folder() / "checks" / "stand_ins.py").read_text(
         encoding="utf-8")).body if isinstance(statement, ast.FunctionDef) and not statement.name.startswith("_")}
 
 
@@ -378,7 +381,10 @@ def grading_build(checks: str, exercises: Iterable[str] = ()) -> Build:
     plugged = stand_ins_for(stripped | later)
     build: Build = {}
     for name, path in _modules(CHECKS).items():
-        build[name] = (str(path), student_side(name, plugged.get(name)), path.stem == "__init__")
+        text = student_side(name, plugged.get(name))
+        if name == STAND_INS:  # the graded stage's stand-ins reach only the servants whose experiments plug them
+            text = _parts_as_proxies(text, own_parts(checks, exercises))
+        build[name] = (str(path), text, path.stem == "__init__")
     for name, path in _modules(REFERENCE).items():
         text = path.read_text(encoding="utf-8")
         replaced = {definition: solved[module, definition] for module, definition in later
@@ -392,6 +398,91 @@ def grading_build(checks: str, exercises: Iterable[str] = ()) -> Build:
             text = stand_in_definitions(text, replaced)
         build[name] = (str(path), text, path.stem == "__init__")
     return build
+
+
+# --- the graded stage's parts: only in the servant of an experiment that plugs them ------------------------------
+#
+# Where an experiment plugs a part of the graded stage into the student's objects (the stand-in attention inside
+# their MultiHeadAttention, the stand-in loss inside their train_epoch), that part has the values of an exercise
+# the notebook is graded on. In the runner it is a proxy (`checks.boundary.supplied_part`) that nothing can call;
+# its code reaches a servant with the request of an experiment that uses it (`experiment_parts`), and is gone with
+# the experiment. So no ordinary cell, and no experiment that runs the student's own version of that exercise, can
+# reach it.
+
+
+def own_parts(checks: str, exercises: Iterable[str] = ()) -> frozenset[str]:
+    """The functions of `stand_ins` that stand for exercises of the graded stage."""
+    return frozenset(definition for _, definition in own_exercises(checks, exercises)) & available_stand_ins()
+
+
+def _function_lines(text: str) -> dict[str, tuple[int, int]]:
+    """{top-level function: (first line with its decorators, last line)} of a module's source."""
+    found = {}
+    for statement in ast.parse(text).body:
+        if isinstance(statement, ast.FunctionDef):
+            first = min([statement.lineno, *(decorator.lineno for decorator in statement.decorator_list)])
+            found[statement.name] = (first, statement.end_lineno or statement.lineno)
+    return found
+
+
+def _parts_as_proxies(text: str, parts: Iterable[str]) -> str:
+    """`stand_ins`'s source with each function of `parts` made a proxy (same number of lines)."""
+    lines = text.split("\n")
+    for name, (first, last) in _function_lines(text).items():
+        if name in parts:
+            lines[first - 1:last] = [f"{name} = {PART_HELPER}({STAND_INS + ':' + name!r})"] + [""] * (last - first)
+    return "\n".join(lines)
+
+
+def _source_of(key: str) -> tuple[str, str]:
+    """(file name, source) defining the part `key` ("module:function") at its own lines (blank lines above)."""
+    module, name = key.split(":")
+    path = _modules(CHECKS)[module]
+    text = path.read_text(encoding="utf-8")
+    first, last = _function_lines(text)[name]
+    lines = text.split("\n")
+    return str(path), "\n" * (first - 1) + "\n".join(lines[first - 1:last]) + "\n"
+
+
+@cache
+def experiment_parts(checks: str, exercises: tuple[str, ...], module: str, qualname: str
+                     ) -> tuple[tuple[str, str, str], ...]:
+    """(key, file name, source) of every part of the graded stage that the experiment `module.qualname` uses,
+    followed through the checks modules' functions: the in-module stand-ins (`_..._stand_in`) and the stand-ins
+    the build's checks import for the graded stage's reference parts, with the stand-ins these call."""
+    modules = _checks_modules()
+    if module not in modules:
+        return ()
+    own = own_parts(checks, exercises)
+    plugged = stand_ins_for(own_exercises(checks, exercises))
+    found: set[str] = set()
+    pending = [(module, index) for index in modules[module].binders.get(qualname.split(".")[0], [])]
+    seen: set[tuple[str, int]] = set()
+    while pending:
+        name, index = pending.pop()
+        if (name, index) in seen or name not in modules:
+            continue
+        seen.add((name, index))
+        statement = modules[name].tree.body[index]
+        if isinstance(statement, ast.FunctionDef) and statement.name.endswith("_stand_in"):
+            found.add(f"{name}:{statement.name}")
+        if isinstance(statement, ast.ImportFrom):
+            continue  # an import binds many names: only the ones used are followed (below)
+        for used_module, used in modules[name].uses(index):
+            if used_module in modules and used in plugged.get(used_module, {}):
+                found.add(f"{STAND_INS}:{plugged[used_module][used]}")
+            elif used_module in modules:
+                pending += [(used_module, binder) for binder in modules[used_module].binders.get(used, [])]
+    stand_ins = modules.get(STAND_INS)
+    if stand_ins is not None:  # a stand-in that calls another of the graded stage's gets that one too
+        queue = [key.split(":")[1] for key in found if key.startswith(f"{STAND_INS}:")]
+        while queue:
+            for index in stand_ins.binders.get(queue.pop(), []):
+                for _, used in stand_ins.uses(index):
+                    if used in own and f"{STAND_INS}:{used}" not in found:
+                        found.add(f"{STAND_INS}:{used}")
+                        queue.append(used)
+    return tuple((key, *_source_of(key)) for key in sorted(found))
 
 
 def warm_up_parts(modules: Iterable[str]) -> list[str]:
@@ -449,6 +540,10 @@ class BuildFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             from transformer_course.checks.boundary import judged_by_grader
 
             module.__dict__[STUB_HELPER] = judged_by_grader
+        if module.__name__.startswith(f"{CHECKS}.") and f"{PART_HELPER}(" in source:
+            from transformer_course.checks.boundary import supplied_part
+
+            module.__dict__[PART_HELPER] = supplied_part
         exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102 (the course's code)
 
     def get_source(self, fullname: str) -> str:

@@ -259,12 +259,11 @@ def use_secret(secret: bytes | None) -> None:
 
 def use_gate(gate: Any) -> None:
     """Hold each notebook between its visible cells and its hidden parts: `gate.pause()` is called there and
-    returns when the notebook may go on (and `gate.grade_alone()` at the end of a notebook whose processes ran
-    into the shared sandbox's memory or process limit). With a gate, a student's notebooks share one sandbox
-    (their runners sleep meanwhile, `Session.park`), and the caller (the batch worker, `classroom.worker`) lets
-    the hidden parts run only once every visible cell has: then nothing a hidden part does, leaves or takes
-    time over can reach anything the student is shown. Without one (None), every notebook gets a sandbox of
-    its own."""
+    returns when the notebook may go on. The caller (the batch worker, `classroom.worker`) lets the hidden parts
+    run only once every visible cell of the student has: then nothing a hidden part does, leaves or takes time
+    over can reach anything the student is shown. Each notebook has a sandbox of its own, with or without a
+    gate: with one, the student's sandboxes wait side by side between the phases, and no file, process, lock,
+    counter or limit of one notebook's sandbox is another's."""
     _GATE[0] = gate
 
 
@@ -300,6 +299,17 @@ def _session_for(notebook: NotebookNode) -> Session:
     session = _STARTER.submit(factory, notebook).result()
     _SESSION[0] = session
     return session
+
+
+def _own_session(notebook: NotebookNode) -> Session:
+    """A sandbox for this notebook alone (with a gate): the one the worker started to see that sandboxes start
+    (`open_session`), when it is still unused, else a new one. Nobody else's: the caller closes it."""
+    session, _SESSION[0] = _SESSION[0], None
+    if session is not None and session.alive():
+        return session
+    if session is not None:
+        session.close()
+    return _STARTER.submit(_SESSION_FACTORY[0] or default_session, notebook).result()
 
 
 def default_session(notebook: NotebookNode) -> Session:
@@ -375,12 +385,10 @@ class JudgedExecute(NbGraderPreprocessor):
         self.deaths = 0
         self.faults: list[str] = []  # cells that did not finish, and why: the row's reasons and the class report
         self.budget = OutputBudget(limit=self.output_budget_mb * 2**20)
-        self.limit_hit = False  # with a gate: this notebook's own process stopped during its visible cells
-        self.visible_phase = True  # until the gate: no hidden input exists anywhere in the sandbox yet
-        gate = _GATE[0]
+        gate = self.gate = _GATE[0]
         if gate is None and self.sandbox_per_notebook:  # the previous notebook's hidden tests ran in the last one
             close_session()
-        self.session = _session_for(nb)
+        self.session = _own_session(nb) if gate is not None else _session_for(nb)
         with profiling.phase("runner fork", self.session.cpu_seconds):
             try:
                 self._open()
@@ -388,7 +396,7 @@ class JudgedExecute(NbGraderPreprocessor):
                 self.log.warning("the sandbox could not start this notebook (%s): starting a new one", failure)
                 self.session.abandon()
                 self.session.close()
-                self.session = _session_for(nb)
+                self.session = self._new_session()
                 self._open()
         count = 0
         started = time.monotonic()
@@ -410,18 +418,22 @@ class JudgedExecute(NbGraderPreprocessor):
             else:
                 self._ordinary_cell(index, cell)
         if gate is not None:
-            self._pause(gate)
+            gate.pause()  # the student's other notebooks run their visible cells, each in a sandbox of its own
         self._hidden_parts()
         with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner end", self.session.cpu_seconds):
             self.session.end_notebook()
+        if gate is not None:
+            self.session.close()
         written = fingerprint.notebook_digests(nb)
         labels = set(fingerprint.exercise_labels(self.exercises))
         findings = findings_from(self.notes, written, labels)
         nb.metadata.setdefault(FINDINGS_KEY, {})["findings"] = findings
         nb.metadata[FINDINGS_KEY]["faults"] = self.faults + [reason for reason in [self.budget.reason()] if reason]
-        if self.limit_hit and gate is not None:  # the limits are for one notebook's processes: grade it again alone
-            gate.grade_alone()
         return nb, resources
+
+    def _new_session(self) -> Session:
+        """A sandbox for this notebook, after its last one ended (with a gate: of its own, never shared)."""
+        return _own_session(self.nb) if self.gate is not None else _session_for(self.nb)
 
     # cells ------------------------------------------------------------------------------------------------
 
@@ -456,7 +468,6 @@ class JudgedExecute(NbGraderPreprocessor):
         except RunnerDied as died:
             self._fault(index, "crashed: its process stopped (os._exit, a crash in native code, more memory than "
                                "allowed, or outputs the grader does not accept)")
-            self._limit()
             self._died(index, died)
             cell.outputs = [_error("KernelDied", str(died))]
         except Exception:  # whatever the student's side sent, it costs this cell, never the notebook or the batch
@@ -523,8 +534,6 @@ class JudgedExecute(NbGraderPreprocessor):
                                                   f"({failure}); this cell scores 0")))
         except RunnerDied as died:
             judged = Judged(error=("KernelDied", str(died)))
-        if judged.error is not None and judged.error[0] == "KernelDied" and snapshot is None:
-            self._limit()
         if judged.error is not None and judged.error[0] in ("KernelDied", "CellTimeoutError"):
             self._fault(index, ("ran longer than " f"{self.timeout} s and was stopped"
                                 if judged.error[0] == "CellTimeoutError" else
@@ -566,35 +575,10 @@ class JudgedExecute(NbGraderPreprocessor):
                     judged = _without_hidden_values(self._judge(calls, entry.snapshot, entry.index, salts))
             cell.outputs = _merge(cell.outputs, judged)
 
-    def _pause(self, gate: Any) -> None:
-        """Park the runner, wait for the gate, wake it. A runner that cannot be woken (the sandbox ended meanwhile:
-        a later notebook broke it) is replaced by a new one with this notebook's clean cells run again."""
-        parked = None
-        if self.session.runner is not None:
-            with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner park", self.session.cpu_seconds):
-                parked = self.session.park()
-        self.visible_phase = False
-        gate.pause()
-        if parked is not None:  # refused (RunnerDied) when its sandbox has ended meanwhile
-            with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner park", self.session.cpu_seconds):
-                self.session.wake(parked)
-        if self.session.runner is None and self.hidden:
-            self._died(len(self.nb.cells), None, counted=False)  # not this notebook's doing
-
     # a runner that died ----------------------------------------------------------------------------------
 
     def _open(self) -> None:
         self.session.notebook(self.checks or "transformer_course.checks.framework", self.exercises, self.cwd)
-
-    def _limit(self) -> None:
-        """This notebook's own process stopped (its runner in one of its cells, or the servant of one of its
-        grade cells): with a gate, the worker grades it again alone, in a sandbox of its own, after the phases,
-        since the parked runners of the student's other notebooks hold their share of the limits. Decided from
-        this notebook's own events and only before the gate, never from the sandbox's counters (which another
-        notebook's code moves) nor during the hidden parts: so whether a notebook is graded again carries
-        nothing of any hidden input (issue 29)."""
-        if _GATE[0] is not None and self.visible_phase:
-            self.limit_hit = True
 
     def _died(self, upto: int, died: RunnerDied | None, counted: bool = True) -> None:
         """A new runner: fork it, run the clean cells above `upto` again and retake their snapshots. `counted`:
@@ -608,7 +592,7 @@ class JudgedExecute(NbGraderPreprocessor):
         session.kill_runner()
         if not session.alive():
             session.close()
-            session = self.session = _session_for(self.nb)
+            session = self.session = self._new_session()
         try:
             self._open()
             for kind, item in list(self.replay):

@@ -395,7 +395,7 @@ def _await_reaper(pid: int, timeout: float = 2.0) -> None:
                 Path(f"/proc/{pid}/syscall").read_text().split()[0] == WAIT4.get(platform.machine())
         except (OSError, IndexError):
             waiting = False
-        if waiting or _state(pid) in ("", "Z", "X"):  # waiting, or already ended: nothing left to orphan
+        if waiting or process_state(pid) in ("", "Z", "X"):  # waiting, or already ended: nothing left to orphan
             return
         time.sleep(0.0005)
 
@@ -735,7 +735,7 @@ def process_tree(root: int) -> list[int]:
     return found
 
 
-def _state(pid: int) -> str:
+def process_state(pid: int) -> str:
     """The process's state letter (R, S, D, Z...), "" when it is gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -777,7 +777,7 @@ class _Watchdog(threading.Thread):
     def run(self) -> None:
         while not self.stopped.is_set():
             tree = process_tree(self.root)
-            if not tree or (tree == [self.root] and _state(self.root) == "Z"):  # the sandbox has ended
+            if not tree or (tree == [self.root] and process_state(self.root) == "Z"):  # the sandbox has ended
                 return
             memory = sum(_memory_of(pid) for pid in tree)
             self.peak = max(self.peak, memory)

@@ -5,12 +5,11 @@
 It holds no grading secret and decides nothing. It talks to the grader over one channel
 (`channel`: requests on stdin, replies on stdout, both framed and typed) and answers with values only:
 
-- the **zygote** imports torch, IPython and the course once, then forks one *runner* per notebook and,
-  when a runner has ended, ends every process it left behind and empties the scratch folders (so one
-  notebook cannot leave anything for the next). The zygote never runs notebook code. A runner may *park*
-  between its notebook's visible cells and its hidden parts, so that the student's next notebook can run
-  first (the batch grades every visible cell of a student before any hidden part); while one is parked,
-  the folders are emptied only once the last runner has ended.
+- the **zygote** imports torch, IPython and what the notebook imports once, then forks the notebook's
+  *runner* (and a new one if the grader replaces it after a crash) and, when a runner has ended, ends every
+  process it left behind and empties the scratch folders. The zygote never runs notebook code. Every
+  notebook has a sandbox, and so a zygote, of its own: the batch grades every visible cell of a student
+  before any hidden part, and the notebooks' sandboxes wait side by side meanwhile.
 - a **runner** executes the notebook's ordinary cells with IPython (magics, `display`, the last
   expression's value, as in Colab) and sends back their outputs. For a grade cell the grader asks it to
   fork a **servant**: a throwaway copy of the notebook's state at that cell, which runs the experiments
@@ -233,12 +232,8 @@ def warm_up_torch(parts: set[str] | tuple[str, ...] = WARM_UP_PARTS) -> None:
 
 
 def serve(preloaded: list[str], warm_up: bool = True, parts: list[str] | None = None) -> None:
-    """The zygote: prepare, then fork one runner per notebook the grader asks for.
-
-    A runner may *park* (the grader's `park`): it stops reading the channel and sleeps until the grader has
-    the zygote `wake` it, so that the grader can run the visible cells of a student's other notebooks first and
-    their hidden parts last (`Session.park`). While a runner is parked, a runner that ends leaves its folders as
-    they are (the parked one may need its files); what it left running is still ended."""
+    """The zygote: prepare, then fork one runner per notebook the grader asks for (one at a time: the batch gives
+    every notebook a sandbox of its own; a runner the grader replaced is the only other one a zygote serves)."""
     requests, replies = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
@@ -247,7 +242,6 @@ def serve(preloaded: list[str], warm_up: bool = True, parts: list[str] | None = 
     _subreaper()
     link = Channel(requests, replies)
     scratch = _scratch_folders()
-    parked: dict[int, tuple[int, int]] = {}  # runner pid -> (write end of its wake-up pipe, read end of its park pipe)
     link.send({"op": "ready", "pid": os.getpid()})
     while True:
         try:
@@ -255,65 +249,30 @@ def serve(preloaded: list[str], warm_up: bool = True, parts: list[str] | None = 
         except (EOFError, channel.ChannelError):
             os._exit(0)
         op = request.get("op") if isinstance(request, dict) else None
-        if op == "notebook":
-            wake_read, wake_write = os.pipe()
-            park_read, park_write = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                for fd in (wake_write, park_read, *(fd for pair in parked.values() for fd in pair)):
-                    os.close(fd)
-                try:
-                    Runner(link, request, (park_write, wake_read)).loop()
-                finally:
-                    os._exit(0)
-            os.close(wake_read)
-            os.close(park_write)
-            link.send({"op": "runner-started", "pid": pid})
-        elif op == "wake":
-            if request.get("pid") not in parked:
-                link.send({"op": "runner-exit", "status": "no such runner"})
-                continue
-            pid = request["pid"]
-            wake_write, park_read = parked.pop(pid)
-            with contextlib.suppress(OSError):
-                os.write(wake_write, b"g")
-        else:
+        if op != "notebook":
             os._exit(0)
-        ended = _await_runner(pid, park_read)
-        if ended is None:
-            parked[pid] = (wake_write, park_read)
-            continue
-        os.close(wake_write)
-        os.close(park_read)
-        _clean_up(scratch, keep=list(parked))
+        pid = os.fork()
+        if pid == 0:
+            try:
+                Runner(link, request).loop()
+            finally:
+                os._exit(0)
+        link.send({"op": "runner-started", "pid": pid})
+        ended = _await_runner(pid)
+        _clean_up(scratch)
         link.send({"op": "runner-exit", "status": ended})
 
 
-def _await_runner(pid: int, park_read: int) -> str | None:
-    """None when the runner parked (it wrote to its park pipe), else how it ended."""
-    import select
-
-    try:
-        ended = os.pidfd_open(pid)
-    except (OSError, AttributeError):  # no pidfd here: look every 0.05 s
-        ended = None
-    watched = [park_read, *([ended] if ended is not None else [])]
-    try:
-        while True:
-            ready = select.select(watched, [], [], None if ended is not None else 0.05)[0]
-            if park_read in ready:
-                if os.read(park_read, 1) == b"p":
-                    return None
-                watched.remove(park_read)  # every writer closed it: the runner is ending
-            try:
-                done, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:  # already reaped (a clean-up while it was parked)
-                return "?"
-            if done:
-                return _describe_status(status)
-    finally:
-        if ended is not None:
-            os.close(ended)
+def _await_runner(pid: int) -> str:
+    """How the runner ended (the zygote reads nothing meanwhile: the runner owns the channel)."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:  # already reaped
+            return "?"
+        except InterruptedError:
+            continue
+        return _describe_status(status)
 
 
 def _subreaper() -> None:
@@ -457,16 +416,10 @@ def _remove_ipc_objects() -> None:
                 remove(int(fields[1]))
 
 
-def _clean_up(scratch: dict[str, Inventory], keep: list[int] | None = None) -> None:
-    """After a runner ended: end every process it left behind and remove what it wrote, so one
-    notebook (a full /tmp, a stray process, data for the next notebook) cannot reach the next one or break
-    the runner's own start. `keep`: parked runners, which keep their processes, and then the folders too."""
-    spared = set(keep or [])
-    for root in keep or []:
-        spared.update(_descendants(root))
+def _clean_up(scratch: dict[str, Inventory]) -> None:
+    """After a runner ended: end every process it left behind and remove what it wrote, so that a runner the
+    grader starts again (after a crash) starts as the first did: no full /tmp, no stray process."""
     for pid in _descendants(os.getpid()):
-        if pid in spared:
-            continue
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
@@ -477,8 +430,6 @@ def _clean_up(scratch: dict[str, Inventory], keep: list[int] | None = None) -> N
                 break
         except ChildProcessError:
             break
-    if keep:
-        return
     for folder, kept in scratch.items():
         _wipe(folder, kept)
     if os.environ.get(PRIVATE_SHM) == "1":  # the sandbox's own IPC namespace (never the host's)
@@ -491,9 +442,8 @@ def _clean_up(scratch: dict[str, Inventory], keep: list[int] | None = None) -> N
 class Runner:
     """One notebook: ordinary cells in IPython; servants and snapshots forked for grade cells."""
 
-    def __init__(self, link: Channel, request: dict[str, Any], parking: tuple[int, int] | None = None) -> None:
+    def __init__(self, link: Channel, request: dict[str, Any]) -> None:
         self.link = link
-        self.parking = parking  # (write end of the pipe that tells the zygote it parked, read end of its wake-up)
         self.checks = str(request.get("checks") or "")
         # this notebook's build of the checks and the reference, sent by the grader right after the fork: nothing
         # of another notebook's build is on disk here or in this process's memory
@@ -539,8 +489,6 @@ class Runner:
                 self.snapshot(message["id"])
             elif op == "resume":
                 self.resume(message["id"])
-            elif op == "park":
-                self.park()
             elif op == "results":  # what the grader decided, for the notebook's own summary cell
                 from transformer_course.checks import framework
 
@@ -548,20 +496,6 @@ class Runner:
                     framework.record(name, title, passed, text)
             else:
                 return
-
-    def park(self) -> None:
-        """Stop reading the channel (the zygote reads it now) until the zygote wakes this runner."""
-        if self.parking is None:
-            os._exit(0)
-        told, wake = self.parking
-        with contextlib.suppress(Exception):  # memory freed by the notebook goes back to the sandbox while asleep
-            import ctypes
-
-            ctypes.CDLL(None).malloc_trim(0)
-        self.link.send({"op": "parked"})
-        os.write(told, b"p")
-        _sleep_until_woken(wake)
-        self.link.send({"op": "awake"})
 
     def cell(self, message: dict[str, Any]) -> None:
         self.current[0] = CellRecorder()
@@ -703,9 +637,10 @@ class Servant:
             experiment = getattr(function, "experiment", None)
             if experiment is None:
                 raise TypeError(f"{message['module']}.{message['function']} is not an experiment")
+            from transformer_course.checks.boundary import parts_sent
             from transformer_course.checks.salt import salted
 
-            with self.watcher.watching(), salted(message.get("salt")):
+            with self.watcher.watching(), salted(message.get("salt")), parts_sent(message.get("parts")):
                 value = experiment(*message.get("args", ()), **message.get("kwargs", {}))
             reply = {"op": "result", "id": number, "value": value, "notes": self.watcher.take()}
         except BaseException as error:  # everything the student's code raises goes back as data

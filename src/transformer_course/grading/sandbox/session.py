@@ -31,7 +31,7 @@ from typing import Any
 
 from transformer_course.checks.boundary import Frame, StudentError, as_exception
 from transformer_course.grading.sandbox import channel, profiling
-from transformer_course.grading.sandbox.isolation import process_tree
+from transformer_course.grading.sandbox.isolation import process_state, process_tree
 from transformer_course.grading.sandbox.outputs import MalformedOutputs, cell_outputs
 from transformer_course.grading.sandbox.runner import PRIVATE_FOLDERS, PRIVATE_SHM
 
@@ -169,10 +169,18 @@ def namespace_pid(host_pid: int) -> int | None:
     return None
 
 
-def kill_all(pids: list[int]) -> None:
+def kill_all(pids: list[int], wait: float = 2.0) -> None:
+    """SIGKILL each of `pids`, then wait (up to `wait` seconds) until each is dead. Every process of the student's
+    holds the channel's request pipe: one that was preempted inside read() when the signal came still takes the
+    bytes waiting there before it dies, so the grader's next request must not be written before it is gone (a
+    request half read by a dying runner left the zygote reading from the middle of a message)."""
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait
+    for pid in pids:
+        while process_state(pid) not in ("", "Z", "X") and time.monotonic() < deadline:
+            time.sleep(0.001)
 
 
 class BoundedLog(threading.Thread):
@@ -221,15 +229,6 @@ class Snapshot:
     host_pid: int | None
 
 
-@dataclass
-class Parked:
-    """A runner asleep between a notebook's visible cells and its hidden parts (`Session.park`)."""
-
-    inner_pid: int  # as the zygote knows it
-    host_pid: int | None
-    snapshots: dict[int, Snapshot]
-
-
 class Session:
     """One student's zygote. Use as a context manager; `notebook()` opens a runner for one notebook."""
 
@@ -245,7 +244,6 @@ class Session:
         self.runner: int | None = None
         self.runner_inner: int | None = None  # the runner's pid in the sandbox
         self.snapshots: dict[int, Snapshot] = {}
-        self.parked: list[Parked] = []
         self.requests = 0
         self.cell_notes: list[dict[str, str]] = []  # the watcher's notes from ordinary cells (see runner.Watcher)
         self.write_stall = WRITE_STALL
@@ -291,7 +289,7 @@ class Session:
             self.process.wait()
         if hasattr(self.process, "close"):
             self.process.close()
-        self.process, self.runner, self.zygote, self.snapshots, self.parked = None, None, None, {}, []
+        self.process, self.runner, self.zygote, self.snapshots = None, None, None, {}
 
     def __enter__(self) -> Session:
         return self if self.process is not None else self.start()
@@ -344,7 +342,7 @@ class Session:
             self.process.kill()
         with contextlib.suppress(Exception):
             self.process.wait(timeout=10)
-        self.runner, self.snapshots, self.parked = None, {}, []
+        self.runner, self.snapshots = None, {}
 
     def messages(self, deadline: float, limit: int = channel.LIMITS.message_bytes) -> Iterator[dict[str, Any]]:
         """Decoded messages as they arrive until `deadline` (then TimeoutError). Bytes that are not a message
@@ -422,8 +420,6 @@ class Session:
         if self.zygote is None:
             return
         keep = {self.zygote, self.runner, *(s.host_pid for s in self.snapshots.values())}
-        for parked in self.parked:
-            keep |= {parked.host_pid, *(s.host_pid for s in parked.snapshots.values())}
         kill_all([pid for pid in process_tree(self.zygote) if pid not in keep])
 
     def _continue_zygote(self) -> None:
@@ -463,35 +459,17 @@ class Session:
         self.snapshots = {}
         from transformer_course.grading.sandbox import build
 
+        self.build_for = (checks, tuple(exercises))
         with profiling.phase("grading build", self.cpu_seconds):  # this notebook's checks and reference, to the runner
             self.send({"op": "build", "modules": build.grading_build(checks, exercises)})
         self._await("runner-ready", timeout)
 
-    def park(self, timeout: float = 30) -> Parked:
-        """Put the runner to sleep with its snapshots, so that the next notebook can start while this one's
-        hidden parts wait (see `runner.serve`); `wake` gives it back. RunnerDied when it cannot park."""
-        if self.runner is None or self.runner_inner is None:
-            raise RunnerDied("no runner to park")
-        self.send({"op": "park"})
-        self._await("parked", timeout)
-        parked = Parked(self.runner_inner, self.runner, self.snapshots)
-        self.parked.append(parked)
-        self.runner, self.runner_inner, self.snapshots = None, None, {}
-        return parked
+    def parts_for(self, module: str, qualname: str) -> tuple[tuple[str, str, str], ...]:
+        """The graded stage's parts the experiment `module.qualname` plugs in (`build.experiment_parts`)."""
+        from transformer_course.grading.sandbox import build
 
-    def wake(self, parked: Parked, timeout: float = 30) -> None:
-        """Make a parked runner the session's runner again (no other runner may be running then)."""
-        if parked not in self.parked:
-            raise RunnerDied("this runner's sandbox has ended")
-        self.parked.remove(parked)
-        self._continue_zygote()
-        self.send({"op": "wake", "pid": parked.inner_pid})
-        self.runner, self.runner_inner, self.snapshots = parked.host_pid, parked.inner_pid, parked.snapshots
-        try:
-            self._await("awake", timeout)
-        except (RunnerDied, ChannelBroken):
-            self.kill_runner()
-            raise
+        checks, exercises = getattr(self, "build_for", ("", ()))
+        return build.experiment_parts(checks, exercises, module, qualname) if checks else ()
 
     def end_notebook(self, timeout: float = 30) -> str:
         self.send({"op": "end"})
@@ -681,6 +659,9 @@ class Servant:
                    "kwargs": dict(kwargs)}
         if current() is not None:  # a hidden part: the experiment draws from the same salt (checks.salt)
             request["salt"] = current()
+        parts = self.session.parts_for(module, qualname)
+        if parts:  # the graded stage's parts this experiment plugs in: only its servant gets them (build)
+            request["parts"] = [list(part) for part in parts]
         self.session.send(request)
         try:
             for message in self.session.messages(self.deadline):

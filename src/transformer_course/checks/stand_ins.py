@@ -1,4 +1,4 @@
-"""Stand-ins, made of PyTorch's own built-ins, for reference parts whose solution a notebook's grading build leaves
+"""Stand-ins, written apart from the reference, for reference parts whose solution a notebook's grading build leaves
 out (`build`): the exercises of the graded stage and of every later stage. Each computes the reference's values
 (tests/test_grading_build.py); none is the reference's code. They are in the student's reach anyway: torch is.
 
@@ -17,23 +17,28 @@ modules, which may not import the grading package (tests/test_layout.py).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 
 def scaled_dot_product_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None = None
                                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output, weights) of attention, from `F.scaled_dot_product_attention`: the weights are what it returns
-    when the values are the identity (each key its own one-hot value). A mask is True where attention is allowed;
-    a row with no allowed key is not the reference's (it is not met where this stands in)."""
-    allowed = None if mask is None else mask.to(torch.bool)
-    identity = torch.eye(K.size(-2), dtype=Q.dtype, device=Q.device).expand(*K.shape[:-1], K.size(-2))
-    weights = F.scaled_dot_product_attention(Q, K, identity, attn_mask=allowed)
-    return weights @ V, weights
+    """(output, weights) of attention, operation for operation as the lesson builds it (the checks' recorder
+    matches a student's forward with the plugged attention inside against the reference's, operation by
+    operation, and explains crashes from what each operation received). It reaches only the servant of an
+    experiment that plugs it (`build.experiment_parts`). Q (..., q_len, d_k), K (..., k_len, d_k), V (..., k_len,
+    d_v), mask broadcastable to (..., q_len, k_len), 0 where attention is not allowed."""
+    scale = math.sqrt(K.shape[-1])
+    scores = torch.matmul(Q, K.transpose(-2, -1)) / scale  # (..., q_len, k_len)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)  # exp(-1e9) is exactly 0 in softmax
+    weights = torch.softmax(scores, dim=-1)  # (..., q_len, k_len)
+    output = torch.matmul(weights, V)  # (..., q_len, d_v)
+    return output, weights
 
 
 def compute_loss(model: nn.Module, batch: Any, criterion: nn.Module) -> torch.Tensor:

@@ -72,11 +72,15 @@ def notebook(cells: list[str], grades: list[str] | None = None, after: list[str]
     return new_notebook(cells=body)
 
 
+def unsandboxed_session() -> Session:
+    """A zygote for these tests, without a sandbox (test_isolation.py tests the sandbox); a context manager."""
+    environment = {**os.environ, "NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg"}
+    return Session([CHECKS, "IPython.core.interactiveshell", "torch", "math", "inspect"], environment=environment)
+
+
 @pytest.fixture(scope="module")
 def session():
-    environment = {**os.environ, "NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg"}
-    with Session([CHECKS, "IPython.core.interactiveshell", "torch", "math", "inspect"],
-                 environment=environment) as running:
+    with unsandboxed_session() as running:
         yield running
 
 

@@ -5,23 +5,18 @@ faults (which cell, what happened) reach its row."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from test_boundary import CHECKS, CORRECT, GRADE, HIDDEN_GRADE, failed, notebook
+from test_boundary import CORRECT, GRADE, HIDDEN_GRADE, failed, notebook, unsandboxed_session
 
 from quality.inprocess import run_notebook
 from transformer_course.grading.sandbox.executor import FINDINGS_KEY
-from transformer_course.grading.sandbox.session import Session
 
 pytestmark = pytest.mark.xdist_group("boundary")
 
 
 @pytest.fixture(scope="module")
 def session():
-    environment = {**os.environ, "NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg"}
-    with Session([CHECKS, "IPython.core.interactiveshell", "torch", "math", "inspect"],
-                 environment=environment) as running:
+    with unsandboxed_session() as running:
         yield running
 
 

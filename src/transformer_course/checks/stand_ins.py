@@ -55,15 +55,15 @@ def train_epoch(model: nn.Module, batches: Iterable[Any], criterion: nn.Module, 
     then a scheduler step. Returns the mean loss per target token that is not `criterion.ignore_index`."""
     model.train()
     weighted, counted = 0.0, 0
+    steps = [optimizer.step, *([scheduler.step] if scheduler is not None else [])]  # in this order, once a batch
     for batch in itertools.islice(batches, max_steps):
         batch = batch.to(device)
         optimizer.zero_grad()
         loss = compute_loss(model, batch, criterion)
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm=clip_norm)
+        for step in steps:
+            step()
         real = int(torch.count_nonzero(batch.tgt_out != criterion.ignore_index))
         weighted, counted = weighted + loss.item() * real, counted + real
     return weighted / max(counted, 1)

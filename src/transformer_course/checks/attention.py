@@ -1342,6 +1342,12 @@ def combine_heads_inverts_split(MultiHeadAttention: type[nn.Module], d_model: in
                                 batch: int = 2, seq_len: int = 5) -> None:
     module = _build(MultiHeadAttention, d_model, num_heads)
     x = randn(batch, seq_len, d_model, seed=121)
+    split = _heads(module, "split_heads", x)
+    if isinstance(split, torch.Tensor) and split.dim() != 4:  # undoing nothing is no inverse
+        fail("split_heads(x) does not split x into heads, so there is nothing for combine_heads to undo.",
+             expected="a tensor with 4 axes, (batch, num_heads, seq_len, d_k)", got=f"shape {tuple(split.shape)}",
+             cause="split_heads views the last axis as (num_heads, d_k) and moves the heads axis forward; "
+                   "combine_heads then undoes both steps.")
     expect_close("combine_heads(split_heads(x))", _heads(module, "round trip", x), x, atol=0.0, rtol=0.0,
                  axes=("batch", "position", "feature"), diagnose=lambda got: _read_round_trip(got, x),
                  cause="combine_heads must undo split_heads step by step in reverse order: transpose(1, 2), then "
@@ -1367,6 +1373,14 @@ def mha_output_shape(MultiHeadAttention: type[nn.Module], d_model: int = 16, num
                  cause=reading.cause if reading is not None else
                  "project, split_heads, attend, combine_heads, then W_o: the output has one d_model-wide row per "
                  "query.")
+    if run.observed is None:  # the right shape from the student's own parts: it must also come from the values
+        other, _, ran = _forward_output(module, q, k, v + randn(*v.shape, seed=132), mask)
+        if ran and isinstance(other, torch.Tensor) and torch.equal(other, run.output):
+            fail("forward's output does not change when the values v change.",
+                 expected="an output made from the values: weighted sums of W_v(v), then W_o",
+                 got="the same output for two different v",
+                 cause="attend over the projected values: W_o(combine_heads(attention(Q, K, V, mask))), not a tensor "
+                       "that only has the right shape (q itself, say).")
 
 
 @check("MultiHeadAttention.forward matches the reference with the same weights (padding mask)")

@@ -88,7 +88,8 @@ def supplied(*objects: Any) -> None:
 
 # --- parts of the graded stage, in a servant only ------------------------------------------------------------
 
-_PARTS: dict[str, Callable[..., Any]] = {}  # key ("module:function") -> the part, while an experiment runs
+_PARTS: dict[str, Callable[..., Any]] = {}  # key ("module:function") -> the part, in a servant that was sent it
+_PROXIES: dict[str, list[Callable[..., Any]]] = {}  # key -> the proxies standing for it (their signature follows)
 
 
 class PartNotHere(RuntimeError):
@@ -109,6 +110,7 @@ def supplied_part(key: str) -> Callable[..., Any]:
         return found(*args, **kwargs)
 
     part.__name__ = part.__qualname__ = name
+    _PROXIES.setdefault(key, []).append(part)
     return part
 
 
@@ -130,7 +132,9 @@ def _show_lines(filename: str, source: str) -> None:
 @contextlib.contextmanager
 def parts_sent(parts: Any) -> Iterator[None]:
     """Inside: the parts the grader sent with one experiment's request ([key, file name, source], ...), each
-    defined in a copy of its module's namespace (so that it finds that module's helpers); gone afterwards."""
+    defined in a copy of its module's namespace (so that it finds that module's helpers). They stay in this
+    servant, which ends with its grade cell: a student's module an experiment built with a part plugged in is
+    run again by the next experiments of the same cell."""
     import sys
 
     made: dict[str, Callable[..., Any]] = {}
@@ -146,11 +150,11 @@ def parts_sent(parts: Any) -> Iterator[None]:
         exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102 (the grader's code)
         made[key] = namespace[name]
         _show_lines(filename, source)
-    _PARTS.update(made)
-    try:
-        yield
-    finally:
-        _PARTS.clear()
+    _PARTS.update(made)  # kept for the servant's life (one grade cell): a module it built keeps its parts plugged
+    for key, found in made.items():  # the checks' recorder reads a plugged part's parameters through its proxy
+        for proxy in _PROXIES.get(key, []):
+            proxy.__wrapped__ = found  # type: ignore[attr-defined]  (inspect.signature follows it)
+    yield
 
 
 # --- errors from the student's side ------------------------------------------------------------------------

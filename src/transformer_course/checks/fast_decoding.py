@@ -695,6 +695,12 @@ def step_reuses_cross_keys_values(decoder_step: Callable, steps: int = 4, **size
     model = _random_model(config)
     run = _steps_there(decoder_step, model.arguments, model.state, _random_source(config),
                        _random_target(config, steps), steps)
+    if not run.self_lengths:  # reusing the cache means nothing when the step computes nothing at all
+        fail("decoder_step ran no self-attention projection in its steps.",
+             expected="every step projects the new position with self_attn.W_q / W_k / W_v of each layer",
+             got=f"no call of them in {steps} steps",
+             cause="a step embeds the new token, runs each decoder layer on it (self-attention over the cached keys "
+                   "and values, cross-attention, feed-forward) and returns the logits of that one position.")
     if run.decoder_calls:
         fail("decoder_step calls the whole decoder.", expected="no call of model.decoder(...)",
              got=f"{run.decoder_calls} calls",

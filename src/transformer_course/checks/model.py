@@ -1033,6 +1033,10 @@ def _builtins(Transformer: type[nn.Module], args: tuple, inputs: tuple) -> None:
     except Exception:  # noqa: BLE001  (a crash is graded by the checks of the part that crashes, not here)
         pass
     reject_builtin_modules(model, "Transformer")
+    if not any(True for _ in model.parameters()):  # a model with no layers uses no built-in one either
+        fail("your Transformer holds no layers.", expected="the course's encoder, decoder and output layer, with "
+             "their parameters", got="a module without parameters",
+             cause="build the encoder, the decoder and the final linear layer in __init__, as the exercise asks.")
 
 
 @check("no PyTorch built-in attention or Transformer layers inside your model")

@@ -98,7 +98,7 @@ NOT_YET_FIXED: dict[tuple[str, tuple[str, ...], str], str] = {}  # every do-noth
 
 
 def _marks(variant: str, exercise: tuple[str, int, tuple[str, ...]]) -> list:
-    marks = [] if variant == "identity" else [pytest.mark.slow]
+    marks = [] if variant == "identity" else [pytest.mark.slow, pytest.mark.extended]  # `pytest -m extended`
     why = NOT_YET_FIXED.get((exercise[0], exercise[2], variant))
     return marks + ([pytest.mark.xfail(strict=True, reason=why)] if why else [])
 

@@ -320,8 +320,11 @@ def test_the_control_page_runs_the_hostile_markdown(tmp_path):
         assert _click_every_link(browser, page.as_uri()) != []
 
 
-@pytest.mark.parametrize("path", ["course", "feedback exporter", "formgrader template", "filters only",
-                                  "preprocessor only", "preprocessor only, classic"])
+# the paths a page of the course is rendered by run in every suite; each part alone (`pytest -m extended`)
+@pytest.mark.parametrize("path", ["course", "formgrader template",
+                                  *(pytest.param(part, marks=pytest.mark.extended) for part in (
+                                      "feedback exporter", "filters only", "preprocessor only",
+                                      "preprocessor only, classic"))])
 def test_no_hostile_markdown_runs_through_any_renderer(path, tmp_path):
     """Every payload, as a markdown cell, raw cell, comment and output, rendered the way PATH renders it:
     nothing runs on load or on clicking any link, no element that could run or fetch is left, and the honest

@@ -107,7 +107,7 @@ def test_the_other_fields_the_grader_reads_never_raise(value):
     """Notes, a process's exit status, an error record: each checked field by field before it is used."""
     kept: list[dict[str, str]] = []
     keep_notes(kept, value)
-    keep_notes(kept, [value, {"kind": "copy", "reference": "x"}])
+    keep_notes(kept, [value, {"kind": "reference", "reference": "x"}])
     assert all(isinstance(note, dict) and all(isinstance(v, str) for v in note.values()) for note in kept)
     assert isinstance(status_of({"status": value}), str)
     assert _is_student_error(value) in (True, False)

@@ -216,7 +216,8 @@ def test_the_graders_decoder_refuses_malformed_messages_and_runs_nothing(monkeyp
         channel.decode(_record("transformer_course.checks.framework:torch._dynamo.eval_frame.X"))
     assert looked_up == []
     # the course's own records still cross, and a fuzz of real messages raises nothing but ChannelError
-    message = {"op": "raised", "id": 2, "notes": [{"kind": "runs"}], "value": (torch.zeros(0, 5, dtype=torch.int64),
+    message = {"op": "raised", "id": 2, "notes": [{"kind": "reference"}],
+               "value": (torch.zeros(0, 5, dtype=torch.int64),
                torch.empty(2, 3, device="meta"), torch.float32, 2**70, -1.5, b"xy", None, True, torch.ones(2, 2)),
                "error": StudentError("ValueError", ("ValueError",), "boom", (Frame("f", 1, "g", "x = 1"),), False)}
     data = channel.encode(message)[channel.HEADER:]
@@ -296,7 +297,7 @@ def test_a_flood_of_messages_or_notes_costs_the_grader_nothing():
     notes each took minutes of the grader's time (600,000 fit in one message: days). And a reply to nothing
     the grader asked was skipped and the next one read, so a student's experiment could keep the grader
     decoding 64-MiB messages until the cell's time ran out, on the grader's CPU, outside the student's cgroup."""
-    notes = [[{"kind": "runs", "reference": f"r{part}{i}", "text": "", "digest": ""} for i in range(20_000)]
+    notes = [[{"kind": "reference", "reference": f"r{part}{i}", "text": "", "digest": ""} for i in range(20_000)]
              for part in range(2)]
     fake = _Session([{"op": "result", "id": 1, "value": 1, "notes": notes[0]},
                      {"op": "result", "id": 2, "value": 2, "notes": notes[1]}])

@@ -166,28 +166,20 @@ def judge(calls: list[CheckCall], checks: str | None, servant: Any, timeout: flo
     return judged
 
 
-NOTE_WORDS = {
+NOTE_WORDS = {  # the watch's notes (`watch.Watcher.handed_in`): all that can still be noted, since the grading
+    # build leaves the graded stage's reference out (nothing of it can be run, copied or replaced any more)
     "reference": "hands in the course's reference solution itself ({reference})",
     "subclass": "hands in a subclass of the course's reference solution ({reference})",
-    "runs": "runs the course's reference solution ({reference}) from inside its own code",
-    "copy": "makes a copy of the reference solution's code ({reference}) that is not written in the notebook "
-            "(made while it ran: exec, eval, an import, unpickling...)",
-    "process": "starts another process from its own code while a check runs it: what that process runs is not "
-               "watched",
-    "trace": "replaces the code of the course's reference solution while it runs (which would hide the reference "
-             "from the grader's watch)",
 }
 
 
-def findings_from(notes: list[dict[str, Any]], written: set[str], labels: set[str]) -> list[str]:
-    """What to flag from the servant's notes: a copy counts only when no cell of the notebook holds that code
-    (`written`: digests of the notebook's own functions); `labels` are the reference parts it may name."""
+def findings_from(notes: list[dict[str, Any]], labels: set[str]) -> list[str]:
+    """What to flag from the servants' notes: a note of a known kind about one of the reference parts of the
+    notebook's exercises (`labels`), each once."""
     found = []
     for note in notes:
-        kind, reference, digest = note.get("kind"), note.get("reference"), note.get("digest", "")
-        if kind not in NOTE_WORDS or (reference not in labels and kind not in ("process", "trace")):
-            continue
-        if kind == "copy" and digest in written:
+        kind, reference = note.get("kind"), note.get("reference")
+        if kind not in NOTE_WORDS or reference not in labels:
             continue
         text = NOTE_WORDS[kind].format(reference=reference)
         if text not in found:
@@ -424,9 +416,8 @@ class JudgedExecute(NbGraderPreprocessor):
             self.session.end_notebook()
         if gate is not None:
             self.session.close()
-        written = fingerprint.notebook_digests(nb)
         labels = set(fingerprint.exercise_labels(self.exercises))
-        findings = findings_from(self.notes, written, labels)
+        findings = findings_from(self.notes, labels)
         nb.metadata.setdefault(FINDINGS_KEY, {})["findings"] = findings
         nb.metadata[FINDINGS_KEY]["faults"] = self.faults + [reason for reason in [self.budget.reason()] if reason]
         return nb, resources

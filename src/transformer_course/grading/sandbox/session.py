@@ -38,7 +38,7 @@ from transformer_course.grading.sandbox.runner import PRIVATE_FOLDERS, PRIVATE_S
 MAX_CELL_MESSAGE = 16 * 2**20  # a cell's outputs, as the runner sends them
 WRITE_STALL = 30.0  # seconds the student's side may leave a request of the grader's unread before it is ended
 MAX_NOTES = 64  # notes of the watcher kept per servant (a flood of forged notes costs the grader nothing)
-NOTE_KINDS = frozenset({"reference", "subclass", "runs", "copy", "process", "trace"})
+NOTE_KINDS = frozenset({"reference", "subclass"})  # the watch notes nothing else (executor.NOTE_WORDS)
 _STATUS = re.compile(r"(?:signal|exit) -?[0-9]{1,4}|interrupted|no such snapshot|no such runner|\?")
 KERNEL_DIED = ("the Python process running your notebook stopped while running this cell (os._exit, a crash in "
                "native code, or more memory than allowed); this cell scores 0, the cells after it still ran")

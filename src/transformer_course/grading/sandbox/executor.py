@@ -38,7 +38,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer
 
 from transformer_course.grading.cells import checks_module, is_grade_cell, reference_modules, split_hidden
-from transformer_course.grading.sandbox import fingerprint, hidden_inputs, profiling
+from transformer_course.grading.sandbox import hidden_inputs, profiling
 from transformer_course.grading.sandbox.channel import StudentName
 from transformer_course.grading.sandbox.outputs import OutputBudget
 from transformer_course.grading.sandbox.session import (
@@ -174,8 +174,8 @@ NOTE_WORDS = {  # the watch's notes (`watch.Watcher.handed_in`): all that can st
 
 
 def findings_from(notes: list[dict[str, Any]], labels: set[str]) -> list[str]:
-    """What to flag from the servants' notes: a note of a known kind about one of the reference parts of the
-    notebook's exercises (`labels`), each once."""
+    """What to flag from the servants' notes: a note of a known kind about one of the notebook's exercises
+    (`labels`: their names, as `watch.Watcher` gives them), each once."""
     found = []
     for note in notes:
         kind, reference = note.get("kind"), note.get("reference")
@@ -416,8 +416,7 @@ class JudgedExecute(NbGraderPreprocessor):
             self.session.end_notebook()
         if gate is not None:
             self.session.close()
-        labels = set(fingerprint.exercise_labels(self.exercises))
-        findings = findings_from(self.notes, labels)
+        findings = findings_from(self.notes, set(self.exercises))  # the watch names an exercise by its own name
         nb.metadata.setdefault(FINDINGS_KEY, {})["findings"] = findings
         nb.metadata[FINDINGS_KEY]["faults"] = self.faults + [reason for reason in [self.budget.reason()] if reason]
         return nb, resources

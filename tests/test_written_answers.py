@@ -93,6 +93,85 @@ def test_a_stripped_notebook_keeps_its_written_answers_when_rebuilt():
     assert [cell.source for _, cell in answer_cells(rebuilt)] == [f"my own answer {n}" for n in range(3)]
 
 
+# --- refusals of a sheet name the row as the spreadsheet shows it, the student and the question (cheap) ---
+
+STAGE_CELLS = [("attn_shape", False, 2.0), ("attn_q_scale", True, 3.0), ("attn_q_mask", True, 2.0)]
+
+
+def small_gradebook(folder, students):
+    """A gradebook of one stage (a check and two written answers) with a submission per student."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gradebook:
+        gradebook.add_assignment(EXAMPLE_ASSIGNMENT)
+        gradebook.add_notebook(EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT)
+        for name, written, points in STAGE_CELLS:
+            gradebook.add_grade_cell(name, EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT, max_score=points,
+                                     cell_type="markdown" if written else "code")
+            if written:
+                gradebook.add_solution_cell(name, EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT)
+        for student in students:
+            gradebook.add_student(student)
+            gradebook.add_submission(EXAMPLE_ASSIGNMENT, student)
+    return f"sqlite:///{folder / 'gradebook.db'}"
+
+
+LONG_ANSWER = "Dividing by sqrt(d_k)\nkeeps the variance at 1,\nso the softmax\ndoes not saturate."
+
+
+def test_every_refusal_names_the_spreadsheet_row_the_student_and_the_question(tmp_path):
+    """Answers on four text lines each: the refusals cite rows 11, 23 and 38 as the spreadsheet shows them
+    (the text lines would be 41, 89 and 149), each with the student and the question; nothing is imported."""
+    db_url = small_gradebook(tmp_path, ["ada", "bo"])
+    bad = {11: ["ada", "attn_q_scale", "9"], 23: ["nobody", "attn_q_mask", "1"], 30: ["bo", "attn_q_mask", "x"],
+           38: ["ada", "attn_shape", "1"]}
+    sheet = tmp_path / "grading.csv"
+    with open(sheet, "w", newline="", encoding="utf-8-sig") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["assignment", "question", "student", "score", "answer"])
+        for number in range(2, 40):
+            student, question, score = bad.get(number, ["bo", "attn_q_scale", ""])
+            writer.writerow([EXAMPLE_ASSIGNMENT, question, student, score, LONG_ANSWER])
+    with pytest.raises(answers.SheetProblems) as refused:
+        answers.import_scores(tmp_path, [sheet], db_url)
+    message = str(refused.value)
+    assert "grading.csv row 11 (student 'ada', question 'attn_q_scale'): score 9 is outside 0 to 3 points" in message
+    assert "grading.csv row 23 (student 'nobody', question 'attn_q_mask'): no answer" in message
+    assert "grading.csv row 30 (student 'bo', question 'attn_q_mask'): score 'x' is not a number" in message
+    assert "grading.csv row 38 (student 'ada', question 'attn_shape'): 'attn_shape' is graded by the checks" in message
+    assert not re.search(r"line \d", message)
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gradebook:
+        assert gradebook.find_grade("attn_q_scale", EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT, "bo").manual_score is None
+
+
+def test_a_filled_xlsx_sheet_imports_into_the_gradebook(tmp_path):
+    """A workbook as a person fills it (a number, a text score with a decimal comma, a comment beginning with
+    "="): its scores and comment reach the gradebook; a bad cell in it is refused with its row."""
+    from nbgrader.api import Gradebook
+
+    from transformer_course.grading.outputs.workbook import write_workbook
+
+    db_url = small_gradebook(tmp_path, ["ada", "bo"])
+    sheet = write_workbook(tmp_path / "grading.xlsx", ["assignment", "question", "student", "score", "comment"], [
+        [EXAMPLE_ASSIGNMENT, "attn_q_scale", "ada", 2.5, "=why the variance?"],
+        [EXAMPLE_ASSIGNMENT, "attn_q_mask", "bo", "1,5", ""]])
+    imported = answers.import_scores(tmp_path, [sheet], db_url)
+    assert (imported.scores, imported.comments) == (2, 1)
+    with Gradebook(db_url) as gradebook:
+        find = gradebook.find_grade
+        assert find("attn_q_scale", EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT, "ada").manual_score == 2.5
+        assert find("attn_q_mask", EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT, "bo").manual_score == 1.5
+        assert gradebook.find_comment("attn_q_scale", EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT,
+                                      "ada").manual_comment == "=why the variance?"
+    bad = write_workbook(tmp_path / "bad.xlsx", ["assignment", "question", "student", "score"], [
+        [EXAMPLE_ASSIGNMENT, "attn_q_scale", "ada", 1], [EXAMPLE_ASSIGNMENT, "attn_q_mask", "bo", 7]])
+    with pytest.raises(answers.SheetProblems, match=r"bad.xlsx row 3 \(student 'bo', question 'attn_q_mask'\): "
+                                                    r"score 7 is outside 0 to 2 points"):
+        answers.import_scores(tmp_path, [bad], db_url)
+
+
 # --- grading them, on the example class graded once per session (slow) ------------------------------
 
 @pytest.fixture(scope="module")
@@ -105,7 +184,7 @@ def class_copy(graded_example_class, tmp_path_factory):
 
 
 def rows_of(class_dir):
-    with open(class_dir / "scores.csv", encoding="utf-8") as handle:
+    with open(class_dir / "scores.csv", encoding="utf-8-sig") as handle:
         return {row["student"]: row for row in csv.DictReader(handle)}
 
 
@@ -130,7 +209,8 @@ def test_export_import_scores_comments_feedback_and_totals(class_copy):
     page = (folder / EXAMPLE_ASSIGNMENT / "attn_q_scale.html").read_text(encoding="utf-8")
     assert "Rubric" in page and "saturate" in page and "<script" not in page and "needs manual grading" in page
     assert (folder / "index.html").exists()
-    with open(folder / "grading.csv", encoding="utf-8") as handle:
+    assert (folder / "grading.csv").read_bytes().startswith(b"\xef\xbb\xbf")  # Excel reads it as UTF-8
+    with open(folder / "grading.csv", encoding="utf-8-sig") as handle:
         sheet = list(csv.DictReader(handle))
     assert {row["question"] for row in sheet} == set(QUESTIONS)
     ada_rows = [row for row in sheet if row["student"] == "ada"]
@@ -151,9 +231,9 @@ def test_export_import_scores_comments_feedback_and_totals(class_copy):
                    f"{EXAMPLE_ASSIGNMENT},attn_q_scale,ada,9,too many\n"
                    f"{EXAMPLE_ASSIGNMENT},attn_q_scale,nobody,1,\n"
                    f"{EXAMPLE_ASSIGNMENT},attn_sdpa_values,ada,1,\n", encoding="utf-8")
-    before = (class_copy / "scores.csv").read_text(encoding="utf-8")
+    before = (class_copy / "scores.csv").read_bytes()
     assert answers.main(["import", str(class_copy), str(bad)]) == 1  # all or nothing
-    assert (class_copy / "scores.csv").read_text(encoding="utf-8") == before
+    assert (class_copy / "scores.csv").read_bytes() == before
 
     earlier = rows_of(class_copy)
     assert answers.main(["import", str(class_copy), str(filled)]) == 0
@@ -171,6 +251,40 @@ def test_export_import_scores_comments_feedback_and_totals(class_copy):
     assert rows["dana_12345"]["manual_status"].startswith(answers.NEEDS_MANUAL_GRADING)  # not in the sheet: waits
     report = (class_copy / "report.html").read_text(encoding="utf-8")
     assert 'data-key="mean_manual"' in report
+    assert (class_copy / "scores.csv").read_bytes().startswith(b"\xef\xbb\xbf")  # rewritten for Excel
+
+
+@pytest.mark.slow
+def test_the_xlsx_sheet_round_trips_through_a_person_and_import(class_copy):
+    """grading.xlsx, filled in as a person does in Excel (numbers typed as numbers, a comment that starts
+    like a formula), imported back: eve's scores and comment reach the gradebook and scores.csv."""
+    import openpyxl
+
+    folder = answers.export(class_copy, ROOT)
+    book = openpyxl.load_workbook(folder / "grading.xlsx")
+    sheet = book.active
+    header = [cell.value for cell in sheet[1]]
+    assert header == list(answers.SHEET_COLUMNS)
+    column = {name: header.index(name) + 1 for name in header}
+    given = {"attn_q_scale": 3, "attn_q_mask": 1.5, "attn_q_heads": 0}
+    eve = 0
+    for number in range(2, sheet.max_row + 1):
+        if sheet.cell(number, column["student"]).value == "eve":
+            question = sheet.cell(number, column["question"]).value
+            assert sheet.cell(number, column["points"]).data_type == "n"
+            sheet.cell(number, column["score"]).value = given[question]
+            sheet.cell(number, column["comment"]).value = f"=not a formula, {question}"
+            eve += 1
+    assert eve == 3
+    book.save(class_copy / "filled.xlsx")
+    assert answers.main(["import", str(class_copy), str(class_copy / "filled.xlsx")]) == 0
+    row = rows_of(class_copy)["eve"]
+    assert [float(row[q]) for q in QUESTIONS] == [3.0, 1.5, 0.0] and row["manual_status"] == "graded by hand"
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{class_copy / 'gradebook.db'}") as gradebook:
+        comment = gradebook.find_comment("attn_q_mask", EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT, "eve").manual_comment
+    assert comment == "=not a formula, attn_q_mask"
 
 
 def formgrader(class_dir):
@@ -239,7 +353,7 @@ def test_grading_in_the_formgrader_reaches_scores_and_feedback(class_copy):
 # --- sheets from any spreadsheet, and hand grades that survive a regrade (slow) ---------------------------
 
 def sheet_rows(folder):
-    with open(folder / "grading.csv", encoding="utf-8") as handle:
+    with open(folder / "grading.csv", encoding="utf-8-sig") as handle:
         return list(csv.DictReader(handle))
 
 

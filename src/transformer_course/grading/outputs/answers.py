@@ -2,7 +2,7 @@
 instructor grades them after the batch command.
 
     python -m transformer_course.grading.answers export CLASS_DIR        one HTML page per question
-    python -m transformer_course.grading.answers import CLASS_DIR SHEET.csv [SHEET.csv ...]
+    python -m transformer_course.grading.answers import CLASS_DIR SHEET.csv|SHEET.xlsx [...]
     python -m transformer_course.grading.answers formgrader CLASS_DIR    config for nbgrader's formgrader
     python -m transformer_course.grading.answers refresh CLASS_DIR       after grading in the formgrader
 
@@ -14,12 +14,14 @@ other answer waits for a person. Nothing waits silently: `score_rows` shows such
 "needs manual grading" in scores.csv, never as 0.
 
 `export` writes CLASS_DIR/answers/: index.html, one page per question (every student's answer
-beside the model answer and the rubric) and grading.csv, one row per (student, question) with the
+beside the model answer and the rubric) and grading.csv (UTF-8 with a byte-order mark, so Excel reads it
+as UTF-8) and grading.xlsx, the same sheet as an Excel workbook, one row per (student, question) with the
 answer text, its `state` (to grade, graded, changed since graded, left blank), the `score` and
 `comment` so far and `answer_version` (which text the row shows). Fill those in (any spreadsheet; it
-may save the sheet with commas or semicolons, in UTF-8 or Windows-1252), then `import` checks every row
+may save the sheet as .xlsx, or as CSV with commas or semicolons, in UTF-8 or Windows-1252), then
+`import` checks every row
 first (a sheet it cannot read, unknown students or questions, scores that are not numbers between 0
-and the question's points: nothing is written and each problem is listed with its line), writes the
+and the question's points: nothing is written and each problem is listed with its row, student and question), writes the
 scores and comments into the gradebook, regenerates those students' feedback (comments included) and
 rewrites scores.csv and report.html. A blank score leaves that answer as it was; a row whose answer
 changed since the sheet was exported is left out, with a note (see `import_scores`).
@@ -52,7 +54,8 @@ from transformer_course.grading.outputs.scores import (  # noqa: F401  (re-expor
     read_csv,
     score_rows,
 )
-from transformer_course.grading.outputs.spreadsheet import SheetError, protect, read_sheet
+from transformer_course.grading.outputs.spreadsheet import EXCEL_BOM, SheetError, protect, read_sheet, who, write_csv
+from transformer_course.grading.outputs.workbook import write_workbook
 
 SHEET_COLUMNS = ("assignment", "question", "student", "name", "lms_id", "points", "state", "score", "comment",
                  "answer_version", "answer")
@@ -176,7 +179,8 @@ def _people(class_dir: Path) -> dict[tuple[str, str], tuple[str, str]]:
 
 
 def export(class_dir: Path, course: Path, db_url: str | None = None) -> Path:
-    """Write CLASS_DIR/answers/ (index.html, a page per question, grading.csv); returns the folder."""
+    """Write CLASS_DIR/answers/ (index.html, a page per question, grading.csv and grading.xlsx); returns the
+    folder."""
     sheets = collect(class_dir, course, db_url)
     folder = class_dir / "answers"
     folder.mkdir(parents=True, exist_ok=True)
@@ -190,25 +194,41 @@ def export(class_dir: Path, course: Path, db_url: str | None = None) -> Path:
         links.append(f'<li><a href="{question.assignment}/{question.grade_id}.html">{question.assignment}, '
                      f"question {question.number} ({question.grade_id}, {question.points:g} points)</a>: "
                      f"{len(sheet.answers)} answers, {waiting} to grade</li>")
-    index = (f"<h1>Written answers</h1><p>Grade in <code>grading.csv</code> (columns <code>score</code> and "
-             f"<code>comment</code>), then run <code>python -m transformer_course.grading.answers import "
-             f"{html.escape(str(class_dir))} grading.csv</code>.</p><ul>{''.join(links)}</ul>")
+    index = (f"<h1>Written answers</h1><p>Grade in <code>grading.xlsx</code> or <code>grading.csv</code> (columns "
+             f"<code>score</code> and <code>comment</code>), then run <code>python -m "
+             f"transformer_course.grading.answers import {html.escape(str(class_dir))} grading.xlsx</code> (or the "
+             f"CSV).</p><ul>{''.join(links)}</ul>")
     write_text_atomically(folder / "index.html", _page("Written answers", index))
 
-    def write(handle) -> None:  # noqa: ANN001
-        writer = csv.writer(handle)
-        writer.writerow(SHEET_COLUMNS)
-        for sheet in sheets:
-            for answer in sheet.answers:
-                state, score = _state(answer)
-                text = "(no answer)" if answer.blank else answer.text if answer.text is not None else "(not graded)"
-                writer.writerow([protect(value) for value in (
-                    sheet.question.assignment, sheet.question.grade_id, answer.student, answer.name, answer.lms_id,
-                    f"{sheet.question.points:g}", state, score, answer.comment,
-                    hand_grades.version(answer.text) if answer.text is not None else "", text)])
-
-    replace_atomically(folder / "grading.csv", write, newline="")
+    records = [(sheet.question, answer) for sheet in sheets for answer in sheet.answers]
+    write_csv(folder / "grading.csv", [SHEET_COLUMNS, *([protect(value) for value in _sheet_row(question, answer)]
+                                                        for question, answer in records)])
+    write_workbook(folder / "grading.xlsx", SHEET_COLUMNS, (_workbook_row(question, answer)
+                                                            for question, answer in records),
+                   widths=WORKBOOK_WIDTHS, wrap=("answer", "comment", "state"))
     return folder
+
+
+WORKBOOK_WIDTHS = {"assignment": 16, "question": 16, "student": 16, "name": 18, "state": 22, "comment": 40,
+                   "answer_version": 16, "answer": 80}
+
+
+def _sheet_row(question: Question, answer: Answer) -> list[str]:
+    """The grading sheet's cells of one answer (SHEET_COLUMNS), as text."""
+    state, score = _state(answer)
+    text = "(no answer)" if answer.blank else answer.text if answer.text is not None else "(not graded)"
+    return [question.assignment, question.grade_id, answer.student, answer.name, answer.lms_id, f"{question.points:g}",
+            state, score, answer.comment, hand_grades.version(answer.text) if answer.text is not None else "", text]
+
+
+def _workbook_row(question: Question, answer: Answer) -> list[str | float | None]:
+    """The same cells for the workbook: points and score as numbers (a person types a number, in the
+    decimal format of their Excel), every other cell as text."""
+    cells: list[str | float | None] = list(_sheet_row(question, answer))
+    points, score = SHEET_COLUMNS.index("points"), SHEET_COLUMNS.index("score")
+    cells[points] = question.points
+    cells[score] = float(cells[score]) if cells[score] else None
+    return cells
 
 
 def _state(answer: Answer) -> tuple[str, str]:
@@ -307,11 +327,11 @@ def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None
     """Write the sheets' scores and comments into the gradebook, all or nothing.
 
     A sheet that cannot be read whole, or any row that names an unknown answer or a score out of range,
-    stops the import before anything is written (`SheetProblems`, with the file and line of each). A row
-    whose answer changed since the sheet was exported (its `answer_version` is not the answer's now) is
-    left out with a note: its score was given to another text. A score never clears nbgrader's review
-    mark of an answer that changed after its hand score, unless the sheet shows that the grader saw the
-    new text (an `answer_version` equal to it)."""
+    stops the import before anything is written (`SheetProblems`, with the file, row, student and
+    question of each). A row whose answer changed since the sheet was exported (its `answer_version`
+    is not the answer's now) is left out with a note: its score was given to another text. A score never
+    clears nbgrader's review mark of an answer that changed after its hand score, unless the sheet shows
+    that the grader saw the new text (an `answer_version` equal to it)."""
     from nbgrader.api import Gradebook, MissingEntry
     db_url = db_url or default_db_url(class_dir)
     rows = []
@@ -328,21 +348,21 @@ def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None
     with Gradebook(db_url) as gradebook:
         updates = []
         for path, number, row in rows:
-            where = f"{path.name} line {number}"
+            where = f"{path.name} row {number}{who(row)}"
             assignment, question, student = (row.get(key, "").strip() for key in ("assignment", "question", "student"))
             score_text, comment = row.get("score", "").strip(), row.get("comment", "").strip()
             if not (score_text or comment):
                 continue
             try:
                 grade = gradebook.find_grade(question, assignment, assignment, student)
-                note = gradebook.find_comment(question, assignment, assignment, student)
             except MissingEntry:
                 problems.append(f"{where}: no answer '{question}' of '{assignment}' by student '{student}' "
-                                "in the gradebook")
+                                "in the gradebook (unknown student, question or assignment)")
                 continue
             if grade.name not in {cell.name for cell in grade.notebook.notebook.solution_cells}:
                 problems.append(f"{where}: '{question}' is graded by the checks, not by hand")
                 continue
+            note = gradebook.find_comment(question, assignment, assignment, student)
             score = None
             if score_text:
                 try:
@@ -370,7 +390,7 @@ def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None
             updates.append((grade, note, score, comment, (student, assignment)))
         if problems:
             raise SheetProblems("nothing was imported; fix these rows first:\n  " + "\n  ".join(problems))
-        for grade, note, score, comment, who in updates:
+        for grade, note, score, comment, pair in updates:
             changed = False
             if score is not None and (grade.manual_score != score or grade.needs_manual_grade):
                 grade.manual_score = score
@@ -382,7 +402,7 @@ def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None
                 result.comments += 1
                 changed = True
             if changed:
-                result.students.add(who)
+                result.students.add(pair)
         gradebook.db.commit()
     hand_grades.remember(class_dir, db_url, result.students)
     return result
@@ -423,7 +443,7 @@ def regenerate_feedback(course: Path, class_dir: Path, who: Iterable[tuple[str, 
 def refresh_scores_csv(class_dir: Path, db_url: str | None = None) -> Path:
     """scores.csv with the gradebook's current points (after hand grading); every other column as it was."""
     path = class_dir / "scores.csv"
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:
         reader = csv.reader(handle)
         header = next(reader)
         rows = list(reader)
@@ -436,6 +456,7 @@ def refresh_scores_csv(class_dir: Path, db_url: str | None = None) -> Path:
     position = {name: index for index, name in enumerate(header)}
 
     def write(handle) -> None:  # noqa: ANN001
+        handle.write(EXCEL_BOM)  # Excel reads it as UTF-8 (names with umlauts stay whole)
         writer = csv.writer(handle)
         writer.writerow(columns)
         for values in rows:
@@ -516,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["export", "import", "formgrader", "refresh"])
     parser.add_argument("class_dir", type=Path, help="the --class-dir of the batch command")
-    parser.add_argument("sheets", type=Path, nargs="*", help="import: the filled-in grading CSV file(s)")
+    parser.add_argument("sheets", type=Path, nargs="*", help="import: the filled-in grading sheet(s), .xlsx or CSV")
     parser.add_argument("--db-url", help="the gradebook, when the batch used --db-url")
     parser.add_argument("--course", type=Path, default=ROOT, help="the course repository (its solutions/)")
     arguments = parser.parse_args(argv)

@@ -6,12 +6,15 @@ leading `'`. A spreadsheet that reads the comma-separated file with `;` as its s
 LibreOffice set to German, French, ... do) starts a new cell after every `;` outside quotes, so the same
 protection goes after every `;` (and tab) that a formula character follows, spaces and quotes between
 them included. `unprotect` undoes exactly
-this when a sheet comes back.
+this when a sheet comes back. A CSV for people starts with a UTF-8 byte-order mark (`EXCEL_BOM`): without
+it Excel reads UTF-8 as the Windows code page of its language, so "Größe" shows as "GrÃ¶ÃŸe".
 
-**Reading.** `read_sheet` takes a sheet as any spreadsheet saves it: comma, semicolon or tab separated;
-UTF-8 with or without a byte-order mark, UTF-16 with one, or Windows-1252 / Latin-1; quoted or not. A
-sheet it cannot read whole (no header with the needed columns, broken quoting, a row with more cells than
-the header) raises `SheetError`, whose message names the file and the line.
+**Reading.** `read_sheet` takes a sheet as any spreadsheet saves it: an Excel workbook (.xlsx, see
+`workbook`), or a CSV: comma, semicolon or tab separated; UTF-8 with or without a byte-order mark, UTF-16
+with one, or Windows-1252 / Latin-1; quoted or not. Rows are numbered as the spreadsheet shows them: the
+header is row 1 and every record one row, however many lines a quoted cell spans. A sheet it cannot read
+whole (no header with the needed columns, broken quoting, a row with more cells than the header) raises
+`SheetError`, whose message names the file, the row and, where the row says, the student and question.
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from transformer_course.grading.outputs.files import replace_atomically
+from transformer_course.grading.outputs.workbook import XLSX_MAGIC, WorkbookError, read_workbook
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _FORMULA = r"[=+\-@\t\r]"
@@ -27,6 +34,8 @@ _LEADING = re.compile(rf"[\s\"]*{_FORMULA}")  # spaces or quotes before it do no
 _AFTER_SEPARATOR = re.compile(rf"([;\t])(?=[\s\"]*{_FORMULA})")
 _PROTECTED = re.compile(rf"([;\t])'(?=[\s\"]*{_FORMULA})")
 SEPARATORS = (",", ";", "\t")
+EXCEL_BOM = "\ufeff"  # written first, as UTF-8: Excel then reads the file as UTF-8
+CITED = ("student", "question")  # the columns a refusal names, besides the row
 
 
 def protect(text: str) -> str:
@@ -40,6 +49,16 @@ def unprotect(text: str) -> str:
     if text.startswith("'") and _LEADING.match(text, 1):
         text = text[1:]
     return _PROTECTED.sub(r"\1", text)
+
+
+def write_csv(path: Path, rows: Iterable[Iterable[object]]) -> Path:
+    """PATH: ROWS as a CSV a person opens in Excel (a UTF-8 byte-order mark first, comma separated), replaced
+    whole (`replace_atomically`). The caller protects text a student controls (`protect`)."""
+    def write(handle) -> None:  # noqa: ANN001
+        handle.write(EXCEL_BOM)
+        csv.writer(handle).writerows(rows)
+
+    return replace_atomically(path, write, newline="")
 
 
 class SheetError(ValueError):
@@ -63,41 +82,101 @@ def decode(data: bytes) -> str:
         return data.decode("latin-1")
 
 
-def read_sheet(path: Path, required: tuple[str, ...]) -> list[tuple[int, dict[str, str]]]:
-    """[(line number where the row starts, {column: text})] of a sheet whose header has REQUIRED.
+def read_sheet(path: Path, required: tuple[str, ...], cite: tuple[str, ...] = CITED,
+               ) -> list[tuple[int, dict[str, str]]]:
+    """[(the row as the spreadsheet numbers it, {column: text})] of a sheet whose header has REQUIRED.
 
-    Values are stripped of the protection `protect` added; empty lines are skipped."""
+    An .xlsx workbook is read as such, anything else as CSV. CSV values are stripped of the protection
+    `protect` added; empty rows are skipped (and counted). A refusal names the columns CITE of its row."""
     try:
-        text = decode(path.read_bytes())
+        data = path.read_bytes()
     except OSError as error:
         raise SheetError(f"{path.name}: cannot be read ({error.strerror or error})") from None
+    if data.startswith(XLSX_MAGIC) or path.suffix.lower() == ".xlsx":
+        try:
+            records = read_workbook(path)
+        except WorkbookError as error:
+            raise SheetError(str(error)) from None
+        return _rows(path, records[0] if records else [], enumerate(records[1:], 2), required, cite,
+                     clean=lambda value: value, separator="")
+    text = decode(data)
     if "\x00" in text:
-        raise SheetError(f"{path.name} line {text[: text.index(chr(0))].count(chr(10)) + 1}: a NUL byte: this is "
-                         "not a text file (save the sheet as CSV)")
+        row, values = _record_at(text, text.index("\x00"))
+        raise SheetError(f"{path.name} row {row}{_who(_header(text)[0], values, cite)}: a NUL byte: this is not a "
+                         "text file (save the sheet as CSV or .xlsx)")
     header, separator = _header(text)
-    names = [unprotect(name.strip()) for name in header]
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=separator, strict=True)
+
+    def records():  # noqa: ANN202  (row number, cells), the header being row 1
+        number, start = 1, 1
+        try:
+            next(reader, None)
+            while True:
+                number, start = number + 1, reader.line_num + 1
+                values = next(reader, None)
+                if values is None:
+                    return
+                yield number, values
+        except csv.Error as error:
+            lines = io.StringIO(text, newline="").readlines()
+            started = _loose(lines[start - 1], separator) if start <= len(lines) else []
+            raise SheetError(f"{path.name} row {number}{_who(header, started, cite)}: {error} (a quote that is "
+                             "never closed?)") from None
+
+    return _rows(path, header, records(), required, cite, separator=separator, clean=unprotect)
+
+
+def _rows(path: Path, header: list[str], records: Iterable[tuple[int, list[str]]], required: tuple[str, ...],
+          cite: tuple[str, ...], *, clean: Callable[[str], str], separator: str,
+          ) -> list[tuple[int, dict[str, str]]]:
+    names = [clean(name.strip()) for name in header]
     missing = [column for column in required if column not in names]
     if missing:
         found = ", ".join(repr(name) for name in names[:12] if name) or "nothing"
-        raise SheetError(f"{path.name} line 1: the header has no column {', '.join(map(repr, missing))} (found "
-                         f"{found}); the first line must name the columns, separated by commas or semicolons")
+        raise SheetError(f"{path.name} row 1: the header has no column {', '.join(map(repr, missing))} (found "
+                         f"{found}); the first row must name the columns, separated by commas or semicolons")
     rows = []
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=separator, strict=True)
-    start = 1
-    try:
-        next(reader)
-        start = reader.line_num + 1
-        for values in reader:
-            line, start = start, reader.line_num + 1
-            if not any(value.strip() for value in values):
-                continue
-            if len(values) > len(names):
-                raise SheetError(f"{path.name} line {line}: {len(values)} cells, but the header names "
-                                 f"{len(names)} columns (a {_name(separator)} inside a cell that is not quoted?)")
-            rows.append((line, {name: unprotect(value) for name, value in zip(names, values, strict=False) if name}))
-    except csv.Error as error:
-        raise SheetError(f"{path.name} line {start}: {error} (a quote that is never closed?)") from None
+    for number, values in records:
+        if not any(value.strip() for value in values):
+            continue
+        if len(values) > len(names):
+            hint = f" (a {_name(separator)} inside a cell that is not quoted?)" if separator else ""
+            raise SheetError(f"{path.name} row {number}{_who(names, values, cite)}: {len(values)} cells, but the "
+                             f"header names {len(names)} columns{hint}")
+        rows.append((number, {name: clean(value) for name, value in zip(names, values, strict=False) if name}))
     return rows
+
+
+def who(row: dict[str, str], cite: tuple[str, ...] = CITED) -> str:
+    """" (student 'ada', question 'attn_q_scale')": what a refusal of ROW names besides its row number."""
+    named = [f"{column} {row[column].strip()!r}" for column in cite if row.get(column, "").strip()]
+    return f" ({', '.join(named)})" if named else ""
+
+
+def _who(header: list[str], values: list[str], cite: tuple[str, ...]) -> str:
+    names = [unprotect(name.strip()) for name in header]
+    return who(dict(zip(names, values, strict=False)), cite)
+
+
+def _loose(line: str, separator: str) -> list[str]:
+    """The cells of one line, read without insisting on closed quotes."""
+    try:
+        return next(csv.reader([line], delimiter=separator), [])
+    except csv.Error:
+        return []
+
+
+def _record_at(text: str, position: int) -> tuple[int, list[str]]:
+    """(the row number, the cells so far) of the record at POSITION in TEXT."""
+    before = text[:position]
+    separator = _header(text)[1] if before.strip() else ","
+    try:
+        records = list(csv.reader(io.StringIO(before, newline=""), delimiter=separator))
+    except csv.Error:
+        records = [[]] * (before.count("\n") + 1)
+    if not before or before.endswith(("\n", "\r")):
+        return len(records) + 1, []
+    return len(records), records[-1] if records else []
 
 
 def _header(text: str) -> tuple[list[str], str]:

@@ -7,7 +7,9 @@ temporary folder, started and stopped by the test.
         cluster.wait([job])
         cluster.state(job)    # {"1": "COMPLETED", "2": "COMPLETED"} for an array
 
-The node has this machine's cores and most of its memory; jobs run as the submitting user (root in CI)
+The node has this machine's cores and most of its memory, or as many CPUs as asked for (`SlurmCluster(cpus=8)`,
+so that a recipe's `--cpus-per-task=4` runs as written on a small machine: slurmd takes the configured
+counts, `SlurmdParameters=config_overrides`); jobs run as the submitting user (root in CI)
 with no cgroup or accounting plugin, so nothing of the host's configuration is needed or touched.
 `unavailable()` says in one line why no cluster can start here (None when one can); the tests skip with it,
 except in CI (CI=true), where they fail.
@@ -43,6 +45,43 @@ def unavailable() -> str | None:
     return None
 
 
+def recipe(page: Path, replace: dict[str, str]) -> str:
+    """The shell lines of the page's block that submits `slurm.sbatch`, as written there, with each of the
+    page's placeholders (`/shared/downloads`, `dbhost`'s URL, ...) replaced by the test's own."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", page.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+    [block] = [block for block in blocks if "autograde/cluster/slurm.sbatch" in block]
+    for placeholder, value in replace.items():
+        assert placeholder in block, placeholder
+        block = block.replace(placeholder, value)
+    return block
+
+
+def environment_without_the_course(environment: dict[str, str], root: Path) -> dict[str, str]:
+    """An instructor's shell: no PYTHON, no virtualenv active (its bin folder not on the PATH)."""
+    venv = str(root / ".venv")
+    kept = {name: value for name, value in environment.items()
+            if name not in ("PYTHON", "VIRTUAL_ENV", "PYTHONPATH", "GRADE_OPTIONS", "GRADING_RUN")}
+    kept["PATH"] = os.pathsep.join(part for part in environment.get("PATH", "").split(os.pathsep)
+                                   if part and not part.startswith(venv))
+    return kept
+
+
+def smaller_array(folder: Path, array: str) -> Path:
+    """A `sbatch` for the front of the PATH that submits the recipe's array (`slurm.sbatch`) with `--array=ARRAY`
+    (a class of four needs no ten tasks) and everything else as it comes. Not SBATCH_ARRAY_INX: that would
+    make every job an array, the scores job included."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wrapper = folder / "sbatch"
+    wrapper.write_text(f"""#!/bin/sh
+case "$*" in
+    *autograde/cluster/slurm.sbatch*) exec {_which("sbatch")} --array={array} "$@" ;;
+esac
+exec {_which("sbatch")} "$@"
+""")
+    wrapper.chmod(0o755)
+    return folder
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -58,7 +97,8 @@ def _memory_mb() -> int:
 class SlurmCluster:
     NODE = "localnode"
 
-    def __init__(self) -> None:
+    def __init__(self, cpus: int | None = None) -> None:
+        self.cpus = max(cpus or 0, os.cpu_count() or 1)
         self.base = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))  # short: socket paths have 107 bytes
         self.conf = self.base / "slurm.conf"
         self.socket = self.base / "munge.socket"
@@ -116,7 +156,8 @@ SchedulerType=sched/backfill
 MinJobAge=3600
 ReturnToService=2
 MpiDefault=none
-NodeName={self.NODE} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1} RealMemory={_memory_mb()} State=UNKNOWN
+SlurmdParameters=config_overrides
+NodeName={self.NODE} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={_memory_mb()} State=UNKNOWN
 PartitionName=test Nodes={self.NODE} Default=YES MaxTime=INFINITE State=UP
 """)
         self._run([_which("slurmctld"), "-i"])

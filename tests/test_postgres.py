@@ -7,9 +7,9 @@ student) and started again, as Slurm does when it requeues a task. Then: the sco
 single-machine run; the restarted task regraded none of the students it had finished; the gradebook
 and scores.csv hold no duplicate; and scores.csv, written by either machine, lists every student.
 
-Then the same class through the Slurm recipe as README gives it, on a single-node Slurm cluster started by
-the test (tests/slurm_cluster.py): the job array and the final scores job, whose scores.csv must equal the
-single-machine run's.
+Then the same class through the Slurm recipe as the instructor's guide gives it (website/instructor/cluster.md),
+on a single-node Slurm cluster started by the test (tests/slurm_cluster.py): the job array and the final scores
+job, whose scores.csv must equal the single-machine run's.
 
 Cost: one cheap stage (01_positional_encoding), four students: about a minute on two cores for the two
 machines, and about as much for the Slurm run. Outside CI a machine without PostgreSQL (or psycopg2), or
@@ -18,6 +18,7 @@ without Slurm, skips with the reason; in CI (CI=true) that is a failure."""
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -209,33 +210,46 @@ def test_one_students_notebooks_graded_at_once_by_two_workers(postgres, tmp_path
 @pytest.fixture(scope="module")
 def slurm():
     require(slurm_unavailable())
-    with SlurmCluster() as cluster:
+    with SlurmCluster(cpus=8) as cluster:  # the recipe's four CPUs per task, as written
         yield cluster
 
 
 def test_the_slurm_recipe_runs_as_documented(slurm, postgres, downloads, graded, tmp_path):
-    """README's two sbatch commands on a real slurmctld and slurmd: the array (two tasks here, one CPU each:
-    options on sbatch's command line override the script's) grades the class into a shared class folder and
-    the PostgreSQL gradebook named by the README's `postgresql://` URL as written (the psycopg driver); the
-    scores job, which depends on the array, runs once after it and writes the scores.csv of one machine."""
+    """The instructor's guide's three Slurm lines (website/instructor/cluster.md), run as written from the
+    course's folder on a real slurmctld and slurmd, in a shell with no PYTHON and no virtualenv on the PATH:
+    the recipe finds the course's .venv itself. The array (two tasks here, through a `sbatch` that adds
+    `--array=1-2`; four CPUs each as written) grades the class into a shared class folder and the PostgreSQL
+    gradebook named by the guide's `postgresql://` URL as written (the psycopg driver); the scores job, which
+    depends on the array, runs once after it and writes the scores.csv of one machine. Only the placeholders
+    (/shared/..., dbhost's URL), the logs' folder, the memory and GRADE_OPTIONS (one stage) come from the test."""
+    from slurm_cluster import environment_without_the_course, recipe, smaller_array
+
     require(bubblewrap_problem())  # the recipe grades only in the sandbox (--require-sandbox)
     folder, _ = downloads
     db_url = postgres.create_database("slurm").replace("postgresql+psycopg2://", "postgresql://")
     class_dir = tmp_path / "class"
-    environment = slurm.environment(COURSE=str(ROOT), SUBMISSIONS=str(folder), CLASS_DIR=str(class_dir),
-                                    GRADEBOOK_URL=db_url, PYTHON=sys.executable)
-    cluster = ROOT / "autograde" / "cluster"
-    array = slurm.sbatch(["--export=ALL", "--array=1-2", "--cpus-per-task=1", "--mem=1G", str(cluster / "slurm.sbatch"),
-                          "--assignment", STAGE, "--timeout", "60"], tmp_path, environment)
-    scores = slurm.sbatch([f"--dependency=afterany:{array}", "--export=ALL", "--mem=1G",
-                           str(cluster / "slurm-scores.sbatch"), "--assignment", STAGE], tmp_path, environment)
+    from transformer_course.data import multi30k
+    lines = recipe(ROOT / "website" / "instructor" / "cluster.md", {
+        "/shared/downloads": str(folder), "/shared/class": str(class_dir),
+        "/shared/multi30k": os.environ.get(multi30k.ENVIRONMENT_VARIABLE) or str(multi30k.cache_directory()),
+        "postgresql://grader@dbhost/gradebook": db_url})
+    environment = environment_without_the_course(slurm.environment(), ROOT)
+    environment.update(PATH=f"{smaller_array(tmp_path / 'bin', '1-2')}{os.pathsep}{environment['PATH']}",
+                       SBATCH_MEM_PER_NODE="2G", SBATCH_OUTPUT=str(tmp_path / "grade-%A_%a.log"),
+                       GRADE_OPTIONS=f"--assignment {STAGE} --timeout 60")
+    submitted = subprocess.run(["bash", "-e", "-c", lines + 'echo "array $job"\n'], cwd=ROOT, env=environment,
+                               capture_output=True, text=True, timeout=120)
+    assert submitted.returncode == 0, submitted.stderr
+    array = re.search(r"^array (\d+)$", submitted.stdout, re.MULTILINE).group(1)
+    scores = re.search(r"Submitted batch job (\d+)", submitted.stdout).group(1)
     slurm.wait([array, scores], timeout=900)
     logs = {path.name: path.read_text(errors="replace") for path in tmp_path.glob("grade-*.log")}
     assert slurm.state(array) == {"1": "COMPLETED", "2": "COMPLETED"}, logs
     assert slurm.state(scores) == {scores: "COMPLETED"}, logs
-    assert sorted(logs) == [f"grade-{array}_1.log", f"grade-{array}_2.log", f"grade-{scores}-scores.log"]
+    final = f"grade-{scores}_4294967294.log"  # %a of a job that is no array
+    assert sorted(logs) == sorted([f"grade-{array}_1.log", f"grade-{array}_2.log", final])
     assert "grades shard 1/2" in logs[f"grade-{array}_1.log"] and "grades shard 2/2" in logs[f"grade-{array}_2.log"]
-    assert "grades shard" not in logs[f"grade-{scores}-scores.log"]  # the final step grades nobody
+    assert "grades shard" not in logs[final]  # the final step grades nobody
     rows = {(row["student"], row["assignment"]): row for row in read_scores(class_dir / "scores.csv")}
     assert {key: row["total"] for key, row in rows.items()} == {
         key: row["total"] for key, row in graded["single"].items()}

@@ -152,41 +152,158 @@ def test_the_kubernetes_scores_job_runs_once_with_the_grading_jobs_volume_and_gr
     assert {"SUBMISSIONS", "CLASS_DIR", "GRADEBOOK_URL"} <= {item["name"] for item in container["env"]}
 
 
-def fake_kubectl(folder, states):
-    """A `kubectl` that logs its calls and answers `get job NAME` with the next condition of STATES[NAME]."""
-    folder.mkdir()
-    for name, sequence in states.items():
-        (folder / f"{name}.states").write_text("\n".join(sequence) + "\n")
-    script = folder / "kubectl"
-    script.write_text(f"""#!/usr/bin/env bash
-echo "$*" >> {folder}/calls
-if [ "$1" = get ]; then
-    file={folder}/$3.states
+FAKE_KUBECTL = r"""#!/usr/bin/env bash
+# A stand-in kubectl: logs its calls; a Job's conditions, its pods and events are read from files named by
+# the Job's manifest name (grade-class, grade-class-scores), the last line of a sequence repeating.
+here=$(dirname "$0")
+echo "$*" >> "$here/calls"
+base() { echo "$1" | sed -E 's/-[0-9]+$//'; }
+next() {  # the next line of a sequence file; the last one stays
+    local file="$here/$1"
+    [ -e "$file" ] || return 0
     head -n 1 "$file"
-    tail -n +2 "$file" > "$file.next"; [ -s "$file.next" ] && mv "$file.next" "$file" || rm -f "$file.next"
-fi
-""")
+    if [ "$(wc -l < "$file")" -gt 1 ]; then tail -n +2 "$file" > "$file.next" && mv "$file.next" "$file"; fi
+}
+case "$1 $2" in
+    "get pvc"|"get secret")
+        [ -e "$here/$2-$3" ] && { echo "$2/$3"; exit 0; }
+        echo "Error from server (NotFound): $2 \"$3\" not found" >&2; exit 1 ;;
+    "create -f")
+        n=$(( $(cat "$here/created" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$here/created"
+        case "$3" in
+            kubernetes-job.yaml) echo "job.batch/grade-class-$n" ;;
+            *) echo "job.batch/grade-class-scores-$n" ;;
+        esac ;;
+    "get job") next "$(base "$3").states" ;;
+    "get pods")
+        name=${4#job-name=}
+        case "$*" in
+            *metadata.name*) cat "$here/$(base "$name").pods" 2>/dev/null ;;
+            *) next "$(base "$name").phases" ;;
+        esac ;;
+    "get events") name=${4##*involvedObject.name=}; cat "$here/$(base "$name").events" 2>/dev/null ;;
+    "logs job/"*) echo "log of ${2#job/}: error: no student is graded in the gradebook" ;;
+esac
+exit 0
+"""
+
+
+def fake_kubectl(folder: Path, files: dict[str, list[str]], volume: bool = True, secret: bool = True) -> Path:
+    """A `kubectl` on which kubernetes-run.sh is run: FILES are its answers (see FAKE_KUBECTL)."""
+    folder.mkdir(exist_ok=True)
+    for name, lines in files.items():
+        (folder / name).write_text("".join(line + "\n" for line in lines))
+    if volume:
+        (folder / "pvc-grading-shared").touch()
+    if secret:
+        (folder / "secret-gradebook").touch()
+    script = folder / "kubectl"
+    script.write_text(FAKE_KUBECTL)
     script.chmod(0o755)
     return script
 
 
+def kubernetes_run(kubectl: Path, poll: str = "0", timeout: str = "600") -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(CLUSTER / "kubernetes-run.sh"), poll], capture_output=True, text=True,
+                          env={**os.environ, "KUBECTL": str(kubectl), "START_TIMEOUT": timeout}, timeout=120)
+
+
+def calls(kubectl: Path) -> list[str]:
+    path = kubectl.parent / "calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
 @pytest.mark.parametrize("ending", ["Complete", "Failed"])
-def test_kubernetes_run_applies_the_scores_job_once_after_the_grading_job_ended(tmp_path, ending):
-    """kubernetes-run.sh (Kubernetes has no dependency between Jobs): the scores Job is applied once, only
+def test_kubernetes_run_creates_the_scores_job_once_after_the_grading_job_ended(tmp_path, ending):
+    """kubernetes-run.sh (Kubernetes has no dependency between Jobs): the scores Job is made once, only
     after the grading Job reached a terminal condition, an index that failed for good included (as Slurm's
     afterany). kubectl is a stand-in that plays a Job's conditions; the script is the thing under test."""
     kubectl = fake_kubectl(tmp_path / "bin", {
-        "grade-class": ["", "SuccessCriteriaMet " if ending == "Complete" else "FailureTarget ", f"{ending} "],
-        "grade-class-scores": ["", "Complete "]})
-    run = subprocess.run(["bash", str(CLUSTER / "kubernetes-run.sh"), "0"], capture_output=True, text=True,
-                         env={**os.environ, "KUBECTL": str(kubectl)}, timeout=60)
+        "grade-class.states": ["", "SuccessCriteriaMet " if ending == "Complete" else "FailureTarget ", f"{ending} "],
+        "grade-class.phases": ["Pending", "Running"], "grade-class-scores.states": ["", "Complete "],
+        "grade-class-scores.phases": ["Running"]})
+    run = kubernetes_run(kubectl)
     assert run.returncode == 0, run.stderr
-    calls = (tmp_path / "bin" / "calls").read_text().splitlines()
-    applied = [index for index, call in enumerate(calls) if call.startswith("apply")]
-    assert [calls[index] for index in applied] == ["apply -f kubernetes-job.yaml", "apply -f kubernetes-scores.yaml"]
-    gets = [index for index, call in enumerate(calls) if call.startswith("get job grade-class ")]
-    assert len(gets) == 3 and gets[-1] < applied[1]  # the scores Job only after the grading Job's terminal state
-    assert f"job/grade-class: {ending}" in run.stdout and "job/grade-class-scores: Complete" in run.stdout
+    made = [call for call in calls(kubectl) if call.startswith(("create", "apply"))]
+    assert made == ["create -f kubernetes-job.yaml -o name", "create -f kubernetes-scores.yaml -o name"]
+    log = calls(kubectl)
+    gets = [index for index, call in enumerate(log) if call.startswith("get job grade-class-1 ")]
+    assert len(gets) == 3 and gets[-1] < log.index("create -f kubernetes-scores.yaml -o name")
+    assert f"job/grade-class-1: {ending}" in run.stdout and "job/grade-class-scores-2: Complete" in run.stdout
+
+
+def test_kubernetes_run_again_grades_with_new_jobs(tmp_path):
+    """A second run (next week's downloads) makes new Jobs: the manifests have generateName, and the script
+    creates (never applies) them, so no finished Job of last week is found "unchanged" and Complete at once."""
+    kubectl = fake_kubectl(tmp_path / "bin", {"grade-class.states": ["Complete "], "grade-class.phases": ["Succeeded"],
+                                              "grade-class-scores.states": ["Complete "]})
+    first, second = kubernetes_run(kubectl), kubernetes_run(kubectl)
+    assert first.returncode == second.returncode == 0, first.stderr + second.stderr
+    assert "job/grade-class-1: Complete" in first.stdout and "job/grade-class-3: Complete" in second.stdout
+    assert not [call for call in calls(kubectl) if call.startswith("apply")]
+    for name in ("kubernetes-job.yaml", "kubernetes-scores.yaml"):
+        metadata = yaml.safe_load((CLUSTER / name).read_text())["metadata"]
+        assert "name" not in metadata and metadata["generateName"].endswith("-"), name
+
+
+def test_pods_that_never_start_end_the_run_with_their_reason(tmp_path):
+    """Pods Pending for ever (here: the volume's claim is unbound) make the script give up after START_TIMEOUT
+    seconds with exit status 1, print each pod's reason, delete the Job and never make the scores Job."""
+    reason = ('Unschedulable 0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. '
+              'preemption: 0/1 nodes are available')
+    kubectl = fake_kubectl(tmp_path / "bin", {"grade-class.states": [""], "grade-class.phases": ["Pending Pending"],
+                                              "grade-class.pods": [f"grade-class-1-0-abcde: Pending; {reason}"]})
+    run = kubernetes_run(kubectl, poll="0.2", timeout="2")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "no pod of job/grade-class-1 started in 2 s" in run.stderr and reason in run.stderr
+    assert "delete job grade-class-1 --ignore-not-found" in calls(kubectl)
+    assert "create -f kubernetes-scores.yaml -o name" not in calls(kubectl)
+
+
+def test_a_namespace_under_pod_security_baseline_is_named_as_the_cause(tmp_path):
+    """Under Pod Security "baseline" the Job never makes a pod and never fails: the script reads the Job's
+    events after the timeout and points to the namespace of its own (kubernetes-namespace.yaml)."""
+    refused = ('FailedCreate: Error creating: pods "grade-class-1-0-x" is forbidden: violates PodSecurity '
+               '"baseline:latest": procMount (container "grader" must not set securityContext.procMount to '
+               '"Unmasked"), seccompProfile (container "grader" must not set securityContext.seccompProfile.type '
+               'to "Unconfined")')
+    kubectl = fake_kubectl(tmp_path / "bin", {"grade-class.states": [""], "grade-class.events": [refused]})
+    run = kubernetes_run(kubectl, poll="0.2", timeout="1")
+    assert run.returncode == 1 and refused in run.stderr and "kubernetes-namespace.yaml" in run.stderr
+    namespace = yaml.safe_load((CLUSTER / "kubernetes-namespace.yaml").read_text())
+    assert namespace["kind"] == "Namespace"
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert namespace["metadata"]["name"] in run.stderr
+
+
+@pytest.mark.parametrize("missing", ["volume", "secret"])
+def test_a_missing_volume_or_secret_stops_the_run_before_any_job(tmp_path, missing):
+    kubectl = fake_kubectl(tmp_path / "bin", {}, volume=missing != "volume", secret=missing != "secret")
+    run = kubernetes_run(kubectl)
+    assert run.returncode == 1
+    assert ("kubernetes-volume.yaml" if missing == "volume" else "create secret generic gradebook") in run.stderr
+    assert not [call for call in calls(kubectl) if call.startswith("create")]
+
+
+def test_a_scores_job_that_fails_fails_the_run_with_its_log(tmp_path):
+    kubectl = fake_kubectl(tmp_path / "bin", {"grade-class.states": ["Failed "], "grade-class.phases": ["Failed"],
+                                              "grade-class-scores.states": ["Failed "],
+                                              "grade-class-scores.phases": ["Failed"]})
+    run = kubernetes_run(kubectl)
+    assert run.returncode == 1 and "no student is graded" in run.stderr, run.stdout + run.stderr
+
+
+def test_the_shared_volume_is_a_claim_every_pod_mounts():
+    """The claim the Jobs mount is made by the recipe (kubernetes-volume.yaml), ReadWriteMany, with a pod to
+    copy the downloads onto it as the grader's user."""
+    claim, copier = yaml.safe_load_all((CLUSTER / "kubernetes-volume.yaml").read_text())
+    assert claim["kind"] == "PersistentVolumeClaim" and claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    for name in ("kubernetes-job.yaml", "kubernetes-scores.yaml"):
+        pod = yaml.safe_load((CLUSTER / name).read_text())["spec"]["template"]["spec"]
+        assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert copier["kind"] == "Pod" and copier["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == \
+        claim["metadata"]["name"]
+    assert copier["spec"]["securityContext"]["runAsUser"] == image_user()
 
 
 def image_user() -> int:
@@ -358,3 +475,92 @@ def test_a_submission_still_being_graded_on_another_machine_is_no_zero(tmp_path)
         gradebook.db.commit()
     [row] = scores.score_rows(url)
     assert row["pe_forward"] == 2 and row["autograded"] == 2 and scores.scored(row)
+
+
+GUIDE_CLUSTER = ROOT / "website" / "instructor" / "cluster.md"
+FAILING_BWRAP = """#!/bin/sh
+echo "bwrap: No permissions to create new namespace, likely because the kernel does not allow \
+non-privileged user namespaces." >&2
+exit 1
+"""
+
+
+def multi30k_folder() -> str:
+    from conftest import require_multi30k
+    from transformer_course.data import multi30k
+
+    require_multi30k()
+    return os.environ.get(multi30k.ENVIRONMENT_VARIABLE) or str(multi30k.cache_directory())
+
+
+@pytest.mark.slow
+def test_on_nodes_that_cannot_sandbox_every_task_fails_and_no_all_pending_scores_csv_is_written(tmp_path):
+    """The guide's three Slurm lines, run as written (no PYTHON, no virtualenv on the PATH) on a single-node
+    Slurm cluster whose node cannot create namespaces (a `bwrap` that fails as such a kernel makes it fail):
+    both tasks fail (exit status 2, bubblewrap's message in their state files), and the scores job fails
+    without replacing last week's scores.csv, naming each task and its reason. Before issue 31 the scores job
+    completed and wrote a scores.csv in which everyone was pending."""
+    from slurm_cluster import SlurmCluster, environment_without_the_course, recipe, smaller_array
+    from slurm_cluster import unavailable as slurm_unavailable
+
+    reason = slurm_unavailable()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run this test: {reason}")
+        pytest.skip(reason)
+    data = multi30k_folder()
+    downloads, class_dir, bin_folder = tmp_path / "downloads", tmp_path / "class", tmp_path / "bin"
+    (downloads / "ada").mkdir(parents=True)
+    shutil.copy(ROOT / "notebooks" / "01_positional_encoding" / "01_positional_encoding.ipynb", downloads / "ada")
+    class_dir.mkdir()
+    (class_dir / "scores.csv").write_text("student,assignment,total\nada,01_positional_encoding,8\n")
+    bin_folder.mkdir()
+    (bin_folder / "bwrap").write_text(FAILING_BWRAP)
+    (bin_folder / "bwrap").chmod(0o755)
+    lines = recipe(GUIDE_CLUSTER, {"/shared/downloads": str(downloads), "/shared/class": str(class_dir),
+                                   "/shared/multi30k": data,
+                                   "postgresql://grader@dbhost/gradebook": f"sqlite:///{tmp_path}/gradebook.db"})
+    with SlurmCluster(cpus=8) as cluster:
+        environment = environment_without_the_course(cluster.environment(), ROOT)
+        environment.update(PATH=f"{smaller_array(bin_folder, '1-2')}{os.pathsep}{environment['PATH']}",
+                           SBATCH_MEM_PER_NODE="2G", SBATCH_OUTPUT=str(tmp_path / "%x-%A_%a.log"))
+        submitted = subprocess.run(["bash", "-e", "-c", lines + 'echo "array $job"\n'], cwd=ROOT, env=environment,
+                                   capture_output=True, text=True, timeout=120)
+        assert submitted.returncode == 0, submitted.stderr
+        array = re.search(r"^array (\d+)$", submitted.stdout, re.MULTILINE).group(1)
+        scores = re.search(r"Submitted batch job (\d+)", submitted.stdout).group(1)
+        cluster.wait([array, scores], timeout=600)
+        logs = {path.name: path.read_text(errors="replace") for path in tmp_path.glob("*.log")}
+        assert cluster.state(array) == {"1": "FAILED", "2": "FAILED"}, logs
+        assert cluster.state(scores) == {scores: "FAILED"}, logs
+    [final] = [text for name, text in logs.items() if name.startswith("grade-class-scores-")]
+    for task in (1, 2):
+        assert re.search(rf"task slurm-task-{task} failed: exit status 2 on node .*bwrap: No permissions", final), final
+    assert "scores.csv would read pending for everyone: it was not written" in final
+    assert (class_dir / "scores.csv").read_text() == "student,assignment,total\nada,01_positional_encoding,8\n"
+    states = sorted(path.name for path in (class_dir / "cluster-tasks" / f"slurm-{array}").iterdir())
+    assert states == ["slurm-task-1.failed", "slurm-task-2.failed"]
+
+
+def test_a_task_without_the_course_in_its_python_fails_at_once_and_says_so(tmp_path):
+    """grade-shard.sh with a PYTHON that cannot import the course (what `python` on a node's PATH is without
+    the virtualenv): exit status 1 before grading, the reason in the task's state file."""
+    environment = {"PATH": os.environ["PATH"], "PYTHON": "/usr/bin/python3", "SUBMISSIONS": str(tmp_path),
+                   "CLASS_DIR": str(tmp_path / "class"), "GRADEBOOK_URL": "sqlite:///unused.db",
+                   "SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_JOB_ID": "77"}
+    if subprocess.run(["/usr/bin/python3", "-c", "import transformer_course"], capture_output=True).returncode == 0:
+        pytest.skip("the system python3 has the course installed")
+    run = subprocess.run(["bash", str(CLUSTER / "grade-shard.sh")], env=environment, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 1 and "cannot import the course" in run.stderr and "transformer_course" in run.stderr
+    failed = (tmp_path / "class" / "cluster-tasks" / "slurm-77" / "slurm-task-3.failed").read_text()
+    assert "exit status 1" in failed and "cannot import the course" in failed
+
+
+def test_the_task_uses_the_courses_virtualenv_without_being_told():
+    """No PYTHON: grade-shard.sh takes the course's .venv (what `make setup` makes) and puts its bin folder
+    first on the PATH, as activating it would (nbgrader runs its `alembic` from there)."""
+    script = (CLUSTER / "grade-shard.sh").read_text()
+    assert '"$course/.venv/bin/python"' in script and 'PATH="$(dirname "$PYTHON"):$PATH"' in script
+    guide = GUIDE_CLUSTER.read_text()
+    assert "MULTI30K_DIR=/shared/multi30k" in guide and "PYTHON=" not in guide.split("### Slurm")[1].split("###")[0]

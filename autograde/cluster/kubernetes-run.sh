@@ -6,11 +6,32 @@
 #
 #   bash autograde/cluster/kubernetes-run.sh [POLL_SECONDS]
 #
-# KUBECTL names the kubectl command (default: kubectl; e.g. "kubectl -n grading").
+# Every run creates new Jobs (the manifests have generateName: grade-class-XXXXX, grade-class-scores-XXXXX),
+# so running it again next week grades the students handed in since. It stops with exit status 1, saying
+# why, when the shared volume or the gradebook secret is missing, and when no pod of a Job has started
+# after START_TIMEOUT seconds (default 600: pods Pending on a missing volume, an image that cannot be
+# pulled, a node too small, a namespace whose Pod Security level refuses them): it prints each pod's
+# reason (or the Job's events when no pod could be made) and deletes that Job. It ends with exit status 0
+# when the scores Job completed, 1 otherwise.
+#
+# KUBECTL names the kubectl command (default: kubectl; e.g. "kubectl -n course-grading").
 set -euo pipefail
 cd "$(dirname "$0")"
-kubectl=(${KUBECTL:-kubectl})
+read -ra kubectl <<< "${KUBECTL:-kubectl}"
 poll="${1:-30}"
+start_timeout="${START_TIMEOUT:-600}"
+guide="the instructor's guide, Grading on a cluster"
+
+if ! "${kubectl[@]}" get pvc grading-shared -o name >/dev/null; then
+    echo "error: the shared volume grading-shared does not exist here: kubectl apply -f" \
+         "autograde/cluster/kubernetes-volume.yaml, then copy the downloads and Multi30k onto it ($guide)" >&2
+    exit 1
+fi
+if ! "${kubectl[@]}" get secret gradebook -o name >/dev/null; then
+    echo "error: the secret gradebook does not exist here: kubectl create secret generic gradebook" \
+         "--from-literal=url=postgresql://grader:PASSWORD@dbhost/gradebook ($guide)" >&2
+    exit 1
+fi
 
 ended() {  # the terminal condition of a Job (Complete or Failed), empty while it runs
     local state
@@ -24,18 +45,69 @@ ended() {  # the terminal condition of a Job (Complete or Failed), empty while i
     done
 }
 
-wait_for() {
-    local state=""
-    while [ -z "$state" ]; do
-        state=$(ended "$1") || { echo "error: cannot read the state of job/$1" >&2; exit 1; }
-        [ -n "$state" ] || sleep "$poll"
-    done
-    echo "job/$1: $state"
+started() {  # whether a pod of the Job has started (is running or has run)
+    local phases
+    phases=$("${kubectl[@]}" get pods -l "job-name=$1" -o 'jsonpath={.items[*].status.phase}') || return 1
+    case " $phases " in
+        *" Running "* | *" Succeeded "* | *" Failed "*) return 0 ;;
+    esac
+    return 1
 }
 
-"${kubectl[@]}" apply -f kubernetes-job.yaml
-wait_for grade-class
-# a scores Job left from an earlier run would not start again: replace it
-"${kubectl[@]}" delete job grade-class-scores --ignore-not-found
-"${kubectl[@]}" apply -f kubernetes-scores.yaml
-wait_for grade-class-scores
+why_not_started() {  # each pod's phase and reason, and the Job's events (where a refused pod is told)
+    local pods events
+    pods=$("${kubectl[@]}" get pods -l "job-name=$1" -o 'jsonpath={range .items[*]}{.metadata.name}: {.status.phase}; {.status.conditions[?(@.type=="PodScheduled")].reason} {.status.conditions[?(@.type=="PodScheduled")].message} {.status.containerStatuses[*].state.waiting.reason} {.status.containerStatuses[*].state.waiting.message}{"\n"}{end}') || true
+    events=$("${kubectl[@]}" get events --field-selector "involvedObject.kind=Job,involvedObject.name=$1" \
+        -o 'jsonpath={range .items[*]}{.reason}: {.message}{"\n"}{end}') || true
+    [ -n "$pods" ] && printf 'pods of job/%s:\n%s\n' "$1" "$pods"
+    [ -n "$events" ] && printf 'events of job/%s:\n%s\n' "$1" "$events"
+    [ -n "$pods$events" ] || echo "job/$1 has no pod and no event"
+    case "$pods$events" in
+        *"violates PodSecurity"*)
+            echo "This namespace's Pod Security level refuses what bubblewrap needs in a pod (Unconfined seccomp" \
+                 "and AppArmor, an unmasked /proc): grade in a namespace of its own, made by" \
+                 "kubernetes-namespace.yaml, with KUBECTL=\"kubectl -n course-grading\" ($guide)." ;;
+        *grading-shared*)
+            echo "The shared volume grading-shared cannot be mounted: kubectl describe pvc grading-shared ($guide)." ;;
+    esac
+}
+
+wait_for() {  # wait_for JOB: until it is Complete or Failed; gives up when no pod has started in time
+    local state="" began=$SECONDS running=""
+    while :; do
+        state=$(ended "$1") || { echo "error: cannot read the state of job/$1" >&2; exit 1; }
+        [ -n "$state" ] && break
+        if [ -z "$running" ]; then
+            if started "$1"; then
+                running=yes
+            elif (( SECONDS - began >= start_timeout )); then
+                echo "error: no pod of job/$1 started in $start_timeout s (START_TIMEOUT)." >&2
+                why_not_started "$1" >&2
+                "${kubectl[@]}" delete job "$1" --ignore-not-found >&2 || true
+                echo "job/$1 was deleted, so that it does not start later with nobody waiting for it." >&2
+                exit 1
+            fi
+        fi
+        sleep "$poll"
+    done
+    echo "job/$1: $state"
+    [ "$state" = Complete ]
+}
+
+create() {  # create MANIFEST: a new Job from it; prints its name
+    local created
+    created=$("${kubectl[@]}" create -f "$1" -o name)
+    echo "${created##*/}"
+}
+
+grading=$(create kubernetes-job.yaml)
+echo "job/$grading created: grading the class"
+wait_for "$grading" || echo "job/$grading failed for some indexes: the others' scores still count" \
+    "(kubectl logs job/$grading, or each pod's log)"
+scores=$(create kubernetes-scores.yaml)
+echo "job/$scores created: writing scores.csv and report.html"
+if ! wait_for "$scores"; then
+    echo "error: job/$scores did not write the scores; its log:" >&2
+    "${kubectl[@]}" logs "job/$scores" --tail=40 >&2 || true
+    exit 1
+fi

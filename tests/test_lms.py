@@ -41,7 +41,9 @@ def row(student, name, lms_id, assignment, total, maximum, file, status="graded"
 
 
 def read(path):
-    with open(path, newline="", encoding="utf-8") as handle:
+    """The rows of one of our CSV files, which start with a UTF-8 byte-order mark (for Excel)."""
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf"), f"{path.name}: no byte-order mark"
+    with open(path, newline="", encoding="utf-8-sig") as handle:
         return list(csv.reader(handle))
 
 
@@ -53,10 +55,12 @@ CANVAS_FIXED = {"Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Inte
 def canvas_import(path, holds):
     """{(user id, column): (score Canvas holds, score after the import)} for every cell the import changes.
     HOLDS: {user id: {column: score}}."""
-    table = read(path)
+    with open(path, newline="", encoding="utf-8") as handle:  # Canvas reads the byte-order mark as part of "Student"
+        table = list(csv.reader(handle))
     header = table[0]
-    assert header[:2] == ["Student", "ID"], "Canvas needs Student and ID first"
-    assignments = [(index, title) for index, title in enumerate(header) if title not in CANVAS_FIXED]
+    assert "Student" in header[0] and "ID" in header[1], "Canvas needs Student and ID first"  # it tests include?
+    # Canvas drops the student columns by position (so "\ufeffStudent" is one of them), then its own totals
+    assignments = [(index, title) for index, title in enumerate(header) if index > 1 and title not in CANVAS_FIXED]
     assert assignments
     body = table[1:]
     if body and body[0][0].strip() == "Points Possible":
@@ -77,7 +81,8 @@ def canvas_import(path, holds):
 
 def moodle_import(path, holds, maximum, ignore_modified=False):
     """What Moodle's worksheet import changes. HOLDS: {participant: (grade, modified datetime, comments)};
-    returns ({participant: new grade}, {participant: new comments})."""
+    returns ({participant: new grade}, {participant: new comments}). Moodle's csv_import_reader trims a
+    UTF-8 byte-order mark."""
     table = read(path)
     columns = table[0]
     identifier, grade, modified = (columns.index(name) for name in ("Identifier", "Grade", "Last modified (grade)"))
@@ -124,7 +129,7 @@ def canvas_export(path, holds):
                          "Stage 2 (4711)", "Current Score"])
         writer.writerow(["    Points Possible", "", "", "", "", "14", "40", "(read only)"])
         for user, scores in holds.items():
-            writer.writerow([f"student {user}", user, "", "", "", scores.get("01_positional_encoding", ""),
+            writer.writerow([f"student {user}", user, "", "", "", scores.get("01_positional_encoding (901)", ""),
                              scores.get("Stage 2 (4711)", ""), "50"])
 
 
@@ -135,7 +140,7 @@ def test_canvas_files_change_no_score_canvas_holds_and_have_no_empty_cell(tmp_pa
     assert not list(tmp_path.glob("lms/canvas_*.csv"))
     assert any("--canvas-export" in note for note in result.notes)  # nothing written: says why and how
 
-    holds = {"12345": {"01_positional_encoding": "13", "Stage 2 (4711)": "25"}, "444": {}}
+    holds = {"12345": {"01_positional_encoding (901)": "13", "Stage 2 (4711)": "25"}, "444": {}}
     canvas_export(tmp_path / "export.csv", holds)
     result = lms.export(tmp_path, titles, canvas_export=tmp_path / "export.csv")
     stage1 = tmp_path / "lms" / "canvas_01_positional_encoding.csv"
@@ -148,13 +153,18 @@ def test_canvas_files_change_no_score_canvas_holds_and_have_no_empty_cell(tmp_pa
     assert table[2][0] == "'=HYPERLINK(\"x\")"  # a name that would be a formula is text
     changes = canvas_import(stage2, holds)
     assert changes == {("444", "Stage 2 (4711)"): ("", "12.5")}  # filled; smithjohn's 25 kept
-    assert any("already have a score in Canvas" in note for note in result.notes)
+    kept = {(d.stage, d.student): d for d in result.differences}  # who differs, and what was done, is listed
+    assert kept["02_attention", "smithjohn_12345"].held == "25" and kept["02_attention", "smithjohn_12345"].now == 30.5
+    assert kept["02_attention", "smithjohn_12345"].action.startswith("kept")
+    assert kept["01_positional_encoding", "smithjohn_12345"].held == "13"
+    assert kept["02_attention", "=cmd_444"].action == "written"
     assert any("leeann" in note for note in result.notes)  # pending: left out, said so
     assert any("anon_x9" in note for note in result.notes) and any("ada" in note for note in result.notes)
 
     lms.export(tmp_path, titles, canvas_export=tmp_path / "export.csv", overwrite=True)
     changes = {**canvas_import(stage1, holds), **canvas_import(stage2, holds)}
-    assert changes == {("12345", "01_positional_encoding"): ("13", "14"), ("12345", "Stage 2 (4711)"): ("25", "30.5"),
+    assert changes == {("12345", "01_positional_encoding (901)"): ("13", "14"),
+                       ("12345", "Stage 2 (4711)"): ("25", "30.5"),
                        ("444", "Stage 2 (4711)"): ("", "12.5")}
 
 
@@ -182,9 +192,12 @@ MOODLE_ROWS = [
 ]
 
 
+MOODLE_MAXIMA = {"02_attention": 40.0, "03_blocks": 30.0}  # the Moodle assignments' maximum grades
+
+
 def test_moodle_worksheets_keep_what_moodle_holds_unless_asked(tmp_path):
     write_scores(tmp_path, MOODLE_ROWS)
-    lms.export(tmp_path)
+    lms.export(tmp_path, scale_to=MOODLE_MAXIMA)
     sheet = tmp_path / "lms" / "moodle_02_attention.csv"
     table = read(sheet)
     assert table[0] == ["Identifier", "Full name", "Grade", "Maximum grade", "Last modified (grade)"]  # no comments
@@ -196,17 +209,17 @@ def test_moodle_worksheets_keep_what_moodle_holds_unless_asked(tmp_path):
     holds = {"101": (28.0, datetime(2026, 11, 18, 10, 0), "<p>Well argued.</p>")}
     grades, comments = moodle_import(sheet, holds, maximum=40)
     assert grades == {"103": 12.5} and comments == {}
-    lms.export(tmp_path, overwrite=True)
+    lms.export(tmp_path, overwrite=True, scale_to=MOODLE_MAXIMA)
     grades, comments = moodle_import(sheet, holds, maximum=40)
     assert grades == {"101": 31.0, "103": 12.5} and comments == {}  # no comments column: Moodle's stay
-    lms.export(tmp_path, include_pending=True, overwrite=True)
+    lms.export(tmp_path, include_pending=True, overwrite=True, scale_to=MOODLE_MAXIMA)
     assert read(sheet)[2][2] == "12"
 
 
 def test_moodle_grades_scaled_to_the_assignments_maximum(tmp_path):
     """Unscaled, 12.5 of 40 points lands as 12.5 on a 100-point Moodle assignment; scaled it is 31.25."""
     write_scores(tmp_path, MOODLE_ROWS)
-    lms.export(tmp_path, scale_to={"02_attention": 100.0})
+    lms.export(tmp_path, scale_to={"02_attention": 100.0, "03_blocks": 30.0})
     sheet = tmp_path / "lms" / "moodle_02_attention.csv"
     grades, _ = moodle_import(sheet, {}, maximum=100)
     assert grades == {"101": 77.5, "103": 31.25}
@@ -260,7 +273,7 @@ def test_comments_carry_the_instructors_words_and_the_checks_not_passed(tmp_path
         row("ed_55555", "ed", "55555", STAGE, "6", "8", "ed_55555_98765_02_attention.ipynb",
             attn_shape="2", attn_values="1", attn_q_scale="3"),
     ], extra=[cell for cell, _, _ in CELLS])
-    result = lms.export(tmp_path, comments=True, overwrite=True)
+    result = lms.export(tmp_path, comments=True, overwrite=True, scale_to={STAGE: 8.0})
     sheet = tmp_path / "lms" / f"moodle_{STAGE}.csv"
     assert read(sheet)[0][-1] == "Feedback comments"
     _, comments = moodle_import(sheet, {"103": (5.0, datetime(2026, 11, 1), "<p>old</p>")}, maximum=8)

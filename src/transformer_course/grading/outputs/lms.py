@@ -1,56 +1,79 @@
 """Grades for the LMS: files that Canvas's and Moodle's own imports read, from scores.csv.
 
-    python -m transformer_course.grading.lms CLASS_DIR [--scale-to 100 | --scale-to 02_attention=20 ...]
-        [--comments] [--canvas-export EXPORT.csv] [--overwrite] [--title 02_attention="Stage 2 (4711)"]
-        [--include-pending] [--db-url URL]
+    python -m transformer_course.grading.lms CLASS_DIR [--update [--replace-lms-edits] | --overwrite]
+        [--canvas-export EXPORT.csv] [--moodle-export STAGE=WORKSHEET.csv ...]
+        [--scale-to 100 | --scale-to 02_attention=20 ...] [--title 02_attention="Stage 2 (4711)"]
+        [--comments] [--include-pending] [--db-url URL]
 
 Students are matched by the LMS ids the batch command read from the download's file names (the
 `lms_id` column of scores.csv, and the `file` column, which tells which LMS named the file).
 
-**Nothing the LMS already holds is overwritten unless the instructor asks (--overwrite).**
+**Mistakes are refused, and nothing is written then.** A stage name that is no stage of scores.csv (in
+--scale-to, --title or --moodle-export), a --title or a stage that Canvas's export has no assignment for, a
+maximum that contradicts the LMS's, a Moodle maximum nobody gave: the command says what is wrong, with the
+valid names, exits with status 2 and leaves CLASS_DIR/lms/ as it was. A run that succeeds leaves in lms/
+exactly the files of this upload: a file an earlier run wrote and this one does not (a comments zip, a
+stage with nothing to upload now) is removed, so nothing stale is uploaded by mistake.
+
+**Weekly: --update.** CLASS_DIR/lms/uploaded.json records every grade written for upload (`lms_ledger`).
+With the LMS's exports of now (--canvas-export; --moodle-export per stage), --update writes only what
+differs from what the LMS holds: a grade the LMS has none of, or a grade this command wrote before (a
+regrade, hand grades since). A grade the LMS holds that this command never wrote was given or changed in
+the LMS: it is kept, and listed; --replace-lms-edits replaces those too. Every difference from what the LMS
+holds is listed per student, with what was done. Without --update, the first upload fills what the LMS
+has no grade for and keeps every grade it holds (listed when its export is given), and --overwrite
+replaces every grade it holds.
 
 **Canvas** (Grades > Import): CLASS_DIR/lms/canvas_<stage>.csv, one file per stage, in the layout of
 Canvas's own gradebook export: `Student, ID, SIS User ID, SIS Login ID, Section`, the stage's column, and
 a second row `Points Possible`. `ID` is the Canvas user id from the download (`name_<user id>_<file
 id>_...`), which is what Canvas matches a row by. A file lists only students with a grade to give, so it
-has no empty cell: Canvas counts an empty cell as a change against a score it holds. Which scores Canvas
-holds comes from its own export (Grades > Export > Export Entire Gradebook, given with --canvas-export):
-cells Canvas already has a score in are left out; without that export, only --overwrite writes the Canvas
-files. The column title is the stage's name, or --title's (an existing assignment's title, or "Title
-(assignment id)", fills that assignment; any other title makes Canvas create one). Students under
-anonymous grading (`anon_...` ids) cannot be matched and are left out, with a note. With --comments,
-CLASS_DIR/lms/canvas_comments_<stage>.zip holds one text file per student for the assignment's
-"Re-upload submissions", named like the student's downloaded file (Canvas attaches each to the
-submission of the user and file ids in its name).
+has no empty cell: Canvas counts an empty cell as a change against a score it holds. With Canvas's export
+(Grades > Export > Export Entire Gradebook, --canvas-export), the column is the stage's existing assignment
+under the export's exact header (`lms_exports.canvas_column`: "Stage 2: Attention (4711)" is 02_attention)
+and its points possible are the maximum; without it, only --overwrite writes Canvas files, titled by the
+stage or --title (a title Canvas does not know makes it create an assignment). Students under anonymous
+grading (`anon_...` ids) cannot be matched and are left out, with a note. With --comments,
+CLASS_DIR/lms/canvas_comments_<stage>.zip holds one text file per student whose comment is new or changed
+since the last upload, for the assignment's "Re-upload submissions", named like the student's downloaded
+file (Canvas attaches each to the submission of the user and file ids in its name).
 
 **Moodle** (Assignment > View all submissions > Grading action: Upload grading worksheet, with the
 "Offline grading worksheet" feedback type on): CLASS_DIR/lms/moodle_<stage>.csv per stage, Moodle's
 worksheet layout: `Identifier` ("Participant N"), `Full name`, `Grade`, `Maximum grade`, `Last modified
 (grade)`, and `Feedback comments` only with --comments (Moodle's import replaces the comments of every row
-of a sheet that has that column). Moodle skips a row whose grade it changed after the sheet's `Last
-modified (grade)`: the sheet says 2000-01-01, so Moodle keeps every grade it already holds and fills only
-the others; --overwrite says now, so the sheet's grades replace Moodle's. A Moodle download names students
-by a participant id of that one assignment (see `identities`), so each stage is its own worksheet. The
-column names are Moodle's English strings: use an English Moodle session for the upload.
+of a sheet that has that column; a comment changed in Moodle is written back as Moodle holds it, and
+listed). Moodle skips a row whose grade it changed after the sheet's `Last modified (grade)`: without
+--update or --overwrite the sheet says 2000-01-01, so Moodle keeps every grade it already holds and fills
+only the others; with them it says now, and the rows written replace Moodle's. Moodle's maximum grade
+(100 unless the assignment says otherwise) must be known: from the worksheet Moodle downloads
+(--moodle-export STAGE=FILE, its `Maximum grade`), or given with --scale-to; without either the command
+refuses, rather than send 39.5 of 41 points as 39.5/100. Each stage is its own worksheet (a Moodle
+download names students by a participant id of that one assignment). Upload with Moodle in English.
 
-**Points or the LMS's scale.** Grades are the course's points (a stage's maximum is its number of
-points) unless --scale-to gives the LMS assignment's maximum: `--scale-to 100` for every stage, or
-`--scale-to 02_attention=20` per stage; the grade is then total / maximum x that, to 2 decimals.
+**Points or the LMS's scale.** A grade is total / the stage's points x the LMS assignment's maximum, to
+two decimals: the maximum is --scale-to's (`--scale-to 100` for every stage, `--scale-to 02_attention=20`
+for one), else the LMS export's (Canvas's points possible, Moodle's maximum grade), else (Canvas only) the
+course's points. A --scale-to that differs from the export's maximum is refused.
 
 **Comments** (--comments): the instructor's comments on the written answers (from the gradebook) and a
 one-line summary of the checks not passed, as HTML text for Moodle (every character a student or
 instructor typed is escaped) and plain text for Canvas.
 
-A stage whose written answers are not all graded is left out for that student and listed;
---include-pending exports the points so far. Students with no LMS id in their file names are listed,
-not exported.
+CSV files start with a UTF-8 byte-order mark (Excel opens them as UTF-8; Canvas's and Moodle's imports
+accept it, as Canvas's own export carries one). A stage whose written answers are not all graded is left
+out for that student and listed; --include-pending exports the points so far. Students with no LMS id in
+their file names are listed, not exported.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import html
+import io
+import os
+import sys
+import tempfile
 import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -59,22 +82,62 @@ from pathlib import Path, PurePosixPath
 
 from transformer_course.grading.gradebook.config import default_db_url
 from transformer_course.grading.intake.identities import identify
-from transformer_course.grading.outputs.files import replace_atomically
+from transformer_course.grading.outputs.lms_exports import (
+    CanvasColumn,
+    CanvasExport,
+    LmsError,
+    MoodleWorksheet,
+    canvas_column,
+    number,
+    read_canvas_export,
+    read_moodle_worksheet,
+)
+from transformer_course.grading.outputs.lms_ledger import EDITED, EMPTY, OURS, SAME, Ledger, compare, digest
 from transformer_course.grading.outputs.report import grade_cells
 from transformer_course.grading.outputs.scores import pending, read_csv
-from transformer_course.grading.outputs.spreadsheet import SheetError, decode, protect
+from transformer_course.grading.outputs.spreadsheet import protect, write_csv
 
 CANVAS_STUDENT_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = ("Identifier", "Full name", "Grade", "Maximum grade", "Last modified (grade)")
 MOODLE_COMMENTS = "Feedback comments"
 MOODLE_KEEP = "2000-01-01 00:00:00"  # older than any grade Moodle holds: its import keeps them all
 GRADED = ("graded", "skipped")
+OUR_FILES = ("canvas_*.csv", "canvas_comments_*.zip", "moodle_*.csv")  # what lms/ holds of ours, but the record
+FILL, OVERWRITE, UPDATE = "fill", "overwrite", "update"
+
+
+@dataclass
+class Difference:
+    """A grade the LMS holds (or lacks) that is not the course's grade now, and what this upload does."""
+
+    lms: str
+    stage: str
+    student: str
+    lms_id: str
+    held: str  # what the LMS holds, as exported ("" none)
+    sent: str  # what this command last wrote ("" never)
+    now: float  # the course's grade now, on the LMS's scale
+    action: str
+
+    def line(self) -> str:
+        lms = self.lms.capitalize()
+        held = f"{lms} holds {self.held}" if self.held else f"{lms} has no grade"
+        sent = f", last uploaded {self.sent}" if self.sent else ""
+        return f"{self.stage}: {held}{sent}, course now {_points(self.now)}: {self.action}"
 
 
 @dataclass
 class Export:
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    removed: list[Path] = field(default_factory=list)  # files of an earlier run, not part of this upload
+    differences: list[Difference] = field(default_factory=list)
+
+    def by_student(self) -> dict[str, list[Difference]]:
+        grouped: dict[str, list[Difference]] = defaultdict(list)
+        for difference in self.differences:
+            grouped[difference.student].append(difference)
+        return dict(sorted(grouped.items()))
 
 
 @dataclass
@@ -84,16 +147,18 @@ class Grade:
     name: str
     lms_id: str
     file: str
-    value: float  # as exported: points, or scaled to the LMS assignment's maximum
-    maximum: float  # of the same
+    total: float  # the course's points
+    points: float  # the stage's maximum, in the course's points
     comment: str = ""  # plain text, one item a line
 
+    def on(self, maximum: float) -> float:
+        """The grade on an LMS assignment whose maximum is MAXIMUM, to two decimals."""
+        return round(self.total if maximum == self.points else self.total / self.points * maximum
+                     if self.points else 0.0, 2)
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
+
+def _points(value: float) -> str:
+    return f"{round(value, 2):g}"
 
 
 def _lms(row: dict[str, str], assignment_ids: list[str]) -> str:
@@ -103,177 +168,341 @@ def _lms(row: dict[str, str], assignment_ids: list[str]) -> str:
     return identify(PurePosixPath(row["file"]), assignment_ids)[0].lms
 
 
-def _points(value: float) -> str:
-    return f"{round(value, 2):g}"
-
-
 def parse_scale(items: list[str]) -> dict[str, float]:
     """{stage or "": maximum} from --scale-to values ("100" for every stage, "02_attention=20")."""
     scale = {}
     for item in items:
-        stage, _, number = item.rpartition("=")
-        value = _number(number.strip())
+        stage, _, text = item.rpartition("=")
+        value = number(text)
         if value is None or value <= 0:
-            raise ValueError(f"--scale-to {item!r}: give a positive number, or STAGE=NUMBER")
+            raise LmsError(f"--scale-to {item!r}: give a positive number, or STAGE=NUMBER")
         scale[stage.strip()] = value
     return scale
 
 
+def parse_pairs(option: str, items: list[str]) -> dict[str, str]:
+    """{stage: value} from STAGE=VALUE items of OPTION (`LmsError` for an item without "=")."""
+    pairs = {}
+    for item in items:
+        stage, equals, value = item.partition("=")
+        if not equals or not stage.strip() or not value.strip():
+            raise LmsError(f"{option} {item!r}: give STAGE=VALUE, e.g. {option} 02_attention=...")
+        pairs[stage.strip()] = value.strip()
+    return pairs
+
+
+def _check_stages(stages: list[str], named: dict[str, dict]) -> None:
+    """Every stage an option names is a stage of scores.csv."""
+    for option, values in named.items():
+        unknown = sorted(stage for stage in values if stage and stage not in stages)
+        if unknown:
+            raise LmsError(f"{option} names {', '.join(map(repr, unknown))}, which is no stage of scores.csv; the "
+                           f"stages are {', '.join(stages) or 'none'}")
+
+
 def export(class_dir: Path, titles: dict[str, str] | None = None, include_pending: bool = False, *,
            scale_to: dict[str, float] | None = None, comments: bool = False, overwrite: bool = False,
-           canvas_export: Path | None = None, db_url: str | None = None) -> Export:
+           canvas_export: Path | None = None, moodle_exports: dict[str, Path] | None = None,
+           update: bool = False, replace_lms_edits: bool = False, db_url: str | None = None,
+           now: datetime | None = None) -> Export:
+    """Write CLASS_DIR/lms/ for this upload (see the module's docstring). A mistake raises `LmsError` before
+    anything is written."""
     rows = read_csv(class_dir / "scores.csv")
-    titles, scale_to = titles or {}, scale_to or {}
-    assignment_ids = sorted({row["assignment"] for row in rows if row.get("assignment") not in ("", "?")})
+    titles, scale_to, moodle_exports = titles or {}, scale_to or {}, moodle_exports or {}
+    stages = sorted({row["assignment"] for row in rows if row.get("assignment") not in (None, "", "?")})
+    _check_stages(stages, {"--scale-to": scale_to, "--title": titles, "--moodle-export": moodle_exports})
+    if update and overwrite:
+        raise LmsError("--update and --overwrite contradict each other: --update keeps the grades changed in the "
+                       "LMS (and lists them), --overwrite replaces every grade the LMS holds")
+    if replace_lms_edits and not update:
+        raise LmsError("--replace-lms-edits goes with --update (--overwrite replaces every grade anyway)")
     folder = class_dir / "lms"
+    try:
+        ledger = Ledger.load(folder)
+    except ValueError as error:
+        raise LmsError(str(error)) from None
+    canvas = read_canvas_export(canvas_export) if canvas_export is not None else None
+    worksheets = {stage: read_moodle_worksheet(Path(path), stage) for stage, path in moodle_exports.items()}
     result = Export()
-    unknown = sorted(set(scale_to) - {""} - set(assignment_ids))
-    if unknown:
-        result.notes.append(f"--scale-to names stages nobody handed in: {', '.join(unknown)}")
-    maximum: dict[str, float] = {}
-    for row in rows:
-        top = _number(row.get("max", ""))
-        if top is not None:
-            maximum[row["assignment"]] = max(maximum.get(row["assignment"], 0.0), top)
-    notes = _comments(class_dir, rows, db_url) if comments else {}
+    grades = _grades(class_dir, rows, stages, include_pending, comments, db_url, result)
+    if update and grades["canvas"] and canvas is None:
+        raise LmsError("--update compares with what Canvas holds: give Canvas's gradebook export of now with "
+                       "--canvas-export (Grades > Export > Export Entire Gradebook)")
+    missing = sorted(set(grades["moodle"]) - set(worksheets)) if update else []
+    if missing:
+        raise LmsError("--update compares with what Moodle holds: give the grading worksheet of "
+                       + ", ".join(missing) + " with --moodle-export STAGE=WORKSHEET.csv (the assignment's View all "
+                       "submissions > Grading action > Download grading worksheet)")
+    plan = Plan(folder, UPDATE if update else OVERWRITE if overwrite else FILL, replace_lms_edits, comments, ledger,
+                now or datetime.now(), result)
+    outputs = [*_canvas(plan, grades["canvas"], titles, scale_to, canvas),
+               *_moodle(plan, grades["moodle"], scale_to, worksheets)]
+    _write(folder, outputs, result)  # nothing was written before this line
+    ledger.save(folder)
+    return result
 
-    grades: dict[str, dict[str, list[Grade]]] = defaultdict(lambda: defaultdict(list))  # lms -> stage -> grades
+
+def _grades(class_dir: Path, rows: list[dict[str, str]], stages: list[str], include_pending: bool, comments: bool,
+            db_url: str | None, result: Export) -> dict[str, dict[str, list[Grade]]]:
+    """{"canvas" / "moodle": {stage: [Grade]}} of every graded row with an LMS id."""
+    points: dict[str, float] = {}
     for row in rows:
-        lms = _lms(row, assignment_ids)
-        total = _number(row.get("total", ""))
-        if row.get("status") not in GRADED or total is None or row["assignment"] not in maximum:
+        top = number(row.get("max", ""))
+        if top is not None:
+            points[row["assignment"]] = max(points.get(row["assignment"], 0.0), top)
+    notes = _comments(class_dir, rows, db_url) if comments else {}
+    grades: dict[str, dict[str, list[Grade]]] = {"canvas": defaultdict(list), "moodle": defaultdict(list)}
+    others = set()
+    for row in rows:
+        total = number(row.get("total", ""))
+        if row.get("status") not in GRADED or total is None or row["assignment"] not in points:
             continue
         if pending(row) and not include_pending:
             result.notes.append(f"{row['student']} {row['assignment']}: written answers not graded yet, left out")
             continue
-        top = maximum[row["assignment"]]
-        target = scale_to.get(row["assignment"], scale_to.get(""))
-        value, shown = (total, top) if target is None else (total / top * target if top else 0.0, target)
+        lms = _lms(row, stages)
+        if lms not in grades:
+            others.add(row["student"])
+            continue
         grades[lms][row["assignment"]].append(Grade(
-            row["student"], row["assignment"], row.get("name", ""), row.get("lms_id", ""), row.get("file", ""),
-            round(value, 2), shown, notes.get((row["student"], row["assignment"]), "")))
-    if not scale_to and grades:
-        result.notes.append("grades are the course's points (" + ", ".join(
-            f"{a}: of {_points(maximum[a])}" for a in assignment_ids if a in maximum) + "); if an LMS assignment has "
-            "another maximum, pass --scale-to its maximum")
-
-    _canvas(folder, grades["canvas"], titles, overwrite, canvas_export, comments, result)
-    _moodle(folder, grades["moodle"], overwrite, comments, result)
-    others = sorted({row["student"] for row in rows if _lms(row, assignment_ids) == ""})
+            row["student"], row["assignment"], row.get("name", ""), row.get("lms_id", ""), row.get("file", ""), total,
+            points[row["assignment"]], notes.get((row["student"], row["assignment"]), "")))
     if others:
         result.notes.append(f"{len(others)} student(s) have no LMS id in their file names (not in any LMS file): "
-                            + ", ".join(others[:10]) + (" ..." if len(others) > 10 else ""))
-    return result
+                            + ", ".join(sorted(others)[:10]) + (" ..." if len(others) > 10 else ""))
+    return grades
+
+
+def _maximum(lms: str, stage: str, scale_to: dict[str, float], held: float | None, source: str) -> float | None:
+    """The LMS assignment's maximum: --scale-to's, else the export's (HELD); `LmsError` when they differ."""
+    given = scale_to.get(stage, scale_to.get(""))
+    if given is not None and held is not None and round(given, 2) != round(held, 2):
+        raise LmsError(f"{stage}: --scale-to says {given:g}, but the {lms} assignment's maximum is {held:g} "
+                       f"({source}): pass --scale-to {stage}={held:g}, or leave --scale-to out for this stage")
+    return given if given is not None else held
+
+
+# --- deciding, cell by cell ----------------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    folder: Path
+    mode: str  # FILL, OVERWRITE or UPDATE
+    replace_edits: bool
+    comments: bool
+    ledger: Ledger
+    now: datetime
+    result: Export
+
+    def decide(self, lms: str, grade: Grade, value: float, held: str | None, known: bool) -> bool:
+        """Whether this upload writes VALUE for GRADE's student; lists what differs from what the LMS holds
+        (HELD; KNOWN: from its export) and records what is written."""
+        sent = self.ledger.get(lms, grade.assignment, grade.lms_id)
+        if not known:
+            self.ledger.record(lms, grade.assignment, grade.lms_id, value, at=self.now)
+            return True
+        state = compare(value, held, sent)
+        if state != SAME:
+            write, action = self._action(lms, state, sent is not None and bool(sent.values))
+            last = f"{_points(sent.values[0])} ({sent.at[:10]})" if sent and sent.values else ""
+            self.result.differences.append(Difference(lms, grade.assignment, grade.student, grade.lms_id,
+                                                      (held or "").strip(), last, value, action))
+            if not write:
+                return False
+        self.ledger.record(lms, grade.assignment, grade.lms_id, value, at=self.now)
+        return state != SAME
+
+    def _action(self, lms: str, state: str, uploaded: bool) -> tuple[bool, str]:
+        name = lms.capitalize()
+        if state == EMPTY:
+            return True, "written"
+        if state == OURS:
+            if self.mode == FILL:
+                return False, "kept (an earlier upload of ours): --update writes the grade now"
+            return True, "written (replaces an earlier upload of ours)"
+        assert state == EDITED
+        how = f"changed in {name} after the last upload" if uploaded else f"given in {name}, never uploaded by us"
+        if self.mode == OVERWRITE:
+            return True, f"replaced (--overwrite), although {how}"
+        if self.mode == UPDATE and self.replace_edits:
+            return True, f"replaced (--replace-lms-edits), although {how}"
+        if self.mode == UPDATE:
+            return False, f"kept: {how} (--replace-lms-edits replaces it)"
+        return False, f"kept: {how} (--update --replace-lms-edits, or --overwrite, replaces it)"
+
+    def new_comment(self, lms: str, grade: Grade, text: str) -> bool:
+        """Whether TEXT is not the comment last written for this student (then it is recorded as written)."""
+        sent = self.ledger.get(lms, grade.assignment, grade.lms_id)
+        if not digest(text) or digest(text) == (sent.comment if sent else ""):
+            return False
+        self.ledger.record(lms, grade.assignment, grade.lms_id, comment=text, at=self.now)
+        return True
+
+
+@dataclass
+class Output:
+    path: Path
+    rows: list[list[str]] | None = None  # a CSV
+    data: bytes = b""  # else these bytes
+
+
+def _write(folder: Path, outputs: list[Output], result: Export) -> None:
+    """Write this upload's files, then remove the files of ours that it does not have (an earlier run's)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for output in outputs:
+        if output.rows is not None:
+            write_csv(output.path, output.rows)
+        else:
+            descriptor, temporary = tempfile.mkstemp(prefix=f".{output.path.name}.", suffix=".part", dir=folder)
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(output.data)
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, output.path)
+        result.files.append(output.path)
+    written = {output.path for output in outputs}
+    for pattern in OUR_FILES:
+        for path in sorted(folder.glob(pattern)):
+            if path not in written:
+                path.unlink()
+                result.removed.append(path)
 
 
 # --- Canvas ------------------------------------------------------------------------------------------
 
-def read_canvas_export(path: Path) -> dict[str, dict[str, str]]:
-    """{column title: {Canvas user id: score}} of Canvas's own gradebook export (empty scores left out).
-
-    A title "Name (12345)" is also known as "Name"; the export's "Points Possible" and other rows without
-    a user id are skipped."""
-    try:
-        lines = list(csv.reader(decode(path.read_bytes()).splitlines()))
-    except (OSError, csv.Error) as error:
-        raise SheetError(f"{path.name}: cannot be read as Canvas's gradebook export ({error})") from None
-    if not lines or "ID" not in lines[0]:
-        raise SheetError(f"{path.name} line 1: no column 'ID': not Canvas's gradebook export "
-                         "(Grades > Export > Export Entire Gradebook)")
-    header = lines[0]
-    position = header.index("ID")
-    held: dict[str, dict[str, str]] = {}
-    for index, title in enumerate(header):
-        if index <= position or not title:
-            continue
-        scores = {line[position].strip(): line[index].strip() for line in lines[1:]
-                  if len(line) > index and line[position].strip().isdigit() and line[index].strip()}
-        held[title] = scores
-        short = title.rsplit(" (", 1)[0] if title.endswith(")") else title
-        held.setdefault(short, scores)
-    return held
-
-
-def _canvas(folder: Path, by_stage: dict[str, list[Grade]], titles: dict[str, str], overwrite: bool,
-            canvas_export: Path | None, comments: bool, result: Export) -> None:
+def _canvas(plan: Plan, by_stage: dict[str, list[Grade]], titles: dict[str, str], scale_to: dict[str, float],
+            export: CanvasExport | None) -> list[Output]:
     if not by_stage:
-        return
-    if canvas_export is None and not overwrite:
-        result.notes.append("Canvas files not written: to leave the scores Canvas holds as they are, give Canvas's "
-                            "own export (Grades > Export > Export Entire Gradebook) with --canvas-export, or pass "
-                            "--overwrite to replace them")
-        return
-    held = read_canvas_export(canvas_export) if canvas_export is not None else {}
-    for stage, stage_grades in sorted(by_stage.items()):
-        title = titles.get(stage, stage)
-        there = held.get(title, {})
-        rows, kept = {}, []
-        for grade in stage_grades:
+        return []
+    if export is None and plan.mode == FILL:
+        plan.result.notes.append("Canvas files not written: to leave the scores Canvas holds as they are, give "
+                                 "Canvas's own export (Grades > Export > Export Entire Gradebook) with "
+                                 "--canvas-export, or pass --overwrite to replace them")
+        return []
+    outputs = []
+    for stage, grades in sorted(by_stage.items()):
+        column: CanvasColumn | None = canvas_column(export, stage, titles.get(stage)) if export else None
+        held_maximum = column.points if column else None
+        maximum = _maximum("Canvas", stage, scale_to, held_maximum, f"Points Possible in {export.name}"
+                           if export else "") or grades[0].points
+        _scaled_note(plan, "Canvas", stage, grades[0], maximum, held_maximum, scale_to)
+        rows: dict[str, tuple[Grade, float]] = {}
+        attach = []
+        for grade in grades:
             if grade.lms_id.startswith("anon_"):
-                result.notes.append(f"{grade.student}: anonymous Canvas id {grade.lms_id}, not importable by id; "
-                                    "left out of the Canvas file")
+                plan.result.notes.append(f"{grade.student}: anonymous Canvas id {grade.lms_id}, not importable by id; "
+                                         "left out of the Canvas file")
                 continue
-            current = there.get(grade.lms_id)
-            if current is not None and (not overwrite or _number(current) == grade.value):
-                if not overwrite:
-                    kept.append(grade.student)
+            if export is not None and grade.lms_id not in export.users:
+                plan.result.notes.append(f"{grade.student}: Canvas user {grade.lms_id} is not in Canvas's export "
+                                         f"{export.name} (dropped, or in another course?): left out")
                 continue
-            rows[grade.lms_id] = grade
-        if kept:
-            result.notes.append(f"{stage}: {len(kept)} student(s) already have a score in Canvas, left as it is "
-                                "(--overwrite replaces it)")
-        if not rows:
-            continue
-        top = next(iter(rows.values())).maximum
-
-        def write(handle, rows=rows, title=title, top=top) -> None:  # noqa: ANN001
-            writer = csv.writer(handle)
-            writer.writerow([*CANVAS_STUDENT_COLUMNS, protect(title)])
-            writer.writerow(["Points Possible", "", "", "", "", _points(top)])
-            for lms_id, grade in sorted(rows.items(), key=lambda item: int(item[0]) if item[0].isdigit() else 0):
-                writer.writerow([protect(grade.name), lms_id, "", "", "", _points(grade.value)])
-
-        result.files.append(replace_atomically(folder / f"canvas_{stage}.csv", write, newline=""))
-        if comments:
-            _canvas_comments(folder / f"canvas_comments_{stage}.zip", list(rows.values()), result)
+            value = grade.on(maximum)
+            if plan.decide("canvas", grade, value, column.scores.get(grade.lms_id) if column else None,
+                           known=export is not None):
+                rows[grade.lms_id] = (grade, value)
+            if plan.comments and plan.new_comment("canvas", grade, grade.comment):
+                attach.append(grade)
+        if rows:
+            header = column.header if column else protect(titles.get(stage, stage))  # the export's, exactly
+            table = [[*CANVAS_STUDENT_COLUMNS, header], ["Points Possible", "", "", "", "", _points(maximum)]]
+            for lms_id, (grade, value) in sorted(rows.items(), key=lambda item: _order(item[0])):
+                table.append([protect(grade.name), lms_id, "", "", "", _points(value)])
+            outputs.append(Output(plan.folder / f"canvas_{stage}.csv", table))
+        if attach:
+            outputs.append(Output(plan.folder / f"canvas_comments_{stage}.zip", data=_canvas_comments(attach)))
+    return outputs
 
 
-def _canvas_comments(path: Path, grades: list[Grade], result: Export) -> None:
+def _order(lms_id: str) -> int:
+    return int(lms_id) if lms_id.isdigit() else 0
+
+
+def _scaled_note(plan: Plan, lms: str, stage: str, grade: Grade, maximum: float, held: float | None,
+                 scale_to: dict[str, float]) -> None:
+    if maximum == grade.points:
+        return
+    source = "--scale-to" if stage in scale_to or "" in scale_to else f"the maximum in {lms}'s export"
+    plan.result.notes.append(f"{stage} ({lms}): grades on {_points(maximum)} points ({source}), not the course's "
+                             f"{_points(grade.points)}: {_points(grade.total)} points is {_points(grade.on(maximum))}")
+
+
+def _canvas_comments(grades: list[Grade]) -> bytes:
     """A zip for Canvas's "Re-upload submissions": a text file per student, named like their download (the
     user id and the file id Canvas reads from the name come first)."""
-    written = 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.part")
-    with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as archive:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for grade in grades:
-            if not grade.comment:
-                continue
             stem = PurePosixPath(grade.file).name.rsplit(".", 1)[0]
             archive.writestr(f"{stem}_comments.txt", grade.comment + "\n")
-            written += 1
-    if written:
-        temporary.replace(path)
-        result.files.append(path)
-    else:
-        temporary.unlink()
+    return buffer.getvalue()
 
 
 # --- Moodle ------------------------------------------------------------------------------------------
 
-def _moodle(folder: Path, by_stage: dict[str, list[Grade]], overwrite: bool, comments: bool, result: Export) -> None:
-    stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S") if overwrite else MOODLE_KEEP
-    for stage, stage_grades in sorted(by_stage.items()):
-        def write(handle, stage_grades=stage_grades) -> None:  # noqa: ANN001
-            writer = csv.writer(handle)
-            writer.writerow([*MOODLE_COLUMNS, *([MOODLE_COMMENTS] if comments else [])])
-            for grade in sorted(stage_grades, key=lambda g: int(g.lms_id) if g.lms_id.isdigit() else 0):
-                writer.writerow([f"Participant {grade.lms_id}", protect(grade.name), _points(grade.value),
-                                 _points(grade.maximum), stamp, *([_moodle_html(grade.comment)] if comments else [])])
+def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, float],
+            worksheets: dict[str, MoodleWorksheet]) -> list[Output]:
+    stamp = MOODLE_KEEP if plan.mode == FILL else plan.now.strftime("%Y-%m-%d %H:%M:%S")
+    unknown = {stage: grades[0].points for stage, grades in by_stage.items()
+               if _maximum("Moodle", stage, scale_to, worksheets[stage].maximum if stage in worksheets else None,
+                           worksheets[stage].name if stage in worksheets else "") is None}
+    if unknown:
+        raise LmsError("Moodle's maximum grade of " + ", ".join(unknown) + " is unknown (Moodle's default is 100, "
+                       "so 39.5 of 41 points would arrive as 39.5/100): give each stage's grading worksheet, which "
+                       "says it (--moodle-export STAGE=WORKSHEET.csv), or the assignment's maximum grade ("
+                       + " ".join(f"--scale-to {stage}={_points(points)}" for stage, points in unknown.items())
+                       + " when it is the course's points)")
+    outputs = []
+    for stage, grades in sorted(by_stage.items()):
+        sheet = worksheets.get(stage)
+        maximum = _maximum("Moodle", stage, scale_to, sheet.maximum if sheet else None, sheet.name if sheet else "")
+        assert maximum is not None
+        _scaled_note(plan, "Moodle", stage, grades[0], maximum, sheet.maximum if sheet else None, scale_to)
+        if sheet is not None and not sheet.participants & {grade.lms_id for grade in grades}:
+            raise LmsError(f"--moodle-export {stage}={sheet.name}: none of its participants handed in {stage}: "
+                           "is it the worksheet of another assignment? (Moodle numbers participants per assignment)")
+        lines = []
+        for grade in sorted(grades, key=lambda g: _order(g.lms_id)):
+            if sheet is not None and grade.lms_id not in sheet.participants:
+                plan.result.notes.append(f"{grade.student}: Participant {grade.lms_id} is not in Moodle's worksheet "
+                                         f"{sheet.name} of {stage}: left out")
+                continue
+            value = grade.on(maximum)
+            held = sheet.grades.get(grade.lms_id) if sheet else None
+            write = plan.decide("moodle", grade, value, held, known=sheet is not None)
+            comment, changed = _moodle_comment(plan, grade, sheet) if plan.comments else ("", False)
+            if not (write or (changed and plan.mode != FILL)):
+                continue
+            shown = _points(value) if write or held is None else held  # a kept grade is sent as Moodle holds it
+            lines.append([f"Participant {grade.lms_id}", protect(grade.name), shown, _points(maximum), stamp,
+                          *([comment] if plan.comments else [])])
+            if plan.comments and changed:
+                plan.ledger.record("moodle", stage, grade.lms_id, comment=comment, at=plan.now)
+        if lines:
+            header = [*MOODLE_COLUMNS, *([MOODLE_COMMENTS] if plan.comments else [])]
+            outputs.append(Output(plan.folder / f"moodle_{stage}.csv", [header, *lines]))
+    if outputs and plan.mode == FILL:
+        plan.result.notes.append("Moodle worksheets say 'Last modified (grade)' 2000-01-01: Moodle keeps every grade "
+                                 "it already holds and fills the others (--update writes regrades, --overwrite "
+                                 "replaces them)")
+    return outputs
 
-        result.files.append(replace_atomically(folder / f"moodle_{stage}.csv", write, newline=""))
-    if by_stage and not overwrite:
-        result.notes.append("Moodle worksheets say 'Last modified (grade)' 2000-01-01: Moodle keeps every grade it "
-                            "already holds and fills the others (--overwrite replaces them)")
+
+def _moodle_comment(plan: Plan, grade: Grade, sheet: MoodleWorksheet | None) -> tuple[str, bool]:
+    """(the row's `Feedback comments`, whether it is ours and differs from what Moodle holds or, without its
+    worksheet, from what was last written). A comment changed in Moodle since the last upload is sent back
+    as Moodle holds it (Moodle's import replaces the comment of every row), unless --overwrite or
+    --replace-lms-edits."""
+    ours = _moodle_html(grade.comment)
+    sent = plan.ledger.get("moodle", grade.assignment, grade.lms_id)
+    last = sent.comment if sent else ""
+    held = sheet.comments.get(grade.lms_id, "") if sheet else ""
+    edited = bool(held) and digest(held) not in (last, digest(ours))
+    if edited and not (plan.mode == OVERWRITE or plan.replace_edits):
+        plan.result.notes.append(f"{grade.student} {grade.assignment}: the feedback comment was changed in Moodle "
+                                 "since the last upload: sent back as Moodle holds it (--replace-lms-edits replaces "
+                                 "it)")
+        return held, False
+    return ours, digest(ours) != (digest(held) if sheet is not None else last)
 
 
 _FORMULA_CHARACTERS = str.maketrans({"=": "&#61;", "+": "&#43;", "-": "&#45;", "@": "&#64;", "\t": " "})
@@ -303,11 +532,11 @@ def _comments(class_dir: Path, rows: list[dict[str, str]], db_url: str | None) -
     for row in rows:
         key = (row["student"], row["assignment"])
         stage_cells = cells.get(row["assignment"], [])
-        number = {cell.grade_id: index for index, cell in enumerate((c for c in stage_cells if c.written), 1)}
-        lines = [f"Question {number.get(name, '?')} ({name}): {text}"
-                 for name, text in sorted(written.get(key, []), key=lambda item: number.get(item[0], 99))]
+        position = {cell.grade_id: index for index, cell in enumerate((c for c in stage_cells if c.written), 1)}
+        lines = [f"Question {position.get(name, '?')} ({name}): {text}"
+                 for name, text in sorted(written.get(key, []), key=lambda item: position.get(item[0], 99))]
         checks = [cell for cell in stage_cells if not cell.written]
-        failed = [cell.grade_id for cell in checks if (_number(row.get(cell.grade_id, "")) or 0.0) < cell.points]
+        failed = [cell.grade_id for cell in checks if (number(row.get(cell.grade_id, "")) or 0.0) < cell.points]
         if checks and row.get("status") in GRADED:
             lines.append(f"Checks: {len(checks) - len(failed)} of {len(checks)} passed"
                          + (f"; not passed: {', '.join(failed)}" if failed else "")
@@ -320,34 +549,55 @@ def _comments(class_dir: Path, rows: list[dict[str, str]], db_url: str | None) -
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("class_dir", type=Path)
-    parser.add_argument("--title", action="append", default=[], metavar="ASSIGNMENT=TITLE",
-                        help="the LMS column title of a stage, e.g. 02_attention=\"Stage 2 (4711)\"")
+    parser.add_argument("--update", action="store_true",
+                        help="weekly: write only what differs from what the LMS holds (its exports), keep and list "
+                             "grades changed in the LMS")
+    parser.add_argument("--replace-lms-edits", action="store_true",
+                        help="with --update: replace the grades changed in the LMS too")
+    parser.add_argument("--overwrite", action="store_true", help="replace every grade the LMS already holds")
+    parser.add_argument("--canvas-export", type=Path, help="Canvas's own gradebook export (what Canvas holds now)")
+    parser.add_argument("--moodle-export", action="append", default=[], metavar="STAGE=WORKSHEET.csv",
+                        help="the grading worksheet Moodle downloads for a stage's assignment (what it holds, its "
+                             "maximum grade)")
     parser.add_argument("--scale-to", action="append", default=[], metavar="[STAGE=]MAXIMUM",
                         help="the LMS assignment's maximum: grades become total / maximum x this (all stages, or one)")
+    parser.add_argument("--title", action="append", default=[], metavar="STAGE=TITLE",
+                        help="the Canvas column of a stage: its exact header, its title or its assignment id")
     parser.add_argument("--comments", action="store_true",
                         help="add the comments on written answers and a summary of the checks not passed")
-    parser.add_argument("--overwrite", action="store_true", help="replace the grades the LMS already holds")
-    parser.add_argument("--canvas-export", type=Path, help="Canvas's own gradebook export (what Canvas holds now)")
     parser.add_argument("--include-pending", action="store_true",
                         help="export totals even where written answers are not graded yet")
     parser.add_argument("--db-url", help="the gradebook, when the batch used --db-url (for --comments)")
     arguments = parser.parse_args(argv)
     if not (arguments.class_dir / "scores.csv").exists():
         parser.error(f"{arguments.class_dir} has no scores.csv: grade the class first")
-    titles = dict(item.split("=", 1) for item in arguments.title if "=" in item)
     try:
-        scale = parse_scale(arguments.scale_to)
-        result = export(arguments.class_dir.resolve(), titles, arguments.include_pending, scale_to=scale,
+        result = export(arguments.class_dir.resolve(), parse_pairs("--title", arguments.title),
+                        arguments.include_pending, scale_to=parse_scale(arguments.scale_to),
                         comments=arguments.comments, overwrite=arguments.overwrite,
-                        canvas_export=arguments.canvas_export, db_url=arguments.db_url)
-    except (ValueError, SheetError) as error:
-        parser.error(str(error))
+                        canvas_export=arguments.canvas_export,
+                        moodle_exports={stage: Path(path) for stage, path in
+                                        parse_pairs("--moodle-export", arguments.moodle_export).items()},
+                        update=arguments.update, replace_lms_edits=arguments.replace_lms_edits,
+                        db_url=arguments.db_url)
+    except LmsError as error:
+        print(f"error: {error}\nnothing was written", file=sys.stderr)
+        return 2
     for path in result.files:
         print(f"wrote {path}")
+    for path in result.removed:
+        print(f"removed {path} (an earlier run's, not part of this upload)")
+    grouped = result.by_student()
+    if grouped:
+        print("what differs from what the LMS holds, per student:")
+        for student, differences in grouped.items():
+            print(f"  {student}:")
+            for difference in differences:
+                print(f"    {difference.line()}")
     for note in result.notes:
         print(f"note: {note}")
     if not result.files:
-        print("no LMS file written")
+        print("no LMS file written: nothing to upload")
     return 0
 
 

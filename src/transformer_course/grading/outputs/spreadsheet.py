@@ -179,6 +179,13 @@ def _record_at(text: str, position: int) -> tuple[int, list[str]]:
     return len(records), records[-1] if records else []
 
 
+def read_table(data: bytes) -> list[list[str]]:
+    """Every record of a CSV as a spreadsheet saved it (any encoding `decode` reads; comma, semicolon or tab
+    separated, the separator that splits the header into the most cells), row 1 first."""
+    text = decode(data)
+    return list(csv.reader(io.StringIO(text, newline=""), delimiter=_header(text)[1]))
+
+
 def _header(text: str) -> tuple[list[str], str]:
     """The header row and the separator that splits it into the most cells."""
     best: tuple[list[str], str] = ([], ",")

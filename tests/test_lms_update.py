@@ -266,3 +266,48 @@ def test_canvas_comments_go_only_when_new_or_changed(tmp_path):
     export.write_text(header + "ed,55555,,,,6\n")  # Canvas holds the grade uploaded
     result = lms.export(tmp_path, comments=True, canvas_export=export, update=True)
     assert not archive.exists() and archive in result.removed  # the same comment is not attached twice
+
+
+def test_moodle_comments_changed_in_moodle_are_sent_back_as_moodle_holds_them(tmp_path):
+    """Moodle's import replaces the comment of every row of a sheet with a comments column: a comment changed in
+    Moodle is written back as Moodle holds it (and said), while a grade regraded goes; a comment changed here
+    goes alone, with the grade Moodle holds."""
+    from nbgrader.api import Gradebook
+    from test_lms import CELLS, class_with_comments
+
+    class_with_comments(tmp_path, {"cy_103": "Say why the variance grows."})
+    extra = [cell for cell, _, _ in CELLS]
+
+    def scores(total):
+        write_scores(tmp_path, [row("cy_103", "Cy", "103", STAGE2, str(total), "8",
+                                    "Cy_103_assignsubmission_file_/02_attention.ipynb", attn_shape="2",
+                                    attn_values="1", attn_q_scale="3")], extra=extra)
+
+    def worksheet(grade, comment):
+        path = tmp_path / "worksheet.csv"
+        with open(path, "w", newline="", encoding="utf-8-sig") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(MOODLE_HEADER)
+            writer.writerow(["Participant 103", "Cy", "", "", grade, "8.00", "Yes", "", "", comment])
+        return {STAGE2: path}
+
+    sheet = tmp_path / "lms" / f"moodle_{STAGE2}.csv"
+    scores(6)
+    lms.export(tmp_path, comments=True, update=True, moodle_exports=worksheet("", ""))
+    ((ours,),) = [[line[5]] for line in read(sheet)[1:]]
+    assert "Say why the variance grows." in ours
+    edited = "<p>Edited in Moodle: see me.</p>"
+    holds = {"103": (6.0, datetime(2026, 11, 1), edited)}
+    scores(7)  # regraded
+    result = lms.export(tmp_path, comments=True, update=True, moodle_exports=worksheet("6.00", edited))
+    grades, comments = moodle_import(sheet, holds, maximum=8)
+    assert grades == {"103": 7.0} and comments == {}  # the grade goes, Moodle's comment stays
+    assert any("cy_103 02_attention: the feedback comment was changed in Moodle" in note for note in result.notes)
+    # back to our comment in Moodle; then the instructor rewrites it in the gradebook: the comment goes alone
+    holds = {"103": (7.0, datetime(2026, 11, 1), ours)}
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gradebook:
+        gradebook.find_comment("attn_q_scale", STAGE2, STAGE2, "cy_103").manual_comment = "Now with the gradient."
+        gradebook.db.commit()
+    lms.export(tmp_path, comments=True, update=True, moodle_exports=worksheet("7.00", ours))
+    grades, comments = moodle_import(sheet, holds, maximum=8)
+    assert grades == {} and "Now with the gradient." in comments["103"]

@@ -181,3 +181,10 @@ def test_a_workbook_refusal_names_the_row_the_student_and_the_question(tmp_path)
     (tmp_path / "broken.xlsx").write_bytes(b"PK\x03\x04 not really a zip")
     with pytest.raises(SheetError, match=r"broken.xlsx: cannot be read as an Excel workbook"):
         read_sheet(tmp_path / "broken.xlsx", ("score",))
+
+
+def test_without_openpyxl_a_workbook_is_refused_saying_what_to_install(tmp_path, monkeypatch):
+    path = exported_workbook(tmp_path / "grading.xlsx")
+    monkeypatch.setitem(__import__("sys").modules, "openpyxl", None)  # an environment from before the extra had it
+    with pytest.raises(SheetError, match=r"grading.xlsx: reading an Excel workbook needs openpyxl"):
+        read_sheet(path, ("score",))

@@ -91,8 +91,11 @@ def _cell_text(value: object) -> str:
 def read_workbook(path: Path) -> list[list[str]]:
     """The first worksheet's rows as text, row 1 first; an empty row is [] (so index + 1 is the row
     number the spreadsheet shows)."""
-    from openpyxl import load_workbook
-
+    try:
+        from openpyxl import load_workbook
+    except ImportError:
+        raise WorkbookError(f"{path.name}: reading an Excel workbook needs openpyxl (pip install -e \".[grading]\"); "
+                            "or save the sheet as CSV") from None
     try:
         book = load_workbook(path, data_only=True)
     except Exception as error:  # noqa: BLE001  (zipfile, XML and openpyxl errors alike: not a workbook)

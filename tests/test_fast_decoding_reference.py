@@ -1,7 +1,7 @@
 """Stage 7 reference code on small models: the cached step equals the full decoder, cached greedy decoding and
 beam search of size 1 equal stage 6's greedy decoding (float32, as students run it), and the hand-made bigram
 model the checks use is exactly its table. (The whole test set on the shipped checkpoint: scripts/benchmark.py, whose
-recorded figures are checked for consistency here, with the README's table.)"""
+recorded figures are checked for consistency here, with the table of website/authors/measurements.md.)"""
 
 import math
 
@@ -94,8 +94,8 @@ def test_length_penalty_is_one_at_length_one_and_without_alpha():
 
 
 def test_recorded_benchmark_is_consistent_and_the_readme_quotes_it():
-    """The figures notebook 7 reads (written by scripts/benchmark.py --write) hang together, and the README's
-    stage-7 table is theirs."""
+    """The figures notebook 7 reads (written by scripts/benchmark.py --write) hang together, and the
+    stage-7 table of the measurements page (website/authors/measurements.md, once the README's) is theirs."""
     grid = {name: score for name, score in measured.CHOICE["val_bleu"].items() if name != "greedy"}
     chosen = f"beam {measured.CHOICE['beam_size']}, alpha {measured.CHOICE['alpha']}"
     assert measured.CHOICE["chosen_on"] == "val" and grid[chosen] == max(grid.values())
@@ -106,7 +106,7 @@ def test_recorded_benchmark_is_consistent_and_the_readme_quotes_it():
         assert 0 <= example["index"] < measured.SETTINGS["test_sentences"]
         assert example["log_prob"][1] > example["log_prob"][0]
         assert example["sentence_bleu"][1] > example["sentence_bleu"][0]
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "website" / "authors" / "measurements.md").read_text(encoding="utf-8")
     assert measured.COMMAND in readme
     for figure in (measured.CACHE["sentences_per_s"]["without_cache"], measured.CACHE["sentences_per_s"]["with_cache"],
                    measured.CHOICE["val_bleu"]["greedy"], grid[chosen], measured.BLEU["test_greedy"],

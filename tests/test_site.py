@@ -1,4 +1,4 @@
-"""The course website (README, "The course as a website"), built in a smaller setting and opened in a real
+"""The course website (website/authors/website.md), built in a smaller setting and opened in a real
 headless Chromium.
 
 The smaller setting: every page is built, stages 1 and 6 are run the way the autograder runs them

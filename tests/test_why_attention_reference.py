@@ -72,11 +72,12 @@ def test_length_buckets_cover_every_length_once():
 
 
 def test_readme_quotes_the_measured_numbers():
-    """The README's stage-0 table is the one the script printed for the results file the notebook quotes."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The measurements page's stage-0 table (website/authors/measurements.md, once the README's) is the one
+    the script printed for the results file the notebook quotes."""
+    readme = (ROOT / "website" / "authors" / "measurements.md").read_text(encoding="utf-8")
     assert bottleneck_results.COMMAND in readme
     for name, run in bottleneck_results.RUNS.items():
         row = re.search(rf"^\| {name} \|(.*)$", readme, re.MULTILINE)
-        assert row, f"no README row for the model {name}"
+        assert row, f"no row of the measurements page for the model {name}"
         for label, _, _ in LENGTH_BUCKETS:
             assert f" {run['bleu'][label]['bleu']:.1f} " in row.group(1), (name, label)

@@ -35,7 +35,8 @@ from website import pages
 
 ROOT = Path(__file__).resolve().parents[1]
 WEBSITE = ROOT / "website"
-SOURCES = ("conf.py", "index.md", "_static", "_templates")  # the site's own files, copied into the source folder
+# the site's own files, copied into the source folder: the landing page, the instructor's and the authors' guides
+SOURCES = ("conf.py", "index.md", "instructor", "authors", "_static", "_templates")
 PACKAGE = ROOT / "src" / "transformer_course"
 NOT_RUN_BY_PAGES = ("grading", "authoring.py")  # parts of the package no notebook imports
 SHARED_DATA = ROOT.parent / "shared" / "data" / "multi30k"

@@ -130,7 +130,7 @@ def test_the_kubernetes_job_is_indexed_and_says_its_completions_count():
     assert environment["JOB_COMPLETIONS"] == str(spec["completions"])
     assert {"SUBMISSIONS", "CLASS_DIR", "GRADEBOOK_URL"} <= set(environment)
     assert "autograde/cluster/grade-shard.sh" in container["command"]
-    # what bubblewrap needs inside a pod (README): namespaces, mounts and an unmasked /proc
+    # what bubblewrap needs inside a pod (website/instructor/cluster.md): namespaces, mounts and an unmasked /proc
     assert container["securityContext"]["procMount"] == "Unmasked"
     assert container["securityContext"]["seccompProfile"]["type"] == "Unconfined"
     pod = spec["template"]["spec"]

@@ -1,1 +1,1 @@
-"""The course as a static website: `make site` (python -m website.build), see README, "The course as a website"."""
+"""The course as a static website: `make site` (python -m website.build), see website/authors/website.md."""

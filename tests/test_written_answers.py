@@ -273,7 +273,8 @@ def test_the_xlsx_sheet_round_trips_through_a_person_and_import(class_copy):
             question = sheet.cell(number, column["question"]).value
             assert sheet.cell(number, column["points"]).data_type == "n"
             sheet.cell(number, column["score"]).value = given[question]
-            sheet.cell(number, column["comment"]).value = f"=not a formula, {question}"
+            comment = sheet.cell(number, column["comment"])
+            comment.value, comment.data_type = f"=not a formula, {question}", "s"  # typed as text ('=...)
             eve += 1
     assert eve == 3
     book.save(class_copy / "filled.xlsx")

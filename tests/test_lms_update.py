@@ -77,6 +77,8 @@ def test_a_run_leaves_no_earlier_file_beside_its_own(tmp_path):
     result = lms.export(tmp_path, overwrite=True)
     assert sorted(path.name for path in result.removed) == [f"canvas_comments_{STAGE2}.zip", "moodle_03_blocks.csv"]
     assert sorted(files(tmp_path)) == [f"canvas_{STAGE1}.csv", f"canvas_{STAGE2}.csv", "notes.txt", "uploaded.json"]
+    assert "Canvas grades are the course's points (01_positional_encoding: of 14, 02_attention: of 40)" in " ".join(
+        result.notes)  # without the export nobody knows Canvas's points possible: said so
 
 
 # --- Canvas: the export's own assignment, under its exact header -----------------------------------------------

@@ -378,6 +378,10 @@ def _canvas(plan: Plan, by_stage: dict[str, list[Grade]], titles: dict[str, str]
                                  "Canvas's own export (Grades > Export > Export Entire Gradebook) with "
                                  "--canvas-export, or pass --overwrite to replace them")
         return []
+    if export is None and not scale_to:
+        plan.result.notes.append("Canvas grades are the course's points (" + ", ".join(
+            f"{stage}: of {_points(grades[0].points)}" for stage, grades in sorted(by_stage.items())) + "); if a "
+            "Canvas assignment has another maximum, give --canvas-export (its points possible are used) or --scale-to")
     outputs = []
     for stage, grades in sorted(by_stage.items()):
         column: CanvasColumn | None = canvas_column(export, stage, titles.get(stage)) if export else None

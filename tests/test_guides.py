@@ -94,3 +94,16 @@ def test_every_readme_link_to_a_guide_page_resolves():
     assert {"website/instructor/index.md", "website/authors/index.md"} <= guides
     for page in guide_pages("instructor"):
         assert page.relative_to(ROOT).as_posix() in guides, page.name
+
+
+def test_a_guide_page_deleted_here_leaves_the_site(tmp_path):
+    """`make site` copies the guides into its source folder on every build: a page deleted (or renamed) in
+    website/instructor/ or website/authors/ must not stay there, built from its old copy."""
+    from website import build
+
+    source = tmp_path / "source"
+    build.copy_sources(source)
+    (source / "instructor" / "an-old-page.md").write_text("# Gone\n", encoding="utf-8")
+    build.copy_sources(source)
+    assert not (source / "instructor" / "an-old-page.md").exists()
+    assert (source / "instructor" / "grading.md").read_bytes() == (WEBSITE / "instructor" / "grading.md").read_bytes()

@@ -137,6 +137,9 @@ def copy_sources(source: Path) -> None:
                     if not target.exists() or target.read_bytes() != path.read_bytes():
                         target.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copy2(path, target)
+            for stale in (source / name).rglob("*"):  # a guide page deleted here is deleted from the site too
+                if stale.is_file() and not (origin / stale.relative_to(source / name)).exists():
+                    stale.unlink()
         elif origin.exists():
             pages.write_if_changed(source / name, origin.read_text(encoding="utf-8"))
 

@@ -108,7 +108,9 @@ def test_the_feedback_page_runs_nothing_and_reads_well(hostile_class, tmp_path):
         assert browser.evaluate(JAVASCRIPT_LINKS) == 0
         text = browser.evaluate("document.body.innerText")
         assert "<img src=x onerror=" in text and "Instructor: <img src=x" in text  # shown as text
-        assert "$\\sqrt{d_k}$" in text and "a < b" in text  # math and comparisons as written
+        assert "a < b" in text and "$" not in text  # comparisons as written; math typeset (MathML), no raw $
+        assert browser.evaluate("[...document.querySelectorAll('math msqrt')].some(e => e.textContent === 'dk')")
+        assert browser.evaluate(MATHML_ONLY) == []  # the MathML is the course's: no link, style or HTML inside
         assert browser.evaluate("[...document.querySelectorAll('strong')].some(e => e.textContent === 'variance')")
         assert browser.evaluate("[...document.querySelectorAll('li')].some(e => e.textContent === 'second')")
 
@@ -227,15 +229,29 @@ HOSTILE = [
     f"![img](x\" onerror=\"{PWN})",
     f"$x$ <img src=x onerror=\"{PWN}\"> $$\\href{{javascript:{PWN}}}{{y}}$$",
 ]
+# Within every <math> of the page, anything but MathML presentation elements with layout attributes (the
+# feedback pages' formulas, written by `mathml`): a link, a style, an event handler, HTML, SVG, an address.
+MATHML_ONLY = (
+    "[...document.querySelectorAll('math')].flatMap(m => [m, ...m.querySelectorAll('*')]).filter(e => "
+    "e.namespaceURI !== 'http://www.w3.org/1998/Math/MathML' || ['maction', 'mglyph', 'semantics', "
+    "'annotation-xml', 'annotation'].includes(e.localName) || [...e.attributes].some(a => !['alttext', 'display', "
+    "'mathvariant', 'stretchy', 'fence', 'separator', 'lspace', 'rspace', 'accent', 'accentunder', "
+    "'movablelimits', 'symmetric', 'minsize', 'maxsize', 'largeop', 'linethickness', 'columnalign', 'rowalign', "
+    "'columnspacing', 'rowspacing', 'columnlines', 'rowlines', 'frame', 'width', 'height', 'depth', 'voffset', "
+    "'scriptlevel', 'displaystyle', 'form', 'notation'].includes(a.name) || "
+    "(a.name !== 'alttext' && /url|javascript|[(:]/i.test(a.value))))"  # alttext: the TeX, as text
+    ".map(e => e.outerHTML.slice(0, 120))")
 # In what the page rendered from a notebook (markdown, outputs): any element that could run, fetch or frame
-# something, except a link to the web, mail or this page and an image (a PNG, or an SVG in an <img>, which
-# runs no script) or one without an address.
+# something, except a link to the web, mail or this page, an image (a PNG, or an SVG in an <img>, which
+# runs no script) or one without an address, and a formula that MATHML_ONLY finds clean.
 RISKY_ELEMENTS = (
     "[...document.querySelectorAll('.rendered_html, .jp-RenderedHTMLCommon, .output_subarea, "
     ".jp-OutputArea-output')].flatMap(e => [...e.querySelectorAll('a, area, img, iframe, frame, svg, math, object, "
     "embed, form, base, script, link, meta, [style], [srcdoc], [formaction]')]).filter(e => !("
     "(e.tagName === 'A' && /^(https?:|mailto:|#|$)/.test(e.getAttribute('href') || '')) || "
-    "(e.tagName === 'IMG' && /^(data:image\\/(png|jpeg|svg\\+xml);|https?:|$)/.test(e.getAttribute('src') || ''))"
+    "(e.tagName === 'IMG' && /^(data:image\\/(png|jpeg|svg\\+xml);|https?:|$)/.test(e.getAttribute('src') || '')) || "
+    "(e.localName === 'math' && !e.querySelector('a, [href], [style], [src]') && "
+    "[...e.querySelectorAll('*')].every(n => n.namespaceURI === 'http://www.w3.org/1998/Math/MathML'))"
     ")).map(e => e.outerHTML.slice(0, 120))")
 HONEST_MARKDOWN = ("The **variance** of $q \\cdot k$ grows like $\\sqrt{d_k}$, so a < b:\n\n- first\n- second\n\n"
                    "| head | dim |\n|---|---|\n| 8 | 64 |\n\n```python\nscores = q @ k.T\n```\n\n"
@@ -343,7 +359,12 @@ def test_no_hostile_markdown_runs_through_any_renderer(path, tmp_path):
         assert browser.evaluate("[...document.querySelectorAll('script')].filter(s => !s.src && "
                                 "/__pwned/.test(s.textContent)).length") == 0
         text = browser.evaluate("document.body.innerText")
-        assert "$\\sqrt{d_k}$" in text and "a < b" in text
+        assert "a < b" in text
+        if path == "feedback exporter":  # the feedback page typesets math as MathML, the course's own
+            assert "$\\sqrt{d_k}$" not in text and browser.evaluate(MATHML_ONLY) == []
+            assert browser.evaluate("[...document.querySelectorAll('math msqrt')].some(e => e.textContent === 'dk')")
+        else:  # elsewhere it reads as written
+            assert "$\\sqrt{d_k}$" in text
         for honest in ("strong", "li", "td", "code"):
             assert browser.evaluate(f"document.querySelectorAll('{honest}').length") > 0, honest
         assert browser.evaluate("[...document.links].some(a => a.href === 'https://arxiv.org/abs/1706.03762')")

@@ -9,14 +9,17 @@ sanitiser ammonia, built on a real HTML5 parser) and a short allow-list (`saniti
 lists, code, tables, links to http(s), mailto and `#` only, images from http(s) or PNG/JPEG `data:`
 addresses, no attribute that runs or styles anything, no SVG, MathML, form, frame or script.
 
-`markdown_html` renders markdown with nbconvert's own renderer (the one feedback and the formgrader use, so
-`$...$` math is kept as written, for MathJax where a page has it) with raw HTML shown as text, then
-sanitises. `inert_markdown` wraps that HTML as markdown that any CommonMark renderer passes through
-unchanged: one HTML block on one line (every newline written `&#10;`, which HTML reads as a newline), so
-no later markdown pass can find a link or a tag in it.
+`markdown_html` renders markdown with nbconvert's own renderer (the one feedback and the formgrader use) with
+raw HTML shown as text, then sanitises. Math is kept as written inside a marker, `<span class="math-tex">$...$
+</span>`, which reads as the TeX where nothing else is done and which the feedback pages turn into MathML
+(`mathml.render_math`, after sanitising: the sanitiser itself lets no MathML through). `inert_markdown` wraps
+that HTML as markdown that any CommonMark renderer passes through unchanged: one HTML block on one line (every
+newline written `&#10;`, which HTML reads as a newline), so no later markdown pass can find a link or a tag in it.
 
 `InertNotebook` (an nbconvert preprocessor) puts every markdown cell, raw cell, nbgrader comment and rich
-output of a notebook through this before it is rendered; `configure` also replaces the exporter's
+output of a notebook through this before it is rendered (a written answer and a comment with their raw HTML
+shown as text, as written; the notebook's other markdown cells, such as the Colab badge of the first, with it
+parsed, and the sanitiser keeps what is safe); `configure` also replaces the exporter's
 `markdown2html` and `clean_html` filters with sanitising ones, so whatever a template renders from
 markdown or HTML is sanitised again after rendering, even text no preprocessor saw.
 """
@@ -50,8 +53,8 @@ _PYGMENTS = {"highlight", "hll", "c", "err", "k", "l", "n", "o", "x", "p", "ch",
              "m", "s", "na", "nb", "nc", "no", "nd", "ni", "ne", "nf", "nl", "nn", "nx", "py", "nt", "nv", "ow",
              "w", "mb", "mf", "mh", "mi", "mo", "sa", "sb", "sc", "dl", "sd", "s2", "se", "sh", "si", "sx", "sr",
              "s1", "ss", "bp", "fm", "vc", "vg", "vi", "vm", "il"}
-CLASSES = {"div": {"highlight", "inert-markdown"}, "span": _PYGMENTS, "pre": {"highlight"}, "code": _PYGMENTS,
-           "table": {"dataframe"}}
+CLASSES = {"div": {"highlight", "inert-markdown"}, "span": _PYGMENTS | {"math-tex", "math-display"},
+           "pre": {"highlight"}, "code": _PYGMENTS | {"math-tex"}, "table": {"dataframe"}}
 URL_SCHEMES = {"http", "https", "mailto", "data"}
 _IMAGE_DATA = re.compile(r"data:image/(?:png|jpeg);base64,[A-Za-z0-9+/=\s]*\Z", re.IGNORECASE)
 _WEB = re.compile(r"(?:https?:|mailto:)", re.IGNORECASE)
@@ -81,11 +84,27 @@ def sanitize_html(fragment: str) -> str:
                      url_relative=lambda url: url if url.startswith("#") else None, strip_comments=True)
 
 
+class MarkedMathRenderer(IPythonRenderer):
+    """nbconvert's markdown renderer with each formula kept as written inside a marker `mathml.render_math`
+    finds: `<span class="math-tex">$...$</span>`, with `math-display` for display math."""
+
+    def inline_math(self, body: str) -> str:
+        return f'<span class="math-tex">{super().inline_math(body)}</span>'
+
+    def block_math(self, body: str) -> str:
+        return f'<span class="math-tex math-display">{super().block_math(body)}</span>'
+
+    def latex_environment(self, name: str, body: str) -> str:
+        return f'<span class="math-tex math-display">{super().latex_environment(name, body)}</span>'
+
+
 def markdown_html(text: str, attachments: dict | None = None, raw_html: bool = False) -> str:
-    """TEXT rendered as nbconvert renders markdown ($...$ math kept as written), then sanitised.
+    """TEXT rendered as nbconvert renders markdown (math kept as written, in a `math-tex` marker), then
+    sanitised.
 
     Raw HTML in TEXT is shown as text unless RAW_HTML (then it is parsed, and the sanitiser decides)."""
-    renderer = IPythonRenderer(escape=not raw_html, allow_harmful_protocols=False, attachments=attachments or {})
+    renderer = MarkedMathRenderer(escape=not raw_html, allow_harmful_protocols=False, attachments=attachments or {},
+                                  exclude_anchor_links=True)  # no "¶" after every heading
     return sanitize_html(MarkdownWithMath(renderer=renderer).render(text))
 
 
@@ -94,11 +113,12 @@ def as_markdown(fragment: str) -> str:
     return WRAPPER + fragment.replace("\r", "").replace("\n", "&#10;") + "</div>"
 
 
-def inert_markdown(text: str, attachments: dict | None = None) -> str:
-    """TEXT as markdown that renders to TEXT's sanitised HTML and nothing else; idempotent."""
+def inert_markdown(text: str, attachments: dict | None = None, raw_html: bool = False) -> str:
+    """TEXT as markdown that renders to TEXT's sanitised HTML and nothing else; idempotent. Raw HTML in TEXT is
+    shown as text unless RAW_HTML (see `markdown_html`)."""
     if text.startswith(WRAPPER) and as_markdown(sanitize_html(text)[len(WRAPPER):-len("</div>")]) == text:
         return text  # already inert (sanitised HTML on one line): sanitising again would change nothing
-    return as_markdown(markdown_html(text, attachments))
+    return as_markdown(markdown_html(text, attachments, raw_html))
 
 
 def _text(value: Any) -> str:
@@ -140,7 +160,9 @@ class InertNotebook(Preprocessor):
 
     def preprocess_cell(self, cell: NotebookNode, resources: dict, index: int) -> tuple[NotebookNode, dict]:
         if cell.cell_type == "markdown":
-            cell.source = inert_markdown(cell.source, cell.get("attachments"))
+            # A written answer reads as written (its HTML as text); other markdown (the lesson's, with its Colab
+            # badge) is parsed, and the sanitiser keeps what is safe.
+            cell.source = inert_markdown(cell.source, cell.get("attachments"), raw_html=not _written_answer(cell))
             cell.pop("attachments", None)  # already inlined as data: images where they were used
         elif cell.cell_type == "raw":
             # Shown as text whatever its format says (a template renders text/html raw cells as HTML).
@@ -153,6 +175,12 @@ class InertNotebook(Preprocessor):
         if isinstance(nbgrader.get("comment"), str):
             nbgrader["comment"] = inert_markdown(nbgrader["comment"])
         return cell, resources
+
+
+def _written_answer(cell: NotebookNode) -> bool:
+    """A cell a student writes in (nbgrader's solution cells: written answers), whose text is shown as written."""
+    nbgrader = cell.get("metadata", {}).get("nbgrader", {})
+    return not isinstance(nbgrader, dict) or bool(nbgrader.get("solution"))
 
 
 def _escape(text: str) -> str:

@@ -563,3 +563,29 @@ def test_the_task_uses_the_courses_virtualenv_without_being_told():
     assert '"$course/.venv/bin/python"' in script and 'PATH="$(dirname "$PYTHON"):$PATH"' in script
     guide = GUIDE_CLUSTER.read_text()
     assert "MULTI30K_DIR=/shared/multi30k" in guide and "PYTHON=" not in guide.split("### Slurm")[1].split("###")[0]
+
+
+def test_the_final_step_names_failed_and_lost_tasks_and_writes_no_all_pending_scores(tmp_path):
+    """grade-shard.sh --scores-only when nobody is graded in the gradebook: it lists the newest run's tasks that
+    failed (with their reason) or never reported an end, leaves the old scores.csv alone and exits with status 3.
+    (The same on a real Slurm cluster: test_on_nodes_that_cannot_sandbox_...)"""
+    class_dir = tmp_path / "class"
+    old, newest = class_dir / "cluster-tasks" / "slurm-10", class_dir / "cluster-tasks" / "slurm-11"
+    old.mkdir(parents=True)
+    (old / "slurm-task-9.failed").write_text("exit status 1 on node n0: last week's problem\n")
+    os.utime(old, (1, 1))
+    newest.mkdir()
+    (newest / "slurm-task-1.failed").write_text("exit status 2 on node n1: bwrap: Can't mount proc\n")
+    (newest / "slurm-task-2.running").write_text("node n2, started 2026-11-28T10:00:00Z\n")
+    (class_dir / "scores.csv").write_text("last week's\n")
+    environment = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": sys.executable,
+                   "SUBMISSIONS": str(tmp_path), "CLASS_DIR": str(class_dir),
+                   "GRADEBOOK_URL": f"sqlite:///{tmp_path / 'gradebook.db'}"}
+    run = subprocess.run(["bash", str(CLUSTER / "grade-shard.sh"), "--scores-only"], env=environment,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3, run.stderr
+    assert "task slurm-task-1 failed: exit status 2 on node n1: bwrap: Can't mount proc" in run.stderr
+    assert "task slurm-task-2 never reported an end" in run.stderr and "node n2" in run.stderr
+    assert "last week's problem" not in run.stderr  # an older run's task is not this run's
+    assert "scores.csv would read pending for everyone: it was not written" in run.stderr
+    assert (class_dir / "scores.csv").read_text() == "last week's\n"

@@ -313,3 +313,26 @@ def test_moodle_comments_changed_in_moodle_are_sent_back_as_moodle_holds_them(tm
     lms.export(tmp_path, comments=True, update=True, moodle_exports=worksheet("7.00", ours))
     grades, comments = moodle_import(sheet, holds, maximum=8)
     assert grades == {} and "Now with the gradient." in comments["103"]
+
+
+def test_a_canvas_export_saved_with_semicolons_and_decimal_commas_reads_the_same(tmp_path):
+    """Canvas exports with ";" and "30,5" for a German user (or after Excel saved it): the held grades are read
+    as numbers, so an unchanged 30.5 is not listed nor written again."""
+    write_scores(tmp_path, canvas_rows(**{"12345": 30.5, "444": 12.5}))
+    lms.export(tmp_path, canvas_export=canvas_export(tmp_path / "week1.csv", {}), update=True)
+    lines = [f"Student;ID;SIS User ID;SIS Login ID;Section;{HEADER1};{HEADER2}", "Points Possible;;;;;14;40",
+             "smithjohn;12345;;;;14;30,5", "cmd;444;;;;;11,5"]
+    export = tmp_path / "week2.csv"
+    export.write_bytes(("\r\n".join(lines) + "\r\n").encode("cp1252"))
+    result = lms.export(tmp_path, canvas_export=export, update=True)
+    (difference,) = result.differences
+    assert (difference.student, difference.held) == ("cmd_444", "11,5") and difference.action.startswith("kept")
+
+
+def test_an_unreadable_upload_record_is_an_error_that_writes_nothing(tmp_path):
+    write_scores(tmp_path, canvas_rows(**{"12345": 30.5}))
+    (tmp_path / "lms").mkdir()
+    (tmp_path / "lms" / "uploaded.json").write_text("{not json")
+    with pytest.raises(LmsError, match=r"uploaded.json cannot be read .*move it away"):
+        lms.export(tmp_path, overwrite=True)
+    assert sorted(files(tmp_path)) == ["uploaded.json"]

@@ -336,3 +336,19 @@ def test_an_unreadable_upload_record_is_an_error_that_writes_nothing(tmp_path):
     with pytest.raises(LmsError, match=r"uploaded.json cannot be read .*move it away"):
         lms.export(tmp_path, overwrite=True)
     assert sorted(files(tmp_path)) == ["uploaded.json"]
+
+
+def test_every_stage_of_the_course_finds_its_own_canvas_assignment(tmp_path):
+    """Titles as an instructor gives them in Canvas: each stage of the course matches its own column, and no
+    other, by its words and its number."""
+    from conftest import ASSIGNMENTS
+    from transformer_course.grading.outputs.lms_exports import canvas_column, read_canvas_export
+
+    titles = ["Stage 0: Why attention? (4700)", "Stage 1: Positional encoding (4701)", "Stage 2: Attention (4702)",
+              "Stage 3: Encoder and decoder blocks (4703)", "Stage 4: The whole transformer (4704)",
+              "Stage 5: Training (4705)", "Stage 6: Decoding (4706)", "Stage 7: Fast and better decoding (4707)",
+              "Attendance (4708)"]
+    export = canvas_export(tmp_path / "export.csv", {}, titles, ["10"] * len(titles))
+    columns = read_canvas_export(export)
+    found = [canvas_column(columns, stage).header for stage in ASSIGNMENTS]
+    assert found == titles[:8]

@@ -542,6 +542,9 @@ assert check.decoder_layers_registered(Decoder, num_layers=4, d_model=8, num_hea
 # - **causality**: changing target tokens after position $t$ must not change the logits at
 #   positions $\le t$. This uses *your* `make_target_mask`.
 # - **padding invariance**: extra `<pad>` tokens change no logit of a real position.
+# - **own embedding tables**: German and English have vocabularies of their own, so id 5 is one
+#   word in the source and another in the target. The check builds your model as it is written and
+#   watches which embedding table looks up the source ids and which the target ids.
 
 # %% tests="model_transformer_shape" points=1
 assert check.transformer_output_shape(Transformer)
@@ -564,6 +567,9 @@ assert check.target_padding_invariance(Transformer)
 # %% tests="model_gradients" points=1
 assert check.transformer_gradients(Transformer)
 
+# %% tests="model_own_embeddings" points=1
+assert check.transformer_own_embeddings(Transformer)
+
 # %% tests="model_no_builtins" points=1
 assert check.no_builtin_modules(Transformer)
 
@@ -581,6 +587,8 @@ assert check.source_padding_invariance(Transformer, extra=5, tgt_vocab=9, d_mode
                                        num_layers=3, pad_idx=0, batch=4, src_len=8, tgt_len=5)
 assert check.target_padding_invariance(Transformer, extra=2, tgt_vocab=9, d_model=24, num_heads=3,
                                        num_layers=3, pad_idx=0, batch=4, src_len=8, tgt_len=5)
+assert check.transformer_own_embeddings(Transformer, src_vocab=17, tgt_vocab=9, d_model=24, num_heads=3,
+                                        num_layers=3, d_ff=20, pad_idx=0, batch=4, src_len=8, tgt_len=5)
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -66,6 +66,18 @@ def _inline_attention(scale: str) -> str:
 
 
 MISTAKES: list[Mistake] = [
+    Mistake(
+        STAGE, "keys transposed on the wrong axes (heads and positions)",
+        _SCORES,
+        "scores = Q @ K.transpose(1, 2) / math.sqrt(d_k)  # (..., q_len, k_len)",
+        fails="attn_sdpa_shapes", cause="these would fit: `K.transpose(-2, -1)`",
+    ),
+    Mistake(
+        STAGE, "weights transposed before the product with V",
+        "    output = weights @ V  # (..., q_len, d_v)\n",
+        "    output = weights.transpose(-2, -1) @ V  # (..., q_len, d_v)\n",
+        fails="attn_sdpa_shapes", cause="`weights` itself",
+    ),
     # --- scaled dot-product attention ---
     Mistake(
         STAGE, "scores not scaled by 1/sqrt(d_k)",

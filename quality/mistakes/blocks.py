@@ -286,6 +286,34 @@ ALTERNATIVES: list[Alternative] = [
         + _ENC_FORWARD + "        x = self.ln_attention(x + self.drop_attention(self.self_attn(x, x, x, mask)))\n"
         "        x = self.ln_feed_forward(x + self.drop_feed_forward(self.feed_forward(x)))",
     ),
+    Alternative(
+        STAGE, "encoder block in the Annotated Transformer's layout: each LayerNorm and dropout inside a wrapper",
+        _ENC_PARTS,
+        "        class SublayerConnection(nn.Module):  # LayerNorm(x + Dropout(sublayer(x))) around any sublayer\n"
+        "            def __init__(self) -> None:\n"
+        "                super().__init__()\n"
+        "                self.norm = nn.LayerNorm(d_model)\n"
+        "                self.dropout = nn.Dropout(dropout)\n\n"
+        "            def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:\n"
+        "                return self.norm(x + self.dropout(sublayer(x)))\n\n"
+        "        self.sublayer = nn.ModuleList([SublayerConnection() for _ in range(2)])\n\n"
+        + _ENC_FORWARD + "        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))\n"
+        "        x = self.sublayer[1](x, self.feed_forward)",
+    ),
+    Alternative(
+        STAGE, "encoder block with hand-written layer normalisations (a gain a_2 and a bias b_2 each)",
+        _ENC_PARTS,
+        "        class LayerNorm(nn.Module):\n"
+        "            def __init__(self, features: int, eps: float = 1e-5) -> None:\n"
+        "                super().__init__()\n"
+        "                self.a_2, self.b_2 = nn.Parameter(torch.ones(features)), nn.Parameter(torch.zeros(features))\n"
+        "                self.eps = eps\n\n"
+        "            def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "                mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)\n"
+        "                return self.a_2 * (x - mean) / torch.sqrt(var + self.eps) + self.b_2\n\n"
+        "        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)\n"
+        "        self.dropout = nn.Dropout(dropout)\n\n" + _ENC_FORWARD + "        " + _ENCODER,
+    ),
 ]
 
 # --- held out ---------------------------------------------------------------------------------------------

@@ -45,6 +45,18 @@ _BEAM_FOLLOW = (
 )
 
 MISTAKES: list[Mistake] = [
+    Mistake(
+        STAGE, "length penalty multiplied by alpha instead of raised to it (inline)",
+        "    ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)\n",
+        "    ranking = candidates / (((5.0 + new_lengths) / 6.0) * alpha).unsqueeze(-1)\n",
+        fails="fast_select_top", cause="is 0 in",
+    ),
+    Mistake(
+        STAGE, "length penalty multiplied by alpha (seen where alpha is neither 0 nor 1)",
+        "    ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)\n",
+        "    ranking = candidates / (((5.0 + new_lengths) / 6.0) * alpha + (alpha == 0)).unsqueeze(-1)\n",
+        fails="fast_select_penalty", cause="applies the product where the paper applies the power",
+    ),
     # start_cache
     Mistake(
         STAGE, "cross-attention keys and values taken from the self-attention weights",

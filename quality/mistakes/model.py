@@ -27,7 +27,28 @@ _ENCODER_PARTS = (
     "        ### BEGIN SOLUTION\n        " + _ENCODER_FORWARD
 )
 
+_DECODER_MADE = ("        self.decoder = Decoder(dec_vocab_size, d_model, num_heads, num_layers, d_ff, max_seq_length, "
+                 "dropout)\n")
+
 MISTAKES: list[Mistake] = [
+    Mistake(
+        STAGE, "the decoder reuses the encoder's embedding table",
+        _DECODER_MADE,
+        _DECODER_MADE + "        self.decoder.embedding = self.encoder.embedding  # one table for both languages\n",
+        fails="model_own_embeddings", cause="the same embedding table as the source ids",
+    ),
+    Mistake(
+        STAGE, "look-ahead part negated in the target mask",
+        "    return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)\n",
+        "    return padding & ~look_ahead  # (batch, 1, tgt_len, tgt_len)\n",
+        fails="model_target_mask_values", cause="exact opposite of j <= i",
+    ),
+    Mistake(
+        STAGE, "look-ahead mask built from the batch size",
+        "    look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)",
+        "    look_ahead = make_look_ahead_mask(tgt.size(0), device=tgt.device)",
+        fails="model_target_mask_values", cause="is the size of `tgt`'s axis 0",
+    ),
     Mistake(
         STAGE, "target mask is the padding mask only (no look-ahead)",
         "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",

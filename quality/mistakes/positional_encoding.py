@@ -21,6 +21,12 @@ _TABLE = (
 
 MISTAKES: list[Mistake] = [
     Mistake(
+        STAGE, "the table sliced on its first axis (size 1) instead of the positions",
+        _ADD,
+        "x = x + self.pe[: x.size(1)]  # broadcast over the batch",
+        fails="pe_dropout", cause="the same slice on axis 1",
+    ),
+    Mistake(
         STAGE, "sin and cos swapped",
         _SIN + "\n        " + _COS,
         "pe[:, 0::2] = torch.cos(position * div_term)  # even columns\n"

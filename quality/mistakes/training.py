@@ -18,6 +18,16 @@ _STEPS = (
 
 MISTAKES: list[Mistake] = [
     Mistake(
+        STAGE, "optimizer.step() before loss.backward()",
+        _STEPS,
+        "        optimizer.zero_grad()\n"
+        "        loss = compute_loss(model, batch, criterion)\n"
+        "        optimizer.step()\n"
+        "        loss.backward()\n"
+        "        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n",
+        fails="train_epoch_zero_grad", cause="optimizer.step() runs before loss.backward()",
+    ),
+    Mistake(
         STAGE, "target not shifted: teacher-forcing input equals the output",
         _SHIFT,
         "tgt_in, tgt_out = tgt, tgt  # the decoder reads and predicts the whole target",

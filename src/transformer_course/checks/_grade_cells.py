@@ -110,6 +110,7 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...] | None], ...]] = 
         ('model_source_padding', 1, ('source_padding_invariance',)),
         ('model_target_padding', 1, ('target_padding_invariance',)),
         ('model_gradients', 1, ('transformer_gradients',)),
+        ('model_own_embeddings', 1, ('transformer_own_embeddings',)),
         ('model_no_builtins', 1, ('no_builtin_modules',)),
         ('model_transformer_hidden', 2, ()),
         ('model_predicted_parameters', 1, ('predicted_parameter_count',)),

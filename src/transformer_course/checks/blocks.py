@@ -287,7 +287,7 @@ def _block(Block: type[nn.Module], kind: str, args: tuple, state: dict[str, Tens
                    "graded.")
     for role, path in paths.items():
         if role in PLUGGED:
-            setattr(block, path, getattr(template, role))
+            parts.put(block, path, getattr(template, role))
         elif state is not None and role.startswith("norm"):
             parts.load(parts.locate(block, path), getattr(template, role), f"{what}.{path}")
     supplied(template)

@@ -104,7 +104,7 @@ def relation(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[str] | No
     if a.dim() >= 2 and a.size(-1) == a.size(-2) and _close(a, b.transpose(-2, -1), atol, rtol):
         return f"the values are transposed: {axis_label(axes, a.dim() - 2)} and {axis_label(axes, a.dim() - 1)} swapped"
     if _close(a.flatten().sort().values, b.flatten().sort().values, atol, rtol):
-        return "the right values in the wrong places (a view, reshape or transpose moves them)"
+        return "the right values in other places (the same numbers, reordered)"
     return ""
 
 
@@ -114,3 +114,48 @@ def describe_difference(got: torch.Tensor, expected: torch.Tensor, axes: Sequenc
     where = where_different(got, expected, axes, atol, rtol)
     how = relation(got, expected, axes, atol, rtol)
     return "; ".join(part for part in (f"it differs {where}" if where else "", how) if part)
+
+
+def describe_shape(got: Sequence[int], expected: Sequence[int]) -> str:
+    """How a shape departs from the expected one, read from the two shapes alone ('' when nothing simple can be
+    said): axes holding each other's sizes (a permutation), one axis cut short or a whole multiple of its size
+    (repeated or concatenated), an axis of size 1 too many or too few, two axes merged into one or one split."""
+    got, expected = tuple(got), tuple(expected)
+    if got == expected:
+        return ""
+    if len(got) == len(expected):
+        differ = [axis for axis, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b]
+        if sorted(got) == sorted(expected):
+            if len(differ) == 2:
+                return f"axes {differ[0]} and {differ[1]} hold each other's sizes (the axes are in another order)"
+            return "the expected sizes, with the axes in another order"
+        if len(differ) == 1:
+            axis = differ[0]
+            have, want = got[axis], expected[axis]
+            if have < want:
+                return f"axis {axis} holds {have} of the expected {want} (cut short)"
+            if have % want == 0:
+                return f"axis {axis} is {have // want} times the expected {want} (repeated or concatenated)"
+            return f"axis {axis} has {have} where {want} is expected"
+    if len(got) == len(expected) + 1:
+        for axis in range(len(got)):
+            if got[axis] == 1 and got[:axis] + got[axis + 1:] == expected:
+                return f"an extra axis of size 1 at position {axis}"
+        for axis in range(len(got) - 1):
+            if 1 not in got[axis:axis + 2] and got[:axis] + (got[axis] * got[axis + 1],) + got[axis + 2:] == expected:
+                return f"axis {axis} of the expected shape is split in two ({got[axis]} × {got[axis + 1]})"
+    if len(got) + 1 == len(expected):
+        for axis in range(len(expected)):
+            if expected[axis] == 1 and expected[:axis] + expected[axis + 1:] == got:
+                return f"the axis of size 1 at position {axis} is missing"
+        for axis in range(len(expected) - 1):
+            if 1 not in expected[axis:axis + 2] and \
+                    expected[:axis] + (expected[axis] * expected[axis + 1],) + expected[axis + 2:] == got:
+                return f"axes {axis} and {axis + 1} of the expected shape are merged into one of {got[axis]}"
+    if len(got) == len(expected) + 1 and got[1:] == expected:
+        return f"an extra leading axis (of {got[0]})"
+    if len(got) == len(expected) - 1 and got == expected[1:]:
+        return f"the leading axis (of {expected[0]}) is missing"
+    if len(got) == len(expected) - 1 and got == expected[:-1]:
+        return f"the last axis (of {expected[-1]}) is missing"
+    return ""

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-MAX_DETAIL = 700  # characters of the whole description
+MAX_DETAIL = 1000  # characters of the whole description
 MAX_OPERANDS = 4  # operands described per failing call
 MAX_OTHERS = 2  # other variables suggested
 ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
@@ -289,7 +289,152 @@ def _sentences(error: BaseException, frame: FrameType, lasti: int,
     elif isinstance(node, ast.BinOp) and type(node.op) in _SYMBOLS:
         said.append(f"`{_SYMBOLS[type(node.op)]}` meets {_operand(node.left, frame)} and "
                     f"{_operand(node.right, frame)}.")
+    pair = _tensor_pair(node)
+    if pair is not None:
+        said += shape_clash(*pair, frame)
     return [sentence for sentence in said if sentence]
+
+
+# --- two tensors whose shapes do not fit -------------------------------------------------------------------
+
+_SYMBOLS |= {ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}
+_MATRIX_PRODUCTS = {"matmul", "bmm", "mm"}
+_LAYOUT_CALLS = {"transpose", "permute", "swapaxes", "t", "mT", "T", "movedim"}
+
+
+def _tensor_pair(node: ast.expr) -> tuple[ast.expr, ast.expr, bool] | None:
+    """(left, right, is a matrix product) for `a OP b`, `torch.matmul(a, b)` and `a.matmul(b)`."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _SYMBOLS:
+        return node.left, node.right, isinstance(node.op, ast.MatMult)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MATRIX_PRODUCTS:
+        if len(node.args) == 2:
+            return node.args[0], node.args[1], True
+        if len(node.args) == 1:
+            return node.func.value, node.args[0], True
+    return None
+
+
+def _fits(left: torch.Size, right: torch.Size, product: bool) -> bool:
+    """Whether tensors of these shapes combine: broadcast elementwise, or as a (batched) matrix product."""
+    try:
+        if not product:
+            torch.broadcast_shapes(left, right)
+            return True
+        if len(left) < 1 or len(right) < 1:
+            return False
+        inner_left, inner_right = left[-1], right[-2] if len(right) > 1 else right[0]
+        if inner_left != inner_right:
+            return False
+        torch.broadcast_shapes(left[:-2], right[:-2])
+        return True
+    except RuntimeError:
+        return False
+
+
+def _shape(size: torch.Size) -> str:
+    return "(" + ", ".join(map(str, size)) + ("," if len(size) == 1 else "") + ")"
+
+
+def _where_sizes_come_from(size: int, frame: FrameType, skip: set[int]) -> str:
+    """'`tgt`'s axis 0' for the function's input tensors with an axis of this size (parameters first)."""
+    if size == 1:
+        return ""
+    code = frame.f_code
+    parameters = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+    found = []
+    for name in [*parameters, *(n for n in frame.f_locals if n not in parameters)]:
+        value = frame.f_locals.get(name)
+        if not isinstance(value, torch.Tensor) or id(value) in skip or name.startswith("_"):
+            continue
+        axes = [axis for axis, length in enumerate(value.shape) if length == size]
+        if axes and value.dim() > 1:
+            found.append(f"`{name}`'s axis {axes[0]}" + (f" (of {_shape(value.shape)})" if len(found) < 1 else ""))
+        if len(found) == 2:
+            break
+    return " and ".join(found)
+
+
+def _clash(left_code: str, left: torch.Size, right_code: str, right: torch.Size, product: bool) -> tuple[str, tuple]:
+    """Which axis does not fit, in words, and the two sizes that meet there."""
+    if product and len(left) >= 1 and len(right) >= 2 and left[-1] != right[-2]:
+        return (f"in a matrix product the last axis of the left factor must equal the second-to-last of the right "
+                f"one: `{left_code}` has {left[-1]} there, `{right_code}` has {right[-2]}", (left[-1], right[-2]))
+    first, second = (left[:-2], right[:-2]) if product else (left, right)
+    for back in range(1, max(len(first), len(second)) + 1):
+        a = first[-back] if back <= len(first) else 1
+        b = second[-back] if back <= len(second) else 1
+        if a != b and a != 1 and b != 1:
+            axis = -back - (2 if product else 0)
+            return (f"axis {axis} (counted from the end) does not fit: `{left_code}` has {a} there, `{right_code}` "
+                    f"has {b} (sizes that meet must be equal, or one of them 1)", (a, b))
+    return "", ()
+
+
+def _alternatives(node: ast.expr, value: torch.Tensor, other: torch.Size, left_side: bool, product: bool,
+                  frame: FrameType) -> list[str]:
+    """What the same operand, written with its axes elsewhere, would be and whether it fits: the base without
+    its transpose, the base with another single transpose, the same slice one axis further right."""
+    def fits(shape: torch.Size) -> bool:
+        return _fits(shape, other, product) if left_side else _fits(other, shape, product)
+
+    found: list[str] = []
+    base_node = None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _LAYOUT_CALLS:
+        base_node = node.func.value
+    elif isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
+        base_node = node.value
+    if base_node is not None:
+        base = _known(base_node, frame)
+        if isinstance(base, torch.Tensor):
+            name = _code(base_node, 30)
+            if fits(base.shape):
+                found.append(f"`{name}` itself, {_shape(base.shape)}, without the {_code(node, 40)[len(name):]}")
+            for first in range(base.dim()):
+                for second in range(first + 1, base.dim()):
+                    swapped = list(base.shape)
+                    swapped[first], swapped[second] = swapped[second], swapped[first]
+                    code = f"{name}.transpose({first - base.dim()}, {second - base.dim()})"
+                    if fits(torch.Size(swapped)) and _code(node, 60) != code:
+                        found.append(f"`{code}`, {_shape(torch.Size(swapped))}")
+    elif isinstance(node, ast.Subscript):
+        base = _known(node.value, frame)
+        elements = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if isinstance(base, torch.Tensor) and all(isinstance(e, ast.Slice) for e in elements):
+            index = [_known(e, frame) for e in elements]
+            if all(isinstance(i, slice) for i in index):
+                for shift in range(1, base.dim() - len(index) + 1):
+                    try:
+                        shape = base[(slice(None),) * shift + tuple(index)].shape
+                    except Exception:
+                        continue
+                    if fits(shape):
+                        text = ", ".join([":"] * shift + [ast.unparse(e) for e in elements])
+                        found.append(f"`{_code(node.value, 30)}[{text}]`, {_shape(shape)}, the same slice on axis "
+                                     f"{shift}")
+    return found[:3]
+
+
+def shape_clash(left_node: ast.expr, right_node: ast.expr, product: bool, frame: FrameType) -> list[str]:
+    """For two tensors that do not fit (elementwise or as a matrix product): the axis where they clash, where
+    the two sizes meeting there come from among the function's inputs, and which rewriting of one operand, found
+    by trying them on the live shapes, would fit. [] when the shapes fit or are not known."""
+    left, right = _known(left_node, frame), _known(right_node, frame)
+    if not isinstance(left, torch.Tensor) or not isinstance(right, torch.Tensor) or \
+            _fits(left.shape, right.shape, product):
+        return []
+    left_code, right_code = _code(left_node, 40), _code(right_node, 40)
+    clash, sizes = _clash(left_code, left.shape, right_code, right.shape, product)
+    said = [clash[0].upper() + clash[1:] + "." if clash else ""]
+    skip = {id(left), id(right)}
+    origins = [(size, _where_sizes_come_from(size, frame, skip)) for size in dict.fromkeys(sizes)]
+    origins = [f"{size} is the size of {words}" for size, words in origins if words]
+    if origins:
+        said.append("; ".join(origins) + ".")
+    fixes = _alternatives(left_node, left, right.shape, True, product, frame) + \
+        _alternatives(right_node, right, left.shape, False, product, frame)
+    if fixes:
+        said.append("These would fit: " + "; ".join(fixes) + ".")
+    return said
 
 
 def applied_to_own_result(node: ast.expr) -> Iterator[str]:

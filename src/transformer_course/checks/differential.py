@@ -506,7 +506,9 @@ OPERATION_WORDS = {
     "__rpow__": "power", "sqrt": "square root", "arange": "arange", "transpose": "transpose", "view": "view",
     "reshape": "reshape", "permute": "permute", "sum": "sum", "mean": "mean", "embedding": "embedding lookup",
     "cat": "concatenation", "stack": "stack", "tril": "lower triangle", "triu": "upper triangle",
-    "neg": "negation", "__neg__": "negation", "eq": "comparison", "__eq__": "comparison", "ne": "comparison",
+    "neg": "negation", "__neg__": "negation",
+    "__invert__": "negation (~)", "logical_not": "negation (~)",
+    "eq": "comparison", "__eq__": "comparison", "ne": "comparison",
     "__ne__": "comparison", "unsqueeze": "unsqueeze", "argmax": "argmax", "cross_entropy": "cross-entropy",
 }
 
@@ -745,7 +747,8 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     uncalled = _uncalled_module(departure, student, reference, index, context)
     if uncalled is not None:
         return uncalled
-    missing = _missing_step(departure, reference, student, index, context)  # 3.
+    missing = _missing_step(departure, reference, student, index, context) or _bypassed(
+        departure, reference, student, index, context)  # 3.
     if missing is not None:
         return missing
     counterpart = _counterpart(departure, student, reference, matched, index, context)
@@ -927,6 +930,48 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
     return None
 
 
+def _bypassed(departure: Op, reference: Trace, student: Trace, index: Index, context: Context) -> Diagnosis | None:
+    """Steps left out as a whole: a later operation of the paper's, downstream of the departure, that the student
+    also performs at the same place, receives there a value the paper only had before the departure's steps
+    (`lengths` where the paper gives `lengths + (~finished).long()`). Read from the values: the student's
+    argument equals an ancestor of the paper's argument."""
+    chain, pending = {departure.index}, [departure.index]
+    while pending:  # everything the departure's value flows into
+        current = pending.pop()
+        for op in reference.ops[current + 1:]:
+            if f"op:{current}" in op.sources and op.index not in chain:
+                chain.add(op.index)
+                pending.append(op.index)
+    for later in sorted(chain - {departure.index}):
+        wanted_op = reference.ops[later]
+        place = _place(wanted_op, reference)
+        for op in student.ops:
+            if op.name != wanted_op.name or _place(op, student) != place or len(op.sources) != len(wanted_op.sources):
+                continue
+            for position, source in enumerate(wanted_op.sources):
+                producer = _producer(source)
+                if producer is None or producer not in chain:
+                    continue
+                got = _value_of(student, op.sources[position])
+                if got is None or not _informative(got):
+                    continue
+                earlier = [key for key in Index(reference).find(got)
+                           if _producer(key) is None or _producer(key) < departure.index]
+                ancestors = {f"op:{i}" for i in _ancestors(reference, producer)} | {
+                    s for i in _ancestors(reference, producer) for s in reference.ops[i].sources}
+                earlier = [key for key in earlier if key in ancestors]
+                if not earlier:
+                    continue
+                steps = [reference.ops[i] for i in sorted(chain) if i < later and reference.ops[i].name not in LAYOUT]
+                named = ", ".join(dict.fromkeys(operation_words(o.name) for o in steps)) or "steps"
+                given = _source_words(earlier[-1], reference, context)
+                return Diagnosis(_student_line(op),
+                                 f"{_operation_name(wanted_op)} receives {given}"
+                                 f" where the paper gives it {_source_words(source, reference, context)}: the paper's "
+                                 f"steps in between ({named}) are missing from your code", op.line)
+    return None
+
+
 def _arguments_words(op: Op, trace: Trace, context: Context) -> str:
     words = [_source_words(source, trace, context) for source in op.sources]
     return ", ".join(dict.fromkeys(words)) or "its arguments"
@@ -967,6 +1012,72 @@ def _extra_step(got: str, wanted: torch.Tensor, student: Trace) -> str:
     return ""
 
 
+def _non_finite(tensor: torch.Tensor | None) -> int:
+    """How many entries of a floating tensor are inf or nan (0 for anything else)."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() or tensor.device.type == "meta":
+        return 0
+    return int((~torch.isfinite(tensor)).sum())
+
+
+def _informative(tensor: torch.Tensor) -> bool:
+    """Whether a value says where it came from: a constant (all -inf, all 0, all True) equals many values by
+    chance, so finding it among the reference's values is no evidence of which one the student used."""
+    flat = tensor.detach().reshape(-1)
+    return flat.numel() > 1 and not bool((flat == flat[0]).all()) and not bool(flat.isnan().all())
+
+
+FILLS = {"full", "full_like", "new_full", "masked_fill", "masked_fill_", "fill_", "fill", "__setitem__", "where",
+         "empty", "empty_like", "new_empty", "tensor", "as_tensor", "new_tensor", "index_put", "index_put_"}
+
+
+def _deliberate(op: Op) -> bool:
+    """An operation that writes inf or nan on purpose (a -inf fill, a mask), not one that makes them by arithmetic."""
+    return op.name in FILLS or any("inf" in value or "nan" in value for _, value in op.params)
+
+
+def _non_finite_origin(key: str, student: Trace, wanted: torch.Tensor, reference_index: Index) -> str:
+    """When the student's value holds inf or nan where the paper's value is finite: how many, and the student's
+    operation that first made them from finite arguments (read from the values, not guessed); '' otherwise."""
+    got = _value_of(student, key)
+    bad = _non_finite(got)
+    if got is None or not bad or _non_finite(wanted) >= bad:
+        return ""
+    kinds = ", ".join(name for name, hit in (("-inf", torch.isneginf(got).any()), ("inf", torch.isposinf(got).any()),
+                                            ("nan", torch.isnan(got).any())) if hit)
+    origin, pending, seen = None, [_producer(key)], set()
+    while pending:
+        producer = pending.pop()
+        if producer is None or producer in seen:
+            continue
+        seen.add(producer)
+        op = student.ops[producer]
+        counts = [_non_finite(_value_of(student, source)) for source in op.sources]
+        if op.sources and _non_finite(op.output) > max(counts) and not _deliberate(op) and not (
+                _informative(op.output) and reference_index.find(op.output)):
+            # made here by arithmetic from arguments with fewer of them, and not a value the paper makes too
+            origin = op if origin is None or op.index < origin.index else origin
+        pending += [_producer(source) for source, count in zip(op.sources, counts, strict=True) if count]
+    legit = _non_finite(wanted)
+    text = (f"values of which {bad} of {got.numel()} are {kinds}, where the paper's "
+            + (f"has only {legit}" if legit else "are all finite"))
+    if origin is None:
+        return text
+    detail = ""
+    if origin.name in ("div", "__truediv__", "__rtruediv__", "true_divide") and len(origin.sources) > 1:
+        divisor = _value_of(student, origin.sources[1])
+        if divisor is not None and bool((divisor == 0).any()):
+            key = origin.sources[1]
+            while _producer(key) is not None and student.ops[_producer(key)].name in LAYOUT \
+                    and student.ops[_producer(key)].sources:
+                key = student.ops[_producer(key)].sources[0]
+            made = f"the {operation_words(student.ops[_producer(key)].name)}" if _producer(key) is not None \
+                else _student_value_words(key, student)
+            detail = f": its divisor, {made}, is 0 in {int((divisor == 0).sum())} of {divisor.numel()} places"
+    elif origin.name in ("log", "log_"):
+        detail = ": the logarithm of 0 or of a negative number"
+    return f"{text}; they first appear in the {operation_words(origin.name)} {_student_line(origin)}{detail}"
+
+
 def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: Trace, matched: dict[int, list[str]],
                     context: Context) -> str:
     """The same operation fed with another value of the computation than the reference feeds it, or with
@@ -992,7 +1103,10 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
         got_value = _value_of(student, got)
         if wanted_value is None or got_value is None or same_values(got_value, wanted_value):
             continue
-        equal = [key for key in reference_index.find(got_value) if key != wanted]
+        origin = _non_finite_origin(got, student, wanted_value, reference_index)
+        if origin:
+            return f"{what} receives {origin}"
+        equal = [key for key in reference_index.find(got_value) if key != wanted] if _informative(got_value) else []
         if len(departure.sources) == 2:
             other = departure.sources[1 - position]
             other_value = _value_of(reference, other)

@@ -113,13 +113,12 @@ KINDS: tuple[ErrorKind, ...] = (
          r"expected .* dims", r"mismatch in shape", r"cannot be broadcast", r"target size", r"expanded size",
          r"Trying to resize", r"shape '\["),
         "a shape mismatch: two tensors whose sizes must agree do not, or a view/reshape asks for sizes the "
-        "tensor does not have. An axis is in the wrong place, a slice has the wrong length, or a size is taken "
-        "from the wrong axis: compare each line's result with the shapes in the docstring.",
+        "tensor does not have; compare each line's result with the shapes in the docstring.",
     ),
     ErrorKind(
         "unpacking", (ValueError,), (r"values to unpack",),
-        "an unpacking mismatch: a tensor has another number of axes than the code unpacks (`batch, seq_len, "
-        "d_model = x.shape` needs exactly three), or a function returned another number of values.",
+        "an unpacking mismatch: the value on the right has another number of items than there are names on the "
+        "left (for a tensor's `.shape`, another number of axes), or a function returned another number of values.",
     ),
     ErrorKind(
         "index", (IndexError, RuntimeError),
@@ -224,11 +223,34 @@ def student_frame(where: BaseException | TracebackType | None, sources: Mapping[
 def crash_lines(error: BaseException, sources: Mapping[str, str] | None = None) -> str:
     """The student's line (`student_frame`) and what it was doing when it failed (`crash_detail`), each on a line
     of its own, to follow the "got:" part of a crash's message; "" when neither is known."""
-    return _where_lines(student_frame(error, sources), crash_detail(error, sources))
+    return _where_lines(student_frame(error, sources), crash_detail(error, sources), plugged_part(error))
 
 
-def _where_lines(where: str, detail: str) -> str:
-    return (f"\n  {where}" if where else "") + (f"\n  what happened there: {detail}" if detail else "")
+def plugged_part(error: BaseException) -> str:
+    """'`_combine_heads_stand_in`' when the error was raised inside the course's own code that a check put in place
+    of a part of the student's (the innermost frame is the course's, called from the student's line), else ''."""
+    frames = [frame for frame in frames_of(error)
+              if not frame.filename.startswith(TORCH_DIR) and "/lib/python" not in frame.filename
+              and not frame.filename.startswith("<frozen")]  # the course's and the student's frames, outermost first
+    course = [index for index, frame in enumerate(frames) if frame.filename.startswith(_PACKAGE_DIR)]
+    if not course or course[-1] != len(frames) - 1:
+        return ""  # raised in the student's code
+    first = course[-1]
+    while first - 1 in course:
+        first -= 1  # the start of the innermost run of the course's frames
+    part = frames[first].name
+    plugged = "stand_in" in part or part.startswith(("reference_", "_reference"))
+    if first == 0 or not plugged:
+        return ""  # not called from the student's code, or the check's own code rather than a part it plugged in
+    return part.removeprefix("_").removeprefix("reference_").removesuffix("_stand_in")
+
+
+def _where_lines(where: str, detail: str, plugged: str = "") -> str:
+    said = (f"\n  {where}" if where else "") + (f"\n  what happened there: {detail}" if detail else "")
+    if plugged:
+        said += (f"\n  the error was raised inside the course's own `{plugged}`, which this check runs in place of "
+                 "yours so that only the part under test is graded: the line above handed it a value it does not take")
+    return said
 
 
 def is_stub(error: BaseException) -> bool:
@@ -278,6 +300,7 @@ def explain_crash(error: BaseException, tb: TracebackType | None = None,
     meaning = kind.meaning if kind else (
         "unknown: the checks do not recognise this kind of error; read it together with the line shown."
     )
-    return (f"your code raised {type(error).__name__}: {first_line(error)}"
-            + _where_lines(where, crash_detail(error, sources))
+    plugged = plugged_part(error)
+    return (f"{'the check' if plugged else 'your code'} raised {type(error).__name__}: {first_line(error)}"
+            + _where_lines(where, crash_detail(error, sources), plugged)
             + f"\n  likely cause: {meaning}")

@@ -1123,6 +1123,7 @@ FINISHED_STATE = (((-0.9, -1.2, -6.0), (-3.0, -0.8, -1.1)), ((True, False, True)
                   ((2, 3, 1), (3, 2, 3)), 0.0, 2)
 PENALTY_STATE = (((-1.2, -2.5, -1.9), (-0.9, -2.0, -1.8)), ((False, False, True), (True, False, True)),
                  ((1, 8, 2), (6, 1, 5)), 1.0, 8)
+GNMT_ALPHA = 0.6  # the length penalty's exponent in Wu et al. (2016): with alpha = 1, `* alpha` and `** alpha` agree
 
 
 def _select_inputs(scores: Sequence, finished: Sequence, lengths: Sequence, seed: int, vocab: int = 8,
@@ -1185,6 +1186,8 @@ def _selection_reading(inputs: tuple[torch.Tensor, ...], got: Sequence[torch.Ten
         return (f"your parents or tokens are out of range: parents must lie in 0..{beam - 1} (the beam) and tokens "
                 f"in 0..{vocab - 1} (the vocabulary); index // vocab and index % vocab give them")
     rows = torch.arange(batch).unsqueeze(1)
+    if (new_scores.isneginf() & ~expected[0].isneginf()).any():
+        return ""  # impossible candidates kept over possible ones: the ranking itself is broken (the engine reads it)
     extended = [f"sentence {b}, beam {int(parents[b, j])} + token {int(tokens[b, j])}"
                 for b in range(batch) for j in range(beam)
                 if finished[b, parents[b, j]] and tokens[b, j] != PAD]
@@ -1223,12 +1226,14 @@ def _selection_reading(inputs: tuple[torch.Tensor, ...], got: Sequence[torch.Ten
                 "from any parents (here one hypothesis has two among the best): rank all beam * vocab candidates of "
                 "a sentence together, flatten(1), then topk(beam_size)")
     fitted = _ranking_reading(candidates, step, lengths, finished, alpha, parents, tokens)
-    kept = [sorted(zip(parents[b].tolist(), tokens[b].tolist(), strict=True)) for b in range(batch)]
-    if not fitted and kept == [sorted(zip(p.tolist(), t.tolist(), strict=True))
-                               for p, t in zip(wanted_parents, wanted_tokens, strict=True)]:
-        return ("you keep the right candidates, in another order: select_beams returns them best first, as "
-                "topk(beam_size) gives them")
     return fitted
+
+
+def _same_candidates(got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> bool:
+    """Whether the student keeps the expected candidates of every sentence, in whatever order."""
+    def kept(parents: torch.Tensor, tokens: torch.Tensor) -> list[list[tuple[int, int]]]:
+        return [sorted(zip(p.tolist(), t.tolist(), strict=True)) for p, t in zip(parents, tokens, strict=True)]
+    return kept(got[1].long(), got[2].long()) == kept(expected[1], expected[2])
 
 
 def _ranking_reading(candidates: torch.Tensor, step: torch.Tensor, lengths: torch.Tensor, finished: torch.Tensor,
@@ -1283,6 +1288,15 @@ def _select_case(select_beams: Callable, state: tuple, problem: str, cause: str)
         except Exception:  # a run that cannot be recorded says nothing
             engine = None
         found = engine.cause if engine is not None else ""
+    impossible = got[0].double().cpu().isneginf() & ~expected[0].isneginf()
+    if not found and _same_candidates(got, expected):
+        found = ("you keep the right candidates but in another order than best first by score / "
+                 "length_penalty(new length): the checks could not tell from your values whether the order or the "
+                 "ranking differs; print your ranking for this input")
+    elif not found and impossible.any():
+        found = (f"{int(impossible.sum())} of the candidates you keep have score -inf (impossible extensions) while "
+                 "candidates with a finite score were left out: the values you pass to topk do not rank the "
+                 "candidates (are they -inf or nan?); print them for this input")
     fail(problem, expected=_show_selection(*expected), got=_show_selection(*got),
          cause=found or f"not one of the mistakes the checks recognise; {RECIPE} {cause}")
 
@@ -1331,9 +1345,11 @@ def select_beams_keeps_finished(select_beams: Callable, state: tuple = FINISHED_
 
 @check("candidates are ranked by score / length_penalty(new length), new length = length + 1 unless finished")
 def select_beams_length_penalty(select_beams: Callable, state: tuple = PENALTY_STATE) -> None:
-    _select_case(select_beams, state, problem=f"hand-made scores with alpha={state[3]}: the wrong ones survive.",
-                 cause="rank by candidates / length_penalty(lengths + (~finished).long(), alpha).unsqueeze(-1), and "
-                       "return the candidates' plain scores.")
+    cause = ("rank by candidates / length_penalty(lengths + (~finished).long(), alpha).unsqueeze(-1), and return the "
+             "candidates' plain scores.")
+    for alpha in dict.fromkeys((state[3], GNMT_ALPHA)):  # then the exponent itself: lp = ((5 + n) / 6) ** alpha
+        _select_case(select_beams, (*state[:3], alpha, state[4]),
+                     problem=f"hand-made scores with alpha={alpha}: the wrong ones survive.", cause=cause)
 
 
 # --- beam_search -------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks._grade_cells import GRADE_CELLS
-from transformer_course.checks.compare import describe_difference
+from transformer_course.checks.compare import describe_difference, describe_shape
 from transformer_course.checks.errors import crash_lines, explain_crash, first_line, is_stub
 from transformer_course.checks.salt import salted_seed
 from transformer_course.runtime import grading_mode, show, show_failure, stop_at_first_failure
@@ -284,7 +284,9 @@ def expect_tensor(name: str, got: Any, cause: str) -> torch.Tensor:
 def expect_shape(name: str, got: Any, shape: tuple[int, ...], cause: str) -> torch.Tensor:
     tensor = expect_tensor(name, got, cause)
     if tuple(tensor.shape) != tuple(shape):
-        fail(f"{name} has the wrong shape.", expected=tuple(shape), got=tuple(tensor.shape), cause=cause)
+        seen = describe_shape(tensor.shape, shape)
+        fail(f"{name} has the wrong shape.", expected=tuple(shape),
+             got=f"{tuple(tensor.shape)}: {seen}" if seen else tuple(tensor.shape), cause=cause)
     return tensor
 
 

@@ -74,6 +74,7 @@ __all__ = [
     "target_padding_invariance",
     "transformer_causality",
     "transformer_gradients",
+    "transformer_own_embeddings",
     "transformer_output_shape",
     "transformer_values",
 ]
@@ -216,14 +217,20 @@ def _mask_reading(allowed: Tensor, tokens: Tensor, pad_idx: int) -> str:
             return ("the two masks are combined with `|` (or): a key is allowed when it is earlier *or* a real "
                     "token; it must be both, padding & look_ahead.")
         said = []
-        if (1, False) in got and not got[1, False]:
-            said.append("a position may not attend to itself (the diagonal is hidden): the look-ahead mask keeps "
-                        "the diagonal, tril() rather than tril(-1)")
-        if got.get((2, False)) and not got.get((0, False), True):
-            said.append("later keys are allowed and earlier ones hidden: the triangle is the upper one; position i "
-                        "may attend to j <= i (tril, or triu(diagonal=1) == 0)")
-        elif got.get((2, False)):
-            said.append("later real tokens are allowed: the look-ahead part is missing")
+        real = {where: got.get((where, False)) for where in range(3)}  # None: no such cell in this input
+        if all(value is not None and value != (where < 2) for where, value in real.items()):
+            said.append("for real tokens the look-ahead part is the exact opposite of j <= i: the key itself and "
+                        "earlier keys are hidden and later keys allowed (the look-ahead mask is negated with `~`, "
+                        "or built as triu() where tril() belongs)")
+        else:
+            if real[1] is False:
+                said.append("a position may not attend to itself (the diagonal is hidden): the look-ahead mask must "
+                            "keep the diagonal, as tril() does (tril(-1) or triu() == 0 without diagonal=1 drop it)")
+            if real[2] and real[0] is False:
+                said.append("later keys are allowed and earlier ones hidden: the triangle is the upper one; "
+                            "position i may attend to j <= i (tril, or triu(diagonal=1) == 0)")
+            elif real[2]:
+                said.append("later real tokens are allowed: the look-ahead part is missing")
         if got.get((0, True)) or got.get((1, True)):
             said.append("padding keys are allowed: the padding part is missing")
         if said:
@@ -744,7 +751,7 @@ def _plugged(Transformer: type[nn.Module], args: tuple, state: dict[str, Tensor]
                  got=f"the parts {', '.join(name for name, _ in parts.candidates(model)) or 'none'}",
                  cause="keep the given constructor: these checks grade the Transformer's own forward with the "
                        "reference Encoder and Decoder plugged in where it keeps them.")
-        setattr(model, paths[role], getattr(template, role))
+        parts.put(model, paths[role], getattr(template, role))
     supplied(template)
     return model.double().eval(), {role: paths[role] for role in ("encoder", "decoder")}
 
@@ -1016,6 +1023,70 @@ def transformer_gradients(Transformer: type[nn.Module], **sizes: float) -> None:
             cause = f"the {part}'s output must be part of the computation of the logits: " + WIRING
         fail(f"no gradient reaches the {part}.", expected="every weight gets a gradient from the logits",
              got=f"no gradient for {len(starved)} of its parameters, e.g. {starved[0]}", cause=cause)
+
+
+@on_student_side
+def _embedding_lookups(Transformer: type[nn.Module], args: tuple, inputs: tuple) -> list[dict[str, Any]] | None:
+    """Build the student's Transformer as written (its own encoder and decoder, nothing plugged in), run it once
+    in eval mode and note every embedding lookup: which table (numbered by identity), its path and rows, and
+    whether it received the source ids, the target ids or something else. None when the model crashes (the
+    checks of the part that crashes grade that)."""
+    source, target = inputs[0], inputs[1]
+    with parts.seeded(140), student_code():
+        model = Transformer(*args)
+    model.eval()
+    lookups: list[dict[str, Any]] = []
+    tables: dict[int, int] = {}
+    handles = []
+    for path, module in model.named_modules():  # a table kept at two places is one module, listed once
+        if isinstance(module, nn.Embedding):
+            tables[id(module)] = len(tables)
+
+            def note(module: nn.Module, args: tuple, _output: Any, path: str = path) -> None:
+                ids = args[0] if args else None
+                kind = next((name for name, given in (("source", source), ("target", target))
+                             if isinstance(ids, Tensor) and ids.shape == given.shape and torch.equal(ids.cpu(), given)),
+                            "other")
+                lookups.append({"table": tables[id(module)], "path": path, "rows": module.num_embeddings, "ids": kind})
+            handles.append(module.register_forward_hook(note))
+    try:
+        with torch.no_grad(), student_code():
+            model(*inputs)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except Exception:  # noqa: BLE001  (a crash is graded by the checks of the part that crashes, not here)
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return lookups
+
+
+@check("the encoder and the decoder each look their ids up in a table of their own vocabulary")
+def transformer_own_embeddings(Transformer: type[nn.Module], **sizes: float) -> None:
+    config = _sizes(**({"src_vocab": 19, "tgt_vocab": 11, "src_len": 9, "tgt_len": 6} | sizes))
+    source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=141)
+    target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=142)
+    lookups = _embedding_lookups(Transformer, config.transformer_args(),
+                                 (source, target, *_masks(source, target, config.pad_idx)))
+    if not lookups:
+        return  # a crash (graded where it happens) or no nn.Embedding to observe: nothing to say here
+    by_ids = {kind: [entry for entry in lookups if entry["ids"] == kind] for kind in ("source", "target")}
+    shared = {entry["table"] for entry in by_ids["source"]} & {entry["table"] for entry in by_ids["target"]}
+    if shared:
+        entry = next(entry for entry in by_ids["target"] if entry["table"] in shared)
+        fail("the target ids are looked up in the same embedding table as the source ids.",
+             expected=f"two tables: the source's with src_vocab = {config.src_vocab} rows, the target's with "
+                      f"tgt_vocab = {config.tgt_vocab} rows",
+             got=f"one table, self.{entry['path']} ({entry['rows']} rows), for both",
+             cause="source and target are two languages with two vocabularies: id 5 is one German word and "
+                   "another English one, so each stack needs its own table; keep the decoder's own embedding "
+                   "(nothing in the constructor should hand it the encoder's).")
+    for entry in by_ids["target"]:
+        if entry["rows"] != config.tgt_vocab:
+            fail("the target ids are looked up in a table of the wrong size.",
+                 expected=f"tgt_vocab = {config.tgt_vocab} rows", got=f"self.{entry['path']}: {entry['rows']} rows",
+                 cause="the decoder's embedding has one row per target word: nn.Embedding(tgt_vocab, d_model).")
 
 
 @on_student_side

@@ -68,17 +68,56 @@ def candidates(module: nn.Module) -> list[tuple[str, Any]]:
     return found
 
 
+def nested(module: nn.Module, prefix: str = "", depth: int = 3) -> list[tuple[str, Any]]:
+    """Every part of the student's module tree, parents before their parts, as dotted paths ('norm1',
+    'sublayer.0.norm', 'layers.1'): a part kept inside a wrapper (the Annotated Transformer's
+    `self.sublayer[i].norm`) is found as well as one kept directly."""
+    found: list[tuple[str, Any]] = []
+    for name, value in candidates(module):
+        path = f"{prefix}{name}"
+        found.append((path, value))
+        if depth <= 1:
+            continue
+        items = list(enumerate(value)) if isinstance(value, nn.ModuleList | nn.Sequential | list | tuple) else []
+        for index, item in items:
+            if isinstance(item, nn.Module):
+                found.append((f"{path}.{index}", item))
+                found += nested(item, f"{path}.{index}.", depth - 1)
+        if isinstance(value, nn.Module) and not items:
+            found += nested(value, f"{path}.", depth - 1)
+    return found
+
+
+def _norm_like(value: Any) -> bool:
+    """A layer normalisation written by hand (the Annotated Transformer's `LayerNorm` with a_2 and b_2): a module
+    whose name says it normalises and whose parameters are two vectors of one size (a gain and a bias)."""
+    if not isinstance(value, nn.Module) or "norm" not in type(value).__name__.lower():
+        return False
+    shapes = [tuple(parameter.shape) for parameter in value.parameters(recurse=False)]
+    return len(shapes) == 2 and len(shapes[0]) == 1 and shapes[0] == shapes[1]
+
+
+def same_kind(part: Any, child: Any) -> bool:
+    """Whether the student's part can play the role of the reference's child: the same kind, or a hand-written
+    layer normalisation for a LayerNorm."""
+    return kind(part) == kind(child) or (isinstance(child, nn.LayerNorm) and _norm_like(part))
+
+
 def pair(reference: nn.Module, student: nn.Module) -> dict[str, str]:
     """For every child of `reference`, the student's part in that role: the part with the same name (a module
-    for a module, a list for a list), else the first unpaired part of the same kind in the order the student's
-    constructor made them; '' when there is none."""
-    parts = candidates(student)
+    for a module, a list for a list), else the first unpaired part of the same kind anywhere in the student's
+    module tree, in the order the student's constructor made them, outside the parts already paired (so a
+    LayerNorm inside a wrapper module is found); '' when there is none."""
+    parts = nested(student)
     taken: set[str] = set()
     paired: dict[str, str] = {}
     children = list(reference.named_children())
 
     def listed(value: Any) -> bool:
         return isinstance(value, nn.ModuleList | list | tuple)
+
+    def inside_taken(path: str) -> bool:
+        return any(path.startswith(f"{other}.") for other in taken if other)
 
     for name, child in children:
         same = next((path for path, part in parts if path == name and listed(part) == listed(child)), None)
@@ -87,22 +126,40 @@ def pair(reference: nn.Module, student: nn.Module) -> dict[str, str]:
             taken.add(same)
     for name, child in children:
         if name not in paired:
-            paired[name] = next((path for path, part in parts if path not in taken and kind(part) == kind(child)), "")
+            paired[name] = next((path for path, part in parts if path not in taken and not inside_taken(path)
+                                 and same_kind(part, child)), "")
             taken.add(paired[name])
     return paired
+
+
+def put(module: nn.Module, path: str, value: nn.Module) -> None:
+    """Put `value` at the student's part path ('self_attn', 'sublayer.0.norm', 'layers.1')."""
+    owner_path, _, last = path.rpartition(".")
+    owner = locate(module, owner_path) if owner_path else module
+    if last.isdigit() and isinstance(owner, nn.ModuleList | nn.Sequential | list):
+        owner[int(last)] = value
+    else:
+        setattr(owner, last, value)
 
 
 def extras(module: nn.Module, paths: Mapping[str, str]) -> dict[str, str]:
     """The student's parts that play no role of the reference module (an extra LayerNorm, say), as roles
     'extra:<path>', so that their calls are recorded and their outputs named too."""
-    taken = set(paths.values())
+    taken = {path for path in paths.values() if path}
     return {f"extra:{path}": path for path, value in candidates(module)
-            if path not in taken and isinstance(value, nn.Module) and not isinstance(value, nn.Dropout)}
+            if path not in taken and isinstance(value, nn.Module) and not isinstance(value, nn.Dropout)
+            and not any(other.startswith(f"{path}.") for other in taken)}  # a wrapper of paired parts is none
 
 
 def load(target: nn.Module, source: nn.Module, what: str) -> None:
     """Give the student's part `target` the weights of the reference part `source` (same layout)."""
     wanted, have = source.state_dict(), target.state_dict()
+    if isinstance(source, nn.LayerNorm) and _norm_like(target) and wanted.keys() != have.keys():
+        gain, bias = target.parameters(recurse=False)  # a hand-written LayerNorm: its gain, then its bias
+        with torch.no_grad():
+            gain.copy_(source.weight)
+            bias.copy_(source.bias)
+        return
     if wanted.keys() != have.keys() or any(wanted[key].shape != have[key].shape for key in wanted):
         fail(f"{what} does not hold what the given constructor puts there.",
              expected=", ".join(f"{key} {tuple(value.shape)}" for key, value in wanted.items()),

@@ -799,6 +799,25 @@ class EpochRun:
     losses: list[LossRecord] = field(default_factory=list)
     final_lr: float = 0.0
     changed: bool = False
+    events: list[str] = field(default_factory=list)  # "backward" and "step", in the order they happened
+
+    def backward_before_step(self, index: int) -> bool | None:
+        """Whether a loss was backpropagated within batch `index` before its optimizer.step() (None: no step)."""
+        steps = [position for position, event in enumerate(self.events) if event == "step"]
+        if index >= len(steps):
+            return None
+        start = steps[index - 1] + 1 if index else 0
+        return "backward" in self.events[start:steps[index]]
+
+    def empty_step_cause(self, index: int) -> str:
+        """Why step `index` found no gradient, read from the order of loss.backward() and optimizer.step()."""
+        if "backward" not in self.events:
+            return "loss.backward() is never called, so no gradient is ever computed: call it before optimizer.step()."
+        if not self.backward_before_step(index):
+            return ("optimizer.step() runs before loss.backward() in the batch: the step applies the gradient that is "
+                    "there at that moment, which is none. Call loss.backward() (and clip) before optimizer.step().")
+        return ("loss.backward() ran before optimizer.step(), yet the step found no gradient: the gradients are "
+                "zeroed between the two. Zero them at the start of the batch, before loss.backward().")
 
 
 class _Spy:
@@ -814,6 +833,7 @@ class _Spy:
         flat = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
                           for g, p in zip(gradients, parameters, strict=True)])
         weights = torch.cat([p.detach().reshape(-1) for p in parameters]) if self.keep else None
+        self.run.events.append("step")
         self.run.steps.append(StepRecord(float(self.param_groups[0]["lr"]), float(flat.norm()),  # type: ignore
                                          all(g is None for g in gradients), flat.clone() if self.keep else None,
                                          weights))
@@ -909,7 +929,12 @@ def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
         run.modes.append(module.training and all(part.training for part in module.modules()
                                                  if isinstance(part, nn.Dropout)))
 
-    handle = model.register_forward_pre_hook(mode)
+    def accumulated(_parameter: torch.Tensor) -> None:  # a backward pass reached the weights
+        if not run.events or run.events[-1] != "backward":
+            run.events.append("backward")
+
+    handles = [model.register_forward_pre_hook(mode)] + [
+        parameter.register_post_accumulate_grad_hook(accumulated) for parameter in model.parameters()]
     try:
         with _one_thread(), torch.random.fork_rng(devices=[]), student_code(), \
                 _course_compute_loss(train_epoch, run):
@@ -923,7 +948,8 @@ def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
         _explain_epoch_crash(error, scheduler_given=scheduler is not None)
         raise
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
     run.final_lr = float(spy.param_groups[0]["lr"])
     run.scheduler_steps = scheduler.last_epoch if scheduler is not None else 0
     run.changed = not torch.equal(_parameters(model), start)
@@ -1000,10 +1026,8 @@ def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2,
         if step.empty or float(got.abs().max()) == 0:
             fail("optimizer.step() found no gradients.", expected=f"{where}, the gradient of that batch",
                  got="every .grad None" if step.empty else "every .grad 0",
-                 cause="the gradients are zeroed between loss.backward() and optimizer.step(), so the step has "
-                       "nothing to apply and the weights never change: zero them at the start of the batch, "
-                       "before loss.backward()." + ("" if step.empty else " (Or they are clipped to a norm of 0: "
-                                                    "pass clip_norm as the clipping's limit.)"))
+                 cause=run.empty_step_cause(index) + ("" if step.empty else " (Or they are clipped to a norm "
+                                                      "of 0: pass clip_norm as the clipping's limit.)"))
         before = run.steps[index - 1].gradient if index else None
         if before is not None and _accumulated(got, fresh, before.double()):
             fail("optimizer.step() received the sum of this batch's gradient and the previous ones.",
@@ -1166,8 +1190,9 @@ def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 
     if not run.steps:
         cause = "optimizer.step() is never called: call it after loss.backward(), once per batch."
     elif not run.changed:
-        cause = ("the weights never changed although optimizer.step() ran: the gradients were empty or 0 when it "
-                 "ran (zeroed between loss.backward() and optimizer.step(), or clipped to a norm of 0?).")
+        cause = ("the weights never changed although optimizer.step() ran: " + (
+            run.empty_step_cause(0) if run.steps[0].empty else "the gradients were 0 when it ran (zeroed after "
+            "loss.backward(), or clipped to a norm of 0?)."))
     elif run.scheduler_steps == 0:
         cause = "the learning rate never left its first, tiny warm-up value: call scheduler.step() after every batch."
     else:

@@ -16,7 +16,19 @@ import pytest
 
 from browser import Browser
 from conftest import EXAMPLE_ASSIGNMENT
-from transformer_course.grading.outputs.report import COLOURS, GRADED, causes_plot, grade_cells, needs, policy
+from transformer_course.grading.outputs.report import (
+    COLOURS,
+    GRADED,
+    CauseGroup,
+    cause_kind,
+    causes_plot,
+    grade_cells,
+    named_causes,
+    needs,
+    policy,
+    write_report,
+)
+from transformer_course.grading.outputs.scores import read_csv
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("example_class")]  # one worker: shared fixtures
 SCREEN = 900  # the first screen: a 1280 x 900 window
@@ -172,5 +184,94 @@ def test_flagged_repaired_and_rejected_students_are_listed(rendered):
 
 def test_plot_labels_draw_a_dollar_as_a_dollar():
     """A cause quoting a student's text with `$...$` is drawn as written, never parsed as mathtext."""
-    svg = causes_plot([("the table uses $x^2$ and $$ where cos belongs", ["pe_values"], [("ada", "01")])])
-    assert "the table uses $x^2$ and $$ where cos belongs" in svg
+    cause = "the table uses $x^2$ and $$ where cos belongs"
+    svg = causes_plot([CauseGroup("pe", cause, cause, {"pe_values"}, {("ada", "01")}, {("ada", "01"): cause})])
+    assert "pe: the table uses $x^2$ and $$ where cos belongs" in svg
+
+
+# --- issue 31: causes grouped by what went wrong; every student who needs a person listed ------------------
+
+# chen's cause as the example class's checks write it (the engine's reading, then the check's named mistake)
+CHEN = ("after line 13 of `scaled_dot_product_attention` (`scores = Q @ K.transpose(-2, -1)  # (..., q_len, k_len)`)"
+        ": a step is missing: in `scaled_dot_product_attention` the paper applies a division to the matrix product "
+        "inside `scores` (the result is 0.3536 × it (the factor is 1/√d_k)), and your softmax (in "
+        "`scaled_dot_product_attention`, line 16 (`weights = torch.softmax(scores, dim=-1)`)) receives the matrix "
+        "product inside `scores` without it; the scores are not divided by √d_k: divide Q K^T by math.sqrt(d_k) "
+        "before the softmax")
+
+
+def _another_student(cause, shift, factor, name="s"):
+    """CAUSE as another student with the same bug reads it: SHIFT more lines above, another FACTOR (the check's
+    sizes), the product in a variable called NAME."""
+    cause = re.sub(r"line (\d+)", lambda match: f"line {int(match.group(1)) + shift}", cause)
+    return cause.replace("0.3536", factor).replace("`scores`", f"`{name}`").replace("scores = Q", f"{name} = Q")
+
+
+def test_one_mistake_is_one_kind_whatever_the_lines_factors_and_names():
+    key, words = cause_kind(CHEN)
+    assert words == "the scores are not divided by √d_k: divide Q K^T by math.sqrt(d_k) before the softmax"
+    for shift, factor, name in ((2, "0.4472", "s"), (40, "0.125", "attn"), (0, "0.3536", "scores")):
+        assert cause_kind(_another_student(CHEN, shift, factor, name)) == (key, words)
+    # the engine's reading alone (no named mistake): its kind without the student's lines, code and numbers
+    engine = CHEN.split("; ")[0]
+    engine_key, engine_words = cause_kind(engine)
+    assert engine_key == engine_words and "line" not in engine_key and "0.3536" not in engine_key
+    assert engine_key.startswith("a step is missing: in `…` the paper applies a division")
+    assert cause_kind(_another_student(engine, 2, "0.4472", "s"))[0] == engine_key
+    # another mistake, or the student's name in the message, never merge or split a kind
+    assert cause_kind("the mask is transposed: row i is the query")[0] != key
+    assert cause_kind("a file /home/ada/notes.txt of ada's", ("ada",))[0] == cause_kind(
+        "a file /home/bob/notes.txt of bob's", ("bob",))[0] == "a file … of …'s"
+
+
+def test_a_class_with_one_bug_makes_one_row(graded_example_class, tmp_path):
+    """150 students with chen's bug, each with other line numbers (comments added above), another factor and
+    another name for the scores, make one row of 151 students (chen's own included): before issue 31 they made a
+    row each per grade cell. The report lists them under it, and the row is on the page in Chromium."""
+    import shutil
+
+    class_dir = tmp_path / "class"
+    shutil.copytree(graded_example_class[0].class_dir, class_dir, ignore=shutil.ignore_patterns("submitted"))
+    rows = read_csv(class_dir / "scores.csv")
+    chen = next(row for row in rows if row["student"] == "chen")
+    source = class_dir / "autograded" / "chen" / EXAMPLE_ASSIGNMENT / f"{EXAMPLE_ASSIGNMENT}.ipynb"
+    text = source.read_text(encoding="utf-8")
+    assert "the scores are not divided by √d_k" in text and "0.3536" in text
+    for number in range(150):
+        student = f"student{number:03d}"
+        folder = class_dir / "autograded" / student / EXAMPLE_ASSIGNMENT
+        folder.mkdir(parents=True)
+        copy = re.sub(r"line (\d+)", lambda match, n=number: f"line {int(match.group(1)) + n % 7}", text)
+        copy = copy.replace("0.3536", f"0.{3000 + number}").replace("0.4472", f"0.{4000 + number}")
+        (folder / source.name).write_text(copy.replace("`scores`", f"`scores_{number}`"), encoding="utf-8")
+        rows.append({**chen, "student": student, "name": f"Student {number}"})
+    with open(class_dir / "scores.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    groups = named_causes(class_dir, rows)
+    ours = [group for group in groups if "not divided by √d_k" in group.words]
+    assert len(ours) == 1, [(group.exercise, group.key[:80], len(group.who)) for group in ours]
+    assert ours[0].exercise == "scaled_dot_product_attention" and len(ours[0].who) == 151
+    assert ours[0].cells == {"attn_sdpa_values", "attn_sdpa_matches_pytorch"} and groups[0] is ours[0]
+    write_report(class_dir)
+    with Browser(tmp_path / "profile") as browser:
+        browser.open((class_dir / "report.html").as_uri())
+        first = browser.evaluate("[...document.querySelectorAll('#causes tbody tr')][0].innerText")
+        assert "the scores are not divided by √d_k" in first and "\t151\t" in first, first
+
+
+def test_zero_and_low_scores_need_a_person(rendered):
+    """A notebook with 0 points (blank, or handed in as released) or under half the points graded so far is listed
+    among the students who need a person, with its score; written answers waiting do not count against it."""
+    _, _, dom, _, rows, _, _ = rendered
+    zero = {row["student"] for row in rows if row["status"] in GRADED and float(row["total"]) == 0}
+    assert zero >= {"blake", "mallory"}
+    people = re.search(r"<table class=\"?sortable\"? id=\"?people\"?.*?</table>", dom, re.DOTALL).group(0)
+    for student in zero:
+        assert re.search(rf">{re.escape(student)}</td>.*?zero points: 0 of 44", people, re.DOTALL), student
+    row = {"status": "graded", "total": "10", "max": "44", "reasons": "",
+           "manual_status": "needs manual grading: 3 of 3 written answers (7 points not counted yet)"}
+    assert "low score" in needs(row)  # 10 of the 37 points graded
+    assert "low score" not in needs({**row, "total": "20"}) and "zero points" in needs({**row, "total": "0"})
+    assert not {"low score", "zero points"} & set(needs({**row, "status": "rejected", "total": ""}))

@@ -4,11 +4,15 @@
 
 CLASS_DIR/report.html holds, in the order an instructor acts on it:
 1. the students who need a person: a row per student and stage that was flagged for review, rejected,
-   repaired, whose grading failed, whose written answers wait for a grade or changed since graded, with
-   the reasons and a link to the student's feedback page (and to the answer pages once exported);
+   repaired, whose grading failed, that scored 0 or under half the points graded so far (`LOW_SCORE`), whose
+   written answers wait for a grade or changed since graded, with the reasons and a link to the student's
+   feedback page (and to the answer pages once exported);
 2. the score distribution of every stage (a histogram per stage, and a table of the numbers);
-3. the most frequent named causes: the "likely cause:" lines of the checks' failure messages in the
-   autograded notebooks, counted once per student ("scores not divided by sqrt(d_k): 31 students");
+3. the most frequent causes: the "likely cause:" lines of the checks' failure messages in the autograded
+   notebooks, grouped by the exercise the checks call and by what went wrong (`cause_kind`: the check's named
+   mistake, the kind of crash, or the engine's reading with the student's line numbers, code, names and
+   numbers left out), counted once per student ("scaled_dot_product_attention: the scores are not divided
+   by √d_k: 31 students"), with one student's message as an example;
 4. the pass rate of every check (grade cell): the share of graded notebooks with its full points;
    written answers show their mean score instead, with how many still wait for a person.
 
@@ -128,40 +132,125 @@ def pass_rates(rows: list[dict[str, str]], cells: dict[str, list[GradeCell]]) ->
     return result
 
 
-def named_causes(class_dir: Path, rows: list[dict[str, str]]) -> list[tuple[str, list[str], list[tuple[str, str]]]]:
-    """(cause, grade cells, [(student, assignment)]) for every "likely cause" of a failed check, most students
-    first (a student counts once per cause, whatever the number of cells or stages it failed)."""
-    students: dict[str, set[tuple[str, str]]] = defaultdict(set)
-    where: dict[str, set[str]] = defaultdict(set)
-    seen = {(row["student"], row["assignment"]) for row in rows if row.get("status") in GRADED}
-    for student, assignment in sorted(seen):
+# What in a cause is the student's own, left out of its key: quoted code and names (`scores`, the student's line),
+# numbers (line numbers, factors, sizes), file paths.
+_CODE = re.compile(r"`[^`\n]*`")
+_NUMBER = re.compile(r"(?<![\w.])[-+−]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?(?![\w])")
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.@~-]+){2,}")
+_LOCATION = re.compile(r"^(?:after line N of `…`|in `…`, line N|line N)(?: \(`…`\))?: ")  # where it starts
+_INNER_LOCATION = re.compile(r" \((?:in `…`, )?line N(?: \(`…`\))?\)")  # "your softmax (in `f`, line 16 (`...`))"
+_STUDENT_LINE = re.compile(r"\bline \d+")  # a part of a cause that points into the student's code
+_EXERCISE = re.compile(r"\bcheck\.\w+\(\s*(\w+)")  # `assert check.sdpa_values(scaled_dot_product_attention)`
+
+
+def normalised(text: str, names: tuple[str, ...] = ()) -> str:
+    """TEXT with what differs from one student to the next made the same: NAMES (the student's id and name), file
+    paths, quoted code and numbers become "…" and "N" (`after line 13 of `f` (`x = 1`)` and `after line 15 of
+    `g` (`y = 2`)` read alike)."""
+    text = _PATH.sub("…", text)
+    for name in sorted((name for name in names if len(name) >= 3), key=len, reverse=True):
+        text = text.replace(name, "…")
+    text = _CODE.sub("`…`", text)
+    return re.sub(r"\s+", " ", _NUMBER.sub("N", text)).strip().rstrip(".")
+
+
+def cause_kind(cause: str, names: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(key, words) of what went wrong, the same for every student with the same mistake.
+
+    A check's cause is its own named mistake ("the scores are not divided by √d_k: ..."), the meaning of a kind
+    of crash, or the differential engine's reading of the student's code ("after line 13 of `f` (`...`): a step
+    is missing: ..., the result is 0.3536 × it"), or the engine's reading and the check's, joined by "; ". The
+    named parts (those that point at no line of the student's) are the key when there are any; otherwise the
+    engine's text with the student's lines, names, code and numbers left out. WORDS is the named parts as
+    written, or that key."""
+    parts = [part.strip() for part in cause.split("; ") if part.strip()]
+    named = [part for part in parts if not _STUDENT_LINE.search(part)]
+    if named:
+        words = "; ".join(named).rstrip(".")
+        return normalised(words, names), words
+    key = _INNER_LOCATION.sub("", _LOCATION.sub("", normalised(cause, names)))
+    return key, key
+
+
+@dataclass
+class CauseGroup:
+    """Students whose checks failed for the same reason in the same exercise."""
+
+    exercise: str  # the function or class the checks call, or the grade cell when they call none
+    key: str  # `cause_kind`'s key
+    words: str  # what went wrong, as most of these students were told
+    cells: set[str]  # grade cells that failed with it
+    students: set[tuple[str, str]]  # (student, assignment)
+    examples: dict[tuple[str, str], str]  # (student, assignment): the cause as that student read it
+
+    @property
+    def who(self) -> list[str]:
+        return sorted({student for student, _ in self.students})
+
+
+def _failures(notebook: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
+    """(grade cell, exercise, likely cause) for every "likely cause:" line of a failed grade cell."""
+    found = []
+    for cell in notebook.cells:
+        nbgrader = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not nbgrader.get("grade"):
+            continue
+        grade_id = nbgrader.get("grade_id", "?")
+        exercise = next(iter(_EXERCISE.findall(cell.source)), grade_id)
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "error":
+                continue
+            text = _ANSI.sub("", "\n".join([str(output.get("evalue", "")), *output.get("traceback", [])]))
+            for cause in dict.fromkeys(match.strip().rstrip(".") for match in _CAUSE.findall(text)):
+                found.append((grade_id, exercise, cause))
+    return found
+
+
+def named_causes(class_dir: Path, rows: list[dict[str, str]]) -> list[CauseGroup]:
+    """Every failed check's "likely cause", grouped by exercise and what went wrong (`cause_kind`: line numbers,
+    factors, code and names left out), most students first; a student counts once per group, whatever the number
+    of cells or stages it failed."""
+    groups: dict[tuple[str, str], CauseGroup] = {}
+    names = {(row["student"], row["assignment"]): (row["student"], row.get("name", ""))
+             for row in rows if row.get("status") in GRADED}
+    for (student, assignment), who in sorted(names.items()):
         path = class_dir / "autograded" / student / assignment / f"{assignment}.ipynb"
         try:
             notebook = nbformat.read(path, as_version=4)
         except (OSError, ValueError):
             continue
-        for cell in notebook.cells:
-            nbgrader = cell.metadata.get("nbgrader", {})
-            if cell.cell_type != "code" or not nbgrader.get("grade"):
-                continue
-            for output in cell.get("outputs", []):
-                if output.get("output_type") != "error":
-                    continue
-                text = _ANSI.sub("", "\n".join([str(output.get("evalue", "")), *output.get("traceback", [])]))
-                for cause in dict.fromkeys(match.strip().rstrip(".") for match in _CAUSE.findall(text)):
-                    students[cause].add((student, assignment))
-                    where[cause].add(nbgrader.get("grade_id", "?"))
-    ranked = sorted(students, key=lambda cause: (-len({s for s, _ in students[cause]}), cause))
-    return [(cause, sorted(where[cause]), sorted(students[cause])) for cause in ranked]
+        for grade_id, exercise, cause in _failures(notebook):
+            key, words = cause_kind(cause, who)
+            group = groups.setdefault((exercise, key), CauseGroup(exercise, key, words, set(), set(), {}))
+            group.cells.add(grade_id)
+            group.students.add((student, assignment))
+            group.examples.setdefault((student, assignment), cause)
+    for group in groups.values():  # in words most of them read (a check's words may carry their numbers)
+        told = [cause_kind(cause, names[pair])[1] for pair, cause in group.examples.items()]
+        group.words = max(sorted(set(told)), key=told.count)
+    return sorted(groups.values(), key=lambda group: (-len(group.who), group.exercise, group.key))
 
 
 NEEDS = ("flagged for review", "rejected", "repaired", "grading failed", "cells that did not finish",
-         "answers to grade", "answers changed since graded")
+         "zero points", "low score", "answers to grade", "answers changed since graded")
+LOW_SCORE = 0.5  # a graded notebook under half the points graded so far is a "low score"
+
+
+def share_of_points(row: dict[str, str]) -> float | None:
+    """The row's total as a share of the points graded so far (written answers waiting for a person left out of
+    the maximum); None when the row has no total or no points graded."""
+    total, maximum = _number(row.get("total")), _number(row.get("max"))
+    if row.get("status") not in GRADED or total is None or maximum is None:
+        return None
+    waiting = re.search(r"\(([\d.]+) points not counted yet\)", str(row.get("manual_status", "")))
+    graded = maximum - (float(waiting.group(1)) if waiting else 0.0)
+    return total / graded if graded > 0 else None
 
 
 def needs(row: dict[str, str]) -> list[str]:
     """What a person must do about this row of scores.csv (one or more of NEEDS; [] when nothing)."""
     reasons, status = row.get("reasons", ""), str(row.get("manual_status", ""))
+    share = share_of_points(row)
     found = []
     if "flagged for review" in reasons:
         found.append("flagged for review")
@@ -173,6 +262,10 @@ def needs(row: dict[str, str]) -> list[str]:
         found.append("grading failed")
     if "did not finish:" in reasons or "passed the grader's budget" in reasons:  # executor.FAULT_WORDS, OutputBudget
         found.append("cells that did not finish")
+    if share is not None and _number(row.get("total")) == 0:
+        found.append("zero points")
+    elif share is not None and share < LOW_SCORE:
+        found.append("low score")
     if row.get("status") in GRADED and status.startswith(NEEDS_MANUAL_GRADING):
         found.append("answers to grade")
     if row.get("status") in GRADED and "review:" in status:
@@ -218,13 +311,14 @@ def pass_rate_plot(assignment: str, entries: list[dict]) -> str:
                                [f"{rate:.0f}%" for rate in rates], axis_maximum=100, tooltips=tooltips)
 
 
-def causes_plot(causes: list[tuple[str, list[str], list[tuple[str, str]]]], top: int = 8) -> str:
-    """A bar per named cause, the `top` most frequent first: how many students it concerns."""
+def causes_plot(causes: list[CauseGroup], top: int = 8) -> str:
+    """A bar per cause (exercise and what went wrong), the `top` most frequent first: how many students it
+    concerns."""
     shown = causes[:top]
-    counts = [len({student for student, _ in pairs}) for _, _, pairs in shown]
-    return svg_plots.bar_chart(f"The {len(shown)} most frequent named causes of failed checks",
-                               [cause for cause, _, _ in shown], counts, COLOURS["causes"], "students",
-                               [str(count) for count in counts])
+    counts = [len(group.who) for group in shown]
+    return svg_plots.bar_chart(f"The {len(shown)} most frequent causes of failed checks",
+                               [f"{group.exercise}: {group.words}" for group in shown], counts, COLOURS["causes"],
+                               "students", [str(count) for count in counts])
 
 
 # --- the page --------------------------------------------------------------------------------------
@@ -327,8 +421,9 @@ def _people(class_dir: Path, rows: list[dict[str, str]]) -> tuple[str, dict[str,
             links.append('<a href="answers/index.html">answers</a>' if (class_dir / "answers" / "index.html").is_file()
                          else "<span class=muted>answers: run answers export</span>")
         waiting = waiting_answers(row)
+        score = f": {_fmt(_number(row.get('total')) or 0)} of {_fmt(_number(row.get('max')) or 0)}"
         tags = "".join(f"<span class=tag>{html.escape(name)}" + (f": {waiting}" if name == "answers to grade" else "")
-                       + "</span>" for name in found)
+                       + (score if name in ("zero points", "low score") else "") + "</span>" for name in found)
         reasons = "; ".join(filter(None, [row.get("reasons", ""), row.get("manual_status", "")]))
         shown = html.escape(svg_plots.shorten(reasons, 150))
         if len(reasons) > 150:
@@ -393,19 +488,26 @@ def render(class_dir: Path) -> str:
     else:
         parts.append("<p>No graded notebooks yet.</p>")
 
-    parts.append("<h2 id=causes>Most frequent named causes</h2><p class=muted>The \"likely cause\" of every "
-                 "failed check, counted once per student.</p>")
+    parts.append("<h2 id=causes>Most frequent causes</h2><p class=muted>The \"likely cause\" of every failed "
+                 "check, grouped by exercise and by what went wrong (the student's line numbers, code, names and "
+                 "numbers left out), each student counted once; open a row's example for the message as one "
+                 "student read it.</p>")
     if causes:
         cause_rows = []
-        for cause, where, pairs in causes:
-            who = sorted({student for student, _ in pairs})
+        for group in causes:
             links = ", ".join(_feedback_link(class_dir, student, assignment, student) or html.escape(student)
-                              for student, assignment in sorted(pairs))
-            cause_rows.append("<tr>" + _cell(cause) + _cell(len(who), "students", True, cause=cause)
-                              + _cell(", ".join(where)) + f"<td><details><summary>{len(who)} students</summary>"
-                              f"{links}</details></td></tr>")
+                              for student, assignment in sorted(group.students))
+            (student, assignment), example = min(group.examples.items())
+            cause_rows.append(
+                "<tr>" + _cell(group.words) + _cell(len(group.who), "students", True, cause=group.words,
+                                                    exercise=group.exercise)
+                + _cell(group.exercise) + _cell(", ".join(sorted(group.cells)))
+                + f"<td><details><summary>{len(group.who)} students</summary>{links}</details></td>"
+                + f"<td class=reasons><details><summary>{html.escape(student)} ({html.escape(assignment)})</summary>"
+                f"{html.escape(example)}</details></td></tr>")
         parts.append(f"<figure>{causes_plot(causes)}</figure>")
-        parts.append(_table(["likely cause", "students", "grade cells", "who (their feedback)"], cause_rows, "causes"))
+        parts.append(_table(["what went wrong", "students", "exercise", "grade cells", "who (their feedback)",
+                             "example"], cause_rows, "causes"))
     else:
         parts.append("<p>No check failed with a named cause.</p>")
 

@@ -180,9 +180,18 @@ def test_shape_notebook_leaves_out_only_what_the_student_did_not_change():
 
     shaped = feedback.shape_notebook(submitted(), release)
     sources = [cell.source for cell in shaped.cells]
-    assert sources[0] == "# Title\n\n## Section\n\n" + '<p class="omitted">3 cells of lesson text and given code, ' \
-        "unchanged: not repeated here</p>"
+    assert sources[0] == ("# Title\n\n## Section\n\n"
+                          "*3 cells of lesson text and given code, unchanged: not repeated here*")
     assert sources[1:] == ["x = 3  # changed", "print('mine')", "**Question 1.** Why?", "Because.",
                            "assert check.c()"]
     assert [cell.source for cell in feedback.shape_notebook(submitted(), None).cells] == [
         cell.source for cell in submitted().cells]  # without the release, nothing is left out
+
+
+def test_an_image_from_the_web_becomes_its_alt_text_escaped():
+    """The policy would not load it (the Colab badge's image): its alt text shows instead, as text."""
+    page = feedback.finished_page('<html><head></head><body><a href="https://colab.research.google.com/x">'
+                                  '<img src="https://colab.research.google.com/badge.svg" alt="Open &amp; a<b"></a>'
+                                  "</body></html>")
+    assert '<a href="https://colab.research.google.com/x"><span class="remote-image">Open &amp; a&lt;b</span></a>' \
+        in page and "<img" not in page

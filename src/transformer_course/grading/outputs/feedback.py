@@ -19,6 +19,7 @@ the exporter's markdown and HTML filters sanitise what the template renders (nh3
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from pathlib import Path
@@ -132,8 +133,7 @@ def _headings(cells: list[NotebookNode], links: bool = False) -> list[str]:
 def _omitted(cells: list[NotebookNode]) -> NotebookNode:
     """One markdown cell standing for CELLS, left out: their headings, and what was left out."""
     what = "lesson text and given code" if any(c.cell_type == "code" for c in cells) else "lesson text"
-    note = (f'<p class="omitted">{len(cells)} cell{"s" if len(cells) != 1 else ""} of {what}, unchanged: '
-            "not repeated here</p>")
+    note = f"*{len(cells)} cell{'s' if len(cells) != 1 else ''} of {what}, unchanged: not repeated here*"
     cell = nbformat.v4.new_markdown_cell("\n\n".join([*_headings(cells, links=True), note]))
     cell.metadata["course_feedback"] = {"omitted": len(cells)}
     return cell
@@ -250,7 +250,7 @@ table.scores td, table.scores th { border-bottom: 1px solid #e3e3e3; padding: 0.
 .score.full { color: #1b6e2a; font-weight: bold; } .score.partial { color: #8a5a00; font-weight: bold; }
 .score.zero { color: #b42318; font-weight: bold; } .pending { color: #8a5a00; font-weight: bold; }
 .comment { border-top: 1px dashed #c9d3e3; padding: 0.3rem 0.6rem; background: #fffbea; }
-.omitted { color: #666; font-size: 0.85rem; font-style: italic; margin: 0; }
+.omitted-cells em { color: #666; font-size: 0.85rem; } .omitted-cells p { margin: 0.2rem 0; }
 .omitted-cells h1, .omitted-cells h2, .omitted-cells h3, .omitted-cells h4 { font-size: 1rem; margin: 0.8rem 0 0; }
 pre { white-space: pre-wrap; overflow-x: auto; margin: 0.2rem 0; font-size: 0.85rem; }
 .highlight { border-radius: 4px; padding: 0.1rem 0.5rem; }
@@ -308,7 +308,7 @@ TEMPLATE = r"""{%- extends 'base.html.j2' -%}
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{ (resources.nbgrader or {}).notebook or resources.metadata.name | escape }} — feedback</title>
+<title>{{ ((resources.nbgrader or {}).notebook or resources.metadata.name) | escape }} — feedback</title>
 {%- if feedback.stylesheet %}
 <link rel="stylesheet" href="{{ feedback.stylesheet | escape }}">
 {%- endif %}
@@ -319,7 +319,7 @@ TEMPLATE = r"""{%- extends 'base.html.j2' -%}
 {%- block body_header -%}
 <body>
 <main id="notebook">
-<h1>{{ (resources.nbgrader or {}).notebook or resources.metadata.name | escape }}: feedback</h1>
+<h1>{{ ((resources.nbgrader or {}).notebook or resources.metadata.name) | escape }}: feedback</h1>
 {%- if resources.nbgrader and resources.nbgrader.max_score is defined %}
 {%- set got, of = resources.nbgrader.score | float, resources.nbgrader.max_score | float %}
 <p class="total">Total: <b>{{ "%g" | format(got) }} of {{ "%g" | format(of) }} points</b>
@@ -404,8 +404,10 @@ in the total
 
 
 def _remote_image(match: re.Match[str]) -> str:
+    """An image from the web as its alt text (escaped again: an attribute's value may hold a raw "<")."""
     alt = re.search(r'\balt="([^"]*)"', match.group(0))
-    return f'<span class="remote-image">{alt.group(1) if alt and alt.group(1).strip() else "image"}</span>'
+    text = html.unescape(alt.group(1)).strip() if alt else ""
+    return f'<span class="remote-image">{html.escape(text or "image", quote=False)}</span>'
 
 
 _REMOTE_IMAGE = re.compile(r"<img\b[^>]*\bsrc=\"https?:[^\"]*\"[^>]*>", re.IGNORECASE)
@@ -450,8 +452,8 @@ class SafeFeedbackExporter(HTMLExporter):
 
     def _release(self, assignment: str, notebook: str) -> NotebookNode | None:
         """The released notebook the student started from, or None when it is not to be had."""
-        path = Path(self._course_directory().format_path(self._course_directory().release_directory, ".",
-                                                         assignment)) / f"{notebook}.ipynb"
+        coursedir = self._course_directory()
+        path = Path(coursedir.format_path(coursedir.release_directory, ".", assignment)) / f"{notebook}.ipynb"
         try:
             return nbformat.read(path, as_version=4)
         except (OSError, ValueError):

@@ -352,3 +352,24 @@ def test_every_stage_of_the_course_finds_its_own_canvas_assignment(tmp_path):
     columns = read_canvas_export(export)
     found = [canvas_column(columns, stage).header for stage in ASSIGNMENTS]
     assert found == titles[:8]
+
+
+def test_a_grade_changed_in_moodle_after_the_worksheet_was_downloaded_is_kept_by_moodle(tmp_path):
+    """--update can only see what the worksheet says; its sheet is stamped with the worksheet's download time,
+    so Moodle's own rule keeps a grade changed in Moodle after that."""
+    import os
+
+    write_scores(tmp_path, moodle_rows(**{"101": 33, "103": 14}))  # both regraded since week 1 (30 and 12.5)
+    lms.export(tmp_path, update=True, moodle_exports={STAGE2: moodle_worksheet(tmp_path / "w0.csv", {}, "41.00")})
+    (tmp_path / "lms" / "uploaded.json").write_text(json.dumps({"uploads": {"moodle": {STAGE2: {
+        "101": {"values": [30.0], "comment": "", "at": "2026-11-20T10:00:00"},
+        "103": {"values": [12.5], "comment": "", "at": "2026-11-20T10:00:00"}}}}}))
+    downloaded = datetime(2026, 11, 27, 9, 0)
+    worksheet = moodle_worksheet(tmp_path / "w1.csv", {"101": "30.00", "103": "12.50"}, "41.00")
+    os.utime(worksheet, (downloaded.timestamp(), downloaded.timestamp()))
+    lms.export(tmp_path, update=True, moodle_exports={STAGE2: worksheet})
+    sheet = tmp_path / "lms" / f"moodle_{STAGE2}.csv"
+    assert {line[4] for line in read(sheet)[1:]} == {"2026-11-27 09:00:00"}
+    holds = {"101": (30.0, datetime(2026, 11, 20, 10, 5), ""),  # our upload of week 1
+             "103": (20.0, datetime(2026, 11, 27, 11, 0), "")}  # changed in Moodle after the download
+    assert moodle_import(sheet, holds, maximum=41)[0] == {"101": 33.0}

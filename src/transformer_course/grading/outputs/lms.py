@@ -45,7 +45,9 @@ worksheet layout: `Identifier` ("Participant N"), `Full name`, `Grade`, `Maximum
 of a sheet that has that column; a comment changed in Moodle is written back as Moodle holds it, and
 listed). Moodle skips a row whose grade it changed after the sheet's `Last modified (grade)`: without
 --update or --overwrite the sheet says 2000-01-01, so Moodle keeps every grade it already holds and fills
-only the others; with them it says now, and the rows written replace Moodle's. Moodle's maximum grade
+only the others; with --overwrite it says now, and the rows written replace Moodle's; with --update it says
+when Moodle's worksheet was downloaded (its file's time), so a grade changed in Moodle after that, which
+the run could not see, is kept by Moodle as well. Moodle's maximum grade
 (100 unless the assignment says otherwise) must be known: from the worksheet Moodle downloads
 (--moodle-export STAGE=FILE, its `Maximum grade`), or given with --scale-to; without either the command
 refuses, rather than send 39.5 of 41 points as 39.5/100. Each stage is its own worksheet (a Moodle
@@ -445,7 +447,6 @@ def _canvas_comments(grades: list[Grade]) -> bytes:
 
 def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, float],
             worksheets: dict[str, MoodleWorksheet]) -> list[Output]:
-    stamp = MOODLE_KEEP if plan.mode == FILL else plan.now.strftime("%Y-%m-%d %H:%M:%S")
     unknown = {stage: grades[0].points for stage, grades in by_stage.items()
                if _maximum("Moodle", stage, scale_to, worksheets[stage].maximum if stage in worksheets else None,
                            worksheets[stage].name if stage in worksheets else "") is None}
@@ -458,6 +459,7 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
     outputs = []
     for stage, grades in sorted(by_stage.items()):
         sheet = worksheets.get(stage)
+        stamp = _moodle_stamp(plan, sheet)
         maximum = _maximum("Moodle", stage, scale_to, sheet.maximum if sheet else None, sheet.name if sheet else "")
         assert maximum is not None
         _scaled_note(plan, "Moodle", stage, grades[0], maximum, sheet.maximum if sheet else None, scale_to)
@@ -489,6 +491,17 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
                                  "it already holds and fills the others (--update writes regrades, --overwrite "
                                  "replaces them)")
     return outputs
+
+
+def _moodle_stamp(plan: Plan, sheet: MoodleWorksheet | None) -> str:
+    """The sheet's `Last modified (grade)`. Moodle skips a row whose grade it changed after it: 2000-01-01
+    keeps every grade Moodle holds (the first upload); --overwrite says now; --update says when the worksheet
+    was downloaded, so a grade changed in Moodle after the download, which this run could not see, is kept
+    by Moodle too."""
+    if plan.mode == FILL:
+        return MOODLE_KEEP
+    when = min(plan.now, sheet.downloaded) if plan.mode == UPDATE and sheet is not None else plan.now
+    return when.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _moodle_comment(plan: Plan, grade: Grade, sheet: MoodleWorksheet | None) -> tuple[str, bool]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from transformer_course.grading.outputs.spreadsheet import read_table
@@ -142,6 +143,7 @@ class MoodleWorksheet:
     grades: dict[str, str]  # {participant number: the grade Moodle holds, as exported}: empty ones left out
     comments: dict[str, str]  # {participant number: the feedback comment Moodle holds}: empty ones left out
     participants: frozenset[str]
+    downloaded: datetime  # when the file was saved (its modification time): what it says is as of then
 
 
 def read_moodle_worksheet(path: Path, stage: str) -> MoodleWorksheet:
@@ -178,4 +180,5 @@ def read_moodle_worksheet(path: Path, stage: str) -> MoodleWorksheet:
     if len(maxima) > 1:
         raise LmsError(f"--moodle-export {stage}={path.name}: its 'Maximum grade' column says "
                        + ", ".join(f"{value:g}" for value in sorted(maxima)) + ": one assignment's worksheet has one")
-    return MoodleWorksheet(path.name, maxima.pop() if maxima else None, grades, comments, frozenset(participants))
+    return MoodleWorksheet(path.name, maxima.pop() if maxima else None, grades, comments, frozenset(participants),
+                           datetime.fromtimestamp(path.stat().st_mtime))

@@ -181,6 +181,9 @@ def test_a_workbook_refusal_names_the_row_the_student_and_the_question(tmp_path)
     (tmp_path / "broken.xlsx").write_bytes(b"PK\x03\x04 not really a zip")
     with pytest.raises(SheetError, match=r"broken.xlsx: cannot be read as an Excel workbook"):
         read_sheet(tmp_path / "broken.xlsx", ("score",))
+    (tmp_path / "old.xls").write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504))
+    with pytest.raises(SheetError, match=r"old.xls: an Excel 97-2003 workbook \(.xls\): save the sheet as .xlsx"):
+        read_sheet(tmp_path / "old.xls", ("score",))
 
 
 def test_without_openpyxl_a_workbook_is_refused_saying_what_to_install(tmp_path, monkeypatch):

@@ -92,6 +92,8 @@ def read_sheet(path: Path, required: tuple[str, ...], cite: tuple[str, ...] = CI
         data = path.read_bytes()
     except OSError as error:
         raise SheetError(f"{path.name}: cannot be read ({error.strerror or error})") from None
+    if data.startswith(b"\xd0\xcf\x11\xe0"):  # an OLE file: Excel 97-2003's .xls
+        raise SheetError(f"{path.name}: an Excel 97-2003 workbook (.xls): save the sheet as .xlsx or CSV")
     if data.startswith(XLSX_MAGIC) or path.suffix.lower() == ".xlsx":
         try:
             records = read_workbook(path)

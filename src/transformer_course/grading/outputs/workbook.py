@@ -99,7 +99,8 @@ def read_workbook(path: Path) -> list[list[str]]:
     try:
         book = load_workbook(path, data_only=True)
     except Exception as error:  # noqa: BLE001  (zipfile, XML and openpyxl errors alike: not a workbook)
-        raise WorkbookError(f"{path.name}: cannot be read as an Excel workbook (.xlsx): {error}") from None
+        raise WorkbookError(f"{path.name}: cannot be read as an Excel workbook (.xlsx): {error} (save the sheet as "
+                            ".xlsx or CSV)") from None
     try:
         sheet = book.worksheets[0]
         rows = []

@@ -6,6 +6,7 @@ as processes and on a local Slurm cluster, in tests/test_postgres.py); the image
 and its base image can be had."""
 
 import argparse
+import csv
 import hashlib
 import os
 import re
@@ -589,3 +590,57 @@ def test_the_final_step_names_failed_and_lost_tasks_and_writes_no_all_pending_sc
     assert "last week's problem" not in run.stderr  # an older run's task is not this run's
     assert "scores.csv would read pending for everyone: it was not written" in run.stderr
     assert (class_dir / "scores.csv").read_text() == "last week's\n"
+
+
+@pytest.mark.slow
+def test_when_some_tasks_cannot_sandbox_the_others_scores_are_written_and_the_failed_named(tmp_path):
+    """The guide's Slurm lines on a cluster where task 2's node cannot create namespaces and task 1's can: task 1
+    grades its slice, task 2 fails with bubblewrap's message, and the scores job (afterany) writes scores.csv
+    with task 1's student graded and task 2's pending, and names task 2 and its reason in its log."""
+    from slurm_cluster import SlurmCluster, environment_without_the_course, recipe, smaller_array
+    from slurm_cluster import unavailable as slurm_unavailable
+    from transformer_course.grading.sandbox.isolation import bubblewrap_problem
+
+    for reason in (slurm_unavailable(), bubblewrap_problem()):
+        if reason:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"CI must run this test: {reason}")
+            pytest.skip(reason)
+    data = multi30k_folder()
+    stage = "01_positional_encoding"
+    students = {shard: next(name for name in STUDENTS if in_shard(name, (shard, 2))) for shard in (1, 2)}
+    downloads, class_dir, bin_folder = tmp_path / "downloads", tmp_path / "class", tmp_path / "bin"
+    for name in students.values():
+        (downloads / name).mkdir(parents=True)
+        shutil.copy(ROOT / "solutions" / stage / f"{stage}.ipynb", downloads / name)
+    bin_folder.mkdir()
+    real = shutil.which("bwrap")
+    (bin_folder / "bwrap").write_text(  # task 2's node has no user namespaces (the grader starts bwrap with an
+        # environment of its own: the task is read from the grader's)
+        f"#!/bin/sh\ntr '\\0' '\\n' < /proc/$PPID/environ | grep -qx SLURM_ARRAY_TASK_ID=2 || exec {real} \"$@\"\n"
+        + FAILING_BWRAP.split("\n", 1)[1])
+    (bin_folder / "bwrap").chmod(0o755)
+    lines = recipe(GUIDE_CLUSTER, {"/shared/downloads": str(downloads), "/shared/class": str(class_dir),
+                                   "/shared/multi30k": data,
+                                   "postgresql://grader@dbhost/gradebook": f"sqlite:///{tmp_path}/gradebook.db"})
+    with SlurmCluster(cpus=8) as cluster:
+        environment = environment_without_the_course(cluster.environment(), ROOT)
+        environment.update(PATH=f"{smaller_array(bin_folder, '1-2')}{os.pathsep}{environment['PATH']}",
+                           SBATCH_MEM_PER_NODE="2G", SBATCH_OUTPUT=str(tmp_path / "%x-%A_%a.log"),
+                           GRADE_OPTIONS=f"--assignment {stage} --timeout 60")
+        submitted = subprocess.run(["bash", "-e", "-c", lines + 'echo "array $job"\n'], cwd=ROOT, env=environment,
+                                   capture_output=True, text=True, timeout=120)
+        assert submitted.returncode == 0, submitted.stderr
+        array = re.search(r"^array (\d+)$", submitted.stdout, re.MULTILINE).group(1)
+        scores = re.search(r"Submitted batch job (\d+)", submitted.stdout).group(1)
+        cluster.wait([array, scores], timeout=900)
+        logs = {path.name: path.read_text(errors="replace") for path in tmp_path.glob("*.log")}
+        assert cluster.state(array) == {"1": "COMPLETED", "2": "FAILED"}, logs
+        assert cluster.state(scores) == {scores: "COMPLETED"}, logs
+    [final] = [text for name, text in logs.items() if name.startswith("grade-class-scores-")]
+    assert re.search(r"task slurm-task-2 failed: exit status 2 on node .*bwrap: No permissions", final), final
+    assert "slurm-task-1" not in final
+    with open(class_dir / "scores.csv", encoding="utf-8") as handle:
+        rows = {row["student"]: row for row in csv.DictReader(handle)}
+    assert rows[students[1]]["status"] == "graded" and float(rows[students[1]]["autograded"]) > 0, rows
+    assert rows[students[2]]["status"] == "pending", rows

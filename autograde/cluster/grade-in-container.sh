@@ -51,7 +51,7 @@ if [ "$(basename "${engine[0]}")" = podman ] && [ "$(id -u)" != 0 ]; then
     # rootless Podman (as on macOS and Windows): the image's user (uid 1000) writes your folders as you
     command+=("--userns=keep-id:uid=1000,gid=1000")
 fi
-command+=("${extra[@]}"
+command+=(${extra[@]+"${extra[@]}"}
     -v "$downloads:/downloads:ro" -v "$class:/class" -v "$secrets:/secret"
     -v "$cache:/home/grader/.cache/transformer_course"
     "${image[@]}" "${PYTHON_IN_IMAGE:-python}" -m transformer_course.grading.batch /downloads --class-dir /class

@@ -73,7 +73,7 @@ EOF
         exit 3
     fi
     exec "$PYTHON" -m transformer_course.grading.batch "$SUBMISSIONS" --class-dir "$CLASS_DIR" \
-        --db-url "$GRADEBOOK_URL" --scores-only "${options[@]}" "$@"
+        --db-url "$GRADEBOOK_URL" --scores-only ${options[@]+"${options[@]}"} "$@"
 fi
 
 # --- one grading task -----------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ errors=$(mktemp)
 # the batch command's standard error goes to the task's log as ever, and is kept to name the cause
 { "$PYTHON" -m transformer_course.grading.batch "$SUBMISSIONS" --class-dir "$CLASS_DIR" \
     --db-url "$GRADEBOOK_URL" --shard auto --jobs "$JOBS" --memory-gb "${MEMORY_GB:-3}" --require-sandbox \
-    "${options[@]}" "$@" \
+    ${options[@]+"${options[@]}"} "$@" \
     2>&1 1>&3 3>&- | tee "$errors" >&2; code=${PIPESTATUS[0]}; } 3>&1
 cause=$(grep -m 1 '^error:' "$errors" || tail -n 1 "$errors")
 cause="${cause#error: }"

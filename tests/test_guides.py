@@ -9,8 +9,6 @@ read. Then the README: at most 300 lines, and every link of it to a guide page n
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,21 +26,14 @@ def guide_pages(guide: str) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    """The landing page and both guides, built as `make site` builds them, with one stand-in for the stages."""
-    from website import build
+    """The landing page and both guides, built as `make site` builds them, with one stand-in for the stages
+    (`python -m website.guides`)."""
+    from website.guides import build_guides
 
     work = tmp_path_factory.mktemp("guides")
-    source, out = work / "source", work / "html"
-    build.copy_sources(source)
-    (source / "stage_table.md").write_text("(the stage pages are not built in this test)\n", encoding="utf-8")
-    (source / "stages").mkdir()
-    (source / "stages" / "not_built.md").write_text("# The stages\n\nNot built in this test.\n", encoding="utf-8")
-    command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-W", "--keep-going", "-d", str(work / "doctrees"),
-               str(source), str(out)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(work)})
+    result = build_guides(work / "html", work)
     assert result.returncode == 0, result.stderr[-5000:]
-    return out
+    return work / "html"
 
 
 def test_the_guides_build_without_a_warning(built):
@@ -107,3 +98,22 @@ def test_a_guide_page_deleted_here_leaves_the_site(tmp_path):
     build.copy_sources(source)
     assert not (source / "instructor" / "an-old-page.md").exists()
     assert (source / "instructor" / "grading.md").read_bytes() == (WEBSITE / "instructor" / "grading.md").read_bytes()
+
+
+def test_a_link_to_a_missing_section_or_an_unlisted_page_fails_the_guides(tmp_path, monkeypatch):
+    """The build above has teeth: with a link to a section that does not exist, and a page no table of
+    contents lists, `python -m website.guides` fails and names both."""
+    import shutil
+
+    from website import build
+    from website.guides import build_guides
+
+    copy = tmp_path / "website"
+    shutil.copytree(WEBSITE, copy, ignore=shutil.ignore_patterns("_build"))
+    with open(copy / "authors" / "data.md", "a", encoding="utf-8") as page:
+        page.write("\nSee [the grading speed](../instructor/grading.md#no-such-section).\n")
+    (copy / "authors" / "adding-an-exercise.md").write_text("# Adding an exercise\n", encoding="utf-8")
+    monkeypatch.setattr(build, "WEBSITE", copy)
+    result = build_guides(tmp_path / "html", tmp_path / "work")
+    assert result.returncode != 0
+    assert "no-such-section" in result.stderr and "adding-an-exercise" in result.stderr, result.stderr

@@ -1,9 +1,11 @@
 """Shards on a cluster scheduler: `--shard slurm|kubernetes|auto` reads the scheduler's own variables,
 every task gets its own slice and together they cover the class once; the recipes (Slurm batch script,
 Kubernetes Indexed Job and its final scores Job, container image) hold together; scores.csv and report.html
-written by several processes at once are always whole. Cheap: no grading here (the array is run for real,
-as processes and on a local Slurm cluster, in tests/test_postgres.py); the image is built where a builder
-and its base image can be had."""
+written by several processes at once are always whole; kubernetes-run.sh against a stand-in kubectl (new Jobs
+per run, pods that never start, Pod Security "baseline", a missing volume or secret). Mostly cheap: the array
+grades for real, as processes and on a local Slurm cluster, in tests/test_postgres.py; here the guide's Slurm
+lines run on a local Slurm cluster whose node cannot sandbox (slow: no grading, or one student); the image is
+built where a builder and its base image can be had."""
 
 import argparse
 import csv

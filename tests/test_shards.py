@@ -496,6 +496,7 @@ def multi30k_folder() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("postgres")  # one local Slurm cluster at a time, beside test_postgres.py
 def test_on_nodes_that_cannot_sandbox_every_task_fails_and_no_all_pending_scores_csv_is_written(tmp_path):
     """The guide's three Slurm lines, run as written (no PYTHON, no virtualenv on the PATH) on a single-node
     Slurm cluster whose node cannot create namespaces (a `bwrap` that fails as such a kernel makes it fail):
@@ -595,6 +596,7 @@ def test_the_final_step_names_failed_and_lost_tasks_and_writes_no_all_pending_sc
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("postgres")  # one local Slurm cluster at a time, beside test_postgres.py
 def test_when_some_tasks_cannot_sandbox_the_others_scores_are_written_and_the_failed_named(tmp_path):
     """The guide's Slurm lines on a cluster where task 2's node cannot create namespaces and task 1's can: task 1
     grades its slice, task 2 fails with bubblewrap's message, and the scores job (afterany) writes scores.csv

@@ -5,6 +5,9 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import graded_part, read, solution_path
+from quality.inprocess import run_grade_cells
+from quality.mistakes import Edit
 from transformer_course.checks import attention
 from transformer_course.checks.compare import describe_shape
 
@@ -77,3 +80,15 @@ def test_a_crash_in_the_students_own_code_is_still_theirs(capsys):
     attention.mha_output_shape(Own)
     text = capsys.readouterr().out
     assert "your code raised ValueError" in text and "plugged" not in text and "course's own" not in text
+
+
+@pytest.mark.slow
+def test_one_omission_costs_one_requirement_a_missing_scheduler_step():
+    """Leaving out scheduler.step() fails the scheduler's cell (and its hidden twin), not the end-to-end
+    learning cell as well: that one trains at a constant rate, where an unstepped scheduler changes nothing."""
+    path = solution_path("05_training")
+    notebook = Edit("05_training", "no scheduler step", "        if scheduler is not None:\n"
+                    "            scheduler.step()\n", "").apply(read(path))
+    outcomes = run_grade_cells(graded_part(notebook), path.parent, stop_after="train_epoch_hidden")
+    failed = {grade_id for grade_id, outcome in outcomes.items() if not outcome.passed}
+    assert failed == {"train_epoch_scheduler", "train_epoch_hidden"}, failed

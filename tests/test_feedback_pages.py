@@ -81,6 +81,17 @@ def test_the_class_stylesheet_applies_under_the_pages_policy(pages):
     assert layout["styled"] in ("rgb(27, 110, 42)", "rgb(180, 35, 24)", "rgb(138, 90, 0)"), layout["styled"]
 
 
+def test_a_page_opened_alone_still_reads(pages, tmp_path):
+    """Sent on its own (without the class's stylesheet), a page keeps a readable width and pending in colour."""
+    class_dir, _ = pages
+    alone = tmp_path / "alone.html"
+    shutil.copy(_feedback(class_dir, "ada"), alone)
+    with Browser(tmp_path / "profile") as browser:
+        browser.open(alone.as_uri())
+        assert browser.evaluate("getComputedStyle(document.body).maxWidth") == "992px"
+        assert browser.evaluate("getComputedStyle(document.querySelector('.pending')).color") == "rgb(138, 90, 0)"
+
+
 def test_pending_answers_read_pending_and_the_total_says_so(pages):
     """ada's three written answers wait for a person: each reads pending, never "0.0 / 3.0", and the total says
     which points are not counted yet; it is scores.csv's total."""

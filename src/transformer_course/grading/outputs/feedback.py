@@ -8,10 +8,11 @@ the exporter's markdown and HTML filters sanitise what the template renders (nh3
   class's stylesheet and inline images only), and carries no script element at all;
 - says first what the student got: the total ("37 of 44 points, written answers pending: 3 answers, 7
   points not graded yet") and a table of every grade cell, a written answer nobody has graded yet reading
-  "pending", never 0 (`shape_notebook` asks the gradebook);
+  "pending", never 0 (`mark_pending` asks the gradebook, as scores.csv's "needs manual grading" does);
 - shows the student's code and answers, the checks with their results, the questions, and the headings of the
-  lesson; the lesson's text and given code that the student left unchanged are not repeated (the headings of
-  what was left out stay), and long outputs are cut (`OUTPUT_LINES`);
+  lesson (`shape_notebook`); the lesson's text and given code that the student left unchanged are not repeated
+  (the headings of what was left out stay), a check with its full points is one line of the table (what it
+  checked), and long outputs are cut (`OUTPUT_LINES`);
 - renders math as MathML (`mathml`; no MathJax, nothing from a CDN), the Colab badge as a link, and links one
   stylesheet per class (`feedback.css` in the class's feedback folder, `STYLESHEET`) instead of nbgrader's
   inlined bootstrap and notebook CSS (about 120 KB a page); a page opened alone still reads, plainly styled.

@@ -15,7 +15,6 @@ weights show about the mask (padding that gets weight, real positions that get n
 from __future__ import annotations
 
 import math
-import re
 from types import MethodType, SimpleNamespace
 from typing import Any
 
@@ -23,16 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course.checks import differential
+from transformer_course.checks import declared, differential
 from transformer_course.checks.boundary import on_student_side, supplied
-from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.framework import (
-    Diagnosis,
     check,
     copy_weights,
     crash_explained,
     describe,
-    expect_close,
     expect_shape,
     fail,
     randn,
@@ -211,137 +207,7 @@ class _Case:
         return student, reference
 
 
-# --- readings of a wrong value ---------------------------------------------------------------------------------
-
-
-def _line(op: differential.Op | None) -> str:
-    frame = (op.user or op.line) if op is not None else None
-    if frame is None:
-        return ""
-    return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
-
-
-def _producer(key: str) -> int | None:
-    return int(key[3:]) if key.startswith("op:") else None
-
-
-def _result_op(trace: differential.Trace, value: torch.Tensor) -> differential.Op | None:
-    """The last operation of a computation whose result is `value` (in this layout or a reshape of it)."""
-    for op in reversed(trace.ops):
-        if op.output is not None and op.output.numel() == value.numel() \
-                and differential.same_values(op.output, value, permuted=False):
-            return op
-    return None
-
-
-def _step_words(op: differential.Op) -> str:
-    """A step in the lesson's words: a linear layer by its name (`self.v`), another operation by its kind."""
-    if op.name == "linear":
-        layer = next((source[5:].rsplit(".", 1)[0] for source in op.sources if source.startswith("leaf:")), "")
-        return f"`self.{layer}`" if layer else "a linear layer"
-    return f"the {differential.operation_words(op.name)}"
-
-
-def _steps(trace: differential.Trace, last: differential.Op) -> list[differential.Op]:
-    """The computing steps that lead to `last` (layout changes left out), in a canonical order: by depth (how
-    many steps lie before each), then by kind, so two independent steps written in another order compare equal."""
-    depth: dict[int, int] = {}
-    for op in trace.ops[:last.index + 1]:
-        before = [depth.get(_producer(source), 0) for source in op.sources if _producer(source) is not None]
-        depth[op.index] = max(before, default=0) + (0 if op.name in differential.LAYOUT else 1)
-    wanted, pending = set(), [last.index]
-    while pending:
-        index = pending.pop()
-        if index in wanted:
-            continue
-        wanted.add(index)
-        pending += [p for p in (_producer(s) for s in trace.ops[index].sources) if p is not None]
-    steps = [trace.ops[index] for index in wanted
-             if trace.ops[index].name not in differential.LAYOUT and trace.ops[index].sources]
-    return sorted(steps, key=lambda op: (depth[op.index], _step_words(op), op.index))
-
-
-def _steps_reading(student: differential.Trace, reference: differential.Trace, got: torch.Tensor,
-                   expected: torch.Tensor) -> str:
-    """What the student's steps do differently, when the two computations take the same number of steps and
-    differ in one of them (another operation in its place) or in the order of two neighbouring ones."""
-    mine, theirs = _result_op(student, got), _result_op(reference, expected)
-    if mine is None or theirs is None:
-        return ""
-    a, b = _steps(student, mine), _steps(reference, theirs)
-    if len(a) != len(b):
-        return ""
-    words_a, words_b = [_step_words(op) for op in a], [_step_words(op) for op in b]
-    differ = [i for i, (x, y) in enumerate(zip(words_a, words_b, strict=True)) if x != y]
-    if len(differ) == 1:
-        i = differ[0]
-        before = f" to the result of {words_b[i - 1]}" if i else ""
-        return (f"{_line(a[i])}: your code applies {words_a[i]} where the paper applies {words_b[i]}{before}")
-    if len(differ) == 2 and differ[1] == differ[0] + 1 and words_a[differ[0]] == words_b[differ[1]] \
-            and words_a[differ[1]] == words_b[differ[0]]:
-        first, second = differ
-        return (f"{_line(a[second])}: your code applies {words_a[second]} after {words_a[first]}; the paper applies "
-                f"{words_b[first]} first, then {words_b[second]} to its result (the two steps are in the other order)")
-    return ""
-
-
-def _extra_step(student: differential.Trace, got: torch.Tensor, expected: torch.Tensor,
-                context: differential.Context) -> str:
-    """A step added after the expected value: the student's code computes the expected value, then goes on."""
-    how = differential.relation(got, expected, context, None)
-    found = _result_op(student, expected)
-    last = _result_op(student, got)
-    if found is None or last is None or last.index <= found.index:
-        return f"your result is {how}" if how else ""
-    steps = [op for op in student.ops[found.index + 1:last.index + 1] if op.name not in differential.LAYOUT]
-    if not steps:
-        return ""
-    names = " and then ".join(dict.fromkeys(_step_words(op) for op in steps))
-    result = f": the result is {how}" if how else ""
-    if found.line == last.line and found.user == last.user:
-        return f"{_line(last)}: this line computes the expected values and then applies {names}{result}"
-    return (f"{_line(last)}: your code computes the expected values ({_line(found).removeprefix('in ')}) and then "
-            f"applies {names}{result}")
-
-
-_SAME_WORDS = re.compile(r"receives (.+) where the paper gives it \1(?=[.;]|$)")
-
-
-_LOCATION = re.compile(r"in `\w+`, line \d+ \(`.*?`\)(?=: )")
-
-
-def _engine(student: differential.Trace, reference: differential.Trace, got: torch.Tensor, expected: torch.Tensor,
-            context: differential.Context, axes: tuple[str, ...]) -> Diagnosis | None:
-    """The engine's reading, left out when it names the same value twice (it then says nothing); a line it
-    quotes twice is quoted once."""
-    found = differential.explain(student, reference, got, expected, context, axes)
-    if found is None or _SAME_WORDS.search(found.cause):
-        return None
-    location = _LOCATION.match(found.cause)
-    if location is None:
-        return found
-    rest = found.cause[location.end():].replace(f" ({location.group(0)})", " (on the same line)")
-    return Diagnosis(found.where, location.group(0) + rest)
-
-
-def _diagnosis(where: str, *causes: str) -> Diagnosis | None:
-    said = [cause.rstrip(".") for cause in causes if cause]
-    return Diagnosis(where, "; ".join(said) + ".") if said else None
-
-
-def _reading(student: differential.Trace, reference: differential.Trace, got: torch.Tensor,
-             expected: torch.Tensor, context: differential.Context, axes: tuple[str, ...],
-             own: str = "") -> Diagnosis | None:
-    """The check's own reading (`own`, from the values), then the first of: the steps compared in order, a step
-    added at the end, the engine's departure."""
-    where = describe_difference(got, expected, axes) if got.shape == expected.shape else ""
-    traced = _steps_reading(student, reference, got, expected) or _extra_step(student, got, expected, context)
-    if traced:
-        return _diagnosis(where, own, traced)
-    engine = _engine(student, reference, got, expected, context, axes)
-    if engine is not None:
-        return _diagnosis(engine.where or where, own, engine.cause)
-    return _diagnosis(where, own)
+# --- readings of a wrong value (the generic ones are `checks.declared`'s) ---------------------------------
 
 
 def _weights_reading(weights: torch.Tensor, scores: torch.Tensor, mask: torch.Tensor) -> str:
@@ -377,23 +243,19 @@ def score_shape(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int = 
                  reference_score=False)
     for queries in (case.query, case.query[:, :1]):
         length = queries.size(1)
-        scores = _scores(case.module, queries, case.keys)
-        got = tuple(scores.shape) if isinstance(scores, torch.Tensor) else None
-        if got == (batch, length, k_len, 1):
-            fail("scores have the wrong shape.", expected=(batch, length, k_len), got=got,
-                 cause="v maps each attention_size-wide vector to a single number and leaves an axis of size 1: "
-                       "remove it with .squeeze(-1).")
-        if got is not None and got != (batch, length, k_len) and length == 1 and scores.numel() == batch * k_len:
-            fail("scores have the wrong shape for a single query (q_len = 1).", expected=(batch, 1, k_len), got=got,
-                 cause="`.squeeze()` without an axis also removes the q_len axis when there is one query (and the "
-                       "batch axis for one sentence): squeeze only the last axis, .squeeze(-1).")
-        if got == (batch, k_len, length) and length > 1:
-            fail("scores have the wrong shape.", expected=(batch, length, k_len), got=got,
-                 cause="the scores are transposed: one row per query, so the query gets the new axis at position "
-                       "2 and the keys at position 1, W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1).")
-        expect_shape("scores", scores, (batch, length, k_len),
-                     cause="project the query with W_q and the keys with W_k, add them with broadcasting to "
-                           "(batch, q_len, k_len, attention_size), apply tanh, then v and .squeeze(-1).")
+        known = {(batch, length, k_len, 1): "v maps each attention_size-wide vector to a single number and leaves an "
+                                            "axis of size 1: remove it with .squeeze(-1)."}
+        if length > 1:
+            known[(batch, k_len, length)] = ("the scores are transposed: one row per query, so the query gets the new "
+                                             "axis at position 2 and the keys at position 1, "
+                                             "W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1).")
+        else:  # what .squeeze() without an axis leaves of (batch, 1, k_len, 1)
+            known |= dict.fromkeys({(batch, k_len), (k_len,) if batch == 1 else (batch, k_len)},
+                                   "`.squeeze()` without an axis also removes the q_len axis when there is one query "
+                                   "(and the batch axis for one sentence): squeeze only the last axis, .squeeze(-1).")
+        declared.shape("scores", _scores(case.module, queries, case.keys), (batch, length, k_len), known=known,
+                       recipe="project the query with W_q and the keys with W_k, add them with broadcasting to "
+                              "(batch, q_len, k_len, attention_size), apply tanh, then v and .squeeze(-1).")
 
 
 @check("score computes v^T tanh(W_q s + W_k h) for every query s and key h")
@@ -401,21 +263,20 @@ def score_values(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int =
                  query_size: int = 4, key_size: int = 6, attention_size: int = 7) -> None:
     case = _Case(AdditiveAttention, batch, q_len, k_len, query_size, key_size, attention_size, seed=20,
                  reference_score=False)
-    scores = _scores(case.module, case.query, case.keys)
     names = ("query", "keys")
     reference = differential.traced_call(case.reference, case.query, case.keys, method="score", names=names)
-    expected = reference.output.detach()
 
-    def diagnose(got: torch.Tensor) -> Diagnosis | None:
-        student = differential.traced(case.module, case.query, case.keys, method="score", names=names)
-        own = ""
-        if torch.allclose(got.sum(dim=-1), torch.ones(()).double(), atol=1e-6):
-            own = ("every query's scores sum to 1 over the keys: score already applies the softmax; it returns the "
-                   "raw scores e, and the mask and the softmax belong in forward")
-        return _reading(student, reference, got, expected, case.context, ("batch", "query", "key"), own)
+    def softmax_applied(got: torch.Tensor) -> str:
+        if not torch.allclose(got.sum(dim=-1), torch.ones(()).double(), atol=1e-6):
+            return ""
+        return ("every query's scores sum to 1 over the keys: score already applies the softmax; it returns the raw "
+                "scores e, and the mask and the softmax belong in forward")
 
-    expect_close("scores", scores, expected, atol=1e-7, axes=("batch", "query", "key"), diagnose=diagnose,
-                 cause="scores = v(tanh(W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1))).squeeze(-1).")
+    declared.values("scores", _scores(case.module, case.query, case.keys), reference.output.detach(),
+                    traces=lambda: (differential.traced(case.module, case.query, case.keys, method="score",
+                                                        names=names), reference),
+                    context=case.context, axes=("batch", "query", "key"), own=[softmax_applied],
+                    recipe="scores = v(tanh(W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1))).squeeze(-1).")
 
 
 # --- forward: weights and context ------------------------------------------------------------------------
@@ -445,15 +306,10 @@ def weights_values(AdditiveAttention: AttentionClass, batch: int = 3, q_len: int
     with torch.no_grad():
         _, expected = case.reference(case.query, case.keys, case.mask)
         raw = case.reference.score(case.query, case.keys)  # (batch, q_len, k_len), nothing hidden
-
-    def diagnose(got: torch.Tensor) -> Diagnosis | None:
-        student, reference = case.trace_forward()
-        return _reading(student, reference, got, expected, case.context, ("batch", "query", "key"),
-                        _weights_reading(got, raw, case.mask))
-
-    expect_close("weights", weights, expected, atol=1e-7, axes=("batch", "query", "key"), diagnose=diagnose,
-                 cause="fill the scores at padded positions with -1e9 (mask.unsqueeze(1) == 0), then "
-                       "torch.softmax(scores, dim=-1)." + FIX_SCORE_FIRST)
+    declared.values("weights", weights, expected, traces=case.trace_forward, context=case.context,
+                    axes=("batch", "query", "key"), own=[lambda got: _weights_reading(got, raw, case.mask)],
+                    recipe="fill the scores at padded positions with -1e9 (mask.unsqueeze(1) == 0), then "
+                           "torch.softmax(scores, dim=-1)." + FIX_SCORE_FIRST)
 
 
 @check("padded source positions get exactly zero weight and every query's weights sum to 1")
@@ -487,21 +343,19 @@ def context_values(AdditiveAttention: AttentionClass, batch: int = 3, q_len: int
     weights = expect_shape("weights", weights, (batch, q_len, k_len),
                            cause="the weights have one row per query and one column per source position.")
     expected = weights.to(case.keys.dtype) @ case.keys  # (batch, q_len, key_size): the student's own weights
+    with torch.no_grad():
+        _, reference_weights = case.reference(case.query, case.keys, case.mask)
 
-    def diagnose(got: torch.Tensor) -> Diagnosis | None:
-        own = ""
+    def same_context_everywhere(got: torch.Tensor) -> str:
         if q_len > 1 and torch.allclose(got, got[:, :1].expand_as(got), atol=1e-9):
-            own = "every query of a sentence gets the same context: the weights are not used"
-        student, reference = case.trace_forward()
-        with torch.no_grad():
-            _, reference_weights = case.reference(case.query, case.keys, case.mask)
-        if not tensors_close(weights, reference_weights, 1e-7, 1e-6):  # the engine compares with the reference's
-            extra = _extra_step(student, got, expected, case.context)
-            return _diagnosis(describe_difference(got, expected, ("batch", "query", "feature")), own, extra)
-        return _reading(student, reference, got, expected, case.context, ("batch", "query", "feature"), own)
+            return "every query of a sentence gets the same context: the weights are not used"
+        return ""
 
-    expect_close("context", context, expected, atol=1e-7, axes=("batch", "query", "feature"), diagnose=diagnose,
-                 cause="context[b, i] = sum over j of weights[b, i, j] * keys[b, j]: weights @ keys.")
+    # the engine compares with the reference's computation: only when the student's weights are the reference's
+    declared.values("context", context, expected, traces=case.trace_forward, context=case.context,
+                    axes=("batch", "query", "feature"), own=[same_context_everywhere],
+                    engine=tensors_close(weights, reference_weights, 1e-7, 1e-6),
+                    recipe="context[b, i] = sum over j of weights[b, i, j] * keys[b, j]: weights @ keys.")
 
 
 @check("each sentence's context and weights depend only on its own real source positions")

@@ -222,6 +222,7 @@ def test_one_mistake_is_one_kind_whatever_the_lines_factors_and_names():
     assert cause_kind("the mask is transposed: row i is the query")[0] != key
     assert cause_kind("a file /home/ada/notes.txt of ada's", ("ada",))[0] == cause_kind(
         "a file /home/bob/notes.txt of bob's", ("bob",))[0] == "a file … of …'s"
+    assert cause_kind("adapt the step size", ("ada",)) == cause_kind("adapt the step size", ("bob",))
 
 
 def test_a_class_with_one_bug_makes_one_row(graded_example_class, tmp_path):

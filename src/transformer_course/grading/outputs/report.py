@@ -149,7 +149,7 @@ def normalised(text: str, names: tuple[str, ...] = ()) -> str:
     `g` (`y = 2`)` read alike)."""
     text = _PATH.sub("…", text)
     for name in sorted((name for name in names if len(name) >= 3), key=len, reverse=True):
-        text = text.replace(name, "…")
+        text = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", "…", text)  # a whole word: "ada" leaves "adapt" alone
     text = _CODE.sub("`…`", text)
     return re.sub(r"\s+", " ", _NUMBER.sub("N", text)).strip().rstrip(".")
 

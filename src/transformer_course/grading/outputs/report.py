@@ -133,7 +133,8 @@ def pass_rates(rows: list[dict[str, str]], cells: dict[str, list[GradeCell]]) ->
 
 
 # What in a cause is the student's own, left out of its key: quoted code and names (`scores`, the student's line),
-# numbers (line numbers, factors, sizes), file paths.
+# numbers (line numbers, factors, sizes), file paths (where a student's name or folder shows). A student's name is
+# not looked for elsewhere: the checks write none, and an id that is a word ("max", "sizes") would split a kind.
 _CODE = re.compile(r"`[^`\n]*`")
 _NUMBER = re.compile(r"(?<![\w.])[-+−]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?(?![\w])")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.@~-]+){2,}")
@@ -141,34 +142,36 @@ _LOCATION = re.compile(r"^(?:after line N of `…`|in `…`, line N|line N)(?: \
 _INNER_LOCATION = re.compile(r" \((?:in `…`, )?line N(?: \(`…`\))?\)")  # "your softmax (in `f`, line 16 (`...`))"
 _STUDENT_LINE = re.compile(r"\bline \d+")  # a part of a cause that points into the student's code
 _EXERCISE = re.compile(r"\bcheck\.\w+\(\s*(\w+)")  # `assert check.sdpa_values(scaled_dot_product_attention)`
+# A hidden test's failure names no cause (its message may say nothing computed from the hidden inputs: the
+# grader's executor writes these words alone); it is a cause of its own where the visible checks all passed.
+_HIDDEN_FAILED = "fails on the hidden test's inputs"
+HIDDEN_ONLY = ("passes the visible checks but fails on the hidden tests' inputs (other sizes): a size written as a "
+               "number, an axis or a length taken from the wrong place, a shape that only works when two sizes "
+               "are equal")
 
 
-def normalised(text: str, names: tuple[str, ...] = ()) -> str:
-    """TEXT with what differs from one student to the next made the same: NAMES (the student's id and name), file
-    paths, quoted code and numbers become "…" and "N" (`after line 13 of `f` (`x = 1`)` and `after line 15 of
-    `g` (`y = 2`)` read alike)."""
-    text = _PATH.sub("…", text)
-    for name in sorted((name for name in names if len(name) >= 3), key=len, reverse=True):
-        text = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", "…", text)  # a whole word: "ada" leaves "adapt" alone
-    text = _CODE.sub("`…`", text)
+def normalised(text: str) -> str:
+    """TEXT with what differs from one student to the next made the same: file paths, quoted code and numbers
+    become "…" and "N" (`after line 13 of `f` (`x = 1`)` and `after line 15 of `g` (`y = 2`)` read alike)."""
+    text = _CODE.sub("`…`", _PATH.sub("…", text))
     return re.sub(r"\s+", " ", _NUMBER.sub("N", text)).strip().rstrip(".")
 
 
-def cause_kind(cause: str, names: tuple[str, ...] = ()) -> tuple[str, str]:
+def cause_kind(cause: str) -> tuple[str, str]:
     """(key, words) of what went wrong, the same for every student with the same mistake.
 
     A check's cause is its own named mistake ("the scores are not divided by √d_k: ..."), the meaning of a kind
     of crash, or the differential engine's reading of the student's code ("after line 13 of `f` (`...`): a step
     is missing: ..., the result is 0.3536 × it"), or the engine's reading and the check's, joined by "; ". The
     named parts (those that point at no line of the student's) are the key when there are any; otherwise the
-    engine's text with the student's lines, names, code and numbers left out. WORDS is the named parts as
+    engine's text with the student's lines, code, paths and numbers left out. WORDS is the named parts as
     written, or that key."""
     parts = [part.strip() for part in cause.split("; ") if part.strip()]
     named = [part for part in parts if not _STUDENT_LINE.search(part)]
     if named:
         words = "; ".join(named).rstrip(".")
-        return normalised(words, names), words
-    key = _INNER_LOCATION.sub("", _LOCATION.sub("", normalised(cause, names)))
+        return normalised(words), words
+    key = _INNER_LOCATION.sub("", _LOCATION.sub("", normalised(cause)))
     return key, key
 
 
@@ -189,7 +192,8 @@ class CauseGroup:
 
 
 def _failures(notebook: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
-    """(grade cell, exercise, likely cause) for every "likely cause:" line of a failed grade cell."""
+    """(grade cell, exercise, likely cause) for every "likely cause:" line of a failed grade cell, and HIDDEN_ONLY
+    for a hidden test that failed."""
     found = []
     for cell in notebook.cells:
         nbgrader = cell.metadata.get("nbgrader", {})
@@ -201,7 +205,10 @@ def _failures(notebook: nbformat.NotebookNode) -> list[tuple[str, str, str]]:
             if output.get("output_type") != "error":
                 continue
             text = _ANSI.sub("", "\n".join([str(output.get("evalue", "")), *output.get("traceback", [])]))
-            for cause in dict.fromkeys(match.strip().rstrip(".") for match in _CAUSE.findall(text)):
+            causes = dict.fromkeys(match.strip().rstrip(".") for match in _CAUSE.findall(text))
+            if not causes and _HIDDEN_FAILED in text:
+                causes = {HIDDEN_ONLY: None}
+            for cause in causes:
                 found.append((grade_id, exercise, cause))
     return found
 
@@ -211,22 +218,25 @@ def named_causes(class_dir: Path, rows: list[dict[str, str]]) -> list[CauseGroup
     factors, code and names left out), most students first; a student counts once per group, whatever the number
     of cells or stages it failed."""
     groups: dict[tuple[str, str], CauseGroup] = {}
-    names = {(row["student"], row["assignment"]): (row["student"], row.get("name", ""))
-             for row in rows if row.get("status") in GRADED}
-    for (student, assignment), who in sorted(names.items()):
+    for student, assignment in sorted({(row["student"], row["assignment"]) for row in rows
+                                       if row.get("status") in GRADED}):
         path = class_dir / "autograded" / student / assignment / f"{assignment}.ipynb"
         try:
             notebook = nbformat.read(path, as_version=4)
         except (OSError, ValueError):
             continue
-        for grade_id, exercise, cause in _failures(notebook):
-            key, words = cause_kind(cause, who)
+        failures = _failures(notebook)
+        visible = {exercise for _, exercise, cause in failures if cause != HIDDEN_ONLY}
+        for grade_id, exercise, cause in failures:
+            if cause == HIDDEN_ONLY and exercise in visible:
+                continue  # what the visible checks say comes first
+            key, words = cause_kind(cause)
             group = groups.setdefault((exercise, key), CauseGroup(exercise, key, words, set(), set(), {}))
             group.cells.add(grade_id)
             group.students.add((student, assignment))
             group.examples.setdefault((student, assignment), cause)
     for group in groups.values():  # in words most of them read (a check's words may carry their numbers)
-        told = [cause_kind(cause, names[pair])[1] for pair, cause in group.examples.items()]
+        told = [cause_kind(cause)[1] for cause in group.examples.values()]
         group.words = max(sorted(set(told)), key=told.count)
     return sorted(groups.values(), key=lambda group: (-len(group.who), group.exercise, group.key))
 

@@ -67,6 +67,18 @@ def _inline_attention(scale: str) -> str:
 
 MISTAKES: list[Mistake] = [
     Mistake(
+        STAGE, "attention written inline, Annotated-Transformer style, adding a heads axis to the course's 4-D mask",
+        "        heads, weights = scaled_dot_product_attention(Q, K, V, mask)  # heads: (batch, heads, q_len, d_k)\n",
+        "        if mask is not None:\n"
+        "            mask = mask.unsqueeze(1)  # the same mask for every head\n"
+        "        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)\n"
+        "        if mask is not None:\n"
+        "            scores = scores.masked_fill(mask == 0, -1e9)\n"
+        "        weights = scores.softmax(dim=-1)\n"
+        "        heads = weights @ V\n",
+        fails="attn_mha_output_shape", cause="broadcasting gives the result 1 axis too many",
+    ),
+    Mistake(
         STAGE, "keys transposed on the wrong axes (heads and positions)",
         _SCORES,
         "scores = Q @ K.transpose(1, 2) / math.sqrt(d_k)  # (..., q_len, k_len)",

@@ -46,6 +46,12 @@ _BEAM_FOLLOW = (
 
 MISTAKES: list[Mistake] = [
     Mistake(
+        STAGE, "beam search views the hypotheses' rows with the beam and batch axes swapped",
+        "log_probs.view(batch, beam_size, -1), finished, lengths,",
+        "log_probs.view(beam_size, batch, -1).transpose(0, 1), finished, lengths,",
+        fails="fast_beam_finds_missed", cause="the batch and beam axes are swapped",
+    ),
+    Mistake(
         STAGE, "length penalty multiplied by alpha instead of raised to it (inline)",
         "    ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)\n",
         "    ranking = candidates / (((5.0 + new_lengths) / 6.0) * alpha).unsqueeze(-1)\n",

@@ -21,6 +21,12 @@ _TABLE = (
 
 MISTAKES: list[Mistake] = [
     Mistake(
+        STAGE, "dropout applied to the table as well as to the sum",
+        _ADD,
+        "x = x + self.dropout(self.pe[:, : x.size(1)])  # broadcast over the batch",
+        fails="pe_dropout", cause="the table is dropped out as well as the sum",
+    ),
+    Mistake(
         STAGE, "the table sliced on its first axis (size 1) instead of the positions",
         _ADD,
         "x = x + self.pe[: x.size(1)]  # broadcast over the batch",

@@ -1103,6 +1103,9 @@ def _read_forward(observed: _Forward, reference: nn.Module, q: torch.Tensor, k: 
         heads = _reference_attention(expected["Q"], expected["K"], expected["V"], mask)[0]
         combined = reference.combine_heads(heads)
     reading = _read_attention_call(observed, expected, mask)
+    grown = differential.axis_growth(trace, widest=4) if reading is None else None  # no value of the paper's has 5
+    if grown is not None:
+        return Diagnosis(grown.where, grown.how + ".")
     if reading is not None or roles is None:
         return reading
     known = {"the heads before combine_heads": heads, "V, the split values, not the attended heads": expected["V"],
@@ -1449,9 +1452,12 @@ def mha_attention_weights(MultiHeadAttention: type[nn.Module], d_model: int = 12
     expected = reference.attn_weights
     run = _graded_forward(module, reference, q, k, v, mask, lambda _, weights: _same(weights, expected, 1e-7))
     _crashed(run, reference, q, k, v, mask, roles)
+    grown = differential.axis_growth(run.observed.trace, widest=4) if run.observed is not None \
+        and run.observed.trace is not None else None  # no value of the paper's attention has 5 axes
     expect_shape("self.attn_weights", run.weights, (batch, num_heads, q_len, k_len),
-                 cause="keep the given line `self.attn_weights = weights.detach()`, where `weights` is the second "
-                       "result of scaled_dot_product_attention on the split heads.")
+                 cause=grown.text() if grown is not None else
+                 "keep the given line `self.attn_weights = weights.detach()`, where `weights` is the second result "
+                 "of scaled_dot_product_attention on the split heads.")
     expect_close("self.attn_weights", run.weights, expected, atol=1e-7,
                  diagnose=_forward_diagnosis(run, reference, roles, q, k, v, mask, expected, weights=True),
                  cause="the weights of every head, from the same projections the output uses: rows sum to 1 and "

@@ -451,6 +451,10 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
     context = context or Context()
     if not reference.ops:
         return None
+    widest = max((op.output.dim() for op in reference.ops if isinstance(op.output, torch.Tensor)), default=0)
+    grown = axis_growth(student, widest)
+    if grown is not None:
+        return grown
     index = Index(student)
     final = _final_key(reference, reference_final)
     if final is None:
@@ -493,6 +497,56 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
     if departure is None:
         return None
     return _explain(departure, reference, student, index, matched, context)
+
+
+def _shape_words(tensor: torch.Tensor) -> str:
+    return "(" + ", ".join(map(str, tensor.shape)) + ")"
+
+
+def _operand_words(key: str, student: Trace) -> str:
+    """A value the student's code made: by its variable when the line's last operation made it, else by the
+    operation that made it inside a longer line ('the comparison')."""
+    producer = _producer(key)
+    if producer is not None and not _last_on_its_line(student.ops[producer], student):
+        return f"the {operation_words(student.ops[producer].name)}'s result"
+    return _student_value_words(key, student)
+
+
+def axis_growth(student: Trace, widest: int | None = None) -> Diagnosis | None:
+    """The first operation of the student's whose result gains an axis by broadcasting: its data argument has
+    fewer axes than the result and another argument brings the extra ones (a mask with one axis too many, say),
+    with the operation that gave that argument its extra axis. With `widest` (the most axes any value of the
+    paper's computation has), only a result with more axes than that counts. None when there is none."""
+    for op in student.ops:
+        if not isinstance(op.output, torch.Tensor) or len(op.sources) < 2 or op.name in LAYOUT:
+            continue
+        data = _value_of(student, op.sources[0])
+        if not isinstance(data, torch.Tensor) or op.output.dim() <= data.dim() or (
+                widest is not None and op.output.dim() <= widest):
+            continue
+        wider = [key for key in op.sources[1:] if isinstance(_value_of(student, key), torch.Tensor)
+                 and _value_of(student, key).dim() == op.output.dim()]
+        if not wider:
+            continue
+        key, made = wider[0], None
+        while _producer(key) is not None:  # back to the operation that gave it the extra axis
+            producer = student.ops[_producer(key)]
+            before = _value_of(student, producer.sources[0]) if producer.sources else None
+            if isinstance(before, torch.Tensor) and before.dim() < producer.output.dim():
+                made = producer
+                break
+            if not producer.sources:
+                break
+            key = producer.sources[0]
+        value = _value_of(student, wider[0])
+        text = (f"the {operation_words(op.name)} meets {_operand_words(op.sources[0], student)}, shape "
+                f"{_shape_words(data)}, and {_operand_words(wider[0], student)}, shape {_shape_words(value)}, "
+                f"with {value.dim()} axes: broadcasting gives the result {value.dim() - data.dim()} axis too many, "
+                f"{_shape_words(op.output)}, and every value computed from it keeps it")
+        if made is not None:
+            text += f"; the extra axis comes from the {operation_words(made.name)} {_student_line(made)}"
+        return Diagnosis(_student_line(op), text, op.line)
+    return None
 
 
 OPERATION_WORDS = {
@@ -1479,6 +1533,6 @@ def combined(described: Any, engine: Any) -> Any:
 
     if engine is None:
         return described
-    if described is None:
+    if described is None or described.cause.rstrip(".") in engine.cause:
         return engine
     return Said(described.where or engine.where, f"{engine.cause.rstrip('.')}; {described.cause}".strip())

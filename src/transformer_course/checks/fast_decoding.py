@@ -1405,8 +1405,19 @@ def _log_probs_departure(t: int, call: _SelectCall, step: _StepCall, batch: int,
     if _same(call.log_probs, torch.softmax(logits, dim=-1).view(batch, beam_size, -1), atol=1e-6):
         return (f"probabilities are used as log-probabilities: at step {t} select_beams was given softmax(logits); "
                 "scores add up log-probabilities: torch.log_softmax(logits, dim=-1).")
-    return (f"at step {t} select_beams was not given the log-probabilities of decoder_step's logits: pass "
-            "torch.log_softmax(logits, dim=-1).view(batch, beam_size, -1), over the vocabulary.")
+    given = call.log_probs.double().cpu()
+    if given.shape == wanted.shape:
+        swapped = torch.log_softmax(logits, dim=-1).view(beam_size, batch, -1).transpose(0, 1)
+        if _same(given, swapped, atol=1e-6):
+            return (f"the batch and beam axes are swapped: at step {t} select_beams' log_probs[b, j] holds row "
+                    f"j * batch + b of decoder_step's output, where the hypotheses are stored as row "
+                    f"b * beam_size + j (repeat_interleave): view it as (batch, beam_size, vocab).")
+        rows = wanted.reshape(batch * beam_size, -1)
+        if all(any(_same(row, other, atol=1e-6) for other in rows) for row in given.reshape(batch * beam_size, -1)):
+            return (f"at step {t} select_beams was given the right log-probabilities with the hypotheses' rows in "
+                    "another order: log_probs[b, j] must be row b * beam_size + j of decoder_step's output.")
+    return (f"at step {t} select_beams was given values that are not log_softmax(logits) of decoder_step's output in "
+            f"any order of its rows; {RECIPE} torch.log_softmax(logits, dim=-1).view(batch, beam_size, -1).")
 
 
 def _reorder_departure(t: int, step: _StepCall, previous: _StepCall, parents: torch.Tensor, beam_size: int,

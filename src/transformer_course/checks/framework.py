@@ -311,6 +311,15 @@ class Diagnosis:
 Diagnose = Callable[[torch.Tensor], "Diagnosis | None"]
 
 
+def _diagnosed(diagnose: Diagnose, got: torch.Tensor) -> Diagnosis | None:
+    try:
+        return diagnose(got)
+    except CheckFailed:
+        raise
+    except Exception:  # a diagnosis that cannot be made here says nothing
+        return None
+
+
 def expect_close(
     name: str,
     got: Any,
@@ -325,7 +334,11 @@ def expect_close(
 ) -> None:
     """Compare got with expected. On a mismatch say where and how got departs (`axes` names the axes;
     `diagnose` adds what only the check knows, the first place its computation departs, say), and
-    name the first suspect mistake that reproduces got, else the diagnosed cause, else `cause`."""
+    name the first suspect mistake that reproduces got, else the diagnosed cause, else `cause`. A result of
+    another shape is diagnosed too; when nothing is read from it, `cause` is given as the recipe it is."""
+    if isinstance(got, torch.Tensor) and tuple(got.shape) != tuple(expected.shape) and diagnose is not None:
+        read = _diagnosed(diagnose, got)
+        cause = read.cause if read is not None and read.cause else f"{RECIPE} {cause}"
     got = expect_shape(name, got, tuple(expected.shape), cause)
     if tensors_close(got, expected, atol, rtol):
         return
@@ -338,14 +351,7 @@ def expect_close(
         if tensors_close(got, wrong, max(atol, 1e-5), max(rtol, 1e-4)):
             suspected = suspected_cause
             break
-    diagnosis = None
-    if diagnose is not None:
-        try:
-            diagnosis = diagnose(got)
-        except CheckFailed:
-            raise
-        except Exception:  # a diagnosis that cannot be made here says nothing
-            diagnosis = None
+    diagnosis = _diagnosed(diagnose, got) if diagnose is not None else None
     where = diagnosis.where if diagnosis else describe_difference(got, expected, axes, atol, rtol)
     if suspected:
         cause = suspected

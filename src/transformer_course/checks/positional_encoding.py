@@ -15,6 +15,7 @@ from transformer_course.checks import differential
 from transformer_course.checks.boundary import on_student_side
 from transformer_course.checks.compare import index_ranges
 from transformer_course.checks.framework import (
+    RECIPE,
     Diagnosis,
     check,
     crash_explained,
@@ -579,6 +580,36 @@ def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16
                                           "forward must add the table its buffer holds.")
 
 
+def _kept_values(trained: torch.Tensor, x: torch.Tensor, rows: torch.Tensor, p: float, zeros: torch.Tensor) -> str:
+    """One element that is neither 0 nor (x + pe) / (1 - p), with what it should be."""
+    wrong = (~zeros & ((trained - (x + rows) / (1 - p)).abs() >= 1e-4)).nonzero()[0]
+    index = tuple(int(i) for i in wrong)
+    return (f"at index {index}: {float(trained[index]):.6g}, where (x + pe) / (1 - p) = "
+            f"{float((x + rows)[index] / (1 - p)):.6g}")
+
+
+def _kept_reading(trained: torch.Tensor, x: torch.Tensor, rows: torch.Tensor, p: float, zeros: torch.Tensor) -> str:
+    """What the kept elements are, read from their values: the table dropped out too, dropout applied twice,
+    another rescaling; else what was seen, with the recipe."""
+    kept = ~zeros
+    scale = 1 / (1 - p)
+
+    def every(*forms: torch.Tensor) -> bool:
+        return bool(torch.stack([(trained - form).abs() < 1e-4 for form in forms]).any(0)[kept].all())
+
+    if every(x * scale, (x + rows * scale) * scale):
+        return ("the table is dropped out as well as the sum: some kept elements hold x / (1 - p) (pe was dropped) "
+                "and the others (x + pe / (1 - p)) / (1 - p). Add the table as it is; the only dropout is the "
+                "one on the sum.")
+    if every((x + rows) * scale * scale):
+        return "dropout is applied twice to the sum: every kept element is (x + pe) / (1 - p)². Apply it once."
+    ratio = (trained[kept] / (x + rows)[kept])
+    if bool(((ratio - ratio.mean()).abs() < 1e-4).all()) and float(ratio.mean()) > 0:
+        return (f"every kept element is (x + pe) × {float(ratio.mean()):.4g}, where dropout with p = {p} rescales by "
+                f"1 / (1 - p) = {scale:.4g}: is the dropout's p the constructor's `dropout`?")
+    return f"{RECIPE} one dropout, on the sum x + pe (the given `return self.dropout(x)`), and none elsewhere."
+
+
 @check("dropout is applied after the addition in train mode and switched off in eval mode")
 def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq_length: int = 40) -> None:
     p = 0.5
@@ -610,12 +641,9 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
         )
     kept_ok = ((trained - summed / (1 - p)).abs() < 1e-4) | zeros
     if not kept_ok.all():
-        fail(
-            "in train mode the kept elements are not (x + pe) / (1 - p).",
-            expected="each element either 0 or (x + pe) / (1 - p)",
-            got="other values",
-            cause="apply dropout once, after adding pe (dropout on x before the addition leaves pe undropped).",
-        )
+        fail("in train mode the kept elements are not (x + pe) / (1 - p).",
+             expected="each element either 0 or (x + pe) / (1 - p)", got=_kept_values(trained, x, rows, p, zeros),
+             cause=_kept_reading(trained, x, rows, p, zeros))
     expect_close("forward(x) in eval mode", evaluated, summed, atol=1e-4, rtol=1e-4,
                  cause="in eval mode dropout must do nothing: use nn.Dropout (self.dropout), not F.dropout "
                        "with training=True.")

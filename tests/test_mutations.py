@@ -105,7 +105,7 @@ def test_equivalent_mutants_are_told_apart_by_behaviour():
 
 
 # A fixed, time-bounded sample across the six stages: grading stops after the grade cells of the
-# mutated exercise, and stages 1-2 (whose checks localise the first departure) are also held to
+# mutated exercise, and stages 1-2 (whose checks locate the first departure) are also held to
 # naming the mutation's place or cause. Stages 3-6 take a mutant of their first exercise; it was
 # checked once to be no equivalent mutant (the filter has its own test above).
 SAMPLE = {"01_positional_encoding": 6, "02_attention": 3, "03_blocks": 1, "04_transformer": 1, "05_training": 1,

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from transformer_course.checks import parts
 from transformer_course.checks.boundary import on_student_side, supplied
 from transformer_course.checks.framework import (
     CheckFailed,
@@ -41,7 +42,6 @@ from transformer_course.checks.framework import (
     student_code,
     summary,
 )
-from transformer_course.checks.localise import recorded_calls
 from transformer_course.checks.predictions import expect_number
 from transformer_course.checks.salt import salted_seed
 from transformer_course.reference import Transformer, make_source_mask, make_target_mask
@@ -311,7 +311,7 @@ def _decode_once(greedy_decode: Callable, model: nn.Module, src: torch.Tensor, i
     """Run the student's greedy_decode (with gradients allowed: the function itself must switch them off)."""
     scripted = isinstance(model, _ScriptedModel)
     start = len(model.decoder.calls) if scripted else 0
-    with torch.enable_grad(), student_code(), selections, recorded_calls(model, ["decoder"]) as calls:
+    with torch.enable_grad(), student_code(), selections, parts.recorded(model, {"decoder": "decoder"}, False) as calls:
         got = greedy_decode(model, src, ids.pad, ids.bos, ids.eos, max_len)
     if scripted:
         return got, model.decoder.calls[start:]

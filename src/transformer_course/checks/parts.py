@@ -3,7 +3,8 @@ call, and compared with what the paper does with them.
 
 Stages 3 and 4 grade one `forward` at a time: the student's block runs the reference attention and
 feed-forward network, the stacks run reference blocks, the Transformer runs the reference Encoder and
-Decoder. So everything the student's `forward` does is visible as calls of its parts.
+Decoder. So everything the student's `forward` does is visible as calls of its parts. Stages 5 and 6 record
+a whole model the same way: how compute_loss calls it, what greedy_decode gives its decoder.
 
 - On the student's side: `pair` finds which of the student's parts plays each role of the reference
   module (by the given attribute name, else by kind in the order the constructor made them, so a renamed
@@ -246,16 +247,16 @@ class _Dropouts(TorchFunctionMode):
 
 
 @contextmanager
-def recorded(module: nn.Module, roles: Mapping[str, str], dropout: bool = True) -> Iterator[list[Call]]:
+def recorded(module: nn.Module, roles: Mapping[str, str], dropout: bool = True,
+             itself: str = "") -> Iterator[list[Call]]:
     """Record, in order, every call of the student's parts (`roles`: the student's path -> role; a part that
-    sits at several paths is recorded once, under the first) and, with `dropout`, every dropout applied."""
+    sits at several paths is recorded once, under the first), with `itself` the calls of `module` itself (as
+    that role, at path ''), and with `dropout` every dropout applied."""
     calls: list[Call] = []
     handles = []
     seen: set[int] = set()
-    for path, role in roles.items():
-        if not path:
-            continue
-        target = locate(module, path)
+    targets = [("", itself, module)] if itself else []
+    for path, role, target in targets + [(path, role, locate(module, path)) for path, role in roles.items() if path]:
         if not isinstance(target, nn.Module) or id(target) in seen:
             continue
         seen.add(id(target))
@@ -602,7 +603,11 @@ class Replay:
 
     def part(self, call_or_role: Call | str) -> str:
         if isinstance(call_or_role, Call):
-            return "dropout" if call_or_role.role == "dropout" else words(call_or_role.path)
+            if call_or_role.role == "dropout":
+                return "dropout"
+            if call_or_role.path:
+                return words(call_or_role.path)
+            call_or_role = call_or_role.role  # the recorded module itself: 'the model'
         path = self.paths.get(call_or_role, "")
         return words(path) if path else f"the {call_or_role}"
 

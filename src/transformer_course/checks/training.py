@@ -28,12 +28,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from transformer_course.checks import differential
+from transformer_course.checks import differential, parts
 from transformer_course.checks.boundary import on_student_side, supplied
 from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.errors import crash_lines
 from transformer_course.checks.framework import (
     RECIPE,
+    CheckFailed,
     Diagnosis,
     check,
     describe,
@@ -44,7 +45,6 @@ from transformer_course.checks.framework import (
     student_code,
     summary,
 )
-from transformer_course.checks.localise import Call, Step, Values, first_departure, recorded_calls, terms
 from transformer_course.checks.predictions import expect_number
 from transformer_course.checks.salt import salted_seed
 from transformer_course.reference import Transformer as ReferenceTransformer
@@ -318,19 +318,22 @@ class LossRun:
     requires_grad: bool
     logits: torch.Tensor | None
     gradient: torch.Tensor | None
-    calls: list[Call] = field(default_factory=list)
+    calls: list[parts.Call] = field(default_factory=list)
     trace: differential.Trace | None = None
 
 
-def _model_call_departure(calls: list[Call], batch: Batch, complete: bool) -> str | None:
-    values = Values()
+def _model_call_departure(calls: list[parts.Call], batch: Batch, complete: bool) -> str | None:
+    """Where compute_loss's call of the model departs from model(src, tgt_in, src_mask, tgt_mask), in words."""
+    values = parts.Values()
     for name in ("src", "tgt_in", "tgt_out"):
         values.add(name, f"batch.{name}", getattr(batch, name))
     for name in ("src_mask", "tgt_mask"):
         values.add(name, f"batch.{name}", getattr(batch, name), mask=True)
-    step = Step("model", {"enc_in": terms("src"), "dec_in": terms("tgt_in"), "enc_mask": terms("src_mask"),
-                          "dec_mask": terms("tgt_mask")}, "logits", words="the logits")
-    return first_departure(calls, [step], values, where="compute_loss", complete=complete)
+    step = parts.Step("model", {"enc_in": parts.terms("src"), "dec_in": parts.terms("tgt_in"),
+                                "enc_mask": parts.terms("src_mask"), "dec_mask": parts.terms("tgt_mask")}, "logits",
+                      label="the logits")
+    reading = parts.Replay(calls, [step], values, {}).departure(complete=complete)
+    return f"in compute_loss: {reading.text}." if reading else None
 
 
 def _inputs(batch: Batch) -> dict[str, torch.Tensor]:
@@ -351,23 +354,12 @@ def _loss_run(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
             logits.append(output)
 
     handle = model.register_forward_hook(keep)
-    calls: list[Call] = []
     try:
-        with _one_thread(), torch.enable_grad(), student_code(), recorded_calls(model, [""]) as calls, \
+        with _one_thread(), torch.enable_grad(), student_code(), parts.recorded(model, {}, False, "model") as calls, \
                 differential.recording(model, _inputs(batch)) as trace:
             loss = compute_loss(model, batch, criterion)
-    except RuntimeError as error:
-        for call in calls:
-            call.name = "model"
-        departure = _model_call_departure(calls, batch, complete=False)
-        if departure:
-            fail("compute_loss crashed.", expected="a loss", got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
-                 cause=departure)
-        raise
     finally:
         handle.remove()
-    for call in calls:
-        call.name = "model"
     trace.output = None
     gradient = None
     grad_ok = isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.requires_grad and bool(logits)
@@ -379,6 +371,36 @@ def _loss_run(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
             gradient = None
     return LossRun(_value(loss), isinstance(loss, torch.Tensor) and loss.requires_grad,
                    logits[-1].detach() if logits else None, gradient, calls, trace)
+
+
+@on_student_side
+def _calls_before_crash(compute_loss: Callable[..., Any], case: LossCase) -> list[parts.Call]:
+    """The model's calls that the student's compute_loss makes on the case until it crashes."""
+    model, batch, criterion = case.build()
+    supplied(model)
+    with _one_thread(), torch.enable_grad(), student_code(), parts.recorded(model, {}, False, "model") as calls:
+        try:
+            compute_loss(model, batch, criterion)
+        except (NotImplementedError, CheckFailed):
+            raise
+        except Exception:  # noqa: BLE001  (the crash itself is reported by the check)
+            pass
+    return list(calls)
+
+
+def _observed_loss(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
+    """`_loss_run`, with a crash explained by how compute_loss called the model, where that departs."""
+    try:
+        return _loss_run(compute_loss, case)
+    except (NotImplementedError, CheckFailed):
+        raise
+    except RuntimeError as error:
+        departure = parts.safely(_model_call_departure, _calls_before_crash(compute_loss, case), case.build()[1],
+                                 complete=False)
+        if departure:
+            fail("compute_loss crashed.", expected="a loss", got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
+                 cause=departure)
+        raise
 
 
 def _reference_loss(case: LossCase) -> tuple[torch.Tensor, differential.Trace, Batch]:
@@ -511,7 +533,7 @@ def _loss_diagnosis(run: LossRun, case: LossCase, expected: torch.Tensor, refere
 def compute_loss_values(compute_loss: Callable[..., Any], batch_size: int = 5, d_model: int = 16,
                         label_smoothing: float = 0.1, seed: int = 2) -> None:
     case = LossCase(seed, batch_size, d_model, label_smoothing)
-    run = _loss_run(compute_loss, case)
+    run = _observed_loss(compute_loss, case)
     got = _loss_tensor(run.loss)
     if not run.requires_grad:
         fail("the loss is not connected to the model's weights.", expected="a tensor with requires_grad=True",
@@ -528,8 +550,8 @@ def compute_loss_values(compute_loss: Callable[..., Any], batch_size: int = 5, d
 def compute_loss_ignores_padding(compute_loss: Callable[..., Any], batch_size: int = 4, extra: int = 3,
                                  seed: int = 3) -> None:
     short_case, long_case = LossCase(seed, batch_size), LossCase(seed, batch_size, extra=extra)
-    short = _loss_tensor(_loss_run(compute_loss, short_case).loss)
-    run = _loss_run(compute_loss, long_case)
+    short = _loss_tensor(_observed_loss(compute_loss, short_case).loss)
+    run = _observed_loss(compute_loss, long_case)
     long = _loss_tensor(run.loss)
 
     def diagnose(_got: torch.Tensor) -> Diagnosis:

@@ -139,7 +139,7 @@ def graded_example_class(tmp_path_factory):
         students = grader.run()
     finally:
         del os.environ["GRADER_SECRET_TOKEN"]
-    with open(class_dir / "scores.csv", encoding="utf-8") as handle:
+    with open(class_dir / "scores.csv", encoding="utf-8-sig") as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     return grader, students, rows, originals
 

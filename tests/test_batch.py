@@ -190,8 +190,11 @@ def test_shards_share_one_gradebook(tmp_path):
         assert not graded_here & seen, "a student was graded by two shards"
         seen |= graded_here
     assert seen == {"ada", "blake", "chen"}
-    with open(tmp_path / "machine2" / "scores.csv", encoding="utf-8") as handle:
+    with open(tmp_path / "machine2" / "scores.csv", encoding="utf-8-sig") as handle:
         assert {row["student"] for row in csv.DictReader(handle)} >= {"ada", "blake", "chen"}
+    # a UTF-8 byte-order mark first, once: Excel then reads the file as UTF-8 (umlauts in names stay whole)
+    raw = (tmp_path / "machine2" / "scores.csv").read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbfstudent,") and raw.count(b"\xef\xbb\xbf") == 1
 
 
 def test_self_check_summary_agrees_with_the_grade(graded):

@@ -80,7 +80,7 @@ def rendered(graded_example_class, tmp_path_factory):
         layout = json.loads(browser.evaluate(LAYOUT))
         dom = browser.evaluate("document.documentElement.outerHTML")
         screenshot = browser.screenshot(tmp_path / "report.png")
-    with open(grader.class_dir / "scores.csv", encoding="utf-8") as handle:
+    with open(grader.class_dir / "scores.csv", encoding="utf-8-sig") as handle:
         rows = list(csv.DictReader(handle))
     parser = Cells()
     parser.feed(dom)

@@ -114,7 +114,7 @@ def test_a_class_is_graded_confined_in_a_podman_container(tmp_path, podman):
     run = subprocess.run(["bash", str(SCRIPT), *arguments], env=environment, capture_output=True, text=True,
                          timeout=900)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    [row] = list(csv.DictReader(open(tmp_path / "class" / "scores.csv", encoding="utf-8")))
+    [row] = list(csv.DictReader(open(tmp_path / "class" / "scores.csv", encoding="utf-8-sig")))
     assert row["status"] == "graded" and float(row["autograded"]) == float(row["autograded_max"]) > 0, row
     assert (tmp_path / "secret" / "hidden-inputs.key").exists()  # kept outside the container for the next run
     assert "WITHOUT" not in run.stdout + run.stderr  # confined: the batch command refuses to grade otherwise

@@ -48,7 +48,7 @@ def graded(tmp_path_factory):
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {(row["student"], row["assignment"]): row
-            for row in csv.DictReader(open(folder / "class" / "scores.csv", encoding="utf-8"))}
+            for row in csv.DictReader(open(folder / "class" / "scores.csv", encoding="utf-8-sig"))}
     return rows, folder / "class", hidden_inputs.read_secret(secret_file), started
 
 

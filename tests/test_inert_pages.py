@@ -69,7 +69,7 @@ def hostile_class(graded_example_class, tmp_path_factory):
         comment = gradebook.find_comment(COMMENTED, EXAMPLE_ASSIGNMENT, EXAMPLE_ASSIGNMENT, STUDENT)
         comment.manual_comment = "Instructor: " + PAYLOAD
         gradebook.db.commit()
-    with open(class_dir / "scores.csv", newline="", encoding="utf-8") as handle:
+    with open(class_dir / "scores.csv", newline="", encoding="utf-8-sig") as handle:
         rows = list(csv.DictReader(handle))
     for row in rows:
         if row["student"] == STUDENT:

@@ -108,7 +108,7 @@ def test_the_kubernetes_recipe_grades_a_class_on_a_kind_cluster(tmp_path):
         assert len(set(names)) == len(names) >= 4, names  # every run made Jobs of its own
         scores = tmp_path / "scores.csv"
         subprocess.run([*kubectl, "cp", "grading-shared-copy:/shared/class/scores.csv", str(scores)], check=True)
-        rows = list(csv.DictReader(open(scores, encoding="utf-8")))
+        rows = list(csv.DictReader(open(scores, encoding="utf-8-sig")))
         assert sorted(row["student"] for row in rows) == ["ada", "blake", "chen"]
         assert {row["status"] for row in rows} <= {"graded", "skipped"}, rows
     finally:

@@ -644,7 +644,7 @@ def test_when_some_tasks_cannot_sandbox_the_others_scores_are_written_and_the_fa
     [final] = [text for name, text in logs.items() if name.startswith("grade-class-scores-")]
     assert re.search(r"task slurm-task-2 failed: exit status 2 on node .*bwrap: No permissions", final), final
     assert "slurm-task-1" not in final
-    with open(class_dir / "scores.csv", encoding="utf-8") as handle:
+    with open(class_dir / "scores.csv", encoding="utf-8-sig") as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     assert rows[students[1]]["status"] == "graded" and float(rows[students[1]]["autograded"]) > 0, rows
     assert rows[students[2]]["status"] == "pending", rows

@@ -286,7 +286,7 @@ def test_the_batch_grades_honest_students_beside_malformed_and_identity_cases(tm
     grader = BatchGrader(ROOT, class_dir, downloads, jobs=2, timeout=60, assignment_ids=[ASSIGNMENT],
                          sandbox=bubblewrap_problem() is None, limits=Limits(whole_bytes=2**20, code_cells=200))
     students = grader.run()
-    with open(class_dir / "scores.csv", encoding="utf-8", newline="") as handle:
+    with open(class_dir / "scores.csv", encoding="utf-8-sig", newline="") as handle:
         table = list(csv.reader(handle))
     for line in table:
         assert not any(cell.startswith(FORMULA_STARTS) for cell in line), line

@@ -136,7 +136,7 @@ def test_real_nbgrader_gives_the_tamperer_the_buggy_score_and_flags_them(tmp_pat
     grader = BatchGrader(ROOT, tmp_path / "class", tmp_path / "downloads", jobs=2, assignment_ids=[ASSIGNMENT],
                          sandbox=bubblewrap_problem() is None)
     students = grader.run()
-    with open(tmp_path / "class" / "scores.csv", encoding="utf-8") as handle:
+    with open(tmp_path / "class" / "scores.csv", encoding="utf-8-sig") as handle:
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     assert rows["tamperer"]["attn_sdpa_values"] == "0.0"
     assert float(rows["tamperer"]["total"]) <= float(rows["plain_bug"]["total"]) < float(rows["plain_bug"]["max"])

@@ -57,7 +57,7 @@ from transformer_course.grading.intake.submissions import (
 )
 from transformer_course.grading.outputs import answers, hand_grades, report, scores
 from transformer_course.grading.outputs.files import replace_atomically
-from transformer_course.grading.outputs.spreadsheet import protect
+from transformer_course.grading.outputs.spreadsheet import EXCEL_BOM, protect
 from transformer_course.grading.sandbox import hidden_inputs
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
@@ -597,6 +597,7 @@ class BatchGrader:
         columns = [*fixed[:4], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[4:]]
 
         def write(handle) -> None:  # noqa: ANN001
+            handle.write(EXCEL_BOM)  # Excel then reads it as UTF-8: names with umlauts stay whole
             writer = csv.writer(handle)
             writer.writerow([spreadsheet_cell(column) for column in columns])
             for row in sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]))):
@@ -688,7 +689,7 @@ def _warn_unsandboxed() -> None:
 def summary(students: dict[str, StudentResult], csv_path: Path) -> str:
     lines = [f"{'student':24s} {'status':9s} {'score':>9s}  notes"]
     totals: dict[str, list[float]] = {}
-    with open(csv_path, encoding="utf-8") as handle:
+    with open(csv_path, encoding="utf-8-sig") as handle:
         for row in csv.DictReader(handle):
             if row.get("total"):
                 pair = totals.setdefault(row["student"], [0.0, 0.0])

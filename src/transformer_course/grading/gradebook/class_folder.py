@@ -115,7 +115,7 @@ class Classroom:
         columns = ["student", "assignment"]
         columns += sorted({key for row in rows for key in row} - {"student", "assignment", "total", "max"})
         columns += ["total", "max"]
-        with open(path, "w", newline="", encoding="utf-8") as handle:
+        with open(path, "w", newline="", encoding="utf-8-sig") as handle:  # a byte-order mark first, for Excel
             writer = csv.DictWriter(handle, fieldnames=columns)
             writer.writeheader()
             writer.writerows(rows)

@@ -51,7 +51,7 @@ c.LimitOutput.max_traceback = 12
 # Feedback never shows hidden test source (nor its tracebacks, which would quote it), and nothing a student
 # or an instructor wrote runs: answers, comments and rich outputs are made inert (InertNotebook, after
 # GetGrades has put the comments in), and the page has a Content-Security-Policy and no script
-# (SafeFeedbackExporter; MathJax is not loaded, math reads as written).
+# (SafeFeedbackExporter; MathJax is not loaded: the course typesets math as MathML itself, offline).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     HideHiddenTests,

@@ -18,6 +18,14 @@ _STEPS = (
 
 MISTAKES: list[Mistake] = [
     Mistake(
+        STAGE, "loss summed over the tokens and divided by the number of sentences",
+        _LOSS,
+        "loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1),\n"
+        "                                       ignore_index=criterion.ignore_index, reduction=\"sum\",\n"
+        "                                       label_smoothing=criterion.label_smoothing) / batch.src.size(0)",
+        fails="train_loss_values", cause="summed over the real tokens and divided by the batch size",
+    ),
+    Mistake(
         STAGE, "optimizer.step() before loss.backward()",
         _STEPS,
         "        optimizer.zero_grad()\n"

@@ -419,6 +419,24 @@ def _reference_loss(case: LossCase) -> tuple[torch.Tensor, differential.Trace, B
 # and how much smoothing there is (eps): enough to name where a wrong loss departs from the right one.
 
 
+
+def _loss_scale(factor: float, targets: torch.Tensor) -> str:
+    """What a loss off by a constant factor from the mean over real tokens was divided by, read from the
+    factor: the sum over the tokens divided by another count (the sentences, the positions, the target
+    length), the mean divided once more, or the plain sum. '' when the factor is none of these."""
+    tokens = int((targets != PAD).sum())
+    counts = {"the batch size (the number of sentences)": targets.size(0), "the number of real tokens": tokens,
+              "the number of positions, <pad> included": targets.numel(), "the target length": targets.size(1)}
+    if abs(factor - tokens) < 1e-4 * tokens:
+        return " (the loss is summed over the real tokens instead of averaged: divide by their number)"
+    for words, count in counts.items():
+        if count != tokens and abs(factor * count - tokens) < 1e-4 * tokens:
+            return (f" (the loss is summed over the real tokens and divided by {words}, {count}, instead of by "
+                    f"the number of real tokens, {tokens})")
+        if abs(factor * count - 1) < 1e-4:
+            return f" (the mean is divided by {words}, {count}, once more)"
+    return ""
+
 def _read_gradient(run: LossRun, batch: Batch, smoothing: float) -> str | None:
     """Where the student's loss departs from the criterion's mean over real tokens, read from its gradient."""
     departure = _model_call_departure(run.calls, batch, complete=True)
@@ -483,13 +501,7 @@ def _read_gradient(run: LossRun, batch: Batch, smoothing: float) -> str | None:
                     "(each weighs 1/N): apply it once to the whole flattened batch.")
         if torch.allclose(ratio, ratio.mean().expand_as(ratio), rtol=1e-4):
             factor = float(ratio.mean())
-            sizes = {targets.size(0): "the batch size", tokens: "the number of real tokens",
-                     targets.numel(): "the number of positions"}
-            named = next((f" (1 / {words}: divided by {words} once more)" for size, words in sizes.items()
-                          if abs(factor * size - 1) < 1e-4), next(
-                          (f" ({words}: summed instead of averaged)" for size, words in sizes.items()
-                           if abs(factor - size) < 1e-4 * size), ""))
-            return f"every token's weight in the loss is {factor:.4g} × the right one{named}."
+            return f"every token's weight in the loss is {factor:.4g} × the right one{_loss_scale(factor, targets)}."
         return "the real tokens do not all weigh the same in the loss: it must be the mean over all real tokens."
     estimate = float((-offset[real] * vocab / weight[real]).median())
     if abs(estimate - smoothing) > 1e-3:

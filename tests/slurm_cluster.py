@@ -82,6 +82,17 @@ exec {_which("sbatch")} "$@"
     return folder
 
 
+def submit(lines: str, environment: dict[str, str], cwd: Path) -> tuple[str, str]:
+    """Run a recipe's lines with bash, as an instructor would paste them (the array's job id is in `$job`):
+    the job ids of the grading array and of the final scores job."""
+    submitted = subprocess.run(["bash", "-e", "-c", lines + 'echo "array $job"\n'], cwd=cwd, env=environment,
+                               capture_output=True, text=True, timeout=120)
+    assert submitted.returncode == 0, submitted.stderr
+    array = re.search(r"^array (\d+)$", submitted.stdout, re.MULTILINE).group(1)
+    scores = re.search(r"Submitted batch job (\d+)", submitted.stdout).group(1)
+    return array, scores
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -18,7 +18,6 @@ without Slurm, skips with the reason; in CI (CI=true) that is a failure."""
 import csv
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -74,7 +73,7 @@ def downloads(tmp_path_factory):
 
 
 def read_scores(path):
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:
         return list(csv.DictReader(handle))
 
 
@@ -222,7 +221,7 @@ def test_the_slurm_recipe_runs_as_documented(slurm, postgres, downloads, graded,
     gradebook named by the guide's `postgresql://` URL as written (the psycopg driver); the scores job, which
     depends on the array, runs once after it and writes the scores.csv of one machine. Only the placeholders
     (/shared/..., dbhost's URL), the logs' folder, the memory and GRADE_OPTIONS (one stage) come from the test."""
-    from slurm_cluster import environment_without_the_course, recipe, smaller_array
+    from slurm_cluster import environment_without_the_course, recipe, smaller_array, submit
 
     require(bubblewrap_problem())  # the recipe grades only in the sandbox (--require-sandbox)
     folder, _ = downloads
@@ -237,11 +236,7 @@ def test_the_slurm_recipe_runs_as_documented(slurm, postgres, downloads, graded,
     environment.update(PATH=f"{smaller_array(tmp_path / 'bin', '1-2')}{os.pathsep}{environment['PATH']}",
                        SBATCH_MEM_PER_NODE="2G", SBATCH_OUTPUT=str(tmp_path / "grade-%A_%a.log"),
                        GRADE_OPTIONS=f"--assignment {STAGE} --timeout 60")
-    submitted = subprocess.run(["bash", "-e", "-c", lines + 'echo "array $job"\n'], cwd=ROOT, env=environment,
-                               capture_output=True, text=True, timeout=120)
-    assert submitted.returncode == 0, submitted.stderr
-    array = re.search(r"^array (\d+)$", submitted.stdout, re.MULTILINE).group(1)
-    scores = re.search(r"Submitted batch job (\d+)", submitted.stdout).group(1)
+    array, scores = submit(lines, environment, ROOT)
     slurm.wait([array, scores], timeout=900)
     logs = {path.name: path.read_text(errors="replace") for path in tmp_path.glob("grade-*.log")}
     assert slurm.state(array) == {"1": "COMPLETED", "2": "COMPLETED"}, logs

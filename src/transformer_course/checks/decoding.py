@@ -20,8 +20,7 @@ sentence had already said <eos>, when decoding stopped and which sentences were 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -237,17 +236,11 @@ class Translation:
         return _random_model(self.sizes, self.ids), _random_source(self.sizes, self.ids, self.padded)
 
 
-@contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Build modules from a fixed seed without disturbing the notebook's own random stream."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(salted_seed(seed))
-        yield
-
-
 def _random_model(sizes: Sizes, ids: Ids) -> nn.Module:
-    """The course's Transformer with random weights; <pad> is never predicted (as in a trained model)."""
-    with _seeded(sizes.seed):
+    """The course's Transformer with random weights from a fixed seed (the notebook's own random stream left
+    untouched); <pad> is never predicted (as in a trained model)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(salted_seed(sizes.seed))
         model = Transformer(sizes.src_vocab, sizes.tgt_vocab, sizes.d_model, sizes.num_heads, sizes.num_layers,
                             sizes.d_ff, sizes.max_seq_length, sizes.dropout)
     with torch.no_grad():
@@ -405,15 +398,13 @@ def _decoding_states(greedy_decode: Callable, task: Translation) -> list[tuple[b
 # --- reading a difference in the token ids -----------------------------------------------------------------------
 
 
-def _show(rows: torch.Tensor, ids: Ids) -> str:
-    names = {ids.bos: "<bos>", ids.eos: "<eos>", ids.pad: "<pad>"}
-    lines = [f"sentence {index}: " + " ".join(names.get(int(token), str(int(token))) for token in row)
-             for index, row in enumerate(rows)]
-    return "".join(f"\n      {line}" for line in lines)
-
-
 def _word(token: int, ids: Ids) -> str:
     return {ids.bos: "<bos>", ids.eos: "<eos>", ids.pad: "<pad>"}.get(int(token), str(int(token)))
+
+
+def _show(rows: torch.Tensor, ids: Ids) -> str:
+    return "".join(f"\n      sentence {index}: " + " ".join(_word(token, ids) for token in row)
+                   for index, row in enumerate(rows))
 
 
 def _words(tokens: torch.Tensor, ids: Ids) -> str:
@@ -554,19 +545,6 @@ def _step_departure(got: torch.Tensor, expected: torch.Tensor, calls: Sequence[_
                                "whole sequence so far at every step." if known else ".")
             return _at_step(head, call, call.sentences.index(sentence), sentence, column, mine, theirs, src,
                             so_far, ids)
-    return None
-
-
-def reproduced(suspects: Mapping[str, Callable[[], torch.Tensor]] | None, got: torch.Tensor) -> str | None:
-    """The cause of the first known wrong decoder (`suspects`: cause -> replay) that gives exactly the ids `got`;
-    None when none does (stage 7's checks use it)."""
-    for suspected_cause, make_wrong in (suspects or {}).items():
-        try:
-            wrong = make_wrong()
-        except Exception:  # a suspect that cannot be replayed here is simply not the answer
-            continue
-        if wrong.shape == got.shape and torch.equal(wrong, got):
-            return suspected_cause
     return None
 
 
@@ -789,8 +767,12 @@ def _student_maps(attention_maps: Callable, case: MapsCase) -> Any:
             for key, value in got.items()}
 
 
-def _maps_case(attention_maps: Callable, case: MapsCase) -> tuple[dict, dict, torch.Tensor, torch.Tensor]:
-    """(student's maps, reference maps, source, target)."""
+def _maps_case(attention_maps: Callable, tgt_len: int, sizes: Mapping[str, int]
+               ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
+    """(the student's maps as float64 tensors of the expected shapes, the reference maps, the source), or a
+    failure that says why the student's maps are not that."""
+    config = replace(Sizes(), **sizes)
+    case = MapsCase(config, tgt_len)
     got = _student_maps(attention_maps, case)
     model, src, tgt = case.run()
     expected = reference_attention_maps(model)
@@ -801,7 +783,8 @@ def _maps_case(attention_maps: Callable, case: MapsCase) -> tuple[dict, dict, to
     if missing:
         fail("attention_maps misses some kinds.", expected=list(KINDS), got=list(got),
              cause="return all three: encoder self-attention, decoder self-attention and cross-attention.")
-    return got, {kind: value.detach() for kind, value in expected.items()}, src, tgt
+    expected = {kind: value.detach() for kind, value in expected.items()}
+    return _map_tensors(got, expected, config), expected, src
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -890,16 +873,12 @@ def _layers_held(tensor: torch.Tensor, kind: str, expected: Mapping[str, torch.T
 
 @check("attention_maps returns encoder_self, decoder_self and cross stacked over layers, with the right shapes")
 def attention_maps_shapes(attention_maps: Callable, tgt_len: int = 5, **sizes: int) -> None:
-    config = replace(Sizes(), **sizes)
-    got, expected, _, _ = _maps_case(attention_maps, MapsCase(config, tgt_len))
-    _map_tensors(got, expected, config)
+    _maps_case(attention_maps, tgt_len, sizes)
 
 
 @check("attention_maps holds each layer's stored attn_weights, in layer order (encoder, decoder, cross)")
 def attention_maps_values(attention_maps: Callable, tgt_len: int = 5, **sizes: int) -> None:
-    config = replace(Sizes(), **sizes)
-    got, expected, _, _ = _maps_case(attention_maps, MapsCase(config, tgt_len))
-    tensors = _map_tensors(got, expected, config)
+    tensors, expected, _ = _maps_case(attention_maps, tgt_len, sizes)
     for kind, tensor in tensors.items():
         reference = expected[kind].double()
         if torch.allclose(tensor, reference, atol=1e-12, rtol=0):
@@ -912,12 +891,10 @@ def attention_maps_values(attention_maps: Callable, tgt_len: int = 5, **sizes: i
 
 @check("every kind of map holds attention weights: each row sums to 1 and hidden keys get exactly 0")
 def attention_maps_rows_sum_to_one(attention_maps: Callable, tgt_len: int = 5, **sizes: int) -> None:
-    config = replace(Sizes(), **sizes)
-    got, expected, src, _ = _maps_case(attention_maps, MapsCase(config, tgt_len))
+    tensors, _, src = _maps_case(attention_maps, tgt_len, sizes)
     source_allowed = (src != Ids().pad)[None, :, None, None, :]  # (1, batch, 1, 1, src_len)
     causal = torch.ones(tgt_len, tgt_len, dtype=torch.bool).tril()  # (tgt_len, tgt_len)
     hidden_keys = {"encoder_self": ~source_allowed, "cross": ~source_allowed, "decoder_self": ~causal}
-    tensors = _map_tensors(got, expected, config)
     for kind, weights in tensors.items():
         sums = weights.sum(dim=-1)
         if not torch.allclose(sums, torch.ones_like(sums), atol=1e-6):

@@ -107,8 +107,8 @@ def _words(tokens: torch.Tensor) -> str:
     return "[" + " ".join(_word(token) for token in tokens) + "]"
 
 
-def _show(rows: torch.Tensor) -> str:
-    return "".join(f"\n      sentence {index}: " + " ".join(_word(token) for token in row)
+def _show(rows: torch.Tensor, names: Mapping[int, str] = NAMES) -> str:
+    return "".join(f"\n      sentence {index}: " + " ".join(names.get(int(t), str(int(t))) for t in row)
                    for index, row in enumerate(rows))
 
 
@@ -572,11 +572,10 @@ class _StepCase:
 
     def context(self) -> differential.Context:
         sizes = self.sizes
-        d_k = sizes.d_model // sizes.num_heads
         return differential.Context(
             sizes={"batch": sizes.batch, "vocab": sizes.tgt_vocab, "d_model": sizes.d_model,
                    "source position": sizes.src_len, "heads": sizes.num_heads},
-            quantities={"d_model": sizes.d_model, "d_k": d_k})
+            quantities={"d_model": sizes.d_model, "d_k": sizes.d_model // sizes.num_heads})
 
     def diagnose(self, t: int, got: torch.Tensor) -> Diagnosis | None:
         """Step t alone, started from the cache the right steps leave: what it handed to `attend`, which sentences
@@ -1044,7 +1043,6 @@ def _greedy_departure(got: torch.Tensor, recorder: _Recorder, max_len: int) -> s
     return None
 
 
-
 def _greedy_case(cached_greedy_decode: Callable, sizes: Sizes, padded: bool) -> None:
     model = _random_model(sizes)
     src = _random_source(sizes, padded)
@@ -1225,8 +1223,7 @@ def _selection_reading(inputs: tuple[torch.Tensor, ...], got: Sequence[torch.Ten
         return ("each hypothesis keeps exactly one child, its best, but the best candidates of a sentence may come "
                 "from any parents (here one hypothesis has two among the best): rank all beam * vocab candidates of "
                 "a sentence together, flatten(1), then topk(beam_size)")
-    fitted = _ranking_reading(candidates, step, lengths, finished, alpha, parents, tokens)
-    return fitted
+    return _ranking_reading(candidates, step, lengths, finished, alpha, parents, tokens)
 
 
 def _same_candidates(got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> bool:
@@ -1538,7 +1535,6 @@ def _beam_departure(got: torch.Tensor, recorder: _Recorder, max_len: int, beam_s
             f"{show(winners)}")
 
 
-
 def _beam_case(beam_search: Callable, model: _Model, src: torch.Tensor, max_len: int, beam_size: int,
                alpha: float, expected: torch.Tensor, problem: str, cause: str,
                show: Callable[[torch.Tensor], str] = _show) -> None:
@@ -1605,11 +1601,7 @@ def bigram_model(table: Mapping[int, Mapping[int, float]], vocab: int = VOCAB) -
 
 
 def _show_words(rows: torch.Tensor) -> str:
-    names = {BOS: "<bos>", EOS: "<eos>", PAD: "<pad>", **WORDS}
-    return "".join(f"\n      sentence {index}: " + " ".join(names.get(int(t), str(int(t))) for t in row)
-                   for index, row in enumerate(rows))
-
-
+    return _show(rows, {**NAMES, **WORDS})
 
 
 def _bigram(table: Mapping[int, Mapping[int, float]]) -> _Model:

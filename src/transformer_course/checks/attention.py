@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course.checks import differential
+from transformer_course.checks import declared, differential
 from transformer_course.checks.boundary import StudentError, as_exception, on_student_side, supplied
 from transformer_course.checks.compare import index_ranges
 from transformer_course.checks.errors import as_record, crash_lines, first_line
@@ -320,13 +320,6 @@ def _sums_to_one(weights: torch.Tensor, dim: int) -> bool:
     return torch.allclose(weights.sum(dim=dim), torch.ones((), dtype=weights.dtype), atol=1e-6)
 
 
-def _line(frame: Any) -> str:
-    """'in `forward`, line 3 (`mask = mask.unsqueeze(1)`)' for a recorded line of code."""
-    if frame is None:
-        return ""
-    return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
-
-
 def _recorded(trace: differential.Trace, key: str) -> torch.Tensor | None:
     """The value a recorded argument refers to ('input:q', 'op:3', 'leaf:W_q.weight')."""
     kind, _, rest = key.partition(":")
@@ -335,8 +328,8 @@ def _recorded(trace: differential.Trace, key: str) -> torch.Tensor | None:
     return (trace.inputs if kind == "input" else trace.leaves).get(rest)
 
 
-def _unused_results(trace: differential.Trace) -> Diagnosis | None:
-    """A line whose result nothing uses (masked_fill, say, without assigning what it returns)."""
+def _unused_result(trace: differential.Trace) -> str:
+    """A line whose result nothing uses (masked_fill, say, without assigning what it returns), or ''."""
     used = {source for op in trace.ops for source in op.sources}
     returned = trace.output if isinstance(trace.output, tuple | list) else (trace.output,)
     for op in trace.ops:
@@ -349,19 +342,10 @@ def _unused_results(trace: differential.Trace) -> Diagnosis | None:
         frame = op.user or op.line
         if frame is None or frame.line.startswith("return"):
             continue
-        return Diagnosis("", f"the result of `{frame.line}` (in `{frame.name}`, line {frame.lineno}) is never used: "
-                             f"`{op.name}` returns a new tensor and leaves its input unchanged, so assign the result "
-                             "(scores = scores.masked_fill(...)).")
-    return None
-
-
-def _merged(*readings: Diagnosis | None) -> Diagnosis | None:
-    """Several readings of one difference, in order: the first one's place, every cause."""
-    found = [reading for reading in readings if reading is not None]
-    if not found:
-        return None
-    where = next((reading.where for reading in found if reading.where), "")
-    return Diagnosis(where, "; ".join(reading.cause.strip().rstrip(".") for reading in found if reading.cause) + ".")
+        return (f"the result of `{frame.line}` (in `{frame.name}`, line {frame.lineno}) is never used: "
+                f"`{op.name}` returns a new tensor and leaves its input unchanged, so assign the result "
+                "(scores = scores.masked_fill(...)).")
+    return ""
 
 
 # --- scaled dot-product attention -----------------------------------------------------------------------------
@@ -565,7 +549,8 @@ def _diagnoses(function: AttentionFunction, Q: torch.Tensor, K: torch.Tensor, V:
     def of_weights(value: torch.Tensor) -> Any:
         found = engine(value, 1)
         reading = diagnose_weights(Q, K, V, mask, value, unmasked)
-        return differential.combined(_merged(reading, _unused_results(kept[0][0])), found)
+        return differential.combined(declared.joined(reading.where if reading else "", reading.cause if reading
+                                                     else "", _unused_result(kept[0][0])), found)
 
     def of_output(value: torch.Tensor) -> Any:
         if isinstance(weights, torch.Tensor) and weights.shape == expected[1].shape \
@@ -968,10 +953,14 @@ def _mha_inputs(batch: int, q_len: int, k_len: int, d_model: int, seed: int
 
 
 def _maker(trace: differential.Trace, tensor: torch.Tensor) -> str:
-    """The student's line that made `tensor` (the last recorded operation with its value), or ''."""
+    """The student's line that made `tensor` (the last recorded operation with its value), as 'in `forward`,
+    line 3 (`mask = mask.unsqueeze(1)`)', or ''."""
     for op in reversed(trace.ops):
         if op.output is not None and op.output.shape == tensor.shape and torch.equal(op.output, tensor.cpu()):
-            return _line(op.user or op.line)
+            frame = op.user or op.line
+            if frame is None:
+                return ""
+            return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
     return ""
 
 

@@ -68,25 +68,6 @@ def _size_mismatch(error: RuntimeError) -> bool:
     return "must match" in str(error)
 
 
-@on_student_side
-def _own_table(module: nn.Module) -> torch.Tensor | None:
-    """The table the student's module stores in its buffer `pe`, if it has one."""
-    pe = dict(module.named_buffers()).get("pe")
-    return pe.detach().clone() if isinstance(pe, torch.Tensor) else None
-
-
-def _students_table(module: nn.Module, d_model: int, max_seq_length: int) -> torch.Tensor | None:
-    """The student's table as (1, max_seq_length, d_model) float64, when it has that shape and finite values.
-
-    The table is graded by its own checks; forward and dropout are judged on the table the student built,
-    so a wrong table costs the table's points once, not those of every check that adds it."""
-    table = _own_table(module)
-    if not isinstance(table, torch.Tensor) or tuple(table.shape) != (1, max_seq_length, d_model) \
-            or not table.is_floating_point() or not torch.isfinite(table).all():
-        return None
-    return table.detach().to(torch.float64)
-
-
 def _build_crash_cause(d_model: int, max_seq_length: int) -> Callable[[RuntimeError], str]:
     """Which size went wrong, told from the sizes the error names."""
     def cause(error: RuntimeError) -> str:
@@ -377,13 +358,13 @@ def _are(columns: list[int], d_model: int) -> str:
     return "is" if len(columns) in (1, d_model) else "are"
 
 
+def _pairs_text(pairs: list[int]) -> str:
+    return ("pair " if len(pairs) == 1 else "pairs ") + index_ranges(pairs)
+
+
 def _verb(columns: list[int], verb: str, d_model: int = 0) -> str:
     """The verb for _columns_text(columns): singular for one column and for "every column"."""
     return verb + "s" if len(columns) == 1 or len(columns) == d_model else verb
-
-
-def _pairs_text(pairs: list[int]) -> str:
-    return ("pair " if len(pairs) == 1 else "pairs ") + index_ranges(pairs)
 
 
 def _columns_text(columns: list[int], d_model: int) -> str:
@@ -498,9 +479,8 @@ def _random_table(max_seq_length: int, d_model: int, seed: int) -> torch.Tensor:
 
 
 def _context(d_model: int, max_seq_length: int, seq_len: int | None = None) -> differential.Context:
-    sizes = {"position": max_seq_length, "d_model": d_model, "column pair": d_model // 2}
-    if seq_len is not None:
-        sizes = {"position": seq_len, "d_model": d_model}
+    sizes = {"position": max_seq_length, "d_model": d_model, "column pair": d_model // 2} if seq_len is None \
+        else {"position": seq_len, "d_model": d_model}
     return differential.Context(sizes=sizes, quantities={"d_model": d_model, "max_seq_length": max_seq_length})
 
 

@@ -865,7 +865,6 @@ def look_ahead_mask_values(make_look_ahead_mask: Callable[..., Any], size: int =
 # --- multi-head attention ------------------------------------------------------------------------------------
 
 _ROLES = ("W_q", "W_k", "W_v", "W_o")
-_QKV_INPUTS = ("q", "k", "v", "mask")
 
 
 def _reference_module(d_model: int, num_heads: int, seed: int) -> nn.Module:
@@ -1164,7 +1163,7 @@ def _forward_diagnosis(run: _Run, reference: nn.Module, roles: dict[str, str] | 
 
     def diagnose(got: torch.Tensor) -> Diagnosis | None:
         reading = _read_forward(observed, reference, q, k, v, mask, roles)
-        recorded = differential.traced_call(reference, q, k, v, mask, names=_QKV_INPUTS)
+        recorded = differential.traced_call(reference, q, k, v, mask, names=("q", "k", "v", "mask"))
         if weights:
             recorded.output = reference.attn_weights
         axes = ("batch", "head", "query", "key") if weights else ("batch", "query", "feature")
@@ -1279,8 +1278,7 @@ def _heads_diagnosis(module: nn.Module, reference: nn.Module, method: str, x: to
     def diagnose(got: torch.Tensor) -> Any:
         student = differential.traced(module, x.clone(), method=method, names=("x",))
         recorded = differential.traced_call(reference, x, method=method, names=("x",))
-        batch = x.size(0)
-        sizes = {"batch": batch, "head": reference.num_heads, "d_k": reference.d_k, "d_model": reference.d_model}
+        sizes = {"batch": x.size(0), "head": reference.num_heads, "d_k": reference.d_k, "d_model": reference.d_model}
         context = differential.Context(sizes=sizes, quantities={"d_k": reference.d_k, "d_model": reference.d_model})
         return differential.combined(reading(got), differential.explain(student, recorded, got, expected, context))
 

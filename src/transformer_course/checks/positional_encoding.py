@@ -41,12 +41,7 @@ WARM_UP: tuple[str, ...] = ()
 
 def _table(d_model: int, max_seq_length: int) -> torch.Tensor:
     """The paper's sinusoid table (max_seq_length, d_model) in float64."""
-    position = torch.arange(max_seq_length, dtype=torch.float64).unsqueeze(1)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,)
-    angle = position / torch.pow(10000.0, two_i / d_model)  # (max_seq_length, d_model / 2)
-    table = torch.zeros(max_seq_length, d_model, dtype=torch.float64)
-    table[:, 0::2], table[:, 1::2] = torch.sin(angle), torch.cos(angle)
-    return table
+    return _PAPER.table(d_model, max_seq_length)
 
 
 @on_student_side
@@ -134,6 +129,7 @@ class _Formula:
 
 
 _FUNCTIONS = {"sin": torch.sin, "cos": torch.cos, "-sin": lambda a: -torch.sin(a), "-cos": lambda a: -torch.cos(a)}
+_PAPER = _Formula(alpha=1.0, beta=0.0, even="sin", odd="cos", shift=0, amplitude=1.0, offset=0.0)
 _PHASES = {"sin": 0.0, "cos": math.pi / 2, "-sin": math.pi, "-cos": -math.pi / 2}
 
 
@@ -409,26 +405,18 @@ def diagnose_forward(got: torch.Tensor, x: torch.Tensor, pe: torch.Tensor) -> Di
     return None
 
 
-def _table_buffer(module: nn.Module, max_seq_length: int, d_model: int) -> tuple[str, torch.Tensor] | None:
-    """The buffer that holds the module's positional table, found by its role and shape: `pe` when it is
-    (1, max_seq_length, d_model), else the only buffer of that shape; None when there is none."""
-    shaped = [(name, buffer) for name, buffer in module.named_buffers()
-              if tuple(buffer.shape) == (1, max_seq_length, d_model) and buffer.is_floating_point()]
-    named = [(name, buffer) for name, buffer in shaped if name == "pe"]
-    if named or len(shaped) == 1:
-        return (named or shaped)[0]
-    return None
-
-
 def _put_table(module: nn.Module, table: torch.Tensor) -> str | None:
-    """Put `table` (1, max_seq_length, d_model) into the module's table buffer (its name; None: no such buffer),
-    so that forward is judged on whether its output follows the table, not only on agreeing with it."""
-    found = _table_buffer(module, table.size(1), table.size(2))
-    if found is None:
+    """Put `table` (1, max_seq_length, d_model) into the module's table buffer, found by its role and shape: `pe`
+    when it has that shape, else the only buffer of that shape. Its name (None: no such buffer), so that forward
+    is judged on whether its output follows the table, not only on agreeing with it."""
+    shaped = [(name, buffer) for name, buffer in module.named_buffers()
+              if tuple(buffer.shape) == (1, table.size(1), table.size(2)) and buffer.is_floating_point()]
+    found = [(name, buffer) for name, buffer in shaped if name == "pe"] or (shaped if len(shaped) == 1 else [])
+    if not found:
         return None
     with torch.no_grad():
-        found[1].copy_(table)
-    return found[0]
+        found[0][1].copy_(table)
+    return found[0][0]
 
 
 @on_student_side
@@ -596,7 +584,8 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
     module = _build(PositionalEncoding, d_model, max_seq_length, p)
     x = randn(4, 10, d_model, seed=2)
     table = _random_table(max_seq_length, d_model, seed=4)  # forward must add what its buffer holds
-    summed = x + table[0, :10]
+    rows = table[0, :10]  # dropout on x alone leaves the table's values where x was dropped
+    summed = x + rows
     trained, evaluated, held = _train_then_eval(module, x, 0, table)
     if held is None:
         _no_table_buffer(max_seq_length, d_model)
@@ -604,7 +593,6 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
         fail("forward returned the wrong thing.", expected=f"shape {tuple(x.shape)}",
              got=getattr(trained, "shape", type(trained).__name__), cause="return a tensor shaped like x.")
     zeros = trained.abs() < 1e-12
-    rows = table[0, :10]  # dropout on x alone leaves the table's values where x was dropped
     if not zeros.any() and (((trained - rows).abs() < 1e-4) | ((trained - rows - x / (1 - p)).abs() < 1e-4)).all():
         fail(
             "in train mode the kept elements are not (x + pe) / (1 - p).",

@@ -32,7 +32,7 @@ notebooks: setup
 check-notebooks: setup
 	$(BIN)/python -m transformer_course.authoring check
 
-# The website (README, "The course as a website"): pages from solutions/, run with an execution cache, so a
+# The website (website/authors/website.md): pages from solutions/, run with an execution cache, so a
 # second build re-runs only the pages whose code changed. SITE_OPTIONS: e.g. --fresh, --jobs 1, --short.
 site: setup
 	$(BIN)/python -m website.build $(SITE_OPTIONS)

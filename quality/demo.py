@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     csv_path = grader.class_dir / "scores.csv"
     print()
     checks = [{**row, "total": row["autograded"], "max": row["autograded_max"]} for row in score_rows(grader.db_url)]
-    print("points from the checks (the written answers wait for a person: README, 'Written answers'):")
+    print("points from the checks (the written answers wait for a person: website/instructor/written-answers.md):")
     print(score_table(checks))
     print()
     print(summary(students, csv_path))

@@ -58,7 +58,7 @@ def require_multi30k() -> None:
     if IN_CI:
         pytest.fail(f"Multi30k is missing in CI: {problem}")
     pytest.skip("needs Multi30k, offline and not here: put its six .gz files in ../shared/data/multi30k "
-                "beside the checkout or set MULTI30K_DIR (README, Data)")
+                "beside the checkout or set MULTI30K_DIR (website/authors/data.md)")
 
 
 @pytest.fixture

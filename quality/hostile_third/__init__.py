@@ -1,4 +1,4 @@
-"""The third hostile class: students who attack the two-phase grader of issue 29 (README, *Grading a class*).
+"""The third hostile class: students who attack the two-phase grader of issue 29 (website/instructor/grading.md).
 
 Each attack is a notebook builder that starts from an honest student's notebook (`quality.honest`, the "tutorial"
 style, which earns full points and no flag) and changes as little as the attack needs, so that what the attack

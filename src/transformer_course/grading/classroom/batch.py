@@ -15,7 +15,7 @@ then writes DIR/scores.csv (per-cell and total scores, status and reasons) and p
 Students already graded from identical files are skipped, so an interrupted run resumes where it
 stopped; --force regrades everyone. For a class too big for one machine, give every machine the
 same --db-url (e.g. a PostgreSQL URL) and its own --shard K/N, or `--shard slurm` / `kubernetes` /
-`auto` in a scheduler's job array (see README, "A class too big for one machine").
+`auto` in a scheduler's job array (see the instructor's guide, website/instructor/cluster.md).
 """
 
 from __future__ import annotations
@@ -768,7 +768,8 @@ def main(argv: list[str] | None = None) -> int:
     waiting = sum(answers.pending(row) for row in answers.read_csv(csv_path))
     if waiting:
         print(f"{waiting} graded notebook(s) have written answers to grade by hand: "
-              f"python -m transformer_course.grading.answers export {grader.class_dir}  (README, 'Written answers')")
+              f"python -m transformer_course.grading.answers export {grader.class_dir}\n"
+              "  (see the instructor's guide, website/instructor/written-answers.md)")
     return 0
 
 

@@ -102,7 +102,7 @@ class Limits:
 
     The course's notebooks have at most 119 cells, 64 code cells and 98 KB of JSON (stage 5); each
     limit leaves a wide margin. Measured on the shared 2-core machine: 4,000 one-line code cells added
-    7.6 s to grading a notebook, 20,000 took 303 s (README, "What it accepts")."""
+    7.6 s to grading a notebook, 20,000 took 303 s (website/instructor/grading.md, "What it accepts")."""
 
     file_bytes: int = 2**30  # a larger file is not read at all
     whole_bytes: int = 16 * 2**20  # a larger file is read without its outputs (trim.py)

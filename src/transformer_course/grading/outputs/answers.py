@@ -488,7 +488,8 @@ SERVER_CONFIG = "jupyter_server_config.py"
 
 
 def formgrader_command(class_dir: Path) -> str:
-    """The command that starts the formgrader with the class's configuration and policy (README says it)."""
+    """The command that starts the formgrader with the class's configuration and policy (as the instructor's
+    guide, website/instructor/written-answers.md, gives it)."""
     return f"cd {class_dir} && jupyter lab --config={SERVER_CONFIG}"
 
 

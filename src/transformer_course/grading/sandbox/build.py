@@ -252,7 +252,7 @@ def stages() -> tuple[tuple[str, frozenset[tuple[str, str]]], ...]:
 # Exercise parts an experiment plugs into the student's objects whose solution regions stay in the build of their
 # own stage. None: every experiment that plugs in a part of the graded stage uses a stand-in with the reference's
 # values (`stand_ins`, or one written beside the experiment in its checks module: the checks may not import the
-# grading package), so no reference part can be handed in (README, *Isolation*).
+# grading package), so no reference part can be handed in (website/instructor/threat-model.md, *Isolation*).
 KEPT_FOR_EXPERIMENTS: frozenset[tuple[str, str]] = frozenset()
 
 

@@ -103,6 +103,6 @@ def test_feedback_shows_no_hidden_test_source(graded, assignment):
 
 def test_scores_csv_has_a_row_per_submission(graded):
     classroom, rows = graded
-    lines = classroom.write_csv().read_text().strip().splitlines()
+    lines = classroom.write_csv().read_text(encoding="utf-8-sig").strip().splitlines()
     assert len(lines) == 1 + len(rows) == 1 + 3 * len(GRADED)
     assert lines[0].startswith("student,assignment,") and lines[0].endswith(",total,max")

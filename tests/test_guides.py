@@ -112,8 +112,8 @@ def test_a_link_to_a_missing_section_or_an_unlisted_page_fails_the_guides(tmp_pa
     shutil.copytree(WEBSITE, copy, ignore=shutil.ignore_patterns("_build"))
     with open(copy / "authors" / "data.md", "a", encoding="utf-8") as page:
         page.write("\nSee [the grading speed](../instructor/grading.md#no-such-section).\n")
-    (copy / "authors" / "adding-an-exercise.md").write_text("# Adding an exercise\n", encoding="utf-8")
+    (copy / "authors" / "an-unlisted-page.md").write_text("# A page nobody listed\n", encoding="utf-8")
     monkeypatch.setattr(build, "WEBSITE", copy)
     result = build_guides(tmp_path / "html", tmp_path / "work")
     assert result.returncode != 0
-    assert "no-such-section" in result.stderr and "adding-an-exercise" in result.stderr, result.stderr
+    assert "no-such-section" in result.stderr and "an-unlisted-page" in result.stderr, result.stderr

@@ -10,6 +10,7 @@ import pytest
 from transformer_course.grading.outputs import svg_plots
 from transformer_course.grading.outputs.report import (
     COLOURS,
+    CauseGroup,
     GradeCell,
     StageSummary,
     causes_plot,
@@ -40,10 +41,17 @@ def _texts(root: ElementTree.Element) -> list[str]:
     return [element.text or "" for element in root.iter(f"{SVG}text")]
 
 
+def _group(exercise: str, words: str, cell: str, student: str) -> CauseGroup:
+    return CauseGroup(exercise, words, words, {cell}, {(student, "01")}, {(student, "01"): words})
+
+
 def test_a_hostile_label_is_text_and_nothing_else():
-    svg = causes_plot([(HOSTILE, ["pe_values"], [("ada", "01")]), ("a second cause", ["pe_forward"], [("bo", "01")])])
+    svg = causes_plot([_group("pe", HOSTILE, "pe_values", "ada"), _group("pe", "a second cause", "pe_forward", "bo")])
     root = _parse(svg)
-    assert HOSTILE in _texts(root)  # drawn as written: no mathtext, nothing dropped
+    label = f"pe: {HOSTILE}"  # the exercise, then what went wrong
+    titles = [element.text or "" for element in root.iter(f"{SVG}title")]
+    assert f"{label}: 1" in titles  # whole in its tooltip (with its count): as written, no mathtext, nothing dropped
+    assert any(text.startswith(label[:60]) for text in _texts(root))  # on the bar, cut with "…" if too long
     assert [element.tag for element in root.iter()] == [f"{SVG}{tag}" for tag in [
         "svg", "title", "text", *["line", "text"] * 2, "line", "text",
         *["g", "title", "text", "rect", "text"] * 2]], "an element came from the label"

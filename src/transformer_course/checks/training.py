@@ -300,13 +300,16 @@ class LossCase:
     label_smoothing: float = 0.1
     extra: int = 0  # <pad> columns added to every source and target
 
-    def build(self) -> tuple[nn.Module, Batch, nn.Module]:
+    def batch(self) -> Batch:
         pairs = _pairs(self.batch_size, self.seed)
         pairs = [(source + [PAD] * self.extra, target + [PAD] * (self.extra + 1 if self.extra else 0))
                  for source, target in pairs]
+        return reference_collate(pairs, PAD)
+
+    def build(self) -> tuple[nn.Module, Batch, nn.Module]:
         model = _model(self.seed, d_model=self.d_model).eval()
         criterion = nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=self.label_smoothing)
-        return model, reference_collate(pairs, PAD), criterion
+        return model, self.batch(), criterion
 
 
 @dataclass
@@ -395,7 +398,7 @@ def _observed_loss(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
     except (NotImplementedError, CheckFailed):
         raise
     except RuntimeError as error:
-        departure = parts.safely(_model_call_departure, _calls_before_crash(compute_loss, case), case.build()[1],
+        departure = parts.safely(_model_call_departure, _calls_before_crash(compute_loss, case), case.batch(),
                                  complete=False)
         if departure:
             fail("compute_loss crashed.", expected="a loss", got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
@@ -409,15 +412,6 @@ def _reference_loss(case: LossCase) -> tuple[torch.Tensor, differential.Trace, B
         loss = reference_compute_loss(model, batch, criterion)
     trace.output = None
     return loss.detach(), trace, batch
-
-
-# Reading a loss through its gradient. For a cross-entropy with label smoothing eps over V classes,
-# averaged with weight w_t per token, the gradient with respect to token t's logits z_t is
-#     dL/dz_t = w_t * (softmax(z_t) - q_t),   q_t = (1 - eps) * onehot(y_t) + eps / V.
-# So the gradient the student's loss sends back to the logits tells, token by token, which target it
-# pulls towards (y_t), how much that token weighs (w_t: 1/N for each of the N real tokens, 0 at <pad>)
-# and how much smoothing there is (eps): enough to name where a wrong loss departs from the right one.
-
 
 
 def _loss_scale(factor: float, targets: torch.Tensor) -> str:
@@ -436,6 +430,15 @@ def _loss_scale(factor: float, targets: torch.Tensor) -> str:
         if abs(factor * count - 1) < 1e-4:
             return f" (the mean is divided by {words}, {count}, once more)"
     return ""
+
+
+# Reading a loss through its gradient. For a cross-entropy with label smoothing eps over V classes,
+# averaged with weight w_t per token, the gradient with respect to token t's logits z_t is
+#     dL/dz_t = w_t * (softmax(z_t) - q_t),   q_t = (1 - eps) * onehot(y_t) + eps / V.
+# So the gradient the student's loss sends back to the logits tells, token by token, which target it
+# pulls towards (y_t), how much that token weighs (w_t: 1/N for each of the N real tokens, 0 at <pad>)
+# and how much smoothing there is (eps): enough to name where a wrong loss departs from the right one.
+
 
 def _read_gradient(run: LossRun, batch: Batch, smoothing: float) -> str | None:
     """Where the student's loss departs from the criterion's mean over real tokens, read from its gradient."""

@@ -116,6 +116,17 @@ def describe_difference(got: torch.Tensor, expected: torch.Tensor, axes: Sequenc
     return "; ".join(part for part in (f"it differs {where}" if where else "", how) if part)
 
 
+def merged_axes(fewer: Sequence[int], more: Sequence[int]) -> int | None:
+    """d when `fewer` is `more` with its axes d and d + 1 joined into one, else None."""
+    if len(fewer) + 1 != len(more):
+        return None
+    for d in range(len(fewer)):
+        if tuple(fewer[:d]) == tuple(more[:d]) and fewer[d] == more[d] * more[d + 1] \
+                and tuple(fewer[d + 1:]) == tuple(more[d + 2:]):
+            return d
+    return None
+
+
 def describe_shape(got: Sequence[int], expected: Sequence[int]) -> str:
     """How a shape departs from the expected one, read from the two shapes alone ('' when nothing simple can be
     said): axes holding each other's sizes (a permutation), one axis cut short or a whole multiple of its size
@@ -141,17 +152,16 @@ def describe_shape(got: Sequence[int], expected: Sequence[int]) -> str:
         for axis in range(len(got)):
             if got[axis] == 1 and got[:axis] + got[axis + 1:] == expected:
                 return f"an extra axis of size 1 at position {axis}"
-        for axis in range(len(got) - 1):
-            if 1 not in got[axis:axis + 2] and got[:axis] + (got[axis] * got[axis + 1],) + got[axis + 2:] == expected:
-                return f"axis {axis} of the expected shape is split in two ({got[axis]} × {got[axis + 1]})"
+        split = merged_axes(expected, got)  # (a size-1 factor was named just above)
+        if split is not None:
+            return f"axis {split} of the expected shape is split in two ({got[split]} × {got[split + 1]})"
     if len(got) + 1 == len(expected):
         for axis in range(len(expected)):
             if expected[axis] == 1 and expected[:axis] + expected[axis + 1:] == got:
                 return f"the axis of size 1 at position {axis} is missing"
-        for axis in range(len(expected) - 1):
-            if 1 not in expected[axis:axis + 2] and \
-                    expected[:axis] + (expected[axis] * expected[axis + 1],) + expected[axis + 2:] == got:
-                return f"axes {axis} and {axis + 1} of the expected shape are merged into one of {got[axis]}"
+        merged = merged_axes(got, expected)
+        if merged is not None:
+            return f"axes {merged} and {merged + 1} of the expected shape are merged into one of {got[merged]}"
     if len(got) == len(expected) + 1 and got[1:] == expected:
         return f"an extra leading axis (of {got[0]})"
     if len(got) == len(expected) - 1 and got == expected[1:]:

@@ -200,6 +200,11 @@ def _article(text: str) -> str:
     return f"an {text}" if text[:1].lower() in "aeio" else f"a {text}"
 
 
+def _shape(size: torch.Size) -> str:
+    """'(2, 3)', and '(5,)' for one axis, as Python writes a tuple."""
+    return "(" + ", ".join(map(str, size)) + ("," if len(size) == 1 else "") + ")"
+
+
 def kind_of_value(value: Any) -> str:
     """What a value is, in a few words: 'a float32 tensor of shape (2, 5, 16)', 'a Linear layer (16 -> 11
     features)', 'None', 'the int 50', 'an Adam optimiser'."""
@@ -215,8 +220,7 @@ def kind_of_value(value: Any) -> str:
         dtype = str(value.dtype).removeprefix("torch.")
         if value.dim() == 0:
             return f"{_article(dtype)} tensor holding one number"
-        sizes = ", ".join(str(size) for size in value.shape) + ("," if value.dim() == 1 else "")
-        return f"{'an empty ' + dtype if value.numel() == 0 else _article(dtype)} tensor of shape ({sizes})"
+        return f"{'an empty ' + dtype if value.numel() == 0 else _article(dtype)} tensor of shape {_shape(value.shape)}"
     if isinstance(value, nn.Linear):
         return f"a Linear layer from {value.in_features} to {value.out_features} features"
     if isinstance(value, nn.Embedding):
@@ -329,10 +333,6 @@ def _fits(left: torch.Size, right: torch.Size, product: bool) -> bool:
         return True
     except RuntimeError:
         return False
-
-
-def _shape(size: torch.Size) -> str:
-    return "(" + ", ".join(map(str, size)) + ("," if len(size) == 1 else "") + ")"
 
 
 def _where_sizes_come_from(size: int, frame: FrameType, skip: set[int]) -> str:

@@ -40,6 +40,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks.boundary import Frame, on_student_side
+from transformer_course.checks.compare import merged_axes
 from transformer_course.checks.salt import salted_seed
 from transformer_course.runtime import TORCH_DIR
 
@@ -524,8 +525,8 @@ def axis_growth(student: Trace, widest: int | None = None) -> Diagnosis | None:
         if not isinstance(data, torch.Tensor) or op.output.dim() <= data.dim() or (
                 widest is not None and op.output.dim() <= widest):
             continue
-        wider = [key for key in op.sources[1:] if isinstance(_value_of(student, key), torch.Tensor)
-                 and _value_of(student, key).dim() == op.output.dim()]
+        wider = [key for key in op.sources[1:]
+                 if isinstance(value := _value_of(student, key), torch.Tensor) and value.dim() == op.output.dim()]
         if not wider:
             continue
         key, made = wider[0], None
@@ -996,6 +997,7 @@ def _bypassed(departure: Op, reference: Trace, student: Trace, index: Index, con
             if f"op:{current}" in op.sources and op.index not in chain:
                 chain.add(op.index)
                 pending.append(op.index)
+    reference_index = Index(reference)
     for later in sorted(chain - {departure.index}):
         wanted_op = reference.ops[later]
         place = _place(wanted_op, reference)
@@ -1009,11 +1011,10 @@ def _bypassed(departure: Op, reference: Trace, student: Trace, index: Index, con
                 got = _value_of(student, op.sources[position])
                 if got is None or not _informative(got):
                     continue
-                earlier = [key for key in Index(reference).find(got)
-                           if _producer(key) is None or _producer(key) < departure.index]
-                ancestors = {f"op:{i}" for i in _ancestors(reference, producer)} | {
-                    s for i in _ancestors(reference, producer) for s in reference.ops[i].sources}
-                earlier = [key for key in earlier if key in ancestors]
+                before = _ancestors(reference, producer)  # what the paper's argument is made from
+                ancestors = {f"op:{i}" for i in before} | {key for i in before for key in reference.ops[i].sources}
+                earlier = [key for key in reference_index.find(got) if key in ancestors
+                           and (_producer(key) is None or _producer(key) < departure.index)]
                 if not earlier:
                     continue
                 steps = [reference.ops[i] for i in sorted(chain) if i < later and reference.ops[i].name not in LAYOUT]
@@ -1373,25 +1374,14 @@ def _describe_order(order: list[int]) -> str:
             f"{', '.join(str(order[i]) for i in moved)}")
 
 
-def _merged_axes(fewer: tuple[int, ...], more: tuple[int, ...]) -> int | None:
-    """d when `fewer` is `more` with its axes d and d + 1 joined into one, else None."""
-    if len(fewer) + 1 != len(more):
-        return None
-    for d in range(len(fewer)):
-        if tuple(fewer[:d]) == tuple(more[:d]) and fewer[d] == more[d] * more[d + 1] \
-                and tuple(fewer[d + 1:]) == tuple(more[d + 2:]):
-            return d
-    return None
-
-
 def _shape_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
     shapes = f"shape {tuple(a.shape)} where {tuple(b.shape)} is expected"
     if a.numel() == b.numel():
-        merged = _merged_axes(a.shape, b.shape)
+        merged = merged_axes(a.shape, b.shape)
         if merged is not None and _close(a.reshape(-1), b.reshape(-1)):
             return (f"the right values with two axes of the expected shape merged into one ({shapes}): a "
                     f"concatenation where a stack belongs, or a view that joins axes {merged} and {merged + 1}")
-        merged = _merged_axes(b.shape, a.shape)
+        merged = merged_axes(b.shape, a.shape)
         if merged is not None and _close(a.reshape(-1), b.reshape(-1)):
             return (f"the right values with one axis split in two ({shapes}): a stack where a concatenation "
                     f"belongs, or a view that splits axis {merged}")

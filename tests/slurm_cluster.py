@@ -82,6 +82,17 @@ exec {_which("sbatch")} "$@"
     return folder
 
 
+def recipe_environment(cluster: SlurmCluster, root: Path, bin_folder: Path, output: Path,
+                       **extra: str) -> dict[str, str]:
+    """The environment an instructor's shell has when pasting the recipe: the cluster's, without the course's
+    virtualenv on PATH, the recipe's array cut to two tasks (`smaller_array`, in `bin_folder`), 2 GB per node,
+    the jobs' logs at `output` (an sbatch pattern), plus `extra` (GRADE_OPTIONS, say)."""
+    environment = environment_without_the_course(cluster.environment(), root)
+    environment.update(PATH=f"{smaller_array(bin_folder, '1-2')}{os.pathsep}{environment['PATH']}",
+                       SBATCH_MEM_PER_NODE="2G", SBATCH_OUTPUT=str(output), **extra)
+    return environment
+
+
 def submit(lines: str, environment: dict[str, str], cwd: Path) -> tuple[str, str]:
     """Run a recipe's lines with bash, as an instructor would paste them (the array's job id is in `$job`):
     the job ids of the grading array and of the final scores job."""

@@ -221,7 +221,7 @@ def test_the_slurm_recipe_runs_as_documented(slurm, postgres, downloads, graded,
     gradebook named by the guide's `postgresql://` URL as written (the psycopg driver); the scores job, which
     depends on the array, runs once after it and writes the scores.csv of one machine. Only the placeholders
     (/shared/..., dbhost's URL), the logs' folder, the memory and GRADE_OPTIONS (one stage) come from the test."""
-    from slurm_cluster import environment_without_the_course, recipe, smaller_array, submit
+    from slurm_cluster import recipe, recipe_environment, submit
 
     require(bubblewrap_problem())  # the recipe grades only in the sandbox (--require-sandbox)
     folder, _ = downloads
@@ -232,10 +232,8 @@ def test_the_slurm_recipe_runs_as_documented(slurm, postgres, downloads, graded,
         "/shared/downloads": str(folder), "/shared/class": str(class_dir),
         "/shared/multi30k": os.environ.get(multi30k.ENVIRONMENT_VARIABLE) or str(multi30k.cache_directory()),
         "postgresql://grader@dbhost/gradebook": db_url})
-    environment = environment_without_the_course(slurm.environment(), ROOT)
-    environment.update(PATH=f"{smaller_array(tmp_path / 'bin', '1-2')}{os.pathsep}{environment['PATH']}",
-                       SBATCH_MEM_PER_NODE="2G", SBATCH_OUTPUT=str(tmp_path / "grade-%A_%a.log"),
-                       GRADE_OPTIONS=f"--assignment {STAGE} --timeout 60")
+    environment = recipe_environment(slurm, ROOT, tmp_path / "bin", tmp_path / "grade-%A_%a.log",
+                                     GRADE_OPTIONS=f"--assignment {STAGE} --timeout 60")
     array, scores = submit(lines, environment, ROOT)
     slurm.wait([array, scores], timeout=900)
     logs = {path.name: path.read_text(errors="replace") for path in tmp_path.glob("grade-*.log")}

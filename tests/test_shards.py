@@ -503,7 +503,7 @@ def test_on_nodes_that_cannot_sandbox_every_task_fails_and_no_all_pending_scores
     both tasks fail (exit status 2, bubblewrap's message in their state files), and the scores job fails
     without replacing last week's scores.csv, naming each task and its reason. Before issue 31 the scores job
     completed and wrote a scores.csv in which everyone was pending."""
-    from slurm_cluster import SlurmCluster, environment_without_the_course, recipe, smaller_array, submit
+    from slurm_cluster import SlurmCluster, recipe, recipe_environment, submit
     from slurm_cluster import unavailable as slurm_unavailable
 
     reason = slurm_unavailable()
@@ -524,9 +524,7 @@ def test_on_nodes_that_cannot_sandbox_every_task_fails_and_no_all_pending_scores
                                    "/shared/multi30k": data,
                                    "postgresql://grader@dbhost/gradebook": f"sqlite:///{tmp_path}/gradebook.db"})
     with SlurmCluster(cpus=8) as cluster:
-        environment = environment_without_the_course(cluster.environment(), ROOT)
-        environment.update(PATH=f"{smaller_array(bin_folder, '1-2')}{os.pathsep}{environment['PATH']}",
-                           SBATCH_MEM_PER_NODE="2G", SBATCH_OUTPUT=str(tmp_path / "%x-%A_%a.log"))
+        environment = recipe_environment(cluster, ROOT, bin_folder, tmp_path / "%x-%A_%a.log")
         array, scores = submit(lines, environment, ROOT)
         cluster.wait([array, scores], timeout=600)
         logs = {path.name: path.read_text(errors="replace") for path in tmp_path.glob("*.log")}
@@ -597,7 +595,7 @@ def test_when_some_tasks_cannot_sandbox_the_others_scores_are_written_and_the_fa
     """The guide's Slurm lines on a cluster where task 2's node cannot create namespaces and task 1's can: task 1
     grades its slice, task 2 fails with bubblewrap's message, and the scores job (afterany) writes scores.csv
     with task 1's student graded and task 2's pending, and names task 2 and its reason in its log."""
-    from slurm_cluster import SlurmCluster, environment_without_the_course, recipe, smaller_array, submit
+    from slurm_cluster import SlurmCluster, recipe, recipe_environment, submit
     from slurm_cluster import unavailable as slurm_unavailable
     from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
@@ -624,10 +622,8 @@ def test_when_some_tasks_cannot_sandbox_the_others_scores_are_written_and_the_fa
                                    "/shared/multi30k": data,
                                    "postgresql://grader@dbhost/gradebook": f"sqlite:///{tmp_path}/gradebook.db"})
     with SlurmCluster(cpus=8) as cluster:
-        environment = environment_without_the_course(cluster.environment(), ROOT)
-        environment.update(PATH=f"{smaller_array(bin_folder, '1-2')}{os.pathsep}{environment['PATH']}",
-                           SBATCH_MEM_PER_NODE="2G", SBATCH_OUTPUT=str(tmp_path / "%x-%A_%a.log"),
-                           GRADE_OPTIONS=f"--assignment {stage} --timeout 60")
+        environment = recipe_environment(cluster, ROOT, bin_folder, tmp_path / "%x-%A_%a.log",
+                                         GRADE_OPTIONS=f"--assignment {stage} --timeout 60")
         array, scores = submit(lines, environment, ROOT)
         cluster.wait([array, scores], timeout=900)
         logs = {path.name: path.read_text(errors="replace") for path in tmp_path.glob("*.log")}

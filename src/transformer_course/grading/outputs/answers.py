@@ -54,7 +54,15 @@ from transformer_course.grading.outputs.scores import (  # noqa: F401  (re-expor
     read_csv,
     score_rows,
 )
-from transformer_course.grading.outputs.spreadsheet import EXCEL_BOM, SheetError, protect, read_sheet, who, write_csv
+from transformer_course.grading.outputs.spreadsheet import (
+    EXCEL_BOM,
+    SheetError,
+    decimal,
+    protect,
+    read_sheet,
+    who,
+    write_csv,
+)
 from transformer_course.grading.outputs.workbook import write_workbook
 
 SHEET_COLUMNS = ("assignment", "question", "student", "name", "lms_id", "points", "state", "score", "comment",
@@ -323,11 +331,6 @@ class Imported:
     notes: list[str] = field(default_factory=list)  # rows left out on purpose, and why
 
 
-def _score(text: str) -> float:
-    """A score as a spreadsheet writes it: 2.5, 2,5 (a decimal comma) or 2."""
-    return float(text.replace(",", ".")) if text.count(",") <= 1 and "." not in text else float(text)
-
-
 def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None) -> Imported:
     """Write the sheets' scores and comments into the gradebook, all or nothing.
 
@@ -371,7 +374,7 @@ def import_scores(class_dir: Path, sheets: list[Path], db_url: str | None = None
             score = None
             if score_text:
                 try:
-                    score = _score(score_text)
+                    score = decimal(score_text)
                 except ValueError:
                     problems.append(f"{where}: score '{score_text}' is not a number")
                     continue

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from transformer_course.grading.outputs.spreadsheet import read_table
+from transformer_course.grading.outputs.spreadsheet import decimal, read_table
 
 _TITLED = re.compile(r"^(?P<title>.*?)\s*\((?P<id>\d+)\)\s*$")
 # Canvas's own columns, which are not assignments (its importer's NON_ASSIGNMENT_COLUMN_HEADERS, "Unposted ..."
@@ -41,11 +41,8 @@ class LmsError(ValueError):
 def number(text: str | None) -> float | None:
     """A grade as an LMS or a spreadsheet writes it ("30.5", "30,5", "30.50"); None for none ("", "-") or
     for text that is no number ("EX")."""
-    text = (text or "").strip().rstrip("%")
-    if text.count(",") == 1 and "." not in text:
-        text = text.replace(",", ".")
     try:
-        return float(text)
+        return decimal((text or "").strip().rstrip("%"))
     except ValueError:
         return None
 

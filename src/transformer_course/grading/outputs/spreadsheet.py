@@ -82,6 +82,11 @@ def decode(data: bytes) -> str:
         return data.decode("latin-1")
 
 
+def decimal(text: str) -> float:
+    """A number as a spreadsheet or an LMS writes it: 2.5, 2,5 (a decimal comma) or 2 (ValueError otherwise)."""
+    return float(text.replace(",", ".") if text.count(",") == 1 and "." not in text else text)
+
+
 def read_sheet(path: Path, required: tuple[str, ...], cite: tuple[str, ...] = CITED,
                ) -> list[tuple[int, dict[str, str]]]:
     """[(the row as the spreadsheet numbers it, {column: text})] of a sheet whose header has REQUIRED.

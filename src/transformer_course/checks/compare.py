@@ -22,7 +22,8 @@ def close_elements(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol:
     return torch.isfinite(a) & ((a - b).abs() <= atol + rtol * b.abs())
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+def tensors_close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+    """Same shape and every element close (`close_elements`)."""
     return a.shape == b.shape and bool(close_elements(a, b, atol, rtol).all())
 
 
@@ -65,6 +66,16 @@ def where_different(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[st
     return ("only at " + ", ".join(parts)) if parts else "everywhere"
 
 
+def shifted(a: torch.Tensor, b: torch.Tensor, dim: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a's entries i, b's entries i + step) along axis `dim` (step 1 or -1), for every i where both exist: equal
+    when a is b shifted by one."""
+    size = a.size(dim)
+    left, right = [slice(None)] * a.dim(), [slice(None)] * a.dim()
+    left[dim] = slice(0, size - 1) if step == 1 else slice(1, size)
+    right[dim] = slice(1, size) if step == 1 else slice(0, size - 1)
+    return a[tuple(left)], b[tuple(right)]
+
+
 def relation(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[str] | None = None,
              atol: float = 1e-6, rtol: float = 1e-5) -> str:
     """A simple relation that turns expected into got, or '' when none holds."""
@@ -77,33 +88,27 @@ def relation(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[str] | No
     tolerance = atol + rtol * b.abs().max().item()
     if a.abs().max().item() <= tolerance and b.abs().max().item() > tolerance:
         return "all values are 0"
-    if _close(a, -b, atol, rtol):
+    if tensors_close(a, -b, atol, rtol):
         return "the values have the opposite sign"
     scale = (a * b).sum() / (b * b).sum().clamp_min(1e-300)
-    if _close(a, scale * b, atol, rtol):
+    if tensors_close(a, scale * b, atol, rtol):
         return f"the values are {scale.item():.4g} × the expected ones"
-    if _close(a - (a - b).mean(), b, atol, rtol):
+    if tensors_close(a - (a - b).mean(), b, atol, rtol):
         return f"the values are the expected ones shifted by {(a - b).mean().item():+.4g}"
     for dim in range(a.dim()):
         size = a.size(dim)
         if size < 2:
             continue
         label = axis_label(axes, dim)
-        head = [slice(None)] * a.dim()
         for step in (1, -1):
-            # got[i] == expected[i + step] for every i where both exist
-            left = list(head)
-            right = list(head)
-            left[dim] = slice(0, size - 1) if step == 1 else slice(1, size)
-            right[dim] = slice(1, size) if step == 1 else slice(0, size - 1)
-            if _close(a[tuple(left)], b[tuple(right)], atol, rtol):
+            if tensors_close(*shifted(a, b, dim, step), atol, rtol):
                 return (f"the values are shifted by one along {label}: entry i holds the expected entry "
                         f"i{step:+d}")
-        if _close(a, b.flip(dim), atol, rtol):
+        if tensors_close(a, b.flip(dim), atol, rtol):
             return f"the values are reversed along {label}"
-    if a.dim() >= 2 and a.size(-1) == a.size(-2) and _close(a, b.transpose(-2, -1), atol, rtol):
+    if a.dim() >= 2 and a.size(-1) == a.size(-2) and tensors_close(a, b.transpose(-2, -1), atol, rtol):
         return f"the values are transposed: {axis_label(axes, a.dim() - 2)} and {axis_label(axes, a.dim() - 1)} swapped"
-    if _close(a.flatten().sort().values, b.flatten().sort().values, atol, rtol):
+    if tensors_close(a.flatten().sort().values, b.flatten().sort().values, atol, rtol):
         return "the right values in other places (the same numbers, reordered)"
     return ""
 

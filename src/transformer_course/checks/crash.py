@@ -82,18 +82,13 @@ def _walk(tb: TracebackType | None) -> Iterator[TracebackType]:
 # --- the failing part of the line ----------------------------------------------------------------------
 
 
-def _lines(frame: FrameType, sources: Mapping[str, str] | None) -> list[str]:
-    filename = frame.f_code.co_filename
-    lines = linecache.getlines(filename, frame.f_globals)
-    if not lines and sources and filename in sources:
-        lines = sources[filename].splitlines(keepends=True)
-    return lines
-
-
 def failing_node(frame: FrameType, lasti: int, sources: Mapping[str, str] | None = None) -> ast.expr | None:
     """The sub-expression of the frame's line whose instruction failed, parsed (Python 3.11's columns);
     the whole line's expression when the columns are not recorded."""
-    lines = _lines(frame, sources)
+    filename = frame.f_code.co_filename
+    lines = linecache.getlines(filename, frame.f_globals)
+    if not lines and sources and filename in sources:  # code compiled from a string that linecache does not know
+        lines = sources[filename].splitlines(keepends=True)
     positions = list(frame.f_code.co_positions())
     start, end, first_column, last_column = positions[lasti // 2] if 0 <= lasti // 2 < len(positions) else (
         None, None, None, None)
@@ -496,11 +491,9 @@ def _not_callable(function_node: ast.expr, function: Any, frame: FrameType, othe
 
 
 def _receives(call: ast.Call, function: Any, error: BaseException, frame: FrameType) -> str:
-    arguments: list[tuple[str, ast.expr]] = [("", argument) for argument in call.args
-                                             if not isinstance(argument, ast.Starred)]
-    names = _parameter_names(function, len(arguments))
-    arguments = [(names[index] if index < len(names) else "", argument) for index, (_, argument)
-                 in enumerate(arguments)]
+    positional = [argument for argument in call.args if not isinstance(argument, ast.Starred)]
+    names = _parameter_names(function, len(positional))
+    arguments = [(names[index] if index < len(names) else "", argument) for index, argument in enumerate(positional)]
     arguments += [(keyword.arg, keyword.value) for keyword in call.keywords if keyword.arg]
     if not arguments:
         return ""

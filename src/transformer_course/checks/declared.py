@@ -76,14 +76,7 @@ def joined(where: str, *causes: str) -> Diagnosis | None:
 
 
 def _line(op: differential.Op | None) -> str:
-    frame = (op.user or op.line) if op is not None else None
-    if frame is None:
-        return ""
-    return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
-
-
-def _producer(key: str) -> int | None:
-    return int(key[3:]) if key.startswith("op:") else None
+    return differential._student_line(op)  # called in the grader, whose differential is whole
 
 
 def result_op(trace: differential.Trace, value: torch.Tensor) -> differential.Op | None:
@@ -108,16 +101,9 @@ def _steps(trace: differential.Trace, last: differential.Op) -> list[differentia
     many steps lie before each), then by kind, so two independent steps written in another order compare equal."""
     depth: dict[int, int] = {}
     for op in trace.ops[:last.index + 1]:
-        before = [depth.get(_producer(source), 0) for source in op.sources if _producer(source) is not None]
+        before = [depth.get(differential._producer(source), 0) for source in op.sources]  # 0 for an input
         depth[op.index] = max(before, default=0) + (0 if op.name in differential.LAYOUT else 1)
-    wanted, pending = set(), [last.index]
-    while pending:
-        index = pending.pop()
-        if index in wanted:
-            continue
-        wanted.add(index)
-        pending += [p for p in (_producer(s) for s in trace.ops[index].sources) if p is not None]
-    steps = [trace.ops[index] for index in wanted
+    steps = [trace.ops[index] for index in differential._ancestors(trace, last.index)
              if trace.ops[index].name not in differential.LAYOUT and trace.ops[index].sources]
     return sorted(steps, key=lambda op: (depth[op.index], _step_words(op), op.index))
 

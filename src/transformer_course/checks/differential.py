@@ -28,7 +28,7 @@ import linecache
 import math
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import permutations
@@ -40,7 +40,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks.boundary import Frame, on_student_side
-from transformer_course.checks.compare import merged_axes
+from transformer_course.checks.compare import as_float64, merged_axes, shifted
 from transformer_course.checks.salt import salted_seed
 from transformer_course.runtime import TORCH_DIR
 
@@ -266,22 +266,7 @@ def recording(modules: nn.Module | None = None, inputs: Mapping[str, Any] | None
         post.remove()
 
 
-def record(function: Callable[..., Any], *args: Any, modules: nn.Module | None = None,
-           names: Sequence[str] = (), **kwargs: Any) -> Trace:
-    """Call `function(*args, **kwargs)` under a recorder; the trace's `output` is what it returned. `names`
-    name the positional arguments (default "x0", "x1", ...); keyword tensors keep their names."""
-    inputs = {(names[i] if i < len(names) else f"x{i}"): value for i, value in enumerate(args)}
-    inputs |= {key: value for key, value in kwargs.items() if isinstance(value, torch.Tensor)}
-    with recording(modules, inputs) as trace:
-        trace.output = function(*args, **kwargs)
-    return trace
-
-
 # --- matching values ---------------------------------------------------------------------------------------
-
-
-def _float(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.detach().to(torch.float64).cpu()
 
 
 def _close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-6) -> bool:
@@ -289,7 +274,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-4, atol: float = 1
     values (a fill of -1e9 does not make every other difference small); infinities must agree."""
     if a.shape != b.shape:
         return False
-    a, b = _float(a), _float(b)
+    a, b = as_float64(a), as_float64(b)
     finite = torch.isfinite(a) & torch.isfinite(b)
     ordinary = b[finite & (b.abs() < 1e6)]
     typical = max(ordinary.abs().mean().item() if ordinary.numel() else 1.0, 1e-3)
@@ -301,16 +286,15 @@ def _close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-4, atol: float = 1
 class _Value:
     key: str
     tensor: torch.Tensor
-    total: float
-    square: float
+    square: float  # the sum of the squares of its finite entries (a quick first comparison)
 
 
 def _value(key: str, tensor: torch.Tensor) -> _Value | None:
     if tensor is None or tensor.device.type == "meta" or tensor.numel() == 0 or tensor.is_complex():
         return None
-    flat = _float(tensor)
+    flat = as_float64(tensor)
     finite = flat[torch.isfinite(flat)]
-    return _Value(key, tensor, float(finite.sum()), float((finite * finite).sum()))
+    return _Value(key, tensor, float((finite * finite).sum()))
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor, permuted: bool = True) -> bool:
@@ -318,14 +302,7 @@ def same_values(a: torch.Tensor, b: torch.Tensor, permuted: bool = True) -> bool
     after permuting axes (a transpose)."""
     if a.numel() != b.numel():
         return False
-    if a.shape == b.shape and _close(a, b):
-        return True
-    squeezed_a, squeezed_b = a.squeeze(), b.squeeze()
-    if squeezed_a.shape == squeezed_b.shape and _close(squeezed_a, squeezed_b):
-        return True
-    if _close(a.reshape(-1), b.reshape(-1)):
-        return True
-    return permuted and _permutation(a, b) is not None
+    return _close(a.reshape(-1), b.reshape(-1)) or (permuted and _permutation(a, b) is not None)
 
 
 def _permutation(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...] | None:
@@ -400,11 +377,7 @@ def _value_of(trace: Trace, key: str) -> torch.Tensor | None:
     kind, _, rest = key.partition(":")
     if kind == "op":
         return trace.ops[int(rest)].output
-    if kind == "input":
-        return trace.inputs.get(rest)
-    if kind == "leaf":
-        return trace.leaves.get(rest)
-    return None
+    return {"input": trace.inputs, "leaf": trace.leaves}.get(kind, {}).get(rest)
 
 
 def _final_key(trace: Trace, final: torch.Tensor | None) -> int | None:
@@ -487,14 +460,8 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
     if not bad.get(final, False):  # the final value is among the student's: anything after it?
         return _after_the_end(reference.ops[final], matched.get(final, []), student, student_final, context,
                               reference)
-    departure = None
-    for op in reference.ops:
-        if not bad.get(op.index):
-            continue
-        inputs_known = all(_producer(s) is None or matched.get(_producer(s)) for s in op.sources)
-        if inputs_known:
-            departure = op
-            break
+    departure = next((op for op in reference.ops if bad.get(op.index)  # the first whose arguments the student has
+                      and all(_producer(s) is None or matched.get(_producer(s)) for s in op.sources)), None)
     if departure is None:
         return None
     return _explain(departure, reference, student, index, matched, context)
@@ -593,9 +560,8 @@ def _after_the_end(last: Op, keys: list[str], student: Trace, student_final: tor
     """The student computes the expected result, then does more to it: which operations, on which lines."""
     if student_final is None or not keys or same_values(student_final, last.output):
         return None
-    start = keys[0]
     chain: list[Op] = []
-    frontier = {start}
+    frontier = {keys[0]}
     for op in student.ops:
         if set(op.sources) & frontier:
             chain.append(op)
@@ -626,7 +592,6 @@ def _reference_words(op: Op, context: Context, trace: Trace | None = None) -> st
         return f"`{variable.split('[')[0]}` once `{variable}` is written"
     if variable and (trace is None or _last_on_its_line(op, trace)):
         if trace is not None:
-            function = op.line.name if op.line is not None else ""
             lines = {}
             for o in trace.ops:  # the assignments of this name in this function, one per line
                 if o.variable == variable and o.line is not None and o.line.name == function \
@@ -637,9 +602,8 @@ def _reference_words(op: Op, context: Context, trace: Trace | None = None) -> st
                 op = lines[op.line.lineno]
             if len(same) > 1 and same[0] is op:
                 return f"`{variable}` as first computed (before the {operation_words(same[1].name)})"
-            if len(same) > 1:
-                before = same[same.index(op) - 1] if op in same else None
-                return f"`{variable}` after the {operation_words(op.name)}" if before is not None else f"`{variable}`"
+            if len(same) > 1 and op in same:
+                return f"`{variable}` after the {operation_words(op.name)}"
         return f"`{variable}`"
     if variable:
         return f"the {operation_words(op.name)} inside `{variable}`"
@@ -672,17 +636,16 @@ def _after_line(op: Op) -> str:
     return f"after line {frame.lineno} of `{frame.name}`" + (f" (`{frame.line}`)" if frame.line else "")
 
 
-def _wanted(departure: Op, reference: Trace, matched: dict[int, list[str]], index: Index) -> set[str]:
-    """The student's values that stand for the departure's arguments (its sources, or what matched them)."""
+def _wanted(sources: Sequence[str], reference: Trace, matched: dict[int, list[str]], index: Index) -> set[str]:
+    """The student's values that stand for these arguments of a reference operation (the sources themselves, or
+    what matched them)."""
     wanted: set[str] = set()
-    for source in departure.sources:
+    for source in sources:
         producer = _producer(source)
         if producer is not None:
             wanted.update(matched.get(producer, []))
         else:
-            wanted.add(source)
-            value = _value_of(reference, source)
-            wanted.update(index.find(value) if value is not None else [])
+            wanted.update([source, *index.find(_value_of(reference, source))])
     return wanted
 
 
@@ -692,18 +655,16 @@ def _direct(departure: Op, student: Trace, reference: Trace, matched: dict[int, 
     such as `arange`, the student's operations of the same kind)."""
     if not departure.sources:
         return [op for op in student.ops if op.name == departure.name and not op.sources]
-    wanted = _wanted(departure, reference, matched, index)
+    wanted = _wanted(departure.sources, reference, matched, index)
     return [op for op in student.ops if set(op.sources) & wanted]
 
 
-def _counterpart(departure: Op, student: Trace, reference: Trace, matched: dict[int, list[str]],
-                 index: Index, context: Context) -> Op | None:
+def _counterpart(departure: Op, student: Trace, reference: Trace, direct: list[Op], context: Context) -> Op | None:
     """The student's operation that does what the departure does: among the operations that take the same
-    arguments (or, for a tensor made from nothing such as `arange`, the student's operations of the same kind)
-    and the unmatched ones right after them, the one whose value is most plainly related to the expected
+    arguments (`direct`: or, for a tensor made from nothing such as `arange`, the student's operations of the same
+    kind) and the unmatched ones right after them, the one whose value is most plainly related to the expected
     value; then the one of the same kind; then the first."""
     reference_index = Index(reference)
-    direct = _direct(departure, student, reference, matched, index)
     fresh_keys = {f"op:{op.index}" for op in student.ops if not reference_index.find(op.output)}
     pool: list[Op] = []
     for op in direct:
@@ -756,7 +717,7 @@ def _creation_difference(departure: Op, counterpart: Op) -> str:
     mine, wanted = dict(counterpart.params), dict(departure.params)
     if set(mine) != set(wanted):
         return ""
-    differ = [(key, mine.get(key, "—"), value) for key, value in wanted.items() if mine.get(key) != value
+    differ = [(key, mine[key], value) for key, value in wanted.items() if mine[key] != value
               and key not in ("dtype", "device", "requires_grad", "layout", "out")]
     if not differ or len(differ) > 2:
         return ""
@@ -782,7 +743,7 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
             how = relation(same.output, expected, context, departure)
             settings = _creation_difference(departure, same)
             if settings or how:
-                text = f"{what} " + (f"is {how}" if how else "has other values than expected")
+                text = _is(what, how)
                 if settings:
                     text += f": the {operation_words(departure.name)} has {settings}"
                 found = Diagnosis(_student_line(same), text, same.line)
@@ -806,27 +767,26 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
         departure, reference, student, index, context)  # 3.
     if missing is not None:
         return missing
-    counterpart = _counterpart(departure, student, reference, matched, index, context)
-    if deferred is not None and (counterpart is None or not _plain(
-            relation(counterpart.output, expected, context, departure) if counterpart.output is not None else "")):
+    counterpart = _counterpart(departure, student, reference, direct, context)
+    got = counterpart.output if counterpart is not None else None
+    how = relation(got, expected, context, departure) if got is not None and expected is not None else ""
+    if deferred is not None and (counterpart is None or not _plain(how)):
         return deferred
     if counterpart is None:
         return Diagnosis(f"the step that computes {what}",
                          f"your code never computes {what} (the {operation_words(departure.name)} of "
                          f"{_arguments_words(departure, reference, context)}): it is missing, or computed from "
                          "other values")
-    where, got = _student_line(counterpart), counterpart.output
-    how = relation(got, expected, context, departure) if got is not None and expected is not None else ""
+    where = _student_line(counterpart)
     if counterpart.name == departure.name or (how and "factor is" in how):  # 4.
-        text = f"{what} " + (f"is {how}" if how else "has other values than expected")
+        text = _is(what, how)
         settings = _creation_difference(departure, counterpart)
         if settings and (not how or not departure.sources):
             text += f" ({operation_words(departure.name)} with {settings})"
         return Diagnosis(where, text, counterpart.line)
     first = _first_on(departure, student, reference, matched, index) or counterpart  # 5.
     if first.name == departure.name:
-        return Diagnosis(where, f"{what} " + (f"is {how}" if how else "has other values than expected"),
-                         counterpart.line)
+        return Diagnosis(where, _is(what, how), counterpart.line)
     later = next((op for op in student.ops if op.index > first.index and op.name == departure.name), None)
     text = (f"your code applies the {operation_words(first.name)} where the paper applies the "
             f"{operation_words(departure.name)} to {_arguments_words(departure, reference, context)}")
@@ -836,6 +796,11 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     elif how and first is counterpart:
         text += f"; the result is {how}"
     return Diagnosis(_student_line(first), text, first.line)
+
+
+def _is(what: str, how: str) -> str:
+    """'`scores` is 2 × the expected values', or '... has other values than expected' when no relation is found."""
+    return f"{what} " + (f"is {how}" if how else "has other values than expected")
 
 
 def _place(op: Op, trace: Trace) -> tuple[str, str, int]:
@@ -865,15 +830,12 @@ def _uncalled_module(departure: Op, student: Trace, reference: Trace, index: Ind
     top = departure.scope.split(".")[0]
     if any(op.scope == top or op.scope.startswith(top + ".") for op in student.ops):
         return None
-    reference_ops = [op for op in reference.ops if op.scope == top or op.scope.startswith(top + ".")]
-    last = reference_ops[-1] if reference_ops else departure
-    first = reference_ops[0] if reference_ops else departure
+    first = next(op for op in reference.ops if op.scope == top or op.scope.startswith(top + "."))
     data = _value_of(reference, first.sources[0]) if first.sources else None
     takes = ""
     if data is not None and student.ops and student.ops[-1].output is not None \
             and same_values(student.ops[-1].output, data):
         takes = f"; your code returns {_source_words(first.sources[0], reference, context)} as it is"
-    del last
     return Diagnosis("", f"self.{top} is never called: the paper applies it to "
                          f"{_source_words(first.sources[0], reference, context) if first.sources else 'its input'}"
                          + takes)
@@ -902,7 +864,7 @@ def _computed_but_unused(departure: Op, student: Trace, index: Index, context: C
     values = [departure] + [reference.ops[producer] for source in departure.sources
                             if (producer := _producer(source)) is not None]
     for value in values:  # the departure itself, or a value it needs
-        keys = index.find(value.output) if value.output is not None else []
+        keys = index.find(value.output)
         if not keys or any(key in used for key in keys):
             continue
         producer = _producer(keys[-1])
@@ -920,12 +882,7 @@ def _first_on(departure: Op, student: Trace, reference: Trace, matched: dict[int
     """The student's first operation on the departure's first argument (the data it transforms)."""
     if not departure.sources:
         return None
-    source = departure.sources[0]
-    producer = _producer(source)
-    keys = set(matched.get(producer, [])) if producer is not None else {source}
-    if producer is None:
-        value = _value_of(reference, source)
-        keys.update(index.find(value) if value is not None else [])
+    keys = _wanted(departure.sources[:1], reference, matched, index)
     for op in student.ops:  # the first operation that does something to it (reshapes and views pass it on)
         if set(op.sources) & keys:
             if op.name in LAYOUT:
@@ -945,12 +902,12 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
     if data is None:
         return None
     keys = set(index.find(data))
+    data_words = _source_words(departure.sources[0], reference, context)
+    function = departure.line.name if departure.line is not None else None
     consumers = [op for op in reference.ops if f"op:{departure.index}" in op.sources]
     if not consumers and student.ops and student.ops[-1].output is not None \
             and same_values(student.ops[-1].output, data):
-        last = student.ops[-1]
-        data_words = _source_words(departure.sources[0], reference, context)
-        return Diagnosis(_student_line(last), f"a step is missing at the end: the paper applies a "
+        return Diagnosis(_student_line(student.ops[-1]), f"a step is missing at the end: the paper applies a "
                          f"{operation_words(departure.name)} to {data_words} to get "
                          f"{_reference_words(departure, context, reference)}; your code stops before it")
     for consumer in consumers:
@@ -960,19 +917,16 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
                 continue
             if op.sources[position] not in keys:
                 continue
-            function = departure.line.name if departure.line is not None else None
             later = next((o for o in student.ops if o.index > op.index and o.name == departure.name
                           and (o.line.name if o.line is not None else None) == function), None)
             if later is not None:
                 return Diagnosis(_student_line(later),
                                  f"your {operation_words(departure.name)} comes after your "
                                  f"{operation_words(consumer.name)} ({_student_line(op)}): the paper applies the "
-                                 f"{operation_words(departure.name)} first, to "
-                                 f"{_source_words(departure.sources[0], reference, context)}, and the "
+                                 f"{operation_words(departure.name)} first, to {data_words}, and the "
                                  f"{operation_words(consumer.name)} to its result", later.line)
             step = relation(departure.output, data, context, departure) if departure.output.shape == data.shape else ""
             place = f"in `{function}` " if function else ""
-            data_words = _source_words(departure.sources[0], reference, context)
             made = _producer(op.sources[position])  # where the student's code makes the value the step belongs to
             made_op = student.ops[made] if made is not None else None
             text = (f"a step is missing: {place}the paper applies a {operation_words(departure.name)} to {data_words}"
@@ -1229,7 +1183,7 @@ def relation(got: torch.Tensor, expected: torch.Tensor, context: Context, op: Op
     """A relation that turns `expected` into `got`, derived from the values ('' when none is found)."""
     if got.dtype == torch.bool and expected.dtype == torch.bool and got.shape == expected.shape:
         return _bool_relation(got, expected, context)
-    a, b = _float(got), _float(expected)
+    a, b = as_float64(got), as_float64(expected)
     if a.numel() == 0 or b.numel() == 0:
         return ""
     if a.shape != b.shape:
@@ -1257,15 +1211,11 @@ def relation(got: torch.Tensor, expected: torch.Tensor, context: Context, op: Op
     layout = _layout_relation(a, b, context)
     if layout:
         return layout
-    if op is not None and op.name in ("softmax", "log_softmax", "sum", "mean", "cumsum", "layer_norm", "amax", "max"):
+    if op is not None and op.name in ("softmax", "log_softmax"):
         axis = _reduction_axis(a, b, op, context)
         if axis:
             return axis
-    if b.dim() >= 1:
-        power = _power_relation(a, b)
-        if power:
-            return power
-    return ""
+    return _power_relation(a, b)
 
 
 def _bool_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
@@ -1289,8 +1239,7 @@ def _mask_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
     shown = differ & hidden_b & ~hidden_a
     covered = differ & hidden_a & ~hidden_b
     if not (shown | covered).any() or (differ & ~(shown | covered)).any():
-        rows = _rows_normalised(a, b)
-        return rows
+        return ""
     parts = []
     if shown.any():
         parts.append(f"{int(shown.sum())} positions that should be hidden are visible"
@@ -1298,10 +1247,6 @@ def _mask_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
     if covered.any():
         parts.append(f"{int(covered.sum())} positions that should be visible are hidden" + _positions(covered, context))
     return "; ".join(parts)
-
-
-def _rows_normalised(a: torch.Tensor, b: torch.Tensor) -> str:
-    return ""
 
 
 def _positions(where: torch.Tensor, context: Context) -> str:
@@ -1326,11 +1271,7 @@ def _layout_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
         if size < 3:
             continue
         for step in (1, -1):
-            head = [slice(None)] * a.dim()
-            left, right = list(head), list(head)
-            left[dim] = slice(0, size - 1) if step == 1 else slice(1, size)
-            right[dim] = slice(1, size) if step == 1 else slice(0, size - 1)
-            if _close(a[tuple(left)], b[tuple(right)]):
+            if _close(*shifted(a, b, dim, step)):
                 return (f"shifted by one along {context.axis(size, dim)}: entry i holds the expected entry "
                         f"i{step:+d}")
         if _close(a, b.flip(dim)):
@@ -1387,8 +1328,7 @@ def _shape_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
                     f"belongs, or a view that splits axis {merged}")
         if _close(a.reshape(-1), b.reshape(-1)):
             return f"the right values, reshaped: {shapes}"
-        order = _permutation(a, b)
-        if order is not None:
+        if _permutation(a, b) is not None:
             return f"the right values with the axes in another order: {shapes}"
         return f"{shapes}, with other values"
     if a.dim() == b.dim() + 1 or a.dim() + 1 == b.dim():
@@ -1397,17 +1337,16 @@ def _shape_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
 
 
 def _reduction_axis(a: torch.Tensor, b: torch.Tensor, op: Op, context: Context) -> str:
-    """For a normalisation over one axis: the axis the student's values are normalised over instead."""
+    """For a softmax (or log-softmax) over one axis: the axis the student's values are normalised over instead."""
     params = dict(op.params)
     wanted = params.get("dim", params.get("1", ""))
-    if op.name in ("softmax", "log_softmax"):
-        values = a.exp() if op.name == "log_softmax" else a
-        for dim in range(values.dim()):
-            one = torch.ones((), dtype=values.dtype)
-            if values.size(dim) > 1 and torch.allclose(values.sum(dim=dim), one, atol=1e-5) \
-                    and str(dim) != wanted and str(dim - values.dim()) != wanted:
-                return (f"normalised over {context.axis(values.size(dim), dim)} (its entries sum to 1 there) "
-                        f"instead of over dim={wanted}")
+    values = a.exp() if op.name == "log_softmax" else a
+    for dim in range(values.dim()):
+        one = torch.ones((), dtype=values.dtype)
+        if values.size(dim) > 1 and torch.allclose(values.sum(dim=dim), one, atol=1e-5) \
+                and str(dim) != wanted and str(dim - values.dim()) != wanted:
+            return (f"normalised over {context.axis(values.size(dim), dim)} (its entries sum to 1 there) "
+                    f"instead of over dim={wanted}")
     return ""
 
 
@@ -1428,8 +1367,13 @@ def _power_relation(a: torch.Tensor, b: torch.Tensor) -> str:
 # --- on the student's side, and the message -----------------------------------------------------------------
 
 
-def _resolve(target: Any, method: str | None) -> Any:
-    return getattr(target, method) if method else target
+@contextmanager
+def seeded(seed: int | None = None) -> Iterator[None]:
+    """Leave the global random stream as it was (the notebook's own draws); seed it inside when `seed` is given."""
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(salted_seed(seed))
+        yield
 
 
 def traced_call(target: Any, *args: Any, method: str | None = None, names: Sequence[str] = (),
@@ -1438,22 +1382,19 @@ def traced_call(target: Any, *args: Any, method: str | None = None, names: Seque
     side (`traced` sends it there), the reference here. `modules`: the module whose parameters and submodules
     name leaves and scopes (default: target itself when it is a module); `seed` seeds torch's global random
     stream for the call, without changing it outside."""
-    function = _resolve(target, method)
+    function = getattr(target, method) if method else target
     root = modules if modules is not None else (target if isinstance(target, nn.Module) else None)
     inputs = {(names[i] if i < len(names) else f"x{i}"): value for i, value in enumerate(args)}
     inputs |= {key: value for key, value in kwargs.items() if isinstance(value, torch.Tensor)}
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(salted_seed(seed))
-        with recording(root, inputs) as trace:
-            try:
-                trace.output = function(*args, **kwargs)
-            except Exception as error:
-                if not keep_error:
-                    raise
-                from transformer_course.checks.errors import as_record
+    with seeded(seed), recording(root, inputs) as trace:
+        try:
+            trace.output = function(*args, **kwargs)
+        except Exception as error:
+            if not keep_error:
+                raise
+            from transformer_course.checks.errors import as_record
 
-                trace.error = as_record(error)  # the operations recorded up to the crash are kept
+            trace.error = as_record(error)  # the operations recorded up to the crash are kept
     return trace
 
 

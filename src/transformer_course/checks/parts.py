@@ -20,12 +20,10 @@ a whole model the same way: how compute_loss calls it, what greedy_decode gives 
 from __future__ import annotations
 
 import inspect
-import linecache
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,17 +33,14 @@ from torch.overrides import TorchFunctionMode
 
 from transformer_course.checks import differential
 from transformer_course.checks.boundary import Frame, on_student_side
-from transformer_course.checks.compare import describe_difference
-from transformer_course.checks.errors import crash_lines, first_line
+from transformer_course.checks.compare import close_elements, describe_difference
+from transformer_course.checks.differential import seeded
+from transformer_course.checks.errors import _from_the_course, crash_lines, first_line
 from transformer_course.checks.framework import CheckFailed, Diagnosis, fail, student_code
-from transformer_course.checks.salt import salted_seed
 
 Tensor = torch.Tensor
 Term = tuple[float, str]  # coefficient, value key
 UNNAMED = "a value that is none of the expected ones"
-
-_PACKAGE = str(Path(__file__).resolve().parents[1])
-_TORCH = str(Path(torch.__file__).resolve().parent)
 
 
 # --- finding the parts (the student's side) -------------------------------------------------------------------
@@ -204,20 +199,14 @@ class Call:
     line: Frame | None = None
 
 
-def _library(filename: str) -> bool:
-    return (filename.startswith((_PACKAGE, _TORCH, "<frozen")) or "/lib/python" in filename
-            or "/site-packages/" in filename)
-
-
 def student_line() -> Frame | None:
-    """The innermost line on the stack that is neither torch's, the standard library's nor the course's."""
+    """The innermost line on the stack that is neither torch's, the standard library's (nor an installed
+    package's) nor the course's."""
     frame = sys._getframe(1)
-    while frame is not None and _library(frame.f_code.co_filename):
+    while frame is not None and (_from_the_course(frame.f_code.co_filename)
+                                 or "/site-packages/" in frame.f_code.co_filename):
         frame = frame.f_back
-    if frame is None:
-        return None
-    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno, frame.f_globals).strip()
-    return Frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, text[:200])
+    return differential._frame(frame) if frame is not None else None
 
 
 def _kept(value: Any) -> Any:
@@ -284,12 +273,8 @@ def recorded(module: nn.Module, roles: Mapping[str, str], dropout: bool = True,
 
         handles.append(target.register_forward_pre_hook(before, with_kwargs=True))
         handles.append(target.register_forward_hook(after, with_kwargs=True))
-    mode = _Dropouts(calls) if dropout else None
     try:
-        if mode is not None:
-            with mode:
-                yield calls
-        else:
+        with _Dropouts(calls) if dropout else nullcontext():
             yield calls
     finally:
         for handle in handles:
@@ -308,15 +293,6 @@ def everything(module: nn.Module) -> list[nn.Module]:
         pending += [child for _, child in candidates(each) if isinstance(child, nn.Module)]
         pending += [item for _, value in candidates(each) if isinstance(value, list | tuple) for item in value]
     return list(found.values())
-
-
-@contextmanager
-def seeded(seed: int | None = None) -> Iterator[None]:
-    """Leave the global random stream as it was (the notebook's own draws); seed it inside when `seed` is given."""
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(salted_seed(seed))
-        yield
 
 
 @dataclass
@@ -433,8 +409,7 @@ def _close(a: Any, b: Any) -> bool:
         return False
     if a.dtype == torch.bool or b.dtype == torch.bool:
         return bool(torch.equal(a.bool(), b.bool()))
-    a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
-    return bool(torch.isfinite(a64).all()) and bool(((a64 - b64).abs() <= 1e-7 + 1e-6 * b64.abs()).all())
+    return bool(close_elements(a, b, 1e-7, 1e-6).all())
 
 
 def same_mask(a: Any, b: Any) -> bool:

@@ -886,12 +886,6 @@ def _mha_inputs(batch: int, q_len: int, k_len: int, d_model: int, seed: int
     return q, k, v, mask
 
 
-def _read_forward(observed: _Forward) -> Diagnosis | None:
-    """A value of forward with more axes than any of the paper's attention (4): where the extra axis comes from."""
-    grown = differential.axis_growth(observed.trace, widest=4) if observed.trace is not None else None
-    return Diagnosis(grown.where, grown.how + ".") if grown is not None else None
-
-
 class _Case:
     """One check of forward: the reference MultiHeadAttention (float64, distinct weights drawn with `seed`), the
     student's module holding the same weights (see `_prepared`), and the inputs: distinct q, k, v and a padding
@@ -913,8 +907,8 @@ class _Case:
     def run(self, accept: Callable[[Any, Any], bool]) -> _Forward:
         """forward with the student's own parts; when `accept` rejects that, again with the reference's attention,
         split_heads and combine_heads (their mistakes cost the points of their own checks, not forward's). A
-        crash there is explained by the first step that departed before it when one did, else by the error's
-        kind (raised again as the student's error)."""
+        crash there is explained by the first step that departed before it when one did (a value with an axis
+        too many, say), else by the error's kind (raised again as the student's error)."""
         output, weights, ran = _forward_output(self.module, self.q, self.k, self.v, self.mask)
         if ran and accept(output, weights):
             return _Forward(None, output, weights, None)
@@ -923,7 +917,7 @@ class _Case:
             error = as_exception(observed.error, CheckFailed)
             if observed.error.stub or isinstance(error, CheckFailed):
                 raise error
-            reading = _read_forward(observed) or self.departure(observed)
+            reading = differential.before_crash(observed.trace, *self.recorded())
             if reading is None:
                 raise error
             fail(f"forward crashed: {reading.where}.", expected="forward(q, k, v, mask) -> (batch, q_len, d_model)",
@@ -943,17 +937,10 @@ class _Case:
         quantities = {"d_k": self.reference.d_k, "d_model": self.reference.d_model}
         return recorded, differential.Context(sizes=sizes, quantities=quantities, words=words)
 
-    def departure(self, observed: _Forward) -> Diagnosis | None:
-        """The engine's first departure of a crashed forward from the reference's, when it names a line of the
-        student's that ran before the crash (a step after the crash is not the student's to answer for)."""
-        recorded, context = self.recorded()
-        found = differential.diagnose(observed.trace, recorded, context=context)
-        return Diagnosis(found.where, found.how + ".") if found is not None and found.line is not None else None
-
     def diagnosis(self, run: _Forward, expected: torch.Tensor, weights: bool = False
                   ) -> Callable[[torch.Tensor], Diagnosis | None] | None:
-        """The reading of the plugged-in run and the engine's comparison with the reference's forward, for the
-        output (or, with `weights`, for self.attn_weights)."""
+        """The engine's comparison of the plugged-in run with the reference's forward, for the output (or, with
+        `weights`, for self.attn_weights)."""
         if run.trace is None:
             return None
 
@@ -962,8 +949,7 @@ class _Case:
             if weights:
                 recorded.output = self.reference.attn_weights
             axes = ("batch", "head", "query", "key") if weights else ("batch", "query", "feature")
-            engine = differential.explain(run.trace, recorded, got, expected, context, axes)
-            return differential.combined(_read_forward(run), engine)
+            return differential.explain(run.trace, recorded, got, expected, context, axes)
 
         return diagnose
 
@@ -1145,10 +1131,10 @@ def mha_output_shape(MultiHeadAttention: type[nn.Module], d_model: int = 16, num
     case = _Case(MultiHeadAttention, d_model, num_heads, batch, q_len, k_len, 130, required=False)
     wanted = (batch, q_len, d_model)
     run = case.run(lambda output, _: isinstance(output, torch.Tensor) and tuple(output.shape) == wanted)
-    reading = _read_forward(run) if not (isinstance(run.output, torch.Tensor) and tuple(run.output.shape) == wanted) \
-        else None
+    # no value of the paper's attention has 5 axes
+    grown = differential.axis_growth(run.trace, widest=4) if run.trace is not None else None
     expect_shape("forward(q, k, v, mask)", run.output, wanted,
-                 cause=reading.cause if reading is not None else
+                 cause=grown.how + "." if grown is not None else
                  "project, split_heads, attend, combine_heads, then W_o: the output has one d_model-wide row per "
                  "query.")
     if run.trace is None:  # the right shape from the student's own parts: it must also come from the values

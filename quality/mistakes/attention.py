@@ -151,7 +151,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "masked_fill result not assigned (mask silently ignored)",
         _FILL,
         "scores.masked_fill(mask == 0, -1e9)",
-        fails="attn_sdpa_masked_values", cause="assign the result",
+        fails="attn_sdpa_masked_values", cause="it is not assigned",
     ),
     Mistake(
         STAGE, "weak fill value lets hidden keys leak",
@@ -163,7 +163,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "output passed through tanh after the product with V",
         "    output = weights @ V  # (..., q_len, d_v)\n",
         "    output = torch.tanh(weights @ V)  # (..., q_len, d_v)\n",
-        fails="attn_sdpa_values", cause="the output is tanh of weights @ V",
+        fails="attn_sdpa_values", cause="then applies a tanh",
     ),
     Mistake(
         STAGE, "bitwise ~ on the mask: fine for bool, wrong for integer 0/1 masks",
@@ -262,32 +262,32 @@ MISTAKES: list[Mistake] = [
         STAGE, "mask not passed to the attention",
         _ATTEND,
         "heads, weights = scaled_dot_product_attention(Q, K, V)",
-        fails="attn_mha_values", cause="the mask is not passed on",
+        fails="attn_mha_values", cause="never uses the input `mask`",
     ),
     Mistake(
         STAGE, "mask given one more axis in forward (unsqueeze on the already 4-D mask)",
         _ATTEND,
         "mask = mask.unsqueeze(1) if mask is not None else None  # (batch, 1, seq_len) -> (batch, 1, 1, seq_len)?\n"
         "        " + _ATTEND,
-        fails="attn_mha_values", cause="(5 axes) where the given mask has shape",
+        fails="attn_mha_values", cause="the extra axis comes from the unsqueeze in `forward`",
     ),
     Mistake(
         STAGE, "residual connection added inside multi-head attention",
         _OUTPUT,
         "output = self.W_o(self.combine_heads(heads)) + q  # (batch, q_len, d_model)",
-        fails="attn_mha_values", cause="the output of W_o plus `q`",
+        fails="attn_mha_values", cause="computes the output of self.W_o as the paper does, then applies a sum",
     ),
     Mistake(
         STAGE, "keys and values projected from the wrong inputs (swapped)",
         _K_AND_V,
         "K = self.split_heads(self.W_k(v))\n        V = self.split_heads(self.W_v(k))",
-        fails="attn_mha_values", cause="keys and values are swapped",
+        fails="attn_mha_values", cause="self.W_k receives the input `v` where the paper gives it the input `k`",
     ),
     Mistake(
         STAGE, "keys and values projected from q (self-attention only)",
         _K_AND_V,
         "K = self.split_heads(self.W_k(q))\n        V = self.split_heads(self.W_v(q))",
-        fails="attn_mha_values", cause="keys and values come from q",
+        fails="attn_mha_values", cause="self.W_k receives the input `q` where the paper gives it the input `k`",
     ),
     Mistake(
         STAGE, "inline attention scaled by sqrt(d_model) instead of sqrt(d_k)",

@@ -6,9 +6,9 @@ touches the student's code is an experiment (`@on_student_side`: call their func
 module, record what it computes); the comparisons, the diagnosis and the verdict run in the check.
 
 A wrong value is explained twice, in one message: by a reading of the values themselves (the scores
-recovered from the weights, what a mask hides, where each element of the split heads comes from, what
-each projection and the attention call receive) and by the differential engine (`checks.differential`),
-which names the student's line that first computes something else.
+recovered from the weights, what a mask hides, where each element of the split heads comes from) and by the
+differential engine (`checks.differential`), which names the student's line that first computes something
+else (for forward: what each projection receives, what follows W_o, a value with an axis too many).
 
 One requirement, one charge: the masked-attention checks accept a function whose masking is right even
 when its scores are not (the student's own function on the visible keys alone is the yardstick; the
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course.checks import declared, differential
+from transformer_course.checks import differential
 from transformer_course.checks.boundary import StudentError, as_exception, on_student_side, supplied
 from transformer_course.checks.compare import index_ranges
 from transformer_course.checks.errors import as_record, crash_lines, first_line
@@ -224,24 +224,14 @@ class _Sizes:
 
 @dataclass
 class _Forward:
-    """One call of the student's forward: its computation operation by operation (`trace`), the arguments and
-    results of each call of scaled_dot_product_attention (`calls`), the output, self.attn_weights after the
-    call, and the error when it crashed."""
+    """One call of the student's forward: its computation operation by operation (`trace`; None for a run with
+    the student's own parts, which is not recorded), the output, self.attn_weights after the call, and the error
+    when it crashed."""
 
     trace: differential.Trace | None
-    calls: list[dict[str, Any]]
     output: Any
     weights: Any
     error: StudentError | None
-
-
-def _attention_arguments(args: tuple, kwargs: dict) -> list[Any]:
-    values = list(args[:4]) + [None] * (4 - len(args[:4]))
-    for index, name in enumerate(_QKV):
-        for key in (name, name.lower()):
-            if key in kwargs:
-                values[index] = kwargs[key]
-    return values
 
 
 def _split_heads_stand_in(self: _Sizes, x: torch.Tensor) -> torch.Tensor:
@@ -261,10 +251,9 @@ def _combine_heads_stand_in(self: _Sizes, x: torch.Tensor) -> torch.Tensor:
 
 
 @contextmanager
-def _reference_parts(module: nn.Module, sizes: _Sizes, calls: list[dict[str, Any]]) -> Iterator[None]:
+def _reference_parts(module: nn.Module, sizes: _Sizes) -> Iterator[None]:
     """Inside, the student's forward uses the reference's scaled_dot_product_attention (the name its code
-    looks up) and stand-ins with the values of the reference's split_heads and combine_heads, and every call of
-    the attention is noted in `calls`."""
+    looks up) and stand-ins with the values of the reference's split_heads and combine_heads."""
     namespace = getattr(inspect.unwrap(getattr(type(module), "forward", None)), "__globals__", None)
     name = "scaled_dot_product_attention"
     original = namespace.get(name) if isinstance(namespace, dict) else None
@@ -273,9 +262,7 @@ def _reference_parts(module: nn.Module, sizes: _Sizes, calls: list[dict[str, Any
 
     def attention(*args: Any, **kwargs: Any) -> Any:
         with course_code():  # the check's own part: in the grading build, a stand-in on PyTorch's attention
-            result = _reference_attention(*args, **kwargs)
-        calls.append({"arguments": _attention_arguments(args, kwargs), "result": result})
-        return result
+            return _reference_attention(*args, **kwargs)
 
     kept = {key: module.__dict__[key] for key in ("split_heads", "combine_heads") if key in module.__dict__}
     if callable(original):
@@ -297,16 +284,15 @@ def _forward_observed(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: to
                       mask: torch.Tensor | None, sizes: _Sizes) -> _Forward:
     """forward with the reference's attention, split_heads and combine_heads plugged in, recorded operation by
     operation; a crash is kept with what was recorded before it."""
-    calls: list[dict[str, Any]] = []
     error = None
     inputs = {"q": q.clone(), "k": k.clone(), "v": v.clone(), "mask": _clone(mask)}
-    with _reference_parts(module, sizes, calls), torch.no_grad(), student_code(), \
+    with _reference_parts(module, sizes), torch.no_grad(), student_code(), \
             differential.recording(module, inputs) as trace:
         try:
             trace.output = module(*inputs.values())
         except Exception as crash:
             error = as_record(crash)
-    return _Forward(trace, calls, trace.output, getattr(module, "attn_weights", None), error)
+    return _Forward(trace, trace.output, getattr(module, "attn_weights", None), error)
 
 
 # --- reading values ----------------------------------------------------------------------------------------
@@ -326,26 +312,6 @@ def _recorded(trace: differential.Trace, key: str) -> torch.Tensor | None:
     if kind == "op":
         return trace.ops[int(rest)].output
     return (trace.inputs if kind == "input" else trace.leaves).get(rest)
-
-
-def _unused_result(trace: differential.Trace) -> str:
-    """A line whose result nothing uses (masked_fill, say, without assigning what it returns), or ''."""
-    used = {source for op in trace.ops for source in op.sources}
-    returned = trace.output if isinstance(trace.output, tuple | list) else (trace.output,)
-    for op in trace.ops:
-        if f"op:{op.index}" in used or op.output is None or op.name.endswith("_") or op.name in differential.LAYOUT \
-                or op.name.startswith("__") and op.name not in ("__matmul__", "__truediv__", "__mul__", "__add__"):
-            continue
-        if any(isinstance(value, torch.Tensor) and value.shape == op.output.shape
-               and torch.equal(value.detach().cpu(), op.output) for value in returned):
-            continue
-        frame = op.user or op.line
-        if frame is None or frame.line.startswith("return"):
-            continue
-        return (f"the result of `{frame.line}` (in `{frame.name}`, line {frame.lineno}) is never used: "
-                f"`{op.name}` returns a new tensor and leaves its input unchanged, so assign the result "
-                "(scores = scores.masked_fill(...)).")
-    return ""
 
 
 # --- scaled dot-product attention -----------------------------------------------------------------------------
@@ -513,24 +479,6 @@ def diagnose_weights(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: to
     return _read_scores(Q, K, V, w, hidden)
 
 
-_ELEMENTWISE = {"tanh": torch.tanh, "ReLU": torch.relu, "a sigmoid": torch.sigmoid, "exp": torch.exp,
-                "a softmax over the last axis": lambda x: torch.softmax(x, dim=-1)}
-
-
-def _read_output(V: torch.Tensor, weights: Any, output: torch.Tensor) -> Diagnosis | None:
-    """The output of attention whose weights are right: is it weights @ V with something done to it?"""
-    if not isinstance(weights, torch.Tensor):
-        return None
-    product_ = weights.detach().to(torch.float64).cpu() @ V
-    if output.shape != product_.shape:
-        return None
-    for name, function in _ELEMENTWISE.items():
-        if _same(output, function(product_)):
-            return Diagnosis(f"the output is {name} of weights @ V",
-                             f"nothing follows the product: output = weights @ V, without {name}.")
-    return None
-
-
 def _diagnoses(function: AttentionFunction, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
                mask: torch.Tensor | None, weights: Any, unmasked: torch.Tensor | None = None
                ) -> tuple[Callable[[torch.Tensor], Any], Callable[[torch.Tensor], Any]]:
@@ -538,25 +486,23 @@ def _diagnoses(function: AttentionFunction, Q: torch.Tensor, K: torch.Tensor, V:
     first when there is one; for the output, the weights' when they already differ), merged with the engine's
     comparison of the two computations, recorded once when first needed."""
     expected = _reference_attention(Q, K, V, mask)
-    kept: list[tuple[differential.Trace, differential.Trace]] = []
+
+    @functools.cache
+    def traces() -> tuple[differential.Trace, differential.Trace]:
+        student = differential.traced(function, Q.clone(), K.clone(), V.clone(), _clone(mask), names=_QKV)
+        return student, differential.traced_call(_reference_attention, Q, K, V, mask, names=_QKV)
 
     def engine(value: torch.Tensor, part: int) -> Any:
-        if not kept:
-            student = differential.traced(function, Q.clone(), K.clone(), V.clone(), _clone(mask), names=_QKV)
-            kept.append((student, differential.traced_call(_reference_attention, Q, K, V, mask, names=_QKV)))
-        return differential.explain(*kept[0], value, expected[part], _context(Q, K, V), _axes(Q))
+        return differential.explain(*traces(), value, expected[part], _context(Q, K, V), _axes(Q))
 
     def of_weights(value: torch.Tensor) -> Any:
-        found = engine(value, 1)
-        reading = diagnose_weights(Q, K, V, mask, value, unmasked)
-        return differential.combined(declared.joined(reading.where if reading else "", reading.cause if reading
-                                                     else "", _unused_result(kept[0][0])), found)
+        return differential.combined(diagnose_weights(Q, K, V, mask, value, unmasked), engine(value, 1))
 
     def of_output(value: torch.Tensor) -> Any:
         if isinstance(weights, torch.Tensor) and weights.shape == expected[1].shape \
                 and not _same(weights, expected[1], 1e-7):
             return of_weights(weights)
-        return differential.combined(_read_output(V, weights, value), engine(value, 0))
+        return engine(value, 0)
 
     return of_weights, of_output
 
@@ -574,21 +520,12 @@ def _expect_attention(function: AttentionFunction, Q: torch.Tensor, K: torch.Ten
 @check("scaled_dot_product_attention returns output (..., q_len, d_v) and weights (..., q_len, k_len)")
 def sdpa_shapes(scaled_dot_product_attention: AttentionFunction, batch: int = 2, heads: int = 3,
                 q_len: int = 4, k_len: int = 6, d_k: int = 5, d_v: int = 7) -> None:
-    """With a heads axis (4-D inputs) and, unless heads=0 already asks for it, without one (3-D)."""
+    """With a heads axis (4-D inputs) and, unless heads=0 already asks for it, without one (3-D): a crash on
+    3-D inputs is explained by its kind (an axis out of range: count axes from the end)."""
     for heads_here in dict.fromkeys((heads, 0)):
         Q, K, V = _qkv(batch, heads_here, q_len, k_len, d_k, d_v, seed=10)
         leading = (batch, heads_here) if heads_here else (batch,)
-        try:
-            output, weights = _attend(scaled_dot_product_attention, Q, K, V)
-        except (IndexError, RuntimeError) as error:
-            if heads_here == heads or isinstance(error, NotImplementedError):  # the inputs asked for: as it is
-                raise
-            fail(
-                f"scaled_dot_product_attention fails on {Q.dim()}-D inputs Q {tuple(Q.shape)}.",
-                expected="the same code working for any number of leading axes (..., q_len, d_k)",
-                got=f"{type(error).__name__}: {first_line(error, 100)}",
-                cause="count axes from the end: K.transpose(-2, -1), softmax(dim=-1), Q.size(-1).",
-            )
+        output, weights = _attend(scaled_dot_product_attention, Q, K, V)
         expect_shape("weights", weights, (*leading, q_len, k_len),
                      cause="scores are Q @ K.transpose(-2, -1): one row per query, one column per key.")
         expect_shape("output", output, (*leading, q_len, d_v),
@@ -904,15 +841,13 @@ def _roles(module: nn.Module, reference: nn.Module) -> dict[str, str] | None:
     return roles
 
 
-def _prepared(MultiHeadAttention: type[nn.Module], reference: nn.Module, *, required: bool = True
-              ) -> tuple[nn.Module, dict[str, str] | None]:
-    """The student's module holding the reference's weights, and the names of its layers by role. The weights
-    are copied by parameter name, or, for a module whose four linear layers have other names, by what each
-    layer does; with `required=False` a module whose layers cannot be matched keeps its own weights."""
+def _prepared(MultiHeadAttention: type[nn.Module], reference: nn.Module, *, required: bool = True) -> nn.Module:
+    """The student's module holding the reference's weights, copied by parameter name, or, for a module whose
+    four linear layers have other names, by what each layer does; with `required=False` a module whose layers
+    cannot be matched keeps its own weights."""
     module = _build(MultiHeadAttention, reference.d_model, reference.num_heads)
     shapes = _parameter_shapes(module)
     state = reference.state_dict()
-    roles: dict[str, str] | None = {role: role for role in _ROLES}
     names = {key: key for key in state} if set(shapes) == set(state) else None
     if names is None:
         roles = _roles(module, reference)
@@ -921,7 +856,7 @@ def _prepared(MultiHeadAttention: type[nn.Module], reference: nn.Module, *, requ
         names = mapping if set(mapping) == set(shapes) else None
     if names is None:
         if not required:
-            return module, None
+            return module
         missing = [key for key in state if key not in shapes]
         extra = [key for key in shapes if key not in state]
         fail("MultiHeadAttention: this check copies the reference weights into your module by parameter name, and "
@@ -937,7 +872,7 @@ def _prepared(MultiHeadAttention: type[nn.Module], reference: nn.Module, *, requ
                  expected=tuple(state[theirs].shape), got=shapes[mine],
                  cause="keep the given `__init__`: build each layer with the sizes it is given.")
     _load(module, {mine: state[theirs] for mine, theirs in names.items()})
-    return module, roles
+    return module
 
 
 def _mha_inputs(batch: int, q_len: int, k_len: int, d_model: int, seed: int
@@ -951,236 +886,79 @@ def _mha_inputs(batch: int, q_len: int, k_len: int, d_model: int, seed: int
     return q, k, v, mask
 
 
-def _maker(trace: differential.Trace, tensor: torch.Tensor) -> str:
-    """The student's line that made `tensor` (the last recorded operation with its value), as 'in `forward`,
-    line 3 (`mask = mask.unsqueeze(1)`)', or ''."""
-    for op in reversed(trace.ops):
-        if op.output is not None and op.output.shape == tensor.shape and torch.equal(op.output, tensor.cpu()):
-            frame = op.user or op.line
-            if frame is None:
-                return ""
-            return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
-    return ""
+class _Case:
+    """One check of forward: the reference MultiHeadAttention (float64, distinct weights drawn with `seed`), the
+    student's module holding the same weights (see `_prepared`), and the inputs: distinct q, k, v and a padding
+    mask drawn with seed + 1, unless `inputs` gives them."""
 
+    def __init__(self, MultiHeadAttention: type[nn.Module], d_model: int, num_heads: int, batch: int, q_len: int,
+                 k_len: int, seed: int, *, inputs: tuple[torch.Tensor, ...] | None = None,
+                 required: bool = True) -> None:
+        self.reference = _reference_module(d_model, num_heads, seed)
+        self.module = _prepared(MultiHeadAttention, self.reference, required=required)
+        self.q, self.k, self.v, self.mask = inputs or _mha_inputs(batch, q_len, k_len, d_model, seed=seed + 1)
 
-def _read_projections(trace: differential.Trace, given: dict[str, torch.Tensor], roles: dict[str, str],
-                      finished: bool) -> Diagnosis | None:
-    """What each projection is applied to."""
-    wrong: dict[str, str] = {}
-    for role, name in (("W_q", "q"), ("W_k", "k"), ("W_v", "v")):
-        layer = roles[role]
-        calls = [op for op in trace.ops if op.name == "linear" and op.scope == layer and op.sources]
-        if not calls:
-            if finished:
-                return Diagnosis(f"`self.{layer}` is never called",
-                                 f"project the {name} input with it: self.{layer}({name}).")
+    def expected(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The reference's output and its self.attn_weights."""
+        with torch.no_grad():
+            output = self.reference(self.q, self.k, self.v, self.mask)
+        return output, self.reference.attn_weights
+
+    def run(self, accept: Callable[[Any, Any], bool]) -> _Forward:
+        """forward with the student's own parts; when `accept` rejects that, again with the reference's attention,
+        split_heads and combine_heads (their mistakes cost the points of their own checks, not forward's). A
+        crash there is explained by the first step that departed before it when one did (a value with an axis
+        too many, say), else by the error's kind (raised again as the student's error)."""
+        output, weights, ran = _forward_output(self.module, self.q, self.k, self.v, self.mask)
+        if ran and accept(output, weights):
+            return _Forward(None, output, weights, None)
+        observed = _forward_observed(self.module, self.q, self.k, self.v, self.mask, _sizes(self.reference))
+        if observed.error is not None:
+            error = as_exception(observed.error, CheckFailed)
+            if observed.error.stub or isinstance(error, CheckFailed):
+                raise error
+            reading = differential.before_crash(observed.trace, *self.recorded())
+            if reading is None:
+                raise error
+            fail(f"forward crashed: {reading.where}.", expected="forward(q, k, v, mask) -> (batch, q_len, d_model)",
+                 got=f"{observed.error.type_name}: {first_line(error, 160)}" + crash_lines(error),
+                 cause=reading.cause)
+        return observed
+
+    def recorded(self) -> tuple[differential.Trace, differential.Context]:
+        """The reference's forward recorded operation by operation, and the sizes, factors and words for it."""
+        recorded = differential.traced_call(self.reference, self.q, self.k, self.v, self.mask,
+                                            names=("q", "k", "v", "mask"))
+        sizes = {"batch": self.q.size(0), "head": self.reference.num_heads, "query": self.q.size(1),
+                 "key": self.k.size(1), "d_k": self.reference.d_k, "d_model": self.reference.d_model}
+        said = {"output": "the heads that scaled_dot_product_attention returns", "weights": "the attention weights"}
+        words = {f"op:{op.index}": said[op.variable] for op in recorded.ops
+                 if op.line is not None and op.line.name == "scaled_dot_product_attention" and op.variable in said}
+        quantities = {"d_k": self.reference.d_k, "d_model": self.reference.d_model}
+        return recorded, differential.Context(sizes=sizes, quantities=quantities, words=words)
+
+    def diagnosis(self, run: _Forward, expected: torch.Tensor, weights: bool = False
+                  ) -> Callable[[torch.Tensor], Diagnosis | None] | None:
+        """The engine's comparison of the plugged-in run with the reference's forward, for the output (or, with
+        `weights`, for self.attn_weights)."""
+        if run.trace is None:
             return None
-        value = _recorded(trace, calls[0].sources[0])
-        if not _same(value, given[name]):
-            wrong[layer] = next((other for other, tensor in given.items() if _same(value, tensor)), "")
-    if not wrong:
-        return None
-    said = " and ".join(f"`self.{layer}` to `{used}`" if used else f"`self.{layer}` to something other than "
-                        "its input" for layer, used in wrong.items())
-    keys, values = roles["W_k"], roles["W_v"]
-    if wrong.get(keys) == "v" and wrong.get(values) == "k":
-        cause = "keys and values are swapped: K = W_k(k) and V = W_v(v)."
-    elif "q" in (wrong.get(keys), wrong.get(values)):
-        cause = ("keys and values come from q: K = W_k(k) and V = W_v(v), which differ from q in cross-attention "
-                 "(the decoder's queries attend to the encoder's output).")
-    else:
-        cause = "each projection takes its own input: Q = W_q(q), K = W_k(k), V = W_v(v)."
-    return Diagnosis(f"forward applies {said}", cause)
 
+        def diagnose(got: torch.Tensor) -> Diagnosis | None:
+            recorded, context = self.recorded()
+            if weights:
+                recorded.output = self.reference.attn_weights
+            axes = ("batch", "head", "query", "key") if weights else ("batch", "query", "feature")
+            return differential.explain(run.trace, recorded, got, expected, context, axes)
 
-def _read_attention_call(observed: _Forward, expected: dict[str, torch.Tensor], mask: torch.Tensor | None
-                         ) -> Diagnosis | None:
-    """What forward hands to scaled_dot_product_attention (when it calls it once)."""
-    if len(observed.calls) != 1 or observed.trace is None:
-        return None
-    arguments = observed.calls[0]["arguments"]
-    for position, name in enumerate(("Q", "K", "V")):
-        tensor, wanted = arguments[position], expected[name]
-        if _same(tensor, wanted):
-            continue
-        if not isinstance(tensor, torch.Tensor):
-            return None
-        if tensor.shape != wanted.shape:
-            shape, target = tuple(tensor.shape), tuple(wanted.shape)
-            if tensor.dim() == 3:
-                return Diagnosis(f"the {name} handed to scaled_dot_product_attention has shape {shape}, (batch, len, "
-                                 "d_model): the heads are never split",
-                                 "the heads are never split: apply split_heads to every projection before attending, "
-                                 "Q = self.split_heads(self.W_q(q)) and so on, and join them with combine_heads "
-                                 "before W_o; attention over the full d_model width is one head scaled by √d_model.")
-            return Diagnosis(f"the {name} handed to scaled_dot_product_attention has shape {shape} where "
-                             f"(batch, num_heads, len, d_k) = {target} is expected",
-                             "split every projection into heads, self.split_heads(self.W_q(q)) and so on, before "
-                             "attending.")
-        other = next((o for o in expected if o != name and _same(tensor, expected[o])), None)
-        if other is not None:
-            return Diagnosis(f"scaled_dot_product_attention receives the {other} where its {name} belongs",
-                             "call scaled_dot_product_attention(Q, K, V, mask) with the arguments in this order.")
-        return None
-    given = arguments[3]
-    if mask is None:
-        return None
-    if given is None:
-        return Diagnosis("scaled_dot_product_attention receives no mask",
-                         "the mask is not passed on: call scaled_dot_product_attention(Q, K, V, mask).")
-    if not isinstance(given, torch.Tensor):
-        return None
-    made = _maker(observed.trace, given)
-    made = f"; it is made {made}" if made and "input:mask" not in made else ""
-    if given.shape != mask.shape:
-        return Diagnosis(f"the mask handed to scaled_dot_product_attention has shape {tuple(given.shape)} "
-                         f"({given.dim()} axes) where the given mask has shape {tuple(mask.shape)}{made}",
-                         "pass the mask on as it is given: it already broadcasts against the scores (batch, "
-                         "num_heads, q_len, k_len); adding or removing an axis breaks that.")
-    if not torch.equal(given != 0, mask != 0):
-        return Diagnosis(f"the mask handed to scaled_dot_product_attention is not the given one{made}",
-                         "pass the mask on unchanged: scaled_dot_product_attention(Q, K, V, mask).")
-    return None
+        return diagnose
 
-
-def _read_output_projection(observed: _Forward, known: dict[str, torch.Tensor], combined: torch.Tensor,
-                            given: dict[str, torch.Tensor], layer: str) -> Diagnosis | None:
-    """What W_o receives, and whether forward returns what W_o gives."""
-    trace = observed.trace
-    calls = [op for op in trace.ops if op.name == "linear" and op.scope == layer and op.sources]
-    if not calls:
-        return None
-    received = _recorded(trace, calls[-1].sources[0])
-    if not _same(received, combined):
-        found = next((words for words, tensor in known.items() if isinstance(received, torch.Tensor)
-                      and received.numel() == tensor.numel() and differential.same_values(received, tensor)), None)
-        if found is None:
-            return None
-        return Diagnosis(f"`self.{layer}` receives {found} instead of the combined heads",
-                         "join the heads that scaled_dot_product_attention returns: "
-                         "self.W_o(self.combine_heads(heads)).")
-    result, output = calls[-1].output, observed.output
-    if observed.error is not None or not isinstance(output, torch.Tensor) or output.shape != result.shape \
-            or _same(output, result):
-        return None
-    extra = output.detach().to(torch.float64).cpu() - result
-    named = next((f"`{name}`" for name, tensor in given.items() if _same(extra, tensor)), None)
-    if named is not None:
-        return Diagnosis(f"forward returns the output of W_o plus {named}",
-                         "return self.W_o(self.combine_heads(heads)) as it is: the residual connection "
-                         "(x + sublayer(x)) belongs to the blocks of stage 3.")
-    return Diagnosis("forward returns something other than the output of W_o",
-                     "return output = self.W_o(self.combine_heads(heads)).")
-
-
-def _read_forward(observed: _Forward, reference: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  mask: torch.Tensor | None, roles: dict[str, str] | None) -> Diagnosis | None:
-    """Follow forward step by step with the reference's parts plugged in (the projections, what the attention
-    receives, what W_o receives and what forward returns), and name the first place it departs."""
-    trace = observed.trace
-    if trace is None:
-        return None
-    given = {"q": q, "k": k, "v": v}
-    if roles is not None:
-        reading = _read_projections(trace, given, roles, observed.error is None)
-        if reading is not None:
-            return reading
-    with torch.no_grad():
-        expected = {name: reference.split_heads(getattr(reference, role)(given[source]))
-                    for name, role, source in (("Q", "W_q", "q"), ("K", "W_k", "k"), ("V", "W_v", "v"))}
-        heads = _reference_attention(expected["Q"], expected["K"], expected["V"], mask)[0]
-        combined = reference.combine_heads(heads)
-    reading = _read_attention_call(observed, expected, mask)
-    grown = differential.axis_growth(trace, widest=4) if reading is None else None  # no value of the paper's has 5
-    if grown is not None:
-        return Diagnosis(grown.where, grown.how + ".")
-    if reading is not None or roles is None:
-        return reading
-    known = {"the heads before combine_heads": heads, "V, the split values, not the attended heads": expected["V"],
-             "the input `q`": q, "the projected values W_v(v)": reference.W_v(v).detach()}
-    return _read_output_projection(observed, known, combined, given, roles["W_o"])
-
-
-@dataclass
-class _Run:
-    """forward's output and self.attn_weights as graded; `observed` is the run with the reference's parts
-    plugged in (None when the student's own parts already gave what is expected)."""
-
-    output: Any
-    weights: Any
-    observed: _Forward | None
-
-
-def _graded_forward(module: nn.Module, reference: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    mask: torch.Tensor | None, accept: Callable[[Any, Any], bool]) -> _Run:
-    """forward with the student's own parts; when `accept` rejects that, again with the reference's attention,
-    split_heads and combine_heads (their mistakes cost the points of their own checks, not forward's)."""
-    output, weights, ran = _forward_output(module, q, k, v, mask)
-    if ran and accept(output, weights):
-        return _Run(output, weights, None)
-    observed = _forward_observed(module, q, k, v, mask, _sizes(reference))
-    return _Run(observed.output, observed.weights, observed)
-
-
-def _crashed(run: _Run, reference: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-             mask: torch.Tensor | None, roles: dict[str, str] | None) -> None:
-    """A forward that crashed: explained by the first step that departed before the crash when one did, else by
-    the error's kind (raised again as the student's error)."""
-    observed = run.observed
-    if observed is None or observed.error is None:
-        return
-    error = as_exception(observed.error, CheckFailed)
-    if observed.error.stub or isinstance(error, CheckFailed):
-        raise error
-    reading = _read_forward(observed, reference, q, k, v, mask, roles)
-    if reading is None:
-        raise error
-    fail(f"forward crashed: {reading.where}.", expected="forward(q, k, v, mask) -> (batch, q_len, d_model)",
-         got=f"{observed.error.type_name}: {first_line(error, 160)}" + crash_lines(error),
-         cause=reading.cause)
-
-
-def _mha_context(reference: nn.Module, recorded: differential.Trace, batch: int, q_len: int, k_len: int
-                 ) -> differential.Context:
-    """Sizes of the axes, d_k and d_model as factors, and words for what the reference's attention returns."""
-    sizes = {"batch": batch, "head": reference.num_heads, "query": q_len, "key": k_len, "d_k": reference.d_k,
-             "d_model": reference.d_model}
-    said = {"output": "the heads that scaled_dot_product_attention returns", "weights": "the attention weights"}
-    words = {f"op:{op.index}": said[op.variable] for op in recorded.ops
-             if op.line is not None and op.line.name == "scaled_dot_product_attention" and op.variable in said}
-    return differential.Context(sizes=sizes, quantities={"d_k": reference.d_k, "d_model": reference.d_model},
-                                words=words)
-
-
-def _forward_diagnosis(run: _Run, reference: nn.Module, roles: dict[str, str] | None, q: torch.Tensor,
-                       k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, expected: torch.Tensor,
-                       weights: bool = False) -> Callable[[torch.Tensor], Diagnosis | None] | None:
-    """The reading of the plugged-in run and the engine's comparison with the reference's forward, for the output
-    (or, with `weights`, for self.attn_weights)."""
-    observed = run.observed
-    if observed is None or observed.trace is None:
-        return None
-
-    def diagnose(got: torch.Tensor) -> Diagnosis | None:
-        reading = _read_forward(observed, reference, q, k, v, mask, roles)
-        recorded = differential.traced_call(reference, q, k, v, mask, names=("q", "k", "v", "mask"))
-        if weights:
-            recorded.output = reference.attn_weights
-        axes = ("batch", "head", "query", "key") if weights else ("batch", "query", "feature")
-        engine = differential.explain(observed.trace, recorded, got, expected,
-                                      _mha_context(reference, recorded, q.size(0), q.size(1), k.size(1)), axes)
-        return differential.combined(reading, engine)
-
-    return diagnose
-
-
-def _expect_forward(module: nn.Module, reference: nn.Module, roles: dict[str, str] | None, q: torch.Tensor,
-                    k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, expected: torch.Tensor, *,
-                    name: str, cause: str, atol: float = 1e-7, rtol: float = 1e-5) -> None:
-    run = _graded_forward(module, reference, q, k, v, mask, lambda output, _: _same(output, expected, atol, rtol))
-    _crashed(run, reference, q, k, v, mask, roles)
-    expect_close(name, run.output, expected, atol=atol, rtol=rtol,
-                 diagnose=_forward_diagnosis(run, reference, roles, q, k, v, mask, expected), cause=cause)
+    def expect(self, expected: torch.Tensor, *, name: str, cause: str, atol: float = 1e-7, rtol: float = 1e-5
+               ) -> None:
+        """forward's output compared with `expected`."""
+        run = self.run(lambda output, _: _same(output, expected, atol, rtol))
+        expect_close(name, run.output, expected, atol=atol, rtol=rtol, diagnose=self.diagnosis(run, expected),
+                     cause=cause)
 
 
 # --- split_heads and combine_heads: where each value goes ------------------------------------------------------
@@ -1350,21 +1128,18 @@ def combine_heads_inverts_split(MultiHeadAttention: type[nn.Module], d_model: in
 @check("MultiHeadAttention.forward returns (batch, q_len, d_model)")
 def mha_output_shape(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                      batch: int = 2, q_len: int = 5, k_len: int = 5) -> None:
-    reference = _reference_module(d_model, num_heads, 130)
-    module, roles = _prepared(MultiHeadAttention, reference, required=False)
-    q, k, v, mask = _mha_inputs(batch, q_len, k_len, d_model, seed=131)
+    case = _Case(MultiHeadAttention, d_model, num_heads, batch, q_len, k_len, 130, required=False)
     wanted = (batch, q_len, d_model)
-    run = _graded_forward(module, reference, q, k, v, mask,
-                          lambda output, _: isinstance(output, torch.Tensor) and tuple(output.shape) == wanted)
-    _crashed(run, reference, q, k, v, mask, roles)
-    reading = _read_forward(run.observed, reference, q, k, v, mask, roles) if run.observed is not None \
-        and not (isinstance(run.output, torch.Tensor) and tuple(run.output.shape) == wanted) else None
+    run = case.run(lambda output, _: isinstance(output, torch.Tensor) and tuple(output.shape) == wanted)
+    # no value of the paper's attention has 5 axes
+    grown = differential.axis_growth(run.trace, widest=4) if run.trace is not None else None
     expect_shape("forward(q, k, v, mask)", run.output, wanted,
-                 cause=reading.cause if reading is not None else
+                 cause=grown.how + "." if grown is not None else
                  "project, split_heads, attend, combine_heads, then W_o: the output has one d_model-wide row per "
                  "query.")
-    if run.observed is None:  # the right shape from the student's own parts: it must also come from the values
-        other, _, ran = _forward_output(module, q, k, v + randn(*v.shape, seed=132), mask)
+    if run.trace is None:  # the right shape from the student's own parts: it must also come from the values
+        other, _, ran = _forward_output(case.module, case.q, case.k, case.v + randn(*case.v.shape, seed=132),
+                                        case.mask)
         if ran and isinstance(other, torch.Tensor) and torch.equal(other, run.output):
             fail("forward's output does not change when the values v change.",
                  expected="an output made from the values: weighted sums of W_v(v), then W_o",
@@ -1376,14 +1151,10 @@ def mha_output_shape(MultiHeadAttention: type[nn.Module], d_model: int = 16, num
 @check("MultiHeadAttention.forward matches the reference with the same weights (padding mask)")
 def mha_values(MultiHeadAttention: type[nn.Module], d_model: int = 15, num_heads: int = 3, batch: int = 2,
                seq_len: int = 7) -> None:
-    reference = _reference_module(d_model, num_heads, 140)
-    module, roles = _prepared(MultiHeadAttention, reference)
-    q, k, v, mask = _mha_inputs(batch, seq_len, seq_len, d_model, seed=141)
-    with torch.no_grad():
-        expected = reference(q, k, v, mask)
-    _expect_forward(module, reference, roles, q, k, v, mask, expected, name="forward(q, k, v, mask)",
-                    cause="Q = split_heads(W_q(q)), K = split_heads(W_k(k)), V = split_heads(W_v(v)); attend with the "
-                          "mask; return W_o(combine_heads(heads)).")
+    case = _Case(MultiHeadAttention, d_model, num_heads, batch, seq_len, seq_len, 140)
+    case.expect(case.expected()[0], name="forward(q, k, v, mask)",
+                cause="Q = split_heads(W_q(q)), K = split_heads(W_k(k)), V = split_heads(W_v(v)); attend with the "
+                      "mask; return W_o(combine_heads(heads)).")
 
 
 def _pytorch_twin(reference: nn.Module) -> nn.MultiheadAttention:
@@ -1398,55 +1169,45 @@ def _pytorch_twin(reference: nn.Module) -> nn.MultiheadAttention:
     return builtin.eval()
 
 
-def _compare_with_pytorch(MultiHeadAttention: type[nn.Module], reference: nn.Module, q: torch.Tensor,
-                          k: torch.Tensor, v: torch.Tensor, our_mask: torch.Tensor, **builtin_masks: torch.Tensor
-                          ) -> None:
-    module, roles = _prepared(MultiHeadAttention, reference)
+def _compare_with_pytorch(case: _Case, **builtin_masks: torch.Tensor) -> None:
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        expected, _ = _pytorch_twin(reference)(q, k, v, need_weights=False, **builtin_masks)
+        expected, _ = _pytorch_twin(case.reference)(case.q, case.k, case.v, need_weights=False, **builtin_masks)
     # only the output: the weights kept in self.attn_weights have a check of their own
-    _expect_forward(module, reference, roles, q, k, v, our_mask, expected, name="forward(q, k, v, mask)",
-                    atol=1e-5, rtol=1e-5, cause="nn.MultiheadAttention with the same weights computes W_o(concat of "
-                                                "heads) with in_proj = [W_q; W_k; W_v].")
+    case.expect(expected, name="forward(q, k, v, mask)", atol=1e-5, rtol=1e-5,
+                cause="nn.MultiheadAttention with the same weights computes W_o(concat of heads) with in_proj = "
+                      "[W_q; W_k; W_v].")
 
 
 @check("MultiHeadAttention agrees with torch.nn.MultiheadAttention (same weights, padding mask)")
 def mha_matches_pytorch(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 2,
                         batch: int = 3, q_len: int = 5, k_len: int = 6) -> None:
-    reference = _reference_module(d_model, num_heads, 150)
-    q, k, v, mask = _mha_inputs(batch, q_len, k_len, d_model, seed=151)
-    key_padding_mask = ~mask[:, 0, 0, :]  # (batch, k_len); PyTorch's True means "ignore", unlike ours
-    _compare_with_pytorch(MultiHeadAttention, reference, q, k, v, mask, key_padding_mask=key_padding_mask)
+    case = _Case(MultiHeadAttention, d_model, num_heads, batch, q_len, k_len, 150)
+    key_padding_mask = ~case.mask[:, 0, 0, :]  # (batch, k_len); PyTorch's True means "ignore", unlike ours
+    _compare_with_pytorch(case, key_padding_mask=key_padding_mask)
 
 
 @check("MultiHeadAttention agrees with torch.nn.MultiheadAttention under a look-ahead mask")
 def mha_matches_pytorch_causal(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 2,
                                batch: int = 3, seq_len: int = 6) -> None:
-    reference = _reference_module(d_model, num_heads, 160)
     x = randn(batch, seq_len, d_model, seed=161)
     look_ahead = _reference_look_ahead_mask(seq_len)  # (1, 1, seq_len, seq_len), True = may attend
-    _compare_with_pytorch(MultiHeadAttention, reference, x, x, x, look_ahead, attn_mask=~look_ahead[0, 0])
+    case = _Case(MultiHeadAttention, d_model, num_heads, batch, seq_len, seq_len, 160, inputs=(x, x, x, look_ahead))
+    _compare_with_pytorch(case, attn_mask=~look_ahead[0, 0])
 
 
 @check("MultiHeadAttention keeps attn_weights (batch, num_heads, q_len, k_len): rows sum to 1, pads get 0")
 def mha_attention_weights(MultiHeadAttention: type[nn.Module], d_model: int = 12, num_heads: int = 3,
                           batch: int = 2, q_len: int = 5, k_len: int = 7) -> None:
-    reference = _reference_module(d_model, num_heads, 170)
-    module, roles = _prepared(MultiHeadAttention, reference)
-    q, k, v, mask = _mha_inputs(batch, q_len, k_len, d_model, seed=171)
-    with torch.no_grad():
-        reference(q, k, v, mask)
-    expected = reference.attn_weights
-    run = _graded_forward(module, reference, q, k, v, mask, lambda _, weights: _same(weights, expected, 1e-7))
-    _crashed(run, reference, q, k, v, mask, roles)
-    grown = differential.axis_growth(run.observed.trace, widest=4) if run.observed is not None \
-        and run.observed.trace is not None else None  # no value of the paper's attention has 5 axes
+    case = _Case(MultiHeadAttention, d_model, num_heads, batch, q_len, k_len, 170)
+    expected = case.expected()[1]
+    run = case.run(lambda _, weights: _same(weights, expected, 1e-7))
+    # no value of the paper's attention has 5 axes
+    grown = differential.axis_growth(run.trace, widest=4) if run.trace is not None else None
     expect_shape("self.attn_weights", run.weights, (batch, num_heads, q_len, k_len),
                  cause=grown.text() if grown is not None else
                  "keep the given line `self.attn_weights = weights.detach()`, where `weights` is the second result "
                  "of scaled_dot_product_attention on the split heads.")
-    expect_close("self.attn_weights", run.weights, expected, atol=1e-7,
-                 diagnose=_forward_diagnosis(run, reference, roles, q, k, v, mask, expected, weights=True),
+    expect_close("self.attn_weights", run.weights, expected, atol=1e-7, diagnose=case.diagnosis(run, expected, True),
                  cause="the weights of every head, from the same projections the output uses: rows sum to 1 and "
                        "the padded keys get 0.")
 
@@ -1454,15 +1215,10 @@ def mha_attention_weights(MultiHeadAttention: type[nn.Module], d_model: int = 12
 @check("MultiHeadAttention works as cross-attention: queries and keys of different lengths")
 def mha_cross_attention(MultiHeadAttention: type[nn.Module], d_model: int = 20, num_heads: int = 4,
                         batch: int = 2, q_len: int = 3, k_len: int = 7) -> None:
-    reference = _reference_module(d_model, num_heads, 180)
-    module, roles = _prepared(MultiHeadAttention, reference)
-    q, k, v, mask = _mha_inputs(batch, q_len, k_len, d_model, seed=181)
-    with torch.no_grad():
-        expected = reference(q, k, v, mask)
-    _expect_forward(module, reference, roles, q, k, v, mask, expected,
-                    name="forward(q, k, v, mask) with q_len != k_len",
-                    cause="take each sequence length from its own input: split_heads reads seq_len from x.shape, so Q "
-                          "has q_len rows and K, V have k_len rows.")
+    case = _Case(MultiHeadAttention, d_model, num_heads, batch, q_len, k_len, 180)
+    case.expect(case.expected()[0], name="forward(q, k, v, mask) with q_len != k_len",
+                cause="take each sequence length from its own input: split_heads reads seq_len from x.shape, so Q "
+                      "has q_len rows and K, V have k_len rows.")
 
 
 # --- predict, then run ------------------------------------------------------------------------------

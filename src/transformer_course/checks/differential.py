@@ -1444,6 +1444,20 @@ def explain(student: Trace, reference: Trace, got: torch.Tensor, expected: torch
     return Said(where, (f"{found.where}: " if found.where else "") + found.how + ".")
 
 
+def before_crash(student: Trace, reference: Trace, context: Context | None = None) -> Any:
+    """The framework's Diagnosis of a computation that crashed (`student`, recorded up to the crash): where it
+    first departs from the reference's, only when that is a line of the student's that ran (a departure found
+    after the crash is not said); None otherwise, or when the engine cannot say in the time `explain` has."""
+    from transformer_course.checks.framework import Diagnosis as Said
+
+    try:
+        with _time_budget(20.0):
+            found = diagnose(student, reference, context=context)
+    except Exception:  # a diagnosis that cannot be made here (or in time) says nothing
+        return None
+    return Said(found.where, found.how + ".") if found is not None and found.line is not None else None
+
+
 @on_student_side
 def traced(target: Any, *args: Any, method: str | None = None, names: Sequence[str] = (), modules: Any = None,
            seed: int | None = None, keep_error: bool = False, **kwargs: Any) -> Trace:

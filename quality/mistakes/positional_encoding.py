@@ -97,7 +97,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "forward replaces x by the table",
         _ADD,
         "x = self.pe[:, : x.size(1)]",
-        fails="pe_forward", cause="returns only the table",
+        fails="pe_forward", cause="never uses the input `x`",
     ),
     Mistake(
         STAGE, "table sliced by d_model instead of the sequence length (pe[:, :d_model])",
@@ -115,13 +115,13 @@ MISTAKES: list[Mistake] = [
         STAGE, "table indexed instead of sliced (pe[:, seq_len])",
         _ADD,
         "x = x + self.pe[:, x.size(1)]",
-        fails="pe_forward", cause="a single row of pe",
+        fails="pe_forward", cause="the slice has `index` (:, 7) where (:, :7) is expected",
     ),
     Mistake(
         STAGE, "embeddings scaled by sqrt(d_model) inside PositionalEncoding",
         _ADD,
         "x = x * math.sqrt(x.size(-1)) + self.pe[:, : x.size(1)]",
-        fails="pe_forward", cause="x is scaled before the addition",
+        fails="pe_forward", cause="receives the input `x` after an extra product",
     ),
     Mistake(
         STAGE, "dropout not applied",

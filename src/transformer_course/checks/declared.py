@@ -42,23 +42,28 @@ def shape(name: str, got: Any, expected: tuple[int, ...], *, recipe: str,
 
 def values(name: str, got: Any, expected: torch.Tensor, *, traces: Traces, context: differential.Context,
            axes: Sequence[str], recipe: str, own: Sequence[Reading] = (), atol: float = 1e-7,
-           rtol: float = 1e-5, engine: bool = True) -> None:
-    """Compare the student's value with the reference's; on a difference, say what was seen (see the module)."""
+           rtol: float = 1e-5, engine: bool = True, steps: bool = True) -> None:
+    """Compare the student's value with the reference's; on a difference, say what was seen (see the module).
+    With `steps=False` the two computations are not compared step by step (only the engine's departure is read):
+    for a value whose steps may run on something else than the expected value (a forward that drops a result)."""
 
     def diagnose(value: torch.Tensor) -> Diagnosis | None:
         seen = [reading(value) for reading in own]
         student, reference = traces()
-        return read(student, reference, value, expected, context, tuple(axes), *seen, engine=engine)
+        return read(student, reference, value, expected, context, tuple(axes), *seen, engine=engine, steps=steps)
 
     expect_close(name, got, expected, atol=atol, rtol=rtol, axes=tuple(axes), diagnose=diagnose, cause=recipe)
 
 
 def read(student: differential.Trace, reference: differential.Trace, got: torch.Tensor, expected: torch.Tensor,
-         context: differential.Context, axes: tuple[str, ...], *own: str, engine: bool = True) -> Diagnosis | None:
+         context: differential.Context, axes: tuple[str, ...], *own: str, engine: bool = True,
+         steps: bool = True) -> Diagnosis | None:
     """What the check's own readings saw (`own`), then the first of: the steps compared in order, steps added at
-    the end, the engine's departure (left out with `engine=False`). None when nothing was seen."""
+    the end (both left out with `steps=False`), the engine's departure (left out with `engine=False`). None when
+    nothing was seen."""
     where = describe_difference(got, expected, axes) if got.shape == expected.shape else ""
-    traced = steps_reading(student, reference, got, expected) or added_steps(student, got, expected, context)
+    traced = steps and (steps_reading(student, reference, got, expected)
+                        or added_steps(student, got, expected, context))
     if traced:
         return joined(where, *own, traced)
     found = _engine(student, reference, got, expected, context, axes) if engine else None

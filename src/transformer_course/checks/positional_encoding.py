@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from transformer_course.checks import differential
+from transformer_course.checks import declared, differential
 from transformer_course.checks.boundary import on_student_side
 from transformer_course.checks.compare import index_ranges
 from transformer_course.checks.framework import (
@@ -373,36 +373,12 @@ def _columns_text(columns: list[int], d_model: int) -> str:
     return ("column " if len(columns) == 1 else "columns ") + index_ranges(columns)
 
 
-def diagnose_forward(got: torch.Tensor, x: torch.Tensor, pe: torch.Tensor) -> Diagnosis | None:
-    """What forward(x) adds to x, compared with the rows of the (1, max_seq_length, d_model) table pe."""
-    seq_len, tolerance = x.size(1), 1e-4
-    added = (got - x).detach().to(torch.float64)
-    table = pe.to(torch.float64)
-    if tensors_close(added, torch.zeros_like(added), tolerance, 0.0):
-        return Diagnosis("forward(x) returns x unchanged: nothing was added",
-                         "forward returns x unchanged: add the positional table, x = x + self.pe[:, :x.size(1)] "
-                         "(an expression that is not assigned changes nothing).")
-    for start in range(1, table.size(1) - seq_len + 1):
-        if tensors_close(added, table[:, start:start + seq_len].expand_as(added), tolerance, tolerance):
-            return Diagnosis(f"forward adds rows {start}..{start + seq_len - 1} of pe instead of rows "
-                             f"0..{seq_len - 1}", "slice the table from position 0: self.pe[:, :x.size(1)].")
-    for row in range(table.size(1)):
-        if tensors_close(added, table[:, row:row + 1].expand_as(added), tolerance, tolerance):
-            return Diagnosis(f"forward adds row {row} of pe to every position",
-                             "a single row of pe is added to every position: slice with a colon, "
-                             "self.pe[:, :x.size(1)], to get one row per position.")
-    window = table[:, :seq_len].expand_as(added)
-    design = torch.stack([x.to(torch.float64).flatten(), window.flatten()], dim=-1)
-    alpha, beta = torch.linalg.lstsq(design, got.detach().to(torch.float64).flatten()[:, None]).solution[:, 0].tolist()
-    if tensors_close(got, alpha * x + beta * window, tolerance, tolerance):
-        if abs(beta - 1) < 1e-6:
-            return Diagnosis(f"forward(x) is {alpha:.4g} × x + pe: x is scaled before the addition",
-                             "add the table to x itself; scaling the embeddings (by sqrt(d_model)) belongs to the "
-                             "Encoder and Decoder of stage 4.")
-        if abs(alpha - 1) < 1e-6:
-            return Diagnosis(f"forward(x) is x + {beta:.4g} × pe: the table is scaled", "add pe itself.")
-        return Diagnosis(f"forward(x) is {alpha:.4g} × x + {beta:.4g} × pe", "return x + self.pe[:, :x.size(1)].")
-    return None
+def _unchanged(got: torch.Tensor, x: torch.Tensor) -> str:
+    """forward(x) that returns x itself: nothing was added (the engine sees no departure in such a forward)."""
+    if got.shape != x.shape or not tensors_close(got.detach().to(torch.float64), x, 1e-4, 0.0):
+        return ""
+    return ("forward returns x unchanged: add the positional table, x = x + self.pe[:, :x.size(1)] (an expression "
+            "that is not assigned changes nothing)")
 
 
 def _put_table(module: nn.Module, table: torch.Tensor) -> str | None:
@@ -528,24 +504,14 @@ def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16
     with torch.no_grad():
         reference.pe.copy_(table)  # x + the table the student's buffer held
         expected = reference(x)
-    pe = reference.pe[:, :seq_len]
-    if isinstance(got, torch.Tensor) and tensors_close(got, pe, 1e-4, 1e-4):
-        fail("forward(x) is the positional table alone.", expected=f"x + pe, shape {tuple(x.shape)}",
-             got=f"pe[:, :seq_len], shape {tuple(got.shape)}",
-             cause="forward returns only the table: add it to x, do not replace x.")
-
-    def diagnose(output: torch.Tensor) -> Diagnosis | None:
-        described = diagnose_forward(output, x, reference.pe)
-        student = differential.traced(module, x, names=("x",))
-        recorded = differential.traced_call(reference, x, names=("x",))
-        return differential.combined(described, differential.explain(
-            student, recorded, output, expected, _context(d_model, max_seq_length, seq_len),
-            ("batch", "position", "feature")))
-
-    expect_close("forward(x)", got, expected, atol=1e-4, rtol=1e-4, axes=("batch", "position", "feature"),
-                 diagnose=diagnose, cause="return x + self.pe[:, :x.size(1)] (the slice keeps only the first "
-                                          "seq_len positions); this check puts random values into self.pe, so "
-                                          "forward must add the table its buffer holds.")
+    declared.values("forward(x)", got, expected, context=_context(d_model, max_seq_length, seq_len),
+                    traces=lambda: (differential.traced(module, x, names=("x",)),
+                                    differential.traced_call(reference, x, names=("x",))),
+                    axes=("batch", "position", "feature"), own=[lambda output: _unchanged(output, x)], atol=1e-4,
+                    rtol=1e-4, steps=False,
+                    recipe="return x + self.pe[:, :x.size(1)] (the slice keeps only the first seq_len positions); "
+                           "this check puts random values into self.pe, so forward must add the table its buffer "
+                           "holds.")
 
 
 def _kept_values(trained: torch.Tensor, x: torch.Tensor, rows: torch.Tensor, p: float, zeros: torch.Tensor) -> str:
@@ -593,20 +559,14 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
         fail("forward returned the wrong thing.", expected=f"shape {tuple(x.shape)}",
              got=getattr(trained, "shape", type(trained).__name__), cause="return a tensor shaped like x.")
     zeros = trained.abs() < 1e-12
-    if not zeros.any() and (((trained - rows).abs() < 1e-4) | ((trained - rows - x / (1 - p)).abs() < 1e-4)).all():
-        fail(
-            "in train mode the kept elements are not (x + pe) / (1 - p).",
-            expected="each element either 0 or (x + pe) / (1 - p)",
-            got="pe where x was dropped, x / (1 - p) + pe elsewhere: dropout was applied to x before adding pe",
-            cause="apply dropout once, after adding pe (dropout on x before the addition leaves pe undropped).",
-        )
-    if not zeros.any():
-        fail(
-            "in train mode no element was dropped.",
-            expected=f"about {p:.0%} of the elements set to 0 (dropout p={p})",
-            got="no zeros at all",
-            cause="apply self.dropout to the sum (the given `return self.dropout(x)` line does it).",
-        )
+    if not zeros.any():  # dropout on x before the addition leaves pe where x was dropped, and no zeros
+        before = bool((((trained - rows).abs() < 1e-4) | ((trained - rows - x / (1 - p)).abs() < 1e-4)).all())
+        fail("in train mode no element was dropped.",
+             expected=f"about {p:.0%} of the elements set to 0 (dropout p={p})",
+             got="pe where x was dropped, x / (1 - p) + pe elsewhere: dropout was applied to x before adding pe"
+             if before else "no zeros at all",
+             cause="apply dropout once, after adding pe (dropout on x before the addition leaves pe undropped)."
+             if before else "apply self.dropout to the sum (the given `return self.dropout(x)` line does it).")
     kept_ok = ((trained - summed / (1 - p)).abs() < 1e-4) | zeros
     if not kept_ok.all():
         fail("in train mode the kept elements are not (x + pe) / (1 - p).",

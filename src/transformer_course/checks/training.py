@@ -34,7 +34,6 @@ from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.errors import crash_lines
 from transformer_course.checks.framework import (
     RECIPE,
-    CheckFailed,
     Diagnosis,
     check,
     describe,
@@ -346,7 +345,8 @@ def _inputs(batch: Batch) -> dict[str, torch.Tensor]:
 @on_student_side
 def _loss_run(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
     """The student's compute_loss on the case's model and batch, with gradients on; then backward from its
-    result, to read the gradient it sends to the model's logits."""
+    result, to read the gradient it sends to the model's logits. A crash is explained by how compute_loss
+    called the model, where that departs from model(src, tgt_in, src_mask, tgt_mask)."""
     model, batch, criterion = case.build()
     supplied(model)
     logits: list[torch.Tensor] = []
@@ -361,6 +361,13 @@ def _loss_run(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
         with _one_thread(), torch.enable_grad(), student_code(), parts.recorded(model, {}, False, "model") as calls, \
                 differential.recording(model, _inputs(batch)) as trace:
             loss = compute_loss(model, batch, criterion)
+    except RuntimeError as error:
+        departure = None if isinstance(error, NotImplementedError) else parts.safely(
+            _model_call_departure, calls, batch, complete=False)
+        if departure:
+            fail("compute_loss crashed.", expected="a loss", got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
+                 cause=departure)
+        raise
     finally:
         handle.remove()
     trace.output = None
@@ -374,36 +381,6 @@ def _loss_run(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
             gradient = None
     return LossRun(_value(loss), isinstance(loss, torch.Tensor) and loss.requires_grad,
                    logits[-1].detach() if logits else None, gradient, calls, trace)
-
-
-@on_student_side
-def _calls_before_crash(compute_loss: Callable[..., Any], case: LossCase) -> list[parts.Call]:
-    """The model's calls that the student's compute_loss makes on the case until it crashes."""
-    model, batch, criterion = case.build()
-    supplied(model)
-    with _one_thread(), torch.enable_grad(), student_code(), parts.recorded(model, {}, False, "model") as calls:
-        try:
-            compute_loss(model, batch, criterion)
-        except (NotImplementedError, CheckFailed):
-            raise
-        except Exception:  # noqa: BLE001  (the crash itself is reported by the check)
-            pass
-    return list(calls)
-
-
-def _observed_loss(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
-    """`_loss_run`, with a crash explained by how compute_loss called the model, where that departs."""
-    try:
-        return _loss_run(compute_loss, case)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except RuntimeError as error:
-        departure = parts.safely(_model_call_departure, _calls_before_crash(compute_loss, case), case.batch(),
-                                 complete=False)
-        if departure:
-            fail("compute_loss crashed.", expected="a loss", got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
-                 cause=departure)
-        raise
 
 
 def _reference_loss(case: LossCase) -> tuple[torch.Tensor, differential.Trace, Batch]:
@@ -548,7 +525,7 @@ def _loss_diagnosis(run: LossRun, case: LossCase, expected: torch.Tensor, refere
 def compute_loss_values(compute_loss: Callable[..., Any], batch_size: int = 5, d_model: int = 16,
                         label_smoothing: float = 0.1, seed: int = 2) -> None:
     case = LossCase(seed, batch_size, d_model, label_smoothing)
-    run = _observed_loss(compute_loss, case)
+    run = _loss_run(compute_loss, case)
     got = _loss_tensor(run.loss)
     if not run.requires_grad:
         fail("the loss is not connected to the model's weights.", expected="a tensor with requires_grad=True",
@@ -565,8 +542,8 @@ def compute_loss_values(compute_loss: Callable[..., Any], batch_size: int = 5, d
 def compute_loss_ignores_padding(compute_loss: Callable[..., Any], batch_size: int = 4, extra: int = 3,
                                  seed: int = 3) -> None:
     short_case, long_case = LossCase(seed, batch_size), LossCase(seed, batch_size, extra=extra)
-    short = _loss_tensor(_observed_loss(compute_loss, short_case).loss)
-    run = _observed_loss(compute_loss, long_case)
+    short = _loss_tensor(_loss_run(compute_loss, short_case).loss)
+    run = _loss_run(compute_loss, long_case)
     long = _loss_tensor(run.loss)
 
     def diagnose(_got: torch.Tensor) -> Diagnosis:
@@ -742,16 +719,9 @@ def noam_step_zero(noam_learning_rate: Callable[..., Any], d_model: int = 512, w
     if math.isfinite(value) and (math.isclose(value, first, rel_tol=1e-9)
                                  or math.isclose(value, _paper_rate(1, d_model, warmup_steps), rel_tol=1e-9)):
         return
-    if not math.isfinite(value):
-        cause = ZERO_CAUSE
-    elif value == 0.0:
-        cause = ("a rate of 0 at step 0 freezes the first update: a scheduler that counts from 0 (LambdaLR asks "
-                 "for step 0 first) would leave the weights unchanged by the first batch. Treat step 0 as step 1: "
-                 "step = max(step, 1).")
-    else:
-        cause = "treat step 0 as step 1 (step = max(step, 1)), so it gets the rate of step 1."
     fail("noam_learning_rate(0, ...) is not the rate of step 1.", expected=f"the rate of step 1 ({first:.6g})",
-         got=f"{value!r}", cause=cause)
+         got=f"{value!r}", cause=ZERO_CAUSE if not math.isfinite(value) else
+         "treat step 0 as step 1 (step = max(step, 1)), so it gets the rate of step 1.")
 
 
 # --- train_epoch --------------------------------------------------------------------------------------------
@@ -914,39 +884,6 @@ def _course_compute_loss(train_epoch: Callable[..., Any], run: EpochRun) -> Iter
             namespace["compute_loss"] = saved
 
 
-AUTOGRAD_CRASHES = {
-    "does not require grad": "the loss has no graph to backpropagate through: it was computed under "
-    "torch.no_grad() or cut off with .detach() / .data. Compute it with gradients on (train_epoch must not use "
-    "torch.no_grad(); that belongs to evaluation).",
-    "backward through the graph a second time": "loss.backward() runs twice on the same graph: call it once per "
-    "batch.",
-}
-
-
-def _explain_epoch_crash(error: Exception, scheduler_given: bool) -> None:
-    """Fail with the cause of a known crash of train_epoch; return for any other."""
-    text = str(error)
-    if isinstance(error, AttributeError):
-        if "NoneType" in text and "step" in text and not scheduler_given:
-            fail("train_epoch fails when it is given no scheduler.", expected="scheduler=None to be allowed",
-                 got=f"AttributeError: {error}" + crash_lines(error),
-                 cause="step the scheduler only if there is one: `if scheduler is not None: scheduler.step()`.")
-        if "object has no attribute 'backward'" in text:
-            fail("train_epoch calls .backward() on something that is not a tensor.", expected="loss.backward() on "
-                 "the tensor compute_loss returns", got=f"AttributeError: {error}" + crash_lines(error),
-                 cause="keep `loss` the tensor compute_loss returns (loss.item() or float(loss) is a plain number, "
-                       "with no graph to backpropagate through); the given lines call loss.item() themselves.")
-    if isinstance(error, RuntimeError):
-        for sign, cause in AUTOGRAD_CRASHES.items():
-            if sign in text:
-                fail("train_epoch crashed in loss.backward().", expected="a backward pass through the model",
-                     got=f"RuntimeError: {text.splitlines()[0][:120]}", cause=cause)
-    if isinstance(error, NameError) and "loss" in text:
-        fail("the lines after your code cannot find the batch loss.", expected="a variable named `loss`",
-             got=f"{type(error).__name__}: {error}",
-             cause="store the batch's loss in `loss` (loss = compute_loss(...)); the given lines read it.")
-
-
 @on_student_side
 def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
     """The student's train_epoch on the setup's model and batches, with the reference compute_loss, a spying
@@ -982,8 +919,11 @@ def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
                                      clip_norm=setup.clip_norm, progress=False)
                 run.returned.append(float(result) if isinstance(result, int | float | torch.Tensor)
                                     and getattr(result, "numel", lambda: 1)() == 1 else describe(result))
-    except (AttributeError, RuntimeError, NameError) as error:
-        _explain_epoch_crash(error, scheduler_given=scheduler is not None)
+    except AttributeError as error:  # any other crash is explained by its kind (`errors`, `crash`)
+        if "NoneType" in str(error) and "step" in str(error) and scheduler is None:
+            fail("train_epoch fails when it is given no scheduler.", expected="scheduler=None to be allowed",
+                 got=f"AttributeError: {error}" + crash_lines(error),
+                 cause="step the scheduler only if there is one: `if scheduler is not None: scheduler.step()`.")
         raise
     finally:
         for handle in handles:

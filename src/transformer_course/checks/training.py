@@ -34,7 +34,6 @@ from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.errors import crash_lines
 from transformer_course.checks.framework import (
     RECIPE,
-    CheckFailed,
     Diagnosis,
     check,
     describe,
@@ -291,25 +290,54 @@ def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 
 
 
 @dataclass(frozen=True)
-class LossCase:
-    """The model, batch and criterion a loss check hands to compute_loss (built the same on both sides)."""
+class Setup:
+    """Everything a loss or train_epoch check hands to the student's function (model, batches, criterion,
+    optimiser, schedule), built the same on both sides."""
 
     seed: int
-    batch_size: int
+    sizes: tuple[int, ...]  # sentences per batch
+    copy_task: bool = False
     d_model: int = 16
-    label_smoothing: float = 0.1
+    num_heads: int = 2
+    d_ff: int = 32
+    double: bool = True
+    dropout: float = 0.0
+    optimizer: str = "sgd"  # "sgd" or "adam"
+    lr: float = 0.5
+    schedule: str = "constant"  # "constant" (rate 1), "warmup" (the paper's, own copy) or "none" (no scheduler)
+    rate_d_model: int = 16
+    warmup_steps: int = 4
+    rate_factor: float = 1.0
+    clip_norm: float = 1e9
+    label_smoothing: float = 0.0
+    epochs: int = 1
+    start_in_eval: bool = False
+    keep_gradients: bool = False  # record the gradient and the weights at every optimizer.step()
     extra: int = 0  # <pad> columns added to every source and target
 
-    def batch(self) -> Batch:
-        pairs = _pairs(self.batch_size, self.seed)
-        pairs = [(source + [PAD] * self.extra, target + [PAD] * (self.extra + 1 if self.extra else 0))
-                 for source, target in pairs]
-        return reference_collate(pairs, PAD)
+    def model(self) -> nn.Module:
+        return _model(self.seed, d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff,
+                      dtype=torch.float64 if self.double else torch.float32, dropout=self.dropout)
 
-    def build(self) -> tuple[nn.Module, Batch, nn.Module]:
-        model = _model(self.seed, d_model=self.d_model).eval()
-        criterion = nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=self.label_smoothing)
-        return model, self.batch(), criterion
+    def batches(self) -> list[Batch]:
+        pairs = [(source + [PAD] * self.extra, target + [PAD] * (self.extra + 1 if self.extra else 0))
+                 for source, target in _pairs(sum(self.sizes), self.seed, copy_task=self.copy_task)]
+        starts = [sum(self.sizes[:index]) for index in range(len(self.sizes))]
+        return [reference_collate(pairs[start:start + size], PAD) for start, size in zip(starts, self.sizes,
+                                                                                          strict=True)]
+
+    def criterion(self) -> nn.Module:
+        return nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=self.label_smoothing)
+
+    def loss_case(self) -> tuple[nn.Module, Batch, nn.Module]:
+        """The model (in eval mode), the first batch and the criterion a loss check hands to compute_loss."""
+        return self.model().eval(), self.batches()[0], self.criterion()
+
+    def rate(self, index: int) -> float:
+        """The schedule's multiplier after `index` scheduler steps (LambdaLR's lr_lambda)."""
+        if self.schedule != "warmup":
+            return 1.0
+        return _paper_rate(index + 1, self.rate_d_model, self.warmup_steps, self.rate_factor)
 
 
 @dataclass
@@ -344,10 +372,11 @@ def _inputs(batch: Batch) -> dict[str, torch.Tensor]:
 
 
 @on_student_side
-def _loss_run(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
+def _loss_run(compute_loss: Callable[..., Any], case: Setup) -> LossRun:
     """The student's compute_loss on the case's model and batch, with gradients on; then backward from its
-    result, to read the gradient it sends to the model's logits."""
-    model, batch, criterion = case.build()
+    result, to read the gradient it sends to the model's logits. A crash is explained by how compute_loss
+    called the model, where that departs from model(src, tgt_in, src_mask, tgt_mask)."""
+    model, batch, criterion = case.loss_case()
     supplied(model)
     logits: list[torch.Tensor] = []
 
@@ -361,6 +390,13 @@ def _loss_run(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
         with _one_thread(), torch.enable_grad(), student_code(), parts.recorded(model, {}, False, "model") as calls, \
                 differential.recording(model, _inputs(batch)) as trace:
             loss = compute_loss(model, batch, criterion)
+    except RuntimeError as error:
+        departure = None if isinstance(error, NotImplementedError) else parts.safely(
+            _model_call_departure, calls, batch, complete=False)
+        if departure:
+            fail("compute_loss crashed.", expected="a loss", got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
+                 cause=departure)
+        raise
     finally:
         handle.remove()
     trace.output = None
@@ -376,38 +412,8 @@ def _loss_run(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
                    logits[-1].detach() if logits else None, gradient, calls, trace)
 
 
-@on_student_side
-def _calls_before_crash(compute_loss: Callable[..., Any], case: LossCase) -> list[parts.Call]:
-    """The model's calls that the student's compute_loss makes on the case until it crashes."""
-    model, batch, criterion = case.build()
-    supplied(model)
-    with _one_thread(), torch.enable_grad(), student_code(), parts.recorded(model, {}, False, "model") as calls:
-        try:
-            compute_loss(model, batch, criterion)
-        except (NotImplementedError, CheckFailed):
-            raise
-        except Exception:  # noqa: BLE001  (the crash itself is reported by the check)
-            pass
-    return list(calls)
-
-
-def _observed_loss(compute_loss: Callable[..., Any], case: LossCase) -> LossRun:
-    """`_loss_run`, with a crash explained by how compute_loss called the model, where that departs."""
-    try:
-        return _loss_run(compute_loss, case)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except RuntimeError as error:
-        departure = parts.safely(_model_call_departure, _calls_before_crash(compute_loss, case), case.batch(),
-                                 complete=False)
-        if departure:
-            fail("compute_loss crashed.", expected="a loss", got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
-                 cause=departure)
-        raise
-
-
-def _reference_loss(case: LossCase) -> tuple[torch.Tensor, differential.Trace, Batch]:
-    model, batch, criterion = case.build()
+def _reference_loss(case: Setup) -> tuple[torch.Tensor, differential.Trace, Batch]:
+    model, batch, criterion = case.loss_case()
     with torch.enable_grad(), differential.recording(model, _inputs(batch)) as trace:
         loss = reference_compute_loss(model, batch, criterion)
     trace.output = None
@@ -531,7 +537,7 @@ def _loss_context(batch: Batch, d_model: int) -> differential.Context:
                "input:src_mask": "batch.src_mask", "input:tgt_mask": "batch.tgt_mask"})
 
 
-def _loss_diagnosis(run: LossRun, case: LossCase, expected: torch.Tensor, reference: differential.Trace,
+def _loss_diagnosis(run: LossRun, case: Setup, expected: torch.Tensor, reference: differential.Trace,
                     batch: Batch) -> Diagnosis:
     """The gradient's reading with the student's line; else what the engine says; else the recipe."""
     reading = _read_gradient(run, batch, case.label_smoothing)
@@ -547,8 +553,8 @@ def _loss_diagnosis(run: LossRun, case: LossCase, expected: torch.Tensor, refere
 @check("compute_loss equals the reference loss (same model, same batch, same criterion)")
 def compute_loss_values(compute_loss: Callable[..., Any], batch_size: int = 5, d_model: int = 16,
                         label_smoothing: float = 0.1, seed: int = 2) -> None:
-    case = LossCase(seed, batch_size, d_model, label_smoothing)
-    run = _observed_loss(compute_loss, case)
+    case = Setup(seed, (batch_size,), d_model=d_model, label_smoothing=label_smoothing)
+    run = _loss_run(compute_loss, case)
     got = _loss_tensor(run.loss)
     if not run.requires_grad:
         fail("the loss is not connected to the model's weights.", expected="a tensor with requires_grad=True",
@@ -564,9 +570,10 @@ def compute_loss_values(compute_loss: Callable[..., Any], batch_size: int = 5, d
 @check("compute_loss ignores padding: extra <pad> columns leave the loss unchanged")
 def compute_loss_ignores_padding(compute_loss: Callable[..., Any], batch_size: int = 4, extra: int = 3,
                                  seed: int = 3) -> None:
-    short_case, long_case = LossCase(seed, batch_size), LossCase(seed, batch_size, extra=extra)
-    short = _loss_tensor(_observed_loss(compute_loss, short_case).loss)
-    run = _observed_loss(compute_loss, long_case)
+    short_case = Setup(seed, (batch_size,), label_smoothing=0.1)
+    long_case = Setup(seed, (batch_size,), label_smoothing=0.1, extra=extra)
+    short = _loss_tensor(_loss_run(compute_loss, short_case).loss)
+    run = _loss_run(compute_loss, long_case)
     long = _loss_tensor(run.loss)
 
     def diagnose(_got: torch.Tensor) -> Diagnosis:
@@ -742,63 +749,12 @@ def noam_step_zero(noam_learning_rate: Callable[..., Any], d_model: int = 512, w
     if math.isfinite(value) and (math.isclose(value, first, rel_tol=1e-9)
                                  or math.isclose(value, _paper_rate(1, d_model, warmup_steps), rel_tol=1e-9)):
         return
-    if not math.isfinite(value):
-        cause = ZERO_CAUSE
-    elif value == 0.0:
-        cause = ("a rate of 0 at step 0 freezes the first update: a scheduler that counts from 0 (LambdaLR asks "
-                 "for step 0 first) would leave the weights unchanged by the first batch. Treat step 0 as step 1: "
-                 "step = max(step, 1).")
-    else:
-        cause = "treat step 0 as step 1 (step = max(step, 1)), so it gets the rate of step 1."
     fail("noam_learning_rate(0, ...) is not the rate of step 1.", expected=f"the rate of step 1 ({first:.6g})",
-         got=f"{value!r}", cause=cause)
+         got=f"{value!r}", cause=ZERO_CAUSE if not math.isfinite(value) else
+         "treat step 0 as step 1 (step = max(step, 1)), so it gets the rate of step 1.")
 
 
 # --- train_epoch --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EpochSetup:
-    """Everything a train_epoch check hands to the student's train_epoch, built the same on both sides."""
-
-    seed: int
-    sizes: tuple[int, ...]  # sentences per batch
-    copy_task: bool = False
-    d_model: int = 16
-    num_heads: int = 2
-    d_ff: int = 32
-    double: bool = True
-    dropout: float = 0.0
-    optimizer: str = "sgd"  # "sgd" or "adam"
-    lr: float = 0.5
-    schedule: str = "constant"  # "constant" (rate 1), "warmup" (the paper's, own copy) or "none" (no scheduler)
-    rate_d_model: int = 16
-    warmup_steps: int = 4
-    rate_factor: float = 1.0
-    clip_norm: float = 1e9
-    label_smoothing: float = 0.0
-    epochs: int = 1
-    start_in_eval: bool = False
-    keep_gradients: bool = False  # record the gradient and the weights at every optimizer.step()
-
-    def model(self) -> nn.Module:
-        return _model(self.seed, d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff,
-                      dtype=torch.float64 if self.double else torch.float32, dropout=self.dropout)
-
-    def batches(self) -> list[Batch]:
-        pairs = _pairs(sum(self.sizes), self.seed, copy_task=self.copy_task)
-        starts = [sum(self.sizes[:index]) for index in range(len(self.sizes))]
-        return [reference_collate(pairs[start:start + size], PAD) for start, size in zip(starts, self.sizes,
-                                                                                          strict=True)]
-
-    def criterion(self) -> nn.Module:
-        return nn.CrossEntropyLoss(ignore_index=PAD, label_smoothing=self.label_smoothing)
-
-    def rate(self, index: int) -> float:
-        """The schedule's multiplier after `index` scheduler steps (LambdaLR's lr_lambda)."""
-        if self.schedule != "warmup":
-            return 1.0
-        return _paper_rate(index + 1, self.rate_d_model, self.warmup_steps, self.rate_factor)
 
 
 @dataclass
@@ -914,41 +870,8 @@ def _course_compute_loss(train_epoch: Callable[..., Any], run: EpochRun) -> Iter
             namespace["compute_loss"] = saved
 
 
-AUTOGRAD_CRASHES = {
-    "does not require grad": "the loss has no graph to backpropagate through: it was computed under "
-    "torch.no_grad() or cut off with .detach() / .data. Compute it with gradients on (train_epoch must not use "
-    "torch.no_grad(); that belongs to evaluation).",
-    "backward through the graph a second time": "loss.backward() runs twice on the same graph: call it once per "
-    "batch.",
-}
-
-
-def _explain_epoch_crash(error: Exception, scheduler_given: bool) -> None:
-    """Fail with the cause of a known crash of train_epoch; return for any other."""
-    text = str(error)
-    if isinstance(error, AttributeError):
-        if "NoneType" in text and "step" in text and not scheduler_given:
-            fail("train_epoch fails when it is given no scheduler.", expected="scheduler=None to be allowed",
-                 got=f"AttributeError: {error}" + crash_lines(error),
-                 cause="step the scheduler only if there is one: `if scheduler is not None: scheduler.step()`.")
-        if "object has no attribute 'backward'" in text:
-            fail("train_epoch calls .backward() on something that is not a tensor.", expected="loss.backward() on "
-                 "the tensor compute_loss returns", got=f"AttributeError: {error}" + crash_lines(error),
-                 cause="keep `loss` the tensor compute_loss returns (loss.item() or float(loss) is a plain number, "
-                       "with no graph to backpropagate through); the given lines call loss.item() themselves.")
-    if isinstance(error, RuntimeError):
-        for sign, cause in AUTOGRAD_CRASHES.items():
-            if sign in text:
-                fail("train_epoch crashed in loss.backward().", expected="a backward pass through the model",
-                     got=f"RuntimeError: {text.splitlines()[0][:120]}", cause=cause)
-    if isinstance(error, NameError) and "loss" in text:
-        fail("the lines after your code cannot find the batch loss.", expected="a variable named `loss`",
-             got=f"{type(error).__name__}: {error}",
-             cause="store the batch's loss in `loss` (loss = compute_loss(...)); the given lines read it.")
-
-
 @on_student_side
-def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
+def _train(train_epoch: Callable[..., Any], setup: Setup) -> EpochRun:
     """The student's train_epoch on the setup's model and batches, with the reference compute_loss, a spying
     optimiser and (unless the setup has none) a LambdaLR with the check's own schedule; `setup.epochs` epochs."""
     run = EpochRun()
@@ -982,8 +905,11 @@ def _train(train_epoch: Callable[..., Any], setup: EpochSetup) -> EpochRun:
                                      clip_norm=setup.clip_norm, progress=False)
                 run.returned.append(float(result) if isinstance(result, int | float | torch.Tensor)
                                     and getattr(result, "numel", lambda: 1)() == 1 else describe(result))
-    except (AttributeError, RuntimeError, NameError) as error:
-        _explain_epoch_crash(error, scheduler_given=scheduler is not None)
+    except AttributeError as error:  # any other crash is explained by its kind (`errors`, `crash`)
+        if "NoneType" in str(error) and "step" in str(error) and scheduler is None:
+            fail("train_epoch fails when it is given no scheduler.", expected="scheduler=None to be allowed",
+                 got=f"AttributeError: {error}" + crash_lines(error),
+                 cause="step the scheduler only if there is one: `if scheduler is not None: scheduler.step()`.")
         raise
     finally:
         for handle in handles:
@@ -1009,7 +935,7 @@ def _one_step_per_batch(run: EpochRun, batches: int, cause: str | None = None) -
              cause=cause or "call optimizer.step() once per batch, after loss.backward() and the clipping.")
 
 
-def _fresh_gradient(setup: EpochSetup, weights: torch.Tensor, index: int) -> torch.Tensor:
+def _fresh_gradient(setup: Setup, weights: torch.Tensor, index: int) -> torch.Tensor:
     """The reference gradient of batch `index` at the given weights (what backward gives after zero_grad)."""
     model = setup.model()
     torch.nn.utils.vector_to_parameters(weights.to(next(model.parameters()).dtype), model.parameters())
@@ -1038,7 +964,7 @@ def _accumulated(got: torch.Tensor, fresh: torch.Tensor, before: torch.Tensor) -
 
 @check("train_epoch trains in train mode (dropout on), also after an evaluation left the model in eval mode")
 def train_epoch_train_mode(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 8) -> None:
-    run = _train(train_epoch, EpochSetup(seed, (4,) * num_batches, dropout=0.3, lr=0.1, start_in_eval=True))
+    run = _train(train_epoch, Setup(seed, (4,) * num_batches, dropout=0.3, lr=0.1, start_in_eval=True))
     if not run.modes:
         fail("train_epoch never ran the model.", expected=f"{num_batches} forward passes", got="none",
              cause="compute each batch's loss with compute_loss(model, batch, criterion).")
@@ -1052,7 +978,7 @@ def train_epoch_train_mode(train_epoch: Callable[..., Any], num_batches: int = 2
 
 @check("train_epoch zeroes the gradients every batch: each optimizer.step() gets only its own batch's gradient")
 def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 4) -> None:
-    setup = EpochSetup(seed, (6,) * num_batches, keep_gradients=True)
+    setup = Setup(seed, (6,) * num_batches, keep_gradients=True)
     run = _train(train_epoch, setup)
     _one_step_per_batch(run, num_batches)
     recipe = "per batch: optimizer.zero_grad(); loss = compute_loss(...); loss.backward(); clip; optimizer.step()."
@@ -1106,7 +1032,7 @@ def _clip_reading(got: torch.Tensor, fresh: torch.Tensor, sizes: list[int], clip
 @check("train_epoch clips the gradients' total norm to clip_norm before optimizer.step()")
 def train_epoch_clips_gradients(train_epoch: Callable[..., Any], clip_norm: float = 0.05, num_batches: int = 2,
                                 seed: int = 5) -> None:
-    setup = EpochSetup(seed, (6,) * num_batches, lr=0.1, clip_norm=clip_norm, keep_gradients=True)
+    setup = Setup(seed, (6,) * num_batches, lr=0.1, clip_norm=clip_norm, keep_gradients=True)
     run = _train(train_epoch, setup)
     _one_step_per_batch(run, num_batches)
     sizes = [p.numel() for p in setup.model().parameters()]
@@ -1124,7 +1050,7 @@ def train_epoch_clips_gradients(train_epoch: Callable[..., Any], clip_norm: floa
          got="norms " + ", ".join(f"{value:.4g}" for value in got_norms), cause=cause)
 
 
-def _rate_steps(lrs: Sequence[float], setup: EpochSetup, limit: int) -> list[int | None]:
+def _rate_steps(lrs: Sequence[float], setup: Setup, limit: int) -> list[int | None]:
     """For each learning rate an optimizer step used, the schedule index it belongs to (None: none does)."""
     table = [setup.rate(index) for index in range(limit)]
     return [next((index for index, rate in enumerate(table) if math.isclose(lr, rate, rel_tol=1e-9)), None)
@@ -1151,7 +1077,7 @@ def _schedule_reading(indices: list[int | None], count: int, batches: int) -> st
 @check("train_epoch steps the scheduler once per batch, after optimizer.step(), and runs without one (None)")
 def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches: int = 5, d_model: int = 16,
                                     warmup_steps: int = 3, seed: int = 6) -> None:
-    setup = EpochSetup(seed, (4,) * num_batches, copy_task=True, lr=1.0, schedule="warmup", rate_d_model=d_model,
+    setup = Setup(seed, (4,) * num_batches, copy_task=True, lr=1.0, schedule="warmup", rate_d_model=d_model,
                        warmup_steps=warmup_steps)
     run = _train(train_epoch, setup)
     used = torch.tensor([step.lr for step in run.steps], dtype=torch.float64)
@@ -1171,7 +1097,7 @@ def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches
              got=f"learning rate {run.final_lr:.6g}", cause=_schedule_reading(
                  _rate_steps([run.final_lr], setup, 3 * num_batches + 3), run.scheduler_steps, num_batches)
              or "call scheduler.step() exactly once per batch.")
-    _train(train_epoch, EpochSetup(seed, (4,), copy_task=True, lr=1.0, schedule="none"))  # must not crash
+    _train(train_epoch, Setup(seed, (4,), copy_task=True, lr=1.0, schedule="none"))  # must not crash
 
 
 def _weighted(records: Sequence[LossRecord]) -> float:
@@ -1183,7 +1109,7 @@ def _weighted(records: Sequence[LossRecord]) -> float:
 @check("train_epoch returns the mean loss per target token, measured before each update")
 def train_epoch_mean_loss_per_token(train_epoch: Callable[..., Any], sizes: Sequence[int] = (3, 5, 7),
                                     seed: int = 7) -> None:
-    setup = EpochSetup(seed, tuple(sizes), label_smoothing=0.1)  # batches of different sizes: weighting matters
+    setup = Setup(seed, tuple(sizes), label_smoothing=0.1)  # batches of different sizes: weighting matters
     run = _train(train_epoch, setup)
     got = _returned(run)[0]
     backpropagated = [record for record in run.losses if record.backpropagated]
@@ -1221,7 +1147,7 @@ LEARNS_RATE = 0.005  # a constant rate: a scheduler left unstepped is train_epoc
 @check("train_epoch learns: on a small copy task the loss falls clearly within a few epochs")
 def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 4, num_batches: int = 16,
                                  seed: int = 0) -> None:
-    setup = EpochSetup(seed, (32,) * num_batches, copy_task=True, d_model=32, num_heads=4, d_ff=64, double=False,
+    setup = Setup(seed, (32,) * num_batches, copy_task=True, d_model=32, num_heads=4, d_ff=64, double=False,
                        optimizer="adam", schedule="constant", lr=LEARNS_RATE,
                        clip_norm=1.0, epochs=epochs)
     run = _train(train_epoch, setup)

@@ -104,7 +104,9 @@ class Sizes:
     src_len: int = 7
     tgt_len: int = 7
 
-    def stack_args(self, vocab: int) -> tuple:
+    def stack_args(self, what: str) -> tuple:
+        """The arguments of the Encoder (`what`, with the source vocabulary) or the Decoder (the target's)."""
+        vocab = self.src_vocab if what == "Encoder" else self.tgt_vocab
         return (vocab, self.d_model, self.num_heads, self.num_layers, self.d_ff, self.max_seq_length,
                 self.dropout)
 
@@ -142,6 +144,13 @@ def _other_tokens(tokens: Tensor, vocab: int, pad_idx: int, seed: int) -> Tensor
     return real[(rank + offset) % (vocab - 1)]
 
 
+def _token_pair(sizes: Sizes, seed: int, padded: bool = True) -> tuple[Tensor, Tensor]:
+    """Source ids (batch, src_len) drawn with `seed`, target ids (batch, tgt_len) with `seed + 1`, the target
+    without padding unless `padded`."""
+    return (_tokens(sizes.batch, sizes.src_len, sizes.src_vocab, sizes.pad_idx, seed=seed),
+            _tokens(sizes.batch, sizes.tgt_len, sizes.tgt_vocab, sizes.pad_idx, seed=seed + 1, padded=padded))
+
+
 def _xavier(module: nn.Module) -> nn.Module:
     for parameter in module.parameters():
         if parameter.dim() > 1:
@@ -153,13 +162,20 @@ def _xavier(module: nn.Module) -> nn.Module:
 
 
 @on_student_side
-def _mask(make_target_mask: Callable, tokens: Tensor, pad_idx: int) -> Any:
-    """The student's mask; a crash that combines a float tensor with & or | is explained."""
+def _mask(make_target_mask: Callable, tokens: Tensor, pad_idx: int, crash_as_text: bool = False) -> Any:
+    """The student's mask; a crash that combines a float tensor with & or | is explained. With `crash_as_text`
+    (tgt on another device): ('', the mask), or (the error's text, None) when it crashes."""
     try:
         with student_code():
-            return make_target_mask(tokens.clone(), pad_idx)
-    except RuntimeError as error:
-        if "not implemented for" in str(error) and any(kind in str(error) for kind in ("'Float'", "'Double'")):
+            mask = make_target_mask(tokens.clone(), pad_idx)
+        return ("", mask) if crash_as_text else mask
+    except CheckFailed:
+        raise
+    except Exception as error:  # noqa: BLE001  (read here, or let through for the check to explain)
+        if crash_as_text and not isinstance(error, NotImplementedError):
+            return f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}", None
+        if not crash_as_text and isinstance(error, RuntimeError) and "not implemented for" in str(error) \
+                and any(kind in str(error) for kind in ("'Float'", "'Double'")):
             fail("make_target_mask crashed while combining its two masks.",
                  expected="padding & look_ahead, two bool tensors",
                  got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
@@ -289,23 +305,11 @@ DEVICE = ("a tensor made inside make_target_mask (the look-ahead part: torch.one
           "torch.ones(..., device=tgt.device).")
 
 
-@on_student_side
-def _mask_on(make_target_mask: Callable, tokens: Tensor, pad_idx: int) -> tuple[str, Any]:
-    """('', the mask) for tgt on another device (`tokens`), or (the error's text, None) when it crashes."""
-    try:
-        with student_code():
-            return "", make_target_mask(tokens, pad_idx)
-    except (NotImplementedError, CheckFailed):
-        raise
-    except Exception as error:  # noqa: BLE001  (the check reads the error)
-        return f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}", None
-
-
 @check("make_target_mask builds the mask on the device of tgt (a batch on a GPU gets a GPU mask)")
 def target_mask_device(make_target_mask: Callable, batch: int = 2, tgt_len: int = 5, pad_idx: int = 1) -> None:
     """tgt on PyTorch's `meta` device stands for any device other than the CPU (a GPU, say)."""
     tokens = _tokens(batch, tgt_len, 11, pad_idx, seed=12).to("meta")
-    error, got = _mask_on(make_target_mask, tokens, pad_idx)
+    error, got = _mask(make_target_mask, tokens, pad_idx, crash_as_text=True)
     if error:
         if "device" in error:
             fail("make_target_mask mixes devices.", expected="every part of the mask on the device of tgt",
@@ -489,21 +493,6 @@ def _after_last(result: Any, last: Any, words: str) -> str:
     return f"forward returns {words} changed: {how}" if how and not how.startswith("1 ×") else ""
 
 
-def _expect_stack(what: str, name: str, module: Any, stack: Stack, run: parts.Run, expected: Tensor, inputs: tuple,
-                  reference: nn.Module, d_model: int, cause: str) -> None:
-    """expect_close, with the stack's departure from the paper (or the engine's reading) as the cause."""
-    names = ("tokens", "mask") if what == "Encoder" else ("tokens", "enc_out", "enc_mask", "dec_mask")
-    context = differential.Context(sizes={"batch": inputs[0].size(0), "position": inputs[0].size(1),
-                                          "d_model": d_model}, quantities={"d_model": d_model})
-
-    def diagnose(got: Tensor) -> Diagnosis | None:
-        return parts.diagnosis(_stack_reading(what, stack, run.calls, inputs, d_model, got), got, expected,
-                               lambda: parts.engine(module, reference, inputs, names, got, expected, context, AXES),
-                               AXES, **TOLERANCE)
-
-    expect_close(name, run.outputs[0], expected, diagnose=diagnose, cause=cause, axes=AXES, **TOLERANCE)
-
-
 def _stack_run(what: str, module: Any, stack: Stack, inputs: tuple, d_model: int, train: bool = False,
                seeds: tuple[int, ...] = (7,)) -> parts.Run:
     return parts.observe(module, inputs, what, _roles(stack),
@@ -518,16 +507,14 @@ def _encoder_inputs(sizes: Sizes, seed: int) -> tuple[Tensor, Tensor]:
 
 def _decoder_inputs(sizes: Sizes, seed: int, dtype: torch.dtype = torch.float64) -> tuple:
     """(target, memory, enc_mask, dec_mask); the memory stands in for enc_out."""
-    source = _tokens(sizes.batch, sizes.src_len, sizes.src_vocab, sizes.pad_idx, seed=seed)
-    target = _tokens(sizes.batch, sizes.tgt_len, sizes.tgt_vocab, sizes.pad_idx, seed=seed + 1)
+    source, target = _token_pair(sizes, seed)
     memory = randn(sizes.batch, sizes.src_len, sizes.d_model, seed=seed + 2, dtype=dtype)
     return target, memory, make_source_mask(source, sizes.pad_idx), reference_target_mask(target, sizes.pad_idx)
 
 
 def _shape_check(what: str, Student: type[nn.Module], sizes: Sizes, inputs: tuple, shape: tuple[int, ...],
                  name: str, cause: str, seed: int) -> None:
-    vocab = sizes.src_vocab if what == "Encoder" else sizes.tgt_vocab
-    module, stack = _stack(Student, what, sizes.stack_args(vocab), None, seed)
+    module, stack = _stack(Student, what, sizes.stack_args(what), None, seed)
     run = _stack_run(what, module, stack, inputs, sizes.d_model)
     got = run.outputs[0]
     if isinstance(got, Tensor) and tuple(got.shape) != shape:
@@ -537,13 +524,24 @@ def _shape_check(what: str, Student: type[nn.Module], sizes: Sizes, inputs: tupl
 
 def _values_check(what: str, Student: type[nn.Module], sizes: Sizes, inputs: tuple, name: str, cause: str,
                   seed: int) -> None:
-    args = sizes.stack_args(sizes.src_vocab if what == "Encoder" else sizes.tgt_vocab)
+    """The student's stack, holding the reference's weights, against the reference: expect_close, with the
+    stack's departure from the paper (or the engine's reading) as the cause."""
+    args = sizes.stack_args(what)
     reference = _reference_stack(what, args, seed)
     module, stack = _stack(Student, what, args, reference.state_dict(), seed)
     run = _stack_run(what, module, stack, inputs, sizes.d_model)
     with torch.no_grad():
         expected = reference(*inputs)
-    _expect_stack(what, name, module, stack, run, expected, inputs, reference, sizes.d_model, cause)
+    names = ("tokens", "mask") if what == "Encoder" else ("tokens", "enc_out", "enc_mask", "dec_mask")
+    context = differential.Context(sizes={"batch": inputs[0].size(0), "position": inputs[0].size(1),
+                                          "d_model": sizes.d_model}, quantities={"d_model": sizes.d_model})
+
+    def diagnose(got: Tensor) -> Diagnosis | None:
+        return parts.diagnosis(_stack_reading(what, stack, run.calls, inputs, sizes.d_model, got), got, expected,
+                               lambda: parts.engine(module, reference, inputs, names, got, expected, context, AXES),
+                               AXES, **TOLERANCE)
+
+    expect_close(name, run.outputs[0], expected, diagnose=diagnose, cause=cause, axes=AXES, **TOLERANCE)
 
 
 @on_student_side
@@ -579,8 +577,7 @@ def _registration(Student: type[nn.Module], what: str, args: tuple, inputs: tupl
 
 
 def _layers_registered(Student: type[nn.Module], what: str, sizes: Sizes, inputs: tuple) -> None:
-    vocab = sizes.src_vocab if what == "Encoder" else sizes.tgt_vocab
-    found = _registration(Student, what, sizes.stack_args(vocab), inputs)
+    found = _registration(Student, what, sizes.stack_args(what), inputs)
     block = "EncoderBlock" if what == "Encoder" else "DecoderBlock"
     if not found["path"]:
         fail(f"{what} keeps no list of {block}s.", expected=f"self.layers = nn.ModuleList of {sizes.num_layers} blocks",
@@ -667,8 +664,7 @@ def embedding_dropout(Encoder: type[nn.Module], Decoder: type[nn.Module], **size
     encoder_inputs = _encoder_inputs(config, seed=111)
     decoder_inputs = _decoder_inputs(config, seed=111, dtype=torch.float32)
     for what, Student, inputs in (("Encoder", Encoder, encoder_inputs), ("Decoder", Decoder, decoder_inputs)):
-        vocab = config.src_vocab if what == "Encoder" else config.tgt_vocab
-        module, stack = _stack(Student, what, config.stack_args(vocab), None, seed=110)
+        module, stack = _stack(Student, what, config.stack_args(what), None, seed=110)
         trained = _stack_run(what, module, stack, inputs, config.d_model, train=True, seeds=(0, 1))
         evaluated = _stack_run(what, module, stack, inputs, config.d_model, seeds=(0, 1))
         first = next((call for call in trained.calls if call.role == (stack.blocks or [""])[0]), None)
@@ -800,19 +796,29 @@ def _wiring(model: _Model, inputs: tuple, default: str) -> str:
     return parts.safely(_model_reading, model, run.calls, inputs, run.outputs[0]) or default
 
 
-def _masks(source: Tensor, target: Tensor, pad_idx: int) -> tuple[Tensor, Tensor]:
-    return make_source_mask(source, pad_idx), reference_target_mask(target, pad_idx)
+def _inputs(source: Tensor, target: Tensor, pad_idx: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(src, tgt, enc_mask, dec_mask): the Transformer's inputs, with the reference's masks."""
+    return source, target, make_source_mask(source, pad_idx), reference_target_mask(target, pad_idx)
+
+
+def _unchanged(name: str, model: _Model, inputs: tuple, got: Any, expected: Any, default: str) -> None:
+    """The logits `got` (on `inputs`) equal `expected`; otherwise the first place the Transformer's forward
+    departs from encoder -> decoder, or `default`, is the cause."""
+    expected = expect_tensor("logits", expected, cause="return the logits.")
+    if not (isinstance(got, Tensor) and got.shape == expected.shape and tensors_close(got, expected, 1e-8, 1e-8)):
+        expect_close(name, got, expected, atol=1e-8, rtol=1e-8, cause=_wiring(model, inputs, default))
 
 
 def _transformer_case(Transformer: type[nn.Module], sizes: Sizes, seed: int) -> tuple[_Model, tuple]:
     model = _model(Transformer, sizes, seed)
-    source = _tokens(sizes.batch, sizes.src_len, sizes.src_vocab, sizes.pad_idx, seed=seed + 1)
-    target = _tokens(sizes.batch, sizes.tgt_len, sizes.tgt_vocab, sizes.pad_idx, seed=seed + 2)
-    return model, (source, target, *_masks(source, target, sizes.pad_idx))
+    source, target = _token_pair(sizes, seed=seed + 1)
+    return model, _inputs(source, target, sizes.pad_idx)
 
 
-def _expect_model(model: _Model, run: parts.Run, inputs: tuple, expected: Tensor, *, cause: str, atol: float,
-                  rtol: float) -> None:
+def _expect_model(model: _Model, inputs: tuple, expected: Tensor, *, cause: str, atol: float, rtol: float) -> None:
+    """The Transformer's logits on `inputs` against `expected`: where its forward departs from encoder -> decoder
+    (or the engine's reading) as the cause."""
+    run = _model_run(model, inputs)
     names = ("enc_in", "dec_in", "enc_mask", "dec_mask")
     context = differential.Context(sizes={"batch": inputs[0].size(0), "target position": inputs[1].size(1)})
 
@@ -837,60 +843,41 @@ def transformer_output_shape(Transformer: type[nn.Module], **sizes: float) -> No
 @check("Transformer gives the reference logits: encoder output feeds the decoder, each mask where it belongs")
 def transformer_values(Transformer: type[nn.Module], **sizes: float) -> None:
     model, inputs = _transformer_case(Transformer, _sizes(**sizes), seed=61)
-    run = _model_run(model, inputs)
     with torch.no_grad():
         expected = model.reference(*inputs)
-    _expect_model(model, run, inputs, expected, cause=WIRING, **TOLERANCE)
+    _expect_model(model, inputs, expected, cause=WIRING, **TOLERANCE)
 
 
-def _copy_attention(ours: nn.Module, theirs: nn.MultiheadAttention) -> None:
-    theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
-    theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
-    theirs.out_proj.weight.copy_(ours.W_o.weight)
-    theirs.out_proj.bias.copy_(ours.W_o.bias)
+NN_TRANSFORMER_NAMES = {"cross_attn.": "multihead_attn.", "feed_forward.fc1.": "linear1.",
+                        "feed_forward.fc2.": "linear2.", "W_o.": "out_proj."}  # the reference's -> PyTorch's
 
 
-def _copy_linear(ours: nn.Module, theirs: nn.Module) -> None:
-    theirs.weight.copy_(ours.weight)
-    theirs.bias.copy_(ours.bias)
+def _torch_transformer_logits(reference: nn.Module, sizes: Sizes, source: Tensor, target: Tensor) -> Tensor:
+    """Our embeddings * sqrt(d_model) + PE around PyTorch's nn.Transformer holding the reference's block weights
+    (post-LN, no final stack norms; each weight under PyTorch's name, W_q, W_k and W_v stacked into in_proj),
+    then our pred_layer.
 
-
-def _torch_transformer_like(reference: nn.Module, sizes: Sizes) -> nn.Transformer:
-    """PyTorch's nn.Transformer holding the reference's block weights (post-LN, no final stack norms)."""
+    nn.Transformer's bool masks mean True = NOT allowed, the opposite of the course's masks.
+    """
     with parts.seeded(0):
         builtin = nn.Transformer(sizes.d_model, sizes.num_heads, sizes.num_layers, sizes.num_layers, sizes.d_ff,
                                  dropout=0.0, activation="relu", batch_first=True, norm_first=False,
                                  dtype=torch.float64)
     builtin.encoder.norm = None  # nn.Transformer adds a LayerNorm after each stack; the paper's model has none
     builtin.decoder.norm = None
-    with torch.no_grad():
-        for ours, theirs in zip(reference.encoder.layers, builtin.encoder.layers, strict=True):
-            _copy_attention(ours.self_attn, theirs.self_attn)
-            for a, b in [(ours.feed_forward.fc1, theirs.linear1), (ours.feed_forward.fc2, theirs.linear2),
-                         (ours.norm1, theirs.norm1), (ours.norm2, theirs.norm2)]:
-                _copy_linear(a, b)
-        for ours, theirs in zip(reference.decoder.layers, builtin.decoder.layers, strict=True):
-            _copy_attention(ours.self_attn, theirs.self_attn)
-            _copy_attention(ours.cross_attn, theirs.multihead_attn)
-            for a, b in [(ours.feed_forward.fc1, theirs.linear1), (ours.feed_forward.fc2, theirs.linear2),
-                         (ours.norm1, theirs.norm1), (ours.norm2, theirs.norm2), (ours.norm3, theirs.norm3)]:
-                _copy_linear(a, b)
-    return builtin.eval()
-
-
-def _torch_transformer_logits(builtin: nn.Transformer, reference: nn.Module, source: Tensor, target: Tensor,
-                             pad_idx: int) -> Tensor:
-    """Our embeddings * sqrt(d_model) + PE around nn.Transformer, then our pred_layer.
-
-    nn.Transformer's bool masks mean True = NOT allowed, the opposite of the course's masks.
-    """
-    def embed(stack: nn.Module, tokens: Tensor) -> Tensor:
-        return stack.positional_encoding(stack.embedding(tokens) * math.sqrt(stack.d_model))
-
+    state: dict[str, list[Tensor]] = {}
+    for key, value in reference.state_dict().items():
+        for ours, theirs in NN_TRANSFORMER_NAMES.items():
+            key = key.replace(ours, theirs)
+        attention, projection, kind = key.rsplit(".", 2)  # 'decoder.layers.0.self_attn', 'W_q', 'weight'
+        in_proj = projection in ("W_q", "W_k", "W_v")  # in this order in the state dict
+        state.setdefault(f"{attention}.in_proj_{kind}" if in_proj else key, []).append(value)
+    builtin.load_state_dict({key: torch.cat(values) for key, values in state.items() if ".layers." in key})
+    pad_idx = sizes.pad_idx
     future = ~torch.ones(target.size(1), target.size(1), dtype=torch.bool).tril()  # True above the diagonal
-    hidden_states = builtin(embed(reference.encoder, source), embed(reference.decoder, target), tgt_mask=future,
-                            src_key_padding_mask=source == pad_idx, tgt_key_padding_mask=target == pad_idx,
-                            memory_key_padding_mask=source == pad_idx)
+    hidden_states = builtin.eval()(_embedded(reference.encoder, source), _embedded(reference.decoder, target),
+                                   tgt_mask=future, src_key_padding_mask=source == pad_idx,
+                                   tgt_key_padding_mask=target == pad_idx, memory_key_padding_mask=source == pad_idx)
     return reference.decoder.pred_layer(hidden_states)  # (batch, tgt_len, tgt_vocab)
 
 
@@ -898,11 +885,9 @@ def _torch_transformer_logits(builtin: nn.Transformer, reference: nn.Module, sou
 def matches_torch_transformer(Transformer: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**({"src_len": 8, "tgt_len": 6} | sizes))
     model, inputs = _transformer_case(Transformer, config, seed=70)
-    run = _model_run(model, inputs)
-    builtin = _torch_transformer_like(model.reference, config)
     with torch.no_grad():
-        expected = _torch_transformer_logits(builtin, model.reference, inputs[0], inputs[1], config.pad_idx)
-    _expect_model(model, run, inputs, expected, atol=1e-5, rtol=1e-5,
+        expected = _torch_transformer_logits(model.reference, config, inputs[0], inputs[1])
+    _expect_model(model, inputs, expected, atol=1e-5, rtol=1e-5,
                   cause="your model differs from nn.Transformer (post-LN, ReLU, no final stack LayerNorm).")
 
 
@@ -910,12 +895,10 @@ def matches_torch_transformer(Transformer: type[nn.Module], **sizes: float) -> N
 def transformer_causality(Transformer: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
     model = _model(Transformer, config, seed=80)
-    source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=81)
-    target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=82, padded=False)
-    enc_mask = make_source_mask(source, config.pad_idx)
+    source, target = _token_pair(config, seed=81, padded=False)
 
     def logits(tokens: Tensor) -> tuple[tuple, Tensor]:
-        inputs = (source, tokens, enc_mask, reference_target_mask(tokens, config.pad_idx))
+        inputs = _inputs(source, tokens, config.pad_idx)
         return inputs, expect_shape("Transformer(...)", _model_run(model, inputs).outputs[0],
                                     (config.batch, config.tgt_len, config.tgt_vocab), cause="return the logits.")
 
@@ -938,37 +921,27 @@ def transformer_causality(Transformer: type[nn.Module], **sizes: float) -> None:
 def source_padding_invariance(Transformer: type[nn.Module], extra: int = 3, **sizes: float) -> None:
     config = _sizes(**sizes)
     model = _model(Transformer, config, seed=90)
-    source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=91)
-    target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=92)
+    source, target = _token_pair(config, seed=91)
     longer = torch.cat([source, torch.full((config.batch, extra), config.pad_idx)], dim=1)
-    dec_mask = reference_target_mask(target, config.pad_idx)
-    short = _model_run(model, (source, target, make_source_mask(source, config.pad_idx), dec_mask)).outputs[0]
-    inputs = (longer, target, make_source_mask(longer, config.pad_idx), dec_mask)
-    long = _model_run(model, inputs).outputs[0]
-    short = expect_tensor("logits", short, cause="return the logits.")
-    if isinstance(long, Tensor) and long.shape == short.shape and tensors_close(long, short, 1e-8, 1e-8):
-        return
-    expect_close(f"logits with {extra} extra source pad tokens", long, short, atol=1e-8, rtol=1e-8,
-                 cause=_wiring(model, inputs, "the source padding is seen: the encoder needs enc_mask, and the "
-                                              "decoder needs it too for cross-attention."))
+    short = _model_run(model, _inputs(source, target, config.pad_idx)).outputs[0]
+    inputs = _inputs(longer, target, config.pad_idx)
+    _unchanged(f"logits with {extra} extra source pad tokens", model, inputs, _model_run(model, inputs).outputs[0],
+               short, "the source padding is seen: the encoder needs enc_mask, and the decoder needs it too for "
+                      "cross-attention.")
 
 
 @check("target padding changes nothing: extra pad tokens at the end of the target keep the real positions' logits")
 def target_padding_invariance(Transformer: type[nn.Module], extra: int = 3, **sizes: float) -> None:
     config = _sizes(**sizes)
     model = _model(Transformer, config, seed=100)
-    source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=101)
-    target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=102, padded=False)
+    source, target = _token_pair(config, seed=101, padded=False)
     longer = torch.cat([target, torch.full((config.batch, extra), config.pad_idx)], dim=1)
-    enc_mask = make_source_mask(source, config.pad_idx)
-    short = _model_run(model, (source, target, enc_mask, reference_target_mask(target, config.pad_idx))).outputs[0]
-    inputs = (source, longer, enc_mask, reference_target_mask(longer, config.pad_idx))
+    short = _model_run(model, _inputs(source, target, config.pad_idx)).outputs[0]
+    inputs = _inputs(source, longer, config.pad_idx)
     long = expect_tensor("logits", _model_run(model, inputs).outputs[0], cause="return the logits.")
-    short = expect_tensor("logits", short, cause="return the logits.")
-    expect_close(f"logits at the real positions with {extra} extra target pad tokens", long[:, : config.tgt_len],
-                 short, atol=1e-8, rtol=1e-8,
-                 cause=_wiring(model, inputs, "real positions see the pad tokens after them: the decoder must "
-                                              "receive dec_mask, self.decoder(dec_in, enc_out, enc_mask, dec_mask)."))
+    _unchanged(f"logits at the real positions with {extra} extra target pad tokens", model, inputs,
+               long[:, : config.tgt_len], short, "real positions see the pad tokens after them: the decoder must "
+                                                 "receive dec_mask, self.decoder(dec_in, enc_out, enc_mask, dec_mask).")
 
 
 @on_student_side
@@ -1028,42 +1001,28 @@ def transformer_gradients(Transformer: type[nn.Module], **sizes: float) -> None:
 @on_student_side
 def _embedding_lookups(Transformer: type[nn.Module], args: tuple, inputs: tuple) -> list[dict[str, Any]]:
     """Build the student's Transformer as written (its own encoder and decoder, nothing plugged in), run it once
-    in eval mode and note every embedding lookup: which table (numbered by identity), its path and rows, and
-    whether it received the source ids, the target ids or something else (a crash is explained as one)."""
-    source, target = inputs[0], inputs[1]
+    in eval mode and note every embedding lookup: which table (its path; a table kept at two places is one
+    module, listed once), its rows, and whether it received the source ids, the target ids or something else (a
+    crash is explained as one)."""
     with parts.seeded(140), student_code():
         model = Transformer(*args)
-    model.eval()
-    lookups: list[dict[str, Any]] = []
-    tables: dict[int, int] = {}
-    handles = []
-    for path, module in model.named_modules():  # a table kept at two places is one module, listed once
-        if isinstance(module, nn.Embedding):
-            tables[id(module)] = len(tables)
+    tables = {path: module for path, module in model.named_modules() if isinstance(module, nn.Embedding)}
+    with torch.no_grad(), student_code(), parts.recorded(model.eval(), {path: path for path in tables}, False) as calls:
+        model(*inputs)
 
-            def note(module: nn.Module, args: tuple, _output: Any, path: str = path) -> None:
-                ids = args[0] if args else None
-                kind = next((name for name, given in (("source", source), ("target", target))
-                             if isinstance(ids, Tensor) and ids.shape == given.shape and torch.equal(ids.cpu(), given)),
-                            "other")
-                lookups.append({"table": tables[id(module)], "path": path, "rows": module.num_embeddings, "ids": kind})
-            handles.append(module.register_forward_hook(note))
-    try:
-        with torch.no_grad(), student_code():
-            model(*inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return lookups
+    def kind(ids: Any) -> str:
+        return next((name for name, given in (("source", inputs[0]), ("target", inputs[1]))
+                     if isinstance(ids, Tensor) and ids.shape == given.shape and torch.equal(ids.cpu(), given)),
+                    "other")
+    return [{"path": call.path, "rows": tables[call.path].num_embeddings, "ids": kind(call.args.get("input"))}
+            for call in calls]
 
 
 @check("the encoder and the decoder each look their ids up in a table of their own vocabulary")
 def transformer_own_embeddings(Transformer: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**({"src_vocab": 19, "tgt_vocab": 11, "src_len": 9, "tgt_len": 6} | sizes))
-    source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=141)
-    target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=142)
-    lookups = _embedding_lookups(Transformer, config.transformer_args(),
-                                 (source, target, *_masks(source, target, config.pad_idx)))
+    source, target = _token_pair(config, seed=141)
+    lookups = _embedding_lookups(Transformer, config.transformer_args(), _inputs(source, target, config.pad_idx))
     by_ids = {kind: [entry for entry in lookups if entry["ids"] == kind] for kind in ("source", "target")}
     for kind, vocabulary in (("source", "src_vocab"), ("target", "tgt_vocab")):
         if not by_ids[kind]:
@@ -1073,9 +1032,9 @@ def transformer_own_embeddings(Transformer: type[nn.Module], **sizes: float) -> 
                                                        for entry in lookups) or "none"),
                  cause=f"forward must hand the {kind} ids to the {'encoder' if kind == 'source' else 'decoder'}, "
                        "whose embedding turns them into vectors.")
-    shared = {entry["table"] for entry in by_ids["source"]} & {entry["table"] for entry in by_ids["target"]}
+    shared = {entry["path"] for entry in by_ids["source"]} & {entry["path"] for entry in by_ids["target"]}
     if shared:
-        entry = next(entry for entry in by_ids["target"] if entry["table"] in shared)
+        entry = next(entry for entry in by_ids["target"] if entry["path"] in shared)
         fail("the target ids are looked up in the same embedding table as the source ids.",
              expected=f"two tables: the source's with src_vocab = {config.src_vocab} rows, the target's with "
                       f"tgt_vocab = {config.tgt_vocab} rows",
@@ -1114,9 +1073,8 @@ def _builtins(Transformer: type[nn.Module], args: tuple, inputs: tuple) -> None:
 @check("no PyTorch built-in attention or Transformer layers inside your model")
 def no_builtin_modules(Transformer: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
-    source = _tokens(config.batch, config.src_len, config.src_vocab, config.pad_idx, seed=121)
-    target = _tokens(config.batch, config.tgt_len, config.tgt_vocab, config.pad_idx, seed=122)
-    _builtins(Transformer, config.transformer_args(), (source, target, *_masks(source, target, config.pad_idx)))
+    source, target = _token_pair(config, seed=121)
+    _builtins(Transformer, config.transformer_args(), _inputs(source, target, config.pad_idx))
 
 
 # --- predict, then run ------------------------------------------------------------------------------------------

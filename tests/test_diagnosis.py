@@ -140,3 +140,29 @@ def test_torchs_own_not_implemented_error_is_a_dtype_problem_not_an_unfinished_e
 
     assert "likely cause: a dtype mismatch" in run_check(softmax_of_a_bool_tensor, "bool softmax").message
     assert run_check(stub, "stub").message.startswith("not implemented yet")
+
+
+def test_steps_after_the_expected_value_are_named_only_when_they_work_on_it():
+    """`x + pe` computed and dropped, then dropout applied to x: the expected value is computed, but the result
+    is not made from it, so nothing was 'added' to it (the engine speaks instead); `(x + pe) * 2` adds a step."""
+    from transformer_course.checks import declared, differential
+
+    x, pe = torch.randn(2, 5), torch.randn(2, 5)
+
+    def reference(x, pe):
+        return x + pe
+
+    def dropped(x, pe):
+        x + pe  # noqa: B018  (the mistake: the sum is never assigned)
+        return torch.tanh(x)
+
+    def doubled(x, pe):
+        return (x + pe) * 2
+
+    context = differential.Context(sizes={"batch": 2, "d_model": 5}, quantities={})
+    expected = reference(x, pe)
+    said = {function.__name__: declared.added_steps(differential.traced_call(function, x, pe, names=("x", "pe")),
+                                                    function(x, pe), expected, context)
+            for function in (dropped, doubled)}
+    assert said["dropped"] == "", said
+    assert "computes the expected values and then applies the product" in said["doubled"], said

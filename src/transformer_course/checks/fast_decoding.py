@@ -924,10 +924,10 @@ def _greedy_readings(max_len: int) -> dict[str, runs.Reading]:
     newest of the student's ys, the tokens chosen after the step before), when the loop stopped."""
 
     def cache(found: runs.Departure) -> str:
-        return _cache_departure(found.student, found.student.number(found.position)) or ""
+        return _cache_departure(found.student, found.step) or ""
 
     def tokens(found: runs.Departure) -> str:
-        got, steps, t = found.student.result, found.student.of("decoder_step"), found.student.number(found.position)
+        got, steps, t = found.student.result, found.student.of("decoder_step"), found.step
         fed = found.mine.args["tokens"].view(-1)
         if fed.size(0) != got.size(0):
             return ""  # a loop that decodes only some rows: said as it is
@@ -1289,11 +1289,11 @@ def _rows(values: torch.Tensor) -> str:
     return "[" + ", ".join(str(int(value)) for value in values) + "]"
 
 
-def _follow_departure(t: int, call: runs.Call, previous: runs.Call, finished: torch.Tensor,
-                      lengths: torch.Tensor) -> str | None:
+def _follow_departure(t: int, call: runs.Call, previous: runs.Call) -> str | None:
     """Whether the `finished` and `lengths` handed to select_beams at step t follow the parents chosen at step
-    t - 1 (`finished`, `lengths`: what the reference loop hands it, given the same selections)."""
+    t - 1 (`previous`)."""
     _, parents, tokens = previous.output
+    finished, lengths = _followed(previous)
     given, before = call.args["finished"].bool(), previous.args["finished"].bool()
     if not runs.same(given, finished):
         if runs.same(given, before | (tokens == EOS)):
@@ -1423,7 +1423,7 @@ def _beam_readings(batch: int, beam_size: int, alpha: float, max_len: int, show:
     select_beams, when the search stopped, and which hypothesis came out."""
 
     def cache(found: runs.Departure) -> str:
-        t = found.student.number(found.position)
+        t = found.step
         said = _cache_departure(found.student, t)
         if said or t == 0:
             return said or ""
@@ -1432,7 +1432,7 @@ def _beam_readings(batch: int, beam_size: int, alpha: float, max_len: int, show:
         return _reorder_departure(t, found.mine.args["cache"][1], after, parents, beam_size) or ""
 
     def tokens(found: runs.Departure) -> str:
-        t = found.student.number(found.position)
+        t = found.step
         fed, newest = found.mine.args["tokens"].view(-1), found.theirs.args["tokens"].view(-1)
         if fed.shape != newest.shape:
             return ""
@@ -1443,12 +1443,12 @@ def _beam_readings(batch: int, beam_size: int, alpha: float, max_len: int, show:
                 f"hypothesis, {_words(newest)}: feed ys[:, -1:], after ys was extended.")
 
     def log_probs(found: runs.Departure) -> str:
-        t = found.student.number(found.position)
+        t = found.step
         logits = found.student.of("decoder_step")[t].output
         return _log_probs_departure(t, found.mine.args["log_probs"], logits, batch, beam_size) or ""
 
     def scores(found: runs.Departure) -> str:
-        t = found.student.number(found.position)
+        t = found.step
         if t == 0:
             return (f"the first select_beams was given scores {found.mine.args['scores'].tolist()} instead of the "
                     "given start (0 for hypothesis 0, -inf for the others): keep the given lines before the loop.")
@@ -1457,12 +1457,10 @@ def _beam_readings(batch: int, beam_size: int, alpha: float, max_len: int, show:
                 "select_beams(scores, ...).")
 
     def follow(found: runs.Departure) -> str:
-        t = found.student.number(found.position)
+        t = found.step
         if t == 0:
             return ""
-        previous = found.student.of("select_beams")[t - 1]
-        return _follow_departure(t, found.mine, previous, found.theirs.args["finished"].bool(),
-                                 found.theirs.args["lengths"].long()) or ""
+        return _follow_departure(t, found.mine, found.student.of("select_beams")[t - 1]) or ""
 
     def stopped(found: runs.Departure) -> str:
         selects = found.student.of("select_beams")
@@ -1480,8 +1478,7 @@ def _beam_readings(batch: int, beam_size: int, alpha: float, max_len: int, show:
 
     def went_on(found: runs.Departure) -> str:
         t, selects = len(found.reference.of("select_beams")), found.student.of("select_beams")
-        followed = _follow_departure(t, selects[t], selects[t - 1], *_followed(selects[t - 1])) \
-            if 0 < t < len(selects) else None
+        followed = _follow_departure(t, selects[t], selects[t - 1]) if 0 < t < len(selects) else None
         if followed or t >= max_len:
             return followed or ""
         return (f"the search never stops early: after step {t - 1} every hypothesis of every sentence had "

@@ -51,10 +51,6 @@ class Run:
         """The calls of one part, in order."""
         return [call for call in self.calls if call.role == part]
 
-    def number(self, position: int) -> int:
-        """A call's number among the calls of its part (0 for the first)."""
-        return sum(call.role == self.calls[position].role for call in self.calls[:position])
-
 
 def kept(value: Any) -> Any:
     """A value as a run keeps it: tensors detached and copied, lists item by item, anything else in words."""
@@ -146,6 +142,13 @@ class Departure:
         return self.reference.calls[self.position] if self.position < len(self.reference.calls) else None
 
     @property
+    def step(self) -> int:
+        """The departing call's number among the calls of its part (0 for the first)."""
+        run = self.reference if self.theirs is not None else self.student
+        role = run.calls[self.position].role if self.position < len(run.calls) else ""
+        return sum(call.role == role for call in run.calls[:self.position])
+
+    @property
     def key(self) -> str:
         return f"{self.theirs.role}.{self.argument}" if self.kind == "argument" else self.kind
 
@@ -199,7 +202,7 @@ def departure(student: Run, reference: Run, readings: Mapping[str, Reading] | No
     mine, theirs = found.mine, found.theirs
     if found.kind == "stopped":
         return (f"your loop stops after {found.position} call(s) of its parts; the reference loop, given the same "
-                f"parts, goes on: its next call is {theirs.role} number {found.reference.number(found.position)}")
+                f"parts, goes on: its next call is {theirs.role} number {found.step}")
     if found.kind == "went on":
         more = len(student.calls) - found.position
         return (f"your loop goes on after the reference loop has stopped: it makes {more} more call(s) of its parts, "
@@ -212,5 +215,5 @@ def departure(student: Run, reference: Run, readings: Mapping[str, Reading] | No
         return f"every call of the parts is the reference loop's, but your result differs: {how}"
     name = found.argument
     how = _how(mine.args.get(name), theirs.args.get(name))
-    return (f"{theirs.role} call {found.reference.number(found.position)} is given another {name} than in the "
+    return (f"{theirs.role} call {found.step} is given another {name} than in the "
             f"reference loop (given the same parts): {how}")

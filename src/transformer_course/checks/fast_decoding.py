@@ -28,18 +28,16 @@ cache entry or selection by what its values are (`_named_value`, `_selection_rea
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from transformer_course.checks import differential
+from transformer_course.checks import differential, runs
 from transformer_course.checks.boundary import on_student_side, supplied
 from transformer_course.checks.framework import (
     RECIPE,
@@ -64,6 +62,7 @@ from transformer_course.reference.beam_search import length_penalty
 from transformer_course.reference.beam_search import select_beams as reference_select_beams
 from transformer_course.reference.decoding import greedy_decode as reference_greedy_decode
 from transformer_course.reference.kv_cache import KVCache, attend, project_keys_values
+from transformer_course.reference.kv_cache import cached_greedy_decode as reference_cached_greedy_decode
 from transformer_course.reference.kv_cache import decoder_step as reference_decoder_step
 from transformer_course.reference.kv_cache import start_cache as reference_start_cache
 
@@ -243,9 +242,21 @@ class _Counter:
     def _decoder(self, module: nn.Module, inputs: tuple) -> None:
         self.decoder_calls += 1
 
-    def remove(self) -> None:
+    def remove(self) -> _Counted:
+        """The hooks taken off; what they counted."""
         for handle in self.handles:
             handle.remove()
+        return _Counted(self.cross_calls, self.self_lengths, self.decoder_calls)
+
+
+@dataclass
+class _Counted:
+    """What ran while a student's function ran: the cross-attention projections, the lengths self-attention's
+    projections saw, the calls of the whole decoder."""
+
+    cross_calls: int
+    self_lengths: list[int]
+    decoder_calls: int
 
 
 def _named_value(got: torch.Tensor, named: Mapping[str, torch.Tensor]) -> str:
@@ -412,14 +423,11 @@ def _prefilled(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, steps: in
 @dataclass
 class _StepRun:
     """The student's steps on a teacher-forced prefix: the logits of each step (as returned), the cache after
-    each (its `steps`, self-attention keys and values per layer), and what ran: the cross-attention projections,
-    the lengths self-attention's projections saw, the calls of the whole decoder."""
+    each (its `steps`, self-attention keys and values per layer), and what ran."""
 
     logits: list[Any]
     caches: list[tuple[Any, Any, Any]]
-    cross_calls: int
-    self_lengths: list[int]
-    decoder_calls: int
+    ran: _Counted
 
 
 @on_student_side
@@ -445,63 +453,41 @@ def _steps_there(decoder_step: Callable, arguments: tuple, state: dict[str, torc
                            _entries(cache.self_keys), _entries(cache.self_values)))
             logits.append(_plain(got))
     finally:
-        counter.remove()
-    return _StepRun(logits, caches, counter.cross_calls, counter.self_lengths, counter.decoder_calls)
-
-
-@dataclass
-class _Attended:
-    """One call of the notebook's `attend` during a step: the attention module (by its name in the model), the
-    keys and values it was given (batch, heads, k_len, d_k) and its mask (None when none was given)."""
-
-    module: str
-    keys: Any
-    values: Any
-    mask: Any
+        ran = counter.remove()
+    return _StepRun(logits, caches, ran)
 
 
 @on_student_side
 def _traced_step(decoder_step: Callable, arguments: tuple, state: dict[str, torch.Tensor], src: torch.Tensor,
-                 tgt: torch.Tensor, t: int) -> tuple[differential.Trace, list[_Attended]]:
+                 tgt: torch.Tensor, t: int) -> tuple[differential.Trace, runs.Run]:
     """The student's decoder_step at step t, started from the cache t right steps leave: recorded operation by
-    operation, and the calls it made of the notebook's `attend` (run as it is, the arguments noted)."""
+    operation, and the calls it made of the notebook's `attend` (run as it is; the attention module kept as its
+    name in the model, the tensors as they are, so that keeping them adds no operation to the record)."""
     model = _rebuilt(arguments, state)
     cache = _prefilled(model, src, tgt, t)
     names = {id(module): name for name, module in model.named_modules()}
-    calls: list[_Attended] = []
-    namespace = getattr(inspect.unwrap(decoder_step), "__globals__", None)
-    given = namespace.get("attend") if isinstance(namespace, dict) else None
-
-    def attend_noted(attention: nn.Module, x: torch.Tensor, K: Any, V: Any, mask: Any = None) -> Any:
-        calls.append(_Attended(names.get(id(attention), "?"), _plain(K), _plain(V),
-                               None if mask is None else _plain(mask)))
-        return given(attention, x, K, V, mask)
-
-    if callable(given):
-        supplied(attend_noted)  # the check's doing: it runs the notebook's own attend
-        namespace["attend"] = attend_noted
-    try:
-        with torch.no_grad(), student_code():
-            trace = differential.traced_call(decoder_step, model, cache, tgt[:, t:t + 1], modules=model,
-                                             names=("model", "cache", "tokens"))
-    finally:
-        if callable(given):
-            namespace["attend"] = given
-    return trace, calls
+    attended = runs.Run()
+    with runs.plugged(decoder_step, {"attend": None}, attended,
+                      lambda value: names.get(id(value), "?") if isinstance(value, nn.Module) else value), \
+            torch.no_grad(), student_code():
+        trace = differential.traced_call(decoder_step, model, cache, tgt[:, t:t + 1], modules=model,
+                                         names=("model", "cache", "tokens"))
+    return trace, attended
 
 
-def _attended_reading(calls: Sequence[_Attended], cache: KVCache, t: int) -> str:
-    """What the step handed to `attend`, against what the right step hands it: self-attention over the cache with
-    the new position appended (t + 1 positions), cross-attention over the cached keys and values with the source
-    mask."""
-    for call in calls:
-        parts = call.module.split(".")
-        if len(parts) < 4 or not parts[2].isdigit() or not isinstance(call.keys, torch.Tensor):
+def _attended_reading(attended: runs.Run, cache: KVCache, t: int) -> str:
+    """What the step handed to `attend` (attention, x, K, V, mask), against what the right step hands it:
+    self-attention over the cache with the new position appended (t + 1 positions), cross-attention over the
+    cached keys and values with the source mask."""
+    for call in attended.calls:
+        module, _, keys, _, mask = (list(call.args.values()) + [None] * 5)[:5]
+        parts = module.split(".") if isinstance(module, str) else []
+        if len(parts) < 4 or not parts[2].isdigit() or not isinstance(keys, torch.Tensor):
             continue
         layer, kind = int(parts[2]), parts[3]
         if kind == "self_attn":
-            cached, positions = cache.self_keys[layer], call.keys.size(2)
-            if positions == 0 or (positions == t and _same(call.keys, cached, 1e-8)):
+            cached, positions = cache.self_keys[layer], keys.size(2)
+            if positions == 0 or (positions == t and runs.same(keys, cached, 1e-8)):
                 return (f"at step {t} layer {layer}'s self-attention attends over {positions} position(s), the ones "
                         "cached before this step: the new position does not attend to itself. Append its key and "
                         "value to the cache BEFORE attending (position t attends to positions 0..t)")
@@ -509,10 +495,10 @@ def _attended_reading(calls: Sequence[_Attended], cache: KVCache, t: int) -> str
                 return (f"at step {t} layer {layer}'s self-attention sees only the new position: attend over the whole "
                         "cache, cache.self_keys[i] and cache.self_values[i] after appending")
         elif kind == "cross_attn":
-            if call.mask is None:
+            if mask is None:
                 return (f"at step {t} layer {layer}'s cross-attention is given no mask: it ignores the source mask, so "
                         "padded source positions get attention; pass cache.src_mask")
-            if not _same(call.keys, cache.cross_keys[layer], 1e-8):
+            if not runs.same(keys, cache.cross_keys[layer], 1e-8):
                 return (f"at step {t} layer {layer}'s cross-attention is given other keys than the cached ones: read "
                         "cache.cross_keys[i] and cache.cross_values[i]")
     return ""
@@ -694,23 +680,23 @@ def step_reuses_cross_keys_values(decoder_step: Callable, steps: int = 4, **size
     model = _random_model(config)
     run = _steps_there(decoder_step, model.arguments, model.state, _random_source(config),
                        _random_target(config, steps), steps)
-    if not run.self_lengths:  # reusing the cache means nothing when the step computes nothing at all
+    if not run.ran.self_lengths:  # reusing the cache means nothing when the step computes nothing at all
         fail("decoder_step ran no self-attention projection in its steps.",
              expected="every step projects the new position with self_attn.W_q / W_k / W_v of each layer",
              got=f"no call of them in {steps} steps",
              cause="a step embeds the new token, runs each decoder layer on it (self-attention over the cached keys "
                    "and values, cross-attention, feed-forward) and returns the logits of that one position.")
-    if run.decoder_calls:
+    if run.ran.decoder_calls:
         fail("decoder_step calls the whole decoder.", expected="no call of model.decoder(...)",
-             got=f"{run.decoder_calls} calls",
+             got=f"{run.ran.decoder_calls} calls",
              cause="a step runs the decoder's pieces by hand for one position; model.decoder recomputes the prefix.")
-    if run.cross_calls:
+    if run.ran.cross_calls:
         fail("cross-attention keys or values were recomputed during the steps.",
              expected="0 calls of cross_attn.W_k or W_v (start_cache computed them once)",
-             got=f"{run.cross_calls} calls in {steps} steps",
+             got=f"{run.ran.cross_calls} calls in {steps} steps",
              cause="read cache.cross_keys[i] and cache.cross_values[i] with attend(...) instead of calling "
                    "layer.cross_attn(...), which projects the encoder output again.")
-    longer = sorted({length for length in run.self_lengths if length != 1})
+    longer = sorted({length for length in run.ran.self_lengths if length != 1})
     if longer:
         fail("self-attention projections ran on more than the new position.",
              expected="every call of self_attn.W_q / W_k / W_v on 1 position", got=f"calls on {longer} positions",
@@ -721,57 +707,13 @@ def step_reuses_cross_keys_values(decoder_step: Callable, steps: int = 4, **size
 # --- the checks' own parts, plugged into the student's loops --------------------------------------------------
 #
 # cached_greedy_decode and beam_search call start_cache, decoder_step (and select_beams) by name. While their
-# checks run, those names in the student's notebook point to the checks' own versions, which also record every
-# call: the tokens each step was fed, the cache before and after it, what select_beams was given and chose. A
-# mistake in the student's decoder_step or select_beams then costs only the checks about them, and the loop is
-# judged by what it actually did, step by step.
+# checks run, those names in the student's notebook point to the checks' own versions (`runs.plugged`), which
+# are recorded call by call: the tokens each step was fed, the cache before and after it, what select_beams was
+# given and chose. A mistake in the student's decoder_step or select_beams then costs only the checks about
+# them. The reference loop runs with the same parts, and the first call where the two runs part is where the
+# student's loop departs (`runs.departure`); the readings below name its cause.
 
 PLUGGED = ("start_cache", "decoder_step", "select_beams")
-
-
-@dataclass
-class _StepCall:
-    """One decoder_step call: which cache it got (its number among the caches start_cache made, -1 for another),
-    the tokens (rows, 1), the cache's self-attention keys per layer before and after it, and the logits it
-    returned (rows, vocab)."""
-
-    cache: int
-    tokens: torch.Tensor
-    before: list[torch.Tensor]
-    after: list[torch.Tensor]
-    logits: torch.Tensor
-
-
-@dataclass
-class _SelectCall:
-    """One select_beams call: its inputs (float64 scores and log_probs, bool finished, long lengths) and what it
-    chose, (new scores, parents, tokens), each (batch, beam)."""
-
-    scores: torch.Tensor
-    log_probs: torch.Tensor
-    finished: torch.Tensor
-    lengths: torch.Tensor
-    beam_size: Any
-    alpha: Any
-    chosen: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-@dataclass
-class _Recorder:
-    """What the student's loop did with the plugged parts. `rows`: the rows the decoder works on (batch for
-    greedy decoding, batch * beam for beam search); `beams`: (batch, beam_size) of beam search; `starts`: how
-    many caches start_cache made; `ys`: what the loop returned (token ids); the counts of the hooks."""
-
-    rows: int
-    beams: tuple[int, int] | None = None
-    plugged: tuple[str, ...] = ()
-    starts: int = 0
-    steps: list[_StepCall] = field(default_factory=list)
-    selects: list[_SelectCall] = field(default_factory=list)
-    ys: Any = None
-    cross_calls: int = 0
-    self_lengths: list[int] = field(default_factory=list)
-    decoder_calls: int = 0
 
 
 def _self_keys(cache: object) -> list[torch.Tensor]:
@@ -779,19 +721,26 @@ def _self_keys(cache: object) -> list[torch.Tensor]:
     return [entry.detach().clone() for entry in keys if isinstance(entry, torch.Tensor)] if keys else []
 
 
-def _parts(recorder: _Recorder) -> dict[str, Callable]:
-    """start_cache, decoder_step and select_beams with the notebook's signatures, recording into `recorder`."""
+def _parts(rows: int, beams: tuple[int, int] | None) -> tuple[dict[str, Callable], Callable[[Any], Any]]:
+    """start_cache, decoder_step and select_beams with the notebook's signatures (`rows`: the rows the decoder
+    works on; `beams`: (batch, beam_size) of beam search), and how a run keeps a value: a cache as [its number
+    among the caches start_cache made (-1 for another), its self-attention keys per layer]."""
     caches: list[object] = []
+    counts = {"decoder_step": 0, "select_beams": 0}
+
+    def keep(value: Any) -> Any:
+        if hasattr(value, "self_keys") and hasattr(value, "cross_keys"):  # the notebook's own KVCache is fine
+            return [next((i for i, made in enumerate(caches) if made is value), -1), _self_keys(value)]
+        return None if isinstance(value, nn.Module) else runs.kept(value)
 
     def start_cache(model: nn.Module, enc_out: torch.Tensor, src_mask: torch.Tensor) -> KVCache:
         cache = _own_start_cache(model, enc_out, src_mask)
         caches.append(cache)
-        recorder.starts = len(caches)
         return cache
 
     def decoder_step(model: nn.Module, cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
-        step = len(recorder.steps)
-        wanted = f"({recorder.rows}, 1)"
+        step, wanted = counts["decoder_step"], f"({rows}, 1)"
+        counts["decoder_step"] += 1
         if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
             fail(f"at step {step} decoder_step was fed {describe(tokens)}.", expected=f"token ids of shape {wanted}",
                  got=describe(tokens),
@@ -803,62 +752,27 @@ def _parts(recorder: _Recorder) -> dict[str, Callable]:
                  got=f"shape {tuple(tokens.shape)}",
                  cause="feed only the newest token, ys[:, -1:], (rows, 1): the earlier tokens are in the cache "
                        "already, and feeding them again appends them to it a second time.")
-        before = _self_keys(cache)
-        logits = _step(model, cache, tokens)
-        number = next((i for i, made in enumerate(caches) if made is cache), -1)
-        recorder.steps.append(_StepCall(number, tokens.detach().clone(), before, _self_keys(cache),
-                                        logits.detach().clone()))
-        return logits
+        return _step(model, cache, tokens)
 
     def select_beams(scores: torch.Tensor, log_probs: torch.Tensor, finished: torch.Tensor, lengths: torch.Tensor,
                      beam_size: int, alpha: float, pad_idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        batch, beam = recorder.beams or (0, 0)
+        batch, beam = beams or (0, 0)
         for name, value, shape in (("scores", scores, (batch, beam)), ("finished", finished, (batch, beam)),
                                    ("lengths", lengths, (batch, beam)), ("log_probs", log_probs, (batch, beam, None))):
             if not isinstance(value, torch.Tensor) or value.dim() != len(shape) or \
                     tuple(value.shape[:2]) != shape[:2]:
-                fail(f"at step {len(recorder.selects)} select_beams was given {name} of "
+                fail(f"at step {counts['select_beams']} select_beams was given {name} of "
                      f"{describe(value)}.", expected=f"{name} of shape ({batch}, {beam}"
                      + (", vocab)" if name == "log_probs" else ")"), got=describe(value),
                      cause="select_beams works on (batch, beam) tensors: view the decoder's (batch * beam, vocab) "
                            "log-probabilities as log_probs.view(batch, beam_size, -1)." if name == "log_probs" else
                            f"hand select_beams the (batch, beam_size) tensor {name} that beam search keeps (the "
                            "given lines make it; update it from the parents at every step).")
-        chosen = _select(scores.double(), log_probs.double(), finished.bool(), lengths.long(), beam_size, alpha,
-                         pad_idx)
-        recorder.selects.append(_SelectCall(scores.detach().double().clone(), log_probs.detach().double().clone(),
-                                            finished.detach().bool().clone(), lengths.detach().long().clone(),
-                                            beam_size if isinstance(beam_size, int) else describe(beam_size),
-                                            float(alpha) if isinstance(alpha, int | float) else describe(alpha),
-                                            tuple(value.clone() for value in chosen)))
-        return chosen
+        counts["select_beams"] += 1
+        return _select(scores.double(), log_probs.double(), finished.bool(), lengths.long(), beam_size, alpha,
+                       pad_idx)
 
-    return {"start_cache": start_cache, "decoder_step": decoder_step, "select_beams": select_beams}
-
-
-@contextmanager
-def _plugged(function: Callable, recorder: _Recorder) -> Iterator[None]:
-    """While the student's `function` runs, the names in PLUGGED that its notebook defines call the checks'
-    recording copies (put back afterwards). Decorators (@torch.no_grad()) are looked through."""
-    try:
-        inner = inspect.unwrap(function)
-    except ValueError:  # a cycle of __wrapped__
-        inner = function
-    namespace = getattr(inner, "__globals__", None)
-    saved: dict[str, object] = {}
-    if isinstance(namespace, dict):
-        parts = _parts(recorder)
-        supplied(*parts.values())  # the check's doing, not the student's
-        for name in PLUGGED:
-            if callable(namespace.get(name)):
-                saved[name] = namespace[name]
-                namespace[name] = parts[name]
-    recorder.plugged = tuple(saved)
-    try:
-        yield
-    finally:
-        if isinstance(namespace, dict):
-            namespace.update(saved)
+    return {"start_cache": start_cache, "decoder_step": decoder_step, "select_beams": select_beams}, keep
 
 
 def _token_ids(name: str, got: object, batch: int) -> torch.Tensor:
@@ -869,54 +783,50 @@ def _token_ids(name: str, got: object, batch: int) -> torch.Tensor:
     return ys.detach().cpu().long()
 
 
+def _looped(function: Callable, model: nn.Module, src: torch.Tensor, max_len: int,
+            beam: tuple[int, float] | None = None) -> runs.Run:
+    """A loop `function` (cached_greedy_decode, or beam_search with `beam` = (beam_size, alpha)) on src, with the
+    checks' parts plugged in; the run holds its calls and, as its result, its ids."""
+    parts, keep = _parts(src.size(0) * (beam[0] if beam else 1), (src.size(0), beam[0]) if beam else None)
+    run = runs.Run()
+    with torch.no_grad(), runs.plugged(function, parts, run, keep, after=True):
+        if beam:
+            got = function(model, src, PAD, BOS, EOS, max_len, beam_size=beam[0], alpha=beam[1])
+        else:
+            got = function(model, src, PAD, BOS, EOS, max_len)
+    run.result = got
+    return run
+
+
 @on_student_side
 def _run_there(function: Callable, name: str, arguments: tuple, state: dict[str, torch.Tensor], src: torch.Tensor,
-               max_len: int, beam: tuple[int, float] | None = None) -> _Recorder:
-    """The student's loop `function` (cached_greedy_decode, or beam_search with `beam` = (beam_size, alpha)) on
-    src, with the checks' parts plugged in and hooks counting what ran; the recorder holds its run and ids."""
+               max_len: int, beam: tuple[int, float] | None = None) -> tuple[runs.Run, _Counted]:
+    """The student's loop on src (see `_looped`), with hooks counting what ran."""
     model = _rebuilt(arguments, state)
-    rows = src.size(0) * (beam[0] if beam else 1)
-    recorder = _Recorder(rows=rows, beams=(src.size(0), beam[0]) if beam else None)
     counter = _Counter(model)
     try:
-        with torch.no_grad(), student_code(), _plugged(function, recorder):
-            if beam:
-                got = function(model, src, PAD, BOS, EOS, max_len, beam_size=beam[0], alpha=beam[1])
-            else:
-                got = function(model, src, PAD, BOS, EOS, max_len)
+        with student_code():
+            run = _looped(function, model, src, max_len, beam)
     finally:
-        counter.remove()
-    recorder.ys = _token_ids(name, got, src.size(0))
-    recorder.cross_calls, recorder.self_lengths = counter.cross_calls, counter.self_lengths
-    recorder.decoder_calls = counter.decoder_calls
-    return recorder
+        counted = counter.remove()
+    run.result = _token_ids(name, run.result, src.size(0))
+    return run, counted
 
 
-def _same(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-9) -> bool:
-    """Equal shapes and values (exactly for integers and bools; closely for floats, equal infinities included)."""
-    if a.shape != b.shape:
-        return False
-    if a.is_floating_point() or b.is_floating_point():
-        return bool(torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-7))
-    return bool(torch.equal(a.long(), b.long()))
-
-
-def _same_cache(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return len(a) == len(b) and all(_same(x, y, atol=1e-10) for x, y in zip(a, b, strict=True))
-
-
-def _cache_departure(recorder: _Recorder, index: int) -> str | None:
+def _cache_departure(run: runs.Run, index: int) -> str | None:
     """How step `index` was given its cache, if not as the cache of the same decoding: one cache, started once,
     holding `index` positions when step `index` begins."""
-    if recorder.starts > 1:
-        return (f"start_cache ran {recorder.starts} times for one batch: a new cache knows nothing of the "
+    starts = len(run.of("start_cache"))
+    if starts > 1:
+        return (f"start_cache ran {starts} times for one batch: a new cache knows nothing of the "
                 "positions decoded so far. Start the cache once, before the loop, and hand the same cache to every "
                 "decoder_step.")
-    step = recorder.steps[index]
-    if recorder.starts and step.cache != 0:
+    cache = run.of("decoder_step")[index].args.get("cache")
+    number, before = cache if isinstance(cache, list) else (-1, [])
+    if starts and number != 0:
         return (f"step {index} was given another cache than the one start_cache made: hand the same cache object "
                 "to every decoder_step (it grows by one position per step).")
-    cached = step.before[0].size(2) if step.before else index
+    cached = before[0].size(2) if before else index
     if cached != index:
         return (f"when step {index} began, the cache held {cached} positions instead of {index}: call decoder_step "
                 "once per generated token, with the newest token only.")
@@ -926,8 +836,8 @@ def _cache_departure(recorder: _Recorder, index: int) -> str | None:
 def _expect_ids(got: torch.Tensor, expected: torch.Tensor, *, problem: str, cause: str,
                 departure: Callable[[], str | None], show: Callable[[torch.Tensor], str] = _show) -> None:
     """Exact comparison of token ids. On a difference the cause is the first place where the student's loop
-    departs from what it should do with what it was given (`departure`, read from the recorded run), else the
-    recipe, said to be one (nothing was diagnosed)."""
+    departs from what the reference loop does with the same parts (`departure`), else the recipe, said to be
+    one (nothing was diagnosed)."""
     if got.shape == expected.shape and torch.equal(got, expected):
         return
     try:
@@ -949,11 +859,11 @@ def _ended(row: torch.Tensor, column: int) -> int | None:
     return int(found[0]) + 1 if len(found) else None
 
 
-def _after_eos(got: torch.Tensor, steps: Sequence[_StepCall]) -> str | None:
+def _after_eos(got: torch.Tensor, steps: Sequence[runs.Call]) -> str | None:
     """Why sentences that had said <eos> get other tokens than <pad> later, from every such token of the run."""
     wrong = []  # (sentence, column, token, the argmax of its step's logits), in step order
     for column in range(2, min(got.size(1), len(steps) + 1)):
-        best = steps[column - 1].logits.argmax(dim=-1).cpu()
+        best = steps[column - 1].output.argmax(dim=-1).cpu()
         wrong += [(sentence, column, int(got[sentence, column]), int(best[sentence])) for sentence in range(got.size(0))
                   if _ended(got[sentence], column - 1) is not None and int(got[sentence, column]) != PAD]
     if not wrong:
@@ -987,69 +897,93 @@ def _stopped_early(t: int, done: Sequence[bool], first_end: int | None, max_len:
             "finished.all().")
 
 
-def _greedy_departure(got: torch.Tensor, recorder: _Recorder, max_len: int) -> str | None:
-    """The first place where the student's cached greedy loop departs from greedy decoding, judged on its own
-    run: what each step was fed, the token it appended, when it stopped. None when nothing departs (or the loop
-    did not call the plugged decoder_step)."""
-    steps = recorder.steps
-    if not steps:
-        return None
-    batch = got.size(0)
-    for t, step in enumerate(steps):
-        cache = _cache_departure(recorder, t)
-        if cache:
-            return cache
-        fed = step.tokens.view(-1).cpu()  # (batch,)
-        if fed.size(0) != batch or step.logits.size(0) != batch:
-            return None  # a loop that decodes only some rows: judged by its output alone
+def _choice(got: torch.Tensor, steps: Sequence[runs.Call], t: int) -> str:
+    """Why the tokens appended after step t are not the argmax of that step's logits (<pad> for finished
+    sentences); '' when they are."""
+    if t + 1 >= got.size(1):
+        return (f"decoder_step ran {len(steps)} times, but ys has {got.size(1) - 1} generated columns: append "
+                "the new tokens to ys at every step, torch.cat([ys, next_token.unsqueeze(1)], dim=1).")
+    best = steps[t].output.argmax(dim=-1).cpu()  # (batch,)
+    ended = torch.tensor([_ended(got[sentence], t) is not None for sentence in range(got.size(0))])
+    chosen = got[:, t + 1]
+    if best.shape != chosen.shape or torch.equal(chosen, best.masked_fill(ended, PAD)):
+        return ""
+    if bool((chosen[ended] != PAD).any()):
+        return _after_eos(got, steps) or ""
+    sentence = int((chosen != best.masked_fill(ended, PAD)).nonzero()[0])
+    head = (f"sentence {sentence}, step {t}: your token is {_word(int(chosen[sentence]))}, but the argmax "
+            f"of decoder_step's logits is {_word(int(best[sentence]))}")
+    if torch.equal(chosen, best.masked_fill(ended | (best == EOS), PAD)):
+        return (f"{head}: the <eos> itself was replaced by <pad>. Pad only the sentences that had finished "
+                "before this step: mask the new tokens first, then update `finished` from them.")
+    return f"{head}: next_token = logits.argmax(dim=-1), over the vocabulary."
+
+
+def _greedy_readings(max_len: int) -> dict[str, runs.Reading]:
+    """What a departure of a cached greedy loop means: the cache a step was given, the tokens it was fed (the
+    newest of the student's ys, the tokens chosen after the step before), when the loop stopped."""
+
+    def cache(found: runs.Departure) -> str:
+        return _cache_departure(found.student, found.step) or ""
+
+    def tokens(found: runs.Departure) -> str:
+        got, steps, t = found.student.result, found.student.of("decoder_step"), found.step
+        fed = found.mine.args["tokens"].view(-1)
+        if fed.size(0) != got.size(0):
+            return ""  # a loop that decodes only some rows: said as it is
         if t < got.size(1) and not torch.equal(fed, got[:, t]):
             if t > 0 and bool((fed == BOS).all()):
-                every = all(bool((later.tokens == BOS).all()) for later in steps[1:])
+                every = all(bool((later.args["tokens"] == BOS).all()) for later in steps[1:])
                 return (f"{'every step feeds' if every else f'step {t} feeds'} <bos>: at step {t} decoder_step was "
                         f"fed {_words(fed)} instead of the newest token of each sentence, "
                         f"{_words(got[:, t])}. Feed the newest token, ys[:, -1:].")
             return (f"at step {t} decoder_step was fed {_words(fed)} instead of the newest token of each "
                     f"sentence in your ys, {_words(got[:, t])}: feed ys[:, -1:].")
-        if t + 1 >= got.size(1):
-            return (f"decoder_step ran {len(steps)} times, but ys has {got.size(1) - 1} generated columns: append "
-                    "the new tokens to ys at every step, torch.cat([ys, next_token.unsqueeze(1)], dim=1).")
-        best = step.logits.argmax(dim=-1).cpu()  # (batch,)
-        ended = torch.tensor([_ended(got[sentence], t) is not None for sentence in range(batch)])
-        chosen = got[:, t + 1]
-        if not torch.equal(chosen, best.masked_fill(ended, PAD)):
-            if bool((chosen[ended] != PAD).any()):
-                return _after_eos(got, steps)
-            sentence = int((chosen != best.masked_fill(ended, PAD)).nonzero()[0])
-            head = (f"sentence {sentence}, step {t}: your token is {_word(int(chosen[sentence]))}, but the argmax "
-                    f"of decoder_step's logits is {_word(int(best[sentence]))}")
-            if torch.equal(chosen, best.masked_fill(ended | (best == EOS), PAD)):
-                return (f"{head}: the <eos> itself was replaced by <pad>. Pad only the sentences that had finished "
-                        "before this step: mask the new tokens first, then update `finished` from them.")
-            return f"{head}: next_token = logits.argmax(dim=-1), over the vocabulary."
-        if t > 0 and all(_ended(got[sentence], t) is not None for sentence in range(batch)):
-            return (f"decoding never stops early: every sentence had said <eos> after step {t - 1}, yet decoder_step "
-                    f"ran {len(steps) - t} more time(s). Once every sentence is finished, break out of the loop "
-                    "(if finished.all(): break).")
-        done = [_ended(got[sentence], t + 1) is not None for sentence in range(batch)]
-        if t == len(steps) - 1 and not all(done) and t + 1 < max_len:
-            first_end = next((step for step in range(t + 1) if any(_ended(got[sentence], step + 1) is not None
-                                                                    for sentence in range(batch))), None)
-            return _stopped_early(t, done, first_end, max_len, "decoding")
-    if len(steps) > max_len:
-        return f"decoder_step ran {len(steps)} times, more than max_len = {max_len}: loop for _ in range(max_len)."
-    if got.size(1) != len(steps) + 1:
-        return (f"ys has {got.size(1)} columns after {len(steps)} steps: <bos>, then one column per step "
-                "(append each step's tokens once).")
-    return None
+        return _choice(got, steps, t - 1) if t > 0 else ""
+
+    def stopped(found: runs.Departure) -> str:
+        got, steps = found.student.result, found.student.of("decoder_step")
+        t = len(steps) - 1
+        chosen = _choice(got, steps, t) if t >= 0 else ""
+        if t < 0 or chosen:
+            return chosen
+        done = [_ended(row, t + 1) is not None for row in got]
+        first_end = next((step for step in range(t + 1) if any(_ended(row, step + 1) is not None for row in got)),
+                         None)
+        return _stopped_early(t, done, first_end, max_len, "decoding")
+
+    def went_on(found: runs.Departure) -> str:
+        got, steps = found.student.result, found.student.of("decoder_step")
+        t = len(found.reference.of("decoder_step"))
+        chosen = _choice(got, steps, t - 1)
+        if chosen:
+            return chosen
+        if t >= max_len:
+            return f"decoder_step ran {len(steps)} times, more than max_len = {max_len}: loop for _ in range(max_len)."
+        return (f"decoding never stops early: every sentence had said <eos> after step {t - 1}, yet decoder_step "
+                f"ran {len(steps) - t} more time(s). Once every sentence is finished, break out of the loop "
+                "(if finished.all(): break).")
+
+    def result(found: runs.Departure) -> str:
+        got, steps = found.student.result, found.student.of("decoder_step")
+        return _choice(got, steps, len(steps) - 1) or (
+            f"ys has {got.size(1)} columns after {len(steps)} steps: <bos>, then one column per step (append each "
+            "step's tokens once).")
+
+    return {"decoder_step.cache": cache, "decoder_step.tokens": tokens, "stopped": stopped, "went on": went_on,
+            "result": result, "part": lambda found: _cache_departure(found.student, 0) or ""}
 
 
 def _greedy_case(cached_greedy_decode: Callable, sizes: Sizes, padded: bool) -> None:
     model = _random_model(sizes)
     src = _random_source(sizes, padded)
-    run = _run_there(cached_greedy_decode, "cached_greedy_decode", model.arguments, model.state, src, sizes.max_len)
+    run, _ = _run_there(cached_greedy_decode, "cached_greedy_decode", model.arguments, model.state, src,
+                        sizes.max_len)
     with torch.no_grad():
         expected = reference_greedy_decode(model.module, src, PAD, BOS, EOS, sizes.max_len)
-    _expect_ids(run.ys, expected, departure=lambda: _greedy_departure(run.ys, run, sizes.max_len),
+    _expect_ids(run.result, expected,
+                departure=lambda: runs.departure(run, _looped(reference_cached_greedy_decode, model.module, src,
+                                                              sizes.max_len), _greedy_readings(sizes.max_len)),
                 problem=f"cached greedy decoding of {'a padded' if padded else 'a'} batch (random weights, seed "
                         f"{sizes.seed}) differs from stage 6's greedy decoding.",
                 cause="each step: logits = decoder_step(model, cache, ys[:, -1:]); argmax; pad finished "
@@ -1070,34 +1004,33 @@ def cached_greedy_matches_greedy_padded(cached_greedy_decode: Callable, **sizes:
 def cached_greedy_uses_the_cache(cached_greedy_decode: Callable, **sizes: int) -> None:
     config = replace(Sizes(), **sizes)
     model = _random_model(config)
-    run = _run_there(cached_greedy_decode, "cached_greedy_decode", model.arguments, model.state,
-                     _random_source(config), config.max_len)
-    steps = run.ys.size(1) - 1
-    if run.decoder_calls:
+    run, counted = _run_there(cached_greedy_decode, "cached_greedy_decode", model.arguments, model.state,
+                              _random_source(config), config.max_len)
+    steps, starts = run.result.size(1) - 1, len(run.of("start_cache"))
+    if counted.decoder_calls:
         fail("the whole decoder ran during cached decoding.", expected="no call of model.decoder(...)",
-             got=f"{run.decoder_calls} calls", cause="call decoder_step(model, cache, ys[:, -1:]) in the loop.")
-    if "decoder_step" in run.plugged and not run.steps:
+             got=f"{counted.decoder_calls} calls", cause="call decoder_step(model, cache, ys[:, -1:]) in the loop.")
+    if "decoder_step" in run.plugged and not run.of("decoder_step"):
         fail("cached_greedy_decode never called decoder_step.", expected="one decoder_step call per generated token",
              got=f"0 calls for {steps} generated tokens",
              cause="each step: logits = decoder_step(model, cache, ys[:, -1:]).")
     layers = config.num_layers
-    if run.starts > 1 or run.cross_calls != 2 * layers:
+    if starts > 1 or counted.cross_calls != 2 * layers:
         fail("cross-attention keys and values were not computed exactly once.",
              expected=f"{2 * layers} projections (W_k and W_v of {layers} layers), once for the sentence batch",
-             got=f"{run.cross_calls} projections for {steps} steps"
-                 + (f" (start_cache ran {run.starts} times)" if run.starts > 1 else ""),
+             got=f"{counted.cross_calls} projections for {steps} steps"
+                 + (f" (start_cache ran {starts} times)" if starts > 1 else ""),
              cause="start the cache once, before the loop, and pass the same cache to every decoder_step.")
-    for index in range(len(run.steps)):
+    for index in range(len(run.of("decoder_step"))):
         departure = _cache_departure(run, index)
         if departure:
             fail(f"step {index} did not continue the cache of the steps before it.",
                  expected="one cache, one more position per step", got=departure.split(":")[0], cause=departure)
-    longer = sorted({length for length in run.self_lengths if length != 1})
+    longer = sorted({length for length in counted.self_lengths if length != 1})
     if longer:
         fail("a step fed more than the newest token.", expected="self-attention projections on 1 position",
              got=f"projections on {longer} positions",
              cause="feed only the newest token, ys[:, -1:], (batch, 1): earlier ones are in the cache.")
-
 
 # --- select_beams ------------------------------------------------------------------------------------------
 
@@ -1356,82 +1289,85 @@ def _rows(values: torch.Tensor) -> str:
     return "[" + ", ".join(str(int(value)) for value in values) + "]"
 
 
-def _follow_departure(t: int, call: _SelectCall, previous: _SelectCall, finished: torch.Tensor,
-                      lengths: torch.Tensor) -> str | None:
+def _follow_departure(t: int, call: runs.Call, previous: runs.Call) -> str | None:
     """Whether the `finished` and `lengths` handed to select_beams at step t follow the parents chosen at step
-    t - 1 (`finished`, `lengths`: what they should be, worked out from the student's own selections)."""
-    _, parents, tokens = previous.chosen
-    if not _same(call.finished, finished):
-        if _same(call.finished, previous.finished | (tokens == EOS)):
+    t - 1 (`previous`)."""
+    _, parents, tokens = previous.output
+    finished, lengths = _followed(previous)
+    given, before = call.args["finished"].bool(), previous.args["finished"].bool()
+    if not runs.same(given, finished):
+        if runs.same(given, before | (tokens == EOS)):
             return (f"`finished` is not taken from the parents: at step {t} select_beams was given finished = "
-                    f"{call.finished.int().tolist()}, the previous flags of each beam position, while the "
+                    f"{given.int().tolist()}, the previous flags of each beam position, while the "
                     f"hypotheses there now continue parents {parents.tolist()}, so they should be "
                     f"{finished.int().tolist()}: finished.gather(1, parents) | (tokens == eos_idx).")
-        return (f"at step {t} select_beams was given finished = {call.finished.int().tolist()} instead of "
+        return (f"at step {t} select_beams was given finished = {given.int().tolist()} instead of "
                 f"{finished.int().tolist()}: a hypothesis is finished if its parent was, or if its new token is "
                 "<eos>: finished.gather(1, parents) | (tokens == eos_idx).")
-    if not _same(call.lengths, lengths):
-        was_finished = previous.finished.gather(1, parents)
-        unfollowed = (previous.lengths + (~was_finished).long(), previous.lengths + (~previous.finished).long())
-        if any(_same(call.lengths, wrong) for wrong in unfollowed):
+    given, grown = call.args["lengths"].long(), previous.args["lengths"].long()
+    if not runs.same(given, lengths):
+        unfollowed = (grown + (~before.gather(1, parents)).long(), grown + (~before).long())
+        if any(runs.same(given, wrong) for wrong in unfollowed):
             return (f"`lengths` is not taken from the parents: at step {t} select_beams was given lengths = "
-                    f"{call.lengths.tolist()}, grown from the previous lengths of each beam position, while the "
+                    f"{given.tolist()}, grown from the previous lengths of each beam position, while the "
                     f"hypotheses there continue parents {parents.tolist()}, so they should be {lengths.tolist()}: "
                     "lengths.gather(1, parents) + (~finished_before).long().")
-        if _same(call.lengths, previous.lengths.gather(1, parents) + 1):
+        if runs.same(given, grown.gather(1, parents) + 1):
             return (f"finished hypotheses keep growing: at step {t} select_beams was given lengths = "
-                    f"{call.lengths.tolist()} instead of {lengths.tolist()}; a hypothesis whose parent had finished "
+                    f"{given.tolist()} instead of {lengths.tolist()}; a hypothesis whose parent had finished "
                     "keeps its length: lengths.gather(1, parents) + (~finished_before).long().")
-        return (f"at step {t} select_beams was given lengths = {call.lengths.tolist()} instead of "
+        return (f"at step {t} select_beams was given lengths = {given.tolist()} instead of "
                 f"{lengths.tolist()}: lengths.gather(1, parents), plus one where the parent had not finished.")
     return None
 
 
-def _log_probs_departure(t: int, call: _SelectCall, step: _StepCall, batch: int, beam_size: int) -> str | None:
+def _log_probs_departure(t: int, given: torch.Tensor, logits: torch.Tensor, batch: int, beam_size: int
+                         ) -> str | None:
     """Whether select_beams was given log_softmax of the logits that step t's decoder_step returned."""
-    logits = step.logits.double().cpu()
+    logits, given = logits.double().cpu(), given.double().cpu()
     if logits.size(0) != batch * beam_size:
         return None
     wanted = torch.log_softmax(logits, dim=-1).view(batch, beam_size, -1)
-    if _same(call.log_probs, wanted, atol=1e-6):
+    if runs.same(given, wanted, atol=1e-6):
         return None
-    if _same(call.log_probs, logits.view(batch, beam_size, -1), atol=1e-6):
+    if runs.same(given, logits.view(batch, beam_size, -1), atol=1e-6):
         return (f"raw logits are used as log-probabilities: at step {t} select_beams was given decoder_step's "
                 "logits as they are. Scores add up log-probabilities, which are at most 0 and comparable between "
                 "hypotheses: torch.log_softmax(logits, dim=-1).")
-    if _same(call.log_probs, torch.softmax(logits, dim=-1).view(batch, beam_size, -1), atol=1e-6):
+    if runs.same(given, torch.softmax(logits, dim=-1).view(batch, beam_size, -1), atol=1e-6):
         return (f"probabilities are used as log-probabilities: at step {t} select_beams was given softmax(logits); "
                 "scores add up log-probabilities: torch.log_softmax(logits, dim=-1).")
-    given = call.log_probs.double().cpu()
     if given.shape == wanted.shape:
         swapped = torch.log_softmax(logits, dim=-1).view(beam_size, batch, -1).transpose(0, 1)
-        if _same(given, swapped, atol=1e-6):
+        if runs.same(given, swapped, atol=1e-6):
             return (f"the batch and beam axes are swapped: at step {t} select_beams' log_probs[b, j] holds row "
                     f"j * batch + b of decoder_step's output, where the hypotheses are stored as row "
                     f"b * beam_size + j (repeat_interleave): view it as (batch, beam_size, vocab).")
         rows = wanted.reshape(batch * beam_size, -1)
-        if all(any(_same(row, other, atol=1e-6) for other in rows) for row in given.reshape(batch * beam_size, -1)):
+        if all(any(runs.same(row, other, atol=1e-6) for other in rows)
+               for row in given.reshape(batch * beam_size, -1)):
             return (f"at step {t} select_beams was given the right log-probabilities with the hypotheses' rows in "
                     "another order: log_probs[b, j] must be row b * beam_size + j of decoder_step's output.")
     return (f"at step {t} select_beams was given values that are not log_softmax(logits) of decoder_step's output in "
             f"any order of its rows; {RECIPE} torch.log_softmax(logits, dim=-1).view(batch, beam_size, -1).")
 
 
-def _reorder_departure(t: int, step: _StepCall, previous: _StepCall, parents: torch.Tensor, beam_size: int,
-                       ) -> str | None:
-    """Whether the cache that step t began with holds, in row j, the history of hypothesis j's parent."""
+def _reorder_departure(t: int, before: list[torch.Tensor], after: list[torch.Tensor], parents: torch.Tensor,
+                       beam_size: int) -> str | None:
+    """Whether the cache that step t began with (`before`) holds, in row j, the history of hypothesis j's parent
+    (`after`: the cache as step t - 1 left it)."""
     batch = parents.size(0)
     rows = (torch.arange(batch).unsqueeze(1) * beam_size + parents).flatten()
-    if _same_cache(step.before, [keys.index_select(0, rows) for keys in previous.after]):
+    if runs.same(before, [keys.index_select(0, rows) for keys in after], atol=1e-10):
         return None
-    if _same_cache(step.before, previous.after):
+    if runs.same(before, after, atol=1e-10):
         return (f"the cache is not reordered: when step {t} began, row j of the cache still held the keys and "
                 f"values of beam position j before the step, while the new hypotheses continue the rows "
                 f"{_rows(rows)}. After choosing the parents, cache.reorder(rows) with rows = (first_row + "
                 "parents).flatten(), so every hypothesis continues its parent's history.")
     plain = parents.flatten()
-    if plain.max() < previous.after[0].size(0) and \
-            _same_cache(step.before, [keys.index_select(0, plain) for keys in previous.after]):
+    if plain.max() < after[0].size(0) and \
+            runs.same(before, [keys.index_select(0, plain) for keys in after], atol=1e-10):
         return (f"the rows of the parents ignore the sentence: the cache was reordered with rows = "
                 f"parents.flatten() = {_rows(plain)}, which are rows of the first sentence; hypothesis j of sentence "
                 f"b continues row b * beam_size + parent, (first_row + parents).flatten() = {_rows(rows)}.")
@@ -1439,85 +1375,30 @@ def _reorder_departure(t: int, step: _StepCall, previous: _StepCall, parents: to
             f"+ parents).flatten() = {_rows(rows)}, once per step, after select_beams.")
 
 
-def _beam_departure(got: torch.Tensor, recorder: _Recorder, max_len: int, beam_size: int, alpha: float,
-                    show: Callable[[torch.Tensor], str] = _show) -> str | None:
-    """The first place where the student's beam search departs from beam search, judged on its own run: what
-    each step was fed, the cache it began with, what select_beams was given, when the search stopped, and
-    which hypothesis came out. None when nothing departs (or the loop did not use the plugged parts)."""
-    steps, selects = recorder.steps, recorder.selects
-    if not steps or not selects:
-        return None
+def _followed(call: runs.Call) -> tuple[torch.Tensor, torch.Tensor]:
+    """(finished, lengths), each (batch, beam), as they follow a select_beams call: from its input and its
+    choice."""
+    _, parents, tokens = call.output
+    was_finished = call.args["finished"].bool().gather(1, parents)
+    return was_finished | (tokens == EOS), call.args["lengths"].long().gather(1, parents) + (~was_finished).long()
+
+
+def _winners(got: torch.Tensor, selects: Sequence[runs.Call], beam_size: int, alpha: float,
+             show: Callable[[torch.Tensor], str]) -> str:
+    """Why the returned sentences are not the winners of the search the calls show: ys kept its rows while the
+    hypotheses followed their parents, another hypothesis than the best, or no hypothesis of the search."""
     batch = got.size(0)
     first_row = torch.arange(batch).unsqueeze(1) * beam_size  # (batch, 1)
     history = torch.full((batch * beam_size, 1), BOS, dtype=torch.long)  # what ys should be
     appended = history.clone()  # ys if its rows never followed the parents
-    scores = torch.full((batch, beam_size), float("-inf"), dtype=torch.float64)
-    scores[:, 0] = 0.0
-    finished = torch.zeros(batch, beam_size, dtype=torch.bool)
-    lengths = torch.zeros(batch, beam_size, dtype=torch.long)
-    first_end = None  # the first step after which some hypothesis had ended
-    for t, call in enumerate(selects):
-        if t >= len(steps):
-            return (f"select_beams ran {len(selects)} times but decoder_step only {len(steps)}: each step runs "
-                    "decoder_step once, then select_beams once.")
-        step = steps[t]
-        cache = _cache_departure(recorder, t)
-        if cache:
-            return cache
-        fed = step.tokens.view(-1).cpu()
-        if fed.size(0) != batch * beam_size:
-            return None
-        if not torch.equal(fed, history[:, -1]):
-            if t > 0 and bool((fed == BOS).all()):
-                return (f"step {t} feeds <bos>: decoder_step was fed <bos> for every hypothesis instead of its "
-                        f"newest token {_words(history[:, -1])}: feed ys[:, -1:].")
-            return (f"at step {t} decoder_step was fed {_words(fed)} instead of the newest token of every "
-                    f"hypothesis, {_words(history[:, -1])}: feed ys[:, -1:], after ys was extended.")
-        if t > 0:
-            reorder = _reorder_departure(t, step, steps[t - 1], selects[t - 1].chosen[1].cpu(), beam_size)
-            if reorder:
-                return reorder
-        departure = _log_probs_departure(t, call, step, batch, beam_size)
-        if departure:
-            return departure
-        if not _same(call.scores, scores):
-            if t == 0:
-                return (f"the first select_beams was given scores {call.scores.tolist()} instead of the given start "
-                        "(0 for hypothesis 0, -inf for the others): keep the given lines before the loop.")
-            return (f"at step {t} select_beams was given scores {call.scores.tolist()}, not the scores it returned at "
-                    f"step {t - 1}, {scores.tolist()}: scores, parents, tokens = select_beams(scores, ...).")
-        if t > 0:
-            departure = _follow_departure(t, call, selects[t - 1], finished, lengths)
-            if departure:
-                return departure
-            if bool(finished.all()):
-                return (f"the search never stops early: after step {t - 1} every hypothesis of every sentence had "
-                        f"finished, yet it ran {len(selects) - t} more step(s). Break once finished.all().")
-        if call.beam_size != beam_size or not isinstance(call.alpha, float) or abs(call.alpha - alpha) > 1e-12:
-            return (f"select_beams was given beam_size={call.beam_size}, alpha={call.alpha}; beam_search was "
-                    f"called with beam_size={beam_size}, alpha={alpha}: pass beam search's own arguments on.")
-        scores, parents, tokens = (value.cpu() for value in call.chosen)
-        rows = (first_row + parents).flatten()  # (batch * beam,)
-        history = torch.cat([history[rows], tokens.view(-1, 1)], dim=1)
+    for call in selects:
+        _, parents, tokens = call.output
+        history = torch.cat([history[(first_row + parents).flatten()], tokens.view(-1, 1)], dim=1)
         appended = torch.cat([appended, tokens.view(-1, 1)], dim=1)
-        was_finished = finished.gather(1, parents)
-        lengths = lengths.gather(1, parents) + (~was_finished).long()
-        finished = was_finished | (tokens == EOS)
-        if first_end is None and bool(finished.any()):
-            first_end = t
-        if t == len(selects) - 1 and not bool(finished.all()) and t + 1 < max_len:
-            if first_end == t:
-                return (f"the search stops when ONE hypothesis is finished: it stopped after step {t}, the first step "
-                        f"at which one had said <eos>, with {int((~finished).sum())} hypotheses still live (max_len "
-                        f"is {max_len}). Break only when finished.all(): a hypothesis that has ended waits in the "
-                        "beam for the others.")
-            return (f"the search stopped after {t + 1} step(s) with {int((~finished).sum())} hypotheses still live: "
-                    f"a hypothesis that never says <eos> gets max_len = {max_len} tokens. Loop for _ in "
-                    "range(max_len) and break once finished.all().")
-    best = (scores / length_penalty(lengths, alpha)).argmax(dim=-1)  # (batch,)
+    best = (selects[-1].output[0] / length_penalty(_followed(selects[-1])[1], alpha)).argmax(dim=-1)  # (batch,)
     winners = history.view(batch, beam_size, -1)[torch.arange(batch), best]
     if winners.shape == got.shape and torch.equal(winners, got):
-        return None
+        return ""
     unfollowed = appended.view(batch, beam_size, -1)[torch.arange(batch), best]
     if unfollowed.shape == got.shape and torch.equal(unfollowed, got):
         return ("ys is not reordered: each row of ys kept its own earlier tokens while the hypothesis in that row "
@@ -1535,12 +1416,93 @@ def _beam_departure(got: torch.Tensor, recorder: _Recorder, max_len: int, beam_s
             f"{show(winners)}")
 
 
+def _beam_readings(batch: int, beam_size: int, alpha: float, max_len: int, show: Callable[[torch.Tensor], str]
+                   ) -> dict[str, runs.Reading]:
+    """What a departure of a beam search means: the tokens a step was fed, the cache it began with (one cache,
+    its rows following the parents), the log-probabilities, scores, `finished` and `lengths` handed to
+    select_beams, when the search stopped, and which hypothesis came out."""
+
+    def cache(found: runs.Departure) -> str:
+        t = found.step
+        said = _cache_departure(found.student, t)
+        if said or t == 0:
+            return said or ""
+        after = found.student.of("decoder_step")[t - 1].after["cache"][1]
+        parents = found.student.of("select_beams")[t - 1].output[1]
+        return _reorder_departure(t, found.mine.args["cache"][1], after, parents, beam_size) or ""
+
+    def tokens(found: runs.Departure) -> str:
+        t = found.step
+        fed, newest = found.mine.args["tokens"].view(-1), found.theirs.args["tokens"].view(-1)
+        if fed.shape != newest.shape:
+            return ""
+        if t > 0 and bool((fed == BOS).all()):
+            return (f"step {t} feeds <bos>: decoder_step was fed <bos> for every hypothesis instead of its "
+                    f"newest token {_words(newest)}: feed ys[:, -1:].")
+        return (f"at step {t} decoder_step was fed {_words(fed)} instead of the newest token of every "
+                f"hypothesis, {_words(newest)}: feed ys[:, -1:], after ys was extended.")
+
+    def log_probs(found: runs.Departure) -> str:
+        t = found.step
+        logits = found.student.of("decoder_step")[t].output
+        return _log_probs_departure(t, found.mine.args["log_probs"], logits, batch, beam_size) or ""
+
+    def scores(found: runs.Departure) -> str:
+        t = found.step
+        if t == 0:
+            return (f"the first select_beams was given scores {found.mine.args['scores'].tolist()} instead of the "
+                    "given start (0 for hypothesis 0, -inf for the others): keep the given lines before the loop.")
+        return (f"at step {t} select_beams was given scores {found.mine.args['scores'].tolist()}, not the scores it "
+                f"returned at step {t - 1}, {found.theirs.args['scores'].tolist()}: scores, parents, tokens = "
+                "select_beams(scores, ...).")
+
+    def follow(found: runs.Departure) -> str:
+        t = found.step
+        if t == 0:
+            return ""
+        return _follow_departure(t, found.mine, found.student.of("select_beams")[t - 1]) or ""
+
+    def stopped(found: runs.Departure) -> str:
+        selects = found.student.of("select_beams")
+        if not selects or len(found.student.of("decoder_step")) != len(selects):
+            return ""
+        t, after = len(selects) - 1, [_followed(call)[0] for call in selects]
+        live = int((~after[-1]).sum())
+        if next((step for step, done in enumerate(after) if bool(done.any())), None) == t:
+            return (f"the search stops when ONE hypothesis is finished: it stopped after step {t}, the first step "
+                    f"at which one had said <eos>, with {live} hypotheses still live (max_len is {max_len}). Break "
+                    "only when finished.all(): a hypothesis that has ended waits in the beam for the others.")
+        return (f"the search stopped after {t + 1} step(s) with {live} hypotheses still live: a hypothesis that "
+                f"never says <eos> gets max_len = {max_len} tokens. Loop for _ in range(max_len) and break once "
+                "finished.all().")
+
+    def went_on(found: runs.Departure) -> str:
+        t, selects = len(found.reference.of("select_beams")), found.student.of("select_beams")
+        followed = _follow_departure(t, selects[t], selects[t - 1]) if 0 < t < len(selects) else None
+        if followed or t >= max_len:
+            return followed or ""
+        return (f"the search never stops early: after step {t - 1} every hypothesis of every sentence had "
+                f"finished, yet it ran {len(selects) - t} more step(s). Break once finished.all().")
+
+    def result(found: runs.Departure) -> str:
+        selects = found.student.of("select_beams")
+        return _winners(found.student.result, selects, beam_size, alpha, show) if selects else ""
+
+    return {"decoder_step.cache": cache, "decoder_step.tokens": tokens, "select_beams.log_probs": log_probs,
+            "select_beams.scores": scores, "select_beams.finished": follow, "select_beams.lengths": follow,
+            "stopped": stopped, "went on": went_on, "result": result}
+
+
 def _beam_case(beam_search: Callable, model: _Model, src: torch.Tensor, max_len: int, beam_size: int,
                alpha: float, expected: torch.Tensor, problem: str, cause: str,
                show: Callable[[torch.Tensor], str] = _show) -> None:
-    run = _run_there(beam_search, "beam_search", model.arguments, model.state, src, max_len, (beam_size, alpha))
-    _expect_ids(run.ys, expected, problem=problem, cause=cause, show=show,
-                departure=lambda: _beam_departure(run.ys, run, max_len, beam_size, alpha, show))
+    run, _ = _run_there(beam_search, "beam_search", model.arguments, model.state, src, max_len, (beam_size, alpha))
+
+    def departure() -> str:
+        reference = _looped(reference_beam_search, model.module, src, max_len, (beam_size, alpha))
+        return runs.departure(run, reference, _beam_readings(src.size(0), beam_size, alpha, max_len, show))
+
+    _expect_ids(run.result, expected, problem=problem, cause=cause, show=show, departure=departure)
 
 
 @check("beam_search with beam_size=1 gives exactly the token ids of greedy decoding (padded batch)")

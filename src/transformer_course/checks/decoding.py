@@ -388,6 +388,7 @@ def _decoding_states(greedy_decode: Callable, task: Translation) -> list[tuple[b
     handles = [model.encoder.register_forward_pre_hook(note), model.decoder.register_forward_pre_hook(note)]
     try:
         with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(task.sizes.seed)  # dropout's draws, and so the number of steps, the same every run
             _call(greedy_decode, model, src, task.ids, task.sizes.max_len)
     finally:
         for handle in handles:

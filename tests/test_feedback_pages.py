@@ -23,6 +23,10 @@ from browser import Browser
 from conftest import EXAMPLE_ASSIGNMENT, ROOT
 from transformer_course.grading.outputs import answers, feedback, mathml
 
+# one worker: the example class is a session fixture, so on another worker it was graded a second time (about
+# 110 s of CI)
+pytestmark = pytest.mark.xdist_group("example_class")
+
 KB = 1024
 MOST_BYTES = 64 * KB  # every page of the example class (nbgrader's: 296 to 368 KB)
 TYPICAL_BYTES = 40 * KB  # the median page (nbgrader's: 300 KB)

@@ -163,7 +163,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "output passed through tanh after the product with V",
         "    output = weights @ V  # (..., q_len, d_v)\n",
         "    output = torch.tanh(weights @ V)  # (..., q_len, d_v)\n",
-        fails="attn_sdpa_values", cause="then applies a tanh",
+        fails="attn_sdpa_values", cause="then applies a tanh to it: the paper stops there",
     ),
     Mistake(
         STAGE, "bitwise ~ on the mask: fine for bool, wrong for integer 0/1 masks",

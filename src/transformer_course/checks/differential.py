@@ -571,8 +571,11 @@ def _after_the_end(last: Op, keys: list[str], student: Trace, student_final: tor
     else:
         return None
     steps = [op for op in chain if op.name not in LAYOUT] or chain
-    words = ", then ".join(f"a {operation_words(op.name)} ({_student_line(op)})" for op in steps[:3])
-    return Diagnosis(_student_line(steps[0]), f"your code computes {_reference_words(last, context, reference)} "
+    where = _student_line(steps[0])
+    # a step's line is said where it is not the line the message starts with (quoted twice, it reads as two)
+    words = ", then ".join(f"a {operation_words(op.name)}" + (f" ({line})" if (line := _student_line(op)) != where
+                                                              else "") for op in steps[:3])
+    return Diagnosis(where, f"your code computes {_reference_words(last, context, reference)} "
                      f"as the paper does, then applies {words} to it: the paper stops there", steps[0].line)
 
 

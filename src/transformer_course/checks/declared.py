@@ -147,12 +147,13 @@ def added_steps(student: differential.Trace, got: torch.Tensor, expected: torch.
         return f"your result is {how}" if how else ""
     # only the steps between the two that work on the expected value: a later line may compute from something
     # else (a result that was never assigned), and then nothing was added to the expected value
-    on_the_way, after_found = differential._ancestors(student, last.index), {found.index}
+    on_the_way = differential._ancestors(student, last.index)
+    if found.index not in on_the_way:
+        return ""
+    after_found = {found.index}
     for op in student.ops[found.index + 1:last.index + 1]:
         if any(differential._producer(source) in after_found for source in op.sources):
             after_found.add(op.index)
-    if found.index not in on_the_way:
-        return ""
     steps = [op for op in student.ops[found.index + 1:last.index + 1]
              if op.index in after_found and op.index in on_the_way and op.name not in differential.LAYOUT]
     if not steps:

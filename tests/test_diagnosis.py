@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from transformer_course.checks import attention, positional_encoding
+from transformer_course.checks import attention, differential, positional_encoding
 from transformer_course.checks.compare import describe_difference
 from transformer_course.checks.framework import run_check
 
@@ -166,3 +166,14 @@ def test_steps_after_the_expected_value_are_named_only_when_they_work_on_it():
             for function in (dropped, doubled)}
     assert said["dropped"] == "", said
     assert "computes the expected values and then applies the product" in said["doubled"], said
+
+
+def test_a_single_number_gets_its_factor_but_no_cause_a_coincidence_would_give():
+    """Any number is some factor of any other: on a loss, 2 = tokens/d_model is a coincidence, not a cause."""
+    context = differential.Context(quantities={"d_model": 16.0, "tokens": 32.0, "p": 0.1})
+    for factor in (2.0, 4.0, 1 / 0.9):
+        said = differential.relation(torch.tensor(2.3 * factor), torch.tensor(2.3), context, None)
+        assert said == f"{factor:.4g} × the expected values", said
+    # on a tensor the factor is evidence: every value carries it
+    values = torch.linspace(0.5, 3.0, 12)
+    assert "the factor is tokens/d_model" in differential.relation(2 * values, values, context, None)

@@ -1204,7 +1204,8 @@ def relation(got: torch.Tensor, expected: torch.Tensor, context: Context, op: Op
     if denominator > 0:
         factor = (a * b).sum().item() / denominator
         if abs(factor - 1) > 1e-6 and _close(a, factor * b, 1e-4, 1e-9):
-            named = known_factor(factor, context)
+            # one number is some factor of any other: what the factor equals is then a coincidence, not a cause
+            named = known_factor(factor, context) if b.numel() > 1 else ""
             if abs(factor + 1) < 1e-6:
                 return "the expected values with the opposite sign"
             return f"{factor:.4g} × the expected values" + (f" (the factor is {named})" if named else "")

@@ -79,7 +79,10 @@ def plugged(function: Callable, parts: Mapping[str, Callable | None], run: Run, 
         signature = inspect.signature(part)
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            bound = signature.bind(*args, **kwargs)
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:  # called with the wrong arguments: Python's own error names the function
+                return part(*args, **kwargs)
             bound.apply_defaults()
             noted = Call(name, {key: keep(value) for key, value in bound.arguments.items()})
             result = part(*args, **kwargs)

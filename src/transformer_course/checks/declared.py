@@ -23,6 +23,7 @@ import torch
 
 from transformer_course.checks import differential
 from transformer_course.checks.compare import describe_difference
+from transformer_course.checks.differential import student_line
 from transformer_course.checks.framework import Diagnosis, expect_close, expect_shape, fail
 
 Reading = Callable[[torch.Tensor], str]  # what a check sees in the student's value ('' when nothing)
@@ -80,10 +81,6 @@ def joined(where: str, *causes: str) -> Diagnosis | None:
 # --- the steps of two computations, compared -------------------------------------------------------------------
 
 
-def _line(op: differential.Op | None) -> str:
-    return differential._student_line(op)  # called in the grader, whose differential is whole
-
-
 def result_op(trace: differential.Trace, value: torch.Tensor) -> differential.Op | None:
     """The last operation of a computation whose result is `value` (in this layout or a reshape of it)."""
     for op in reversed(trace.ops):
@@ -106,9 +103,9 @@ def _steps(trace: differential.Trace, last: differential.Op) -> list[differentia
     many steps lie before each), then by kind, so two independent steps written in another order compare equal."""
     depth: dict[int, int] = {}
     for op in trace.ops[:last.index + 1]:
-        before = [depth.get(differential._producer(source), 0) for source in op.sources]  # 0 for an input
+        before = [depth.get(differential.producer_of(source), 0) for source in op.sources]  # 0 for an input
         depth[op.index] = max(before, default=0) + (0 if op.name in differential.LAYOUT else 1)
-    steps = [trace.ops[index] for index in differential._ancestors(trace, last.index)
+    steps = [trace.ops[index] for index in differential.ancestors_of(trace, last.index)
              if trace.ops[index].name not in differential.LAYOUT and trace.ops[index].sources]
     return sorted(steps, key=lambda op: (depth[op.index], _step_words(op), op.index))
 
@@ -128,12 +125,13 @@ def steps_reading(student: differential.Trace, reference: differential.Trace, go
     if len(differ) == 1:
         i = differ[0]
         before = f" to the result of {words_b[i - 1]}" if i else ""
-        return f"{_line(a[i])}: your code applies {words_a[i]} where the paper applies {words_b[i]}{before}"
+        return f"{student_line(a[i])}: your code applies {words_a[i]} where the paper applies {words_b[i]}{before}"
     if len(differ) == 2 and differ[1] == differ[0] + 1 and words_a[differ[0]] == words_b[differ[1]] \
             and words_a[differ[1]] == words_b[differ[0]]:
         first, second = differ
-        return (f"{_line(a[second])}: your code applies {words_a[second]} after {words_a[first]}; the paper applies "
-                f"{words_b[first]} first, then {words_b[second]} to its result (the two steps are in the other order)")
+        return (f"{student_line(a[second])}: your code applies {words_a[second]} after {words_a[first]}; the paper "
+                f"applies {words_b[first]} first, then {words_b[second]} to its result (the two steps are in the other "
+                "order)")
     return ""
 
 
@@ -147,12 +145,12 @@ def added_steps(student: differential.Trace, got: torch.Tensor, expected: torch.
         return f"your result is {how}" if how else ""
     # only the steps between the two that work on the expected value: a later line may compute from something
     # else (a result that was never assigned), and then nothing was added to the expected value
-    on_the_way = differential._ancestors(student, last.index)
+    on_the_way = differential.ancestors_of(student, last.index)
     if found.index not in on_the_way:
         return ""
     after_found = {found.index}
     for op in student.ops[found.index + 1:last.index + 1]:
-        if any(differential._producer(source) in after_found for source in op.sources):
+        if any(differential.producer_of(source) in after_found for source in op.sources):
             after_found.add(op.index)
     steps = [op for op in student.ops[found.index + 1:last.index + 1]
              if op.index in after_found and op.index in on_the_way and op.name not in differential.LAYOUT]
@@ -161,9 +159,9 @@ def added_steps(student: differential.Trace, got: torch.Tensor, expected: torch.
     names = " and then ".join(dict.fromkeys(_step_words(op) for op in steps))
     result = f": the result is {how}" if how else ""
     if found.line == last.line and found.user == last.user:
-        return f"{_line(last)}: this line computes the expected values and then applies {names}{result}"
-    return (f"{_line(last)}: your code computes the expected values ({_line(found).removeprefix('in ')}) and then "
-            f"applies {names}{result}")
+        return f"{student_line(last)}: this line computes the expected values and then applies {names}{result}"
+    return (f"{student_line(last)}: your code computes the expected values "
+            f"({student_line(found).removeprefix('in ')}) and then applies {names}{result}")
 
 
 _SAME_WORDS = re.compile(r"receives (.+) where the paper gives it \1(?=[.;]|$)")

@@ -101,7 +101,7 @@ def _library(filename: str) -> bool:
             or f"{_PACKAGE_DIR}/runtime" in filename)
 
 
-def _frame(frame: Any) -> Frame:
+def frame_of(frame: Any) -> Frame:
     line = linecache.getline(frame.f_code.co_filename, frame.f_lineno, frame.f_globals).strip()
     return Frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, line[:200])
 
@@ -114,9 +114,9 @@ def _caller_lines() -> tuple[Frame | None, Frame | None]:
         filename = frame.f_code.co_filename
         if not _library(filename):
             if line is None:
-                line = _frame(frame)
+                line = frame_of(frame)
             if not filename.startswith(_REFERENCE_DIR):
-                return line, _frame(frame)
+                return line, frame_of(frame)
         frame = frame.f_back
     return line, None
 
@@ -369,7 +369,7 @@ class Diagnosis:
         return f"{self.where}: {self.how}" if self.where else self.how
 
 
-def _producer(key: str) -> int | None:
+def producer_of(key: str) -> int | None:
     return int(key[3:]) if key.startswith("op:") else None
 
 
@@ -390,7 +390,7 @@ def _final_key(trace: Trace, final: torch.Tensor | None) -> int | None:
     return len(trace.ops) - 1 if trace.ops else None
 
 
-def _ancestors(trace: Trace, last: int) -> set[int]:
+def ancestors_of(trace: Trace, last: int) -> set[int]:
     found, pending = set(), [last]
     while pending:
         index = pending.pop()
@@ -398,7 +398,7 @@ def _ancestors(trace: Trace, last: int) -> set[int]:
             continue
         found.add(index)
         for source in trace.ops[index].sources:
-            producer = _producer(source)
+            producer = producer_of(source)
             if producer is not None:
                 pending.append(producer)
     return found
@@ -433,21 +433,21 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
     final = _final_key(reference, reference_final)
     if final is None:
         return None
-    useful = _ancestors(reference, final)
+    useful = ancestors_of(reference, final)
     matched: dict[int, list[str]] = {}
     for op in reference.ops:
         if op.index not in useful:
             continue
         found = index.find(op.output, layout=op.name in PERMUTING or op.name in IDENTITY_WHEN_SAME)
         if not found and op.name in IDENTITY_WHEN_SAME and op.sources:
-            producer = _producer(op.sources[0])
+            producer = producer_of(op.sources[0])
             if producer is not None and matched.get(producer):
                 found = matched[producer]
         matched[op.index] = found
     consumers: dict[int, list[int]] = {}
     for op in reference.ops:
         for source in op.sources:
-            producer = _producer(source)
+            producer = producer_of(source)
             if producer is not None:
                 consumers.setdefault(producer, []).append(op.index)
     bad: dict[int, bool] = {}
@@ -461,7 +461,7 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
         return _after_the_end(reference.ops[final], matched.get(final, []), student, student_final, context,
                               reference)
     departure = next((op for op in reference.ops if bad.get(op.index)  # the first whose arguments the student has
-                      and all(_producer(s) is None or matched.get(_producer(s)) for s in op.sources)), None)
+                      and all(producer_of(s) is None or matched.get(producer_of(s)) for s in op.sources)), None)
     if departure is None:
         return None
     return _explain(departure, reference, student, index, matched, context)
@@ -474,7 +474,7 @@ def _shape_words(tensor: torch.Tensor) -> str:
 def _operand_words(key: str, student: Trace) -> str:
     """A value the student's code made: by its variable when the line's last operation made it, else by the
     operation that made it inside a longer line ('the comparison')."""
-    producer = _producer(key)
+    producer = producer_of(key)
     if producer is not None and not _last_on_its_line(student.ops[producer], student):
         return f"the {operation_words(student.ops[producer].name)}'s result"
     return _student_value_words(key, student)
@@ -497,8 +497,8 @@ def axis_growth(student: Trace, widest: int | None = None) -> Diagnosis | None:
         if not wider:
             continue
         key, made = wider[0], None
-        while _producer(key) is not None:  # back to the operation that gave it the extra axis
-            producer = student.ops[_producer(key)]
+        while producer_of(key) is not None:  # back to the operation that gave it the extra axis
+            producer = student.ops[producer_of(key)]
             before = _value_of(student, producer.sources[0]) if producer.sources else None
             if isinstance(before, torch.Tensor) and before.dim() < producer.output.dim():
                 made = producer
@@ -512,8 +512,8 @@ def axis_growth(student: Trace, widest: int | None = None) -> Diagnosis | None:
                 f"with {value.dim()} axes: broadcasting gives the result {value.dim() - data.dim()} axis too many, "
                 f"{_shape_words(op.output)}, and every value computed from it keeps it")
         if made is not None:
-            text += f"; the extra axis comes from the {operation_words(made.name)} {_student_line(made)}"
-        return Diagnosis(_student_line(op), text, op.line)
+            text += f"; the extra axis comes from the {operation_words(made.name)} {student_line(made)}"
+        return Diagnosis(student_line(op), text, op.line)
     return None
 
 
@@ -571,9 +571,9 @@ def _after_the_end(last: Op, keys: list[str], student: Trace, student_final: tor
     else:
         return None
     steps = [op for op in chain if op.name not in LAYOUT] or chain
-    where = _student_line(steps[0])
+    where = student_line(steps[0])
     # a step's line is said where it is not the line the message starts with (quoted twice, it reads as two)
-    words = ", then ".join(f"a {operation_words(op.name)}" + (f" ({line})" if (line := _student_line(op)) != where
+    words = ", then ".join(f"a {operation_words(op.name)}" + (f" ({line})" if (line := student_line(op)) != where
                                                               else "") for op in steps[:3])
     return Diagnosis(where, f"your code computes {_reference_words(last, context, reference)} "
                      f"as the paper does, then applies {words} to it: the paper stops there", steps[0].line)
@@ -626,7 +626,7 @@ def _source_words(key: str, trace: Trace, context: Context) -> str:
     return "a value"
 
 
-def _student_line(op: Op | None) -> str:
+def student_line(op: Op | None) -> str:
     frame = op.user or op.line if op is not None else None
     if frame is None:
         return ""
@@ -644,7 +644,7 @@ def _wanted(sources: Sequence[str], reference: Trace, matched: dict[int, list[st
     what matched them)."""
     wanted: set[str] = set()
     for source in sources:
-        producer = _producer(source)
+        producer = producer_of(source)
         if producer is not None:
             wanted.update(matched.get(producer, []))
         else:
@@ -749,7 +749,7 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
                 text = _is(what, how)
                 if settings:
                     text += f": the {operation_words(departure.name)} has {settings}"
-                found = Diagnosis(_student_line(same), text, same.line)
+                found = Diagnosis(student_line(same), text, same.line)
                 if _plain(how) or (settings and not how):
                     return found
                 deferred = deferred or found
@@ -759,7 +759,7 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     for same in same_kind:  # 2. same operation, another value
         argument = _wrong_argument(departure, same, reference, student, matched, context)
         if argument:
-            return Diagnosis(_student_line(same), argument, same.line)
+            return Diagnosis(student_line(same), argument, same.line)
     unused = _unused_input(departure, student, reference, context)
     if unused is not None:
         return unused
@@ -780,7 +780,7 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
                          f"your code never computes {what} (the {operation_words(departure.name)} of "
                          f"{_arguments_words(departure, reference, context)}): it is missing, or computed from "
                          "other values")
-    where = _student_line(counterpart)
+    where = student_line(counterpart)
     if counterpart.name == departure.name or (how and "factor is" in how):  # 4.
         text = _is(what, how)
         settings = _creation_difference(departure, counterpart)
@@ -794,11 +794,11 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     text = (f"your code applies the {operation_words(first.name)} where the paper applies the "
             f"{operation_words(departure.name)} to {_arguments_words(departure, reference, context)}")
     if later is not None:
-        text += (f"; your {operation_words(departure.name)} comes later ({_student_line(later)}): the two steps "
+        text += (f"; your {operation_words(departure.name)} comes later ({student_line(later)}): the two steps "
                  "are in another order")
     elif how and first is counterpart:
         text += f"; the result is {how}"
-    return Diagnosis(_student_line(first), text, first.line)
+    return Diagnosis(student_line(first), text, first.line)
 
 
 def _is(what: str, how: str) -> str:
@@ -865,16 +865,16 @@ def _computed_but_unused(departure: Op, student: Trace, index: Index, context: C
     assigning the result): the value is there, nothing downstream reads it."""
     used = {source for op in student.ops for source in op.sources}
     values = [departure] + [reference.ops[producer] for source in departure.sources
-                            if (producer := _producer(source)) is not None]
+                            if (producer := producer_of(source)) is not None]
     for value in values:  # the departure itself, or a value it needs
         keys = index.find(value.output)
         if not keys or any(key in used for key in keys):
             continue
-        producer = _producer(keys[-1])
+        producer = producer_of(keys[-1])
         if producer is None or student.ops[producer].name in LAYOUT:
             continue
         op = student.ops[producer]
-        return Diagnosis(_student_line(op), f"your code computes {_reference_words(value, context, reference)} "
+        return Diagnosis(student_line(op), f"your code computes {_reference_words(value, context, reference)} "
                          f"here, but nothing uses the result: it is not assigned, or a later line reads the value "
                          "from before it", op.line)
     return None
@@ -910,7 +910,7 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
     consumers = [op for op in reference.ops if f"op:{departure.index}" in op.sources]
     if not consumers and student.ops and student.ops[-1].output is not None \
             and same_values(student.ops[-1].output, data):
-        return Diagnosis(_student_line(student.ops[-1]), f"a step is missing at the end: the paper applies a "
+        return Diagnosis(student_line(student.ops[-1]), f"a step is missing at the end: the paper applies a "
                          f"{operation_words(departure.name)} to {data_words} to get "
                          f"{_reference_words(departure, context, reference)}; your code stops before it")
     for consumer in consumers:
@@ -923,22 +923,22 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
             later = next((o for o in student.ops if o.index > op.index and o.name == departure.name
                           and (o.line.name if o.line is not None else None) == function), None)
             if later is not None:
-                return Diagnosis(_student_line(later),
+                return Diagnosis(student_line(later),
                                  f"your {operation_words(departure.name)} comes after your "
-                                 f"{operation_words(consumer.name)} ({_student_line(op)}): the paper applies the "
+                                 f"{operation_words(consumer.name)} ({student_line(op)}): the paper applies the "
                                  f"{operation_words(departure.name)} first, to {data_words}, and the "
                                  f"{operation_words(consumer.name)} to its result", later.line)
             step = relation(departure.output, data, context, departure) if departure.output.shape == data.shape else ""
             place = f"in `{function}` " if function else ""
-            made = _producer(op.sources[position])  # where the student's code makes the value the step belongs to
+            made = producer_of(op.sources[position])  # where the student's code makes the value the step belongs to
             made_op = student.ops[made] if made is not None else None
             text = (f"a step is missing: {place}the paper applies a {operation_words(departure.name)} to {data_words}"
                     + (f" (the result is {step.replace('the expected values', 'it')})" if step else "")
-                    + f", and your {operation_words(consumer.name)} ({_student_line(op)}) receives {data_words} "
+                    + f", and your {operation_words(consumer.name)} ({student_line(op)}) receives {data_words} "
                     "without it")
             if made_op is not None and made_op.line is not None and made_op.line.name == function:
                 return Diagnosis(_after_line(made_op), text, made_op.line)
-            return Diagnosis(_student_line(op), text, op.line)
+            return Diagnosis(student_line(op), text, op.line)
     return None
 
 
@@ -962,22 +962,22 @@ def _bypassed(departure: Op, reference: Trace, student: Trace, index: Index, con
             if op.name != wanted_op.name or _place(op, student) != place or len(op.sources) != len(wanted_op.sources):
                 continue
             for position, source in enumerate(wanted_op.sources):
-                producer = _producer(source)
+                producer = producer_of(source)
                 if producer is None or producer not in chain:
                     continue
                 got = _value_of(student, op.sources[position])
                 if got is None or not _informative(got):
                     continue
-                before = _ancestors(reference, producer)  # what the paper's argument is made from
+                before = ancestors_of(reference, producer)  # what the paper's argument is made from
                 ancestors = {f"op:{i}" for i in before} | {key for i in before for key in reference.ops[i].sources}
                 earlier = [key for key in reference_index.find(got) if key in ancestors
-                           and (_producer(key) is None or _producer(key) < departure.index)]
+                           and (producer_of(key) is None or producer_of(key) < departure.index)]
                 if not earlier:
                     continue
                 steps = [reference.ops[i] for i in sorted(chain) if i < later and reference.ops[i].name not in LAYOUT]
                 named = ", ".join(dict.fromkeys(operation_words(o.name) for o in steps)) or "steps"
                 given = _source_words(earlier[-1], reference, context)
-                return Diagnosis(_student_line(op),
+                return Diagnosis(student_line(op),
                                  f"{_operation_name(wanted_op)} receives {given}"
                                  f" where the paper gives it {_source_words(source, reference, context)}: the paper's "
                                  f"steps in between ({named}) are missing from your code", op.line)
@@ -997,12 +997,12 @@ def _operation_name(op: Op) -> str:
 
 def _student_value_words(key: str, student: Trace) -> str:
     """Words for a value of the student's computation that the reference never computes: what made it."""
-    producer = _producer(key)
+    producer = producer_of(key)
     if producer is None:
         kind, _, rest = key.partition(":")
         return f"the input `{rest}`" if kind == "input" else "a value the reference never computes"
     op = student.ops[producer]
-    where = _student_line(op)
+    where = student_line(op)
     made = (f"the output of self.{op.scope}" if _module_output(op, student) else
             f"`{op.variable}`" if op.variable and "[" not in op.variable and "," not in op.variable else
             f"the result of a {operation_words(op.name)}")
@@ -1012,15 +1012,15 @@ def _student_value_words(key: str, student: Trace) -> str:
 def _extra_step(got: str, wanted: torch.Tensor, student: Trace) -> str:
     """'after an extra softmax (line …)' when the student's value is one more operation applied to the value the
     paper uses (a step done twice, or one too many); '' otherwise."""
-    producer = _producer(got)
+    producer = producer_of(got)
     for _ in range(3):  # up to three steps back
         if producer is None:
             return ""
         op = student.ops[producer]
         inputs = [_value_of(student, source) for source in op.sources]
         if any(value is not None and same_values(value, wanted, permuted=False) for value in inputs):
-            return f"after an extra {operation_words(op.name)} ({_student_line(op)})"
-        producer = _producer(op.sources[0]) if op.sources and op.name in LAYOUT else None
+            return f"after an extra {operation_words(op.name)} ({student_line(op)})"
+        producer = producer_of(op.sources[0]) if op.sources and op.name in LAYOUT else None
     return ""
 
 
@@ -1056,7 +1056,7 @@ def _non_finite_origin(key: str, student: Trace, wanted: torch.Tensor, reference
         return ""
     kinds = ", ".join(name for name, hit in (("-inf", torch.isneginf(got).any()), ("inf", torch.isposinf(got).any()),
                                             ("nan", torch.isnan(got).any())) if hit)
-    origin, pending, seen = None, [_producer(key)], set()
+    origin, pending, seen = None, [producer_of(key)], set()
     while pending:
         producer = pending.pop()
         if producer is None or producer in seen:
@@ -1068,7 +1068,7 @@ def _non_finite_origin(key: str, student: Trace, wanted: torch.Tensor, reference
                 _informative(op.output) and reference_index.find(op.output)):
             # made here by arithmetic from arguments with fewer of them, and not a value the paper makes too
             origin = op if origin is None or op.index < origin.index else origin
-        pending += [_producer(source) for source, count in zip(op.sources, counts, strict=True) if count]
+        pending += [producer_of(source) for source, count in zip(op.sources, counts, strict=True) if count]
     legit = _non_finite(wanted)
     text = (f"values of which {bad} of {got.numel()} are {kinds}, where the paper's "
             + (f"has only {legit}" if legit else "are all finite"))
@@ -1079,15 +1079,15 @@ def _non_finite_origin(key: str, student: Trace, wanted: torch.Tensor, reference
         divisor = _value_of(student, origin.sources[1])
         if divisor is not None and bool((divisor == 0).any()):
             key = origin.sources[1]
-            while _producer(key) is not None and student.ops[_producer(key)].name in LAYOUT \
-                    and student.ops[_producer(key)].sources:
-                key = student.ops[_producer(key)].sources[0]
-            made = f"the {operation_words(student.ops[_producer(key)].name)}" if _producer(key) is not None \
+            while producer_of(key) is not None and student.ops[producer_of(key)].name in LAYOUT \
+                    and student.ops[producer_of(key)].sources:
+                key = student.ops[producer_of(key)].sources[0]
+            made = f"the {operation_words(student.ops[producer_of(key)].name)}" if producer_of(key) is not None \
                 else _student_value_words(key, student)
             detail = f": its divisor, {made}, is 0 in {int((divisor == 0).sum())} of {divisor.numel()} places"
     elif origin.name in ("log", "log_"):
         detail = ": the logarithm of 0 or of a negative number"
-    return f"{text}; they first appear in the {operation_words(origin.name)} {_student_line(origin)}{detail}"
+    return f"{text}; they first appear in the {operation_words(origin.name)} {student_line(origin)}{detail}"
 
 
 def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: Trace, matched: dict[int, list[str]],
@@ -1142,7 +1142,7 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
         how = relation(got_value, wanted_value, context, None)
         if how:
             return f"{what} receives {_source_words(wanted, reference, context)} changed: {how}"
-        if _producer(got) is not None:
+        if producer_of(got) is not None:
             return (f"{what} receives {_student_value_words(got, student)} where the paper gives it "
                     f"{_source_words(wanted, reference, context)}")
     return ""
@@ -1417,7 +1417,7 @@ def _time_budget(seconds: float) -> Iterator[None]:
         yield
         return
 
-    def expire(_signum: int, _frame: Any) -> None:
+    def expire(_signum: int, frame_of: Any) -> None:
         raise _OutOfTime
 
     previous = signal.signal(signal.SIGALRM, expire)

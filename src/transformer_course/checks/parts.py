@@ -206,7 +206,7 @@ def student_line() -> Frame | None:
     while frame is not None and (_from_the_course(frame.f_code.co_filename)
                                  or "/site-packages/" in frame.f_code.co_filename):
         frame = frame.f_back
-    return differential._frame(frame) if frame is not None else None
+    return differential.frame_of(frame) if frame is not None else None
 
 
 def _kept(value: Any) -> Any:

@@ -74,6 +74,7 @@ class Row:
     lines: int  # end_lineno - lineno + 1 of the def
     stage: bool
     literals: list[str] = field(default_factory=list)  # its string constants' long pieces, folded
+    experiments: set[str] = field(default_factory=set)  # the experiments (`@on_student_side`) that reach it by name
 
 
 BACKTICKS = re.compile(r"`[^`]*`")
@@ -104,13 +105,37 @@ def _rows(module: str, path: Path, stage: bool) -> list[Row]:
         rows.append(Row(module, name, first, node.end_lineno, node.end_lineno - node.lineno + 1, stage,
                         _literals(node) if stage else []))
 
+    nodes: dict[str, ast.AST] = {}
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             add(node, node.name)
+            nodes[node.name] = node
         elif isinstance(node, ast.ClassDef):
             for child in node.body:
                 if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
                     add(child, f"{node.name}.{child.name}")
+                    nodes[f"{node.name}.{child.name}"] = child
+    # What runs in the student's process while grading: the experiments, and what they reach by name (a function
+    # of the module, or every method of a class of it), statically; the recorder never sees those run.
+    methods: dict[str, list[str]] = defaultdict(list)
+    for name in nodes:
+        if "." in name:
+            methods[name.partition(".")[0]].append(name)
+
+    def reached(name: str) -> set[str]:
+        names = {sub.id for sub in ast.walk(nodes[name]) if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load)}
+        return {found for ident in names for found in ([ident] if ident in nodes else methods.get(ident, []))}
+
+    by_name = {row.name: row for row in rows}
+    for name, node in nodes.items():
+        if any("on_student_side" in ast.unparse(decorator) for decorator in node.decorator_list):
+            pending, seen = [name], {name}
+            while pending:
+                for found in reached(pending.pop()) - seen:
+                    seen.add(found)
+                    pending.append(found)
+            for found in seen:
+                by_name[found].experiments.add(name)
     return rows
 
 
@@ -288,7 +313,7 @@ def attribute(graded: Graded, words: dict[tuple[str, str], list[str]], called: C
                 credited[key] = list(dict.fromkeys(parts))
         for row in index.rows:
             key = (row.module, row.name)
-            if row.literals and called[key]:
+            if row.literals and (called[key] or any(called[(row.module, e)] for e in row.experiments)):
                 parts = [literal for literal in row.literals if literal in prose]
                 if parts:
                     graded.literal.add((grade_id, key))
@@ -504,38 +529,50 @@ def report(results: list[Graded], index: Index, calls: Counter, stages: list[str
             continue
         rows = [row for row in index.rows if row.module == module]
         out(f"\n== {module}.py: {sum(row.lines for row in rows)} lines in {len(rows)} functions "
-            "(credited, sole, needed: catalog/held-out/mutants)")
+            "(credited, sole, needed: catalog/held-out/mutants; E experiment, S reached from one)")
         out(f"{'function':44s} {'lines':>5s} {'calls':>7s} {'credited':>12s} {'by lit.':>7s} {'sole':>10s} "
             f"{'needed':>10s}  pins")
         for row in sorted(rows, key=lambda r: r.first):
             key = (row.module, row.name)
             pinned = pins.get(key, [])
-            out(f"{row.name[:44]:44s} {row.lines:5d} {calls[key]:7d} {cells(credited[key]):>12s} "
+            flag = "E" if row.name in row.experiments else "S" if row.experiments else ""
+            out(f"{flag:1s} {row.name[:42]:42s} {row.lines:5d} {calls[key]:7d} {cells(credited[key]):>12s} "
                 f"{literal[key] or '':>7} {cells(sole[key]):>10s} {cells(needed[key]):>10s}  {len(pinned) or ''}")
             for entry in pinned:
                 out(f"{'':70s}pins {entry}")
         never = [r for r in rows if not calls[(r.module, r.name)]]
+        remote = [r for r in never if r.experiments]
         nothing = [r for r in rows if not sum(credited[(r.module, r.name)].values())]
         named_any = [r for r in rows if sum(sole[(r.module, r.name)].values())]
         needed_any = [r for r in rows if sum(needed[(r.module, r.name)].values())]
         nothing_rows += nothing
         summary.append((module, sum(r.lines for r in rows), sum(r.lines for r in nothing), sum(r.lines for r in never),
-                        sum(r.lines for r in named_any), sum(r.lines for r in needed_any), len(rows)))
+                        sum(r.lines for r in named_any), sum(r.lines for r in needed_any), len(rows),
+                        sum(r.lines for r in remote)))
         out(f"   lines credited with nothing: {sum(r.lines for r in nothing)} ({len(nothing)} functions); "
-            f"never called: {sum(r.lines for r in never)} ({len(never)} functions); sole namer of a named "
+            f"never called here: {sum(r.lines for r in never)} ({len(never)} functions; of them "
+            f"{sum(r.lines for r in remote)} lines reached from an experiment, which may run them in the student's "
+            f"process); sole namer of a named "
             f"message: {sum(r.lines for r in named_any)}; needed by a named input: {sum(r.lines for r in needed_any)}")
 
     out("\n== summary (lines)")
-    out(f"{'stage file':22s} {'functions':>9s} {'lines':>6s} {'nothing':>8s} {'never':>6s} {'sole':>6s} {'needed':>7s}")
-    for module, lines, nothing, never, named_any, needed_any, count in summary:
-        out(f"{module + '.py':22s} {count:9d} {lines:6d} {nothing:8d} {never:6d} {named_any:6d} {needed_any:7d}")
+    out("(nothing: credited in no message; never: not called in this process (remote: of those, reached from an "
+        "experiment); sole: sole namer of at least one named message; needed: its words needed by a named input)")
+    out(f"{'stage file':22s} {'functions':>9s} {'lines':>6s} {'nothing':>8s} {'never':>6s} {'remote':>6s} "
+        f"{'sole':>6s} {'needed':>7s}")
+    for module, lines, nothing, never, named_any, needed_any, count, remote in summary:
+        out(f"{module + '.py':22s} {count:9d} {lines:6d} {nothing:8d} {never:6d} {remote:6d} {named_any:6d} "
+            f"{needed_any:7d}")
     out(f"{'all':22s} {sum(s[6] for s in summary):9d} {sum(s[1] for s in summary):6d} "
-        f"{sum(s[2] for s in summary):8d} {sum(s[3] for s in summary):6d} {sum(s[4] for s in summary):6d} "
-        f"{sum(s[5] for s in summary):7d}")
+        f"{sum(s[2] for s in summary):8d} {sum(s[3] for s in summary):6d} {sum(s[7] for s in summary):6d} "
+        f"{sum(s[4] for s in summary):6d} {sum(s[5] for s in summary):7d}")
 
     out(f"\n== the {top} largest stage-file functions credited with nothing")
     for row in sorted(nothing_rows, key=lambda r: -r.lines)[:top]:
-        out(f"{row.module + '.py':22s} {row.name:44s} {row.lines:5d} lines, {calls[(row.module, row.name)]} calls")
+        where = " (experiment)" if row.name in row.experiments else " (reached from an experiment)" \
+            if row.experiments else ""
+        out(f"{row.module + '.py':22s} {row.name:44s} {row.lines:5d} lines, {calls[(row.module, row.name)]} calls"
+            + where)
 
     engine = [row for row in index.rows if not row.stage and sum(credited[(row.module, row.name)].values())]
     if engine:

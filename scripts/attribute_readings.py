@@ -8,8 +8,9 @@ What it runs (in this process, or in forked children that send their records bac
   mistake's `cause` occurs (any case) in the message of that cell;
 - the held-out mistakes (`HELD_OUT` of `quality.mistakes.<stage>`), whole graded part; *named*: some failing
   message holds one of the phrases of its `cause` (" | "), the rule of scripts/measure_held_out.py;
-- the mechanical mutants scripts/measure_checks.py measures (seed 3 leaving out tuning seeds 0 1 2, six per
-  kind, catalogued edits and equivalent mutants left out; `--mutant-seeds 0 1 2 3` adds the tuning samples),
+- a sample of the mechanical mutants drawn as scripts/measure_checks.py draws them (seed 3 leaving out seeds
+  0 1 2, six per kind, catalogued edits and equivalent mutants left out; `--mutant-seeds 0 1 2 3` adds those
+  samples; seed 3 was tuned on since, so it says what the readings buy, not how well the checks generalise),
   graded in forked children by `quality.measure.run_mutants`; *named*: the rule
   (`quality.measure.names_operation_and_relation`) holds for the message.
 

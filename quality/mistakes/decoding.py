@@ -73,6 +73,18 @@ MISTAKES: list[Mistake] = [
         fails="dec_maps_shapes", cause="this is the shape of 'decoder_self'",
     ),
     Mistake(
+        STAGE, "encoder maps collected from the last layer to the first",
+        "encoder_self = torch.stack([layer.self_attn.attn_weights for layer in model.encoder.layers])",
+        "encoder_self = torch.stack([layer.self_attn.attn_weights for layer in reversed(model.encoder.layers)])",
+        fails="dec_maps_values", cause="the layers are in reverse order",
+    ),
+    Mistake(
+        STAGE, "cross-attention maps of the first layer stacked once per layer",
+        "cross = torch.stack([layer.cross_attn.attn_weights for layer in model.decoder.layers])",
+        "cross = torch.stack([model.decoder.layers[0].cross_attn.attn_weights for _ in model.decoder.layers])",
+        fails="dec_maps_values", cause="every entry holds layer 0's weights",
+    ),
+    Mistake(
         STAGE, "encoder map holds only the last layer",
         "encoder_self = torch.stack([layer.self_attn.attn_weights for layer in model.encoder.layers])",
         "encoder_self = model.encoder.layers[-1].self_attn.attn_weights",

@@ -46,6 +46,18 @@ _BEAM_FOLLOW = (
 
 MISTAKES: list[Mistake] = [
     Mistake(
+        STAGE, "decoder step: the feed-forward output normalised without its residual sum",
+        "x = layer.norm3(x + layer.feed_forward(x))",
+        "x = layer.norm3(layer.feed_forward(x))",
+        fails="fast_step_matches", cause="the paper's steps in between (sum) are missing",
+    ),
+    Mistake(
+        STAGE, "decoder step: the cross-attention output normalised without its residual sum",
+        "x = layer.norm2(x + attend(layer.cross_attn, x, cache.cross_keys[i], cache.cross_values[i], cache.src_mask))",
+        "x = layer.norm2(attend(layer.cross_attn, x, cache.cross_keys[i], cache.cross_values[i], cache.src_mask))",
+        fails="fast_step_cache_grows", cause="computes layer 1's input differently",
+    ),
+    Mistake(
         STAGE, "beam search views the hypotheses' rows with the beam and batch axes swapped",
         "log_probs.view(batch, beam_size, -1), finished, lengths,",
         "log_probs.view(beam_size, batch, -1).transpose(0, 1), finished, lengths,",

@@ -759,6 +759,14 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     for same in same_kind:  # 2. same operation, another value
         argument = _wrong_argument(departure, same, reference, student, matched, context)
         if argument:
+            # an operation found by its place alone (the n-th of its kind there), not by its arguments, is weak
+            # evidence: with a step left out, the n-th is the next one's (a later layer's sum, on another line); a
+            # later step of the paper's that receives, on another line, a value from before the departure says the
+            # step is missing (on the same line, the step is there, in another order: the reading above)
+            bypassed = _bypassed(departure, reference, student, index, context) if same not in direct else None
+            if bypassed is not None and bypassed.line is not None and same.line is not None \
+                    and bypassed.line.lineno != same.line.lineno:
+                return bypassed
             return Diagnosis(student_line(same), argument, same.line)
     unused = _unused_input(departure, student, reference, context)
     if unused is not None:

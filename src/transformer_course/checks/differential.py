@@ -1425,7 +1425,7 @@ def _time_budget(seconds: float) -> Iterator[None]:
         yield
         return
 
-    def expire(_signum: int, frame_of: Any) -> None:
+    def expire(_signum: int, _frame: Any) -> None:
         raise _OutOfTime
 
     previous = signal.signal(signal.SIGALRM, expire)

@@ -44,7 +44,7 @@ import torch
 
 from quality.inprocess import GradeOutcome, run_grade_cells
 from quality.mistakes import is_solution
-from quality.mutations import Mutant
+from quality.mutations import Mutant, sample
 from transformer_course.checks.framework import RECIPE as RECIPE_MARK
 
 # What each intermediate value is, in the words the lessons (and so the messages) use.
@@ -253,6 +253,18 @@ def catalogued_edits() -> set[tuple[str, tuple[str, ...]]]:
 
 def in_catalog(mutant: Mutant, catalogued: set[tuple[str, tuple[str, ...]]]) -> bool:
     return (mutant.assignment, _changed_cells(mutant.edit, _solution(mutant.assignment))) in catalogued
+
+
+def drawn_sample(everything: list[Mutant], per_kind: int, seed: int, left_out_seeds: Iterable[int],
+                 left_out_per_kind: int, catalogued: set[tuple[str, tuple[str, ...]]],
+                 exclude: set[str] = frozenset()) -> tuple[list[Mutant], list[Mutant]]:
+    """The mutants of the sample drawn with `seed` (up to `per_kind` of every kind), leaving out every mutant of
+    the samples drawn with `left_out_seeds` (tuned on, or measured before) and `exclude`: (the mutants measured,
+    the ones a catalogued mistake already makes, which are left out of the measure)."""
+    earlier = {m.identifier for s in left_out_seeds for m in sample(everything, left_out_per_kind, s)}
+    drawn = sample(everything, per_kind, seed, exclude=earlier | set(exclude))
+    written_against = [mutant for mutant in drawn if in_catalog(mutant, catalogued)]
+    return [mutant for mutant in drawn if mutant not in written_against], written_against
 
 
 _SOLUTIONS: dict[str, nbformat.NotebookNode] = {}

@@ -404,7 +404,7 @@ def grade_mutants(stages: list[str], seeds: list[int], tune_seeds: list[int], pe
     import quality.measure as measure
     from quality.behaviour import equivalent
     from quality.mistakes import is_solution
-    from quality.mutations import generate, sample
+    from quality.mutations import generate
 
     original = measure.run_grade_cells
     parent = os.getpid()
@@ -431,9 +431,7 @@ def grade_mutants(stages: list[str], seeds: list[int], tune_seeds: list[int], pe
             seen: set[str] = set()
             for seed in seeds:
                 left_out = [] if seed in tune_seeds else tune_seeds  # a tuning sample is drawn as it was tuned on
-                tuning = {m.identifier for s in left_out for m in sample(everything, per_kind, s)}
-                drawn = [m for m in sample(everything, per_kind, seed, exclude=tuning | seen)
-                         if not measure.in_catalog(m, known)]
+                drawn, _ = measure.drawn_sample(everything, per_kind, seed, left_out, per_kind, known, exclude=seen)
                 seen |= {m.identifier for m in drawn}
                 started = time.monotonic()
                 graded = [m for m in drawn if not equivalent(m)]

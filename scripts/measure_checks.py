@@ -28,9 +28,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # quality/ lives at the repository root
 from quality.behaviour import equivalent  # noqa: E402
-from quality.measure import catalogued_edits, check_titles, in_catalog, reduced, run_mutants  # noqa: E402
+from quality.measure import catalogued_edits, check_titles, drawn_sample, reduced, run_mutants  # noqa: E402
 from quality.mistakes import catalog, is_solution  # noqa: E402
-from quality.mutations import KINDS, STAGE_MODULES, generate, sample  # noqa: E402
+from quality.mutations import KINDS, STAGE_MODULES, generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,11 +68,8 @@ def main() -> int:
         notebook = reduced(nbformat.read(path, as_version=4))
         cells = [cell.source for cell in notebook.cells if is_solution(cell)]
         everything = generate(stage, cells)
-        tuning = {m.identifier for seed in options.tune_seed
-                  for m in sample(everything, options.tune_per_kind, seed)}
-        drawn = sample(everything, options.per_kind, options.seed, exclude=tuning)
-        catalogued = [mutant for mutant in drawn if in_catalog(mutant, known)]  # written against: left out
-        drawn = [mutant for mutant in drawn if mutant not in catalogued]
+        drawn, catalogued = drawn_sample(everything, options.per_kind, options.seed, options.tune_seed,
+                                         options.tune_per_kind, known)  # catalogued: written against, left out
         started = time.monotonic()
         equivalents = [mutant for mutant in drawn if equivalent(mutant)]
         graded = [mutant for mutant in drawn if mutant not in equivalents]

@@ -54,6 +54,6 @@ ANSWERS = {
         """,
     )),
     "attn_predict_score_std": Answer(stubs=('return 2.0',)),
-    "attn_predict_parameters": Answer(stubs=('return 1_050_624',)),
+    "attn_predict_parameters": Answer(stubs=('return 4_198_400',)),
     "attn_predict_visible_pairs": Answer(stubs=('return 15',)),
 }

@@ -720,15 +720,15 @@ assert check.mha_attention_weights(MultiHeadAttention, d_model=16, num_heads=8, 
 # sentence: use it to test your method. The configuration you are graded on is never shown.
 #
 # **Prediction 1 (1 point).** Section 3 took query and key entries of variance 1. Now the query
-# entries have variance 4 (standard deviation 2) and the key entries variance 1, all independent
-# with mean 0, and $d_k = 64$. What is the standard deviation of the *scaled* score
+# entries have variance 9 (standard deviation 3) and the key entries variance 4 (standard deviation
+# 2), all independent with mean 0, and $d_k = 64$. What is the standard deviation of the *scaled* score
 # $q \cdot k / \sqrt{d_k}$? (Within 3%.)
 
 # %% solution="attn_predict_score_std"
 def predict_scaled_score_std() -> float:
-    """Your prediction of the standard deviation of q·k / sqrt(d_k): d_k = 64, Var(q_m) = 4, Var(k_m) = 1."""
+    """Your prediction of the standard deviation of q·k / sqrt(d_k): d_k = 64, Var(q_m) = 9, Var(k_m) = 4."""
     ### BEGIN SOLUTION
-    return math.sqrt(64 * 4 * 1) / math.sqrt(64)  # Var(q·k) = d_k · Var(q_m) · Var(k_m)
+    return math.sqrt(64 * 9 * 4) / math.sqrt(64)  # Var(q·k) = d_k · Var(q_m) · Var(k_m)
     ### END SOLUTION
 
 

@@ -5,7 +5,8 @@ student's notebook is reduced to the cells that only define things (imports, fun
 exercise cells, executed in a fresh namespace, and every `assert check.<name>(...)` of the stage's grade cells
 (hidden tests included, read from the source notebook in `solutions/`) is made as the undecorated check,
 `check.<name>.__wrapped__(<the student's objects>, **keywords)`, which raises `CheckFailed` when the property
-does not hold. No cell that loads data, trains or draws runs here.
+does not hold (a prediction is scored, as while grading: outside grading its check only notes it). No cell that
+loads data, trains or draws runs here.
 """
 
 from __future__ import annotations

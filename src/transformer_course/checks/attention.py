@@ -1224,9 +1224,9 @@ def mha_cross_attention(MultiHeadAttention: type[nn.Module], d_model: int = 20, 
 # --- predict, then run ------------------------------------------------------------------------------
 
 
-@check("your prediction: the standard deviation of q·k / √d_k (d_k = 64, Var(q_m) = 4, Var(k_m) = 1)")
+@check("your prediction: the standard deviation of q·k / √d_k (d_k = 64, Var(q_m) = 9, Var(k_m) = 4)")
 def predicted_scaled_score_std(predict: Any) -> None:
-    d_k, variance_q, variance_k = 64, 4.0, 1.0
+    d_k, variance_q, variance_k = 64, 9.0, 4.0
     expect_number(predict, truths=lambda: math.sqrt(d_k * variance_q * variance_k) / math.sqrt(d_k), tolerance=0.03,
                   what="the standard deviation of q·k / √d_k",
                   cause="work with variances, not standard deviations: the variance of one product q_m k_m of "
@@ -1250,7 +1250,7 @@ def _visible_pairs() -> float:
     return float(mask.sum())
 
 
-@check("your prediction: the True entries of the 6 × 6 mask padding & look-ahead for 3 words + 3 <pad>")
+@check("your prediction: the True entries of padding & look-ahead (6 × 6) for 3 words + 3 <pad>")
 def predicted_visible_pairs(predict: Any) -> None:
     expect_number(predict, truths=_visible_pairs,
                   what="the number of True entries of the combined 6 × 6 mask",

@@ -5,6 +5,7 @@ are held to the same in tests/test_teeth.py, which runs them.)"""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import math
@@ -135,7 +136,7 @@ def _wrong():
 def test_a_wrong_prediction_says_nothing_the_truth_can_be_found_from(options):
     """The message is the same whatever the truth (so it holds neither the truth, nor its ratio or difference to
     the prediction, nor its direction), and says what was asked, what came, the tolerance and the step to check."""
-    messages = {_scored_message(lambda: _number(_wrong, truths=truth, **options)) for truth in (1234.0, 987.5, 5e6)}
+    messages = {_scored_message(functools.partial(_number, _wrong, truth, **options)) for truth in (1234.0, 987.5, 5e6)}
     assert len(messages) == 1, messages
     message = messages.pop()
     assert "got:      1,300" in message and "likely cause: count again" in message
@@ -309,6 +310,21 @@ def test_while_grading_the_same_check_scores(capsys):
     latest = framework.results()["predicted_count"]
     assert not latest.passed and not latest.deferred and "is not the true value" in latest.message
     assert "✘ your prediction: the count (a test)" in capsys.readouterr().out
+
+
+def test_while_grading_a_note_raised_by_the_students_code_fails_the_cell(monkeypatch):
+    """A student's code that raises the note itself gains nothing: while grading, a noted check is a failed one."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+
+    @check("a property (a test)")
+    def graded_property(function):
+        function()
+
+    def pretends():
+        raise ScoredWhenGraded("noted")
+
+    with pytest.raises(CheckFailed, match="noted"):
+        graded_property(pretends)
 
 
 def test_the_summary_lists_a_noted_prediction_apart_from_passing_and_failing_checks(monkeypatch, capsys):

@@ -19,6 +19,7 @@ import shutil
 
 import nbformat
 import pytest
+from test_predictions import predictions
 
 from conftest import (
     ASSIGNMENTS,
@@ -31,7 +32,6 @@ from conftest import (
     student_path,
 )
 from quality.execution import execute
-from test_predictions import predictions
 from quality.inprocess import run_grade_cells
 from transformer_course.checks._grade_cells import GRADE_CELLS
 from transformer_course.checks.predictions import distinctive, leaked

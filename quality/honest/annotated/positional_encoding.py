@@ -18,5 +18,5 @@ ANSWERS = {
         """,
     )),
     "pe_predict_self_dot": Answer(stubs=("return 512 // 2 * 1.0",)),
-    "pe_predict_parameters": Answer(stubs=("return 1000 * 512 + 0  # the embedding's table; a buffer is not a parameter",)),
+    "pe_predict_parameters": Answer(stubs=("return 1000 * 512 + 0  # the embedding; a buffer is no parameter",)),
 }

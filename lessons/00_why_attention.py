@@ -332,8 +332,13 @@ assert check.sentences_are_independent(AdditiveAttention, batch=4, q_len=3, k_le
 # %% [markdown]
 # ### Predict, then run
 # Work these out on paper before you run anything: each follows from the constructor and the formulas
-# of section 3. Write your prediction after `return` (a number, or an expression you worked out, such
-# as `3 * 4`), run the cell and its check, and only then run the cell that shows the truth.
+# of section 3. Write your prediction after `return`: a number, or the arithmetic you worked out
+# (such as `3 * 4`; `math` is allowed). A prediction is a value you work out, so the function may not
+# call your module, torch or anything else of the notebook: the check refuses that. The check only
+# looks at the form of your prediction and notes it: **it is scored when your notebook is graded**,
+# and nothing in this notebook says whether it is right, so trying again tells you nothing. The cell
+# after the checks shows the truth for *another* configuration (other sizes, another sentence): use
+# it to test your method. The configuration you are graded on is never shown.
 #
 # **Prediction 1 (1 point).** How many trainable numbers does
 # `AdditiveAttention(query_size=6, key_size=8, attention_size=10)` hold, that is, what does
@@ -360,7 +365,7 @@ assert check.predicted_parameter_count(predict_parameter_count)
 def predict_weight_with_zero_v() -> float:
     """Your prediction of the first real token's weight when v is all zeros (5 real tokens, 3 padding)."""
     ### BEGIN SOLUTION
-    return 1 / 5  # every score is 0: the softmax shares the weight equally among the real tokens
+    return 1 / (8 - 3)  # every score is 0: the softmax shares the weight equally among the real tokens
     ### END SOLUTION
 
 
@@ -368,18 +373,20 @@ def predict_weight_with_zero_v() -> float:
 assert check.predicted_weight_with_zero_v(predict_weight_with_zero_v)
 
 # %% [markdown]
-# **The truth.** The cell below measures both with your own `AdditiveAttention`. Where your
-# prediction was off, find the step of your reasoning that went wrong before you read on.
+# **The truth, for other sizes.** The cell below measures the same two things with your own
+# `AdditiveAttention` on another configuration: a module with `query_size=4, key_size=5,
+# attention_size=7`, and with $v = 0$ a sentence of 7 positions, 4 real tokens and 3 padding. Check
+# that your method gives these numbers too; where it does not, find the step of your reasoning that
+# went wrong.
 
 # %%
 torch.manual_seed(0)
-predicted = AdditiveAttention(query_size=6, key_size=8, attention_size=10)
-print("trainable parameters:", sum(p.numel() for p in predicted.parameters()),
-      {name: tuple(p.shape) for name, p in predicted.named_parameters()})
+other = AdditiveAttention(query_size=4, key_size=5, attention_size=7)
+print("trainable parameters:", sum(p.numel() for p in other.parameters()),
+      {name: tuple(p.shape) for name, p in other.named_parameters()})
 with torch.no_grad():
-    predicted.v.weight.zero_()  # every score becomes v · tanh(...) = 0
-    _, zero_v_weights = predicted(torch.randn(1, 1, 6), torch.randn(1, 8, 8),
-                                  torch.tensor([[True] * 5 + [False] * 3]))
+    other.v.weight.zero_()  # every score becomes v · tanh(...) = 0
+    _, zero_v_weights = other(torch.randn(1, 1, 4), torch.randn(1, 7, 5), torch.tensor([[True] * 4 + [False] * 3]))
 print("weights with v = 0:", [round(w, 4) for w in zero_v_weights[0, 0].tolist()])
 
 # %% [markdown]

@@ -253,18 +253,23 @@ assert check.dropout_behaviour(PositionalEncoding)
 # %% [markdown]
 # ### Predict, then run
 # Work these out on paper before you run anything: each is one line of reasoning from the formula
-# or from how PyTorch treats a buffer. Write your prediction after `return` (a number, or an
-# expression you worked out, such as `3 * 4`), run the cell and its check, and only then run the
-# cell that shows the truth.
+# or from how PyTorch treats a buffer. Write your prediction after `return`: a number, or the
+# arithmetic you worked out (such as `3 * 4`; `math` is allowed). A prediction is a value you work
+# out, so the function may not call your module, torch or anything else of the notebook: the check
+# refuses that. The check only looks at the form of your prediction and notes it: **it is scored when
+# your notebook is graded**, and nothing in this notebook says whether it is right, so trying again
+# tells you nothing. The cell after the checks shows the truth for *other* sizes: use it to test
+# your method. The sizes you are graded on are never shown.
 #
-# **Prediction 1 (1 point).** For $d_{model} = 64$, what is the dot product $PE_{pos} \cdot PE_{pos}$
-# of a row of the table with itself? (It is the same for every position.)
+# **Prediction 1 (1 point).** For the paper's $d_{model} = 512$, what is the dot product
+# $PE_{pos} \cdot PE_{pos}$ of a row of the table with itself? (It is the same for every position;
+# within 1%.)
 
 # %% solution="pe_predict_self_dot"
 def predict_self_dot_product() -> float:
-    """Your prediction of PE[pos] · PE[pos] for d_model = 64."""
+    """Your prediction of PE[pos] · PE[pos] for d_model = 512."""
     ### BEGIN SOLUTION
-    return 64 / 2  # one sin² + cos² = 1 per column pair
+    return (512 // 2) * 1.0  # one sin² + cos² = 1 per column pair
     ### END SOLUTION
 
 
@@ -272,15 +277,17 @@ def predict_self_dot_product() -> float:
 assert check.predicted_self_dot_product(predict_self_dot_product)
 
 # %% [markdown]
-# **Prediction 2 (1 point).** How many *trainable* parameters does
-# `PositionalEncoding(d_model=512, max_seq_length=5000, dropout=0.1)` have, that is, how many numbers
-# would `sum(p.numel() for p in module.parameters())` count?
+# **Prediction 2 (1 point).** Token ids first go through an embedding table, `nn.Embedding(1000, 512)`:
+# one trainable vector of 512 numbers for each of 1,000 words (stage 4 builds it in). How many
+# *trainable* parameters does `nn.Sequential(nn.Embedding(1000, 512), PositionalEncoding(d_model=512,
+# max_seq_length=5000, dropout=0.1))` have, that is, how many numbers would
+# `sum(p.numel() for p in model.parameters())` count?
 
 # %% solution="pe_predict_parameters"
 def predict_parameter_count() -> int:
-    """Your prediction of the number of trainable parameters of PositionalEncoding(512, 5000, 0.1)."""
+    """Your prediction of the trainable parameters of Embedding(1000, 512) then PositionalEncoding(512, 5000, 0.1)."""
     ### BEGIN SOLUTION
-    return 0  # the table is a buffer and dropout has no weights
+    return 1000 * 512 + 0  # the embedding's table; the encoding's table is a buffer and dropout has no weights
     ### END SOLUTION
 
 
@@ -288,15 +295,20 @@ def predict_parameter_count() -> int:
 assert check.predicted_parameter_count(predict_parameter_count)
 
 # %% [markdown]
-# **The truth.** The cell below measures both with your own `PositionalEncoding`. Where your
-# prediction was off, find the step of your reasoning that went wrong before you read on.
+# **The truth, for other sizes.** The cell below measures both with your own `PositionalEncoding`
+# on smaller sizes: the dot product for $d_{model} = 20$ at three positions, and the parameters of
+# an embedding of 100 words × 20 followed by `PositionalEncoding(20, 40, 0.1)`, beside the numbers
+# its buffers hold. Check that your method gives these numbers too; where it does not, find the step
+# of your reasoning that went wrong.
 
 # %%
-table = PositionalEncoding(d_model=64, max_seq_length=40, dropout=0.0).pe[0]  # (40, 64)
-print("PE[pos] · PE[pos] for pos = 0, 17, 39:", [round(float(table[p] @ table[p]), 4) for p in (0, 17, 39)])
-big = PositionalEncoding(d_model=512, max_seq_length=5000, dropout=0.1)
-print("trainable parameters:", sum(p.numel() for p in big.parameters()),
-      "  numbers in buffers:", sum(b.numel() for b in big.buffers()))
+table = PositionalEncoding(d_model=20, max_seq_length=40, dropout=0.0).pe[0]  # (40, 20)
+print("d_model = 20: PE[pos] · PE[pos] for pos = 0, 17, 39:",
+      [round(float(table[p] @ table[p]), 4) for p in (0, 17, 39)])
+small = nn.Sequential(nn.Embedding(100, 20), PositionalEncoding(d_model=20, max_seq_length=40, dropout=0.1))
+print("trainable parameters:", sum(p.numel() for p in small.parameters()),
+      {name: tuple(p.shape) for name, p in small.named_parameters()},
+      "  numbers in buffers:", sum(b.numel() for b in small.buffers()))
 
 # %% [markdown]
 # ## 4. Looking at the encoding

@@ -711,20 +711,24 @@ assert check.mha_attention_weights(MultiHeadAttention, d_model=16, num_heads=8, 
 # %% [markdown]
 # ### Predict, then run
 # Work these out on paper before you run anything: each takes a few lines of reasoning from this
-# notebook, and none is spelled out above. Write your prediction after `return` (a number, or an
-# expression you worked out, such as `3 * 4`), run the cell and its check, and only then run the
-# cell that shows the truth.
+# notebook, and none is spelled out above. Write your prediction after `return`: a number, or the
+# arithmetic you worked out (such as `3 * 4`; `math` is allowed). A prediction is a value you work
+# out, so the function may not call your code, torch or anything else of the notebook: the check
+# refuses that. The check only looks at the form of your prediction and notes it: **it is scored when
+# your notebook is graded**, and nothing in this notebook says whether it is right, so trying again
+# tells you nothing. The cell after the checks shows the truth for *other* sizes and another
+# sentence: use it to test your method. The configuration you are graded on is never shown.
 #
 # **Prediction 1 (1 point).** Section 3 took query and key entries of variance 1. Now the query
-# entries have variance 4 (standard deviation 2) and the key entries variance 1, all independent
-# with mean 0, and $d_k = 64$. What is the standard deviation of the *scaled* score
-# $q \cdot k / \sqrt{d_k}$?
+# entries have variance 9 (standard deviation 3) and the key entries variance 4 (standard deviation
+# 2), all independent with mean 0, and $d_k = 64$. What is the standard deviation of the *scaled* score
+# $q \cdot k / \sqrt{d_k}$? (Within 3%.)
 
 # %% solution="attn_predict_score_std"
 def predict_scaled_score_std() -> float:
-    """Your prediction of the standard deviation of q·k / sqrt(d_k): d_k = 64, Var(q_m) = 4, Var(k_m) = 1."""
+    """Your prediction of the standard deviation of q·k / sqrt(d_k): d_k = 64, Var(q_m) = 9, Var(k_m) = 4."""
     ### BEGIN SOLUTION
-    return math.sqrt(64 * 4 * 1) / math.sqrt(64)  # Var(q·k) = d_k · Var(q_m) · Var(k_m)
+    return math.sqrt(64 * 9 * 4) / math.sqrt(64)  # Var(q·k) = d_k · Var(q_m) · Var(k_m)
     ### END SOLUTION
 
 
@@ -732,14 +736,16 @@ def predict_scaled_score_std() -> float:
 assert check.predicted_scaled_score_std(predict_scaled_score_std)
 
 # %% [markdown]
-# **Prediction 2 (1 point).** How many trainable parameters does `MultiHeadAttention(512, 8)` have
-# (the paper's sizes)?
+# **Prediction 2 (1 point).** How many trainable parameters does `MultiHeadAttention(1024, 16)` have
+# (the sizes of the paper's big model)? The given constructor builds its projections with
+# `nn.Linear`, which has a bias by default; the paper's formulas ($Q W_i^Q$, ...) have no biases.
+# Count either way: both counts are accepted.
 
 # %% solution="attn_predict_parameters"
 def predict_attention_parameters() -> int:
-    """Your prediction of the number of trainable parameters of MultiHeadAttention(512, 8)."""
+    """Your prediction of the number of trainable parameters of MultiHeadAttention(1024, 16)."""
     ### BEGIN SOLUTION
-    return 4 * (512 * 512 + 512)  # four d_model x d_model layers with biases; heads add nothing
+    return 4 * (1024 * 1024 + 1024)  # four d_model x d_model layers with biases; heads add nothing
     ### END SOLUTION
 
 
@@ -748,14 +754,15 @@ assert check.predicted_attention_parameters(predict_attention_parameters)
 
 # %% [markdown]
 # **Prediction 3 (1 point).** Take the sentence `ein hund läuft <pad> <pad> <pad>` (three words
-# and three `<pad>`, `<pad>` = 3), and combine its padding mask with the look-ahead mask of size 6
-# by `&`. How many of the 36 entries of the 6 × 6 result are `True`?
+# and three `<pad>`, `<pad>` = 3), and combine its padding mask (your `make_padding_mask`, of shape
+# `(1, 1, 1, 6)`) with the look-ahead mask of size 6 by `&`. How many of the 36 entries of the
+# 6 × 6 result are `True`?
 
 # %% solution="attn_predict_visible_pairs"
 def predict_visible_pairs() -> int:
     """Your prediction of the number of True entries of padding & look-ahead for 3 words + 3 <pad>."""
     ### BEGIN SOLUTION
-    return 1 + 2 + 3 + 3 + 3 + 3  # rows 3 to 5 (the <pad> queries) still see the three words
+    return 1 + 2 + 3 + 3 * 3  # rows 3 to 5 (the <pad> queries) still see the three words
     ### END SOLUTION
 
 
@@ -763,18 +770,25 @@ def predict_visible_pairs() -> int:
 assert check.predicted_visible_pairs(predict_visible_pairs)
 
 # %% [markdown]
-# **The truth.** The cell below measures the first with random numbers and the other two with your
-# own code (and `nn.MultiheadAttention` as a second count). Where your prediction was off, find the
-# step of your reasoning that went wrong before you read on.
+# **The truth, for other sizes.** The cell below measures the same three things on another
+# configuration: the scaled score's standard deviation with random numbers for query entries of
+# variance 9, key entries of variance 1/4 and $d_k = 16$; the parameters of your
+# `MultiHeadAttention(96, 4)` (and of `nn.MultiheadAttention(96, 4)` as a second count) with and
+# without the biases; and the combined mask of a sentence of four words and two `<pad>`. Check that
+# your method gives these numbers too; where it does not, find the step of your reasoning that went
+# wrong.
 
 # %%
 generator = torch.Generator().manual_seed(5)
-q = 2 * torch.randn(100_000, 64, generator=generator)  # query entries: variance 4
-k = torch.randn(100_000, 64, generator=generator)  # key entries: variance 1
-print(f"std of q·k / √64 over 100,000 pairs: {((q * k).sum(dim=-1) / math.sqrt(64)).std():.3f}")
-print("parameters of your MultiHeadAttention(512, 8):", sum(p.numel() for p in MultiHeadAttention(512, 8).parameters()),
-      "  of nn.MultiheadAttention(512, 8):", sum(p.numel() for p in nn.MultiheadAttention(512, 8).parameters()))
-six_tokens = torch.tensor([[5, 6, 7, 3, 3, 3]])  # ein hund läuft <pad> <pad> <pad>: (1, 6)
+q = 3 * torch.randn(100_000, 16, generator=generator)  # query entries: variance 9
+k = 0.5 * torch.randn(100_000, 16, generator=generator)  # key entries: variance 1/4
+print(f"std of q·k / √16 over 100,000 pairs: {((q * k).sum(dim=-1) / math.sqrt(16)).std():.3f}")
+other = MultiHeadAttention(96, 4)
+biases = sum(p.numel() for name, p in other.named_parameters() if name.endswith("bias"))
+print("parameters of your MultiHeadAttention(96, 4):", sum(p.numel() for p in other.parameters()),
+      "  without the biases:", sum(p.numel() for p in other.parameters()) - biases,
+      "  of nn.MultiheadAttention(96, 4):", sum(p.numel() for p in nn.MultiheadAttention(96, 4).parameters()))
+six_tokens = torch.tensor([[5, 6, 7, 8, 3, 3]])  # ein hund läuft schnell <pad> <pad>: (1, 6)
 sentence_mask = make_padding_mask(six_tokens, pad_idx=3) & make_look_ahead_mask(6)  # (1, 1, 6, 6)
 print("True entries of padding & look-ahead, row by row:", sentence_mask[0, 0].sum(dim=-1).tolist(),
       " in all:", int(sentence_mask.sum()))

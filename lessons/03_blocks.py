@@ -614,9 +614,17 @@ plt.show()
 # ### Predict, then run
 # Section 2 printed the parameters of the feed-forward network and of one multi-head attention for
 # the paper's sizes ($d_{model} = 512$, 8 heads, $d_{ff} = 2048$). From those and what you know about
-# the blocks, work these out on paper before you run anything. Write your prediction after `return`
-# (a number, or an expression such as `3 * 4`), run the cell and its check, and only then run the
-# cell that shows the truth.
+# the blocks, work these out on paper before you run anything. Write your prediction after `return`:
+# a number, or the arithmetic you worked out (such as `3 * 4`; `math` is allowed). A prediction is a
+# value you work out, so the function may not call your blocks, torch or anything else of the
+# notebook: the check refuses that. The check only looks at the form of your prediction and notes it:
+# **it is scored when your notebook is graded**, and nothing in this notebook says whether it is
+# right, so trying again tells you nothing. The cell after the checks shows the truth for *other*
+# sizes: use it to test your method. The sizes you are graded on are never shown.
+#
+# Count the blocks as their given constructors build them. As in stage 2, a count without the
+# biases of the attention projections (the paper's attention formulas have none) is accepted too;
+# the feed-forward network's biases $b_1, b_2$ are in the paper's formula, so they count either way.
 #
 # **Prediction 1 (1 point).** How many trainable parameters does
 # `EncoderBlock(d_model=512, num_heads=8, d_ff=2048, dropout=0.1)` have?
@@ -651,14 +659,15 @@ def predict_decoder_parameters() -> int:
 assert check.predicted_decoder_parameters(predict_decoder_parameters)
 
 # %% [markdown]
-# **Prediction 3 (1 point).** What share of a *decoder* block's parameters, in percent, belongs to
-# its feed-forward network? (A number between 0 and 100; within 1 percentage point counts.)
+# **Prediction 3 (1 point).** A narrower feed-forward network: what share of the parameters of
+# `DecoderBlock(d_model=512, num_heads=8, d_ff=1024, dropout=0.1)`, in percent, belongs to its
+# feed-forward network? (A number between 0 and 100; within 1 percentage point counts.)
 
 # %% solution="block_predict_feed_forward_share"
 def predict_feed_forward_share() -> float:
-    """Your prediction of the feed-forward network's share of DecoderBlock(512, 8, 2048, 0.1)'s parameters, in %."""
+    """Your prediction of the feed-forward network's share of DecoderBlock(512, 8, 1024, 0.1)'s parameters, in %."""
     ### BEGIN SOLUTION
-    feed_forward = 512 * 2048 + 2048 + 2048 * 512 + 512
+    feed_forward = 512 * 1024 + 1024 + 1024 * 512 + 512
     return 100 * feed_forward / (2 * 4 * (512 * 512 + 512) + feed_forward + 3 * 1024)
     ### END SOLUTION
 
@@ -667,24 +676,27 @@ def predict_feed_forward_share() -> float:
 assert check.predicted_feed_forward_share(predict_feed_forward_share)
 
 # %% [markdown]
-# **The truth.** The cell below counts the parameters of your own blocks (their constructors are the
-# given ones). Where your prediction was off, find the step of your reasoning that went wrong.
+# **The truth, for other sizes.** The cell below counts the parameters of your own blocks (their
+# constructors are the given ones) for $d_{model} = 64$, 4 heads and $d_{ff} = 192$, part by part.
+# Check that your method gives these numbers too; where it does not, find the step of your reasoning
+# that went wrong.
 
 # %%
 def count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-encoder_block = EncoderBlock(d_model=512, num_heads=8, d_ff=2048, dropout=0.1)
-decoder_block = DecoderBlock(d_model=512, num_heads=8, d_ff=2048, dropout=0.1)
+encoder_block = EncoderBlock(d_model=64, num_heads=4, d_ff=192, dropout=0.1)
+decoder_block = DecoderBlock(d_model=64, num_heads=4, d_ff=192, dropout=0.1)
 for name, block_of_kind in (("encoder block", encoder_block), ("decoder block", decoder_block)):
+    parts = {part: count(module) for part, module in block_of_kind.named_children() if count(module)}
     share = 100 * count(block_of_kind.feed_forward) / count(block_of_kind)
-    print(f"{name}: {count(block_of_kind):,} parameters, of which feed-forward {share:.1f} %")
+    print(f"{name}: {count(block_of_kind):,} parameters, of which feed-forward {share:.1f} %;", parts)
 
 # %% [markdown]
-# The feed-forward network holds two thirds of an encoder block's parameters but only half of a
-# decoder block's, whose second attention module (cross-attention) has as many as the first. The
-# LayerNorms are a rounding error: $2 \cdot 512$ each.
+# With these sizes the feed-forward network holds 59.5 % of an encoder block's parameters but only
+# 42.5 % of a decoder block's, whose second attention module (cross-attention) has as many
+# parameters as the first. The LayerNorms are a rounding error.
 #
 # ## 11. Post-LN and pre-LN
 #

@@ -712,13 +712,19 @@ print(f"one 37000x512 table for all three        : {(blocks + embedding_size + o
 # %% [markdown]
 # ### Predict, then run
 # Work these out on paper with the counts above before you run anything. Write your prediction
-# after `return` (a number, or an expression you worked out), run the cell and its check, and only
-# then run the cell that shows the truth. Take the configuration
+# after `return`: a number, or the arithmetic you worked out (`math` is allowed). A prediction is a
+# value you work out, so the function may not call your model, `count_parameters`, torch or anything
+# else of the notebook: the check refuses that. The check only looks at the form of your prediction
+# and notes it: **it is scored when your notebook is graded**, and nothing in this notebook says
+# whether it is right, so trying again tells you nothing. The cell after the checks shows the truth
+# for *another* configuration: use it to test your method. The configuration you are graded on is
+# never shown. Take the configuration
 # `Transformer(src_vocab=1000, tgt_vocab=800, d_model=64, num_heads=4, num_layers=2, d_ff=128,
 # max_seq_length=50, dropout=0.1)`.
 #
 # **Prediction 1 (1 point).** How many trainable parameters does it have, exactly (what
-# `count_parameters` returns)?
+# `count_parameters` returns)? As in stages 2 and 3, a count without the biases of the attention
+# projections (which the paper's formulas do not have) is accepted too; every other bias counts.
 
 # %% solution="model_predict_parameters"
 def predict_parameter_count() -> int:
@@ -751,14 +757,16 @@ def predict_tying_saving() -> int:
 assert check.predicted_tying_saving(predict_tying_saving)
 
 # %% [markdown]
-# **The truth.** The cell below builds the configuration with your `Transformer` (only the given
-# constructor runs), counts it, then shares the matrix and counts again. `model.parameters()` yields
-# a shared tensor once, so it is counted and updated once; both uses add to its gradient. Where your
-# prediction was off, find the step of your reasoning that went wrong before you read on.
+# **The truth, for another configuration.** The cell below builds
+# `Transformer(500, 300, d_model=32, num_heads=4, num_layers=1, d_ff=64, max_seq_length=50,
+# dropout=0.1)` with your `Transformer` (only the given constructor runs), counts it, then shares the
+# matrix and counts again. `model.parameters()` yields a shared tensor once, so it is counted and
+# updated once; both uses add to its gradient. Check that your method gives these numbers too; where
+# it does not, find the step of your reasoning that went wrong.
 
 # %%
 torch.manual_seed(0)
-small = Transformer(1000, 800, d_model=64, num_heads=4, num_layers=2, d_ff=128, max_seq_length=50, dropout=0.1)
+small = Transformer(500, 300, d_model=32, num_heads=4, num_layers=1, d_ff=64, max_seq_length=50, dropout=0.1)
 separate = count_parameters(small)
 print("embedding", tuple(small.decoder.embedding.weight.shape), " pred_layer.weight",
       tuple(small.decoder.pred_layer.weight.shape))

@@ -38,5 +38,5 @@ ANSWERS = {
     )),
     "block_predict_encoder_parameters": Answer(stubs=('return 3152384',)),
     "block_predict_decoder_parameters": Answer(stubs=('return 4204032',)),
-    "block_predict_feed_forward_share": Answer(stubs=('return 50.0',)),
+    "block_predict_feed_forward_share": Answer(stubs=('return 100 / 3  # about a third',)),
 }

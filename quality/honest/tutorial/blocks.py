@@ -27,5 +27,5 @@ ANSWERS = {
     )),
     "block_predict_encoder_parameters": Answer(stubs=('return 3_152_384',)),
     "block_predict_decoder_parameters": Answer(stubs=('return 4_204_032',)),
-    "block_predict_feed_forward_share": Answer(stubs=('return 49.9',)),
+    "block_predict_feed_forward_share": Answer(stubs=('return 33.3',)),
 }

@@ -1224,30 +1224,35 @@ def mha_cross_attention(MultiHeadAttention: type[nn.Module], d_model: int = 20, 
 # --- predict, then run ------------------------------------------------------------------------------
 
 
-@check("your prediction: the standard deviation of q·k / √d_k (d_k = 64, Var(q_m) = 4, Var(k_m) = 1)")
+@check("your prediction: the standard deviation of q·k / √d_k (d_k = 64, Var(q_m) = 9, Var(k_m) = 4)")
 def predicted_scaled_score_std(predict: Any) -> None:
-    d_k, variance_q, variance_k = 64, 4.0, 1.0
-    truth = math.sqrt(d_k * variance_q * variance_k) / math.sqrt(d_k)  # Var(q·k) = d_k · Var(q_m) · Var(k_m)
-    expect_number(predict, truth=truth, tolerance=0.03,
+    d_k, variance_q, variance_k = 64, 9.0, 4.0
+    expect_number(predict, truths=lambda: math.sqrt(d_k * variance_q * variance_k) / math.sqrt(d_k), tolerance=0.03,
                   what="the standard deviation of q·k / √d_k",
-                  cause="each product q_m k_m has variance Var(q_m) · Var(k_m); the d_k products add their "
-                        "variances; dividing by √d_k divides the variance by d_k; the standard deviation is "
-                        "the square root of the variance.")
+                  cause="work with variances, not standard deviations: the variance of one product q_m k_m of "
+                        "independent entries, of the sum of d_k such products, then what dividing by √d_k does "
+                        "to a variance.")
 
 
-@check("your prediction: the parameters of MultiHeadAttention(512, 8)")
+@check("your prediction: the parameters of MultiHeadAttention(1024, 16)")
 def predicted_attention_parameters(predict: Any) -> None:
-    expect_number(predict, truth=float(parameters_of(lambda: _ReferenceMultiHeadAttention(512, 8))),
-                  what="the parameters of MultiHeadAttention(512, 8)",
-                  cause="count the four nn.Linear layers W_q, W_k, W_v, W_o: each has in_features × out_features "
-                        "weights plus out_features biases. Does the number of heads change any of them?")
+    expect_number(predict, truths=lambda: (parameters_of(lambda: _ReferenceMultiHeadAttention(1024, 16)),
+                                           parameters_of(lambda: _ReferenceMultiHeadAttention(1024, 16),
+                                                         attention_biases=False)),
+                  what="the parameters of MultiHeadAttention(1024, 16) (with or without the biases)",
+                  cause="count the layers the given constructor builds, each with its in_features and "
+                        "out_features. Does the number of heads change any of them?")
 
 
-@check("your prediction: the visible query-key pairs of padding & look-ahead for 3 words + 3 <pad>")
-def predicted_visible_pairs(predict: Any) -> None:
+def _visible_pairs() -> float:
     token_ids = torch.tensor([[5, 6, 7, 3, 3, 3]])  # "ein hund läuft <pad> <pad> <pad>", <pad> = 3
     mask = _reference_padding_mask(token_ids, 3) & _reference_look_ahead_mask(6)  # (1, 1, 6, 6)
-    expect_number(predict, truth=float(mask.sum()),
+    return float(mask.sum())
+
+
+@check("your prediction: the True entries of padding & look-ahead (6 × 6) for 3 words + 3 <pad>")
+def predicted_visible_pairs(predict: Any) -> None:
+    expect_number(predict, truths=_visible_pairs,
                   what="the number of True entries of the combined 6 × 6 mask",
-                  cause="go row by row: query i may see keys 0..i (look-ahead), and no query may see a <pad> "
-                        "key. Which mask hides rows, and which hides columns?")
+                  cause="go row by row, one query per row: which keys does the look-ahead mask let it see, and "
+                        "which does the padding mask hide? Which of the two masks acts on rows, which on columns?")

@@ -715,28 +715,38 @@ def decoder_dropout_placement(DecoderBlock: type[nn.Module], d_model: int = 16, 
 # --- predict, then run ------------------------------------------------------------------------------
 
 
-@check("your prediction: the parameters of one encoder block (d_model 512, 8 heads, d_ff 2048)")
+def _counts(build: Callable[[], nn.Module]) -> tuple[int, int]:
+    """A block's parameters with the biases of its attention projections (as the course builds it) and without
+    them (the paper's formulas have none; a count from them is as right)."""
+    return parameters_of(build), parameters_of(build, attention_biases=False)
+
+
+@check("your prediction: the parameters of EncoderBlock(512, 8, 2048, 0.1)")
 def predicted_encoder_parameters(predict: Any) -> None:
-    expect_number(predict, truth=float(parameters_of(lambda: ReferenceEncoderBlock(512, 8, 2048, 0.1))),
+    expect_number(predict, truths=lambda: _counts(lambda: ReferenceEncoderBlock(512, 8, 2048, 0.1)),
                   what="the parameters of EncoderBlock(512, 8, 2048, 0.1)",
-                  cause="add up the parts: the multi-head attention (four 512 → 512 linear layers), the "
-                        "feed-forward network (512 → 2048 → 512) and each LayerNorm's gain and bias (512 each). "
-                        "Biases count too; dropout has no parameters.")
+                  cause="list every part of the block that holds parameters: the attention, the feed-forward "
+                        "network and each LayerNorm (what does one hold?); dropout has none.")
 
 
-@check("your prediction: the parameters of one decoder block (d_model 512, 8 heads, d_ff 2048)")
+@check("your prediction: the parameters of DecoderBlock(512, 8, 2048, 0.1)")
 def predicted_decoder_parameters(predict: Any) -> None:
-    expect_number(predict, truth=float(parameters_of(lambda: ReferenceDecoderBlock(512, 8, 2048, 0.1))),
+    expect_number(predict, truths=lambda: _counts(lambda: ReferenceDecoderBlock(512, 8, 2048, 0.1)),
                   what="the parameters of DecoderBlock(512, 8, 2048, 0.1)",
-                  cause="a decoder block has one more attention module (cross-attention, with its own weights) "
-                        "and one more LayerNorm than an encoder block.")
+                  cause="compare the decoder block's parts with the encoder block's: which modules does it have "
+                        "that the encoder block has not, and does cross-attention share weights with "
+                        "self-attention?")
 
 
-@check("your prediction: the feed-forward network's share of a decoder block's parameters, in percent")
+def _feed_forward_shares() -> tuple[float, float]:
+    feed_forward = parameters_of(lambda: ReferenceFeedForward(512, 1024))
+    return tuple(100 * feed_forward / total  # type: ignore[return-value]
+                 for total in _counts(lambda: ReferenceDecoderBlock(512, 8, 1024, 0.1)))
+
+
+@check("your prediction: the feed-forward network's share of DecoderBlock(512, 8, 1024, 0.1), in percent")
 def predicted_feed_forward_share(predict: Any) -> None:
-    share = 100 * parameters_of(lambda: ReferenceFeedForward(512, 2048)) / parameters_of(
-        lambda: ReferenceDecoderBlock(512, 8, 2048, 0.1))
-    expect_number(predict, truth=share, absolute=1.0,
-                  what="the feed-forward network's share of a decoder block's parameters (percent)",
-                  cause="divide the feed-forward network's parameters by the whole decoder block's and multiply "
-                        "by 100; the block has two attention modules of about 1.05 million parameters each.")
+    expect_number(predict, truths=_feed_forward_shares, absolute=1.0,
+                  what="the feed-forward network's share of DecoderBlock(512, 8, 1024, 0.1)'s parameters (percent)",
+                  cause="with d_ff = 1024 the feed-forward network is not the one of the paper's sizes: count it "
+                        "again, then the whole block, and divide.")

@@ -34,11 +34,17 @@ class CheckFailed(AssertionError):
     """A graded property does not hold; the message is written for the student."""
 
 
+class ScoredWhenGraded(Exception):  # noqa: N818  (a note, not an error)
+    """Raised by a check that gives no verdict outside grading (a prediction, `checks.predictions`): the message
+    says what was noted; the check scores it when the notebook is graded."""
+
+
 @dataclass
 class Result:
     title: str
     passed: bool
     message: str = ""
+    deferred: bool = False  # no verdict here: scored when the notebook is graded (ScoredWhenGraded)
 
 
 _RESULTS: dict[str, Result] = {}
@@ -50,11 +56,12 @@ def results() -> dict[str, Result]:
     return dict(_RESULTS)
 
 
-def record(name: str, title: str, passed: bool, message: str = "", module: str | None = None) -> None:
+def record(name: str, title: str, passed: bool, message: str = "", module: str | None = None,
+           deferred: bool = False) -> None:
     """Note a check's outcome decided elsewhere: the grader runs grade cells in a separate process
     and reports them here, so that a notebook's `check.summary()` lists them. `module` is the
     checks module the check belongs to (found by the check's name and title when not given)."""
-    result = Result(title, passed, message)
+    result = Result(title, passed, message, deferred)
     _RESULTS[name] = result
     if module is None:
         module = next((module_name for module_name, checks in list(sys.modules.items())
@@ -63,6 +70,10 @@ def record(name: str, title: str, passed: bool, message: str = "", module: str |
     if module is not None:
         _LATEST.pop((module, name), None)  # keep the latest run last
         _LATEST[module, name] = result
+
+
+DEFERRED = "○"  # the summary's and the check's mark for a prediction noted here and scored when graded
+DEFERRED_STYLE = "border-left: 6px solid #5c6bc0; background: #eef0fa; padding: 6px 12px; margin: 4px 0"
 
 
 def _points(value: float) -> str:
@@ -84,8 +95,8 @@ def _summary_module(module: str | ModuleType | None) -> str | None:
 
 
 def summary(module: str | ModuleType | None = None) -> None:
-    """Show every check of this notebook with ✔ (passes), ✘ (fails) or · (not run yet) and its points,
-    then the hidden tests' points and the total.
+    """Show every check of this notebook with ✔ (passes), ✘ (fails), ○ (a prediction: noted, scored when the
+    notebook is graded) or · (not run yet) and its points, then the hidden tests' points and the total.
 
     The grade cells and their points come from the table the build writes beside this module
     (`_grade_cells.py`, from each grade cell's nbgrader metadata); `module` is the stage's checks
@@ -94,10 +105,12 @@ def summary(module: str | ModuleType | None = None) -> None:
     cells = GRADE_CELLS.get(name or "", ())
     if not cells:
         print("No checks have run yet: run the graded cells above first." if not _RESULTS else
-              "\n".join(f"{'✔' if r.passed else '✘'} {r.title}" for r in _RESULTS.values()))
+              "\n".join(f"{'✔' if r.passed else DEFERRED if r.deferred else '✘'} {r.title}"
+                        for r in _RESULTS.values()))
         return
     checks_module = sys.modules.get(name) if name else None
     rows, earned, visible_points, hidden_points, hidden_cells = [], 0.0, 0.0, 0.0, 0
+    deferred_points, deferred_cells = 0.0, 0
     written = [points for _grade_id, points, names in cells if names is None]
     for _grade_id, points, names in cells:
         if names is None:
@@ -111,15 +124,22 @@ def summary(module: str | ModuleType | None = None) -> None:
         if all(outcome is not None and outcome.passed for outcome in outcomes):
             mark, note = "✔", ""
             earned += points
-        elif any(outcome is not None and not outcome.passed for outcome in outcomes):
-            failed = next(o for o in outcomes if o is not None and not o.passed)
+        elif any(outcome is not None and not outcome.passed and not outcome.deferred for outcome in outcomes):
+            failed = next(o for o in outcomes if o is not None and not o.passed and not o.deferred)
             mark, note = "✘", (failed.message.splitlines() or [""])[0]
+        elif all(outcome is not None for outcome in outcomes):  # passing, and a prediction noted for grading
+            mark, note = DEFERRED, "noted; scored when your notebook is graded"
+            deferred_points, deferred_cells = deferred_points + points, deferred_cells + 1
         else:
             mark, note = "·", "not run yet"
         rows.append((mark, "; ".join(titles), _points(points), note))
-    failing = sum(mark != "✔" for mark, *_ in rows)
-    verdict = (f"{earned:g} of {visible_points:g} points from the visible checks"
-               + (" — all green." if not failing else f"; {failing} of {len(rows)} checks not passing yet."))
+    failing = sum(mark not in ("✔", DEFERRED) for mark, *_ in rows)
+    verdict = (f"{earned:g} of {visible_points - deferred_points:g} points from the visible checks"
+               + (" — all green." if not failing else f"; {failing} of {len(rows) - deferred_cells} checks not "
+                  "passing yet."))
+    if deferred_cells:
+        verdict += (f" Predictions: {deferred_cells} noted, worth {_points(deferred_points)}, scored when your "
+                    "notebook is graded.")
     hidden = (f"Hidden tests: {hidden_cells} more cells worth {_points(hidden_points)}, run only when your "
               "notebook is graded (the same properties on other sizes)." if hidden_cells else "")
     if written:
@@ -128,7 +148,7 @@ def summary(module: str | ModuleType | None = None) -> None:
             f"{_points(sum(written))}, graded by your instructor.")
     text = "\n".join([*(f"{mark} {title}  ({points})" + (f"  — {note}" if note else "")
                         for mark, title, points, note in rows), "", verdict, hidden])
-    colours = {"✔": "#2e7d32", "✘": "#c62828", "·": "#777"}
+    colours = {"✔": "#2e7d32", "✘": "#c62828", "·": "#777", DEFERRED: "#3949ab"}
     table = "".join(
         f'<tr><td style="color: {colours[mark]}; font-weight: bold">{mark}</td><td>{escape(title)}</td>'
         f'<td style="white-space: nowrap">{points}</td><td style="color: #555">{escape(note)}</td></tr>'
@@ -186,6 +206,8 @@ def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = 
             function(*args, **kwargs)
     except CheckFailed as error:
         return Result(title, False, str(error))
+    except ScoredWhenGraded as note:
+        return Result(title, False, str(note), deferred=True)
     except Exception as error:  # the student's code crashed inside the check, or is not written yet
         if isinstance(error, NotImplementedError) and is_stub(error):
             return Result(title, False, NOT_IMPLEMENTED)
@@ -236,9 +258,13 @@ def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
         def run(*args: Any, **kwargs: Any) -> bool:
             __tracebackhide__ = True  # IPython and pytest hide this frame
             result = run_check(function, title, args, kwargs)
-            record(function.__name__, title, result.passed, result.message, function.__module__)
+            record(function.__name__, title, result.passed, result.message, function.__module__, result.deferred)
             if result.passed:
                 print(f"✔ {title}")
+                return True
+            if result.deferred and not graded:  # no verdict outside grading, and nothing to stop for
+                show(f"{DEFERRED} {title}: {result.message}", f'<div style="{DEFERRED_STYLE}"><b>{DEFERRED} '
+                     f'{escape(title)}</b>: {escape(result.message)}</div>')
                 return True
             message = result.message if graded or not kwargs.get(BUG_HUNT) else without_cause(result.message)
             if graded or stop_at_first_failure():  # grading, or the student asked to stop here

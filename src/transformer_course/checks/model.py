@@ -1090,19 +1090,24 @@ def _predicted_model() -> nn.Module:
 
 @check("your prediction: the parameters of Transformer(1000, 800, 64, 4, 2, 128, 50, 0.1)")
 def predicted_parameter_count(predict: Any) -> None:
-    expect_number(predict, truth=float(parameters_of(_predicted_model)),
+    expect_number(predict, truths=lambda: (parameters_of(_predicted_model),
+                                           parameters_of(_predicted_model, attention_biases=False)),
                   what="the parameters of Transformer(1000, 800, 64, 4, 2, 128, 50, 0.1)",
-                  cause="add up both embeddings (vocab x d_model each), 2 encoder blocks, 2 decoder blocks "
-                        "(a second attention and a third LayerNorm) and pred_layer (weights and biases); "
-                        "the positional encoding has none.")
+                  cause="go through the model's parts one by one: the two embeddings, the encoder blocks, the "
+                        "decoder blocks (what does a decoder block have that an encoder block has not?), "
+                        "pred_layer with its bias, and the positional encoding.")
+
+
+def _tying_saving() -> int:
+    model = _predicted_model()
+    separate = count_parameters(model)
+    model.decoder.pred_layer.weight = model.decoder.embedding.weight
+    return separate - count_parameters(model)
 
 
 @check("your prediction: the parameters saved by sharing the target embedding with pred_layer")
 def predicted_tying_saving(predict: Any) -> None:
-    model = _predicted_model()
-    separate = count_parameters(model)
-    model.decoder.pred_layer.weight = model.decoder.embedding.weight
-    expect_number(predict, truth=float(separate - count_parameters(model)),
+    expect_number(predict, truths=_tying_saving,
                   what="the parameters saved by sharing the target embedding with pred_layer",
-                  cause="one (tgt_vocab, d_model) matrix is now counted once; pred_layer's bias has no "
-                        "counterpart in the embedding and stays.")
+                  cause="which tensor is counted once instead of twice once it is shared, and what shape has "
+                        "it? pred_layer's bias has no counterpart in the embedding.")

@@ -580,18 +580,20 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
 # --- predict, then run ------------------------------------------------------------------------------
 
 
-@check("your prediction: PE[pos] · PE[pos] for d_model = 64")
+@check("your prediction: PE[pos] · PE[pos] for d_model = 512")
 def predicted_self_dot_product(predict: Any) -> None:
-    table = _table(64, 40)  # (40, 64)
-    expect_number(predict, truth=float(table[17] @ table[17]), tolerance=0.01,
-                  what="PE[pos] · PE[pos] for d_model = 64",
-                  cause="column pair i holds sin(angle) and cos(angle) of one angle: what is sin² + cos²? "
-                        "How many pairs are there?")
+    expect_number(predict, truths=lambda: float(_table(512, 40)[17] @ _table(512, 40)[17]), tolerance=0.01,
+                  what="PE[pos] · PE[pos] for d_model = 512",
+                  cause="group the columns in (sin, cos) pairs of one angle each: what does one pair add to the "
+                        "dot product, and how many pairs are there?")
 
 
-@check("your prediction: the trainable parameters of PositionalEncoding(512, 5000, 0.1)")
+@check("your prediction: the trainable parameters of an embedding of 1,000 × 512 followed by "
+       "PositionalEncoding(512, 5000, 0.1)")
 def predicted_parameter_count(predict: Any) -> None:
-    expect_number(predict, truth=float(parameters_of(lambda: ReferencePositionalEncoding(512, 5000, 0.1))),
-                  what="the trainable parameters of PositionalEncoding(512, 5000, 0.1)",
-                  cause="the table is a buffer, not a parameter, and dropout has no weights: what does the "
-                        "optimiser find in model.parameters()?")
+    expect_number(predict, truths=lambda: parameters_of(lambda: nn.Sequential(
+        nn.Embedding(1000, 512), ReferencePositionalEncoding(512, 5000, 0.1))),
+                  what="the trainable parameters of nn.Sequential(nn.Embedding(1000, 512), "
+                       "PositionalEncoding(512, 5000, 0.1))",
+                  cause="which tensors does the optimiser find in model.parameters()? A registered buffer and "
+                        "dropout are parts of the module too: are they trained?")

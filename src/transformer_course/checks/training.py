@@ -1169,38 +1169,42 @@ def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 
 
 # --- predict, then run ------------------------------------------------------------------------------------------
 
-PAPER_D_MODEL, PAPER_WARMUP = 512, 4000  # the paper's base model (section 5.3)
+PAPER_D_MODEL, PAPER_BIG_D_MODEL, PAPER_WARMUP = 512, 1024, 4000  # the paper's base and big models (section 5.3)
 
 
-def _paper_schedule() -> list[float]:
-    """The paper's learning rate for steps 1..5 * warmup (eq. 3, factor 1), from the reference schedule."""
-    return [reference_noam_learning_rate(step, PAPER_D_MODEL, PAPER_WARMUP) for step in range(1, 5 * PAPER_WARMUP + 1)]
+def _half_right_loss() -> float:
+    vocabulary = 10_000
+    probabilities = torch.full((1, vocabulary), 0.5 / (vocabulary - 1), dtype=torch.float64)
+    probabilities[0, 4] = 0.5  # the right word
+    return float(nn.functional.cross_entropy(probabilities.log(), torch.tensor([4])))
 
 
 @check("your prediction: the loss when the right word gets probability 0.5 of 10,000 words")
 def predicted_half_right_loss(predict: Any) -> None:
-    vocabulary = 10_000
-    probabilities = torch.full((1, vocabulary), 0.5 / (vocabulary - 1), dtype=torch.float64)
-    probabilities[0, 4] = 0.5  # the right word
-    truth = float(nn.functional.cross_entropy(probabilities.log(), torch.tensor([4])))
-    expect_number(predict, truth=truth, tolerance=0.01, what="the loss when the right word gets probability 0.5",
-                  cause="the unsmoothed loss at a position is -log p(right word); how the rest is spread does not "
-                        "enter it.")
+    expect_number(predict, truths=_half_right_loss, tolerance=0.01,
+                  what="the loss when the right word gets probability 0.5",
+                  cause="which of the model's probabilities enter the unsmoothed cross-entropy at one position? "
+                        "Does how the rest is spread change it?")
+
+
+def _variant_peak_step() -> float:
+    rates = [PAPER_D_MODEL ** -0.5 * min(step ** -0.5, step * PAPER_WARMUP ** -1.0)
+             for step in range(1, 5 * PAPER_WARMUP + 1)]
+    return float(rates.index(max(rates)) + 1)
 
 
 @check("your prediction: the step at which the schedule with warmup_steps ** -1.0 peaks")
 def predicted_variant_peak_step(predict: Any) -> None:
-    rates = [PAPER_D_MODEL ** -0.5 * min(step ** -0.5, step * PAPER_WARMUP ** -1.0)
-             for step in range(1, 5 * PAPER_WARMUP + 1)]
-    expect_number(predict, truth=float(rates.index(max(rates)) + 1), absolute=0.5,
+    expect_number(predict, truths=_variant_peak_step, absolute=0.5,
                   what="the step at which the schedule with warmup_steps ** -1.0 peaks",
-                  cause="the rate rises while step * warmup^-1.0 is the smaller term and falls once step^-0.5 is: "
-                        "where are the two terms equal?")
+                  cause="the rate rises while the second term of the minimum is the smaller one and falls once "
+                        "the first is: at which step are the two terms equal, and which whole step is largest?")
 
 
-@check("your prediction: the peak learning rate of the paper's schedule")
+@check("your prediction: the peak learning rate of the paper's big model (d_model 1024, warm-up 4000)")
 def predicted_peak_rate(predict: Any) -> None:
-    expect_number(predict, truth=max(_paper_schedule()), tolerance=0.02,
-                  what="the peak learning rate of the paper's schedule",
-                  cause="at the peak both terms are equal: d_model^-0.5 * warmup^-0.5 with d_model = 512 and "
-                        "warmup = 4000.")
+    expect_number(predict, truths=lambda: max(reference_noam_learning_rate(step, PAPER_BIG_D_MODEL, PAPER_WARMUP)
+                                              for step in range(1, 5 * PAPER_WARMUP + 1)), tolerance=0.02,
+                  what="the peak learning rate of the schedule with d_model = 1024 and warmup_steps = 4000",
+                  cause="at which step does the schedule peak? Put that step into the formula with d_model = "
+                        "1024.")

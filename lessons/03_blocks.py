@@ -301,6 +301,7 @@ def stack_of_attention(residual: bool, num_layers: int = 12, d_model: int = 64) 
     return similarity, distance
 
 
+# %%
 with_residual, without_residual = stack_of_attention(residual=True), stack_of_attention(residual=False)
 print("without residual connections, distance after 0, 1, 2, 3, 4 layers:",
       ", ".join(f"{value:.1e}" for value in without_residual[1][:5]))

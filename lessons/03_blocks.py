@@ -303,8 +303,11 @@ def stack_of_attention(residual: bool, num_layers: int = 12, d_model: int = 64) 
 
 # %%
 with_residual, without_residual = stack_of_attention(residual=True), stack_of_attention(residual=False)
-print("without residual connections, distance after 0, 1, 2, 3, 4 layers:",
-      ", ".join(f"{value:.1e}" for value in without_residual[1][:5]))
+distances = without_residual[1]  # without residual connections: after 0, 1, 2, ... layers
+print(f"without residual connections, at the start: distance {distances[0]:.1e}")
+for layer in range(1, 5):
+    print(f"after {layer} layer{'s' if layer > 1 else ' '}: distance {distances[layer]:.1e};  "
+          f"the cube of the distance one layer earlier {distances[layer - 1] ** 3:.1e}")
 figures.plot_similarity_by_depth({"with residual connections": with_residual[0],
                                   "without residual connections": without_residual[0]},
                                  {"with residual connections": with_residual[1],
@@ -324,8 +327,9 @@ plt.show()
 # of the distance before it (for weights of bounded size; they measure the distance in another matrix
 # norm than ours). Once the distance is small, cubing it at every layer makes it fall *doubly
 # exponentially* with the depth $L$, like $c^{3^L}$. The printed distances of the stack without residual
-# connections fall that way: each is below the cube of the one before it (the exponent roughly
-# triples from layer 2 to layer 3), until float64's rounding stops them near $10^{-16}$. They also
+# connections fall that way: up to layer 3 each is below the cube of the one before it, and the
+# exponent roughly triples from layer 2 to layer 3; at layer 4 float64's rounding stops the fall near
+# $10^{-16}$. They also
 # found that residual connections counteract this collapse and that feed-forward networks slow it
 # down. Their proof covers attention alone; the LayerNorm in our stack does not rescue it, because
 # LayerNorm works on each position on its own and turns equal vectors into equal vectors.
@@ -388,7 +392,7 @@ plt.show()
 #   residual keeps each position's own vector in the result (section 4).
 # - **Layer normalisation after the residual sum.** What leaves each sublayer, and so each block, is
 #   normalised, which keeps the activations at one scale however many blocks are stacked. Because the
-#   LayerNorm comes *after* the addition, this arrangement is called **post-LN**. Section 11 builds
+#   LayerNorm comes *after* the addition, this arrangement is called **post-LN**. Section 12 builds
 #   the other arrangement, pre-LN, which most large language models since GPT-2 use.
 # - **Dropout on the sublayer's output, before the addition.** Only the correction is dropped out; what
 #   the residual connection carries past the sublayer arrives whole.
@@ -859,11 +863,11 @@ assert check.pre_ln_dropout_placement(PreLNEncoderBlock, d_model=8, num_heads=2,
 # The experiment stacks blocks, runs one untrained forward and backward pass with a random target,
 # and measures how large the gradient of each block's parameters is. Your `EncoderBlock` makes the
 # post-LN stack, your `PreLNEncoderBlock` the pre-LN stack (with its final LayerNorm). A third run
-# of the pre-LN stack changes one thing: every LayerNorm inside the blocks passes its input on
-# *detached* (`Tensor.detach()`: the same values, no gradient through them), so the forward pass and
-# the growing stream stay exactly as they are, but no gradient flows back through any sublayer. Each
-# block's parameters then get gradient only along the residual path, from the loss straight down the
-# stream.
+# of the pre-LN stack changes one thing: every `nn.LayerNorm` inside the blocks (the given constructor
+# makes them) passes its input on *detached* (`Tensor.detach()`: the same values, no gradient through
+# them), so the forward pass and the growing stream stay exactly as they are, but no gradient flows
+# back through any sublayer. Each block's parameters then get gradient only along the residual path,
+# from the loss straight down the stream.
 
 # %%
 def gradient_norm_per_block(block_class: type, num_layers: int, d_model: int = 64,

@@ -103,8 +103,8 @@ from transformer_course.visualisation import model as figures
 #   encoder blocks (stage 3) refine them. The result, `enc_out`, holds one vector per source token
 #   that describes the token *in its context*.
 # - **right, the decoder.** The target sentence (English) so far goes through the same kind of
-#   embedding, then $N$ decoder blocks. Each block attends to earlier target tokens (masked
-#   self-attention) and to `enc_out` (cross-attention).
+#   embedding, then $N$ decoder blocks. Each block attends to the target tokens up to its own
+#   position (masked self-attention) and to `enc_out` (cross-attention).
 # - **top, the prediction layer.** A linear layer turns each decoder vector into one score per word
 #   of the target vocabulary: the **logits**. A softmax of the logits is the model's probability for
 #   the next word.
@@ -187,7 +187,7 @@ print("row of token 'hund' equals embedding.weight[9]:", torch.equal(vectors[1, 
 #   gets the same mask. It is the padding mask of stage 2, given below as `make_source_mask`.
 #
 # Each block has its *own* weights: $N$ blocks means $N$ separately created `EncoderBlock` objects.
-# They live in an `nn.ModuleList`, which registers them with PyTorch (section 11 shows what goes
+# They live in an `nn.ModuleList`, which registers them with PyTorch (section 12 shows what goes
 # wrong with a plain Python list). The given constructor already builds them.
 
 # %%
@@ -251,8 +251,8 @@ for row in range(2):
 # Why both? Padding alone lets every position see the future, which breaks teacher forcing.
 # Look-ahead alone is *almost* enough when the pads sit at the end of each sentence, as here: a
 # real token only sees earlier positions, and those are never pads. But the pad positions would
-# still attend to each other, and a batch padded anywhere else (some pipelines pad on the left)
-# would leak pads into real positions. The combined mask is right for any layout and costs one
+# still attend to the pads before them (harmless here, as their labels are ignored), and a batch padded
+# anywhere else (some pipelines pad on the left) would leak pads into real positions. The combined mask is right for any layout and costs one
 # more operation; PyTorch's `nn.Transformer` does the same when given both `tgt_mask` and
 # `tgt_key_padding_mask`.
 #

@@ -251,10 +251,10 @@ for row in range(2):
 # Why both? Padding alone lets every position see the future, which breaks teacher forcing.
 # Look-ahead alone is *almost* enough when the pads sit at the end of each sentence, as here: a
 # real token only sees earlier positions, and those are never pads. But the pad positions would
-# still attend to the pads before them (harmless here, as their labels are ignored), and a batch padded
-# anywhere else (some pipelines pad on the left) would leak pads into real positions. The combined mask is right for any layout and costs one
-# more operation; PyTorch's `nn.Transformer` does the same when given both `tgt_mask` and
-# `tgt_key_padding_mask`.
+# still attend to the pads before them (harmless here, as their labels are ignored), and a batch
+# padded anywhere else (some pipelines pad on the left) would leak pads into real positions. The
+# combined mask is right for any layout and costs one more operation; PyTorch's `nn.Transformer`
+# does the same when given both `tgt_mask` and `tgt_key_padding_mask`.
 #
 # Below are the two ingredients for the second sentence of `dec_in`. The padding mask has one row,
 # `(1, 1, 1, tgt_len)`: it is about the *keys*, and the same row applies to every query, so the

@@ -197,7 +197,8 @@ def _allowed(name: str, got: object, shape: tuple[int, ...]) -> Tensor:
     if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
         fail(f"{name} holds values other than 0 and 1.", expected="bool (or 0/1) entries, True = may attend",
              got=f"values such as {mask.flatten()[~((mask == 0) | (mask == 1)).flatten()][:3].tolist()}",
-             cause="the course's masks say *where* attention is allowed; attention itself puts -1e9 at the hidden scores.")
+             cause="the course's masks say *where* attention is allowed; attention itself puts -1e9 at the hidden "
+                   "scores.")
     return mask != 0
 
 

@@ -596,9 +596,9 @@ class Replay:
         early = next(call for call in self.calls if call.role == seen[differ[0]])
         if len(differ) == 2:
             first, second = (self.part(wanted[index]) for index in differ)
-            text = f"{first} and {second} are swapped: the paper applies {first} before {second}"
+            text = f"{first} and {second} are swapped: the reference applies {first} before {second}"
         else:
-            text = (f"your forward calls {', '.join(self.part(role) for role in seen)} in this order; the paper's "
+            text = (f"your forward calls {', '.join(self.part(role) for role in seen)} in this order; the reference's "
                     f"order is {', '.join(self.part(role) for role in wanted)}")
         return Reading(text, early.line, "order", role=seen[differ[0]])
 
@@ -643,7 +643,7 @@ class Replay:
         if result_key is not None and not self.values.matches(result, terms(result_key)):
             got = self.values.name(result) or UNNAMED
             wanted = self.values.names[result_key]
-            text = f"forward returns {got} where the paper returns {wanted}"
+            text = f"forward returns {got} where the reference returns {wanted}"
             if self.values.matches(result, terms(next(iter(self.values.names)))):
                 text += ": the results of its parts never reach the variable it returns"
             return Reading(text, None, "result", got=got, wanted=wanted)
@@ -659,16 +659,16 @@ class Replay:
     def _extra(self, expected: Mapping[str, int]) -> Reading | None:
         for role, count in self._over(expected):
             extra = [call for call in self.calls if call.role == role][expected[role]]
-            return Reading(f"{self.part(role)} is called {self._times(count)} where the paper calls it "
+            return Reading(f"{self.part(role)} is called {self._times(count)} where the reference calls it "
                            f"{self._times(expected[role])}", extra.line, "count", role=role)
         return None
 
     def _missing(self, step: Step, expected: Mapping[str, int]) -> Reading:
         made = [call for call in self.calls if call.role == step.role]
         text = (f"{self.part(step.role)} is never called" if not made else
-                f"{self.part(step.role)} is called {self._times(len(made))} where the paper calls it "
+                f"{self.part(step.role)} is called {self._times(len(made))} where the reference calls it "
                 f"{self._times(expected[step.role])}")
-        over = [f"{self.part(role)} is called {self._times(count)} where the paper calls it "
+        over = [f"{self.part(role)} is called {self._times(count)} where the reference calls it "
                 f"{self._times(expected[role])}" for role, count in self._over(expected)]
         line = next((call.line for role, _ in self._over(expected) for call in
                      [c for c in self.calls if c.role == role][expected[role]:]), made[-1].line if made else None)
@@ -692,7 +692,7 @@ class Replay:
                            f"{values.words(wanted)} as {others}: the two are swapped", call.line, "argument", argument,
                            step.role, values.words(step.inputs[swapped[0]]), values.words(wanted))
         seen = "None" if got is None else values.name(got) or UNNAMED
-        text = f"{target} receives {seen} as {these} where the paper gives it {values.words(wanted)}"
+        text = f"{target} receives {seen} as {these} where the reference gives it {values.words(wanted)}"
         if len(wanted) == 2:
             for kept, dropped in (wanted, wanted[::-1]):
                 if values.matches(got, [kept]):
@@ -713,7 +713,7 @@ class Replay:
             for argument, other in step.inputs.items():
                 if call is not None and other == terms(key) and self.values.matches(call.args.get(argument), wanted):
                     return (f"{self.part(call)} receives {self.values.words(wanted)} as {argument_words(argument)} "
-                            f"where the paper gives it {self.values.names[key]}")
+                            f"where the reference gives it {self.values.names[key]}")
         return ""
 
 

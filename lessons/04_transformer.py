@@ -51,7 +51,7 @@
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
 # does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
 # check with its points. (To stop at the first failing check instead, set
 # `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work, so all
@@ -280,7 +280,7 @@ plt.show()
 # the debugging a real project needs:
 # 1. run the cell, then the figure and the check below it;
 # 2. read the symptoms: compare your mask's panels with the two ingredients above, and read what
-#    the check says (expected, got, likely cause);
+#    the check says (what was expected, what came out);
 # 3. find the line, fix it in the cell, and run the cell, the figure and the check again.
 
 # %% solution="model_make_target_mask"

@@ -383,9 +383,9 @@ def _pre_ln(kind: str, calls: list[parts.Call], replay: parts.Replay) -> str:
         fed = call.args.get("q", call.args.get("x", call.args.get("input"))) if call.role in SUBLAYERS[kind] else None
         norm = next((n for n in norms if parts._close(fed, n.output) and calls.index(n) < calls.index(call)), None)
         if norm is not None and parts._close(norm.args.get("input"), replay.values.tensors["x"]):
-            return (f"{replay.part(norm)} normalises the sublayer's input: this is the pre-LN order, x + "
-                    "sublayer(LayerNorm(x)); the paper's block (and this exercise) is post-LN: "
-                    "LayerNorm(x + dropout(sublayer(x))), the LayerNorm after the residual sum")
+            return (f"{replay.part(norm)} normalises the sublayer's input: this is the pre-LN order (x + "
+                    "sublayer(LayerNorm(x))); the paper's block (and this exercise) is post-LN, the LayerNorm after "
+                    "the residual sum (LayerNorm(x + dropout(sublayer(x))))")
     return ""
 
 
@@ -412,8 +412,8 @@ def _residual(kind: str, reading: parts.Reading, calls: list[parts.Call], replay
             f"before the LayerNorm, {formula}")
 
 
-DROPOUT_ADVICE = ("the paper applies dropout to the output of each sublayer, once, before adding it to the "
-                  "sublayer's input: norm(x + dropout(sublayer(x))) (section 5.4)")
+DROPOUT_ADVICE = ("the paper (section 5.4) applies dropout to the output of each sublayer, once, before adding it "
+                  "to the sublayer's input (norm(x + dropout(sublayer(x))))")
 
 
 def _dropout_reading(kind: str, calls: list[parts.Call], inputs: tuple,

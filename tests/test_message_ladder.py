@@ -2,8 +2,6 @@
 the idea and the code folded one under the other; and the measure that keeps solution code out of the open part
 (`quality.dictation.in_message`). The catalog's messages are measured in tests/test_mistakes.py."""
 
-import math
-
 import pytest
 import torch
 
@@ -112,30 +110,29 @@ def test_the_measure_reads_solution_lines_and_their_parts():
 
 @pytest.mark.slow
 def test_no_mutant_s_message_shows_solution_code_before_a_hint_is_opened():
-    """A sample of mechanical mutants (quality.mutations, seed 11, one per kind and stage where it fails a cell),
-    graded up to their exercise's cells: no failing cell's visible part holds solution code."""
+    """A sample of mechanical mutants nobody wrote a message for (quality.mutations, seed 11, the first three drawn
+    of every stage), graded up to their exercise's cells: no failing cell's open part holds solution code."""
     import nbformat
 
-    from conftest import solution_path
+    from conftest import ASSIGNMENTS, solution_path
     from quality.dictation import in_message
     from quality.measure import reduced, run_mutants
     from quality.mistakes import is_solution
-    from quality.mutations import STAGE_MODULES, generate, sample
+    from quality.mutations import generate, sample
 
-    shown, graded = [], 0
-    for stage in ("00_why_attention", "01_positional_encoding", STAGE, "03_blocks", "04_transformer"):
-        assert stage in STAGE_MODULES
+    shown, failing = [], 0
+    for stage in ASSIGNMENTS:
         path = solution_path(stage)
         notebook = reduced(nbformat.read(path, as_version=4))
-        mutants = sample(generate(stage, [cell.source for cell in notebook.cells if is_solution(cell)]), 1, 11)
+        mutants = sample(generate(stage, [cell.source for cell in notebook.cells if is_solution(cell)]), 1, 11)[:3]
         for verdict in run_mutants(mutants, {stage: (notebook, path.parent)}, jobs=1, timeout=240, focused=True):
-            graded += 1
             for outcome in verdict.failing:
+                failing += 1
                 found = in_message(stage, outcome.message)
                 if found:
                     shown.append((stage, verdict.mutant.mutated, outcome.grade_id, found))
-    assert graded >= 20 and not shown, shown
-    assert math.isfinite(graded)
+    assert failing >= 10, failing  # the sample does exercise the messages
+    assert not shown, shown
 
 
 def test_the_padding_mask_message_says_where_seq_len_lies():

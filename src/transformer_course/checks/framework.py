@@ -151,9 +151,9 @@ HINT_TITLES = {CAUSE_LABEL: "the likely cause", IDEA_LABEL: "the idea", CODE_LAB
 # the student's own line as the engine quotes it, "in `forward`, line 3 (`x = ...`)": their code, not a fix
 _STUDENT_LINE = re.compile(r"(line \d+(?: of `[^`\n]*`)?) \(`[^`\n]*`\)")
 # code in a sentence: a call or a subscript (`f(x)`, `x.t()`, `pe[:, 0::2]`), a comparison or an assignment
-# (`mask == 0`, `x = ...`, `finished |= ...`), a keyword argument (`dim=-1`), an operator between names
-# (`weights @ keys`, `padding & look_ahead`); "j <= i" and shapes "(batch, 1, k_len)" are words
-_CODE = re.compile(r"[\w\])]\(|[\w\])]\[(?!\d+\])|\w\s*(?:==|!=|[|&+\-*/]=)\s*\S|\w\s=\s\S|\b[a-z_]\w*=[-\w'\".]"
+# (`mask == 0`, `x = y...`, `finished |= ...`), a keyword argument (`dim=-1`), an operator between names
+# (`weights @ keys`, `padding & look_ahead`); "j <= i", "d_k = 5" and shapes "(batch, 1, k_len)" are words
+_CODE = re.compile(r"[\w\])]\(|[\w\])]\[(?!\d+\])|\w\s*(?:==|!=|[|&+\-*/]=)\s*\S|\w\s=\s[A-Za-z_(\[]|\b[a-z_]\w*=[-\w'\".]"
                    r"|[\w)]\s(?:[@&|%]|//)\s[\w(]")
 _LEAD_INS = ("what is expected", "for example", "e.g.")  # a clause that only introduces the next one
 

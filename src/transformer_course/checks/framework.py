@@ -153,8 +153,8 @@ _STUDENT_LINE = re.compile(r"(line \d+(?: of `[^`\n]*`)?) \(`[^`\n]*`\)")
 # code in a sentence: a call or a subscript (`f(x)`, `x.t()`, `pe[:, 0::2]`), a comparison or an assignment
 # (`mask == 0`, `x = y...`, `finished |= ...`), a keyword argument (`dim=-1`), an operator between names
 # (`weights @ keys`, `padding & look_ahead`); "j <= i", "d_k = 5" and shapes "(batch, 1, k_len)" are words
-_CODE = re.compile(r"[\w\])]\(|[\w\])]\[(?!\d+\])|\w\s*(?:==|!=|[|&+\-*/]=)\s*\S|\w\s=\s[A-Za-z_(\[]|\b[a-z_]\w*=[-\w'\".]"
-                   r"|[\w)]\s(?:[@&|%]|//)\s[\w(]")
+_CODE = re.compile(r"[\w\])]\(|[\w\])]\[(?!\d+\])|\w\s*(?:==|!=|[|&+\-*/]=)\s*\S|\w\s=\s[A-Za-z_(\[]"
+                   r"|\b[a-z_]\w*=[-\w'\".]|[\w)]\s(?:[@&|%]|//)\s[\w(]")
 _LEAD_INS = ("what is expected", "for example", "e.g.")  # a clause that only introduces the next one
 
 

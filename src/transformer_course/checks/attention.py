@@ -414,7 +414,7 @@ def _read_masking(Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor, hidden: tor
     some = hidden.any(dim=-1, keepdim=True) & ~hidden.all(dim=-1, keepdim=True)  # rows with hidden and allowed keys
     if bool((w[~hidden & some] == 0).all()) and bool((w[hidden & some] > 0).all()):
         return Diagnosis("the keys the mask allows get weight 0, and the keys it hides share the weight",
-                         "the mask is inverted: True (1) means 'may attend', so hide the positions where mask == 0.")
+                         "the mask is inverted: True (1) means 'may attend': hide the positions where mask == 0.")
     leaked = w[hidden]
     if not (leaked != 0).any():
         if _sums_to_one(w, -1) or not _same(w, (plain if plain is not None else torch.softmax(_scores(Q, K), -1))
@@ -718,8 +718,11 @@ def padding_mask_shape(make_padding_mask: Callable[..., Any], batch: int = 3, se
     mask = _call(make_padding_mask, tokens, pad_idx)
     if isinstance(mask, torch.Tensor) and tuple(mask.shape) == (batch, 1, seq_len, 1) and seq_len > 1:
         fail("padding mask has the wrong shape.", expected=(batch, 1, 1, seq_len), got=tuple(mask.shape),
-             cause="this mask hides padded queries (rows of the scores) instead of padded keys (columns): "
-                   "unsqueeze(1).unsqueeze(2) puts seq_len last, so it broadcasts over the keys axis.")
+             cause="this mask hides padded queries (rows of the scores) instead of padded keys (columns): its seq_len "
+                   "lies on the query axis, so it broadcasts over the keys.",
+             idea="in (batch, 1, 1, seq_len) seq_len lies along the key axis: the mask hides the padded keys' "
+                  "columns and broadcasts over the heads and the queries.",
+             code="(token_ids != pad_idx).unsqueeze(1).unsqueeze(2)")
     expect_shape("padding mask", mask, (batch, 1, 1, seq_len),
                  cause="add a heads axis and a query axis: (token_ids != pad_idx).unsqueeze(1).unsqueeze(2), "
                        "so the mask broadcasts against scores of shape (batch, heads, q_len, k_len).")
@@ -1069,7 +1072,8 @@ def split_heads_shape(MultiHeadAttention: type[nn.Module], d_model: int = 12, nu
     module = _build(MultiHeadAttention, d_model, num_heads)  # no weights: any layer names pass
     split = _heads(module, "split_heads", randn(batch, seq_len, d_model, seed=91))
     shape = tuple(split.shape) if isinstance(split, torch.Tensor) else ()
-    cause = "view as (batch, seq_len, num_heads, d_k), then transpose(1, 2) to bring the heads forward."
+    cause = ("the heads axis must come before the positions, (batch, num_heads, seq_len, d_k): view as (batch, "
+             "seq_len, num_heads, d_k), then transpose(1, 2) to bring the heads forward.")
     if len(shape) == 3 and d_model in shape:
         cause = (f"split_heads returns {len(shape)} axes with d_model = {d_model} still whole: the view to (batch, "
                  "seq_len, num_heads, d_k) that cuts each token's features into heads is missing; " + cause)

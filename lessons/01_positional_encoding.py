@@ -322,6 +322,7 @@ plt.show()
 # circle. That picture, written as a formula, is section 5's exercise.
 
 # %%
+encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
 figures.plot_pairs_on_circles(encoding.pe, pairs=(0, 3), positions=12, offset=3, starts=(1, 6))
 plt.show()
 
@@ -489,7 +490,7 @@ assert check.offset_error_offsets(largest_offset_error, d_model=4, max_seq_lengt
 # **Your proof, on your own table.** The cell below takes the table of your `PositionalEncoding`
 # (200 positions, $d_{model} = 64$) and measures, for several offsets, the largest difference between
 # $M_k PE_p$ and $PE_{p+k}$ over every position that has a partner. Your table is stored in float32,
-# so its entries carry rounding errors of up to about $10^{-5}$ (the angles of the far positions are
+# so its entries carry rounding errors of the order of $10^{-5}$ (the angles of the far positions are
 # large numbers): differences of that size are the table's rounding, not a failure of the claim. The
 # last line uses $M_3$ for the offset 4: a matrix for another offset fails at once. Then the figure:
 # $PE_{50} \cdot PE_q$ against $q$, symmetric about 50, and $(M_3 PE_{50}) \cdot PE_q$, whose peak

@@ -70,12 +70,10 @@ import math
 
 import matplotlib.pyplot as plt
 import torch
-import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm  # a progress bar for the short training run of section 7
 
 from transformer_course.checks import attention as check
-from transformer_course.reference import Transformer  # the course's complete model, given for section 7's bug hunt
+from transformer_course.reference.copy_task import BOS, LENGTH, copy_batch, train_copier  # section 7's bug hunt
 from transformer_course.visualisation import attention as figures
 from transformer_course.visualisation import diagrams
 
@@ -439,38 +437,17 @@ assert check.padding_mask_values(make_padding_mask)
 
 # %% [markdown]
 # **A model trained with this mask.** The cell below trains a tiny Transformer, the course's own from
-# the package (you build it yourself in stages 3 and 4; here it is given), on a toy task: copy a
-# sequence of 8 random symbols. Its encoder reads the sequence, its decoder writes it out again, and
-# the decoder's self-attention uses the `make_look_ahead_mask` above (the last argument of each call).
-# In training the decoder receives the correct output shifted by one position, `<bos> a b c …`, and
-# learns to predict at every position the symbol that comes next, `a b c … <eos>`, all positions in
-# one pass (stage 5 explains why training works this way). It takes a few seconds.
+# the package (you build it yourself in stages 3 and 4, and write its training loop in stage 5; here
+# both are given), on a toy task: copy a sequence of 8 random symbols. Its encoder reads the
+# sequence, its decoder writes it out again, and the decoder's self-attention uses the
+# `make_look_ahead_mask` above, which the cell hands to `train_copier`. In training the decoder
+# receives the correct output shifted by one position, `<bos> a b c …`, and learns to predict at
+# every position the symbol that comes next, `a b c … <eos>`, all positions in one pass (stage 5
+# explains why training works this way). It takes a few seconds.
 
 # %%
-BOS, EOS, LENGTH, VOCAB = 1, 2, 8, 14  # <bos> and <eos> as in the course's vocabularies; symbols are ids 4..13
-
-
-def copy_batch(size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Random sequences (size, LENGTH), the decoder's input <bos> a b c ... and its targets a b c ... <eos>."""
-    source = torch.randint(4, VOCAB, (size, LENGTH), generator=generator)  # (size, 8)
-    decoder_in = torch.cat([torch.full((size, 1), BOS), source], dim=1)  # (size, 9)
-    decoder_out = torch.cat([source, torch.full((size, 1), EOS)], dim=1)  # (size, 9)
-    return source, decoder_in, decoder_out
-
-
 torch.set_num_threads(1)  # a model this small trains fastest on one CPU thread
-torch.manual_seed(0)
-copier = Transformer(VOCAB, VOCAB, d_model=32, num_heads=2, num_layers=1, d_ff=64, max_seq_length=16, dropout=0.0)
-optimiser = torch.optim.Adam(copier.parameters(), lr=1e-3)
-batches, losses = torch.Generator().manual_seed(0), []
-for _ in tqdm(range(400), desc="training on the copy task"):
-    source, decoder_in, decoder_out = copy_batch(64, batches)
-    logits = copier(source, decoder_in, None, make_look_ahead_mask(LENGTH + 1))  # (64, 9, VOCAB)
-    loss = F.cross_entropy(logits.reshape(-1, VOCAB), decoder_out.reshape(-1))
-    optimiser.zero_grad()
-    loss.backward()
-    optimiser.step()
-    losses.append(loss.item())
+copier, losses = train_copier(make_look_ahead_mask, steps=400)  # 400 batches of 64 sequences, your mask
 print(f"training loss: {losses[0]:.3f} at the first step, {losses[-1]:.4f} at the last")
 
 # %% [markdown]
@@ -483,13 +460,12 @@ print(f"training loss: {losses[0]:.3f} at the first step, {losses[-1]:.4f} at th
 # gets right.
 
 # %%
-copier.eval()
-source, decoder_in, decoder_out = copy_batch(200, torch.Generator().manual_seed(1))
+source, decoder_in, decoder_out = copy_batch(200, torch.Generator().manual_seed(1))  # (200, 8), (200, 9), (200, 9)
 with torch.no_grad():
     forced = copier(source, decoder_in, None, make_look_ahead_mask(LENGTH + 1)).argmax(dim=-1)[:, :LENGTH]
     written = torch.full((200, 1), BOS)  # (200, steps): <bos>, then one symbol per step
     for _ in range(LENGTH):
-        logits = copier(source, written, None, make_look_ahead_mask(written.size(1)))  # (200, steps, VOCAB)
+        logits = copier(source, written, None, make_look_ahead_mask(written.size(1)))  # (200, steps, vocabulary)
         written = torch.cat([written, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
 
 

@@ -28,8 +28,9 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 1½ hours if you are at ease with PyTorch, about 2½ hours if you are new to
-# it or get stuck. That is reading (53 minutes, or 68 with the folded hints), one exercise, two
-# predictions and two written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving
+# it or get stuck. That is reading (53 minutes at 150 words a minute with the folded hints left
+# closed, or 69 minutes at 100 words a minute with them open), one exercise, two predictions and two
+# written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving
 # a copy), and about 4 minutes of computation on one CPU core, most of it the training of section 7.
 # (Estimated by `scripts/working_time.py` in the course repository from the notebook's length and the
 # measured run time of its cells, with assumptions it prints, not measurements of students: for

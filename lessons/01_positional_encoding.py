@@ -26,9 +26,10 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 1¼ hours if you are at ease with PyTorch, about 2¼ hours if you are new to
-# it or get stuck. That is reading (28 minutes, or 41 with the folded hints), one exercise, two
-# predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup cell,
+# **Working time:** about 1¾ hours if you are at ease with PyTorch, about 3¼ hours if you are new to
+# it or get stuck. That is reading (33 minutes at 150 words a minute with the folded hints left
+# closed, or 52 minutes at 100 words a minute with them open), two exercises, two predictions and
+# three written questions, 5 to 10 minutes of setting up (Colab, the setup cell,
 # saving a copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the course
 # repository from the notebook's length and the measured run time of its cells, with assumptions it
 # prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10 minutes per

@@ -25,9 +25,10 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 2¼ hours if you are at ease with PyTorch, about 4 hours if you are new to it
-# or get stuck. That is reading (44 minutes, or 65 with the folded hints), three exercises, one bug
-# hunt, three predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
+# **Working time:** about 2¼ hours if you are at ease with PyTorch, about 4¼ hours if you are new to
+# it or get stuck. That is reading (52 minutes at 150 words a minute with the folded hints left
+# closed, or 77 minutes at 100 words a minute with them open), three exercises, one bug hunt, three
+# predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
 # cell, saving a copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the
 # course repository from the notebook's length and the measured run time of its cells, with
 # assumptions it prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10
@@ -40,7 +41,8 @@
 #    with numbers why the scores are divided by $\sqrt{d_k}$;
 # 3. implement `scaled_dot_product_attention` for any number of leading axes, with an optional mask;
 # 4. build the padding mask and the look-ahead mask, and say which keys each one hides and why;
-# 5. implement `MultiHeadAttention`: projections, `split_heads`, attention per head, `combine_heads`, `W_o`;
+# 5. implement `MultiHeadAttention` and its two helpers, `split_heads` and `combine_heads`, and say what
+#    each head sees and why the biases of its projections are a convention, not the paper's;
 # 6. recognise the classic attention bugs from their symptoms.
 #
 # **Before you start.** You need stage 1 (why positions are added to the embeddings), matrix products of
@@ -416,7 +418,7 @@ assert check.padding_mask_values(make_padding_mask)
 # target words $0, \dots, i$ only. In training we feed the whole target sentence at once (it is much
 # faster), so we must stop position $i$ from peeking at positions after $i$. Row $i$ of the mask is
 # the query at position $i$; it may attend to columns $0, \dots, i$ — **including itself**, the
-# diagonal. That is a lower-triangular matrix of `True`:
+# diagonal:
 #
 # $$\text{mask}_{ij} = \begin{cases} \text{True} & j \le i \\ \text{False} & j > i \end{cases}$$
 #

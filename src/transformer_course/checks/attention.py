@@ -718,8 +718,9 @@ def padding_mask_shape(make_padding_mask: Callable[..., Any], batch: int = 3, se
     mask = _call(make_padding_mask, tokens, pad_idx)
     if isinstance(mask, torch.Tensor) and tuple(mask.shape) == (batch, 1, seq_len, 1) and seq_len > 1:
         fail("padding mask has the wrong shape.", expected=(batch, 1, 1, seq_len), got=tuple(mask.shape),
-             cause="this mask hides padded queries (rows of the scores) instead of padded keys (columns): "
-                   "unsqueeze(1).unsqueeze(2) puts seq_len last, so it broadcasts over the keys axis.")
+             cause="this mask varies along the query axis, so it hides padded queries (rows of the scores) "
+                   "instead of padded keys (columns): unsqueeze(1).unsqueeze(2) puts seq_len last, along the key "
+                   "axis, and the mask is then the same for every query (it broadcasts over the queries).")
     expect_shape("padding mask", mask, (batch, 1, 1, seq_len),
                  cause="add a heads axis and a query axis: (token_ids != pad_idx).unsqueeze(1).unsqueeze(2), "
                        "so the mask broadcasts against scores of shape (batch, heads, q_len, k_len).")

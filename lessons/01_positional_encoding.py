@@ -361,11 +361,13 @@ print("                        ", [round(float(table[50] @ table[50 + k]), 1) fo
 # each token's vector with learned matrices, a query $W_Q$ and a key $W_K$ (stage 2), and scores
 # $(x_p + PE_p) W_Q \cdot (x_q + PE_q) W_K$. Its position part, $PE_p W_Q \cdot PE_q W_K$, is in
 # general *not* a function of $p - q$ any more: the first line of the cell below shows it for random
-# projections. What no projection can take away is the paper's linear structure,
-# $PE_{p+k} = M_k\, PE_p$. A query projection that contains $M_k$ turns the query of position $p$ into
-# $PE_{p+k}$, which matches the key of position $p + k$ best, and it does so at every $p$ with the
-# same matrix: "look $k$ tokens to the right" is one linear map that training can find. (Whether a
-# trained model uses it this way is another matter: the paper states the property as a hope.)
+# projections. What the paper points to is a structure a projection can use: if
+# $PE_{p+k} = M_k\, PE_p$ with one matrix $M_k$, then the query projection $W_Q = M_k^\top$ (a row
+# vector times $M_k^\top$ is $M_k$ applied to it) turns the position part of the query of position
+# $p$ into $PE_{p+k}$, and with $W_K$ the identity the position part of its score for key $q$ is
+# $PE_{p+k} \cdot PE_q$, largest at $q = p + k$. It does so at every $p$ with the same matrix: "look
+# $k$ tokens to the right" is one linear map that training can find. (Whether a trained model uses
+# it this way is another matter: the paper states the property as a hope.)
 
 # %%
 table = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0).pe[0]  # (200, 64): your table
@@ -525,9 +527,9 @@ plt.show()
 # **Rotary position embeddings (RoPE).** Su et al. (2021, *RoFormer*) took the property of section 5
 # one step further. Instead of adding $PE_{pos}$ to the input once, they *rotate* every query and key
 # inside attention, pair by pair, by the angles of its position: the query vector $\mathbf{q}$ of
-# position $m$ by a matrix $R_m$ and the key vector $\mathbf{k}$ of position $n$ by $R_n$, built of
-# $2 \times 2$ blocks like your $M_k$ (one per column pair, the angle $\omega_i$ times the position).
-# Such rotations compose: turning back by $m$ and then forward by $n$ is turning by $n - m$,
+# position $m$ by a matrix $R_m$ and the key vector $\mathbf{k}$ of position $n$ by $R_n$, each of
+# which turns every pair of coordinates as your $M_k$ turns the column pairs of $PE$ (by $m$ or $n$
+# steps). Such rotations compose: turning back by $m$ and then forward by $n$ is turning by $n - m$,
 # $R_m^\top R_n = R_{n-m}$ (the cell below checks it with your `offset_matrix`). So the score
 #
 # $$(R_m\, \mathbf{q}) \cdot (R_n\, \mathbf{k}) = \mathbf{q}^\top R_m^\top R_n\, \mathbf{k}

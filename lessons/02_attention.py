@@ -583,9 +583,9 @@ print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()
 # Because each head is $h$ times narrower, all heads together cost about as much as one full-width
 # attention.
 #
-# **Does it help?** The paper measured it, in its Table 3: the base model varied one setting at a
-# time, trained once each, and scored on the English→German development set (newstest2013) by
-# perplexity per word piece (lower is better) and BLEU (higher is better). Rows (A) keep the
+# **Does it help?** The paper measured it, in its Table 3: the base model changed in one respect per
+# row, each variant scored on the English→German development set (newstest2013) by perplexity per
+# word piece (lower is better) and BLEU (higher is better). Rows (A) keep the
 # computation the same, $h \cdot d_k = 512$, and change the number of heads; rows (B) keep 8 heads and
 # $d_v = 64$ and make only the queries and keys narrower:
 #
@@ -605,8 +605,8 @@ print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()
 # size $d_k$ hurts model quality. This suggests that determining compatibility is not easy and that a
 # more sophisticated compatibility function than dot product may be beneficial." Two cautions when
 # you read these numbers: rows (B) also have fewer parameters (60 M and 58 M against the base's 65 M,
-# since $W^Q$ and $W^K$ shrink with $d_k$), and differences of a few tenths of BLEU from one training
-# run each are weak evidence.
+# since $W^Q$ and $W^K$ shrink with $d_k$), and differences of a few tenths of BLEU, reported as one
+# number per row with no spread over repeated runs, are weak evidence.
 #
 # **One big projection instead of $h$ small ones.** Putting the $h$ matrices $W_i^Q$ side by side
 # gives one $d_{model} \times d_{model}$ matrix: `W_q = nn.Linear(d_model, d_model)` computes all

@@ -1,8 +1,9 @@
-"""Stage 2's bug hunt, measured as the notebook measures it: the course's Transformer trained on the copy task
-with the look-ahead mask planted in the student notebook (`.triu()`, the transposed triangle) reaches a training
-loss near 0 and copies every symbol with teacher forcing but almost none when decoding greedily; with the correct
-mask both ways copy. These are the symptoms the lesson asks students to reason from (lessons/02_attention.py,
-section 7), on the notebook's own settings (400 steps, seed 0, 200 test sequences drawn with seed 1)."""
+"""Stage 2's bug hunt, measured as the notebook measures it: a small Transformer (`Copier`: nn.Transformer with the
+course's embeddings and positional encoding) trained on the copy task with the look-ahead mask planted in the
+student notebook (`.triu()`, the transposed triangle) reaches a training loss near 0 and copies every symbol with
+teacher forcing but almost none when decoding greedily; with the correct mask both ways copy. These are the symptoms
+the lesson asks students to reason from (lessons/02_attention.py, section 7), on the notebook's own settings (400
+steps, seed 0, 200 test sequences drawn with seed 1)."""
 
 import pytest
 import torch
@@ -22,10 +23,10 @@ def copied(make_mask) -> tuple[float, float, float]:
     model, losses = train_copier(make_mask, steps=400)
     source, decoder_in, _ = copy_batch(200, torch.Generator().manual_seed(1))
     with torch.no_grad():
-        forced = model(source, decoder_in, None, make_mask(LENGTH + 1)).argmax(dim=-1)[:, :LENGTH]
+        forced = model(source, decoder_in, make_mask(LENGTH + 1)).argmax(dim=-1)[:, :LENGTH]
         written = torch.full((200, 1), BOS)
         for _ in range(LENGTH):
-            logits = model(source, written, None, make_mask(written.size(1)))
+            logits = model(source, written, make_mask(written.size(1)))
             written = torch.cat([written, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
     return (losses[-1], (forced == source).double().mean().item(), (written[:, 1:] == source).double().mean().item())
 

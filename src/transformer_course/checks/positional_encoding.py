@@ -259,6 +259,10 @@ def _describe_formula(formula: _Formula, d_model: int, max_seq_length: int) -> D
     elif alpha != 1 and beta == 0:
         findings.append(f"the exponents are {alpha:.3g} × the paper's 2i / d_model (as if the base were "
                         f"10000^{alpha:.3g} ≈ {10000 ** alpha:.4g} instead of 10000)")
+        if abs(alpha - 1 / math.log(10)) < 1e-3:  # log10 where the natural log belongs
+            causes.append("the factor 0.434 is log₁₀ e: a base-10 logarithm where the natural one belongs.")
+        elif abs(alpha - math.log(10)) < 1e-3:
+            causes.append("the factor 2.30 is ln 10: a natural logarithm where a base-10 one belongs.")
         causes.append("the frequencies are 1 / 10000^(2i / d_model): check the base 10000, the log and the "
                       "division by d_model.")
     elif beta != 0:

@@ -13,9 +13,12 @@ sleep in one sandbox meanwhile.
 
 A runner that dies (os._exit, a crash, the memory limit) costs the cell that killed it: a new runner is
 forked, the cells above that ran cleanly are run again (and the snapshots retaken), and the notebook goes
-on. A cell that runs past the time limit is stopped. What the grader flags for review (the reference
-solution handed in, run, or copied in at run time) is written to the notebook's metadata for the batch
-grader.
+on. A cell that runs past the time limit is stopped. One deadline (`notebook_timeout`) covers a notebook's
+cells, its replays and its hidden parts. Each hidden part starts with the sandbox's folders emptied by the
+grader (`scratch`) and reads pass or fail only, in the same words whatever happened; one that ends the
+notebook's processes fails the hidden parts after it instead of buying a replay (issue 39). What the grader
+flags for review (the reference solution handed in, run, or copied in at run time) is written to the
+notebook's metadata for the batch grader.
 """
 
 from __future__ import annotations
@@ -410,7 +413,9 @@ class JudgedExecute(NbGraderPreprocessor):
             if self._out_of_time():  # many slow cells, or many crashes and replays, must not hold a class up
                 cell.outputs = [_error("NotRun", f"not run: the notebook had run for more than "
                                        f"{_duration(self.notebook_timeout)} in all")]
-                self._fault(index, f"not run: the notebook's {_duration(self.notebook_timeout)} had run out")
+                if not any("not run, nor any cell after it: the notebook's" in fault for fault in self.faults):
+                    self._fault(index, f"not run, nor any cell after it: the notebook's "
+                                       f"{_duration(self.notebook_timeout)} in all had run out")
                 continue
             if is_grade_cell(cell):
                 self._grade_cell(index, cell)
@@ -568,6 +573,8 @@ class JudgedExecute(NbGraderPreprocessor):
                                 "stopped: the process running your code for its checks ended")
                         + (" (hidden tests)" if snapshot is not None else ""))
         self.notes += [note for note in judged.notes if note not in self.notes]
+        if self.session.runner is not None and not self.session.alive():  # the whole sandbox ended meanwhile
+            self.session.kill_runner()
         if self.session.runner is None:
             timed_out = servant is not None and servant.timed_out or (
                 judged.error is not None and judged.error[0] == "CellTimeoutError")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 import pytest
 
@@ -72,6 +73,10 @@ def test_a_flood_of_entries_is_refused_not_walked_for_ever(folder):
     with pytest.raises(scratch.TooMuch):
         scratch.empty(folders, limit=20)
     assert scratch.inventory(folders, limit=20) is None
+    for number in range(600):
+        (made / f"g{number}").write_text("")
+    with pytest.raises(scratch.TooMuch):  # the notebook's deadline has passed: the caller ends the sandbox instead
+        scratch.empty(folders, deadline=time.monotonic() - 1)
 
 
 def test_restore_removes_what_is_new_or_changed_and_keeps_the_rest(folder):

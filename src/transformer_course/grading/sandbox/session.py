@@ -263,6 +263,7 @@ class Session:
         # past it, whatever its own limit (a cell's, a check's, a snapshot's, a request left unread)
         self.deadline: float | None = None
         self.runner_cwd: str | None = None  # the runner's working folder, as it said before any notebook code ran
+        self.too_many_for: int | None = None  # the runner whose folders held too much to inventory
 
     # lifecycle ----------------------------------------------------------------------------------------------
 
@@ -418,9 +419,16 @@ class Session:
                     os.close(descriptor)
 
     def scratch_inventory(self) -> Any:
-        """What the writable folders hold now (for `scratch_restore`), None when there is nothing to restore."""
+        """What the writable folders hold now (for `scratch_restore`), None when there is nothing to restore or too
+        much to record (then not tried again for this runner: a notebook that made a hundred thousand files does
+        not pay for their walk at every grade cell)."""
+        if self.runner is not None and self.runner == self.too_many_for:
+            return None
         with self._opened_folders() as folders:
-            return scratch.inventory(folders) if folders else None
+            found = scratch.inventory(folders) if folders else None
+        if folders and found is None:
+            self.too_many_for = self.runner
+        return found
 
     def scratch_restore(self, kept: Any) -> None:
         """Remove what the writable folders gained or changed since `scratch_inventory` returned `kept`; a
@@ -435,7 +443,7 @@ class Session:
 
     def empty_scratch(self) -> bool:
         """Empty the writable folders (the folders on the way to the runner's working folder stay, emptied).
-        False when they held too much to empty: the sandbox has then been ended (`abandon`)."""
+        False when they held too much to empty by the notebook's deadline: the sandbox has then been ended."""
         with self._opened_folders() as folders:
             keep: dict[str, list[str]] = {}
             cwd = self.runner_cwd or ""
@@ -443,7 +451,7 @@ class Session:
                 if cwd.startswith(name.rstrip("/") + "/"):
                     keep[name] = [part for part in cwd[len(name.rstrip("/")) + 1:].split("/") if part]
             try:
-                scratch.empty(folders, keep, limit=scratch.MAX_EMPTIED)
+                scratch.empty(folders, keep, limit=scratch.MAX_EMPTIED, deadline=self.deadline)
             except scratch.TooMuch:
                 self.abandon()
                 return False

@@ -581,6 +581,8 @@ class JudgedExecute(NbGraderPreprocessor):
             lost = "timeout" if timed_out else "ended"
         elif kept is not None:
             self.session.scratch_restore(kept)
+            if self.session.runner is None:  # the cell's process left more than the grader removes: sandbox ended
+                lost = "ended"
         return judged, lost
 
     def session_results(self, judged: Judged) -> None:

@@ -72,6 +72,7 @@ import resource
 import shutil
 import signal
 import site
+import stat
 import struct
 import subprocess
 import sys
@@ -945,9 +946,9 @@ class Confined:
         except OSError:
             return found
         try:
-            for inside in (self._workdir, "/tmp", "/dev/shm"):
+            for inside, mode in ((self._workdir, 0o755), ("/tmp", 0o1777), ("/dev/shm", 0o1777)):  # as bwrap made them
                 try:
-                    descriptor = os.open(inside.lstrip("/"), flags, dir_fd=root)
+                    descriptor = _open_own_folder(root, inside.lstrip("/"), flags, mode)
                 except OSError:
                     continue
                 try:
@@ -991,6 +992,19 @@ class Confined:
 
     def __exit__(self, *exception) -> None:
         self.close()
+
+
+def _open_own_folder(parent: int, path: str, flags: int, mode: int) -> int:
+    """A descriptor of the folder `path` below `parent`, its permissions set back to `mode` first (the student owns
+    it inside the sandbox and may have made it unreadable; outside, the grader's uid is its owner)."""
+    handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        with contextlib.suppress(OSError):
+            if stat.S_IMODE(os.fstat(handle).st_mode) != mode:
+                os.chmod(f"/proc/self/fd/{handle}", mode)
+        return os.open(path, flags, dir_fd=parent)
+    finally:
+        os.close(handle)
 
 
 def _signal(pid: int, number: int = signal.SIGKILL) -> None:

@@ -901,6 +901,8 @@ def _computed_but_unused(departure: Op, student: Trace, index: Index, context: C
         if producer is None or student.ops[producer].name in LAYOUT:
             continue
         op = student.ops[producer]
+        if _returned(op.output, student):  # what the code returns is used: a step after it is missing instead
+            continue
         return Diagnosis(student_line(op), f"your code computes {_reference_words(value, context, reference)} "
                          f"here, but nothing uses the result: it is not assigned, or a later line reads the value "
                          "from before it", op.line)
@@ -935,11 +937,10 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
     data_words = _source_words(departure.sources[0], reference, context)
     function = departure.line.name if departure.line is not None else None
     consumers = [op for op in reference.ops if f"op:{departure.index}" in op.sources]
-    if not consumers and student.ops and student.ops[-1].output is not None \
-            and same_values(student.ops[-1].output, data):
-        return Diagnosis(student_line(student.ops[-1]), f"a step is missing at the end: the reference applies a "
-                         f"{operation_words(departure.name)} to {data_words} to get "
-                         f"{_reference_words(departure, context, reference)}; your code stops before it")
+    if not consumers:  # the departure is the last step: does the student's code return one of its arguments?
+        ended = _ended_before(departure, reference, student, context)
+        if ended is not None:
+            return ended
     for consumer in consumers:
         position = consumer.sources.index(f"op:{departure.index}")
         for op in student.ops:
@@ -967,6 +968,34 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
             if made_op is not None and made_op.line is not None and made_op.line.name == function:
                 return Diagnosis(_after_line(made_op), text, made_op.line)
             return Diagnosis(student_line(op), text, op.line)
+    return None
+
+
+def _returned(value: torch.Tensor | None, student: Trace) -> bool:
+    """Whether `value` is (in this layout or a reshape of it) what the student's code returns, or one of the
+    tensors it returns."""
+    output = student.output
+    returned = [output] if isinstance(output, torch.Tensor) else \
+        [item for item in output if isinstance(item, torch.Tensor)] if isinstance(output, tuple | list) else []
+    return value is not None and any(
+        item.numel() == value.numel() and same_values(item.detach(), value, permuted=False) for item in returned)
+
+
+def _ended_before(departure: Op, reference: Trace, student: Trace, context: Context) -> Diagnosis | None:
+    """The reference's last step left out: the student's code returns one of its arguments as it is (the
+    division `x / rms` where the reference goes on to multiply it by the gain)."""
+    for position, source in enumerate(departure.sources):
+        data = _value_of(reference, source)
+        if data is None or not _informative(data) or not _returned(data, student):
+            continue
+        last = next((op for op in reversed(student.ops) if op.output is not None
+                     and same_values(op.output, data, permuted=False)), None)
+        others = [_source_words(other, reference, context) for i, other in enumerate(departure.sources)
+                  if i != position]
+        using = f" with {', '.join(dict.fromkeys(others))}" if others else ""
+        return Diagnosis(student_line(last), f"a step is missing at the end: your code returns "
+                         f"{_source_words(source, reference, context)}, and the reference applies one more step to it, "
+                         f"a {operation_words(departure.name)}{using}, to get its output", last.line if last else None)
     return None
 
 
@@ -1004,6 +1033,8 @@ def _bypassed(departure: Op, reference: Trace, student: Trace, index: Index, con
                     continue
                 between = [reference.ops[i] for i in sorted(chain) if i < later]
                 steps = [o for o in between if o.name not in LAYOUT] or between  # a transpose is a step too
+                if _applied_later(op, steps, student):
+                    return None  # the student's code has these steps before a later one of its kind: not missing
                 named = ", ".join(dict.fromkeys(operation_words(o.name) for o in steps))
                 given = _source_words(earlier[-1], reference, context)
                 return Diagnosis(student_line(op),
@@ -1011,6 +1042,25 @@ def _bypassed(departure: Op, reference: Trace, student: Trace, index: Index, con
                                  f" where the reference gives it {_source_words(source, reference, context)}: the "
                                  f"reference's steps in between ({named}) are missing from your code", op.line)
     return None
+
+
+def _applied_later(op: Op, steps: list[Op], student: Trace) -> bool:
+    """Whether the student's code, after `op`, has another operation of its kind at the same place (module and
+    function) that receives a value made by steps of every kind in `steps`: then `op` is a step of the student's
+    own (the mean of a centring before the mean of the squares), and the steps are there, not missing."""
+    function = op.line.name if op.line is not None else ""
+    for later in student.ops[op.index + 1:]:
+        if later.name != op.name or later.scope != op.scope or (later.line.name if later.line else "") != function:
+            continue
+        before = [student.ops[i] for i in ancestors_of(student, later.index) if i > op.index]
+        if all(any(_same_kind(mine, step) for mine in before) for step in steps):
+            return True
+    return False
+
+
+def _same_kind(a: Op, b: Op) -> bool:
+    """Two operations that do the same thing, however written (`x * y`, `torch.mul(x, y)`, `x.mul(y)`)."""
+    return a.name == b.name or operation_words(a.name) == operation_words(b.name)
 
 
 def _arguments_words(op: Op, trace: Trace, context: Context) -> str:
@@ -1117,6 +1167,17 @@ def _non_finite_origin(key: str, student: Trace, wanted: torch.Tensor, reference
     elif origin.name in ("log", "log_"):
         detail = ": the logarithm of 0 or of a negative number"
     return f"{text}; they first appear in the {operation_words(origin.name)} {student_line(origin)}{detail}"
+
+
+def non_finite(student: Trace, got: torch.Tensor, expected: torch.Tensor, reference: Trace | None = None) -> str:
+    """When the student's result holds inf or nan where the expected one does not: how many, and the student's
+    operation that first made them from finite arguments ("the division in `forward`, line 2: its divisor, the
+    square root, is 0 in 3 of 6 places"); '' otherwise."""
+    last = next((op for op in reversed(student.ops) if op.output is not None and op.output.shape == got.shape
+                 and _non_finite(op.output) == _non_finite(got)), None)
+    if last is None or not _non_finite(got):
+        return ""
+    return _non_finite_origin(f"op:{last.index}", student, expected, Index(reference or Trace()))
 
 
 def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: Trace, matched: dict[int, list[str]],

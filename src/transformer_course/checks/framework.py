@@ -1,6 +1,6 @@
 """The machinery every check shares: failure messages, tensor comparison with diagnosis,
-the built-in-attention guard, the pass/fail record behind the self-check summary, and the
-checks' defence against notebook code that replaces the tools they grade with."""
+the built-in guard (PyTorch's own version of what an exercise asks for), the pass/fail record behind the
+self-check summary, and the checks' defence against notebook code that replaces the tools they grade with."""
 
 from __future__ import annotations
 
@@ -512,6 +512,7 @@ def expect_shape(name: str, got: Any, shape: tuple[int, ...], cause: str) -> tor
 
 
 RECIPE = "what is expected:"  # marks a cause that only restates the recipe (nothing was diagnosed)
+REFERENCE_VALUES = "the reference values (same inputs)"  # `expect_close`'s "expected:" line unless told otherwise
 
 
 @dataclass(frozen=True)
@@ -545,11 +546,14 @@ def expect_close(
     suspects: Mapping[str, Callable[[], torch.Tensor]] | None = None,
     axes: Sequence[str] | None = None,
     diagnose: Diagnose | None = None,
+    expected_words: str = REFERENCE_VALUES,
 ) -> None:
     """Compare got with expected. On a mismatch say where and how got departs (`axes` names the axes;
     `diagnose` adds what only the check knows, the first place its computation departs, say), and
     name the first suspect mistake that reproduces got, else the diagnosed cause, else `cause`. A result of
-    another shape is diagnosed too; when nothing is read from it, `cause` is given as the recipe it is."""
+    another shape is diagnosed too; when nothing is read from it, `cause` is given as the recipe it is.
+    `expected_words` is the message's "expected:" line: what `expected` is (the reference's values by default;
+    for a property of the student's module against itself, what its own outputs say)."""
     if isinstance(got, torch.Tensor) and tuple(got.shape) != tuple(expected.shape) and diagnose is not None:
         read = _diagnosed(diagnose, got)
         cause = read.cause if read is not None and read.cause else f"{RECIPE} {cause}"
@@ -585,7 +589,7 @@ def expect_close(
             f"{got64[index].item():.6g} instead of {expected64[index].item():.6g}"
         )
     problem = f"{name} has the wrong values" + (f": {where}." if where else ".")
-    fail(problem, expected="the reference values (same inputs)", got=detail, cause=cause)
+    fail(problem, expected=expected_words, got=detail, cause=cause)
 
 
 def parameter_names(keys: Sequence[str]) -> str:
@@ -624,20 +628,55 @@ def copy_weights(source: nn.Module, target: nn.Module, what: str) -> None:
     target.load_state_dict(source_state)
 
 
-# --- the built-in attention guard -----------------------------------------------------------------
+# --- the built-in guard: PyTorch's own version of what an exercise asks for --------------------------------------
 
-_BUILTIN_FUNCTIONS = {
-    F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
-    F.multi_head_attention_forward: "torch.nn.functional.multi_head_attention_forward",
-}
-_BUILTIN_MODULES = (
-    nn.MultiheadAttention,
-    nn.Transformer,
-    nn.TransformerEncoder,
-    nn.TransformerDecoder,
-    nn.TransformerEncoderLayer,
-    nn.TransformerDecoderLayer,
-)
+
+@dataclass(frozen=True)
+class Builtins:
+    """PyTorch's built-ins that would do an exercise's work for the student, by the names a student would use:
+    `functions` (caught when the student's code calls them, directly or through a PyTorch module), `modules`
+    (module classes, caught in the student's module tree), and `work`, what the exercise asks the student to
+    write, in words. Made with `Builtins.of(F.rms_norm, nn.RMSNorm, work="RMS normalisation")`; a check runs the
+    student's code under `student_code(builtins)`, and the failure names the built-in. Plain strings, so the
+    record crosses to the student's side as it is."""
+
+    functions: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    work: str = "attention"
+
+    @classmethod
+    def of(cls, *builtins: Any, work: str) -> Builtins:
+        """The built-ins given as objects: functions of torch or torch.nn.functional, classes of torch.nn."""
+        functions = tuple(name_of(item) for item in builtins if not isinstance(item, type))
+        modules = tuple(name_of(item) for item in builtins if isinstance(item, type))
+        return cls(functions, modules, work)
+
+    def function_objects(self) -> tuple[Callable[..., Any], ...]:
+        return tuple(found for name in self.functions if (found := _torch_object(name)) is not None)
+
+    def module_classes(self) -> tuple[type, ...]:
+        return tuple(found for name in self.modules if isinstance(found := _torch_object(name), type))
+
+
+def name_of(builtin: Any) -> str:
+    """Where a student would find a built-in: `torch.nn.functional.rms_norm`, `torch.nn.RMSNorm`."""
+    short = getattr(builtin, "__name__", str(builtin))
+    for place, namespace in (("torch.nn.functional", F), ("torch.nn", nn), ("torch", torch)):
+        if getattr(namespace, short, None) is builtin:
+            return f"{place}.{short}"
+    return f"{getattr(builtin, '__module__', 'torch')}.{short}"
+
+
+def _torch_object(name: str) -> Any:
+    """The object a built-in's name stands for (None when this PyTorch has no such thing)."""
+    place, _, short = name.rpartition(".")
+    namespace = {"torch.nn.functional": F, "torch.nn": nn, "torch": torch}.get(place)
+    return getattr(namespace, short, None) if namespace is not None else None
+
+
+ATTENTION = Builtins.of(F.scaled_dot_product_attention, F.multi_head_attention_forward, nn.MultiheadAttention,
+                        nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder, nn.TransformerEncoderLayer,
+                        nn.TransformerDecoderLayer, work="attention")
 
 
 _COURSE_CODE: ContextVar[bool] = ContextVar("transformer_course_course_code", default=False)
@@ -655,31 +694,48 @@ def course_code() -> Iterator[None]:
         _COURSE_CODE.reset(token)
 
 
+def _reject_call(builtins: Builtins, function: Callable[..., Any]) -> None:
+    name = name_of(function)
+    if builtins == ATTENTION:  # the course's first guard, in its own words
+        fail("your code calls PyTorch's built-in attention.",
+             expected="attention written with matrix products and softmax", got=f"a call to {name}",
+             cause="this course asks you to build attention yourself; the built-in is only the yardstick.")
+    fail(f"your code calls PyTorch's built-in {name}, which does this exercise's work.",
+         expected=f"{builtins.work} written by your own code", got=f"a call to {name}",
+         cause=f"this exercise asks you to write {builtins.work} yourself; PyTorch's {name} is only the yardstick.")
+
+
 class _RejectBuiltins(TorchFunctionMode):
+    def __init__(self, builtins: Builtins = ATTENTION) -> None:
+        super().__init__()
+        self.builtins = builtins
+        self.functions = builtins.function_objects()
+
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        if func in _BUILTIN_FUNCTIONS and not _COURSE_CODE.get():
-            fail(
-                "your code calls PyTorch's built-in attention.",
-                expected="attention written with matrix products and softmax",
-                got=f"a call to {_BUILTIN_FUNCTIONS[func]}",
-                cause="this course asks you to build attention yourself; the built-in is only the yardstick.",
-            )
+        if func in self.functions and not _COURSE_CODE.get():
+            _reject_call(self.builtins, func)
         return func(*args, **(kwargs or {}))
 
 
-def reject_builtin_modules(module: nn.Module, what: str) -> None:
+def reject_builtin_modules(module: nn.Module, what: str, builtins: Builtins = ATTENTION) -> None:
+    classes = builtins.module_classes()
     for name, child in module.named_modules():
-        if isinstance(child, _BUILTIN_MODULES):
+        if isinstance(child, classes):
+            kind = type(child).__name__
             fail(
-                f"{what} contains PyTorch's built-in {type(child).__name__}.",
-                expected="only the course's own modules",
-                got=f"`{name or 'self'}` is a torch.nn.{type(child).__name__}",
-                cause="this course asks you to build the Transformer yourself; the built-in is only the yardstick.",
+                f"{what} contains PyTorch's built-in {kind}.",
+                expected="only the course's own modules" if builtins == ATTENTION
+                else f"{builtins.work} written by your own code",
+                got=f"`{name or 'self'}` is a torch.nn.{kind}",
+                cause="this course asks you to build the Transformer yourself; the built-in is only the yardstick."
+                if builtins == ATTENTION else
+                f"this exercise asks you to write {builtins.work} yourself; PyTorch's torch.nn.{kind} is only the "
+                "yardstick.",
             )
 
 
 @contextmanager
-def student_code() -> Iterator[None]:
-    """Run the student's code with PyTorch's built-in attention functions rejected."""
-    with _RejectBuiltins():
+def student_code(builtins: Builtins = ATTENTION) -> Iterator[None]:
+    """Run the student's code with PyTorch's built-ins for the exercise rejected (by default, attention's)."""
+    with _RejectBuiltins(builtins):
         yield

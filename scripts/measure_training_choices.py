@@ -266,9 +266,10 @@ def main() -> int:
         if arguments.train_only is not None:
             return 0
         results["smoothing_and_averaging"] = measured
-    results["config"] = {**CONFIG, "warmup_steps": WARMUP_STEPS, "lr_factor": LR_FACTOR,
-                         "clip_norm": CLIP_NORM, "max_tokens": MAX_TOKENS, "epochs": arguments.epochs,
-                         "seed": arguments.seed, "average": arguments.average}
+    if arguments.only in (None, "smoothing"):  # the Multi30k runs' settings (the ablation's are in its "settings")
+        results["config"] = {**CONFIG, "warmup_steps": WARMUP_STEPS, "lr_factor": LR_FACTOR,
+                             "clip_norm": CLIP_NORM, "max_tokens": MAX_TOKENS, "epochs": arguments.epochs,
+                             "seed": arguments.seed, "average": arguments.average}
     results.setdefault("minutes", {})[arguments.only or "all"] = {  # type: ignore[union-attr]
         "wall": round((time.perf_counter() - wall) / 60, 1), "cpu": round((time.process_time() - cpu) / 60, 1)}
     description = machine()

@@ -25,11 +25,11 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 3 hours if you are at ease with PyTorch, about 4½ hours if you are new to it
-# or get stuck. That is reading (73 minutes, or 96 with the folded hints), three exercises, one bug
+# **Working time:** about 3¾ hours if you are at ease with PyTorch, about 5½ hours if you are new to it
+# or get stuck. That is reading (94 minutes, or 125 with the folded hints), three exercises, one bug
 # hunt, three predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
-# cell, saving a copy), and the training run of section 11 (ten epochs of about 3.5 minutes of CPU
-# time each: 17 to 35 minutes on a 2-core CPU). (Estimated by `scripts/working_time.py` in the course
+# cell, saving a copy), and the training run of section 11 (ten epochs of roughly 3 to 6 minutes each
+# on a 2-core CPU: 30 minutes to an hour). (Estimated by `scripts/working_time.py` in the course
 # repository from the notebook's length and the measured run time of its cells, with assumptions it
 # prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10 minutes per
 # exercise plus 2 or 4 per line you write, 10 or 20 per bug hunt.)
@@ -43,9 +43,11 @@
 # 3. write the training loss: cross-entropy that ignores padding, with label smoothing, and read
 #    a loss as a perplexity;
 # 4. implement the paper's warm-up learning-rate schedule and explain why Transformers need it;
-# 5. write one training epoch (zero the gradients, loss, backward, clip, optimiser step, scheduler
-#    step) and recognise the classic training-loop bugs from their symptoms;
-# 6. train and evaluate the model, plot its curves, save a checkpoint and resume from it.
+# 5. explain why a training update needs each of its ingredients (dropout switched on, the scheduled
+#    learning rate, clipping, the gradient of its own batch alone), write one training epoch from its
+#    contract, and find a training-loop bug from its loss curve;
+# 6. train and evaluate the model, plot its curves, save a checkpoint and resume from it, average
+#    checkpoints, and read measured effects of the warm-up and of averaging.
 #
 # **Before you start.** You need stage 4's `Transformer` (imported from the course package), a PyTorch
 # training loop (gradients, `backward`, an optimiser's step), cross-entropy, and why sentences of a
@@ -74,8 +76,8 @@
 
 # %%
 import math
-import time
-from collections.abc import Iterable, Sequence  # noqa: F401  (Sequence: used by the given code spliced below)
+import time  # noqa: F401  (used by the given code spliced below)
+from collections.abc import Callable, Iterable, Sequence  # noqa: F401  (used by the given code spliced below)
 from functools import partial
 from pathlib import Path  # noqa: F401  (used by the given code spliced below)
 from typing import Any  # noqa: F401  (used by the given code spliced below)
@@ -84,7 +86,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn  # noqa: F401  (used by the given code spliced below)
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm  # progress bars: batches in train_epoch and evaluate, epochs in the training run
+from tqdm.auto import tqdm  # noqa: F401  (progress bars of the given train_epoch, evaluate and fit)
 
 from transformer_course.checks import training as check
 from transformer_course.data.batching import BucketBatchSampler
@@ -128,10 +130,10 @@ diagrams.show("transformer")
 # | `test_2016_flickr` | 1,000 | the final score (notebook 6) |
 #
 # The sentences are short, simple descriptions of photos, which makes the task small enough to
-# train in minutes on a GPU, yet real.
+# train on a 2-core CPU in an hour or less (section 11), yet real.
 #
 # The course package downloads the six files on first use from the data set's GitHub repository,
-# checks each against its published SHA-256 checksum and keeps them in a cache folder, so the
+# checks each against the SHA-256 checksum the course records for it and keeps them in a cache folder, so the
 # download happens once. (If the files already sit somewhere, set the environment variable
 # `MULTI30K_DIR` to that folder.) Here are the first pairs of the training split:
 
@@ -145,7 +147,8 @@ for german, english in load_pairs("train")[:4]:
 # **Tokenising** splits a sentence into *tokens*: words and punctuation. We use spaCy's rule-based
 # tokenisers for German and English (`spacy.blank("de")`, `spacy.blank("en")`): rules only, no
 # trained model to download. We also **lowercase** everything. With only 29,000 training sentences,
-# "Dog" and "dog" as two separate words would halve the examples of each; lowercasing merges them.
+# "Dog" and "dog" as two separate words would split the examples of one word between two entries;
+# lowercasing merges them.
 # The price: the model's output is lowercase too.
 
 # %%
@@ -219,54 +222,71 @@ print(pad_sequences([[1, 7, 8, 9, 2], [1, 5, 2]], PAD_IDX))
 #   look-ahead rule for the decoder;
 # - the **loss** ignores positions whose target is `<pad>` (section 5).
 #
-# ### Teacher forcing: the target, shifted by one
-# The decoder learns to predict the **next** token. During training we give it the true English
-# sentence as input, one position behind the tokens it must predict: that is called
-# **teacher forcing**. For the framed target `<bos> a dog runs <eos>`:
-#
-# | position $t$ | 0 | 1 | 2 | 3 |
-# |---|---|---|---|---|
-# | `tgt_in` (decoder reads) | `<bos>` | a | dog | runs |
-# | `tgt_out` (must predict) | a | dog | runs | `<eos>` |
-#
-# `tgt_in` is the target without its **last** token, `tgt_out` is the target without its **first**
-# token (`<bos>`). Position $t$ may look at `tgt_in[0..t]` (the look-ahead mask hides the rest) and
-# must predict `tgt_out[t]`, which is `tgt_in[t + 1]`: the next word. One forward pass trains all
-# positions at once, in parallel, which is what makes Transformers fast to train compared with RNNs.
-#
-# If you forget the shift and use the same tensor as input and target, position $t$ is asked to
-# output the token it is reading. That is trivial: the loss drops towards zero almost at once, and
-# the model has learned nothing about translation (section 10 shows it).
+# ### Teacher forcing: what the decoder reads and what it must predict
+# When the trained decoder translates (notebook 6), it writes the English sentence one token at a
+# time: it starts from `<bos>` and predicts the first word; it appends that word and predicts the
+# next; and so on, until it predicts `<eos>`. Training must teach it each of these predictions. For
+# the reference translation `<bos> a dog runs <eos>` they are four examples, one per token to
+# predict:
 
 # %%
-figures.plot_shifted_target(["<bos>", "a", "dog", "runs", "<eos>"])
+figures.plot_next_token_examples(["<bos>", "a", "dog", "runs", "<eos>"])
 plt.show()
 
 # %% [markdown]
-# With a batch the shift works the same way, on every row of the padded target tensor at once. A
-# shorter sentence keeps its `<eos>` in `tgt_in`, followed by padding; those positions all have
-# `<pad>` as their target, so the loss ignores them.
+# In training the decoder reads the **true** tokens of the reference, not its own earlier guesses:
+# that is called **teacher forcing**. A wrong guess early in a sentence then cannot spoil the
+# examples after it, and every example can be made before the model knows anything.
+#
+# Four forward passes for four examples would be slow. The decoder makes them all in **one** pass,
+# thanks to two things you built in stages 2–4: it reads one sequence and outputs one prediction per
+# position, and its look-ahead mask makes the prediction at position $t$ depend only on the tokens
+# at positions $0, \dots, t$ of what it reads. So one sequence that the decoder reads and one
+# sequence of targets, compared position by position, hold every example of the figure at once, if
+# the two are chosen right. The paper puts it in one sentence (section 3.1): the masking, "combined
+# with fact that the output embeddings are offset by one position, ensures that the predictions for
+# position $i$ can depend only on the known outputs at positions less than $i$."
+#
+# Work it out on paper for the four examples before you write code: at each position, what does the
+# decoder read and what must it predict? Which token of the sentence is never read, and which is
+# never predicted? In a batch the targets are padded to the longest one, and the same rule must work
+# on every row of the padded tensor at once: a position that exists only because of padding must end
+# up with `<pad>` as its target, so that the loss ignores it.
+#
+# If the decoder could read the very token it must predict at a position, the task would be trivial:
+# the loss would drop towards zero almost at once, and the model would have learned nothing about
+# translation (section 9 shows it).
 #
 # ## 4. Exercise: `collate`
 #
-# `collate` turns a list of `(source ids, target ids)` pairs into one `Batch` (a small dataclass
-# with the fields `src`, `tgt_in`, `tgt_out`, `src_mask`, `tgt_mask`). The padding and the masks are
-# given. Write the shift: from the padded target `tgt`, an int64 tensor of shape
-# `(batch, tgt_len + 1)` framed by `<bos>` ... `<eos>`, make `tgt_in` (what the decoder reads) and
-# `tgt_out` (what it must predict), both `(batch, tgt_len)`, as in the table above.
+# `collate(pairs, pad_idx)` turns a list of `(source ids, target ids)` pairs into one `Batch`, a
+# small dataclass with the fields `src`, `tgt_in`, `tgt_out`, `src_mask` and `tgt_mask`. The padding
+# and the masks are given. You write the two fields of teacher forcing from `tgt`, the padded target
+# tensor: int64, shape `(batch, L)`, each row a framed target `<bos> ... <eos>` followed by `<pad>`
+# up to the longest. The contract:
+# - `tgt_in` holds, at every position of every sentence, the token the decoder reads there;
+#   `tgt_out` the token it must predict there, the one that follows in the reference;
+# - both are int64 tensors of shape `(batch, L - 1)`;
+# - a position past a sentence's end has the target `<pad>`.
+#
+# The given line after yours builds the target mask from `tgt_in`, so it must be what the decoder
+# reads.
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
 #
 # Both are the whole target with one token dropped: `tgt_in` loses the token nobody reads as
-# input, `tgt_out` the token nobody has to predict. Which one is which?
+# input (what would the decoder predict after `<eos>`?), `tgt_out` the token nobody has to predict
+# (what comes before `<bos>`?). Which one is which?
 #
 # </details>
 #
 # <details><summary>Hint 2: the shapes</summary>
 #
 # Slice the **second** axis (positions) and keep the first (sentences) whole. Dropping one end
-# turns length `tgt_len + 1` into `tgt_len`; slicing makes views, no copy needed.
+# turns length `L` into `L - 1`; slicing makes views, no copy needed. A short sentence's row then
+# keeps its `<eos>` among what the decoder reads, followed by padding, and every position after its
+# `<eos>` has the target `<pad>`.
 #
 # </details>
 #
@@ -361,7 +381,7 @@ plt.show()
 
 # %% [markdown]
 # With random batches about half of all token slots are padding; bucketing brings that under a
-# tenth, so an epoch needs roughly half the computation for the same sentences.
+# tenth, so an epoch processes about half as many token slots for the same sentences.
 #
 # The training loader combines both pieces: the bucketing sampler picks the indices of each batch,
 # your `collate` builds the `Batch`. `DataLoader` only calls `collate` when a batch is requested, so
@@ -412,8 +432,20 @@ print(f"{len(train_loader)} training batches, {len(val_loader)} validation batch
 # The second form reads: the usual cross-entropy, plus a small penalty for giving *any* word an
 # extremely low probability. Why? With one-hot targets the loss keeps rewarding larger and larger
 # logits for $y$, and the model becomes over-confident. With smoothing the best possible prediction
-# is $p = q$, which keeps the logits bounded. The paper reports that this hurts perplexity (the model
-# is, on purpose, less sure) but improves BLEU.
+# is $p = q$, which keeps the logits bounded. The paper (section 5.4): "This hurts perplexity, as the
+# model learns to be more unsure, but improves accuracy and BLEU score." Its Table 3, row (D), varies
+# $\varepsilon_{ls}$ alone on the base model (English→German development set newstest2013,
+# perplexity per word piece, beam search, no checkpoint averaging):
+#
+# | $\varepsilon_{ls}$ | perplexity (dev) | BLEU (dev) |
+# |---|---|---|
+# | 0.0 | 4.67 | 25.3 |
+# | 0.1 (the base model) | 4.92 | 25.8 |
+# | 0.2 | 5.47 | 25.7 |
+#
+# Perplexity gets worse with every step of smoothing, BLEU better by half a point from 0 to 0.1 and no
+# better beyond. These are the paper's numbers, for its data and model; this course has not measured
+# smoothing on and off on Multi30k.
 
 # %%
 figures.plot_label_smoothing(vocab_size=10, correct=3, epsilon=0.1)
@@ -440,15 +472,19 @@ print(f"lowest possible label-smoothed training loss: {floor:.2f} nats per token
 # %%
 #| include transformer_course.reference.training:make_criterion
 
+
 # %% [markdown]
 # ## 6. Exercise: `compute_loss`
 #
-# `compute_loss(model, batch, criterion)` returns the mean loss per real target token of one batch,
-# a scalar tensor that can be backpropagated. The model takes
-# `(src, tgt_in, src_mask, tgt_mask)`, the argument order of stage 4, and returns logits
-# `(batch, tgt_len, vocab)`. `nn.CrossEntropyLoss` wants scores of shape `(N, vocab)` and targets of
-# shape `(N,)` (int64). Use the `criterion` you are given (it knows the padding id and the
-# smoothing); don't build a new `nn.CrossEntropyLoss()` inside the function.
+# `compute_loss(model, batch, criterion)` returns the batch's mean loss per real target token: a 0-d
+# tensor that can be backpropagated. Everything it needs is in the batch (section 3) and in stage 4's
+# model, called as `model(src, tgt_in, src_mask, tgt_mask)`, which returns logits of shape
+# `(batch, tgt_len, vocab)`. Use the `criterion` you are given (it knows the padding id and the
+# smoothing); don't build a new `nn.CrossEntropyLoss()` inside the function. PyTorch's documentation
+# of `nn.CrossEntropyLoss` says what shapes it takes: the class scores on axis 1, either `(N, C)` with
+# targets `(N,)` or `(N, C, d)` with targets `(N, d)`, targets as int64 class ids. Which tensor of the
+# batch holds the targets, and how do the logits become one of these shapes without mixing up which
+# score belongs to which target?
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
@@ -494,11 +530,18 @@ assert check.compute_loss_ignores_padding(compute_loss, batch_size=6, extra=5, s
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **A sanity check you can always run before training:** an untrained model knows nothing, so its
-# unsmoothed loss should be close to $\ln K$, the loss of a model that gives all $K$ words the same
-# probability. A much larger starting loss points to a bug (for instance, wrong targets). Once
-# training runs, the loss says how much probability the model gives the right word.
-#
+# **What the loss of an untrained model can and cannot tell.** A freshly initialised model's logits
+# are small and nearly equal, so it gives every word about the same probability, $1/K$, and its
+# unsmoothed loss is close to $\ln K$, the loss of a model that knows nothing. A starting loss far
+# from $\ln K$ points to a mistake of scale: a loss summed over the tokens instead of averaged (thousands
+# of times too large on this notebook's batches), or initial weights far too large. But many mistakes leave it at about
+# $\ln K$: comparing the logits with the wrong targets, applying a softmax before the criterion (which
+# applies its own), or counting `<pad>` positions. A model that gives every word the same probability
+# has the same loss whatever the targets, and a softmax of nearly uniform probabilities is nearly
+# uniform again. Such mistakes show only once training runs. The cell after Prediction 1 ends with an
+# untrained model's loss beside $\ln K$.
+
+# %% [markdown]
 # **Prediction 1 (1 point).** Predict, then run: work this out on paper before you run anything. A
 # model puts probability 0.5 on the right word at every position and spreads the other 0.5 evenly
 # over the remaining 9,999 words of a $K = 10{,}000$-word vocabulary. What is its cross-entropy
@@ -543,6 +586,7 @@ with torch.no_grad():
     start_loss = compute_loss(untrained, first_batch, make_criterion(PAD_IDX, label_smoothing=0.0))
 print(f"untrained loss {start_loss.item():.2f}, ln K = {math.log(len(target_vocab)):.2f}")
 
+
 # %% [markdown]
 # ## 7. The optimiser and the warm-up schedule
 #
@@ -557,11 +601,13 @@ print(f"untrained loss {start_loss.item():.2f}, ln K = {math.log(len(target_voca
 # - $\mathit{warmup\_steps}$ — the length of the warm-up (4,000 in the paper);
 # - $d_{model}$ — the model width (512 in the paper): wider models get smaller steps.
 #
-# For $\mathit{step} < \mathit{warmup\_steps}$ the second term is the smaller one, so the rate
-# **rises linearly**. Afterwards the first term is smaller and the rate **decays** like
-# $1/\sqrt{\mathit{step}}$. Both terms are equal at $\mathit{step} = \mathit{warmup\_steps}$, where
-# the rate is largest. We add a constant `factor` in front (1 in the paper) to tune the peak for our
-# much smaller data set and batches.
+# Read it as two curves and the smaller of the two. The first, $\mathit{step}^{-0.5}$, **decays**
+# like $1/\sqrt{\mathit{step}}$. The second, $\mathit{step} \cdot c$, **rises linearly**. The
+# constant $c$ decides where the two cross, and so where the rate stops rising: for the crossing to
+# be at $\mathit{step} = \mathit{warmup\_steps} = w$, $w \cdot c = w^{-0.5}$, so $c = w^{-1.5}$, the
+# exponent of the formula. Before $w$ the rising line is the smaller, after it the decay; the rate is
+# largest at $w$. We add a constant `factor` in front (1 in the paper) to tune the peak for our much
+# smaller data set and batches.
 #
 # **Why warm up?** At the start Adam's estimate of each weight's typical gradient size comes from
 # very few batches and is unreliable, so its early steps can be large and badly aimed; and a
@@ -569,77 +615,23 @@ print(f"untrained loss {start_loss.item():.2f}, ln K = {math.log(len(target_voca
 # diverge when the first updates are too large. Small steps at first let these statistics settle;
 # the later decay lets the model settle into a good minimum. (For the analyses, see Liu et al.,
 # 2020, *On the Variance of the Adaptive Learning Rate and Beyond*, and Xiong et al., 2020,
-# *On Layer Normalization in the Transformer Architecture*.) Without warm-up, a learning rate as
-# large as the peak often makes training unstable right at the start.
+# *On Layer Normalization in the Transformer Architecture*.) Section 10 tests the warm-up on a toy
+# task.
 #
-# ## 8. Exercise, a bug hunt: `noam_learning_rate`
-#
-# `noam_learning_rate(step, d_model, warmup_steps, factor=1.0)` returns the formula's learning rate
-# times `factor`, as a Python float. The schedule is named after Noam Shazeer, one of the paper's
-# authors. One detail: a step of 0 counts as step 1, since $0^{-0.5}$ divides by zero. The optimiser
-# wiring given below passes `index + 1` and so never asks for step 0, but a schedule that crashes on
-# 0 is a trap for the next piece of code that calls it (one of the checks does).
-#
-# The code below was typed in from the paper by a classmate, with **one slip**. Training with it
-# does not crash, but the rate peaks after a handful of steps (step 16 for the paper's warm-up of
-# 4,000, step 8 for the 400 steps of section 11), at about 16 and 7 times the intended peak, and
-# then follows the decay curve. There is no real warm-up: the first steps are exactly the large
-# ones the warm-up exists to avoid. Run the cell and the figure under it, compare the curve with
-# what section 7 says the schedule does, read the check's message, then find the slip and fix it
-# in place.
+# The schedule is given (the schedule is named after Noam Shazeer, one of the paper's authors). A
+# step of 0 counts as step 1, since $0^{-0.5}$ divides by zero:
 
-# %% solution="noam_learning_rate"
-#| bug: warmup_steps ** -1.5 => warmup_steps ** -0.5
-#| bug: factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) => the paper's equation 3
-#| bug: equation 3  (paper, eq. 3). => equation 3 (section 7), times factor.
+# %%
 #| include transformer_course.reference.training:noam_learning_rate
 
 # %% [markdown]
-# **The symptom, drawn.** Your schedule over the first 20,000 steps for the paper's settings (and
-# two others). Section 7 says where the peak of each curve must be.
+# The schedule over the first 20,000 steps for the paper's settings and two others; the dot on each
+# curve is its peak, at `warmup_steps`. A longer warm-up gives a later and lower peak, a wider model
+# a lower curve overall.
 
 # %%
 figures.plot_learning_rate_schedule(noam_learning_rate, settings=[(512, 4000), (512, 8000), (256, 4000)])
 plt.show()
-
-# %% [markdown]
-# <details><summary>Hint 1: read the symptom</summary>
-#
-# The curves rise and then fall, as they should, but the peak is nowhere near `warmup_steps`: it
-# comes after a handful of steps, and a longer warm-up hardly moves it. So the two terms of the
-# minimum cross in the wrong place.
-#
-# </details>
-#
-# <details><summary>Hint 2: where to look</summary>
-#
-# The two terms cross where $\mathit{step}^{-0.5} = \mathit{step} \cdot \mathit{warmup\_steps}^{e}$,
-# that is at $\mathit{step} = \mathit{warmup\_steps}^{-2e/3}$. For the peak to sit at
-# `warmup_steps`, what must the exponent $e$ be? Compare it with the code.
-#
-# </details>
-#
-# <details><summary>Hint 3: the line</summary>
-#
-# The rising term is `step * warmup_steps ** -1.5`: the exponent is $-1.5$, not $-0.5$.
-#
-# </details>
-
-# %% [markdown]
-# ### Check your work
-
-# %% tests="train_noam_values" points=3
-assert check.noam_values(noam_learning_rate, bug_hunt=True)
-assert check.noam_step_zero(noam_learning_rate, bug_hunt=True)
-
-# %% tests="train_noam_peak" points=1
-assert check.noam_peak_at_warmup(noam_learning_rate, bug_hunt=True)
-
-# %% tests="train_noam_hidden" points=1
-### BEGIN HIDDEN TESTS
-assert check.noam_values(noam_learning_rate, d_model=256, warmup_steps=400, factor=0.5)
-assert check.noam_peak_at_warmup(noam_learning_rate, d_model=128, warmup_steps=37)
-### END HIDDEN TESTS
 
 # %% [markdown]
 # ### Predict, then run
@@ -681,7 +673,7 @@ def predict_peak_rate() -> float:
 assert check.predicted_peak_rate(predict_peak_rate)
 
 # %% [markdown]
-# **The truth, for other settings**, from your schedule: the largest value over the first 20,000
+# **The truth, for other settings**, from the schedule: the largest value over the first 20,000
 # steps and where it sits, for the paper's base settings and for those of the training run in
 # section 11 ($d_{model} = 256$, a warm-up of 400 steps, `factor = 0.5`), which section 11 compares
 # with the paper's; and, from the formula, the exponent $-1.0$ of Prediction 2 with a warm-up of
@@ -696,47 +688,40 @@ variant = [512 ** -0.5 * min(step ** -0.5, step * 8000 ** -1.0) for step in rang
 print(f"d_model 512, warm-up 8000, exponent -1.0: peak {max(variant):.3e} at step {variant.index(max(variant)) + 1}")
 
 # %% [markdown]
-# Look back at the figure under the exercise, now drawn by your fixed schedule (rerun its cell if you
-# have not): a longer warm-up gives a later and lower peak, a wider model a lower curve overall.
-
-# %% [markdown]
 # **Wiring it into PyTorch (given).** `LambdaLR` multiplies the optimiser's base learning rate by
 # `lr_lambda(index)`, where `index` counts the scheduler's `step()` calls from 0. With a base rate of
-# 1.0 the learning rate *is* our schedule; `index + 1` makes the first batch use step 1. Each call
-# of the scheduler's `step` method moves the schedule on by one, so it must be called once per batch.
+# 1.0 the learning rate *is* our schedule; `index + 1` makes the first update use step 1.
 
 # %%
 #| include transformer_course.reference.training:make_optimizer
 
 # %% [markdown]
-# ## 9. Gradient clipping
+# ## 8. One training update, and why each part of it is there
 #
-# The paper does not mention it, but it is a standard safety net: before each update, if the
-# gradient's total norm $\lVert g \rVert = \sqrt{\sum_i g_i^2}$ (over **all** parameters together)
-# exceeds a limit $c$, scale the whole gradient down to norm $c$:
+# `train_epoch` (section 9) will make one update of the weights per batch. This section takes the
+# update apart: what each ingredient is for, shown on small computations. Which line goes where is
+# then yours to work out.
 #
-# $$g \leftarrow g \cdot \min\!\left(1, \frac{c}{\lVert g \rVert}\right)$$
-#
-# The gradient's direction stays the same; only its length is capped, so one unlucky batch cannot
-# dominate Adam's running averages (with plain SGD this caps the step length directly).
-# `nn.utils.clip_grad_norm_` (arguments: the
-# parameters, then $c$) does exactly this, in place (PyTorch adds $10^{-6}$ to $\lVert g \rVert$ in the
-# quotient), and it must run **after** the backward pass (which fills the gradients) and **before**
-# the optimiser's update (which uses them). Its cousin
-# `clip_grad_value_` clips every entry separately, which changes the gradient's direction: a
-# different method, and not the one we use (the checks say so if you pick it).
-#
-# ## 10. Exercise: `train_epoch`
-#
-# The loop over batches, `model.train()` (dropout on) and the bookkeeping of the mean loss are
-# given. Inside the loop, write one update for the batch: clear the old gradients, compute the loss
-# with your `compute_loss` and store it in a variable named `loss` (the given lines after yours read
-# it), backpropagate, clip the gradients' total norm to `clip_norm`, update the weights, then move
-# the learning-rate schedule on by one step. `scheduler` may be `None` (no schedule): then skip
-# that last step.
-#
-# **Why zero the gradients?** `backward()` *adds* to each parameter's `.grad`; it never overwrites.
-# Without `zero_grad()` every update would use the sum of all gradients so far:
+# ### What `backward()` computes
+# Training moves every weight against its **gradient**: the derivative of the batch's loss with
+# respect to that weight, which says how the loss would change if that weight moved a little.
+# Calling `backward()` on a scalar tensor computes these derivatives, by the chain rule backwards
+# through the operations that produced it, for every tensor with `requires_grad=True` it was computed
+# from (for a model: all its parameters), and stores each in that tensor's `.grad`. It changes no
+# weight: moving the weights is the optimiser's job. A check on a "loss" of two weights whose
+# derivatives you can work out on paper, $f(w) = (3w_1 - 1)^2 + w_2^2$:
+
+# %%
+w = torch.tensor([0.5, -2.0], requires_grad=True)
+error = (3 * w[0] - 1) ** 2 + w[1] ** 2  # a scalar computed from w
+error.backward()  # fills w.grad; w itself does not change
+print("w.grad from backward():", w.grad.tolist(), "  on paper: 6(3w1 - 1) = 3.0 and 2w2 = -4.0")
+print("w after backward():    ", w.tolist())
+
+# %% [markdown]
+# ### Why old gradients must be cleared
+# `backward()` *adds* to each `.grad`; it never overwrites. Run it a second time on a fresh
+# computation and the new gradient lands on top of the old one:
 
 # %%
 w = torch.tensor([1.0], requires_grad=True)
@@ -745,22 +730,141 @@ for attempt in range(3):
     print(f"after backward #{attempt + 1}: w.grad = {w.grad.item()}")
 
 # %% [markdown]
+# Adding up is deliberate: it lets you sum the gradients of several small batches before one update
+# (gradient accumulation, a way to train with larger batches than fit in memory). But an update that
+# should follow *this* batch's gradient alone would, without clearing, follow the sum of every
+# gradient so far: after 100 batches, a sum of 100 gradients of old weights. The optimiser clears its
+# parameters' gradients with its `zero_grad()` method (by default it sets them to `None`, which
+# `backward()` then fills afresh).
+#
+# ### Clipping the gradient's norm
+# The paper does not mention it, but it is a standard safety net. The first updates of an untrained
+# model, or an unusual batch, can have a gradient many times larger than usual. If the gradient's
+# total norm $\lVert g \rVert = \sqrt{\sum_i g_i^2}$, taken over **all** parameters together, exceeds
+# a limit $c$, scale the whole gradient down to norm $c$:
+#
+# $$g \leftarrow g \cdot \min\!\left(1, \frac{c}{\lVert g \rVert}\right)$$
+#
+# The gradient's direction stays the same; only its length is capped. With plain SGD that caps the
+# length of the step. Adam divides each update by a running average of the gradient's size, so one
+# huge gradient moves the weights less directly, but it lingers in those running averages and
+# distorts many later updates; clipping keeps it out. Clipping entry by entry instead (every $g_i$
+# cut to $\pm c$) is a different method: it changes the gradient's direction. Three gradients of two
+# entries, clipped both ways with $c = 1$:
+
+# %%
+figures.plot_gradient_clipping([(2.0, 0.5), (0.3, 0.2), (-1.5, 1.8)], clip_norm=1.0)
+plt.show()
+
+# %% [markdown]
+# `torch.nn.utils.clip_grad_norm_` clips by the total norm, in place, and returns the norm the
+# gradients had before (PyTorch adds $10^{-6}$ to $\lVert g \rVert$ in the quotient). Two tensors
+# whose gradients have norms 5 and 12, together $\sqrt{25 + 144} = 13$:
+
+# %%
+a, b = torch.zeros(3, requires_grad=True), torch.zeros(2, requires_grad=True)
+a.grad, b.grad = torch.tensor([3.0, 0.0, 4.0]), torch.tensor([0.0, 12.0])  # as backward() would leave them
+norm_before = nn.utils.clip_grad_norm_([a, b], max_norm=1.0)
+print(f"norm before: {norm_before:.1f}, after: {torch.cat([a.grad, b.grad]).norm():.6f}")
+print("a.grad:", [round(value, 4) for value in a.grad.tolist()],
+      " b.grad:", [round(value, 4) for value in b.grad.tolist()])
+
+# %% [markdown]
+# Clipping changes the gradient, so it only matters at one moment: between the computation of the
+# gradient and its use.
+#
+# ### Where each update's learning rate comes from
+# The optimiser's update uses the learning rate stored in its parameter group at that moment,
+# `optimizer.param_groups[0]["lr"]`. The scheduler writes it there: `LambdaLR` writes the rate of
+# schedule step 1 as soon as it is created (before any update), and each call of its `step()` method
+# writes the rate of the next step. The schedule counts **updates**: the $k$-th update of a run must
+# use the schedule's $k$-th rate. Right after `make_optimizer` the first update's rate is in place:
+
+# %%
+probe = nn.Linear(2, 2)  # any parameters will do
+probe_optimizer, probe_scheduler = make_optimizer(probe, d_model=256, warmup_steps=400, factor=0.5)
+print(f"in the optimiser after make_optimizer: {probe_optimizer.param_groups[0]['lr']:.4e}")
+print("the schedule's steps 1, 2, 3:          ",
+      ", ".join(f"{noam_learning_rate(step, 256, 400, 0.5):.4e}" for step in (1, 2, 3)))
+
+# %% [markdown]
+# So a scheduler step belongs after the update whose rate was in place, and moves on to the rate of
+# the next one. PyTorch's documentation says the same ("learning rate scheduling should be applied
+# after optimizer's update"), and warns at run time when a scheduler steps before any update: the
+# schedule's first value would be skipped.
+#
+# ### Dropout on while training, off while evaluating
+# Dropout (stage 3) zeroes random activations while training and scales the rest up, so that no
+# unit can rely on one particular other; when evaluating it must do nothing. Which of the two it
+# does depends on a flag of every module, set on a model and all its parts by `model.train()` or
+# `model.eval()`:
+
+# %%
+torch.manual_seed(0)
+dropout = nn.Dropout(p=0.5)
+print("train mode:", dropout.train()(torch.ones(8)).tolist())  # about half zeroed, the rest doubled
+print("eval mode: ", dropout.eval()(torch.ones(8)).tolist())  # unchanged
+
+# %% [markdown]
+# A freshly built model is in train mode. `evaluate` (given, section 9) switches it to eval mode,
+# and nothing switches it back by itself: every epoch after the first evaluation would then train
+# without dropout, and the model would over-fit more. How much dropout matters, the paper measured:
+# Table 3, row (D), varies $P_{drop}$ alone on the base model (same set-up as the table in section 5):
+#
+# | $P_{drop}$ | perplexity (dev) | BLEU (dev) |
+# |---|---|---|
+# | 0.0 | 5.77 | 24.6 |
+# | 0.1 (the base model) | 4.92 | 25.8 |
+# | 0.2 | 4.95 | 25.5 |
+#
+# Without dropout the base model loses 1.2 BLEU; the paper: "dropout is very helpful in avoiding
+# over-fitting."
+#
+# ### What the batch brings
+# Teacher forcing is already in each batch (section 3): `compute_loss` (section 6) turns one batch
+# into its loss with a single forward pass. Nothing else has to happen per batch.
+#
+# ## 9. Exercise: `train_epoch`
+#
+# `train_epoch(model, batches, criterion, optimizer, scheduler=None, device="cpu", clip_norm=1.0,
+# max_steps=None, progress=True)` makes one pass over `batches` and returns the mean loss per real
+# target token. The loop over the batches (at most `max_steps` of them), moving each batch to
+# `device`, and the bookkeeping of the mean loss are given; the given lines after yours read the
+# batch's loss tensor from the name `loss`, so keep it there. Your code goes in two places: before
+# the loop, and inside it for each batch. What you write must make these hold (each is one check
+# below):
+#
+# - dropout is on while training, also when the model arrives in eval mode after an evaluation;
+# - every batch makes exactly one update of the weights, driven by the gradient of **that batch's**
+#   loss alone, the loss your `compute_loss` gives;
+# - when the update uses the gradients, their total norm over all parameters is at most `clip_norm`;
+# - the $k$-th update of a run uses the schedule's $k$-th learning rate, epoch after epoch; with
+#   `scheduler=None` the learning rate is left as it is;
+# - the mean loss returned is the loss of each batch before its update;
+# - and, all together, the loss falls on a small copy task.
+#
+# Section 8 gave each ingredient and what it needs to come before or after. Put them together.
+
+# %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
 #
 # The order matters: gradients must be cleared before the backward pass fills them, clipped after
 # it and before the optimiser uses them; the schedule moves on after the update it set the rate for.
+# Dropout must be on before the first forward pass of the epoch.
 #
 # </details>
 #
 # <details><summary>Hint 2: the objects</summary>
 #
-# The optimiser clears and applies gradients (two methods); the loss tensor starts the backward
-# pass; `nn.utils.clip_grad_norm_` takes `model.parameters()` and the limit; the scheduler has one
-# method that moves it on.
+# The model has one method that switches training mode on; the optimiser clears and applies
+# gradients (two methods); the loss tensor starts the backward pass; `nn.utils.clip_grad_norm_` takes
+# `model.parameters()` and the limit; the scheduler has one method that moves it on.
 #
 # </details>
 #
 # <details><summary>Hint 3: the lines</summary>
+#
+# Before the loop: `model.train()`. Inside it, for each batch:
 #
 # ```python
 # optimizer.zero_grad()
@@ -832,16 +936,9 @@ assert check.train_epoch_mean_loss_per_token(train_epoch, sizes=(2, 6, 4, 8), se
 # for their first word when the decoder has read only `<bos>`: the correctly trained one answers
 # with the first source word; the unshifted one answers `<bos>` (id 1), its own input.
 
+
 # %%
-def copy_pairs(count: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
-    """Random sentences over the ids 4..11, each paired with itself, framed by <bos>/<eos>."""
-    random = torch.Generator().manual_seed(seed)
-    pairs = []
-    for _ in range(count):
-        length = int(torch.randint(2, 7, (1,), generator=random))
-        words = torch.randint(4, 12, (length,), generator=random).tolist()
-        pairs.append(([1, *words, 2], [1, *words, 2]))
-    return pairs
+#| include transformer_course.reference.training:copy_pairs
 
 # %%
 threads = torch.get_num_threads()
@@ -864,56 +961,175 @@ try:
         curves[name] = [train_epoch(toy, batches, make_criterion(PAD_IDX, 0.0), toy_optimizer, toy_scheduler,
                                     progress=False) for _ in range(2 if short_run() else 7)]
         first = toy.eval()(test.src, bos_only, test.src_mask, make_target_mask(bos_only, PAD_IDX)).argmax(-1)
-        print(f"{name:22s} first word predicted: {first[:, 0].tolist()}")
+        print(f"{name:22s} loss per epoch: {[round(loss, 2) for loss in curves[name]]}")
+        print(f"{'':22s} first word predicted: {first[:, 0].tolist()}")
     figures.plot_loss_curves(curves, title="Copy task, your training loop")
     plt.show()
 finally:
     torch.set_num_threads(threads)  # put back even when your code raises
 
 # %% [markdown]
-# ### Your own ablation: is the warm-up needed?
+# ## 10. Exercise, a bug hunt: a classmate's `fit`
 #
-# Section 7 gave the reasons for the warm-up; now test them. The cell trains the same toy model on the
-# copy task three times with your `train_epoch`: with the warm-up schedule of the run above; with the
-# schedule's peak learning rate from the very first step and no warm-up; and with ten times that
-# rate, again without warm-up. (With `scheduler=None`, your `train_epoch` leaves the rate alone.)
+# A run on real data is many epochs, and each ends the same way: evaluate, record, save. A classmate
+# wrote that loop over epochs, `fit`, and section 11 uses it for the real run. It calls your
+# `train_epoch` and the given `evaluate`. What it promises (its docstring): train until `history`
+# holds `epochs` epochs, continuing after the ones it already holds; in each epoch, train on every
+# batch, then measure the validation loss without label smoothing; record per epoch the epoch, both
+# losses, the learning rate the next update will use and the seconds it took; call `after_epoch`
+# (to save a checkpoint) after each. Training through `fit` must be the very same training as
+# calling your `train_epoch` once per epoch yourself.
 #
-# **Predict first**, and write it down: which curve falls fastest over the first epoch, and which
-# ends lowest after seven? Does the ten-times rate learn at all? A loss near $\ln 9 \approx 2.2$ on
-# this task means a model that guesses among the nine possible next tokens and has learned nothing.
-# On a CPU the cell takes a few seconds.
+# It runs without an error and its loss falls. Before trusting it with the long run of section 11, try
+# it where you know what to expect: the copy task of section 9, with the same model, seed, batches and
+# schedule, for as many epochs as the run there. Run the two cells below and compare the curves.
+
+# %% solution="fit"
+#| bug: optimizer, scheduler, device, clip_norm, => optimizer, None, device, clip_norm,
+#| bug: progress)\n        history => progress)\n        scheduler.step()\n        history
+#| include transformer_course.reference.training:fit
 
 # %%
 threads = torch.get_num_threads()
 torch.set_num_threads(1)
 try:
-    peak = noam_learning_rate(50, 32, 50, 0.5)  # the toy schedule's largest rate, at its step 50
+    torch.manual_seed(0)
+    toy = Transformer(12, 12, 32, 4, 1, 64, 20, 0.0)  # the model of section 9's run, from the same seed
+    toy_optimizer, toy_scheduler = make_optimizer(toy, 32, warmup_steps=50, factor=0.5)
+    toy_val = [collate(copy_pairs(64, seed=1), PAD_IDX)]  # 64 other sentences for the validation loss
+    toy_history = fit(toy, shifted, toy_val, make_criterion(PAD_IDX, 0.0), toy_optimizer, toy_scheduler,
+                      epochs=len(curves["shifted (correct)"]), progress=False)
+    through_fit = [record["train_loss"] for record in toy_history]
+    print("train_epoch once per epoch (section 9):", [round(loss, 2) for loss in curves["shifted (correct)"]])
+    print("the same training through fit:         ", [round(loss, 2) for loss in through_fit])
+    figures.plot_loss_curves({"train_epoch once per epoch (section 9)": curves["shifted (correct)"],
+                              "the same through the classmate's fit": through_fit},
+                             title="Copy task: one training, run two ways")
+    plt.show()
+finally:
+    torch.set_num_threads(threads)
+
+# %% [markdown]
+# **What to find.** Both runs start from the same weights and call the same `train_epoch` on the same
+# batches in the same order, with no dropout: nothing random differs between them. So the two curves
+# should lie on top of each other, and they do not. Find what in `fit` makes its training differ,
+# explain what it does to the run, and repair it in place (run the cell again, then the one under it:
+# the curves must then coincide), then run the checks.
+
+# %% [markdown]
+# <details><summary>Hint 1: read the symptom</summary>
+#
+# Same gradients from the same weights, yet `fit`'s loss falls more slowly: its updates must be
+# smaller. What sets the size of an update, and where does it come from? `fit` records in each
+# epoch's record the learning rate the next update will use: print
+# `[record["lr"] for record in toy_history]` and compare with section 7's schedule for the toy run
+# (`noam_learning_rate(step, 32, 50, 0.5)`): which schedule step does each epoch end at?
+#
+# </details>
+#
+# <details><summary>Hint 2: where to look</summary>
+#
+# An epoch of the toy run is 16 updates, so after epoch $e$ the schedule should be at step
+# $16e + 1$. How far does `fit`'s schedule move per epoch? Look at what `fit` hands `train_epoch`
+# as its scheduler, and at what it does with the scheduler itself.
+#
+# </details>
+#
+# <details><summary>Hint 3: the line</summary>
+#
+# `fit` passes `None` as `train_epoch`'s scheduler and calls `scheduler.step()` once after each epoch,
+# so the schedule counts epochs, not updates: the whole toy run stays in the first steps of the
+# warm-up. Pass `scheduler` to `train_epoch` (it steps it after every update) and delete the
+# per-epoch `scheduler.step()`.
+#
+# </details>
+
+# %% [markdown]
+# ### Check your work
+# The checks run `fit` with the course's own `train_epoch`, so a mistake in yours does not count
+# here again.
+
+# %% tests="train_fit_schedule" points=3
+assert check.fit_schedule_per_update(fit, bug_hunt=True)
+
+# %% tests="train_fit_history" points=1
+assert check.fit_history(fit, bug_hunt=True)
+
+# %% tests="train_fit_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.fit_schedule_per_update(fit, epochs=3, num_batches=2, warmup_steps=5, seed=21)
+assert check.fit_history(fit, epochs=3, resume_after=2, num_batches=2, seed=22)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Is the warm-up needed?
+#
+# Section 7 gave the reasons for the warm-up; now test them on the copy task. The cell trains the
+# same toy model three times with your `train_epoch`, with three schedules that differ **only** in
+# the first 50 updates, the warm-up: the toy schedule of section 9 (rising to its peak at update
+# 50, then decaying); the same schedule without the warm-up (its peak rate from the first update on,
+# then the same decay from update 50); and ten times that. So whatever differs between the curves
+# comes from the warm-up, not from the decay.
+#
+# **Predict first**, and write it down: which curve falls fastest over the first epoch, and which
+# ends lowest after seven? Does the ten-times rate learn at all? A loss near $\ln 9 \approx 2.2$ on
+# this task means a model that guesses among the nine tokens that can come next (the eight words
+# and `<eos>`) and has learned nothing. On a CPU the cell takes some seconds.
+
+# %%
+threads = torch.get_num_threads()
+torch.set_num_threads(1)
+try:
+    peak = noam_learning_rate(50, 32, 50, 0.5)  # the toy schedule's largest rate, at its update 50
+    schedules = {"warm-up, then decay (section 9)": lambda index: noam_learning_rate(index + 1, 32, 50, 0.5),
+                 "no warm-up, the same decay": lambda index: peak * min(1.0, (50 / (index + 1)) ** 0.5),
+                 "no warm-up, 10 × that": lambda index: 10 * peak * min(1.0, (50 / (index + 1)) ** 0.5)}
     ablation = {}
-    for name, constant in (("warm-up (as above)", None), ("no warm-up, the peak rate", peak),
-                           ("no warm-up, 10 × the peak", 10 * peak)):
+    for name, schedule in schedules.items():
         torch.manual_seed(0)
         toy = Transformer(12, 12, 32, 4, 1, 64, 20, 0.0)
-        toy_optimizer, toy_scheduler = make_optimizer(toy, 32, warmup_steps=50, factor=0.5)
-        if constant is not None:  # a constant learning rate from step 1
-            toy_scheduler = None
-            for group in toy_optimizer.param_groups:
-                group["lr"] = constant
+        toy_optimizer = torch.optim.Adam(toy.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+        toy_scheduler = torch.optim.lr_scheduler.LambdaLR(toy_optimizer, schedule)  # rate = schedule(index)
         ablation[name] = [train_epoch(toy, shifted, make_criterion(PAD_IDX, 0.0), toy_optimizer, toy_scheduler,
                                       progress=False) for _ in range(2 if short_run() else 7)]
-        print(f"{name:26s} loss per epoch: {[round(loss, 2) for loss in ablation[name]]}")
+        print(f"{name:32s} loss per epoch: {[round(loss, 2) for loss in ablation[name]]}")
+    figures.plot_rate_curves({name: [schedule(index) for index in range(112)] for name, schedule in schedules.items()},
+                             title="The three schedules over the 112 updates of 7 epochs")
     figures.plot_loss_curves(ablation, title="Copy task: warm-up or not")
     plt.show()
 finally:
     torch.set_num_threads(threads)
 
 # %% [markdown]
-# **Reading it.** Compare the curves with your prediction. In the course's own run (torch 2.13 on a
-# CPU, seed 0), the constant peak rate fell faster in the first epoch but ended above the warm-up's
-# curve, and ten times that rate stalled near 2.2 from the second epoch on: it never learned to copy.
-# On this tiny model the damage of skipping the warm-up is mild at the peak rate and total at ten
-# times it; post-LN Transformers of the paper's size trained without warm-up did far worse even at
-# much smaller rates (Xiong et al., 2020). Try `label_smoothing=0.1` in `make_criterion` for one of the runs: the loss
-# then cannot fall to 0 (section 5), so compare the curves' shapes, not their floors.
+# **Reading it.** Compare the curves with your prediction. One run is one seed, and a toy model is
+# noisy, so `scripts/measure_training_choices.py` in the course repository ran the same comparison
+# for ten seeds (each seed draws other sentences and other initial weights). Its results, printed by
+# the next cell: the loss after the first epoch (the mean over the seeds) and after the seventh (per
+# seed).
+
+# %%
+from transformer_course.reference import training_results  # noqa: E402  (measured by a script of the course)
+
+ablation_measured = training_results.RESULTS["warmup_ablation"]
+print(f"seeds {', '.join(str(seed) for seed in ablation_measured['seeds'])}; loss after epoch 1 and after epoch 7:")
+for name, runs in ablation_measured["losses"].items():
+    first, last = [losses[0] for losses in runs.values()], [losses[-1] for losses in runs.values()]
+    print(f"  {name:30s} epoch 1: mean {sum(first) / len(first):.2f}   epoch 7: "
+          + " ".join(f"{loss:.2f}" for loss in last) + f"  (mean {sum(last) / len(last):.2f})")
+
+# %% [markdown]
+# Over the ten seeds the pattern of seed 0 held every time. Without the warm-up the first epoch's loss
+# is lower (about 2.06 against 2.40 on average): big steps from the start help at first. But after
+# seven epochs the run with the warm-up ends lower in all ten seeds (0.23 on average, against 0.35).
+# Ten times the rate without warm-up never learns to copy: from the second epoch on its loss stays
+# between 2.09 and 2.24 in every seed. The script also ran a fourth schedule, the peak rate kept constant with no decay;
+# it ends higher still (0.40 on average), so comparing the warm-up schedule with a constant rate, as
+# one is tempted to, would mix the effect of the warm-up with that of the decay. On this tiny model
+# the cost of skipping the warm-up is moderate at the peak rate and total at ten times it; Xiong et al.
+# (2020) found that post-LN Transformers on translation tasks trained far worse without warm-up.
+#
+# Try `label_smoothing=0.1` in `make_criterion` for one of the runs: the loss then cannot fall to 0
+# (section 5), so compare the curves' shapes, not their floors.
 
 # %% [markdown]
 # ## 11. Training on Multi30k
@@ -923,25 +1139,29 @@ finally:
 # `evaluate` move each batch there. In Colab you get a GPU with *Runtime → Change runtime type* (for
 # example *T4 GPU*); then run the notebook again from the top, and the setup cell prints the device.
 #
-# **How long it takes.** One epoch of this run (116 batches, then the validation split) is about
-# 3.5 minutes of computation for one core of a 2-core AMD EPYC CPU (torch 2.13), measured with
-# `python scripts/benchmark.py --epoch --threads 1` from the course repository. (We measured CPU time
-# on one thread because the machine was busy with other work, which makes clock times meaningless.)
-# Two cores can at most halve that, so on a 2-core CPU expect between about 1.7 and 3.5 minutes per
-# epoch, 17 to 35 minutes for the 10 epochs: slow, but practical. **No GPU time has been measured
-# for this course yet.** On a GPU, read it off the outer progress bar of the training run (seconds
-# per epoch and time left), or measure it in a checkout of the course with
+# **How long it takes.** On the 2-core machine this course was written on (an AMD EPYC virtual machine,
+# torch 2.13, no GPU), one epoch of this run (116 batches, then the validation split) needed 207 and,
+# measured again later, 339 seconds of CPU time on one thread
+# (`python scripts/benchmark.py --epoch --threads 1` in the course repository), both times while the
+# machine was busy with other work, which slows even the thread being measured. With both cores and
+# nothing else running, the epochs of the course's pretrained model, the same model, took about 2.8
+# minutes each. So on a 2-core CPU expect roughly 3 to 6 minutes per epoch,
+# 30 minutes to an hour for the 10 epochs, and more on a busy machine. Colab's free CPU runtime often
+# gives you two hyper-threads of one physical core (run `!lscpu` there: "Thread(s) per core: 2"), which
+# compute much like one core: expect the one-thread time there. Your own run's progress bar shows the
+# seconds per epoch and the time left. **No GPU time has been measured for this course yet.** On a
+# GPU, read it off the same progress bar, or measure it in a checkout of the course with
 # `python scripts/benchmark.py --epoch --device cuda`.
 #
 # The settings: a model smaller than the paper's base model (Multi30k is small; $d_{model} = 256$,
 # 3 layers on each side), Adam with the warm-up schedule, label smoothing 0.1, dropout 0.1. Our
-# batches of about 4,000 tokens are far smaller than the paper's (about 25,000 source and 25,000
-# target tokens) and an epoch has only about 120 of them, so we warm up for 400 steps instead of 4,000.
-# With $d_{model} = 256$ and that warm-up the formula would peak at $3.1 \cdot 10^{-3}$; `factor = 0.5`
-# halves that to $1.56 \cdot 10^{-3}$ (the truth cell of section 8 printed it), still about 2.2 times
-# the paper's peak of $7.0 \cdot 10^{-4}$: a smaller model and a much shorter warm-up tolerate, and
-# need, larger steps. While the notebook is being autograded, a tiny model, five
-# small batches and part of the validation split keep this part to seconds; the numbers it then
+# batches of at most 4,096 padded tokens per side are far smaller than the paper's (about 25,000
+# source and 25,000 target tokens) and an epoch has only 116 of them, so we warm up for 400 steps
+# instead of 4,000. With $d_{model} = 256$ and that warm-up the formula would peak at
+# $3.1 \cdot 10^{-3}$; `factor = 0.5` halves that to $1.56 \cdot 10^{-3}$ (the truth cell of section 7
+# printed it), still about 2.2 times the paper's peak of $7.0 \cdot 10^{-4}$: a smaller model with a
+# much shorter warm-up tolerates larger steps. While the notebook is being autograded, a tiny model,
+# five small batches and part of the validation split keep this part to seconds; the numbers it then
 # prints mean nothing.
 #
 # **Where the checkpoints go.** A long run can be interrupted: Colab disconnects idle sessions and
@@ -974,6 +1194,7 @@ criterion = make_criterion(PAD_IDX, label_smoothing=0.1)  # what we optimise
 plain_criterion = make_criterion(PAD_IDX, label_smoothing=0.0)  # for validation loss and perplexity
 print(f"{count_parameters(model):,} trainable parameters on {device}")
 
+
 # %% [markdown]
 # ### Checkpoints: save after every epoch, resume later
 # To continue exactly where a run stopped, a checkpoint must hold everything that changes during
@@ -996,7 +1217,6 @@ print(f"{count_parameters(model):,} trainable parameters on {device}")
 # with the next one. To start over instead, delete the file it names.
 
 # %%
-optimizer = scheduler = None
 optimizer, scheduler = make_optimizer(model, CONFIG["d_model"], WARMUP_STEPS, LR_FACTOR)
 finished = resume_training(STATE_PATH, model, optimizer, scheduler, history, CONFIG)
 if finished:
@@ -1007,28 +1227,26 @@ else:
 
 # %% [markdown]
 # ### The training run
-# Each epoch: train on every batch (a fresh shuffle of the batch order per epoch), evaluate on the
-# validation split, record the numbers, save the training state. The inner progress bar counts the
-# batches of an epoch; the outer one counts the epochs and shows the seconds per epoch and the time
-# left. Running this cell again continues with the next epoch (up to `EPOCHS`).
+# `fit` runs the epochs: each trains on every batch (in a fresh order every epoch), evaluates on the
+# validation split and records the numbers; after each, `after_epoch` below saves the training state
+# and this epoch's weights (the last three are kept, for averaging them at the end). The inner
+# progress bar counts the batches of an epoch; the outer one counts the epochs and shows the seconds
+# per epoch and the time left. Running this cell again continues with the next epoch (up to `EPOCHS`).
 
 # %%
-if optimizer is None:  # the cell above could not build it: noam_learning_rate is not written yet
-    raise NotImplementedError
-epochs = tqdm(range(len(history) + 1, EPOCHS + 1), desc="epochs", unit="epoch", initial=len(history),
-              total=EPOCHS)
-for epoch in epochs:
-    started = time.perf_counter()
-    train_loader.batch_sampler.set_epoch(epoch)
-    train_loss = train_epoch(model, train_loader, criterion, optimizer, scheduler, device,
-                             clip_norm=CLIP_NORM, max_steps=MAX_STEPS)
-    val_loss = evaluate(model, val_loader, plain_criterion, device)
-    history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
-                    "lr": scheduler.get_last_lr()[0], "seconds": time.perf_counter() - started})
+AVERAGE_LAST = 3  # the weights of the last three epochs are kept, to average them below
+
+
+def after_epoch(history: list[dict[str, float]]) -> None:
+    """Save the training state and this epoch's weights; delete the weights of older epochs."""
     save_training_state(STATE_PATH, model, optimizer, scheduler, history, CONFIG)
-    epochs.write(f"epoch {epoch}: train loss {train_loss:.3f}, validation loss {val_loss:.3f}, "
-                 f"perplexity {perplexity(val_loss):.1f}, learning rate {scheduler.get_last_lr()[0]:.2e}, "
-                 f"{history[-1]['seconds']:.0f} s")
+    epoch = history[-1]["epoch"]
+    torch.save(model.state_dict(), RUN_DIR / f"weights_epoch_{epoch}.pt")
+    (RUN_DIR / f"weights_epoch_{epoch - AVERAGE_LAST}.pt").unlink(missing_ok=True)
+
+
+history = fit(model, train_loader, val_loader, criterion, optimizer, scheduler, EPOCHS, history, device,
+              clip_norm=CLIP_NORM, max_steps=MAX_STEPS, after_epoch=after_epoch)
 
 # %% [markdown]
 # ### Curves
@@ -1073,6 +1291,7 @@ if history:
 else:
     print("(train the model first)")
 
+
 # %% [markdown]
 # ### Averaging checkpoints
 # Section 6.1 of the paper: "For the base models, we used a single model obtained by averaging the
@@ -1080,69 +1299,78 @@ else:
 # the last 20 checkpoints." Averaging means the element-wise mean of every weight tensor over
 # checkpoints **of the same run**. Late in training the learning rate is small but not zero, and
 # every batch's gradient is noisy, so the weights keep wandering around a good region instead of
-# settling in one point; their mean lies nearer the middle of that region and usually generalises
-# a little better than any single checkpoint. It costs nothing when translating: the result is one
+# settling in one point; their mean can lie nearer the middle of that region than any single
+# checkpoint, and then generalises better. It costs nothing when translating: the result is one
 # ordinary model.
 #
 # The course's pretrained model was made this way: `scripts/train_checkpoint.py` in the course
 # repository saves the weights after every epoch and, at the end, averages those of the last epochs
 # (for the shipped file, the last 3 of 12 epochs; its metadata, which notebook 6 prints, lists
-# them). The function below does the averaging; to try it on your run, keep a copy of
-# `model.state_dict()` after each epoch (cloned tensors, in memory or on disk), average the last few
-# and load the result into the model.
+# them). The function below does the averaging (given). The next cell averages the weights of your
+# run's last three epochs, which the training cell kept, and measures the validation loss of the
+# average beside the last epoch's. `model` keeps the last epoch's weights (the ones saved above for
+# notebook 6).
 
 # %%
-def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The element-wise mean of each floating-point tensor over `states` (checkpoints of one run)."""
-    averaged = {}
-    for name, last in states[-1].items():
-        if last.is_floating_point():
-            averaged[name] = torch.stack([state[name].float() for state in states]).mean(dim=0).to(last.dtype)
-        else:  # integer buffers (counters, say) are not averaged: keep the latest
-            averaged[name] = last.clone()
-    return averaged
+#| include transformer_course.reference.training:average_state_dicts
 
-
-if history:  # with the weights of one finished run, averaging a checkpoint with itself changes nothing
-    same = average_state_dicts([model.state_dict(), model.state_dict()])
-    print("unchanged:", all(torch.equal(same[name], tensor) for name, tensor in model.state_dict().items()))
+# %%
+kept = [RUN_DIR / f"weights_epoch_{record['epoch']}.pt" for record in history[-AVERAGE_LAST:]]
+kept = [path for path in kept if path.exists()]
+if len(kept) >= 2:
+    last_epoch = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    model.load_state_dict(average_state_dicts([torch.load(path, map_location=device, weights_only=True)
+                                               for path in kept]))
+    averaged_loss = evaluate(model, val_loader, plain_criterion, device)
+    model.load_state_dict(last_epoch)  # back to the last epoch's weights
+    print(f"validation loss, last epoch ({history[-1]['epoch']}): {history[-1]['val_loss']:.3f}; "
+          f"the average of epochs {', '.join(path.stem.removeprefix('weights_epoch_') for path in kept)}: "
+          f"{averaged_loss:.3f}")
+else:
+    print(f"averaging needs the weights of two epochs or more; this run has {len(kept)}")
 
 # %% [markdown]
 # ## 12. Pitfalls
 # Each of these bugs lets training *run*; only the numbers tell you something is wrong.
 #
-# - **Target not shifted** (`tgt_in` equal to `tgt_out`): the loss drops to almost 0 within an
-#   epoch, and the model only echoes its input (the toy run in section 10).
+# - **Target not shifted** (the decoder reads the token it must predict): the loss drops to almost 0
+#   within an epoch, and the model only echoes its input (the toy run of section 9).
 # - **The loss counts `<pad>` tokens:** the loss depends on how much padding a batch happens to
-#   have, and the model spends effort learning to predict `<pad>`.
-# - **Gradients never cleared:** they pile up batch after batch, the steps grow, and the loss
-#   jumps about or diverges.
-# - **Scheduler stepped once per epoch** instead of once per batch: the schedule then counts epochs,
-#   so with a warm-up of 400 steps the learning rate would need 400 epochs to reach its peak.
+#   have, and the model spends effort learning to predict `<pad>`. On an untrained model it is still
+#   about $\ln K$, so the first loss does not show it (section 6).
+# - **Gradients never cleared:** every update follows the sum of all gradients so far, computed at
+#   old weights; the loss falls far more slowly than it should, or jumps about.
+# - **Scheduler stepped once per epoch** instead of once per update: the schedule then counts
+#   epochs, so with a warm-up of 400 steps the learning rate would need 400 epochs to reach its peak
+#   (the bug hunt of section 10). PyTorch's documentation shows its schedulers stepped once per epoch,
+#   after `train(...)` and `validate(...)`: right for a schedule that counts epochs, wrong for one that
+#   counts updates.
 # - **No `model.train()` / `model.eval()`:** dropout off while training (more over-fitting) or on
-#   while evaluating (a noisy, too high validation loss).
-# - **Learning rate too high, no warm-up:** the loss explodes or gets stuck high in the first few
-#   hundred steps.
+#   while evaluating (a noisy validation loss, higher than the model's real one).
+# - **A rate far too high, with no warm-up:** the loss gets stuck high from the first epoch on (the
+#   ten-times run of section 10).
 # - **`clip_grad_value_` instead of `clip_grad_norm_`:** each gradient entry is cut separately, so
 #   the update points in a different direction.
 #
 # ## Summary
 # - Multi30k: 29,000 / 1,014 / 1,000 German–English caption pairs; spaCy blank tokenisers,
 #   lowercased; vocabularies from the training split with `min_freq=2`, rare words become `<unk>`.
-# - Batches are padded; the decoder reads the target without its last token and predicts the target
-#   without `<bos>`; bucketing by length cuts the padding from about half of the token slots to
-#   under a tenth.
+# - Batches are padded; with teacher forcing, one forward pass trains every position of every
+#   target at once on the true preceding tokens; bucketing by length cuts the padding from about
+#   half of the token slots to under a tenth.
 # - The loss is cross-entropy over real target tokens (`ignore_index=pad`) with label smoothing 0.1;
 #   perplexity is $e^{\text{loss}}$ without smoothing.
 # - Adam with $\mathit{lrate} = d_{model}^{-0.5}\min(\mathit{step}^{-0.5},
-#   \mathit{step}\cdot\mathit{warmup}^{-1.5})$, stepped once per batch; gradients clipped by norm.
-# - One update: clear the gradients → loss → backward pass → clip → optimiser update → schedule step.
+#   \mathit{step}\cdot\mathit{warmup}^{-1.5})$, one schedule step per update; gradients clipped by
+#   their total norm.
+# - Every update follows its own batch's gradient alone, clipped, at the schedule's rate for that
+#   update, with dropout on; evaluation runs with dropout off and without gradients.
 # - Checkpoints hold the model, optimiser and scheduler state, the history and the random generators, so
-#   a run resumes exactly, into the same objects; in Colab, keep them in Google Drive.
+#   a run resumes exactly, into the same objects; in Colab, keep them in Google Drive. Averaging the
+#   weights of a run's last epochs gives one ordinary model.
 #
 # The last cell lists every check of this notebook with `✔` or `✘` and its points.
 # When you are done: *File → Download → Download .ipynb*, and hand in that file.
-
 # %% [markdown]
 # ## Questions: explain your reasoning
 # The check cells grade your code; these questions grade your understanding, and your instructor
@@ -1204,8 +1432,9 @@ if history:  # with the weights of one finished run, averaging a checkpoint with
 # updates have a size of about the learning rate in every coordinate (gradient divided by its own
 # magnitude), whatever that coordinate's usual gradient size. Loading the scheduler's state does not
 # touch the fresh optimiser's rate, so the first resumed batch still takes a tiny step-1-sized
-# step; from the second batch on the rate is the one of step 2,001, still about half its peak
-# ($\sqrt{400/2000} \approx 0.45$), far above the early warm-up rates. With no warm-up to soften
+# step; the scheduler's next `step()` moves on from its restored count, so from the second batch on
+# the rates are those of steps 2,002, 2,003, ..., exactly as in the uninterrupted run, still about
+# half the peak ($\sqrt{400/2002} \approx 0.45$), far above the early warm-up rates. With no warm-up to soften
 # them, these updates are large and can make the loss jump before the averages recover.
 #
 # **Rubric.**
@@ -1230,8 +1459,7 @@ if history:  # with the weights of one finished run, averaging a checkpoint with
 # heads of an attention layer, in any order, and the two runs picked different orders and different
 # features. Unit 5 of one model has nothing to do with unit 5 of the other, so their average mixes
 # unrelated features; the loss between two separate solutions is generally high, and the averaged
-# model is much worse than either, typically close to useless (a loss near or above the untrained
-# model's is possible).
+# model is much worse than either, typically close to useless.
 #
 # **Rubric.**
 # - 1 point: checkpoints of one run lie near one another in one low-loss region; averaging removes

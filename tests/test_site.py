@@ -281,11 +281,11 @@ def test_stage_5_says_it_trains_one_epoch_and_prints_the_recorded_run():
     code = [cell.source for cell in page.cells if cell.cell_type == "code"]
     assert not any("EPOCHS = 1 if short_run() else 10" in source for source in code)
     note = next(index for index, source in enumerate(sources) if "one epoch, not ten" in source)
-    training = next(index for index, source in enumerate(sources) if "train_epoch(model, train_loader" in source)
+    training = next(index for index, source in enumerate(sources) if "fit(model, train_loader" in source)
     recorded = next(index for index, source in enumerate(sources) if "read_metadata(pretrained_path())" in source)
     assert note < training < recorded
     lesson = (ROOT / "lessons" / "05_training.py").read_text(encoding="utf-8")
-    assert "17 to 35 minutes for the 10 epochs" in lesson  # what the note repeats
+    assert "30 minutes to an hour for the 10 epochs" in lesson  # what the note repeats
 
 
 def test_a_changed_lesson_is_refused_by_the_site_edits_with_a_message():

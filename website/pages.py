@@ -56,8 +56,8 @@ class Edit:
 
 STAGE_5_NOTE = """\
 :::{note}
-**On this website the training run below is one epoch, not ten.** The ten epochs take between about 17
-and 35 minutes on a 2-core CPU (section 11 says how that was measured), longer on a busy machine, so the
+**On this website the training run below is one epoch, not ten.** The ten epochs take roughly 30 minutes
+to an hour on a 2-core CPU (section 11 says how that was measured), longer on a busy machine, so the
 website runs **one epoch** of the same model with the same settings, while it is built. The curves, the
 saved model and the three translations below come from that one epoch: expect weak translations. What
 the full run gives is recorded in the course's pretrained checkpoint; the cell after the translations

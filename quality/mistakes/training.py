@@ -1,4 +1,4 @@
-"""Stage 5 mistakes: the shifted batch, the loss, the warm-up schedule and the training loop."""
+"""Stage 5 mistakes: the shifted batch, the loss, the training loop and the bug hunt's loop over epochs (`fit`)."""
 
 from quality.mistakes import Alternative, Mistake
 
@@ -6,7 +6,11 @@ STAGE = "05_training"
 
 _SHIFT = "tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # shift by one: predict the next token"
 _LOSS = "loss = criterion(logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1))"
-_RATE = "return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)"
+_FIT = (
+    "        train_loss = train_epoch(model, train_batches, criterion, optimizer, scheduler, device, clip_norm,\n"
+    "                                 max_steps, progress)\n"
+    "        val_loss = evaluate(model, val_batches, plain, device, progress)\n"
+)
 
 _STEPS = (
     "        optimizer.zero_grad()\n"
@@ -68,16 +72,32 @@ MISTAKES: list[Mistake] = [
         fails="train_loss_values", cause="no label smoothing",
     ),
     Mistake(
-        STAGE, "warm-up branch uses warmup_steps ** -0.5",
-        _RATE,
-        "return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -0.5)",
-        fails="train_noam_values", cause="goes as warmup_steps^-0.5 where the paper's goes as warmup_steps^-1.5",
+        STAGE, "fit steps the scheduler once per epoch and gives train_epoch none (the bug hunt's planted bug)",
+        _FIT,
+        "        train_loss = train_epoch(model, train_batches, criterion, optimizer, None, device, clip_norm,\n"
+        "                                 max_steps, progress)\n"
+        "        val_loss = evaluate(model, val_batches, plain, device, progress)\n"
+        "        scheduler.step()\n",
+        fails="train_fit_schedule", cause="moves on once per epoch",
     ),
     Mistake(
-        STAGE, "schedule divides by zero at step 0",
-        "step = max(step, 1)\n    ",
-        "",
-        fails="train_noam_values", cause="divides by zero",
+        STAGE, "fit half repaired: the scheduler passed to train_epoch, fit's own per-epoch step kept",
+        _FIT,
+        _FIT + "        if scheduler is not None:\n"
+        "            scheduler.step()\n",
+        fails="train_fit_schedule", cause="moves on once more after each epoch",
+    ),
+    Mistake(
+        STAGE, "fit half repaired the other way: the per-epoch step deleted, train_epoch still given no scheduler",
+        "optimizer, scheduler, device, clip_norm,",
+        "optimizer, None, device, clip_norm,",
+        fails="train_fit_schedule", cause="never moves on",
+    ),
+    Mistake(
+        STAGE, "fit measures the validation loss with the label-smoothed training criterion",
+        "val_loss = evaluate(model, val_batches, plain, device, progress)",
+        "val_loss = evaluate(model, val_batches, criterion, device, progress)",
+        fails="train_fit_history", cause="without label smoothing",
     ),
     Mistake(
         STAGE, "optimizer.zero_grad missing: gradients accumulate",
@@ -118,11 +138,30 @@ ALTERNATIVES: list[Alternative] = [
         "                                       label_smoothing=criterion.label_smoothing)",
     ),
     Alternative(
-        STAGE, "schedule written as two branches with an if",
-        _RATE,
-        "if step <= warmup_steps:\n"
-        "        return factor * d_model ** -0.5 * step / warmup_steps ** 1.5\n"
-        "    return factor / math.sqrt(d_model * step)",
+        STAGE, "fit repaired with keyword arguments and the validation criterion built in place",
+        _FIT,
+        "        train_loss = train_epoch(model, train_batches, criterion, optimizer, scheduler=scheduler,\n"
+        "                                 device=device, clip_norm=clip_norm, max_steps=max_steps, progress=progress)\n"
+        "        unsmoothed = make_criterion(criterion.ignore_index, label_smoothing=0.0)\n"
+        "        val_loss = evaluate(model, val_batches, unsmoothed, device, progress)\n",
+    ),
+    Alternative(
+        STAGE, "model.train() called at the start of every batch instead of once before the loop",
+        "    model.train()  # dropout on: evaluate() leaves the model in eval mode\n"
+        "    ### END SOLUTION\n"
+        "    for step, batch in enumerate(tqdm(batches, desc=\"train\", leave=False, disable=not progress)):\n"
+        "        if max_steps is not None and step >= max_steps:\n"
+        "            break\n"
+        "        batch = batch.to(device)\n"
+        "        ### BEGIN SOLUTION\n",
+        "    pass\n"
+        "    ### END SOLUTION\n"
+        "    for step, batch in enumerate(tqdm(batches, desc=\"train\", leave=False, disable=not progress)):\n"
+        "        if max_steps is not None and step >= max_steps:\n"
+        "            break\n"
+        "        batch = batch.to(device)\n"
+        "        ### BEGIN SOLUTION\n"
+        "        model.train()  # dropout on for this batch\n",
     ),
     Alternative(
         STAGE, "gradients zeroed after the step (set to None) instead of before the loss",
@@ -176,21 +215,9 @@ HELD_OUT: list[Mistake] = [
                                           "tgt_mask and src_mask",
     ),
     Mistake(
-        STAGE, "schedule off by one step (step + 1)",
-        "step = max(step, 1)",
-        "step = step + 1",
-        fails="train_noam_values", cause="off by one | step s+1 | s + 1 | one step",
-    ),
-    Mistake(
-        STAGE, "warm-up branch without the step factor",
-        _RATE,
-        "return factor * d_model ** -0.5 * min(step ** -0.5, warmup_steps ** -1.5)",
-        fails="train_noam_values", cause="warm-up branch | warmup branch | rises | linear",
-    ),
-    Mistake(
-        STAGE, "the given model.train() deleted: epochs after an evaluation train without dropout",
-        "    model.train()\n    total_loss, total_tokens = 0.0, 0\n",
-        "    total_loss, total_tokens = 0.0, 0\n",
+        STAGE, "model.train() left out: epochs after an evaluation train without dropout",
+        "    model.train()  # dropout on: evaluate() leaves the model in eval mode\n",
+        "    pass\n",
         fails="train_epoch_mode", cause="model.train() | train mode",
     ),
     Mistake(

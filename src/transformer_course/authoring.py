@@ -16,7 +16,8 @@ Markers a lesson may use:
                                     code (its solution markers around what the student must repair); the
                                     student's notebook holds that code without the markers and with FIND
                                     (which must occur once) replaced by REPLACE: the broken version the
-                                    student debugs. Several `#| bug:` lines plant several edits.
+                                    student debugs. Several `#| bug:` lines plant several edits; `\n` in
+                                    FIND or REPLACE stands for a line break (a bug that adds a line).
 Cell headers carry nbgrader roles in short form:
     `# %% solution="id"`            student writes code here (BEGIN/END SOLUTION inside)
     `# %% tests="id" points=2`      a locked grade cell
@@ -192,7 +193,8 @@ def bug_edits(root: Path, assignment: str) -> dict[str, list[tuple[str, str]]]:
             continue
         if "solution" not in cell.metadata:
             raise ValueError(f"{assignment}: `#| bug:` outside a solution cell")
-        edits[cell.metadata["solution"]] = [(match["find"], match["replace"]) for match in found]
+        edits[cell.metadata["solution"]] = [(match["find"].replace("\\n", "\n"), match["replace"].replace("\\n", "\n"))
+                                            for match in found]  # `\n` in either stands for a line break
     return edits
 
 

@@ -1,6 +1,7 @@
-"""Stage 5 after the Annotated Transformer's `Batch`, `SimpleLossCompute`, `rate` and `run_epoch`: the shift
-as `tgt[:, :-1]` / `tgt[:, 1:]`, the loss on `.contiguous().view(-1, ...)`, the schedule with its
-`if step == 0: step = 1`, the update with `zero_grad(set_to_none=True)`."""
+"""Stage 5 after the Annotated Transformer's `Batch`, `SimpleLossCompute` and `run_epoch`: the shift as
+`tgt[:, :-1]` / `tgt[:, 1:]`, the loss on `.contiguous().view(-1, ...)`, the update with
+`zero_grad(set_to_none=True)` and `model.train()` as `run_epoch`'s caller does it; the bug hunt's `fit` repaired by
+handing the scheduler to the epoch, as `run_epoch(..., scheduler)` takes it."""
 
 from quality.honest import Answer
 
@@ -17,8 +18,10 @@ ANSWERS = {
         loss = criterion(out.contiguous().view(-1, out.size(-1)), batch.tgt_out.contiguous().view(-1))
         """,
     )),
-    "noam_learning_rate": Answer(fixes=(("warmup_steps ** -0.5", "warmup_steps ** (-1.5)"),)),
+    "fit": Answer(fixes=(("optimizer, None, device, clip_norm,", "optimizer, scheduler, device, clip_norm,"),
+                         ("        scheduler.step()\n", ""))),
     "train_epoch": Answer(stubs=(
+        "model.train(mode=True)",
         """
         optimizer.zero_grad(set_to_none=True)
         loss = compute_loss(model, batch, criterion)

@@ -1,6 +1,7 @@
-"""Stage 5 from the lesson's words: the shift with `narrow` (all but the last token, all but the first); the
-scores and targets flattened with `torch.flatten`; the schedule's two regimes as an if/else; the five steps of
-an update with `model.zero_grad()` and the clipping call with keyword arguments."""
+"""Stage 5 from the lesson's words: the shift with `narrow` (what the decoder reads and what it must predict, worked
+out on the lesson's example); the scores and targets flattened with `torch.flatten`; an update put together from
+section 8's ingredients, with `model.zero_grad()` and the clipping call with keyword arguments; the bug hunt's `fit`
+repaired so that the schedule moves on after every update, with a comment saying why."""
 
 from quality.honest import Answer
 
@@ -20,17 +21,24 @@ ANSWERS = {
         loss = criterion(scores, targets)
         """,
     )),
-    "noam_learning_rate": Answer(fixes=(("min(step ** -0.5, step * warmup_steps ** -0.5)",
-                                         "min(step ** -0.5, step * warmup_steps ** -1.5)  # the paper's exponent"),)),
+    "fit": Answer(fixes=(
+        ("optimizer, None, device, clip_norm,",
+         "optimizer,\n"
+         "                                 scheduler,  # the schedule counts updates: train_epoch steps it\n"
+         "                                 device, clip_norm,"),
+        ("        scheduler.step()\n",
+         "        # (no scheduler step here: once per epoch would make the schedule count epochs)\n"),
+    )),
     "train_epoch": Answer(stubs=(
+        "model.train(True)  # evaluate() may have left dropout off",
         """
-        model.zero_grad()  # 1. clear the gradients of the previous batch
-        loss = compute_loss(model, batch, criterion)  # 2.
-        loss.backward()  # 3.
-        nn.utils.clip_grad_norm_(parameters=model.parameters(), max_norm=clip_norm)  # 4.
-        optimizer.step()  # 5.
+        model.zero_grad()  # backward() adds to .grad: start from nothing
+        loss = compute_loss(model, batch, criterion)  # this batch's loss
+        loss.backward()  # its gradient
+        nn.utils.clip_grad_norm_(parameters=model.parameters(), max_norm=clip_norm)  # cap the total norm
+        optimizer.step()  # the update, at the rate the scheduler has set
         if scheduler is not None:
-            scheduler.step()
+            scheduler.step()  # the rate of the next update
         """,
     )),
     "train_predict_uniform_loss": Answer(stubs=(

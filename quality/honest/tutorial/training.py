@@ -1,6 +1,7 @@
 """Stage 5 as d2l.ai and the TensorFlow/PyTorch tutorials write it: contiguous slices for the shift; the
-cross-entropy on logits permuted to (batch, vocab, steps) as d2l's `MaskedSoftmaxCELoss` does; the schedule in
-its rsqrt form (`arg1`, `arg2`); d2l's hand-written `grad_clipping`."""
+cross-entropy on logits permuted to (batch, vocab, steps) as d2l's `MaskedSoftmaxCELoss` does; `net.train()` and
+d2l's hand-written `grad_clipping`; the bug hunt's `fit` repaired with the scheduler passed by keyword, as the
+tutorials' training functions take it."""
 
 from quality.honest import Answer
 
@@ -16,8 +17,18 @@ ANSWERS = {
         loss = criterion(Y_hat.permute(0, 2, 1), batch.tgt_out)  # classes on axis 1, as CrossEntropyLoss wants
         """,
     )),
-    "noam_learning_rate": Answer(fixes=(("step * warmup_steps ** -0.5", "step / warmup_steps ** 1.5"),)),
+    "fit": Answer(fixes=(
+        ("optimizer, None, device, clip_norm,",
+         "optimizer, scheduler=scheduler, device=device,\n                                 clip_norm=clip_norm,"),
+        ("                                 max_steps, progress)\n",
+         "                                 max_steps=max_steps, progress=progress)\n"),
+        ("        scheduler.step()\n", ""),
+    )),
     "train_epoch": Answer(stubs=(
+        """
+        if isinstance(model, torch.nn.Module):  # as d2l's train_epoch_ch3 starts
+            model.train()
+        """,
         """
         optimizer.zero_grad()
         loss = compute_loss(model, batch, criterion)

@@ -1,4 +1,4 @@
-"""Stage 5 checks: the shifted batch, the loss, the warm-up schedule and one training epoch.
+"""Stage 5 checks: the shifted batch, the loss, one training epoch, and the bug hunt's loop over epochs (`fit`).
 
 Everything runs on small synthetic data (a copy task over 12 token ids, <bos>/<eos>/<pad> as in the
 course vocabulary), so no download is needed. The student's functions run in experiments
@@ -14,7 +14,8 @@ the step, d_model, warmup_steps and factor, branch by branch); the updates throu
 diagnosis engine (`checks.differential`) adds the student's line where it finds one.
 
 While `train_epoch` is checked, the name `compute_loss` in the student's namespace points to the
-reference `compute_loss` (declared with `supplied`), so a mistake there is graded once, by its own checks.
+reference `compute_loss` (declared with `supplied`), so a mistake there is graded once, by its own checks;
+while `fit` is checked, `train_epoch` points to the reference's as well.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from transformer_course.reference import Transformer as ReferenceTransformer
 from transformer_course.reference.training import Batch
 from transformer_course.reference.training import collate as reference_collate
 from transformer_course.reference.training import compute_loss as reference_compute_loss
+from transformer_course.reference.training import fit as reference_fit
 from transformer_course.reference.training import noam_learning_rate as reference_noam_learning_rate
 from transformer_course.reference.training import train_epoch as reference_train_epoch
 
@@ -65,9 +67,8 @@ __all__ = [
     "collate_shift",
     "compute_loss_ignores_padding",
     "compute_loss_values",
-    "noam_peak_at_warmup",
-    "noam_step_zero",
-    "noam_values",
+    "fit_history",
+    "fit_schedule_per_update",
     "summary",
     "train_epoch_clips_gradients",
     "train_epoch_learns_copy_task",
@@ -251,7 +252,7 @@ def collate_shapes(collate: Callable[..., Any], batch_size: int = 4, seed: int =
                  cause="the target mask is built from tgt_in by the given line: make tgt_in the right length.")
 
 
-@check("collate shifts the target: tgt_in = target without its last token, tgt_out = target without <bos>")
+@check("collate: at every position, tgt_in holds what the decoder reads and tgt_out the next token it must predict")
 def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 1, pad_idx: int = PAD) -> None:
     pairs = _pairs(batch_size, seed)
     fields, student = _collated(collate, pairs, pad_idx)
@@ -260,9 +261,10 @@ def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 
     tgt = _padded_target(pairs, pad_idx)
     got_in, got_out = fields["tgt_in"], fields["tgt_out"]
     if (_slice_of(got_in, tgt) == (1, 1, tgt.size(1)) and _slice_of(got_out, tgt) == (1, 0, tgt.size(1) - 1)):
-        fail("tgt_in and tgt_out are swapped.", expected="tgt_in = the target without its last token (it starts "
-             "with <bos>), tgt_out = the target without <bos> (it ends with <eos>)",
-             got="tgt_in = the target without <bos>, tgt_out = the target without its last token",
+        fail("tgt_in and tgt_out are swapped.",
+             expected="tgt_in starting with <bos> in every sentence (what the decoder reads first), tgt_out holding "
+                      "each sentence's <eos> (what it must predict last)",
+             got="tgt_out starting with <bos> and tgt_in holding the <eos>",
              cause="tgt_in and tgt_out are swapped: the decoder must READ <bos> first and PREDICT the next tokens.",
              code="tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:].")
     context = differential.Context(sizes={"sentence": batch_size, "position": tgt.size(1) - 1})
@@ -588,174 +590,13 @@ def compute_loss_ignores_padding(compute_loss: Callable[..., Any], batch_size: i
                        "don't average over all positions yourself.")
 
 
-# --- the schedule -------------------------------------------------------------------------------------------
-
-
-@on_student_side
-def _rates(noam_learning_rate: Callable[..., Any], points: list[tuple[int, int, int, float]]) -> list[float]:
-    """The student's rate at each (step, d_model, warmup_steps, factor)."""
-    values = []
-    with student_code():
-        for step, d_model, warmup_steps, factor in points:
-            value = noam_learning_rate(step, d_model, warmup_steps, factor)
-            try:
-                values.append(float(value))
-            except (TypeError, ValueError):
-                fail("noam_learning_rate returned something that is not a number.", expected="a float",
-                     got=f"{type(value).__name__} {value!r}"[:120], cause="return the learning rate as a float.")
-    return values
+# --- the schedule (given code: the checks of train_epoch and fit use the paper's rate) ---------------------
 
 
 def _paper_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
     """The paper's rate (eq. 3) times factor; step 0 counts as step 1."""
     step = max(step, 1)
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
-
-
-SCHEDULE_STEPS = (1, 2, 10, 100, 1000, 3999, 4000, 4001, 8000, 100000)
-PAPER_EXPONENTS = {"warm-up": {"step": 1.0, "d_model": -0.5, "warmup_steps": -1.5, "factor": 1.0},
-                   "decay": {"step": -0.5, "d_model": -0.5, "warmup_steps": 0.0, "factor": 1.0}}
-
-
-def _exponents(noam_learning_rate: Callable[..., Any], d_model: int, warmup_steps: int, factor: float,
-               ) -> dict[str, dict[str, float]] | None:
-    """How the student's rate grows with each argument, branch by branch: the exponent k with
-    rate(2x) = 2^k · rate(x), measured at step 1 (the warm-up, wherever a wrong formula makes it end) and
-    deep in the decay (8 · warmup_steps). None when a rate there is not a positive number."""
-    names = ("step", "d_model", "warmup_steps", "factor")
-    found: dict[str, dict[str, float]] = {}
-    for branch, step in (("warm-up", 1), ("decay", 8 * warmup_steps)):
-        base = (step, d_model, warmup_steps, factor)
-        points = [base]
-        for index, name in enumerate(names):
-            point = list(base)
-            point[index] *= 2
-            if branch == "decay" and name == "warmup_steps":
-                point[0] *= 2  # the step doubles with it, to stay as deep in the decay
-            points.append(tuple(point))
-        values = _rates(noam_learning_rate, points)
-        if not all(math.isfinite(value) and value > 0 for value in values):
-            return None
-        found[branch] = {name: math.log2(value / values[0]) for name, value in zip(names, values[1:], strict=True)}
-    found["decay"]["warmup_steps"] -= found["decay"]["step"]
-    return found
-
-
-BRANCHES = {"warm-up": ("during the warm-up (step < warmup_steps)", "the warm-up branch, step · warmup_steps^-1.5"),
-            "decay": ("after the warm-up (step > warmup_steps)", "the decay branch, step^-0.5")}
-
-
-def _exponent_reading(found: dict[str, dict[str, float]]) -> str | None:
-    """The first exponent that differs from the paper's, in words."""
-    def follows(branch: str, paper: str) -> bool:
-        return all(abs(found[branch][name] - value) < 1e-6 for name, value in PAPER_EXPONENTS[paper].items())
-
-    if follows("warm-up", "decay"):
-        return ("the two branches are exchanged: before warmup_steps your rate falls as step^-0.5 and after it it "
-                "keeps rising as step · warmup_steps^-1.5. max instead of min? The rate is the smaller branch."
-                if follows("decay", "warm-up") else
-                "there is no warm-up: before warmup_steps the rate already follows the decay, d_model^-0.5 · "
-                "step^-0.5. The rate is the SMALLER branch, min(step^-0.5, step · warmup_steps^-1.5): it rises first.")
-    for branch, (when, formula) in BRANCHES.items():
-        for name, paper in PAPER_EXPONENTS[branch].items():
-            got = found[branch][name]
-            if abs(got - paper) < 1e-6:
-                continue
-            if name == "step" and branch == "warm-up" and abs(got) < 1e-6:
-                return (f"{when} the rate stays the same whatever the step (step^0): the warm-up branch is "
-                        "step · warmup_steps^-1.5, which rises linearly with the step.")
-            where = {"factor": "multiply the whole rate by the `factor` argument",
-                     "d_model": "check the factor d_model^-0.5 in front of both branches"}.get(
-                         name, f"check the exponent of {name} in {formula}")
-            owner = "the expected rate" if name == "factor" else "the paper's"  # the paper has no `factor`
-            return f"{when} the rate goes as {name}^{got:.3g} where {owner} goes as {name}^{paper:g}: {where}."
-    return None
-
-
-def _schedule_cause(noam_learning_rate: Callable[..., Any], got: torch.Tensor, steps: Sequence[int],
-                    d_model: int, warmup_steps: int, factor: float) -> str | None:
-    """Where the student's schedule departs from the paper's, measured from its values: one step off, an
-    exponent of one branch, or a constant factor."""
-    def rate(step: int) -> float:
-        return _paper_rate(step, d_model, warmup_steps, factor)
-
-    for shift in (1, -1):
-        if all(math.isclose(float(value), rate(step + shift), rel_tol=1e-9) for value, step in zip(got, steps,
-                                                                                                   strict=True)
-               if step + shift >= 1):
-            return (f"the learning rate at step s is the expected one at step s {'+' if shift > 0 else '-'} 1: the "
-                    "schedule is off by one step. Steps count from 1 (only step 0 is treated as step 1: "
-                    "step = max(step, 1)).")
-    try:
-        found = _exponents(noam_learning_rate, d_model, warmup_steps, factor)
-    except Exception:  # a schedule that cannot be measured at other settings says nothing more here
-        found = None
-    reading = _exponent_reading(found) if found else None
-    ratios = {round(float(value) / rate(step), 9) for value, step in zip(got, steps, strict=True)}
-    if reading is None and len(ratios) == 1:
-        return f"every rate is {ratios.pop():.6g} × the expected one: a constant factor is wrong."
-    return reading
-
-
-RATE_RECIPE = ("lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5) (the paper's eq. 3, times "
-               "the course's `factor`).")
-
-
-@check("noam_learning_rate follows d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), times factor")
-def noam_values(noam_learning_rate: Callable[..., Any], d_model: int = 512, warmup_steps: int = 4000,
-                factor: float = 2.0) -> None:
-    steps = [max(1, round(step * warmup_steps / 4000)) for step in SCHEDULE_STEPS]
-    got = torch.tensor(_rates(noam_learning_rate, [(step, d_model, warmup_steps, factor) for step in steps]),
-                       dtype=torch.float64)
-    expected = torch.tensor([_paper_rate(step, d_model, warmup_steps, factor) for step in steps], dtype=torch.float64)
-
-    def diagnose(_got: torch.Tensor) -> Diagnosis:
-        return Diagnosis("", _schedule_cause(noam_learning_rate, got, steps, d_model, warmup_steps, factor) or "")
-
-    expect_close(f"rates at steps {steps} (d_model={d_model}, warmup={warmup_steps}, factor={factor})",
-                 got, expected, atol=0, rtol=1e-9, diagnose=diagnose, cause=RATE_RECIPE)
-
-
-@check("noam_learning_rate peaks exactly at step = warmup_steps")
-def noam_peak_at_warmup(noam_learning_rate: Callable[..., Any], d_model: int = 64, warmup_steps: int = 100,
-                        ) -> None:
-    steps = list(range(1, 3 * warmup_steps + 1))
-    got = torch.tensor(_rates(noam_learning_rate, [(step, d_model, warmup_steps, 1.0) for step in steps]),
-                       dtype=torch.float64)
-    peak = steps[int(got.argmax())]
-    if peak != warmup_steps:
-        fail("the learning rate does not peak at the end of the warm-up.",
-             expected=f"the largest rate at step {warmup_steps}", got=f"the largest rate at step {peak}",
-             cause=_schedule_cause(noam_learning_rate, got, steps, d_model, warmup_steps, 1.0)
-             or "the two branches of min(step^-0.5, step · warmup^-1.5) meet at step = warmup_steps; "
-                "check the exponents.")
-    top = d_model ** -0.5 * warmup_steps ** -0.5
-    if not math.isclose(float(got.max()), top, rel_tol=1e-9):
-        fail("the peak learning rate is wrong.", expected=f"d_model^-0.5 · warmup^-0.5 = {top:.6g}",
-             got=f"{float(got.max()):.6g}",
-             cause=_schedule_cause(noam_learning_rate, got, steps, d_model, warmup_steps, 1.0)
-             or "check the factor d_model^-0.5.")
-
-
-ZERO_CAUSE = ("0 ** -0.5 divides by zero: treat step 0 as step 1 first, e.g. `step = max(step, 1)`. "
-              "The given make_optimizer never asks for step 0, but other callers of the schedule may.")
-
-
-@check("noam_learning_rate(0, ...) gives the rate of step 1 (step 0 counts as step 1: no division by zero)")
-def noam_step_zero(noam_learning_rate: Callable[..., Any], d_model: int = 512, warmup_steps: int = 4000) -> None:
-    try:
-        value, first = _rates(noam_learning_rate, [(0, d_model, warmup_steps, 1.0), (1, d_model, warmup_steps, 1.0)])
-    except (ZeroDivisionError, ValueError, OverflowError) as error:
-        fail("noam_learning_rate(0, ...) raised an error.", expected="a finite learning rate",
-             got=f"{type(error).__name__}: {error}", cause=ZERO_CAUSE)
-    # Graded against the student's own step 1 (one property only: a wrong formula is noam_values' business),
-    # or the paper's (a schedule off by one step gives step 0 the rate of step 1: noam_values says so).
-    if math.isfinite(value) and (math.isclose(value, first, rel_tol=1e-9)
-                                 or math.isclose(value, _paper_rate(1, d_model, warmup_steps), rel_tol=1e-9)):
-        return
-    fail("noam_learning_rate(0, ...) is not the rate of step 1.", expected=f"the rate of step 1 ({first:.6g})",
-         got=f"{value!r}", cause=ZERO_CAUSE if not math.isfinite(value) else
-         "treat step 0 as step 1 (step = max(step, 1)), so it gets the rate of step 1.")
 
 
 # --- train_epoch --------------------------------------------------------------------------------------------
@@ -967,7 +808,7 @@ def _accumulated(got: torch.Tensor, fresh: torch.Tensor, before: torch.Tensor) -
     return bool(torch.allclose(got, fresh + before, rtol=1e-6, atol=1e-9 * float(fresh.abs().max())))
 
 
-@check("train_epoch trains in train mode (dropout on), also after an evaluation left the model in eval mode")
+@check("train_epoch trains with dropout on, also after an evaluation left the model in eval mode")
 def train_epoch_train_mode(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 8) -> None:
     run = _train(train_epoch, Setup(seed, (4,) * num_batches, dropout=0.3, lr=0.1, start_in_eval=True))
     if not run.modes:
@@ -975,13 +816,14 @@ def train_epoch_train_mode(train_epoch: Callable[..., Any], num_batches: int = 2
              cause="compute each batch's loss with compute_loss(model, batch, criterion).")
     if not all(run.modes):
         fail("the model was in eval mode during training: dropout was off.",
-             expected="every forward pass in train mode",
+             expected="every forward pass in train mode (the model came in eval mode, as evaluate() leaves it)",
              got=f"{run.modes.count(False)} of {len(run.modes)} forward passes in eval mode",
-             cause="keep the given model.train() at the start of train_epoch: evaluate() switches the model to "
-                   "eval mode, so every epoch after the first would otherwise train without dropout.")
+             cause="nothing in train_epoch switches the model back to train mode: evaluate() leaves it in eval mode, "
+                   "so every epoch after the first would train without dropout. Call model.train() at the start "
+                   "of train_epoch, before the first forward pass.")
 
 
-@check("train_epoch zeroes the gradients every batch: each update gets only its own batch's gradient")
+@check("train_epoch: every update is driven by the gradient of its own batch alone")
 def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 4) -> None:
     setup = Setup(seed, (6,) * num_batches, keep_gradients=True)
     run = _train(train_epoch, setup)
@@ -1034,7 +876,7 @@ def _clip_reading(got: torch.Tensor, fresh: torch.Tensor, sizes: list[int], clip
     return f"the gradient keeps its direction but its norm is {norm:.4g}, not min(its norm, clip_norm): {CLIP}."
 
 
-@check("train_epoch clips the gradients' total norm to clip_norm before the optimiser's step")
+@check("train_epoch: the gradients each update uses have a total norm of at most clip_norm")
 def train_epoch_clips_gradients(train_epoch: Callable[..., Any], clip_norm: float = 0.05, num_batches: int = 2,
                                 seed: int = 5) -> None:
     setup = Setup(seed, (6,) * num_batches, lr=0.1, clip_norm=clip_norm, keep_gradients=True)
@@ -1079,7 +921,7 @@ def _schedule_reading(indices: list[int | None], count: int, batches: int) -> st
     return None
 
 
-@check("train_epoch steps the scheduler once per batch, after the optimiser's step, and runs without one (None)")
+@check("train_epoch: the k-th update uses the schedule's k-th learning rate; scheduler=None is allowed")
 def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches: int = 5, d_model: int = 16,
                                     warmup_steps: int = 3, seed: int = 6) -> None:
     setup = Setup(seed, (4,) * num_batches, copy_task=True, lr=1.0, schedule="warmup", rate_d_model=d_model,
@@ -1091,7 +933,7 @@ def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches
     reading = _schedule_reading(indices, run.scheduler_steps, num_batches)
     _one_step_per_batch(run, num_batches, reading)
     listing = ", ".join("?" if index is None else str(index + 1) for index in indices)
-    expect_close(f"learning rates used by the {num_batches} optimizer steps", used, expected, atol=0, rtol=1e-9,
+    expect_close(f"the list of learning rates of the {num_batches} optimizer steps", used, expected, atol=0, rtol=1e-9,
                  diagnose=lambda _got: Diagnosis(f"the updates used the rates of schedule steps {listing}",
                                                  reading or ""),
                  cause="one scheduler.step() per batch, right after optimizer.step().")
@@ -1172,6 +1014,189 @@ def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 
                  "clip -> optimizer.step -> scheduler.step.")
     fail("the loss did not fall.", expected=f"epoch {epochs} loss below 60% of epoch 1's ({losses[0]:.3f})",
          got="losses per epoch " + ", ".join(f"{loss:.3f}" for loss in losses), cause=cause)
+
+
+# --- fit: the bug hunt's loop over epochs -------------------------------------------------------------------
+
+
+@dataclass
+class FitRun:
+    """What the student's fit did: what it returned, the history list it was given (after the run), the learning
+    rate of every optimizer step in order, how often the scheduler stepped, and the history's length at each
+    call of after_epoch."""
+
+    returned: Any = None
+    history: list[Any] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    scheduler_steps: int = 0
+    after_epoch: list[int] = field(default_factory=list)
+
+
+def _fit_setup(seed: int, num_batches: int, warmup_steps: int) -> Setup:
+    """Training batches of a copy task, the paper's schedule (own copy) on SGD, label smoothing 0.1 (so the
+    validation loss, without it, is another number than the training criterion would give)."""
+    return Setup(seed, (4,) * num_batches, copy_task=True, lr=1.0, schedule="warmup", warmup_steps=warmup_steps,
+                 label_smoothing=0.1)
+
+
+def _validation_batches(setup: Setup) -> list[Batch]:
+    return Setup(setup.seed + 1, (5, 3), copy_task=True).batches()
+
+
+@contextmanager
+def _course_train_epoch(fit: Callable[..., Any]) -> Iterator[None]:
+    """Let the student's fit call the reference train_epoch, and the given evaluate the reference compute_loss
+    (both restored afterwards): a mistake in the student's own train_epoch or compute_loss is not counted again."""
+    namespace = getattr(fit, "__globals__", {})
+    supplied(reference_train_epoch, reference_compute_loss)
+    saved = {name: namespace[name] for name in ("train_epoch", "compute_loss") if name in namespace}
+    for name, course in (("train_epoch", reference_train_epoch), ("compute_loss", reference_compute_loss)):
+        if name in saved:
+            namespace[name] = course
+    try:
+        yield
+    finally:
+        namespace.update(saved)
+
+
+@on_student_side
+def _fit(fit: Callable[..., Any], setup: Setup, epochs: int, resume_after: int | None = None) -> FitRun:
+    """The student's fit on the setup's model and batches, with a spying optimiser and the check's own LambdaLR
+    schedule; with `resume_after`, first until the history holds that many epochs, then on with the same list."""
+    run = FitRun()
+    model, batches, criterion = setup.model(), setup.batches(), setup.criterion()
+    supplied(model)
+    spy = _SpySGD(model.parameters(), lr=1.0)
+    spy.run, spy.keep = EpochRun(), False
+    scheduler = torch.optim.lr_scheduler.LambdaLR(spy, setup.rate)
+    history: list[Any] = []
+
+    def after_epoch(records: Any) -> None:
+        run.after_epoch.append(len(records) if isinstance(records, list) else -1)
+
+    with _one_thread(), torch.random.fork_rng(devices=[]), student_code(), _course_train_epoch(fit):
+        torch.manual_seed(salted_seed(setup.seed))
+        for target in ([resume_after] if resume_after else []) + [epochs]:
+            run.returned = fit(model, batches, _validation_batches(setup), criterion, spy, scheduler, epochs=target,
+                               history=history, clip_norm=setup.clip_norm, after_epoch=after_epoch, progress=False)
+    run.lrs = [step.lr for step in spy.run.steps]
+    run.scheduler_steps = scheduler.last_epoch
+    run.history = [dict(record) if isinstance(record, dict) else describe(record) for record in history]
+    run.returned = "the history list" if run.returned is history else describe(run.returned)
+    return run
+
+
+def _reference_fit(setup: Setup, epochs: int) -> list[dict[str, float]]:
+    """The history the reference fit records on the same setup (the reference train_epoch and evaluate)."""
+    model, batches, criterion = setup.model(), setup.batches(), setup.criterion()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, setup.rate)
+    with _one_thread(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(salted_seed(setup.seed))
+        return reference_fit(model, batches, _validation_batches(setup), criterion, optimizer, scheduler, epochs,
+                             clip_norm=setup.clip_norm, progress=False)
+
+
+def _steps_listing(lrs: Sequence[float], setup: Setup) -> tuple[list[int | None], str]:
+    indices = _rate_steps(lrs, setup, 3 * len(lrs) + 3)
+    return indices, ", ".join("?" if index is None else str(index + 1) for index in indices)
+
+
+def _fit_schedule_reading(indices: list[int | None], num_batches: int, epochs: int) -> str | None:
+    """What the schedule steps of the updates say about where fit moves the schedule on."""
+    if None in indices or len(indices) != num_batches * epochs:
+        return None
+    if all(index == 0 for index in indices):
+        return ("the schedule never moves on: every update uses the rate of schedule step 1. fit gives train_epoch "
+                "no scheduler, and nothing else steps it; train_epoch steps it after every update when fit passes "
+                "it `scheduler`.")
+    per_epoch = [indices[start:start + num_batches] for start in range(0, len(indices), num_batches)]
+    if all(len(set(epoch)) == 1 for epoch in per_epoch) and [epoch[0] for epoch in per_epoch] == list(range(epochs)):
+        return ("the schedule moves on once per epoch, not after every update: within an epoch every update uses "
+                "the same rate, so the schedule counts epochs and the run stays in the first steps of the warm-up. "
+                "fit gives train_epoch no scheduler and steps the scheduler itself after each epoch; train_epoch "
+                "steps it after every update when fit passes it `scheduler`, and fit's own scheduler.step() "
+                "must go.")
+    expected = list(range(num_batches * epochs))
+    jumps = [indices[index] - expected[index] for index in range(0, len(indices), num_batches)]
+    if jumps == list(range(epochs)) and all(
+            indices[start:start + num_batches] == [value + jump for value in expected[start:start + num_batches]]
+            for start, jump in zip(range(0, len(indices), num_batches), jumps, strict=True)):
+        return ("every update within an epoch moves the schedule on, and then it moves on once more after each "
+                "epoch: the scheduler is stepped both by train_epoch and by fit. Only train_epoch should step it.")
+    return None
+
+
+@check("fit: the k-th update of the whole run uses the schedule's k-th learning rate, epoch after epoch")
+def fit_schedule_per_update(fit: Callable[..., Any], epochs: int = 2, num_batches: int = 3, warmup_steps: int = 5,
+                            seed: int = 20) -> None:
+    setup = _fit_setup(seed, num_batches, warmup_steps)
+    run = _fit(fit, setup, epochs)
+    updates = epochs * num_batches
+    if len(run.lrs) != updates:
+        fail(f"fit made {len(run.lrs)} updates of the weights.",
+             expected=f"{updates} updates ({epochs} epochs of {num_batches} batches)", got=f"{len(run.lrs)} updates",
+             cause="fit must train until the history holds `epochs` epochs, each a call of train_epoch on the "
+                   "training batches (train_epoch makes one update per batch).")
+    indices, listing = _steps_listing(run.lrs, setup)
+    expected = torch.tensor([setup.rate(index) for index in range(updates)], dtype=torch.float64)
+    reading = _fit_schedule_reading(indices, num_batches, epochs)
+    expect_close(f"the list of learning rates of the {updates} updates ({epochs} epochs of {num_batches} batches)",
+                 torch.tensor(run.lrs, dtype=torch.float64), expected, atol=0, rtol=1e-9,
+                 diagnose=lambda _got: Diagnosis(f"the updates used the rates of schedule steps {listing} "
+                                                 f"(expected 1 to {updates})", reading or ""),
+                 cause="the schedule must move on after every update, as train_epoch does when it is given the "
+                       "scheduler.")
+
+
+HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "lr")
+
+
+@check("fit: one record per epoch (continuing a resumed history): its training loss, validation loss without "
+       "smoothing and next learning rate")
+def fit_history(fit: Callable[..., Any], epochs: int = 3, resume_after: int = 1, num_batches: int = 2,
+                warmup_steps: int = 5, seed: int = 23) -> None:
+    setup = _fit_setup(seed, num_batches, warmup_steps)
+    run = _fit(fit, setup, epochs, resume_after=resume_after)
+    expected = _reference_fit(setup, epochs)
+    if run.returned != "the history list":
+        fail("fit returned something else than the history it filled.", expected="the `history` list it was given",
+             got=run.returned, cause="keep the given `return history`.")
+    if len(run.history) != epochs or not all(isinstance(record, dict) for record in run.history):
+        fail("the history does not hold one record per epoch.",
+             expected=f"{epochs} records (dicts), after training up to {resume_after} epochs and then on to {epochs}",
+             got=f"{len(run.history)} records" + (f": {run.history[:2]}" if run.history else ""),
+             cause="fit continues after the epochs the history already holds and appends one record per epoch.")
+    if run.after_epoch != list(range(1, epochs + 1)):
+        fail("after_epoch was not called once after each epoch.",
+             expected=f"calls with {', '.join(str(n) for n in range(1, epochs + 1))} records",
+             got=f"calls with {', '.join(str(n) for n in run.after_epoch) or 'no'} records",
+             cause="call after_epoch(history) once after each epoch's record is appended.")
+    def agrees(value: Any, wanted: float) -> bool:
+        return isinstance(value, int | float) and math.isclose(float(value), wanted, rel_tol=1e-7, abs_tol=1e-12)
+
+    for number, got in enumerate(run.history, start=1):
+        missing = [key for key in HISTORY_KEYS if key not in got]
+        if missing:
+            fail(f"epoch {number}'s record has no {', '.join(missing)}.",
+                 expected=f"the keys {', '.join(HISTORY_KEYS)}", got=", ".join(str(key) for key in got),
+                 cause="keep the given record of each epoch.")
+    same_training = all(agrees(got[key], wanted[key]) for got, wanted in zip(run.history, expected, strict=True)
+                        for key in ("epoch", "train_loss", "lr"))
+    indices, _ = _steps_listing(run.lrs, setup)
+    reading = _fit_schedule_reading(indices, num_batches, epochs)
+    for number, (got, wanted) in enumerate(zip(run.history, expected, strict=True), start=1):
+        for key in HISTORY_KEYS:
+            if agrees(got[key], wanted[key]):
+                continue
+            if reading is None and key == "val_loss" and same_training:
+                reading = ("the training is the same (every training loss and learning rate agrees) but the "
+                           "validation loss is not: it must be measured without label smoothing, with the criterion "
+                           "`plain` that fit builds for it.")
+            fail(f"epoch {number}'s {key} differs from the same training done epoch by epoch with train_epoch.",
+                 expected=f"{key} = {wanted[key]:.6g}", got=f"{key} = {got[key]!r}",
+                 cause=reading or "fit must train exactly as train_epoch does when called once per epoch with the "
+                                  "optimizer and the scheduler, and record what it measured.")
 
 
 # --- predict, then run ------------------------------------------------------------------------------------------

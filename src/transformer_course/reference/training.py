@@ -1,10 +1,11 @@
 """Stage 5: batches with the shifted target, label-smoothed loss, the paper's warm-up schedule,
-one training epoch and evaluation."""
+one training epoch, evaluation, the epoch loop (`fit`), saving and resuming a run, averaging checkpoints."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,11 @@ def pad_sequences(sequences: Sequence[Sequence[int]], pad_idx: int) -> torch.Ten
 
 
 def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_idx: int) -> Batch:
-    """(source ids, target ids) pairs, each target framed as <bos> ... <eos> -> a Batch.
+    """(source ids, target ids) pairs, each target framed as <bos> ... <eos> -> a Batch for teacher forcing.
 
-    Teacher forcing: the decoder reads tgt_in = target[:, :-1] and must predict tgt_out = target[:, 1:].
+    src (batch, src_len): the padded sources. tgt_in and tgt_out, both (batch, tgt_len), int64: at every
+    position t, tgt_in[:, t] is the token the decoder reads there and tgt_out[:, t] the token it must predict
+    there (section 3 of the lesson); tgt_len is one less than the longest framed target.
     """
     src = pad_sequences([source for source, _ in pairs], pad_idx)  # (batch, src_len)
     tgt = pad_sequences([target for _, target in pairs], pad_idx)  # (batch, tgt_len + 1)
@@ -53,16 +56,28 @@ def collate(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], pad_idx: int) 
     return Batch(src, tgt_in, tgt_out, make_source_mask(src, pad_idx), make_target_mask(tgt_in, pad_idx))
 
 
+def copy_pairs(count: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+    """`count` random sentences of 2 to 6 words over the ids 4..11, each paired with itself, framed by
+    <bos> (1) and <eos> (2): the copy task."""
+    random = torch.Generator().manual_seed(seed)
+    pairs = []
+    for _ in range(count):
+        length = int(torch.randint(2, 7, (1,), generator=random))
+        words = torch.randint(4, 12, (length,), generator=random).tolist()
+        pairs.append(([1, *words, 2], [1, *words, 2]))
+    return pairs
+
+
 def make_criterion(pad_idx: int, label_smoothing: float = 0.1) -> nn.CrossEntropyLoss:
     """Cross-entropy over the target vocabulary that ignores padding positions."""
     return nn.CrossEntropyLoss(ignore_index=pad_idx, label_smoothing=label_smoothing)
 
 
 def compute_loss(model: nn.Module, batch: Batch, criterion: nn.Module) -> torch.Tensor:
-    """Mean loss per real target token of one batch (a scalar tensor that can be backpropagated).
+    """The mean loss per real target token of one batch: a 0-d tensor that can be backpropagated.
 
-    The model maps (src, tgt_in, src_mask, tgt_mask) to logits (batch, tgt_len, vocab); the criterion
-    wants one row of scores per token, (batch * tgt_len, vocab), and the targets tgt_out as (batch * tgt_len,).
+    model: stage 4's Transformer (or any module with its call and its logits (batch, tgt_len, vocab));
+    criterion: the given nn.CrossEntropyLoss, which knows the padding id and the label smoothing.
     """
     ### BEGIN SOLUTION
     logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)  # (batch, tgt_len, vocab)
@@ -77,10 +92,8 @@ def noam_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float
     Steps count from 1; step 0 is treated as step 1 (make_optimizer passes index + 1 and never asks for 0,
     but the formula must not divide by zero for a caller that does).
     """
-    ### BEGIN SOLUTION
     step = max(step, 1)
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
-    ### END SOLUTION
 
 
 def make_optimizer(model: nn.Module, d_model: int, warmup_steps: int = 4000, factor: float = 1.0,
@@ -96,13 +109,19 @@ def train_epoch(model: nn.Module, batches: Iterable[Batch], criterion: nn.Module
                 optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
                 device: torch.device | str = "cpu", clip_norm: float = 1.0, max_steps: int | None = None,
                 progress: bool = True) -> float:
-    """One pass of training; returns the mean loss per target token.
+    """One pass of training over `batches` (the first max_steps of them, when given); returns the mean loss
+    per real target token, each batch's loss measured before its update.
 
-    For every batch: zero the gradients, compute the loss, backpropagate, clip the gradients' total norm
-    to clip_norm, take an optimizer step, then a scheduler step (the schedule counts batches, not epochs).
+    What must hold: dropout is on while training; every batch makes exactly one update of the weights, driven by
+    the gradient of that batch's loss alone (its loss from compute_loss), with the total norm of the gradients
+    of all parameters together at most clip_norm; the k-th update of a run uses the schedule's k-th learning
+    rate; with scheduler None the learning rate is left as it is. The given lines after yours read the batch's
+    loss tensor from the name `loss`.
     """
-    model.train()
     total_loss, total_tokens = 0.0, 0
+    ### BEGIN SOLUTION
+    model.train()  # dropout on: evaluate() leaves the model in eval mode
+    ### END SOLUTION
     for step, batch in enumerate(tqdm(batches, desc="train", leave=False, disable=not progress)):
         if max_steps is not None and step >= max_steps:
             break
@@ -137,7 +156,58 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], criterion: nn.Module,
 
 
 def perplexity(loss: float) -> float:
+    """e^loss for a loss in nats per token (capped, so that a diverged run gives a large number, not inf)."""
     return math.exp(min(loss, 50.0))
+
+
+def fit(model: nn.Module, train_batches: Iterable[Batch], val_batches: Iterable[Batch], criterion: nn.Module,
+        optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+        epochs: int = 1, history: list[dict[str, float]] | None = None, device: torch.device | str = "cpu",
+        clip_norm: float = 1.0, max_steps: int | None = None,
+        after_epoch: Callable[[list[dict[str, float]]], None] | None = None, progress: bool = True,
+        ) -> list[dict[str, float]]:
+    """Train until `history` holds `epochs` epochs, continuing after the epochs it already holds.
+
+    Each epoch: train_epoch on train_batches (in a fresh order when their batch sampler has set_epoch), then
+    the validation loss without label smoothing on val_batches. One record per epoch goes into history:
+    epoch, train_loss, val_loss, lr (the learning rate the next update will use) and seconds; after_epoch
+    (to save the training state, say) is called with history after each. Returns history."""
+    history = [] if history is None else history
+    plain = make_criterion(criterion.ignore_index, label_smoothing=0.0)  # validation loss: comparable, unsmoothed
+    sampler = getattr(train_batches, "batch_sampler", None)
+    done = len(history)
+    bar = tqdm(range(done + 1, epochs + 1), desc="epochs", unit="epoch", initial=done, total=max(epochs, done),
+               disable=not progress)
+    for epoch in bar:
+        started = time.perf_counter()
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)  # another shuffle of the batches every epoch
+        ### BEGIN SOLUTION
+        train_loss = train_epoch(model, train_batches, criterion, optimizer, scheduler, device, clip_norm,
+                                 max_steps, progress)
+        val_loss = evaluate(model, val_batches, plain, device, progress)
+        ### END SOLUTION
+        history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss,
+                        "lr": optimizer.param_groups[0]["lr"], "seconds": time.perf_counter() - started})
+        if after_epoch is not None:
+            after_epoch(history)
+        if progress:
+            bar.write(f"epoch {epoch}: train loss {train_loss:.3f}, validation loss {val_loss:.3f} (perplexity "
+                      f"{perplexity(val_loss):.1f}), next learning rate {history[-1]['lr']:.2e}, "
+                      f"{history[-1]['seconds']:.0f} s")
+    return history
+
+
+def average_state_dicts(states: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of each floating-point tensor over `states` (checkpoints of one run); integer
+    tensors (counters, say) are taken from the last state."""
+    averaged = {}
+    for name, last in states[-1].items():
+        if last.is_floating_point():
+            averaged[name] = torch.stack([state[name].float() for state in states]).mean(dim=0).to(last.dtype)
+        else:
+            averaged[name] = last.clone()
+    return averaged
 
 
 # --- saving and resuming a training run ----------------------------------------------------------

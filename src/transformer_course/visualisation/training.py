@@ -1,5 +1,5 @@
-"""Stage 5 figures: the shifted target, sentence lengths and padding, label smoothing,
-the warm-up learning-rate schedule and training curves."""
+"""Stage 5 figures: the examples a target sentence teaches, sentence lengths and padding, label smoothing,
+the warm-up learning-rate schedule, gradient clipping and training curves."""
 
 from __future__ import annotations
 
@@ -15,26 +15,74 @@ from transformer_course.visualisation.unseen import not_drawn_while_grading
 
 
 @not_drawn_while_grading
-def plot_shifted_target(tokens: Sequence[str]) -> Figure:
-    """Teacher forcing for one framed target sentence `<bos> ... <eos>`.
-
-    Top row: the decoder input tgt_in = tokens[:-1]; bottom row: what each position must predict,
-    tgt_out = tokens[1:]. An arrow joins every input position to its prediction.
-    """
-    tgt_in, tgt_out = list(tokens[:-1]), list(tokens[1:])
-    figure, axis = plt.subplots(figsize=(1.25 * len(tgt_in) + 1.6, 2.4))
-    for column, (reads, predicts) in enumerate(zip(tgt_in, tgt_out, strict=True)):
-        axis.text(column, 1, reads, ha="center", va="center", fontsize=10,
-                  bbox={"boxstyle": "round", "facecolor": "#deebf7", "edgecolor": "#3182bd"})
-        axis.text(column, 0, predicts, ha="center", va="center", fontsize=10,
+def plot_next_token_examples(tokens: Sequence[str]) -> Figure:
+    """The examples one framed target sentence `<bos> ... <eos>` teaches the decoder, one row each: the tokens
+    of the reference it has read so far (blue) and the token it must predict next (orange)."""
+    rows = len(tokens) - 1
+    figure, axis = plt.subplots(figsize=(1.15 * len(tokens) + 2.2, 0.62 * rows + 1.0))
+    for row in range(rows):
+        y = rows - 1 - row
+        for column in range(row + 1):
+            axis.text(column, y, tokens[column], ha="center", va="center", fontsize=10,
+                      bbox={"boxstyle": "round", "facecolor": "#deebf7", "edgecolor": "#3182bd"})
+        axis.annotate("", xy=(row + 0.72, y), xytext=(row + 0.3, y), arrowprops={"arrowstyle": "->"})
+        axis.text(row + 1, y, tokens[row + 1], ha="center", va="center", fontsize=10,
                   bbox={"boxstyle": "round", "facecolor": "#fee6ce", "edgecolor": "#e6550d"})
-        axis.annotate("", xy=(column, 0.22), xytext=(column, 0.78), arrowprops={"arrowstyle": "->"})
-    axis.text(-0.9, 1, "tgt_in\n(decoder reads)", ha="right", va="center", fontsize=9)
-    axis.text(-0.9, 0, "tgt_out\n(must predict)", ha="right", va="center", fontsize=9)
-    axis.set_xlim(-2.6, len(tgt_in) - 0.4)
-    axis.set_ylim(-0.5, 1.5)
+        axis.text(-0.8, y, f"example {row + 1}", ha="right", va="center", fontsize=9)
+    axis.set_xlim(-2.4, len(tokens) - 0.4)
+    axis.set_ylim(-0.6, rows - 0.4)
     axis.axis("off")
-    axis.set_title("Teacher forcing: position t reads tokens 0..t and predicts token t+1")
+    axis.set_title("One target sentence, one example per token to predict: read (blue), predict (orange)")
+    figure.tight_layout()
+    return figure
+
+
+@not_drawn_while_grading
+def plot_gradient_clipping(gradients: Sequence[tuple[float, float]], clip_norm: float) -> Figure:
+    """Two-parameter gradients (arrows from 0) before clipping, clipped by their norm to `clip_norm` (direction
+    kept) and clipped entry by entry to ±clip_norm (direction changed); the circle is the norm limit."""
+    figure, axes = plt.subplots(1, 2, figsize=(9, 4.2), sharex=True, sharey=True)
+    limit = max(max(abs(x), abs(y)) for x, y in gradients) * 1.15
+    for axis, how in zip(axes, ("by the total norm", "entry by entry (by value)"), strict=True):
+        axis.add_patch(plt.Circle((0, 0), clip_norm, fill=False, linestyle="--", color="grey"))
+        axis.add_patch(plt.Rectangle((-clip_norm, -clip_norm), 2 * clip_norm, 2 * clip_norm, fill=False,
+                                     linestyle=":", color="grey"))
+        for index, (x, y) in enumerate(gradients):
+            norm = math.hypot(x, y)
+            if how.startswith("by the total"):
+                scale = min(1.0, clip_norm / norm)
+                clipped = (x * scale, y * scale)
+            else:
+                clipped = (max(-clip_norm, min(clip_norm, x)), max(-clip_norm, min(clip_norm, y)))
+            colour = f"C{index}"
+            axis.annotate("", xy=(x, y), xytext=(0, 0), arrowprops={"arrowstyle": "->", "color": colour,
+                                                                  "alpha": 0.35, "linewidth": 1.5})
+            axis.annotate("", xy=clipped, xytext=(0, 0), arrowprops={"arrowstyle": "->", "color": colour,
+                                                                    "linewidth": 2.2})
+        axis.set_title(f"clipped {how}")
+        axis.set_aspect("equal")
+        axis.set_xlim(-limit, limit)
+        axis.set_ylim(-limit, limit)
+        axis.axhline(0, color="lightgrey", linewidth=0.8)
+        axis.axvline(0, color="lightgrey", linewidth=0.8)
+        axis.set_xlabel("gradient entry 1")
+    axes[0].set_ylabel("gradient entry 2")
+    figure.suptitle(f"Faint: the gradients as backward() left them; bold: after clipping with c = {clip_norm}")
+    figure.tight_layout()
+    return figure
+
+
+@not_drawn_while_grading
+def plot_rate_curves(curves: Mapping[str, Sequence[float]], title: str = "Learning rate per update") -> Figure:
+    """One line per schedule: label -> the learning rate of each update (updates counted from 1)."""
+    figure, axis = plt.subplots(figsize=(7, 3.2))
+    for label, rates in curves.items():
+        axis.plot(range(1, len(rates) + 1), list(rates), label=label)
+    axis.set_xlabel("update (batches seen)")
+    axis.set_ylabel("learning rate")
+    axis.set_yscale("log")
+    axis.set_title(title)
+    axis.legend()
     figure.tight_layout()
     return figure
 

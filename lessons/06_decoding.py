@@ -25,14 +25,14 @@
 # | **6** | **greedy decoding, BLEU, attention heatmaps** (this one) |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 1¾ hours if you are at ease with PyTorch, about 3 hours if you are new to it
-# or get stuck. That is reading (52 minutes, or 69 with the folded hints), one exercise, one bug hunt,
-# two predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup cell,
-# saving a copy), and under a minute of computation on one CPU core, BLEU on all 1,000 test sentences
-# included. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
-# length and the measured run time of its cells, with assumptions it prints, not measurements of
-# students: for example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2 or 4 per line
-# you write, 10 or 20 per bug hunt.)
+# **Working time:** about 2½ hours if you are at ease with PyTorch, about 4¾ hours if you are new to it
+# or get stuck. That is reading (57 minutes at 150 words a minute with the folded hints left closed, or
+# 79 minutes at 100 words a minute with them open), three exercises, one bug hunt, two predictions and
+# three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and
+# about a minute of computation on one CPU core, BLEU on all 1,000 test sentences included. (Estimated
+# by `scripts/working_time.py` in the course repository from the notebook's length and the measured run
+# time of its cells, with assumptions it prints, not measurements of students: for example 150 or 100
+# words a minute, 5 or 10 minutes per exercise plus 2 or 4 per line you write, 10 or 20 per bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can
@@ -41,11 +41,13 @@
 # 2. implement batched greedy decoding that stops every sentence at its own `<eos>`, pads finished
 #    sentences and respects a maximum length;
 # 3. load a pretrained checkpoint into the model of stage 4 and translate German test sentences;
-# 4. compute corpus BLEU with sacreBLEU, explain n-gram precision and the brevity penalty, and state
-#    the exact recipe behind a BLEU number;
+# 4. explain why BLEU clips its n-gram counts, takes a geometric mean, adds a brevity penalty and is
+#    computed over the whole corpus; compute corpus BLEU yourself and match sacreBLEU's score; state the
+#    exact recipe behind a BLEU number;
 # 5. collect the attention weights of every layer and read cross-attention, encoder self-attention
 #    and decoder self-attention heatmaps, per layer and head;
-# 6. recognise the classic decoding bugs from their symptoms.
+# 6. recognise the classic decoding bugs from their symptoms, and find a batching bug from what it does
+#    to the translations.
 #
 # **Before you start.** You need stages 4 and 5: the model's forward pass with its masks, and the
 # vocabulary's `<bos>`, `<eos>` and `<pad>`. A trained model is provided (the course's checkpoint), so
@@ -53,7 +55,8 @@
 #
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
-# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
+# given and correct, apart from the bug hunt's code, which says so. After each exercise a few *check
+# cells* test one property each: `✔` means it
 # holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
 # does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
 # check with its points. (To stop at the first failing check instead, set
@@ -71,9 +74,9 @@
 #| settings
 
 # %%
-import math
+import math  # noqa: F401  (used by compute_bleu below)
 import time
-from collections import Counter
+from collections import Counter  # noqa: F401  (used by compute_bleu below)
 
 import matplotlib.pyplot as plt
 import sacrebleu
@@ -82,6 +85,7 @@ from torch import nn
 
 from transformer_course.checks import decoding as check
 from transformer_course.data.tokenize import Tokenizer
+from transformer_course.data.vocab import Vocab  # noqa: F401  (translate_batch's type hints)
 from transformer_course.reference import Transformer, count_parameters, make_source_mask, make_target_mask
 from transformer_course.reference.checkpoint import load, pretrained_path, read_metadata, select
 from transformer_course.reference.translation import corpus_bleu, prepare_data
@@ -186,25 +190,23 @@ plt.show()
 # %% [markdown]
 # ## 2. Greedy decoding for a whole batch
 #
-# Translating one sentence at a time wastes the hardware, so we decode a batch `src`
-# `(batch, src_len)` together. The algorithm in words:
+# Translating one sentence at a time wastes the hardware, so we decode a batch `src` `(batch, src_len)`
+# together. Four facts shape the loop; each is a requirement your code must meet, and the table below shows
+# all four on an example.
 #
-# 1. **Encode once.** The encoder turns the source into `enc_out` `(batch, src_len, d_model)`. The
-#    source does not change while we write the translation; encoding it again at every step would
-#    give the same tensor, only slower.
-# 2. **Start** with the prefix `ys` `(batch, 1)` holding `<bos>` in every row, and a `finished`
-#    flag per sentence, all `False`.
-# 3. **Repeat at most `max_len` times:**
-#    1. run the decoder on the whole prefix, with the encoder output, the source mask and a
-#       look-ahead mask for the prefix *as it is now* (it grows by one position per step), exactly
-#       as in training: one row of logits per position of `ys`;
-#    2. read the prediction of the next token at the **last** position of the prefix and take the
-#       most likely word of the vocabulary;
-#    3. a sentence that already produced `<eos>` is finished: its new token is `<pad>`, whatever the
-#       model says;
-#    4. append the new tokens as one new column of `ys`;
-#    5. remember which sentences have now produced `<eos>` (a sentence that finished earlier stays
-#       finished); once **all** are finished, stop.
+# - **The source is encoded once.** The German sentence does not change while the English one is written,
+#   so the encoder's output `enc_out` `(batch, src_len, d_model)` is the same at every step: encoding it again
+#   would give the same tensor, only slower. (The given lines compute it before the loop.)
+# - **Each step sees everything written so far, as in training.** The decoder was trained on whole prefixes,
+#   with the source mask and the look-ahead mask, so every step gives it the whole prefix `ys` as it is now
+#   (it grows by one column per step), with the masks it was trained with. It answers with one row of logits
+#   per position of the prefix, and section 1 says which row predicts the next word.
+# - **Sentences end at different steps.** A batch is one tensor, so a sentence that has said `<eos>` still
+#   gets a new column at every later step. What the model predicts there is not part of its translation: the
+#   contract fills it with `<pad>`. The loop must therefore remember, for every sentence, whether it has
+#   ended at *any* earlier step.
+# - **The loop ends when nothing is left to write:** once every sentence has said `<eos>`, or after `max_len`
+#   generated tokens for a model that never says it.
 #
 # `max_len` counts generated tokens, not `<bos>`: the result has at most `max_len + 1` columns.
 # Every step runs the decoder over the whole prefix again, so a sentence of $n$ words costs about
@@ -213,34 +215,33 @@ plt.show()
 #
 # **The bookkeeping on an example.** Two sentences, "a dog runs ." and "people .":
 #
-# | step | new tokens | `ys` after the step | `finished` |
+# | step | new tokens | `ys` after the step | ended |
 # |---|---|---|---|
-# | 0 | — | `<bos>` / `<bos>` | F, F |
-# | 1 | a, people | `<bos> a` / `<bos> people` | F, F |
-# | 2 | dog, . | `<bos> a dog` / `<bos> people .` | F, F |
-# | 3 | runs, `<eos>` | `… dog runs` / `… people . <eos>` | F, **T** |
-# | 4 | ., ~~in~~ → `<pad>` | `… runs .` / `… <eos> <pad>` | F, T |
-# | 5 | `<eos>`, `<pad>` | `… runs . <eos>` / `… <eos> <pad> <pad>` | **T**, T → stop |
+# | 0 | — | `<bos>` / `<bos>` | no, no |
+# | 1 | a, people | `<bos> a` / `<bos> people` | no, no |
+# | 2 | dog, . | `<bos> a dog` / `<bos> people .` | no, no |
+# | 3 | runs, `<eos>` | `… dog runs` / `… people . <eos>` | no, **yes** |
+# | 4 | ., ~~in~~ → `<pad>` | `… runs .` / `… <eos> <pad>` | no, yes |
+# | 5 | `<eos>`, `<pad>` | `… runs . <eos>` / `… <eos> <pad> <pad>` | **yes**, yes → stop |
 #
-# At step 4 the model still "wants" to write *in* for the finished sentence: we overwrite it with
-# `<pad>`. Sentences end at different steps, so the rows of `ys` end in different amounts of padding.
+# At step 4 the model still "wants" to write *in* for the finished sentence: it gets `<pad>` instead.
+# Sentences end at different steps, so the rows of `ys` end in different amounts of padding.
 
 # %% [markdown]
-# ### Pitfalls we see every year
-# - **not stopping at `<eos>`:** the sentence runs on to `max_len` with repeated words after its end;
-# - **finished sentences keep talking:** tokens after `<eos>` must be `<pad>`, whatever the model
-#   predicts for that row;
-# - **`finished` overwritten instead of accumulated** (set from this step's tokens alone): a sentence
-#   forgets that it ended one step earlier;
-# - **stopping when *one* sentence is finished** (`finished.any()`) instead of all of them;
-# - **argmax over the wrong position:** `logits[:, 0]` (the prediction after `<bos>`, every step) or
-#   an argmax over all positions;
-# - **forgetting `model.eval()`:** dropout stays on and the same sentence translates differently each
-#   time (the given first line of `greedy_decode` does it);
-# - **re-encoding the source at every step:** correct, but it repeats work the encoder already did;
-# - **off-by-one in the length:** the loop runs `max_len` times (`range(max_len)`), so `ys` can reach
-#   `max_len + 1` columns with `<bos>`;
-# - **a target mask built once before the loop:** its size must follow `ys`, so build it inside.
+# ### What goes wrong, and what it looks like
+# - a translation that runs on to `max_len`, with words repeated after its end: the loop never noticed
+#   the `<eos>`;
+# - words in `ys` after a sentence's `<eos>`: the sentence was not treated as finished;
+# - a sentence that gets one `<pad>` after its `<eos>` and then words again: the loop forgot, a step
+#   later, that it had ended;
+# - a batch that stops as soon as its shortest translation is done, cutting the others off;
+# - the same word at every step, the one that follows `<bos>`: the next word was read from the wrong
+#   row of the logits;
+# - the same sentence translated differently on every call: dropout is on (the given first line,
+#   `model.eval()`, prevents it);
+# - one column too few or too many: `max_len` generated tokens, plus `<bos>`;
+# - a crash about sizes at the second step: something built for a prefix of one token was used for a
+#   longer one.
 
 # %% [markdown]
 # ## 3. Exercise: `greedy_decode`
@@ -463,55 +464,90 @@ print("  ids      :", test_sources[0])
 print("  reference:", test_references[0])
 
 # %% [markdown]
-# ## 5. Translating
+# ## 5. Exercise, a bug hunt: translating the test set in batches
 #
-# `translate_batch` turns lists of source ids into English tokens with **your** `greedy_decode`:
-# it sorts the sentences by length (similar lengths waste less padding), pads each batch into one
-# tensor, decodes it, and turns every row back into words with `target_vocab.decode`, which drops
-# `<bos>` and `<pad>` and stops at `<eos>`. The settings (batches of 256, `max_len=80`) are those the
-# checkpoint's own score was measured with.
-
-# %%
-def translate_batch(model: nn.Module, sources: list[list[int]], batch_size: int = 256,
-                    max_len: int = 80) -> list[list[str]]:
-    """Greedy translations (English tokens) of encoded German sentences, in the input order."""
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    translations = {}
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        src = torch.full((len(chunk), max(len(sources[i]) for i in chunk)), source_vocab.pad_idx)
-        for row, index in enumerate(chunk):
-            src[row, :len(sources[index])] = torch.tensor(sources[index])
-        ys = greedy_decode(model, src.to(device), source_vocab.pad_idx, target_vocab.bos_idx,
-                           target_vocab.eos_idx, max_len)  # (len(chunk), out_len)
-        for row, index in enumerate(chunk):
-            translations[index] = target_vocab.decode(ys[row].tolist())
-    return [translations[i] for i in range(len(sources))]
-
+# `translate_batch(model, sources, source_vocab, target_vocab, batch_size=256, max_len=80)` translates a
+# list of encoded German sentences (lists of ids with `<bos>` and `<eos>`, of different lengths) with
+# **your** `greedy_decode`. It sorts the sentences by length (sentences of similar lengths share a batch, so
+# little padding is wasted), puts each batch of at most `batch_size` sentences into one `(batch, longest)`
+# tensor, decodes it, and turns every row back into words with `target_vocab.decode`, which drops `<bos>` and
+# `<pad>` and stops at `<eos>`. It returns one list of English tokens per sentence, in the order of
+# `sources`. A sentence's translation must not depend on which other sentences share its batch. The
+# settings (batches of 256, `max_len=80`) are those the checkpoint's own score was measured with.
+#
+# This function was written by a classmate, with **one mistake**. It runs without an error and most of
+# its translations look right. Run it and the two cells under it: the first translates eight test
+# sentences in one batch, the second translates each of them on its own. Read what differs, find the
+# mistake and fix it in place; the check cells below them grade the repair.
 
 # %% [markdown]
-# Eight test sentences, side by side with their references. Expect fluent, mostly right captions;
-# typical errors are rare words (`<unk>`), a wrong colour or number, and a dropped detail.
+# <details><summary>Hint 1: read the symptom</summary>
+#
+# Which sentences change when they are translated together, and how? Compare what is added to each with
+# how much shorter it is than the longest sentence of the batch.
+#
+# </details>
+#
+# <details><summary>Hint 2: where to look</summary>
+#
+# The only thing the other sentences of a batch change for one sentence is its row of the batch tensor:
+# what sits in that row after the sentence's own `<eos>`, and what does the model's source mask treat as
+# "not a word"?
+#
+# </details>
+
+# %% solution="translate_batch"
+#| bug: full((len(chunk), longest), source_vocab.pad_idx) => zeros(len(chunk), longest, dtype=torch.long)
+#| include transformer_course.reference.translation:translate_batch
+
+# %% [markdown]
+# Eight test sentences, translated in one batch, side by side with their references. Expect fluent,
+# mostly right captions; typical errors of a correct model are rare words (`<unk>`), a wrong colour or
+# number, and a dropped detail.
 
 # %%
 picked = [0, 1, 4, 6, 8, 9, 10, 15]
-for index, tokens in zip(picked, translate_batch(model, [test_sources[i] for i in picked]), strict=True):
-    print(f"[{index}] German   : {test_german[index]}")
+together = translate_batch(model, [test_sources[i] for i in picked], source_vocab, target_vocab)
+for index, tokens in zip(picked, together, strict=True):
+    print(f"[{index}] German   : {test_german[index]}  ({len(test_sources[index])} tokens with <bos> and <eos>)")
     print(f"     reference: {test_references[index]}")
     print(f"     model    : {' '.join(tokens)}\n")
 
 # %% [markdown]
-# **What `ys` looks like.** Below is the raw output of one call for six short sentences, every id
-# turned into its token. Each row starts with `<bos>`, ends its translation with `<eos>` at its own
-# step, and is padded after that; the batch stops at the step where the last sentence finished.
+# **Alone and together.** The same eight sentences, each translated in a batch of its own. A translation
+# depends only on its own sentence, so the two lists must agree.
 
 # %%
-picked = [4, 6, 8, 23, 30, 41]
-src = torch.full((len(picked), max(len(test_sources[i]) for i in picked)), source_vocab.pad_idx)
-for row, index in enumerate(picked):
-    src[row, :len(test_sources[index])] = torch.tensor(test_sources[index])
-ys = greedy_decode(model, src.to(device), source_vocab.pad_idx, target_vocab.bos_idx,
-                   target_vocab.eos_idx, max_len=30)
+alone = [translate_batch(model, [test_sources[i]], source_vocab, target_vocab)[0] for i in picked]
+for index, tokens_together, tokens_alone in zip(picked, together, alone, strict=True):
+    if tokens_together == tokens_alone:
+        print(f"[{index}] the same alone and in the batch")
+    else:
+        print(f"[{index}] alone     : {' '.join(tokens_alone)}\n     in batch : {' '.join(tokens_together)}")
+print(f"\n{sum(a == b for a, b in zip(together, alone, strict=True))} of {len(picked)} translations agree")
+
+# %% tests="dec_batch_independent" points=2
+assert check.batch_translation_is_independent(translate_batch, bug_hunt=True)
+
+# %% tests="dec_batch_matches" points=2
+assert check.batch_translation_matches(translate_batch, bug_hunt=True)
+
+# %% tests="dec_batch_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.batch_translation_is_independent(translate_batch, sentences=4, src_len=10, seed=3)
+assert check.batch_translation_matches(translate_batch, sentences=7, batch_size=3, seed=5)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **What `ys` looks like.** Below is the raw output of one call of your `greedy_decode` for six short
+# test sentences of the same length (so their batch needs no source padding), every id turned into its
+# token. Each row starts with `<bos>`, ends its translation with `<eos>` at its own step, and is padded
+# after that; the batch stops at the step where the last sentence finished.
+
+# %%
+picked = [i for i in range(len(test_sources)) if len(test_sources[i]) == 9][:6]  # 9 ids with <bos>, <eos>
+src = torch.tensor([test_sources[i] for i in picked], device=device)  # (6, 9)
+ys = greedy_decode(model, src, source_vocab.pad_idx, target_vocab.bos_idx, target_vocab.eos_idx, max_len=30)
 figures.plot_decoded_batch([[target_vocab.itos[i] for i in row] for row in ys.tolist()])
 plt.show()
 
@@ -537,54 +573,72 @@ print("German:", test_german[9])
 figures.plot_next_token_choices(steps, title="Greedy decoding of test sentence 9")
 plt.show()
 
+
 # %% [markdown]
 # ## 6. Measuring translation quality: BLEU
 #
-# BLEU (Papineni et al., 2002) compares the model's translations with human references by counting
-# shared word sequences. For $n = 1, \dots, 4$:
+# BLEU (Papineni et al., 2002) compares the model's translations (the *hypotheses*) with human
+# references by counting shared word sequences. An *n-gram* is a run of $n$ consecutive tokens: "a dog"
+# is a 2-gram, and a sentence of $L$ tokens holds $L - n + 1$ of them. Each ingredient of BLEU is there
+# because a simpler score can be fooled; the cells below show each one with sacreBLEU (Post, 2018), the
+# library that computes the BLEU scores reported today, on made-up sentences. (They call it with
+# `tokenize="none"`, since the text is already split into tokens, and `smooth_method="none"`, BLEU as the
+# paper defines it.)
 #
-# $$p_n = \frac{\sum_{\text{sentences}} \sum_{g \in \text{n-grams(hyp)}} \min\big(\text{count}_{hyp}(g),\,
-#   \text{count}_{ref}(g)\big)}{\sum_{\text{sentences}} \text{number of n-grams in hyp}}$$
-#
-# - an *n-gram* is a run of $n$ consecutive tokens ("a dog" is a 2-gram);
-# - $\text{count}_{hyp}(g)$, $\text{count}_{ref}(g)$ — how often $g$ occurs in the hypothesis (the
-#   model's translation) and in the reference;
-# - the $\min$ *clips* each match: "the the the the" against "the cat" earns one match, not four;
-# - the sums run over the **whole corpus** before dividing: corpus BLEU is not an average of
-#   sentence scores.
-#
-# Precision alone rewards saying little (a one-word hypothesis can be 100% precise), so a
-# **brevity penalty** punishes a corpus of translations that is shorter than the references:
-#
-# $$\mathrm{BP} = \begin{cases} 1 & c > r \\ e^{\,1 - r/c} & c \le r \end{cases} \qquad
-#   \mathrm{BLEU} = \mathrm{BP} \cdot \exp\Big(\sum_{n=1}^{4} \tfrac14 \log p_n\Big)$$
-#
-# with $c$ the total length of the hypotheses and $r$ that of the references. The exponential of the
-# mean log is the *geometric* mean of $p_1, \dots, p_4$; it is reported ×100, from 0 to 100.
-#
-# **By hand, on one pair.** The cell counts clipped n-gram matches with `Counter` and compares the
-# result with sacreBLEU's on the same pair.
+# **1. The precision of n-grams, clipped.** The precision $p_n$ is the share of the hypothesis's n-grams
+# that the reference also contains. Counted naively, a hypothesis that repeats one right word is perfect:
+# every unigram of "the the the the" occurs in "the cat is on the mat". So BLEU credits each n-gram of the
+# hypothesis at most as many times as the reference holds it (*clipping*): the reference has "the" twice,
+# so 2 of the 4 unigrams count.
 
 # %%
-def clipped_precision(hypothesis: list[str], reference: list[str], n: int) -> tuple[int, int]:
-    """(clipped matches, number of hypothesis n-grams) for one sentence pair."""
-    hyp = Counter(tuple(hypothesis[i:i + n]) for i in range(len(hypothesis) - n + 1))
-    ref = Counter(tuple(reference[i:i + n]) for i in range(len(reference) - n + 1))
-    return sum(min(count, ref[gram]) for gram, count in hyp.items()), sum(hyp.values())
+plain_bleu = sacrebleu.metrics.BLEU(tokenize="none", smooth_method="none")  # BLEU as defined, no smoothing
+parts = plain_bleu.corpus_score(["the the the the"], [["the cat is on the mat"]])
+print(f"p1 of 'the the the the' against 'the cat is on the mat': {parts.precisions[0]:.0f} %")
 
+# %% [markdown]
+# **2. One to four tokens, combined by a geometric mean.** $p_1$ says whether the right words were
+# chosen; $p_2$ to $p_4$ say whether they come in the right order. BLEU combines the four by their
+# *geometric* mean, $(p_1 p_2 p_3 p_4)^{1/4}$, the exponential of the mean of their logarithms: it is 0 as
+# soon as one of them is 0, where an arithmetic mean would still give credit. The cell scores three
+# hypotheses against one reference: the reference itself, its words shuffled (every word right, no pair
+# in order), and its first six words.
 
-hypothesis = "a man rides a bike down the street .".split()
-reference = "a man is riding a bike down the street .".split()
-mean_log = 0.0
-for n in range(1, 5):
-    matches, total = clipped_precision(hypothesis, reference, n)
-    mean_log += math.log(matches / total) / 4
-    print(f"p{n} = {matches}/{total} = {matches / total:.3f}")
-c, r = len(hypothesis), len(reference)  # hypothesis and reference lengths
-brevity = 1.0 if c > r else math.exp(1 - r / c)
-print(f"BP = exp(1 - {r}/{c}) = {brevity:.3f}")
-print(f"BLEU by hand = {100 * brevity * math.exp(mean_log):.2f}")
-print(f"sacreBLEU    = {corpus_bleu([' '.join(hypothesis)], [' '.join(reference)])[0]:.2f}")
+# %%
+reference = "a man is riding a bike down the street"
+for hypothesis in (reference, "street the down bike a riding is man a", "a man is riding a bike"):
+    parts = plain_bleu.corpus_score([hypothesis], [[reference]])
+    print(f"{hypothesis!r:42} p1..p4 = {[round(p) for p in parts.precisions]} %, "
+          f"arithmetic mean {sum(parts.precisions) / 4:5.1f}, BLEU {parts.score:5.1f}")
+
+# %% [markdown]
+# The shuffled sentence has every word right and scores 0: no 2-gram of it is in the reference. The third
+# hypothesis is perfectly precise, $p_1 = \dots = p_4 = 100\,\%$, and yet scores 60.7, which is the next
+# ingredient.
+#
+# **3. The brevity penalty.** Precision rewards saying little: the first six words of the reference are
+# 100 % precise. BLEU has no recall (with several references, recall is ill-defined), so it multiplies the
+# geometric mean by a *brevity penalty* that punishes hypotheses shorter than their references:
+#
+# $$\mathrm{BP} = \begin{cases} 1 & c > r \\ e^{\,1 - r/c} & c \le r \end{cases} \qquad
+#   \mathrm{BLEU} = 100 \cdot \mathrm{BP} \cdot (p_1\, p_2\, p_3\, p_4)^{1/4}$$
+#
+# with $c$ the length of the hypotheses and $r$ that of the references. Six words against nine: $e^{1 - 9/6}
+# \approx 0.61$. A hypothesis *longer* than its reference is not penalised here: its extra words already
+# lower its precisions.
+#
+# **4. The whole corpus at once.** A test set is scored as one corpus: the clipped matches of all
+# sentences are added, and divided by all the n-grams of all hypotheses; $c$ and $r$ are the total lengths
+# of all hypotheses and of all references. Corpus BLEU is *not* the average of the sentences' scores, in
+# which a two-word caption would weigh as much as a long one, and a sentence with no matching 4-gram
+# scores 0 however good its words are.
+
+# %%
+pairs = [("a dog runs on the grass .", "a dog runs on the grass ."), ("two men play", "two women play chess")]
+corpus = plain_bleu.corpus_score([h for h, _ in pairs], [[r for _, r in pairs]]).score
+alone = [plain_bleu.corpus_score([h], [[r]]).score for h, r in pairs]
+print(f"the two sentences alone: BLEU {alone[0]:.1f} and {alone[1]:.1f} (mean {sum(alone) / 2:.1f}); "
+      f"as one corpus: BLEU {corpus:.1f}")
 
 # %% [markdown]
 # **Prediction 2 (1 point).** Predict, then run, as Prediction 1: a number or the arithmetic you
@@ -614,8 +668,90 @@ parts = sacrebleu.metrics.BLEU(tokenize="none").corpus_score([h for h, _ in pair
 print(f"hypotheses: {parts.sys_len} tokens, references: {parts.ref_len} tokens, BP = {parts.bp:.4f}")
 
 # %% [markdown]
-# **The recipe.** A BLEU number means little without the exact way it was computed: tokenisation,
-# casing and the test set change it by several points. Ours, for every score in this course:
+# ### Exercise: `compute_bleu`
+#
+# Now compute corpus BLEU yourself, from the four ingredients above.
+#
+# **The contract.** `compute_bleu(hypotheses, references)` takes two lists of the same length:
+# `hypotheses[i]` and `references[i]` are the tokens of sentence $i$ (lists of strings, already lowercased
+# and tokenised as the course's recipe below does), one reference per sentence. It returns
+# `(bleu, precisions, brevity_penalty)`:
+# - `precisions`: the list $[p_1, p_2, p_3, p_4]$ of the corpus's clipped n-gram precisions, as fractions
+#   from 0 to 1: of all n-grams of all hypotheses, the share their references credit, each n-gram of a
+#   hypothesis credited at most as many times as its own reference holds it ($p_n = 0$ for an order of which
+#   the hypotheses hold no n-gram);
+# - `brevity_penalty`: BP from the total lengths $c$ and $r$ of the corpus, a number in $(0, 1]$;
+# - `bleu`: $100 \cdot \mathrm{BP} \cdot (p_1 p_2 p_3 p_4)^{1/4}$, from 0 to 100 like sacreBLEU's score;
+#   0 when one of the precisions is 0.
+#
+# **How it is checked.** sacreBLEU is the yardstick. The checks join your token lists with single spaces
+# and score them with `sacrebleu.metrics.BLEU(tokenize="none", smooth_method="none")`, so both count exactly
+# the same tokens; your numbers must agree to six decimals. One check runs your function on the course
+# checkpoint's translations of the 1,000 test sentences (shipped with the course), where no precision is 0:
+# there sacreBLEU's default smoothing changes nothing, and the expected score is the checkpoint's 37.71.
+# Your function must compute BLEU itself: one that calls sacreBLEU fails the checks.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# Work sentence by sentence, order by order, but only *count*: for each sentence and each $n$, how many
+# n-grams the hypothesis has, and how many of them the reference credits. Keep one running total of each
+# per order, and the two total lengths; divide, combine and penalise once, after the loop. Python's
+# `collections.Counter` counts hashable things, such as tuples of tokens, and two Counters combine with
+# `&`, which keeps the smaller count of every key.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# A sentence of $L$ tokens has the n-grams `tuple(tokens[i:i + n])` for $i = 0, \dots, L - n$ (none when
+# $L < n$). The running totals are two lists of four integers (matches and n-grams per order) and two
+# integers ($c$, $r$). `precisions` is a list of four floats; `math.log` and `math.exp` give the geometric
+# mean, once every precision is above 0.
+#
+# </details>
+#
+# <details><summary>Hint 3: the clipped count</summary>
+#
+# With `hypothesis_grams = Counter(...)` and `reference_grams = Counter(...)` for one sentence and one $n$,
+# the matches it adds are `sum((hypothesis_grams & reference_grams).values())`, and its n-grams
+# `sum(hypothesis_grams.values())`.
+#
+# </details>
+
+# %% solution="compute_bleu"
+#| include transformer_course.reference.bleu:compute_bleu
+
+# %% tests="dec_bleu_returns" points=1
+assert check.bleu_returns_three_values(compute_bleu)
+
+# %% tests="dec_bleu_clipping" points=2
+assert check.bleu_clips_counts(compute_bleu)
+
+# %% tests="dec_bleu_corpus" points=2
+assert check.bleu_sums_over_the_corpus(compute_bleu)
+
+# %% tests="dec_bleu_brevity" points=2
+assert check.bleu_brevity_penalty(compute_bleu)
+
+# %% tests="dec_bleu_geometric" points=2
+assert check.bleu_geometric_mean(compute_bleu)
+
+# %% tests="dec_bleu_sacrebleu" points=2
+assert check.bleu_agrees_with_sacrebleu(compute_bleu)
+
+# %% tests="dec_bleu_hidden" points=2
+### BEGIN HIDDEN TESTS
+assert check.bleu_clips_counts(compute_bleu, seed=3, length=8)
+assert check.bleu_sums_over_the_corpus(compute_bleu, seed=4, sentences=4)
+assert check.bleu_brevity_penalty(compute_bleu, seed=5, length=9)
+assert check.bleu_agrees_with_sacrebleu(compute_bleu, sentences=300, seed=2)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **The recipe.** A BLEU number means little without the exact way it was computed: Post (2018) found
+# differences of up to 1.8 BLEU between common ways of tokenising and normalising the same references, and
+# another test set is another measurement altogether. Ours, for every score in this course:
 # - test set `test_2016_flickr` (1,000 sentences, one reference each), greedy decoding, `max_len=80`;
 # - references and hypotheses **lowercased** and **tokenised with spaCy's blank English tokenizer**,
 #   tokens joined by single spaces (the model writes exactly such tokens);
@@ -623,24 +759,26 @@ print(f"hypotheses: {parts.sys_len} tokens, references: {parts.ref_len} tokens, 
 #   smoothing, `corpus_score`. The *signature* printed below records these settings (`tok:none`: no
 #   tokenisation by sacreBLEU; `case:mixed`: sacreBLEU did not lowercase, our text already is).
 #
-# Scores on lowercased, tokenised text run a little higher than the detokenised, cased BLEU of
-# published tables, so compare numbers only when the recipes match. While the grader runs this
-# notebook it decodes only the first 10 sentences to stay fast; otherwise it decodes all 1,000, which
-# took 31 seconds of CPU time on one core with the course checkpoint (measured by
-# `python scripts/benchmark.py --steps 1 --threads 1`; the separate run of stage 7's benchmark,
-# `scripts/benchmark.py --no-training --threads 1`, measured 33 s for the same decoding; a model that
-# rarely says `<eos>` takes longer).
+# Compare a number with another only when their recipes match: published tables use sacreBLEU's own
+# tokenizer on detokenised, cased text. The next cell translates the test set with `translate_batch` and
+# scores it twice, with sacreBLEU and with your `compute_bleu`. While the grader runs this notebook it
+# decodes only the first 10 sentences to stay fast; otherwise all 1,000, which took 33 seconds of CPU time
+# on one core with the course checkpoint (measured by the course's benchmark,
+# `python scripts/benchmark.py --no-training --threads 1`; a model that rarely says `<eos>` takes longer).
 # Set `count` lower if you are in a hurry: a batch runs until its longest sentence has finished, and
 # each step re-reads the whole prefix.
 
 # %%
 count = 10 if short_run() else len(test_sources)
 started = time.time()
-hypotheses = [" ".join(tokens) for tokens in translate_batch(model, test_sources[:count])]
+translations = translate_batch(model, test_sources[:count], source_vocab, target_vocab)
+hypotheses = [" ".join(tokens) for tokens in translations]
 score, signature = corpus_bleu(hypotheses, test_references[:count])
 print(f"decoded {count} sentences in {time.time() - started:.0f} s;  signature: {signature}")
 print(f"BLEU of {'your model' if mine else 'the course checkpoint'}, measured now: {score:.2f} "
-      f"on {count} test sentences with your greedy_decode")
+      f"on {count} test sentences with your greedy_decode and translate_batch")
+mine_bleu, mine_precisions, mine_penalty = compute_bleu(translations, [r.split() for r in test_references[:count]])
+print(f"the same with your compute_bleu: {mine_bleu:.2f} (brevity penalty {mine_penalty:.3f})")
 print(f"BLEU of the course checkpoint, stored in it: {shipped_bleu} on all 1,000 test sentences")
 parts = sacrebleu.metrics.BLEU(tokenize="none").corpus_score(hypotheses, [test_references[:count]])
 figures.plot_bleu_breakdown(parts.precisions, parts.bp, parts.score)
@@ -656,56 +794,50 @@ plt.show()
 # the references; the further below 1, the more words are missing.
 
 # %% [markdown]
-# ## 7. Exercise, a bug hunt: collecting the attention maps
+# ## 7. Exercise: collecting the attention maps
 #
 # Every `MultiHeadAttention` keeps the weights of its last forward pass in `attn_weights`,
-# `(batch, heads, q_len, k_len)`. The model has three kinds of attention:
-# - **encoder self-attention**: `layer.self_attn` of each layer in `model.encoder.layers`,
-#   German attending to German, `(batch, heads, src_len, src_len)`;
-# - **decoder self-attention**: `layer.self_attn` of each layer in `model.decoder.layers`,
-#   English attending to earlier English, `(batch, heads, tgt_len, tgt_len)`;
-# - **cross-attention**: `layer.cross_attn` of each decoder layer, English queries attending to the
-#   German keys, `(batch, heads, tgt_len, src_len)`.
+# `(batch, heads, q_len, k_len)`. The model has three kinds of attention, and each layer holds its own:
+# - **encoder self-attention**, German attending to German, `(batch, heads, src_len, src_len)`: the
+#   `self_attn` of each layer in `model.encoder.layers`;
+# - **decoder self-attention**, English attending to earlier English, `(batch, heads, tgt_len, tgt_len)`:
+#   the `self_attn` of each layer in `model.decoder.layers`;
+# - **cross-attention**, English queries attending to the German keys, `(batch, heads, tgt_len,
+#   src_len)`: the `cross_attn` of each decoder layer.
 #
-# `attention_maps(model)` stacks each kind over the layers, layer 0 (next to the embeddings) first,
-# into `encoder_self` `(layers, batch, heads, src_len, src_len)`, `decoder_self`
-# `(layers, batch, heads, tgt_len, tgt_len)` and `cross` `(layers, batch, heads, tgt_len, src_len)`,
-# and returns them in a dictionary. It must be called right after a forward pass: the weights are
-# those of the *last* pass.
-#
-# This time the function is written for you, by a classmate, with **one mistake**: it runs without
-# an error and returns three tensors of five axes each, which is how it slipped through. Run it and
-# the check cells below it, read what they say, then find the mistake and fix it in place.
-# The heatmaps of section 8 use this function: with the mistake, the first of them stops with an
-# error about the labels, a second symptom of the same bug.
+# **The contract.** `attention_maps(model)`, called right after a forward pass of `model` (the weights
+# are those of the *last* pass), returns a dictionary with three entries, each kind stacked over the
+# layers on a new first axis, layer 0 (next to the embeddings) first: `"encoder_self"` `(layers, batch,
+# heads, src_len, src_len)`, `"decoder_self"` `(layers, batch, heads, tgt_len, tgt_len)` and `"cross"`
+# `(layers, batch, heads, tgt_len, src_len)`. The weights are returned as stored: no axis averaged or
+# dropped. The heatmaps of section 8 are drawn from it.
 
 # %% [markdown]
-# <details><summary>Hint 1: read the symptom</summary>
+# <details><summary>Hint 1: the idea</summary>
 #
-# Which of the three maps do the checks complain about, and what is wrong with it: the shape they
-# expected and the one they got? Which of its axes should be the German length?
+# One tensor per kind: go through the layers of the right stack in order, take the stored weights of the
+# right attention of each layer, and put the per-layer tensors on top of each other along a new axis.
 #
 # </details>
 #
-# <details><summary>Hint 2: where to look</summary>
+# <details><summary>Hint 2: the shapes</summary>
 #
-# Only one kind of attention in a decoder layer has the German tokens as its keys. Which module of
-# the decoder layer is that, and which module does the line that builds this map read?
+# `torch.stack` of a list of $N$ tensors of shape `(batch, heads, q_len, k_len)` gives
+# `(N, batch, heads, q_len, k_len)`; `torch.cat` would give `(N · batch, heads, q_len, k_len)` instead.
 #
 # </details>
 
 # %% solution="attention_maps"
-#| bug: layer.cross_attn.attn_weights => layer.self_attn.attn_weights
 #| include transformer_course.reference.decoding:attention_maps
 
 # %% tests="dec_maps_shapes" points=1
-assert check.attention_maps_shapes(attention_maps, bug_hunt=True)
+assert check.attention_maps_shapes(attention_maps)
 
 # %% tests="dec_maps_values" points=2
-assert check.attention_maps_values(attention_maps, bug_hunt=True)
+assert check.attention_maps_values(attention_maps)
 
 # %% tests="dec_maps_rows" points=1
-assert check.attention_maps_rows_sum_to_one(attention_maps, bug_hunt=True)
+assert check.attention_maps_rows_sum_to_one(attention_maps)
 
 # %% tests="dec_maps_hidden" points=1
 ### BEGIN HIDDEN TESTS
@@ -829,12 +961,15 @@ heatmaps.plot_attention_interactive(maps["decoder_self"], inputs, inputs, title=
 # ## Summary
 # - Training uses teacher forcing: all positions in one pass. Translating must go step by step, since
 #   each word is fed back in as the next input.
-# - Greedy decoding takes the argmax of `logits[:, -1]` at every step; beam search keeps the $k$ best
-#   partial sentences and usually gains a little.
-# - In a batch, a `finished` vector records which sentences have said `<eos>`; their later tokens are
-#   `<pad>`, and decoding stops once all are finished or after `max_len` tokens.
-# - Corpus BLEU is the brevity penalty times the geometric mean of clipped 1- to 4-gram precisions;
-#   a score is only meaningful together with its recipe and sacreBLEU signature.
+# - Greedy decoding takes the most likely next word after the whole prefix at every step; beam search
+#   keeps the $k$ best partial sentences and usually gains a little (stage 7 measures how much).
+# - In a batch, sentences end at different steps: after its `<eos>` a sentence only gets `<pad>`, and
+#   decoding stops once all have ended or after `max_len` tokens.
+# - Padding is part of the batch, not of any sentence: the model must be told where it is (the source
+#   mask hides exactly the `<pad>` id), or a sentence's translation changes with its batch neighbours.
+# - Corpus BLEU is the brevity penalty times the geometric mean of the clipped 1- to 4-gram precisions,
+#   all counted over the whole corpus; a score is only meaningful together with its recipe and
+#   sacreBLEU signature.
 # - Every attention layer keeps its weights; stacked over layers they show the alignment
 #   (cross-attention), context gathering (encoder) and the causal triangle (decoder).
 #
@@ -876,7 +1011,7 @@ heatmaps.plot_attention_interactive(maps["decoder_self"], inputs, inputs, title=
 # %% [markdown]
 # **Question 2 (2 points).** Suppose your `greedy_decode` kept its `finished` vector and its stopping
 # rule exactly as they are, but no longer replaced the new token of a finished sentence by `<pad>`.
-# Would the English translations that `translate_batch` prints change? Would decoding get faster or
+# Would the English translations that section 5 prints change? Would decoding get faster or
 # slower? Explain both, then say what the `<pad>` tokens and the `finished` vector are each good for.
 
 # %% [markdown] answer="dec_q_finished" points=2

@@ -12,11 +12,20 @@ greedy decoding against beam search, the beam size and length penalty chosen on 
     python scripts/benchmark.py --data ../shared/data/multi30k --no-training --threads 1 --write
         [--decode-sentences 1000] [--val-sentences 1014]
 
+    python scripts/benchmark.py --data ../shared/data/multi30k --notebook 07_fast_and_better_decoding
+        [--quick-only | --full-only]
+
 --write records stage 7's figures (the cache's speed-up, the beam settings chosen on val with their BLEU
 grid, test BLEU of greedy and beam search, the sentences where beam search fixes greedy decoding) in
 src/transformer_course/reference/fast_decoding_results.py, the file notebook 7 and the README quote,
 with the command and the machine. --decode-sentences and --val-sentences take only the first N sentences
 of the test and val splits (a smaller setting for a slow machine; the results file says which was used).
+
+--notebook NAME runs the solution notebook of a stage top to bottom in a fresh kernel, as a student's *Run all*
+does (torch's default threads, the long demos on their full path, not the grader's short one), once with its
+`QUICK = True` setting and once with `QUICK = False` (`--quick-only`, `--full-only`: one of them), and reports the
+wall time, the kernel's CPU time, the load average before and after, and the lines its cells print about speed
+(the cache's speed-up in notebook 7).
 
 --epoch runs notebook 5's training run for one epoch exactly as the notebook does (its model
 configuration, batches of at most 4,096 tokens, train_epoch then evaluate on the validation split)
@@ -214,6 +223,41 @@ def beam_fixes(model: nn.Module, sources: list[list[int]], references: list[str]
     return found[:count]
 
 
+def paired_bootstrap(greedy: list[str], beam: list[str], references: list[str], resamples: int = 1000,
+                     seed: int = 12345) -> dict[str, object]:
+    """sacreBLEU's paired bootstrap resampling test (`sacrebleu --paired-bs`, the Python API behind it) of beam
+    search against greedy decoding, on the course's BLEU recipe (tokenize='none'): both systems' BLEU, the
+    bootstrap mean and 95 % confidence half-width of each, and the p-value of beam search's difference from
+    greedy decoding. Also, on the same resampled test sets (sacreBLEU draws them with numpy's default_rng(seed)),
+    the share in which beam search scores higher and the 2.5 and 97.5 percentiles of the difference (Koehn,
+    2004, "Statistical significance tests for machine translation evaluation")."""
+    import numpy as np
+    from sacrebleu.significance import PairedTest
+
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    metric = sacrebleu.metrics.BLEU(tokenize="none", force=True)  # the course's recipe: the text is tokenised
+    test = PairedTest([("greedy", greedy), ("beam", beam)], {"BLEU": metric}, [references], test_type="bs",
+                      n_samples=resamples)
+    signatures, scores = test()
+    (_, baseline), (_, system) = [("greedy", scores["BLEU"][0]), ("beam", scores["BLEU"][1])]
+    # the same resamples again, for the difference itself (sacreBLEU reports only its p-value)
+    indices = np.random.default_rng(seed).choice(len(greedy), size=(resamples, len(greedy)), replace=True)
+    statistics = [np.array(metric._extract_corpus_statistics(texts, [references]), dtype="float64")
+                  for texts in (greedy, beam)]
+    differences = np.array([metric._compute_score_from_stats(statistics[1][sample].sum(0)).score
+                            - metric._compute_score_from_stats(statistics[0][sample].sum(0)).score
+                            for sample in indices])
+    return {"test": "paired bootstrap resampling, sacreBLEU's PairedTest(test_type='bs')",
+            "resamples": resamples, "seed": seed, "sentences": len(greedy),
+            "greedy": {"bleu": round(baseline.score, 2), "mean": round(float(baseline.mean), 2),
+                       "ci95": round(float(baseline.ci), 2)},
+            "beam": {"bleu": round(system.score, 2), "mean": round(float(system.mean), 2),
+                     "ci95": round(float(system.ci), 2), "p_value": round(float(system.p_value), 4)},
+            "beam_higher_share": round(float((differences > 0).mean()), 4),
+            "difference_percentiles_2_5_97_5": [round(float(np.percentile(differences, q)), 2) for q in (2.5, 97.5)],
+            "signature": str(signatures["BLEU"])}
+
+
 def stage7(model: nn.Module, data, source_vocab, target_vocab, device: torch.device, beam_sizes: list[int],
            alphas: list[float]) -> dict[str, object]:
     """The cache's speed-up and identity on test_2016_flickr, and greedy against beam search in BLEU."""
@@ -226,13 +270,16 @@ def stage7(model: nn.Module, data, source_vocab, target_vocab, device: torch.dev
     grid, (beam_size, alpha) = choose_beam(model, data, source_vocab, target_vocab, device, beam_sizes, alphas)
     beam, seconds, cpu_seconds = beam_translate(model, sources, source_vocab, target_vocab, device, beam_size, alpha)
     beam_bleu, _ = corpus_bleu([" ".join(t) for t in beam], references)
+    significance = paired_bootstrap([" ".join(t) for t in greedy], [" ".join(t) for t in beam], references)
+    print(f"paired bootstrap: {significance}", flush=True)
     return {"greedy_cache": speed,
             "bleu": {"test_greedy": round(greedy_bleu, 2), "test_beam": round(beam_bleu, 2),
                      "gain": round(beam_bleu - greedy_bleu, 2), "beam_size": beam_size, "alpha": alpha,
                      "chosen_on": "val", "val_grid": grid, "signature": signature, "max_len": 80},
             "beam_sentences_per_s": round(len(sources) / seconds, 1),
             "beam_seconds": {"wall": round(seconds, 1), "cpu": round(cpu_seconds, 1)},
-            "beam_fixes": beam_fixes(model, sources, references, greedy, beam, target_vocab, device)}
+            "beam_fixes": beam_fixes(model, sources, references, greedy, beam, target_vocab, device),
+            "significance": significance}
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "src" / "transformer_course" / "reference" / "fast_decoding_results.py"
@@ -256,7 +303,7 @@ def write_stage7(path: Path, command: str, machine: str, settings: dict[str, obj
     beam = {"beam_size": choice["beam_size"], "alpha": choice["alpha"],
             "sentences_per_s": stage["beam_sentences_per_s"], "seconds": stage["beam_seconds"]}
     constants = {"SETTINGS": settings, "CACHE": stage["greedy_cache"], "CHOICE": choice, "BLEU": bleu,
-                 "BEAM": beam, "BEAM_FIXES": stage["beam_fixes"]}
+                 "BEAM": beam, "BEAM_FIXES": stage["beam_fixes"], "SIGNIFICANCE": stage["significance"]}
     text = ('"""Stage 7 results, written by scripts/benchmark.py --write (rerun it; do not edit by hand)."""\n'
             "# ruff: noqa: E501  (generated: the command and the machine stay on one line each)\n\n"
             f"COMMAND = {command!r}\n"
@@ -320,6 +367,44 @@ def epoch_time(data, device: torch.device, steps: int | None) -> dict[str, objec
     return result
 
 
+def notebook_run(name: str, data: str | None, quick: bool | None) -> dict[str, object]:
+    """One *Run all* of solutions/NAME/NAME.ipynb in a fresh kernel (QUICK set as given, None: as written): wall
+    seconds, the kernel's CPU seconds, the load average before and after, and the printed lines about speed."""
+    import resource
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    root = Path(__file__).resolve().parents[1]
+    path = root / "solutions" / name / f"{name}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    if quick is not None:
+        for cell in notebook.cells:
+            if cell.cell_type == "code" and cell.source.startswith("QUICK = "):
+                cell.source = cell.source.replace("QUICK = True", f"QUICK = {quick}", 1)
+    environment = {"TRANSFORMER_COURSE_SHORT_RUN": "0", "MPLBACKEND": "Agg", "TRANSFORMER_COURSE_STRICT": "1",
+                   "PYTHONWARNINGS": "ignore", **({"MULTI30K_DIR": str(Path(data).resolve())} if data else {})}
+    previous = dict(os.environ)
+    os.environ.update(environment)
+    before, load_before = resource.getrusage(resource.RUSAGE_CHILDREN), os.getloadavg()
+    started = time.perf_counter()
+    try:
+        NotebookClient(notebook, timeout=3600, kernel_name="python3", allow_errors=False,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(previous)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the kernel has exited and been waited for
+    printed = [line for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
+               if output.get("output_type") == "stream" for line in output.get("text", "").splitlines()
+               if "×" in line or "sentences/s" in line]
+    return {"notebook": name, "quick": quick, "wall_seconds": round(wall, 1),
+            "kernel_cpu_seconds": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+            "load_average_before": [round(value, 2) for value in load_before],
+            "load_average_after": [round(value, 2) for value in os.getloadavg()], "printed": printed}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", default=None)
@@ -337,7 +422,21 @@ def main() -> int:
     parser.add_argument("--epoch", action="store_true", help="time one epoch of notebook 5's training run")
     parser.add_argument("--epoch-steps", type=int, default=None, help="time only this many batches of it")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--notebook", default=None, help="time Run all of this stage's solution notebook")
+    parser.add_argument("--quick-only", action="store_true", help="with --notebook: only QUICK = True")
+    parser.add_argument("--full-only", action="store_true", help="with --notebook: only QUICK = False")
     arguments = parser.parse_args()
+    if arguments.notebook:
+        settings = [True] if arguments.quick_only else [False] if arguments.full_only else [True, False]
+        machine = describe_machine(torch.device("cpu"))
+        runs = []
+        for quick in settings:
+            runs.append(notebook_run(arguments.notebook, arguments.data, quick))
+            print(json.dumps(runs[-1], indent=1), flush=True)
+        results = {"machine": machine, "runs": runs}
+        if arguments.json:
+            arguments.json.write_text(json.dumps(results, indent=1))
+        return 0
     if arguments.threads:
         torch.set_num_threads(arguments.threads)
     device = torch.device(arguments.device)

@@ -1,4 +1,5 @@
-"""Stage 6 mistakes: batched greedy decoding and the attention maps."""
+"""Stage 6 mistakes: batched greedy decoding, translating in batches (a bug hunt), corpus BLEU and the attention
+maps."""
 
 from quality.mistakes import Alternative, Mistake
 
@@ -16,6 +17,21 @@ _LOOP = (
     "        if finished.all():\n"
     "            break\n"
 )
+
+_CLIPPED = "matches[n - 1] += sum((hypothesis_grams & reference_grams).values())  # & keeps the smaller count"
+_PENALTY = "brevity_penalty = 1.0 if c > r else math.exp(1 - r / c)"
+_MEAN = "bleu = 100 * brevity_penalty * math.exp(sum(math.log(p) for p in precisions) / 4)"
+_BLEU = (
+    "    matches, totals = [0] * 4, [0] * 4  # per order n = 1 .. 4\n"
+    "    for hypothesis, reference in zip(hypotheses, references, strict=True):\n"
+    "        for n in range(1, 5):\n"
+    "            hypothesis_grams = Counter(tuple(hypothesis[i:i + n]) for i in range(len(hypothesis) - n + 1))\n"
+    "            reference_grams = Counter(tuple(reference[i:i + n]) for i in range(len(reference) - n + 1))\n"
+    "            matches[n - 1] += sum((hypothesis_grams & reference_grams).values())  # & keeps the smaller count\n"
+    "            totals[n - 1] += sum(hypothesis_grams.values())\n"
+    "    precisions = [m / t if t else 0.0 for m, t in zip(matches, totals, strict=True)]\n"
+)
+_PADDING = "src = torch.full((len(chunk), longest), source_vocab.pad_idx)  # (batch, longest)"
 
 MISTAKES: list[Mistake] = [
     Mistake(
@@ -65,6 +81,106 @@ MISTAKES: list[Mistake] = [
         "logits = model.decoder(ys, enc_out, src_mask, make_target_mask(ys, pad_idx))",
         "logits = model.decoder(ys, enc_out, src_mask, None)",
         fails="dec_greedy_masks", cause="gets no target mask",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU: n-gram matches not clipped to the reference's counts",
+        _CLIPPED,
+        "matches[n - 1] += sum(count for gram, count in hypothesis_grams.items() if gram in reference_grams)",
+        fails="dec_bleu_clipping", cause="the counts are not clipped",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU: each different n-gram counted once (sets instead of counts)",
+        "            " + _CLIPPED + "\n"
+        "            totals[n - 1] += sum(hypothesis_grams.values())\n",
+        "            matches[n - 1] += len(set(hypothesis_grams) & set(reference_grams))\n"
+        "            totals[n - 1] += len(set(hypothesis_grams))\n",
+        fails="dec_bleu_clipping", cause="count each different n-gram once",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU: the last n-gram of every sentence left out (range one too short)",
+        "for i in range(len(hypothesis) - n + 1))\n"
+        "            reference_grams = Counter(tuple(reference[i:i + n]) for i in range(len(reference) - n + 1))",
+        "for i in range(len(hypothesis) - n))\n"
+        "            reference_grams = Counter(tuple(reference[i:i + n]) for i in range(len(reference) - n))",
+        fails="dec_bleu_clipping", cause="the last n-gram of every sentence is left out",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU: brevity penalty with the ratio turned round, exp(1 - c/r)",
+        _PENALTY,
+        "brevity_penalty = 1.0 if c > r else math.exp(1 - c / r)",
+        fails="dec_bleu_brevity", cause="the ratio is turned round",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU: brevity penalty applied to hypotheses that are too long",
+        _PENALTY,
+        "brevity_penalty = 1.0 if c < r else math.exp(1 - r / c)",
+        fails="dec_bleu_brevity", cause="falls on the corpus that is too LONG",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU: arithmetic mean of the precisions instead of the geometric mean",
+        _MEAN,
+        "bleu = 100 * brevity_penalty * sum(precisions) / 4",
+        fails="dec_bleu_geometric", cause="the arithmetic mean of the precisions",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU: the brevity penalty left out of the score",
+        _MEAN,
+        "bleu = 100 * math.exp(sum(math.log(p) for p in precisions) / 4)",
+        fails="dec_bleu_geometric", cause="without the brevity penalty",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU: the score on a scale of 0 to 1",
+        _MEAN,
+        "bleu = brevity_penalty * math.exp(sum(math.log(p) for p in precisions) / 4)",
+        fails="dec_bleu_geometric", cause="on a scale of 0 to 1",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU: the precisions returned as percentages",
+        "    precisions = [m / t if t else 0.0 for m, t in zip(matches, totals, strict=True)]\n",
+        "    precisions = [100 * m / t if t else 0.0 for m, t in zip(matches, totals, strict=True)]\n",
+        fails="dec_bleu_returns", cause="the precisions are percentages",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU: the average of the sentences' scores instead of one corpus score",
+        _BLEU,
+        "    scores = []\n"
+        "    for hypothesis, reference in zip(hypotheses, references, strict=True):\n"
+        "        found, made = [], []\n"
+        "        for n in range(1, 5):\n"
+        "            hypothesis_grams = Counter(tuple(hypothesis[i:i + n]) for i in range(len(hypothesis) - n + 1))\n"
+        "            reference_grams = Counter(tuple(reference[i:i + n]) for i in range(len(reference) - n + 1))\n"
+        "            found.append(sum((hypothesis_grams & reference_grams).values()))\n"
+        "            made.append(sum(hypothesis_grams.values()))\n"
+        "        scores.append([m / t if t else 0.0 for m, t in zip(found, made, strict=True)])\n"
+        "    precisions = [sum(score[n] for score in scores) / len(scores) for n in range(4)]\n",
+        fails="dec_bleu_corpus", cause="the average of the sentences' precisions",
+    ),
+    Mistake(
+        STAGE, "corpus BLEU computed by sacreBLEU instead of by the student's code",
+        _BLEU,
+        "    import sacrebleu\n"
+        "    score = sacrebleu.metrics.BLEU(tokenize='none', smooth_method='none', force=True).corpus_score(\n"
+        "        [' '.join(h) for h in hypotheses], [[' '.join(r) for r in references]])\n"
+        "    precisions = [p / 100 for p in score.precisions]\n",
+        fails="dec_bleu_sacrebleu", cause="calls sacreBLEU",
+    ),
+    Mistake(
+        STAGE, "translate_batch pads its batches with zeros (<unk>) instead of <pad>",
+        _PADDING,
+        "src = torch.zeros(len(chunk), longest, dtype=torch.long)  # (batch, longest)",
+        fails="dec_batch_independent", cause="where <pad> (id 3) belongs",
+    ),
+    Mistake(
+        STAGE, "translate_batch puts each sentence at the right end of its row (padding first)",
+        "src[row, :len(sources[index])] = torch.tensor(sources[index])",
+        "src[row, longest - len(sources[index]):] = torch.tensor(sources[index])",
+        fails="dec_batch_independent", cause="sits at the right end of its row",
+    ),
+    Mistake(
+        STAGE, "translate_batch returns the translations in the sorted order, not the input order",
+        "    return [translations[i] for i in range(len(sources))]",
+        "    return [translations[i] for i in order]",
+        fails="dec_batch_matches", cause="come back in another order",
     ),
     Mistake(
         STAGE, "cross-attention map taken from the decoder's self-attention",
@@ -151,6 +267,43 @@ ALTERNATIVES: list[Alternative] = [
         "        finished |= next_token == eos_idx\n"
         "        if finished.all():\n"
         "            break\n",
+    ),
+    Alternative(
+        STAGE, "corpus BLEU with dictionaries and loops, n-grams by zip, the geometric mean as a product's root",
+        _BLEU + "    c, r = sum(len(h) for h in hypotheses), sum(len(h) for h in references)  # corpus lengths\n",
+        "    matches, totals = [0, 0, 0, 0], [0, 0, 0, 0]\n"
+        "    c = r = 0\n"
+        "    for hypothesis, reference in zip(hypotheses, references, strict=True):\n"
+        "        c, r = c + len(hypothesis), r + len(reference)\n"
+        "        for n in (1, 2, 3, 4):\n"
+        "            available = {}\n"
+        "            for gram in zip(*[reference[k:] for k in range(n)]):\n"
+        "                available[gram] = available.get(gram, 0) + 1\n"
+        "            for gram in zip(*[hypothesis[k:] for k in range(n)]):\n"
+        "                totals[n - 1] += 1\n"
+        "                if available.get(gram, 0) > 0:\n"
+        "                    available[gram] -= 1\n"
+        "                    matches[n - 1] += 1\n"
+        "    precisions = [matches[k] / totals[k] if totals[k] else 0.0 for k in range(4)]\n",
+    ),
+    Alternative(
+        STAGE, "corpus BLEU: the geometric mean as the fourth root of the product",
+        _MEAN,
+        "bleu = 100 * brevity_penalty * math.prod(precisions) ** 0.25",
+    ),
+    Alternative(
+        STAGE, "corpus BLEU: clipping written with min over the hypothesis's n-grams",
+        _CLIPPED,
+        "matches[n - 1] += sum(min(count, reference_grams[gram]) for gram, count in hypothesis_grams.items())",
+    ),
+    Alternative(
+        STAGE, "translate_batch pads its batches with torch.nn.utils.rnn.pad_sequence",
+        "        longest = max(len(sources[i]) for i in chunk)\n"
+        "        " + _PADDING + "\n"
+        "        for row, index in enumerate(chunk):\n"
+        "            src[row, :len(sources[index])] = torch.tensor(sources[index])  # each sentence from the left\n",
+        "        src = torch.nn.utils.rnn.pad_sequence([torch.tensor(sources[i]) for i in chunk], batch_first=True,\n"
+        "                                              padding_value=source_vocab.pad_idx)  # (batch, longest)\n",
     ),
     Alternative(
         STAGE, "attention maps collected in a loop and stacked along dim=0",

@@ -168,7 +168,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "cached greedy decoding feeds the whole prefix to the step",
         "logits = decoder_step(model, cache, ys[:, -1:])  # (batch, vocab): only the newest token goes in",
         "logits = decoder_step(model, cache, ys)  # (batch, vocab)",
-        fails="fast_greedy_uses_cache", cause="feed only the newest token",
+        fails="fast_greedy_uses_cache", cause="with the newest token only",
     ),
     Mistake(
         STAGE, "cached greedy decoding does not pad finished sentences",

@@ -20,7 +20,9 @@ sentence had already said <eos>, when decoding stopped and which sentences were 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,7 +30,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from transformer_course.checks import parts
+from transformer_course.checks import parts, runs
 from transformer_course.checks.boundary import on_student_side, supplied
 from transformer_course.checks.framework import (
     CheckFailed,
@@ -55,6 +57,14 @@ __all__ = [
     "attention_maps_rows_sum_to_one",
     "attention_maps_shapes",
     "attention_maps_values",
+    "batch_translation_is_independent",
+    "batch_translation_matches",
+    "bleu_agrees_with_sacrebleu",
+    "bleu_brevity_penalty",
+    "bleu_clips_counts",
+    "bleu_geometric_mean",
+    "bleu_returns_three_values",
+    "bleu_sums_over_the_corpus",
     "greedy_eval_no_grad",
     "greedy_is_deterministic",
     "greedy_matches_reference",
@@ -628,7 +638,7 @@ def greedy_stops_when_all_finished(greedy_decode: Callable, max_len: int = 9, bo
                 cause="after appending the new tokens, `if finished.all(): break`.")
 
 
-@check("the next token is the argmax of the logits at the LAST position")
+@check("the next token is the most likely word predicted at the LAST position of the prefix")
 def greedy_uses_last_position(greedy_decode: Callable, max_len: int = 4, bos_idx: int = 1, eos_idx: int = 2,
                               pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
@@ -928,3 +938,572 @@ def predicted_brevity_penalty(predict: Any) -> None:
                   what="the brevity penalty of the corpus",
                   cause="read c and r in the formula: lengths of what, added over which sentences? Corpus BLEU "
                         "is not an average of per-sentence penalties.")
+
+
+# --- corpus BLEU ---------------------------------------------------------------------------------------------
+#
+# The student's compute_bleu(hypotheses, references) gets token lists and returns (bleu, precisions,
+# brevity_penalty). The truth is sacreBLEU's corpus score of the same tokens joined by single spaces, with
+# tokenize="none" (so both count the same tokens) and smooth_method="none" (BLEU's definition: a precision of 0
+# gives 0; on the real translations no precision is 0, so this equals the course's recipe, sacreBLEU's default).
+# The readings below recompute the corpus in the ways a mistake would (unclipped counts, a reversed brevity
+# penalty, an arithmetic mean, sentence scores averaged) and name one only when the student's numbers are it.
+
+Corpus = tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]  # (hypotheses, references), as tokens
+ORDERS = 4
+
+
+def _corpus(pairs: Sequence[tuple[str, str]]) -> Corpus:
+    """Pairs of space-separated sentences as a corpus of token tuples."""
+    return (tuple(tuple(hypothesis.split()) for hypothesis, _ in pairs),
+            tuple(tuple(reference.split()) for _, reference in pairs))
+
+
+class _SacreBleuCalled(Exception):
+    """The student's compute_bleu called sacreBLEU's BLEU (raised inside it; noted in case it is caught)."""
+
+
+@contextmanager
+def _without_sacrebleu(called: list[str]) -> Iterator[None]:
+    """Inside: sacreBLEU's BLEU computation raises and is noted in `called` (the exercise is to compute BLEU)."""
+    import sacrebleu.metrics.bleu as bleu_module
+
+    cls = bleu_module.BLEU
+    saved = {name: cls.__dict__[name] for name in ("_compute_score_from_stats", "compute_bleu") if name in cls.__dict__}
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        called.append("sacreBLEU")
+        raise _SacreBleuCalled("sacreBLEU's BLEU was called")
+
+    try:
+        for name in saved:
+            setattr(cls, name, staticmethod(refuse) if name == "compute_bleu" else refuse)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(cls, name, value)
+
+
+def _number(value: Any) -> float | None:
+    """A plain float from a number (Python, numpy or a one-element tensor), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().cpu().double().item()) if value.numel() == 1 else None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@on_student_side
+def _student_bleu(compute_bleu: Callable, corpus: Corpus) -> dict[str, Any] | str:
+    """What the student's compute_bleu returns for the corpus (fresh lists of its tokens): {"bleu", "precisions",
+    "brevity_penalty"} as plain floats, or in words what else came back; fails when it computes with sacreBLEU."""
+    hypotheses, references = corpus
+    called: list[str] = []
+    with _without_sacrebleu(called), student_code():
+        try:
+            got = compute_bleu([list(tokens) for tokens in hypotheses], [list(tokens) for tokens in references])
+        except _SacreBleuCalled:
+            got = None
+    if called:
+        fail("your compute_bleu calls sacreBLEU's BLEU.", expected="BLEU computed by your own code",
+             got="a call to sacreBLEU's BLEU computation",
+             cause="the exercise is to compute BLEU from its definition; sacreBLEU is only the yardstick the checks "
+                   "compare your numbers with.")
+    if not isinstance(got, tuple | list) or len(got) != 3:
+        return f"{describe(got)} instead of a tuple (bleu, precisions, brevity_penalty)"
+    bleu, precisions, brevity_penalty = got
+    if isinstance(precisions, torch.Tensor):
+        precisions = precisions.detach().cpu().double().flatten().tolist()
+    elif hasattr(precisions, "tolist") and not isinstance(precisions, list | tuple):  # a numpy array
+        precisions = precisions.tolist()
+    numbers = {"bleu": _number(bleu), "brevity_penalty": _number(brevity_penalty),
+               "precisions": [_number(p) for p in precisions] if isinstance(precisions, list | tuple) else None}
+    for name, value in (("bleu", bleu), ("brevity_penalty", brevity_penalty)):
+        if numbers[name] is None:
+            return f"{name} is {describe(value)}, not a number"
+    if numbers["precisions"] is None or any(p is None for p in numbers["precisions"]):
+        return f"precisions is {describe(precisions)}, not a list of numbers"
+    return numbers
+
+
+@dataclass(frozen=True)
+class _Bleu:
+    """A corpus's BLEU, its precisions (fractions) and its brevity penalty."""
+
+    bleu: float
+    precisions: tuple[float, ...]
+    brevity_penalty: float
+
+    def shown(self) -> str:
+        return (f"bleu {self.bleu:.4f}, precisions [{', '.join(f'{p:.4f}' for p in self.precisions)}], "
+                f"brevity_penalty {self.brevity_penalty:.4f}")
+
+
+def _sacrebleu(corpus: Corpus) -> _Bleu:
+    """sacreBLEU's corpus score of the corpus (tokenize='none', no smoothing)."""
+    import sacrebleu
+
+    hypotheses, references = corpus
+    metric = sacrebleu.metrics.BLEU(tokenize="none", smooth_method="none", force=True)
+    score = metric.corpus_score([" ".join(h) for h in hypotheses], [[" ".join(r) for r in references]])
+    return _Bleu(float(score.score), tuple(p / 100 for p in score.precisions), float(score.bp))
+
+
+def _bleu_of(compute_bleu: Callable, corpus: Corpus) -> _Bleu:
+    """The student's result for the corpus, or a failure that says why it is not (bleu, 4 precisions, BP)."""
+    got = _student_bleu(compute_bleu, corpus)
+    if isinstance(got, str):
+        fail("compute_bleu does not return (bleu, precisions, brevity_penalty).",
+             expected="a tuple of three: a number, a list of 4 numbers (p_1 to p_4), a number", got=got,
+             cause="return bleu, precisions, brevity_penalty, in that order.")
+    if len(got["precisions"]) != ORDERS:
+        fail("compute_bleu returns another number of precisions than 4.", expected="4 precisions, p_1 to p_4",
+             got=f"{len(got['precisions'])}: {got['precisions']}",
+             cause="BLEU uses the n-grams of n = 1, 2, 3 and 4 tokens: one precision per order.")
+    return _Bleu(got["bleu"], tuple(got["precisions"]), got["brevity_penalty"])
+
+
+def _grams(tokens: Sequence[str], n: int) -> Counter:
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+def _counts(corpus: Corpus, clip: bool = True, distinct: bool = False, short: int = 0) -> tuple[list[int], list[int]]:
+    """(matches, totals) per order over the corpus: clipped (or not) counts; `distinct`: each n-gram type once;
+    `short`: the last `short` n-grams of every sentence left out (a range that stops too early)."""
+    matches, totals = [0] * ORDERS, [0] * ORDERS
+    for hypothesis, reference in zip(*corpus, strict=True):
+        for n in range(1, ORDERS + 1):
+            mine = _grams(hypothesis[:max(0, len(hypothesis) - short)] if short else hypothesis, n)
+            theirs = _grams(reference[:max(0, len(reference) - short)] if short else reference, n)
+            if distinct:
+                mine, theirs = Counter(set(mine)), Counter(set(theirs))
+            matches[n - 1] += sum(min(count, theirs[gram]) if clip else count * (gram in theirs)
+                                  for gram, count in mine.items())
+            totals[n - 1] += sum(mine.values())
+    return matches, totals
+
+
+def _ratios(matches: Sequence[int], totals: Sequence[int]) -> tuple[float, ...]:
+    return tuple(m / t if t else 0.0 for m, t in zip(matches, totals, strict=True))
+
+
+def _geometric(precisions: Sequence[float]) -> float:
+    return 0.0 if min(precisions) <= 0 else math.exp(sum(math.log(p) for p in precisions) / len(precisions))
+
+
+def _penalty(c: float, r: float) -> float:
+    return 1.0 if c > r else math.exp(1 - r / c)
+
+
+def _lengths(corpus: Corpus) -> tuple[int, int]:
+    return sum(len(h) for h in corpus[0]), sum(len(r) for r in corpus[1])
+
+
+def _sentences(corpus: Corpus) -> list[Corpus]:
+    return [((hypothesis,), (reference,)) for hypothesis, reference in zip(*corpus, strict=True)]
+
+
+def _close_to(got: Sequence[float], expected: Sequence[float], tolerance: float = 1e-6) -> bool:
+    return len(got) == len(expected) and all(abs(a - b) <= tolerance for a, b in zip(got, expected, strict=True))
+
+
+def _precision_reading(got: Sequence[float], corpus: Corpus) -> str:
+    """What the student's precisions are, when they are one of the readings' recomputations ('' when none)."""
+    if _close_to(got, _ratios(*_counts(corpus, clip=False))):
+        return ("every n-gram of a hypothesis that occurs in its reference is counted each time it occurs in the "
+                "hypothesis, even beyond the number of times the reference has it: the counts are not clipped. A "
+                "hypothesis n-gram earns at most as many matches as its reference holds that n-gram.")
+    if _close_to(got, _ratios(*_counts(corpus, distinct=True))):
+        return ("the precisions count each different n-gram once, in the matches and in the totals: a repeated "
+                "n-gram is counted as often as it occurs in the hypothesis (the total), and matches up to the "
+                "number of times the reference holds it.")
+    matches, totals = _counts(corpus)
+    _, distinct_totals = _counts(corpus, distinct=True)
+    if _close_to(got, _ratios(matches, distinct_totals)):
+        return ("the matches are clipped, but the totals count each different n-gram once: the denominator is the "
+                "number of n-grams in the hypotheses, repeats included.")
+    if _close_to(got, _ratios(*_counts(corpus, short=1))):
+        return ("the last n-gram of every sentence is left out, in the hypotheses and the references: a sentence "
+                "of L tokens has L - n + 1 n-grams of n tokens, the last one starting at position L - n.")
+    if _close_to(got, [100 * p for p in _ratios(matches, totals)]):
+        return "the precisions are percentages: return them as fractions from 0 to 1 (only bleu is on 0 to 100)."
+    sentences = [_ratios(*_counts(sentence)) for sentence in _sentences(corpus)]
+    if len(sentences) > 1 and _close_to(got, [sum(s[n] for s in sentences) / len(sentences) for n in range(ORDERS)]):
+        return ("each precision is the average of the sentences' precisions: corpus BLEU adds the matches of all "
+                "sentences and divides by all their n-grams, so a long sentence counts for more than a short one.")
+    return ""
+
+
+def _bp_reading(got: float, corpus: Corpus) -> str:
+    """What the student's brevity penalty is, when it is a reading's recomputation ('' when none)."""
+    c, r = _lengths(corpus)
+    ways = {
+        "the ratio is turned round: the exponent is 1 - c/r where the definition has 1 - r/c (c the hypotheses' "
+        "length, r the references')": 1.0 if c > r else math.exp(1 - c / r),
+        "the penalty falls on the corpus that is too LONG: it must be 1 when the hypotheses are longer than the "
+        "references (c > r) and below 1 when they are shorter": math.exp(1 - r / c) if c > r else 1.0,
+        "the penalty falls on the corpus that is too long, with the ratio turned round": math.exp(1 - c / r)
+        if c > r else 1.0,
+        "the penalty is the length ratio c/r itself, not e^(1 - r/c)": min(1.0, c / r),
+        "the penalty is e^(1 - r/c) for every corpus, also one longer than its references (where it must be 1)":
+        math.exp(1 - r / c),
+    }
+    for words, value in ways.items():
+        if abs(got - value) <= 1e-6 and abs(value - _penalty(c, r)) > 1e-6:
+            return words + "."
+    sentences = [_penalty(*_lengths(sentence)) for sentence in _sentences(corpus)]
+    if len(sentences) > 1 and abs(got - sum(sentences) / len(sentences)) <= 1e-6:
+        return ("the brevity penalty is the average of the sentences' penalties: corpus BLEU compares the total "
+                "length of all hypotheses with that of all references.")
+    return ""
+
+
+def _mean_reading(got: _Bleu) -> str:
+    """How the student's bleu follows from their own precisions and penalty, when not by the definition."""
+    p, bp = got.precisions, got.brevity_penalty
+    ways = {
+        "the arithmetic mean of the precisions: BLEU takes their geometric mean, the fourth root of their product "
+        "(the exponential of the mean of their logarithms)": 100 * bp * sum(p) / len(p),
+        "the product of the four precisions, without the fourth root": 100 * bp * math.prod(p),
+        "the geometric mean without the brevity penalty": 100 * _geometric(p),
+        "the geometric mean on a scale of 0 to 1: sacreBLEU reports BLEU from 0 to 100": bp * _geometric(p),
+        "the geometric mean of the precisions that are not 0: a precision of 0 makes the geometric mean 0, so "
+        "BLEU is 0": 100 * bp * _geometric([x for x in p if x > 0]) if any(x > 0 for x in p) else 0.0,
+    }
+    for words, value in ways.items():
+        if abs(got.bleu - value) <= 1e-6 * max(1.0, abs(value)):
+            return f"your bleu is {words}."
+    return ""
+
+
+@check("compute_bleu returns (bleu from 0 to 100, 4 precisions from 0 to 1, a brevity penalty in (0, 1])")
+def bleu_returns_three_values(compute_bleu: Callable) -> None:
+    corpus = _corpus(CORPUS_PAIRS)
+    got = _bleu_of(compute_bleu, corpus)
+    problems = [text for wrong, text in (
+        (not 0 <= got.bleu <= 100, f"bleu {got.bleu:.4g} outside 0 to 100"),
+        (any(not 0 <= p <= 1 for p in got.precisions), f"precisions {list(got.precisions)} outside 0 to 1"),
+        (not 0 < got.brevity_penalty <= 1, f"brevity_penalty {got.brevity_penalty:.4g} outside (0, 1]")) if wrong]
+    if problems:
+        fail("compute_bleu returns numbers outside their ranges.",
+             expected="bleu from 0 to 100, each precision from 0 to 1, brevity_penalty above 0 and at most 1",
+             got="; ".join(problems),
+             cause=_precision_reading(got.precisions, corpus) or _bp_reading(got.brevity_penalty, corpus)
+             or "precisions are fractions of matched n-grams (0 to 1); bleu is on sacreBLEU's scale, 0 to 100; the "
+                "brevity penalty is 1 or an exponential of a negative number.")
+
+
+CLIPPING_PAIR = ("the cat the cat the cat on the mat", "the cat is on the mat")
+CORPUS_PAIRS = (("a dog runs on the grass .", "a dog runs across the grass ."),
+                ("two men play chess", "two women play chess"),
+                ("people sit outside near one big tree", "people sit near a big old tree"))
+BREVITY_PAIRS = (("a man rides a bike", "a man is riding a bike down the street"),  # shorter: c < r
+                 ("a man is riding a bike down the street", "a man is riding a bike down the street"),  # c = r
+                 ("a man is riding a red bike down the long street", "a man is riding a bike down the street"))
+GEOMETRIC_PAIRS = (("a man is riding a bike down the road .", "a man is riding a bike down the street ."),
+                   ("a man is riding a bike", "a man is riding a bike down the street"),  # BP < 1, every p_n 1
+                   ("a man rides down the street on a bike .", "a man is riding a bike down the street ."),
+                   ("bike a riding man street the down is a", "a man is riding a bike down the street"))
+WORDS = ("a", "the", "man", "dog", "red", "runs", "on", "grass", "two", "women", "in", "park", "sit", "near",
+         "big", "tree", "ball", "blue", "street", "old")
+
+
+def _drawn_pair(seed: int, length: int, repeats: bool) -> tuple[str, str]:
+    """A reference of `length` words and a hypothesis close to it: some words replaced, and (with `repeats`) a
+    stretch of the reference repeated so that clipping matters; drawn from the seed."""
+    stream = generator(seed)
+    pick = [WORDS[int(i)] for i in torch.randint(len(WORDS), (2 * length + 8,), generator=stream)]
+    reference = pick[:length]
+    hypothesis = list(reference)
+    for position in torch.randperm(length, generator=stream)[: max(1, length // 4)].tolist():
+        hypothesis[position] = pick[length + position]
+    if repeats:
+        start = int(torch.randint(max(1, length - 3), (1,), generator=stream))
+        hypothesis = hypothesis[: start + 3] + reference[start:start + 3] * 2 + hypothesis[start + 3:]
+    return " ".join(hypothesis), " ".join(reference)
+
+
+def _drawn_distinct(seed: int, sentences: int) -> tuple[tuple[str, str], ...]:
+    """Pairs of different lengths whose hypotheses repeat no word (clipping plays no part) and have their
+    reference's length (the brevity penalty is 1), drawn from the seed."""
+    stream = generator(seed)
+    pairs = []
+    for index in range(sentences):
+        length = 2 + (index * 5 + int(torch.randint(3, (1,), generator=stream))) % 8  # 2 to 9 words
+        order = torch.randperm(len(WORDS), generator=stream).tolist()
+        hypothesis = [WORDS[i] for i in order[:length]]
+        reference = list(hypothesis)
+        for position in torch.randperm(length, generator=stream)[: max(1, length // 3)].tolist():
+            reference[position] = WORDS[order[length + position]]
+        pairs.append((" ".join(hypothesis), " ".join(reference)))
+    return tuple(pairs)
+
+
+def _expect_precisions(got: _Bleu, expected: _Bleu, corpus: Corpus, problem: str, cause: str) -> None:
+    if _close_to(got.precisions, expected.precisions):
+        return
+    wrong = [n + 1 for n in range(ORDERS) if abs(got.precisions[n] - expected.precisions[n]) > 1e-6]
+    fail(problem, expected=f"precisions {[round(p, 4) for p in expected.precisions]}",
+         got=f"precisions {[round(p, 4) for p in got.precisions]} (p_{', p_'.join(map(str, wrong))} differ)",
+         cause=_precision_reading(got.precisions, corpus) or cause)
+
+
+@check("the n-gram matches are clipped: an n-gram earns at most as many matches as its reference holds it")
+def bleu_clips_counts(compute_bleu: Callable, seed: int | None = None, length: int = 8) -> None:
+    pair = CLIPPING_PAIR if seed is None else _drawn_pair(seed, length, repeats=True)
+    corpus = _corpus([pair])
+    got, expected = _bleu_of(compute_bleu, corpus), _sacrebleu(corpus)
+    _expect_precisions(got, expected, corpus,
+                       problem=f"one sentence pair whose hypothesis repeats n-grams of its reference gets the wrong "
+                               f"precisions (hypothesis '{pair[0]}', reference '{pair[1]}').",
+                       cause="for each order n, the matches are the hypothesis's n-grams found in the reference, "
+                             "each counted at most as often as the reference holds it; the total is the number of "
+                             "n-grams in the hypothesis.")
+
+
+@check("the precisions are the corpus's: matches and n-grams of all sentences added up before dividing")
+def bleu_sums_over_the_corpus(compute_bleu: Callable, seed: int | None = None, sentences: int = 3) -> None:
+    pairs = CORPUS_PAIRS if seed is None else _drawn_distinct(seed, sentences)
+    corpus = _corpus(pairs)
+    got, expected = _bleu_of(compute_bleu, corpus), _sacrebleu(corpus)
+    _expect_precisions(got, expected, corpus,
+                       problem=f"a corpus of {len(pairs)} sentence pairs of different lengths (no word repeated, each "
+                               "hypothesis as long as its reference) gets the wrong precisions.",
+                       cause="each precision adds the matches of every sentence and divides by the number of "
+                             "n-grams of every hypothesis.")
+
+
+@check("the brevity penalty is 1 for a corpus longer than its references and e^(1 - r/c) otherwise")
+def bleu_brevity_penalty(compute_bleu: Callable, seed: int | None = None, length: int = 9) -> None:
+    if seed is None:
+        cases = [[pair] for pair in BREVITY_PAIRS]
+    else:
+        reference = _drawn_pair(seed, length, repeats=False)[1].split()
+        cases = [[(" ".join(reference[:max(1, length - 1 - k)]), " ".join(reference))] for k in (1, 3)]
+        whole = " ".join(reference)
+        cases += [[(whole, whole)], [(" ".join(reference + reference[:2]), whole)]]
+    for pairs in cases:
+        corpus = _corpus(pairs)
+        got, expected = _bleu_of(compute_bleu, corpus), _sacrebleu(corpus)
+        if abs(got.brevity_penalty - expected.brevity_penalty) <= 1e-6:
+            continue
+        c, r = _lengths(corpus)
+        fail(f"a hypothesis of {c} tokens against a reference of {r} gets the wrong brevity penalty.",
+             expected=f"brevity_penalty {expected.brevity_penalty:.6f}",
+             got=f"brevity_penalty {got.brevity_penalty:.6f}",
+             cause=_bp_reading(got.brevity_penalty, corpus)
+             or "with c the hypotheses' total length and r the references': 1 when c > r, else e^(1 - r/c).")
+
+
+@check("bleu is 100 × the brevity penalty × the geometric mean of the four precisions (0 if one of them is 0)")
+def bleu_geometric_mean(compute_bleu: Callable) -> None:
+    for pair in GEOMETRIC_PAIRS:
+        got = _bleu_of(compute_bleu, _corpus([pair]))
+        expected = 100 * got.brevity_penalty * _geometric(got.precisions)
+        if abs(got.bleu - expected) <= 1e-6 * max(1.0, expected):
+            continue
+        fail(f"bleu does not follow from your own precisions and brevity penalty (hypothesis '{pair[0]}', "
+             f"reference '{pair[1]}').",
+             expected=f"bleu {expected:.4f} from your precisions {[round(p, 4) for p in got.precisions]} and "
+                      f"brevity penalty {got.brevity_penalty:.4f}",
+             got=f"bleu {got.bleu:.4f}",
+             cause=_mean_reading(got) or "BLEU = 100 · BP · (p_1 p_2 p_3 p_4)^(1/4), and 0 when a precision is 0.")
+
+
+def _real_corpus(sentences: int, seed: int) -> Corpus:
+    """The shipped checkpoint's greedy translations of the test set and their references: all of them, or
+    `sentences` of them drawn from the seed."""
+    from transformer_course.reference.checkpoint_translations import HYPOTHESES, REFERENCES
+
+    indices = list(range(len(HYPOTHESES)))
+    if sentences < len(indices):
+        indices = sorted(torch.randperm(len(indices), generator=generator(seed))[:max(1, sentences)].tolist())
+    return (tuple(tuple(HYPOTHESES[i].split()) for i in indices), tuple(tuple(REFERENCES[i].split()) for i in indices))
+
+
+@check("on the course checkpoint's translations of the test set, compute_bleu gives sacreBLEU's corpus BLEU")
+def bleu_agrees_with_sacrebleu(compute_bleu: Callable, sentences: int = 1000, seed: int = 0) -> None:
+    corpus = _real_corpus(sentences, seed)
+    got, expected = _bleu_of(compute_bleu, corpus), _sacrebleu(corpus)
+    if abs(got.bleu - expected.bleu) <= 1e-6 * max(1.0, expected.bleu):
+        return
+    seen = []
+    if not _close_to(got.precisions, expected.precisions):
+        seen.append(_precision_reading(got.precisions, corpus) or "your precisions differ from sacreBLEU's.")
+    if abs(got.brevity_penalty - expected.brevity_penalty) > 1e-6:
+        seen.append(_bp_reading(got.brevity_penalty, corpus) or "your brevity penalty differs from sacreBLEU's.")
+    averaged = [_sacrebleu(sentence).bleu for sentence in _sentences(corpus)]
+    if abs(got.bleu - sum(averaged) / len(averaged)) <= 1e-6 * max(1.0, got.bleu):
+        zeros = sum(score == 0 for score in averaged)
+        seen.insert(0, "your bleu is the average of the sentences' BLEU scores: corpus BLEU adds the counts and "
+                       f"lengths of all sentences first, then computes one score ({zeros} of these {len(averaged)} "
+                       "sentences score 0 on their own, since one of their precisions is 0).")
+    if not seen:
+        seen.append(_mean_reading(got) or "your precisions and brevity penalty are sacreBLEU's, but bleu is not "
+                                          "100 · BP · (p_1 p_2 p_3 p_4)^(1/4).")
+    c, r = _lengths(corpus)
+    fail(f"on {len(corpus[0]):,} real translations ({c:,} hypothesis tokens, {r:,} reference tokens), your BLEU is "
+         "not sacreBLEU's.", expected=f"sacreBLEU: {expected.shown()}", got=f"yours: {got.shown()}",
+         cause=" ".join(text[:1].upper() + text[1:] for text in seen))
+
+
+# --- translate_batch (a bug hunt) ------------------------------------------------------------------------------
+#
+# The student's translate_batch runs with the checks' own greedy_decode in place of the notebook's (a mistake in
+# greedy_decode is charged by its own checks), on a small random Transformer whose vocabularies name every id.
+# What comes back: the translations and the source batches greedy_decode was handed.
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Source sentences of different lengths (ids with <bos> and <eos>) for a small random model."""
+
+    sizes: Sizes
+    lengths: tuple[int, ...]  # tokens of each sentence, <bos> and <eos> included
+
+    def sources(self) -> list[list[int]]:
+        ids = Ids()
+        stream = generator(self.sizes.seed + 300)
+        words = torch.randint(4, self.sizes.src_vocab, (len(self.lengths), max(self.lengths)), generator=stream)
+        return [[ids.bos, *words[row, :max(0, length - 2)].tolist(), ids.eos]
+                for row, length in enumerate(self.lengths)]
+
+
+def _translation_model(sizes: Sizes) -> nn.Module:
+    """The small random Transformer the translate_batch checks decode with: neither <pad> nor <unk> is ever
+    predicted (as in a trained model), so an <unk> in a translation can only come from the source."""
+    model = _random_model(sizes, Ids())
+    with torch.no_grad():
+        model.decoder.pred_layer.bias[0] = -1e4  # <unk>
+    return model
+
+
+def _vocabularies(sizes: Sizes) -> tuple[Any, Any]:
+    from transformer_course.data.vocab import SPECIALS, Vocab
+
+    return (Vocab([*SPECIALS, *(f"de{i}" for i in range(len(SPECIALS), sizes.src_vocab))]),
+            Vocab([*SPECIALS, *(f"w{i}" for i in range(len(SPECIALS), sizes.tgt_vocab))]))
+
+
+@on_student_side
+def _translated(translate_batch: Callable, case: Batching, batch_size: int) -> tuple[Any, list[torch.Tensor]]:
+    """The student's translations of the case's sentences in batches of `batch_size`, with the checks'
+    greedy_decode plugged in, and the source tensors that greedy_decode was handed."""
+    model = _translation_model(case.sizes)
+    supplied(model)
+    source_vocab, target_vocab = _vocabularies(case.sizes)
+    run = runs.Run()
+    with torch.random.fork_rng(devices=[]), student_code(), \
+            runs.plugged(translate_batch, {"greedy_decode": reference_greedy_decode}, run):
+        got = translate_batch(model, case.sources(), source_vocab, target_vocab, batch_size=batch_size,
+                              max_len=case.sizes.max_len)
+    if not isinstance(got, list | tuple) or not all(isinstance(tokens, list | tuple) for tokens in got):
+        got = describe(got)
+    else:
+        got = [[str(token) for token in tokens] for tokens in got]
+    return got, [call.args["src"] for call in run.of("greedy_decode") if isinstance(call.args.get("src"), torch.Tensor)]
+
+
+def _alone(case: Batching) -> list[list[str]]:
+    """Each sentence of the case decoded alone (no padding) by the reference: its translation."""
+    model = _translation_model(case.sizes)
+    _, target_vocab = _vocabularies(case.sizes)
+    ids = Ids()
+    translations = []
+    for source in case.sources():
+        with torch.no_grad():
+            ys = reference_greedy_decode(model, torch.tensor([source]), ids.pad, ids.bos, ids.eos, case.sizes.max_len)
+        translations.append(target_vocab.decode(ys[0].tolist()))
+    return translations
+
+
+def _translations_of(translate_batch: Callable, case: Batching, batch_size: int) -> tuple[list[list[str]],
+                                                                                          list[torch.Tensor]]:
+    got, batches = _translated(translate_batch, case, batch_size)
+    if isinstance(got, str) or len(got) != len(case.lengths):
+        fail("translate_batch does not return one list of tokens per sentence.",
+             expected=f"a list of {len(case.lengths)} lists of English tokens, one per sentence, in their order",
+             got=got if isinstance(got, str) else f"a list of {len(got)}",
+             cause="return one translation per source sentence, in the order of `sources`.")
+    return got, batches
+
+
+def _padding_reading(batches: Sequence[torch.Tensor], case: Batching) -> str:
+    """What the source batches handed to greedy_decode hold where a sentence has ended ('' when <pad>)."""
+    ids, sources = Ids(), case.sources()
+    for src in batches:
+        for row in range(src.size(0)):
+            tokens = src[row].tolist()
+            source = next((s for s in sources if tokens[:len(s)] == s or tokens[-len(s):] == s), None)
+            if source is None or len(source) == len(tokens):
+                continue
+            if tokens[:len(source)] != source and tokens[-len(source):] == source:
+                return ("a shorter sentence sits at the right end of its row, after the padding: its words then take "
+                        "other positions than when it is alone (the positional encoding of position 0 goes to a "
+                        "padding token). Put each sentence at the start of its row, the padding after it.")
+            filler = sorted(set(tokens[len(source):]))
+            if filler != [ids.pad]:
+                named = {0: "<unk>", ids.bos: "<bos>", ids.eos: "<eos>"}
+                held = ", ".join(f"{named.get(token, 'a word')} (id {token})" for token in filler)
+                return (f"after a sentence's <eos> its row of the batch holds {held} where <pad> (id {ids.pad}) "
+                        "belongs: the source mask hides only <pad>, so the encoder and the cross-attention read those "
+                        "positions as words. Fill the batch with source_vocab.pad_idx.")
+    return ""
+
+
+def _batch_reading(got: Sequence[Sequence[str]], expected: Sequence[list[str]], differ: Sequence[int],
+                   batches: Sequence[torch.Tensor], case: Batching) -> str:
+    """Why translations differ: what the batches hold after a sentence's end, or translations in another order."""
+    padding = _padding_reading(batches, case)
+    if padding:
+        return padding
+    moved = {index: expected.index(list(got[index])) for index in differ if list(got[index]) in expected}
+    if sorted(map(tuple, got)) == sorted(map(tuple, expected)) and len(moved) == len(differ):
+        return ("the translations come back in another order: translation " + ", ".join(
+            f"{index} is that of sentence {source}" for index, source in list(moved.items())[:4])
+            + ". Put each translation back at its sentence's index in `sources`.")
+    return ""
+
+
+def _show_translations(translations: Sequence[Sequence[str]], which: Sequence[int]) -> str:
+    return "".join(f"\n      sentence {index}: {' '.join(translations[index]) or '(empty)'}" for index in which)
+
+
+@check("each sentence's translation is the same in a batch with longer sentences as on its own")
+def batch_translation_is_independent(translate_batch: Callable, sentences: int = 5, **sizes: int) -> None:
+    config = replace(Sizes(seed=11, src_len=12, max_len=8), **sizes)
+    lengths = tuple(3 + (index * 4) % max(1, config.src_len - 2) for index in range(sentences))
+    case = Batching(config, lengths)
+    alone = _alone(case)
+    together, batches = _translations_of(translate_batch, case, batch_size=max(1, sentences))
+    differ = [index for index in range(sentences) if list(together[index]) != alone[index]]
+    if differ:
+        fail(f"{len(differ)} of {sentences} sentences translate differently in one batch than each on its own "
+             f"(source lengths {list(lengths)} tokens).",
+             expected="the same translation either way:" + _show_translations(alone, differ),
+             got="in the batch:" + _show_translations(together, differ),
+             cause=_batch_reading(together, alone, differ, batches, case)
+             or "a sentence's translation must not depend on the other sentences of its batch: check what the "
+                "batch tensor holds after each sentence's end, and which masks the decoder gets.")
+
+
+@check("translate_batch returns every sentence's greedy translation, in the input order, for any batch size")
+def batch_translation_matches(translate_batch: Callable, sentences: int = 6, batch_size: int = 4,
+                              **sizes: int) -> None:
+    config = replace(Sizes(seed=8, src_len=11, max_len=8), **sizes)
+    lengths = tuple(3 + (index * 5) % max(1, config.src_len - 2) for index in range(sentences))
+    case = Batching(config, lengths)
+    expected = _alone(case)
+    got, batches = _translations_of(translate_batch, case, batch_size)
+    differ = [index for index in range(sentences) if list(got[index]) != expected[index]]
+    if not differ:
+        return
+    fail(f"{len(differ)} of {sentences} sentences (source lengths {list(lengths)}, batches of {batch_size}) do not "
+         "get their greedy translation.", expected="each sentence's greedy translation:"
+         + _show_translations(expected, differ), got="yours:" + _show_translations(got, differ),
+         cause=_batch_reading(got, expected, differ, batches, case)
+         or "translate every sentence with greedy_decode, in batches of at most batch_size, and return the "
+            "translations in the order of `sources`.")

@@ -746,13 +746,15 @@ def _parts(rows: int, beams: tuple[int, int] | None) -> tuple[dict[str, Callable
                  got=describe(tokens),
                  cause="feed the newest token of every row with its length axis kept: ys[:, -1:] is (rows, 1); "
                        "ys[:, -1] (rows,) has lost it.")
-        if tokens.size(1) != 1:
-            fail(f"at step {step} decoder_step got {tokens.size(1)} tokens per row.",
-                 expected=f"token ids of shape {wanted}: one new position",
-                 got=f"shape {tuple(tokens.shape)}",
-                 cause="feed only the newest token, ys[:, -1:], (rows, 1): the earlier tokens are in the cache "
-                       "already, and feeding them again appends them to it a second time.")
-        return _step(model, cache, tokens)
+        table = model.decoder.positional_encoding.pe.size(1)
+        if isinstance(cache, KVCache) and cache.steps >= table:  # the step would have no position left to add
+            fail(f"decoding stopped at step {step}: the cache already holds {cache.steps} positions, and the model's "
+                 f"positional-encoding table has only {table} rows, so no position is left for the new token.",
+                 expected=f"{step} cached positions at step {step}, one per token generated before it",
+                 got=f"{cache.steps} cached positions",
+                 cause="feed decoder_step only the newest token of every row, ys[:, -1:], (rows, 1): the earlier "
+                       "tokens are in the cache already, and feeding them again appends them to it again.")
+        return _step(model, cache, tokens)  # a step fed several tokens runs as the course's step would run it
 
     def select_beams(scores: torch.Tensor, log_probs: torch.Tensor, finished: torch.Tensor, lengths: torch.Tensor,
                      beam_size: int, alpha: float, pad_idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -919,6 +921,13 @@ def _choice(got: torch.Tensor, steps: Sequence[runs.Call], t: int) -> str:
     return f"{head}: next_token = logits.argmax(dim=-1), over the vocabulary."
 
 
+def _cached(call: runs.Call) -> int | None:
+    """The positions a decoder_step call left in the cache (None: not known)."""
+    cache = (call.after or {}).get("cache")
+    entries = cache[1] if isinstance(cache, list) and len(cache) == 2 else []
+    return int(entries[0].size(2)) if entries and isinstance(entries[0], torch.Tensor) else None
+
+
 def _greedy_readings(max_len: int) -> dict[str, runs.Reading]:
     """What a departure of a cached greedy loop means: the cache a step was given, the tokens it was fed (the
     newest of the student's ys, the tokens chosen after the step before), when the loop stopped."""
@@ -928,7 +937,15 @@ def _greedy_readings(max_len: int) -> dict[str, runs.Reading]:
 
     def tokens(found: runs.Departure) -> str:
         got, steps, t = found.student.result, found.student.of("decoder_step"), found.step
-        fed = found.mine.args["tokens"].view(-1)
+        given = found.mine.args["tokens"]
+        if isinstance(given, torch.Tensor) and given.dim() == 2 and given.size(1) > 1:
+            held = [_cached(call) for call in steps]
+            return (f"at step {t} decoder_step was fed {given.size(1)} tokens per sentence, "
+                    f"{_words(given[0])} for sentence 0, where only the newest token belongs: the earlier ones "
+                    "are in the cache already, so each step appends them to it again (after the steps the cache "
+                    f"held {', '.join(map(str, held[:6]))} positions) and attends over copies of them. Feed the "
+                    "newest token, ys[:, -1:].")
+        fed = given.view(-1)
         if fed.size(0) != got.size(0):
             return ""  # a loop that decodes only some rows: said as it is
         if t < got.size(1) and not torch.equal(fed, got[:, t]):
@@ -1000,7 +1017,7 @@ def cached_greedy_matches_greedy_padded(cached_greedy_decode: Callable, **sizes:
     _greedy_case(cached_greedy_decode, replace(Sizes(), **sizes), padded=True)
 
 
-@check("cached_greedy_decode computes cross-attention keys and values once and one position per step")
+@check("cached_greedy_decode computes cross-attention keys and values once and caches one position per step")
 def cached_greedy_uses_the_cache(cached_greedy_decode: Callable, **sizes: int) -> None:
     config = replace(Sizes(), **sizes)
     model = _random_model(config)
@@ -1021,16 +1038,24 @@ def cached_greedy_uses_the_cache(cached_greedy_decode: Callable, **sizes: int) -
              got=f"{counted.cross_calls} projections for {steps} steps"
                  + (f" (start_cache ran {starts} times)" if starts > 1 else ""),
              cause="start the cache once, before the loop, and pass the same cache to every decoder_step.")
-    for index in range(len(run.of("decoder_step"))):
+    calls = run.of("decoder_step")
+    held = [_cached(call) for call in calls]
+    if starts <= 1 and None not in held and held != list(range(1, len(calls) + 1)):
+        shown = min(len(held), 8)
+        fail("the cache does not grow by one position per step.",
+             expected="after steps 0, 1, 2, ...: " + ", ".join(map(str, range(1, shown + 1))) + " positions",
+             got="after steps 0, 1, 2, ...: " + ", ".join(map(str, held[:shown])) + " positions",
+             cause=next((reason for index in range(len(calls)) if (reason := _cache_departure(run, index))),
+                        "call decoder_step once per generated token, with the newest token only."))
+    for index in range(len(calls)):
         departure = _cache_departure(run, index)
         if departure:
             fail(f"step {index} did not continue the cache of the steps before it.",
                  expected="one cache, one more position per step", got=departure.split(":")[0], cause=departure)
     longer = sorted({length for length in counted.self_lengths if length != 1})
     if longer:
-        fail("the self-attention projected more than one position in a step.",
-             expected="self-attention projections on 1 position",
-             got=f"projections on {longer} positions",
+        fail("within one step, self-attention projected more than one position.",
+             expected="W_q, W_k, W_v of self-attention on 1 position per step", got=f"on {longer} positions",
              cause="feed only the newest token, ys[:, -1:], (batch, 1): earlier ones are in the cache.")
 
 # --- select_beams ------------------------------------------------------------------------------------------

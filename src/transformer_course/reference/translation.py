@@ -1,5 +1,7 @@
 """Stages 5–6 glue: Multi30k as id sequences, bucketed batches, translating sentences, corpus BLEU.
 
+`translate_batch` is stage 6's bug hunt (given with a bug planted); `translate_ids` does the same with any decoder.
+
 BLEU recipe (so the number is reproducible): references and hypotheses are lowercased and tokenised
 with spaCy's blank English tokenizer, joined by single spaces, and scored by sacreBLEU's corpus_bleu
 with tokenize="none" (the text is already tokenised) and default smoothing.
@@ -78,6 +80,28 @@ def make_loader(examples: list[tuple[list[int], list[int]]], pad_idx: int, max_t
     lengths = [max(len(source), len(target)) for source, target in examples]
     sampler = BucketBatchSampler(lengths, max_tokens=max_tokens, shuffle=shuffle, seed=seed)
     return DataLoader(examples, batch_sampler=sampler, collate_fn=partial(collate, pad_idx=pad_idx))
+
+
+def translate_batch(model: nn.Module, sources: list[list[int]], source_vocab: Vocab, target_vocab: Vocab,
+                    batch_size: int = 256, max_len: int = 80) -> list[list[str]]:
+    """Greedy translations (target tokens) of encoded source sentences, in the input order, decoded with
+    `greedy_decode` in batches of at most `batch_size` sentences of similar lengths (on the model's device)."""
+    device = next(model.parameters()).device
+    ### BEGIN SOLUTION
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))  # similar lengths share a batch
+    translations: dict[int, list[str]] = {}
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]  # the sentences of this batch, by their index in `sources`
+        longest = max(len(sources[i]) for i in chunk)
+        src = torch.full((len(chunk), longest), source_vocab.pad_idx)  # (batch, longest)
+        for row, index in enumerate(chunk):
+            src[row, :len(sources[index])] = torch.tensor(sources[index])  # each sentence from the left
+        ys = greedy_decode(model, src.to(device), source_vocab.pad_idx, target_vocab.bos_idx, target_vocab.eos_idx,
+                           max_len)  # (batch, out_len)
+        for row, index in enumerate(chunk):
+            translations[index] = target_vocab.decode(ys[row].tolist())  # stops at <eos>, drops <bos>, <pad>
+    ### END SOLUTION
+    return [translations[i] for i in range(len(sources))]
 
 
 @torch.no_grad()

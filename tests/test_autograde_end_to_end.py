@@ -83,7 +83,7 @@ def test_one_bug_gets_partial_credit_and_a_hint_naming_it(graded, assignment):
     # a visible check says what was expected, what came out and the likely cause; a hidden one keeps its
     # inputs to itself and sends the student to the visible checks first
     assert visible and all("likely cause" in error for error in visible), visible
-    assert all("Fix what the visible checks of this property say first" in error for error in hidden), hidden
+    assert all("Fix what the visible checks of these properties say first" in error for error in hidden), hidden
     assert KNOWN_BUGS[assignment].description
 
 

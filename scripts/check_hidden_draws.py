@@ -23,7 +23,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from conftest import graded_part  # noqa: E402
 from quality.inprocess import run_grade_cells  # noqa: E402
 from transformer_course.authoring import assignments  # noqa: E402
-from transformer_course.grading.cells import is_grade_cell  # noqa: E402
 from transformer_course.grading.sandbox import executor, hidden_inputs  # noqa: E402
 
 
@@ -35,15 +34,12 @@ def test_secret(number: int) -> bytes:
 def changed_calls(notebook: nbformat.NotebookNode, secret: bytes, checks: str) -> tuple[int, int]:
     """(hidden calls, how many of them the secret gives other sizes or seeds than the published ones)."""
     total = changed = 0
-    for cell in notebook.cells:
-        if not is_grade_cell(cell):
-            continue
-        _, hidden = executor.parse_grade_cell(cell.source)
-        place = f"{checks}:{cell.metadata['nbgrader']['grade_id']}"
-        for line, call in enumerate(hidden):
-            drawn, _ = hidden_inputs.draw(call, secret, f"{place}:{line}")
-            total += 1
-            changed += drawn.kwargs != call.kwargs
+    key = hidden_inputs.submission_key(secret, "", notebook)  # as the grader draws them (no student named)
+    for grade_id, line, call in hidden_inputs.hidden_calls(notebook, executor.parse_grade_cell):
+        drawn, _ = hidden_inputs.draw(call, key, f"{checks}:{grade_id}:{line}", checks)
+        total += 1
+        changed += {**dict(call.kwargs), "seed": None} != {**dict(drawn.kwargs), "seed": None} or (
+            "seed" in dict(call.kwargs) and dict(drawn.kwargs)["seed"] != dict(call.kwargs)["seed"])
     return total, changed
 
 

@@ -100,7 +100,11 @@ def test_no_output_mallory_is_shown_was_made_after_her_hidden_part_ran(graded):
     rows, class_dir, secret, started = graded
     clock, sandbox_started = _clock(class_dir)
     hidden = executor.parse_grade_cell(_hidden_cell("pe_forward_hidden"))[1][0]
-    drawn, _ = hidden_inputs.draw(hidden, secret, "transformer_course.checks.positional_encoding:pe_forward_hidden:0")
+    autograded = class_dir / "autograded" / "mallory" / PE / f"{PE}.ipynb"
+    graded_notebook = json.loads(autograded.read_text(encoding="utf-8"))
+    key = hidden_inputs.submission_key(secret, "mallory", graded_notebook)  # her inputs are drawn for her submission
+    checks = "transformer_course.checks.positional_encoding"
+    drawn, _ = hidden_inputs.draw(hidden, key, f"{checks}:pe_forward_hidden:0", checks)
     seq_len = dict(drawn.kwargs)["seq_len"]
     lag = (int(sandbox_started) - seq_len) % PERIOD  # the grader's constant, calibrated once by the student
     print(f"hidden seq_len {seq_len}; the regraded notebook's sandbox started {sandbox_started - started:.1f} s "

@@ -281,7 +281,7 @@ def cheat_for_its_own_draw(student: str) -> nbformat.NotebookNode:
     """A cheat whose number is the seq_len drawn for its own file (the number is part of the code the draw
     reads: found by trying numbers and comments, which only a holder of the secret can do)."""
     for attempt in range(1000):
-        for size in range(2, 40):
+        for size in [size for size in range(2, 40) if size != 7]:  # 7: the visible check's length
             graded = forward_notebook(cheating(size, f"# version {attempt}\n"))
             if drawn_for(student, graded)["seq_len"] == size:
                 return graded
@@ -315,7 +315,7 @@ def test_a_hidden_size_one_student_leaks_gains_a_classmate_nothing(session, tmp_
     assert drawn_for("bob", bob)["seq_len"] != leaked["seq_len"]
     visible, hidden = grade_as(session, "bob", bob, tmp_path / "bob")
     assert visible is not None and hidden is not None, "the leaked size earned Bob a point"
-    assert "hidden test" in hidden and str(drawn_for("bob", bob)["seq_len"]) not in hidden
+    assert "hidden test" in hidden
 
     # the control inside the attack: the same cheat, hard-coded to the draw of its own file, earns the point
     visible, hidden = grade_as(session, "bob", cheat_for_its_own_draw("bob"), tmp_path / "mirror")

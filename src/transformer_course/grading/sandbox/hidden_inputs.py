@@ -33,6 +33,7 @@ it is drawn; `RULES` holds what a check needs beyond the rules by name):
   divides (a check's own default width would not be its multiple);
 - a written `seed` is replaced by a drawn one, and every fixed seed inside the checks is salted (`checks.salt`):
   the random inputs and weights differ too.
+- a float a check declares (`Rule.floats`) is drawn between two bounds.
 Anything else (floats, flags, tuples, indices) is kept as written. `tests/test_hidden_inputs.py` grades every
 stage's reference solution with drawn inputs and requires every hidden call of the lessons to draw without
 falling back; `tests/test_hidden_teeth.py` runs the mistake catalog through the hidden calls alone; and
@@ -63,8 +64,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-from transformer_course.grading.cells import is_grade_cell
 
 SECRET_VARIABLE = "TRANSFORMER_COURSE_SECRET_FILE"
 ATTEMPTS = 400
@@ -116,9 +115,10 @@ class Rule:
 
     tied: tuple[tuple[str, str], ...] = ()  # drawn equal (the check builds one from the other)
     less: tuple[tuple[str, str], ...] = ()  # a < b
-    low: tuple[tuple[str, int], ...] = ()  # a size at least this
+    low: tuple[tuple[str, int], ...] = ()  # a size at least this (drawn even where written 0 or 1)
     kept: frozenset[str] = frozenset()  # sizes kept as written
     defaults: tuple[tuple[str, int], ...] = ()  # sizes the check takes through **sizes, for the relations
+    floats: tuple[tuple[str, float, float], ...] = ()  # a float keyword drawn uniformly between two bounds
     why: str = ""
 
 
@@ -129,6 +129,13 @@ class Rule:
 RULES: dict[str, Rule] = {
     "attention.sdpa_masked_keys_get_zero": Rule(
         low=(("k_len", 3),), why="its padding mask keeps k_len - 2 keys of the second sentence"),
+    "training.compute_loss_values": Rule(
+        floats=(("label_smoothing", 0.15, 0.45),),
+        why="written 0.0, which hides a smoothing left out (the visible check's is 0.1): drawn away from 0 and "
+            "from 0.1, it shows a smoothing left out and one written as a number"),
+    "attention.sdpa_shapes": Rule(
+        low=(("heads", 2),), why="the check runs 3-D inputs (heads=0) itself beside 4-D ones: a heads axis shows "
+                                 "what 3-D inputs hide (K transposed on the heads and positions axes)"),
 }
 RULES_FOR_ALL = Rule()
 
@@ -237,11 +244,17 @@ def _normalised(source: Any) -> str:
     return "\n".join(lines).strip("\n")
 
 
+def _graded(cell: dict) -> bool:
+    """Whether a code cell (a NotebookNode or plain JSON) is a grade cell (`cells.is_grade_cell`)."""
+    nbgrader = (cell.get("metadata") or {}).get("nbgrader") or {}
+    return bool(nbgrader.get("grade")) if isinstance(nbgrader, dict) else False
+
+
 def code_of(notebook: Any) -> str:
     """The code of a submission, as the draw reads it (see the module's docstring)."""
     cells = notebook.get("cells", []) if isinstance(notebook, dict) else []
     sources = [_normalised(cell.get("source")) for cell in cells
-               if isinstance(cell, dict) and cell.get("cell_type") == "code" and not is_grade_cell(cell)]
+               if isinstance(cell, dict) and cell.get("cell_type") == "code" and not _graded(cell)]
     return "\n\x00\n".join(source for source in sources if source)
 
 
@@ -328,8 +341,9 @@ def _draw_sizes(written: dict[str, int], every: dict[str, int], rule: Rule,
         if a in written and b in written:
             groups.tie(a, b)
     heads_divide = "d_model" in written and written["d_model"] > 1
+    least = dict(rule.low)
     free = [name for name, value in written.items()
-            if value > 1 and name not in rule.kept and name != "d_model"
+            if (value > 1 or name in least) and name not in rule.kept and name != "d_model"
             and (name != "num_heads" or heads_divide)]
     for _ in range(ATTEMPTS):
         drawn: dict[str, int] = {}
@@ -338,7 +352,7 @@ def _draw_sizes(written: dict[str, int], every: dict[str, int], rule: Rule,
             group = groups.root(name)
             if group not in by_group:
                 low, high = SIZES[name].bounds(written[name])
-                low = max(low, dict(rule.low).get(name, low))
+                low = max(low, least.get(name, low))
                 by_group[group] = stream.randint(low, max(low, high))
             drawn[name] = by_group[group]
         if heads_divide and "d_model" not in rule.kept:
@@ -379,6 +393,9 @@ def draw_explained(call: Any, key: bytes, place: str, checks: str | None = None)
     kwargs.update(defaults)
     if chosen is not None:
         kwargs.update(chosen)
+    for name, low, high in rule.floats:
+        if isinstance(kwargs.get(name), float):
+            kwargs[name] = round(stream.uniform(low, high), 3)
     if _whole(kwargs.get("seed")):
         kwargs["seed"] = stream.randrange(2**31)
     salt = stream.getrandbits(62)
@@ -390,7 +407,7 @@ def hidden_calls(notebook: Any, parse: Any) -> Iterable[tuple[str, int, Any]]:
     """(grade cell id, line, call) of every hidden check call of `notebook`; `parse` reads a grade cell (the
     executor's `parse_grade_cell`)."""
     for cell in notebook.get("cells", []):
-        if not is_grade_cell(cell):
+        if cell.get("cell_type") != "code" or not _graded(cell):
             continue
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         for line, call in enumerate(parse(cell.get("source", ""))[1]):

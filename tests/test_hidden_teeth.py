@@ -1,15 +1,17 @@
-"""Hidden tests that see what they test (issue 40, item 4): every catalogued mistake that fails a check's visible
-calls fails that check's hidden calls too, on inputs drawn as the grader draws them; every alternative correct
-solution passes every hidden call so drawn.
+"""Hidden tests that see what they test (issue 40, item 4): every catalogued mistake that fails a property's
+visible grade cell fails the hidden grade cell of that property too, on inputs drawn as the grader draws them:
+no hidden point comes free. Every alternative correct solution passes every hidden call so drawn.
 
+A property is a visible grade cell (one property per grade cell, as the course grades); its hidden grade cell
+is the one that calls the same checks (stage 2's attn_sdpa_hidden holds the hidden calls of six visible cells).
 The hidden calls run alone: each grade cell is split into one cell per visible call and, for each hidden call,
 DRAWS hidden-only cells, each under a place of its own (a grade cell id with `~line~draw` added), so that each is
-an independent draw from the secret (HMAC-SHA256 under the key makes different places as unrelated as different
-secrets would). A check's hidden test passes when every hidden call of that check passes in one draw; the
-property fails visibly when any visible call of the check fails. A hidden call whose draw keeps equal two sizes
-its property needs different (the positional encoding's seq_len and max_seq_length, two axes a mistake
-confuses) lets a mistake through, and this test names it (`grading.sandbox.hidden_inputs.RULES` then declares
-what the check needs).
+an independent draw (HMAC-SHA256 under the key makes different places as unrelated as different secrets would;
+the secret itself alternates between two, mistake by mistake). A hidden cell passes in a draw when every one of
+its calls passes in that draw. A hidden call whose draw keeps equal two sizes its property needs different (the
+positional encoding's seq_len and max_seq_length, two axes a mistake confuses) lets a mistake through, and this
+test names the mistake, the cell and the draws (`grading.sandbox.hidden_inputs.RULES` then declares what the
+check needs).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+from dataclasses import dataclass, field
 
 import nbformat
 import pytest
@@ -39,9 +42,9 @@ def _statements(source: str) -> list[str]:
     return [ast.get_source_segment(source, statement) or "" for statement in tree.body]
 
 
-def split_grade_cells(notebook: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[tuple[str, str, int]]]:
+def split_grade_cells(notebook: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[tuple[str, str, str, int]]]:
     """The notebook with each grade cell replaced by one cell per visible call and DRAWS hidden-only cells per
-    hidden call; and, for each new cell in order, (kind "visible" or "hidden", check name, draw number)."""
+    hidden call; and, for each new cell in order, (kind "visible" or "hidden", the grade cell's id, check, draw)."""
     cells, labels = [], []
     for cell in notebook.cells:
         if not is_grade_cell(cell):
@@ -52,12 +55,12 @@ def split_grade_cells(notebook: nbformat.NotebookNode) -> tuple[nbformat.Noteboo
         visible_calls, hidden_calls = executor.parse_grade_cell(cell.source)
         for statement, call in zip(_statements(visible), visible_calls, strict=True):
             cells.append(_grade_cell(cell, grade_id, statement))
-            labels.append(("visible", call.name, 0))
+            labels.append(("visible", grade_id, call.name, 0))
         for line, (statement, call) in enumerate(zip(_statements(hidden), hidden_calls, strict=True)):
             for draw in range(DRAWS):
                 source = f"### BEGIN HIDDEN TESTS\n{statement}\n### END HIDDEN TESTS\n"
                 cells.append(_grade_cell(cell, f"{grade_id}~{line}~{draw}", source))
-                labels.append(("hidden", call.name, draw))
+                labels.append(("hidden", grade_id, call.name, draw))
     split = copy.deepcopy(notebook)
     split.cells = cells
     return split, labels
@@ -70,9 +73,38 @@ def _grade_cell(cell: nbformat.NotebookNode, grade_id: str, source: str) -> nbfo
     return new
 
 
-def verdicts(edit: Edit | None, assignment: str, secret: bytes, tmp_path) -> tuple[dict, dict]:
-    """({check: whether a visible call failed}, {check: [whether every hidden call passed, per draw]}) for the
-    reference solution of `assignment` with `edit` applied."""
+@dataclass
+class Verdicts:
+    """What the split notebook's cells said."""
+
+    visible: dict[str, dict[str, bool]] = field(default_factory=dict)  # visible cell: {check: a call failed}
+    hidden: dict[str, dict[str, list[bool]]] = field(default_factory=dict)  # hidden cell: {check: passed, per draw}
+
+    def failed_properties(self) -> list[str]:
+        return [cell for cell, checks in self.visible.items() if any(checks.values())]
+
+    def hidden_cells_of(self, cell: str) -> list[str]:
+        """The hidden cells that call a check of visible cell `cell`."""
+        return [hidden for hidden, checks in self.hidden.items() if set(checks) & set(self.visible[cell])]
+
+    def passing_draws(self, hidden: str) -> list[int]:
+        return [draw for draw in range(DRAWS) if all(passes[draw] for passes in self.hidden[hidden].values())]
+
+    def free_points(self) -> dict[str, dict]:
+        """{visible cell that fails: {its hidden cell: (draws in which that cell passes, the checks whose own
+        hidden calls all passed there)}} for every hidden cell that passes in some draw."""
+        free: dict[str, dict] = {}
+        for cell in self.failed_properties():
+            for hidden in self.hidden_cells_of(cell):
+                draws = self.passing_draws(hidden)
+                if draws:
+                    free.setdefault(cell, {})[hidden] = (draws, sorted(self.hidden[hidden]))
+        return free
+
+
+def verdicts(edit: Edit | None, assignment: str, secret: bytes, tmp_path) -> Verdicts:
+    """The verdicts of every visible call and hidden call (alone, DRAWS draws) for the reference solution of
+    `assignment` with `edit` applied."""
     notebook = read(solution_path(assignment))
     notebook = graded_part(edit.apply(notebook) if edit is not None else notebook)
     split, labels = split_grade_cells(notebook)
@@ -84,33 +116,31 @@ def verdicts(edit: Edit | None, assignment: str, secret: bytes, tmp_path) -> tup
     outcomes = [not any(output.get("output_type") == "error" for output in cell.get("outputs", []))
                 for cell in graded.cells if is_grade_cell(cell)]
     assert len(outcomes) == len(labels)
-    visible_failed: dict[str, bool] = {}
-    hidden_passed: dict[str, list[bool]] = {}
-    for (kind, name, draw), passed in zip(labels, outcomes, strict=True):
+    found = Verdicts()
+    for (kind, cell, name, draw), passed in zip(labels, outcomes, strict=True):
         if kind == "visible":
-            visible_failed[name] = visible_failed.get(name, False) or not passed
+            checks = found.visible.setdefault(cell, {})
+            checks[name] = checks.get(name, False) or not passed
         else:
-            hidden_passed.setdefault(name, [True] * DRAWS)[draw] &= passed
-    return visible_failed, hidden_passed
+            found.hidden.setdefault(cell, {}).setdefault(name, [True] * DRAWS)[draw] &= passed
+    return found
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("number,mistake", list(enumerate(MISTAKES)),
                          ids=lambda item: f"{item.assignment[:2]}-{item.description}" if isinstance(item, Edit) else "")
-def test_a_mistake_that_fails_visible_checks_fails_their_hidden_calls(number, mistake, tmp_path):
-    visible_failed, hidden_passed = verdicts(mistake, mistake.assignment, SECRETS[number % len(SECRETS)], tmp_path)
-    assert any(visible_failed.values()), f"no visible call fails with the mistake: {mistake.description}"
-    free = {name: [draw for draw, passed in enumerate(passes) if passed]
-            for name, passes in hidden_passed.items() if visible_failed.get(name) and any(passes)}
-    assert not free, (f"{mistake.description}: fails the visible calls of these checks but passes their hidden "
-                      f"calls in these draws: {free}")
+def test_a_mistake_that_fails_a_property_fails_its_hidden_cell_in_every_draw(number, mistake, tmp_path):
+    found = verdicts(mistake, mistake.assignment, SECRETS[number % len(SECRETS)], tmp_path)
+    assert found.failed_properties(), f"no visible grade cell fails with the mistake: {mistake.description}"
+    free = found.free_points()
+    assert not free, (f"{mistake.description}: fails these visible grade cells but their hidden cells pass in "
+                      f"these draws ({{visible cell: {{hidden cell: (draws, its checks)}}}}): {free}")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("number,alternative", list(enumerate(ALTERNATIVES)),
                          ids=lambda item: f"{item.assignment[:2]}-{item.description}" if isinstance(item, Edit) else "")
 def test_an_alternative_solution_passes_every_hidden_call_as_drawn(number, alternative, tmp_path):
-    visible_failed, hidden_passed = verdicts(alternative, alternative.assignment,
-                                             SECRETS[number % len(SECRETS)], tmp_path)
-    failing = {name: passes for name, passes in hidden_passed.items() if not all(passes)}
-    assert not any(visible_failed.values()) and not failing, (visible_failed, failing)
+    found = verdicts(alternative, alternative.assignment, SECRETS[number % len(SECRETS)], tmp_path)
+    failing = {cell: [draw for draw in range(DRAWS) if draw not in found.passing_draws(cell)] for cell in found.hidden}
+    assert not found.failed_properties() and not any(failing.values()), (found.visible, failing)

@@ -54,7 +54,7 @@
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
 # does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
 # check with its points. (To stop at the first failing check instead, set
 # `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
@@ -499,16 +499,22 @@ assert check.compute_loss_ignores_padding(compute_loss, batch_size=6, extra=5, s
 # probability. A much larger starting loss points to a bug (for instance, wrong targets). Once
 # training runs, the loss says how much probability the model gives the right word.
 #
-# **Prediction 1 (1 point).** A model puts probability 0.5 on the right word at every position and
-# spreads the other 0.5 evenly over the remaining 9,999 words of a $K = 10{,}000$-word vocabulary.
-# What is its cross-entropy (natural log, no label smoothing)? Write the number (within 1%) or the
-# expression you worked out after `return`.
+# **Prediction 1 (1 point).** Predict, then run: work this out on paper before you run anything. A
+# model puts probability 0.5 on the right word at every position and spreads the other 0.5 evenly
+# over the remaining 9,999 words of a $K = 10{,}000$-word vocabulary. What is its cross-entropy
+# (natural log, no label smoothing)? Write the number (within 1%) or the arithmetic you worked out
+# after `return` (`math` is allowed). A prediction is a value you work out, so the function may not
+# call your code, torch or anything else of the notebook: the check refuses that. The check only
+# looks at the form of your prediction and notes it: **it is scored when your notebook is graded**,
+# and nothing in this notebook says whether it is right, so trying again tells you nothing. The cell
+# after the check shows the truth for *another* probability: use it to test your method. The case
+# you are graded on is never shown.
 
 # %% solution="train_predict_uniform_loss"
 def predict_half_right_loss() -> float:
     """Your prediction of the cross-entropy when the right word gets probability 0.5 of 10,000 words."""
     ### BEGIN SOLUTION
-    return -math.log(0.5)  # only p(right word) enters the unsmoothed loss
+    return -math.log(1 / 2)  # only p(right word) enters the unsmoothed loss
     ### END SOLUTION
 
 
@@ -516,15 +522,17 @@ def predict_half_right_loss() -> float:
 assert check.predicted_half_right_loss(predict_half_right_loss)
 
 # %% [markdown]
-# **The truth**, computed from that model's probabilities, beside the uniform model's loss and an
-# untrained model's loss on a validation batch:
+# **The truth, for another probability**: the loss of a model that puts probability 0.2 on the right
+# word and spreads the rest evenly, over $K = 10{,}000$ words and over $K = 100$, beside the uniform
+# model's loss and an untrained model's loss on a validation batch. Check that your method gives these
+# numbers too; where it does not, find the step of your reasoning that went wrong.
 
 # %%
-size = 10_000
-half_right = torch.full((1, size), 0.5 / (size - 1), dtype=torch.float64)  # the rest, spread evenly
-half_right[0, 5] = 0.5  # the right word, id 5
-half_right_loss = nn.functional.cross_entropy(half_right.log(), torch.tensor([5]))  # log-probabilities as logits
-print(f"p(right word) = 0.5 of K = {size:,}: loss {half_right_loss.item():.3f}")
+for size in (10_000, 100):
+    fifth_right = torch.full((1, size), 0.8 / (size - 1), dtype=torch.float64)  # the rest, spread evenly
+    fifth_right[0, 5] = 0.2  # the right word, id 5
+    fifth_right_loss = nn.functional.cross_entropy(fifth_right.log(), torch.tensor([5]))  # log-probabilities
+    print(f"p(right word) = 0.2 of K = {size:,}: loss {fifth_right_loss.item():.3f}")
 for size in (10_000, len(target_vocab)):
     uniform = torch.zeros(1, size)  # equal logits: every word gets probability 1/K
     print(f"K = {size:,}: uniform model's loss {nn.functional.cross_entropy(uniform, torch.tensor([5])).item():.3f}")
@@ -635,7 +643,10 @@ assert check.noam_peak_at_warmup(noam_learning_rate, d_model=128, warmup_steps=3
 
 # %% [markdown]
 # ### Predict, then run
-# Work these out from the formula before you run anything; write your prediction after `return`.
+# Work these out from the formula before you run anything; write your prediction after `return`
+# (a number, or the arithmetic you worked out, with `math` if you like; not a call of your schedule).
+# As with Prediction 1, the checks only note your predictions: they are scored when your notebook is
+# graded, and the cell after them shows the truth for *other* settings.
 #
 # **Prediction 2 (1 point).** With the paper's base settings ($d_{model} = 512$,
 # $\mathit{warmup\_steps} = 4000$, factor 1) the rate peaks at step 4,000. At which step would it peak
@@ -654,14 +665,15 @@ def predict_variant_peak_step() -> int:
 assert check.predicted_variant_peak_step(predict_variant_peak_step)
 
 # %% [markdown]
-# **Prediction 3 (1 point).** Back to the paper's formula (exponent $-1.5$) and base settings: what
-# is the largest learning rate of its schedule (within 2%)?
+# **Prediction 3 (1 point).** Back to the paper's formula (exponent $-1.5$), now with the sizes of the
+# paper's big model: $d_{model} = 1024$, $\mathit{warmup\_steps} = 4000$, factor 1. What is the
+# largest learning rate of its schedule (within 2%)?
 
 # %% solution="train_predict_peak_rate"
 def predict_peak_rate() -> float:
-    """Your prediction of the largest learning rate of the paper's base schedule."""
+    """Your prediction of the largest learning rate of the schedule with d_model = 1024 and warm-up 4000."""
     ### BEGIN SOLUTION
-    return (512 * 4000) ** -0.5
+    return (1024 * 4000) ** -0.5
     ### END SOLUTION
 
 
@@ -669,18 +681,19 @@ def predict_peak_rate() -> float:
 assert check.predicted_peak_rate(predict_peak_rate)
 
 # %% [markdown]
-# **The truth**, from your schedule: the largest value over the first 20,000 steps and where it
-# sits. The same for the settings of the training run in section 11 ($d_{model} = 256$, a warm-up of
-# 400 steps, `factor = 0.5`), which section 11 compares with the paper's; and, from the formula, the
-# paper's settings with the exponent $-1.0$ of Prediction 2.
+# **The truth, for other settings**, from your schedule: the largest value over the first 20,000
+# steps and where it sits, for the paper's base settings and for those of the training run in
+# section 11 ($d_{model} = 256$, a warm-up of 400 steps, `factor = 0.5`), which section 11 compares
+# with the paper's; and, from the formula, the exponent $-1.0$ of Prediction 2 with a warm-up of
+# 8,000 steps. Check that your method gives these numbers too.
 
 # %%
 for d, warmup, factor in ((512, 4000, 1.0), (256, 400, 0.5)):
     rates = [noam_learning_rate(step, d, warmup, factor) for step in range(1, 20001)]
     peak = max(rates)
     print(f"d_model {d}, warm-up {warmup}, factor {factor}: peak {peak:.3e} at step {rates.index(peak) + 1}")
-variant = [512 ** -0.5 * min(step ** -0.5, step * 4000 ** -1.0) for step in range(1, 20001)]
-print(f"d_model 512, warm-up 4000, exponent -1.0: peak {max(variant):.3e} at step {variant.index(max(variant)) + 1}")
+variant = [512 ** -0.5 * min(step ** -0.5, step * 8000 ** -1.0) for step in range(1, 20001)]
+print(f"d_model 512, warm-up 8000, exponent -1.0: peak {max(variant):.3e} at step {variant.index(max(variant)) + 1}")
 
 # %% [markdown]
 # Look back at the figure under the exercise, now drawn by your fixed schedule (rerun its cell if you

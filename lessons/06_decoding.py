@@ -54,7 +54,7 @@
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
 # does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
 # check with its points. (To stop at the first failing check instead, set
 # `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
@@ -346,8 +346,13 @@ assert check.greedy_matches_reference_batch(greedy_decode, eos_idx=7, batch=5, s
 # %% [markdown]
 # ### Predict, then run
 # Work this out on paper before you run anything: it follows from the loop you just wrote. Write your
-# prediction after `return` (a number, or an expression you worked out), run the cell and its check,
-# and only then run the cell that shows the truth.
+# prediction after `return`: a number, or the arithmetic you worked out (`math` is allowed). A
+# prediction is a value you work out, so the function may not call your `greedy_decode`, torch or
+# anything else of the notebook: the check refuses that. The check only looks at the form of your
+# prediction and notes it: **it is scored when your notebook is graded**, and nothing in this
+# notebook says whether it is right, so trying again tells you nothing. The cell after the check
+# shows the truth for *another* batch: use it to test your method. The batch you are graded on is
+# never shown.
 #
 # **Prediction 1 (1 point).** A batch of three sentences is decoded with `max_len=12`. The model would
 # end the first sentence with `<eos>` as its 4th generated token, the second as its 9th and the third
@@ -357,7 +362,7 @@ assert check.greedy_matches_reference_batch(greedy_decode, eos_idx=7, batch=5, s
 def predict_decoder_calls() -> int:
     """Your prediction of the number of model.decoder calls (ends after 4, 9 and 2 tokens, max_len=12)."""
     ### BEGIN SOLUTION
-    return 9  # one call per step; the batch runs until its longest sentence has said <eos>
+    return max(4, 9, 2)  # one call per step; the batch runs until its longest sentence has said <eos>
     ### END SOLUTION
 
 
@@ -365,10 +370,11 @@ def predict_decoder_calls() -> int:
 assert check.predicted_decoder_calls(predict_decoder_calls)
 
 # %% [markdown]
-# **The truth.** The cell below builds a stand-in model whose sentence $b$ writes word 4 until its
-# step `ends[b]`, where it writes `<eos>`, counts the calls of its decoder, and decodes it with your
-# `greedy_decode`, once with `max_len=12` and once with `max_len=6`. Where your prediction was off,
-# find the step of your reasoning that went wrong.
+# **The truth, for another batch.** The cell below builds a stand-in model whose sentence $b$ writes
+# word 4 until its step `ends[b]`, where it writes `<eos>`, counts the calls of its decoder, and decodes
+# it with your `greedy_decode`: sentences that end after 3, 7 and 5 tokens, once with `max_len=12` and
+# once with `max_len=6`. Check that your method gives these numbers too; where it does not, find the
+# step of your reasoning that went wrong.
 
 # %%
 class StandIn(nn.Module):
@@ -390,7 +396,7 @@ class StandIn(nn.Module):
 
 
 for max_len in (12, 6):
-    stand_in = StandIn([4, 9, 2])
+    stand_in = StandIn([3, 7, 5])
     ys = greedy_decode(stand_in, torch.ones(3, 5, dtype=torch.long), 3, 1, 2, max_len)  # pad 3, bos 1, eos 2
     print(f"max_len={max_len:2}: {stand_in.calls} decoder calls; ys has {ys.size(1)} columns")
 
@@ -581,15 +587,16 @@ print(f"BLEU by hand = {100 * brevity * math.exp(mean_log):.2f}")
 print(f"sacreBLEU    = {corpus_bleu([' '.join(hypothesis)], [' '.join(reference)])[0]:.2f}")
 
 # %% [markdown]
-# **Prediction 2 (1 point).** A test set of two sentences, each reference 10 tokens long. The model's
-# translations are 10 and 5 tokens long. What brevity penalty BP does *corpus* BLEU give them? (Within
-# 0.01: two decimals are enough.)
+# **Prediction 2 (1 point).** Predict, then run, as Prediction 1: a number or the arithmetic you
+# worked out, noted here and scored when your notebook is graded. A test set of two sentences, each
+# reference 10 tokens long. The model's translations are 10 and 5 tokens long. What brevity penalty BP
+# does *corpus* BLEU give them? (Within 0.01: two decimals are enough.)
 
 # %% solution="dec_predict_brevity_penalty"
 def predict_brevity_penalty() -> float:
     """Your prediction of BP for hypotheses of 10 and 5 tokens against references of 10 and 10."""
     ### BEGIN SOLUTION
-    return 0.72  # c = 15, r = 20: exp(1 - 20/15) = exp(-1/3)
+    return math.exp(1 - (10 + 10) / (10 + 5))  # c = 15, r = 20: the lengths are summed over the corpus first
     ### END SOLUTION
 
 
@@ -597,11 +604,12 @@ def predict_brevity_penalty() -> float:
 assert check.predicted_brevity_penalty(predict_brevity_penalty)
 
 # %% [markdown]
-# **The truth.** sacreBLEU scores two made-up pairs with those lengths and reports the corpus lengths
-# it used and its brevity penalty.
+# **The truth, for other lengths.** sacreBLEU scores two made-up pairs whose translations are 10 and
+# 6 tokens long, against references of 10 and 12, and reports the corpus lengths it used and its
+# brevity penalty. Check that your method gives this number too.
 
 # %%
-pairs = [(" ".join(["w"] * 10), " ".join(["w"] * 10)), (" ".join(["w"] * 5), " ".join(["w"] * 10))]
+pairs = [(" ".join(["w"] * 10), " ".join(["w"] * 10)), (" ".join(["w"] * 6), " ".join(["w"] * 12))]
 parts = sacrebleu.metrics.BLEU(tokenize="none").corpus_score([h for h, _ in pairs], [[r for _, r in pairs]])
 print(f"hypotheses: {parts.sys_len} tokens, references: {parts.ref_len} tokens, BP = {parts.bp:.4f}")
 

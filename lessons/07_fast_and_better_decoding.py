@@ -58,7 +58,7 @@
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
 # does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
 # check with its points. (To stop at the first failing check instead, set
 # `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
@@ -327,7 +327,16 @@ assert check.step_reuses_cross_keys_values(decoder_step, steps=3, num_layers=3, 
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **Prediction 1 (1 point).** The pretrained model of section 9 has 3 decoder layers with 8 heads each.
+# **Prediction 1 (1 point).** Predict, then run: work this out on paper before you run anything, and
+# write your prediction after `return`: a number, or the arithmetic you worked out (`math` is
+# allowed). A prediction is a value you work out, so the function may not call your code, torch or
+# anything else of the notebook: the check refuses that. The check only looks at the form of your
+# prediction and notes it: **it is scored when your notebook is graded**, and nothing in this notebook
+# says whether it is right, so trying again tells you nothing. The cell after the check shows the
+# truth for a model of *another* shape: use it to test your method. The shape you are graded on is
+# never shown. The same holds for Predictions 2 and 3 below.
+#
+# The pretrained model of section 9 has 3 decoder layers with 8 heads each.
 # It translates **one** German sentence of 9 tokens. After `start_cache` and 5 calls of `decoder_step`,
 # how many key and value vectors (each $d_k$ numbers long; keys and values both counted, all layers and
 # heads) does the **self-attention** part of the cache hold?
@@ -336,7 +345,7 @@ assert check.step_reuses_cross_keys_values(decoder_step, steps=3, num_layers=3, 
 def predict_cached_vectors() -> int:
     """Your prediction of the self-attention key and value vectors cached after 5 steps (3 layers, 8 heads)."""
     ### BEGIN SOLUTION
-    return 240  # 2 (keys, values) * 3 layers * 8 heads * 5 positions
+    return 2 * 3 * 8 * 5  # (keys, values) * layers * heads * positions
     ### END SOLUTION
 
 
@@ -344,17 +353,18 @@ def predict_cached_vectors() -> int:
 assert check.predicted_cached_vectors(predict_cached_vectors)
 
 # %% [markdown]
-# **The truth.** The cell runs your `start_cache` and 5 steps of your `decoder_step` on a model of that
-# shape (random weights, a smaller $d_\text{model}$) and counts the vectors in each part of the cache.
+# **The truth, for another shape.** The cell runs your `start_cache` and 7 steps of your `decoder_step` on
+# a model of 2 decoder layers with 4 heads (random weights) for one sentence of 6 tokens, and counts the
+# vectors in each part of the cache. Check that your method gives these numbers too.
 
 # %%
 torch.manual_seed(0)
-shaped = Transformer(20, 20, d_model=32, num_heads=8, num_layers=3, d_ff=64, max_seq_length=50, dropout=0.0)
-source = torch.randint(4, 20, (1, 9))  # (1, 9): one sentence of 9 tokens
+shaped = Transformer(20, 20, d_model=32, num_heads=4, num_layers=2, d_ff=64, max_seq_length=50, dropout=0.0)
+source = torch.randint(4, 20, (1, 6))  # (1, 6): one sentence of 6 tokens
 with torch.no_grad():
     source_mask = make_source_mask(source, 3)
     kv = start_cache(shaped.eval(), shaped.encoder(source, source_mask), source_mask)
-    for token in (1, 5, 6, 7, 8):  # <bos> and four words
+    for token in (1, 5, 6, 7, 8, 9, 10):  # <bos> and six words
         decoder_step(shaped, kv, torch.tensor([[token]]))
 vectors = {part: sum(t.shape[0] * t.shape[1] * t.shape[2] for t in getattr(kv, part))
            for part in ("self_keys", "self_values", "cross_keys", "cross_values")}
@@ -510,9 +520,9 @@ plt.show()
 
 # %% [markdown]
 # ### Predict, then run
-# Work these out on paper before you run anything. Write your prediction after `return` (a number, an
-# expression you worked out, or one of the choices as text), run the cell and its check, and only then
-# run the cell that shows the truth.
+# Work these out on paper before you run anything. Write your prediction after `return` (a number, the
+# arithmetic you worked out, or one of the choices as text); as with Prediction 1, the check notes it and
+# it is scored when your notebook is graded, and the cell after the check shows the truth for other cases.
 #
 # **Prediction 2 (1 point).** Two finished hypotheses of one sentence: "A" has 10 tokens (with `<eos>`)
 # and $\log P = -5.0$; "B" has 4 tokens and $\log P = -3.5$. With $\alpha = 1$, which one does the
@@ -530,13 +540,15 @@ def predict_penalty_choice() -> str:
 assert check.predicted_penalty_choice(predict_penalty_choice)
 
 # %% [markdown]
-# **The truth**, from the given `length_penalty`, for three values of $\alpha$:
+# **The truth, for two other hypotheses**, from the given `length_penalty`, for three values of $\alpha$:
+# "C" has 12 tokens and $\log P = -6.0$, "D" has 3 tokens and $\log P = -3.0$. Check that your method
+# picks the same ones.
 
 # %%
 for alpha in (0.0, 0.6, 1.0):
     ranks = {name: log_p / length_penalty(torch.tensor(n), alpha).item() for name, n, log_p in
-             (("A", 10, -5.0), ("B", 4, -3.5))}
-    print(f"alpha {alpha}: A {ranks['A']:.3f}, B {ranks['B']:.3f} -> {max(ranks, key=ranks.get)} first")
+             (("C", 12, -6.0), ("D", 3, -3.0))}
+    print(f"alpha {alpha}: C {ranks['C']:.3f}, D {ranks['D']:.3f} -> {max(ranks, key=ranks.get)} first")
 
 # %% [markdown]
 # ### Ending: `<eos>` for each hypothesis
@@ -646,7 +658,7 @@ assert check.select_beams_length_penalty(select_beams, state=(((-2.2, -2.5, -1.9
 def predict_flat_index_token() -> int:
     """Your prediction of the token id that flat index 13,217 stands for (beam 4, vocabulary 6,000)."""
     ### BEGIN SOLUTION
-    return 13_217 - 2 * 6_000  # two whole rows of 6,000 tokens come first: parent 2, token 1,217
+    return 13_217 - 2 * 6_000  # two whole rows of 6,000 tokens come first: parent 2
     ### END SOLUTION
 
 
@@ -654,12 +666,13 @@ def predict_flat_index_token() -> int:
 assert check.predicted_flat_index_token(predict_flat_index_token)
 
 # %% [markdown]
-# **The truth.** The cell gives your `select_beams` one sentence whose best candidate sits at flat index
-# 13,217 of its `beam · vocab` row (every other candidate much worse) and prints the parent and the token
-# it returns for it, beside Python's `divmod`.
+# **The truth, for another index.** The cell gives your `select_beams` one sentence searched with a beam
+# of 3 over 4,000 tokens whose best candidate sits at flat index 9,876 of its `beam · vocab` row (every
+# other candidate much worse) and prints the parent and the token it returns for it, beside Python's
+# `divmod`. Check that your method gives the same.
 
 # %%
-flat_index, beam, vocab = 13_217, 4, 6_000
+flat_index, beam, vocab = 9_876, 3, 4_000
 flat_log_probs = torch.full((1, beam * vocab), -20.0)  # one sentence, its candidates in one row
 flat_log_probs[0, flat_index] = -0.1  # the best candidate
 _, best_parent, best_token = select_beams(torch.zeros(1, beam), flat_log_probs.view(1, beam, vocab),

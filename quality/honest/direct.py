@@ -5,7 +5,8 @@ student's notebook is reduced to the cells that only define things (imports, fun
 exercise cells, executed in a fresh namespace, and every `assert check.<name>(...)` of the stage's grade cells
 (hidden tests included, read from the source notebook in `solutions/`) is made as the undecorated check,
 `check.<name>.__wrapped__(<the student's objects>, **keywords)`, which raises `CheckFailed` when the property
-does not hold. No cell that loads data, trains or draws runs here.
+does not hold (a prediction is scored, as while grading: outside grading its check only notes it). No cell that
+loads data, trains or draws runs here.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def run_checks(notebook: nbformat.NotebookNode, source_notebook: nbformat.Notebo
         raise ValueError("the notebook's grade cells call no checks module")
     checks = importlib.import_module(module_name)
     from transformer_course.checks.framework import CheckFailed, check_arguments
+    from transformer_course.checks.predictions import scored
 
     namespace = student_namespace(notebook)
     outcomes: dict[str, str | None] = {}
@@ -105,7 +107,8 @@ def run_checks(notebook: nbformat.NotebookNode, source_notebook: nbformat.Notebo
         for call in grade_calls(source_notebook):
             undecorated: Callable[..., Any] = getattr(checks, call.name).__wrapped__
             try:
-                undecorated(*(namespace[name] for name in call.objects), **check_arguments(call.keywords))
+                with scored():  # a prediction is scored, as while grading (outside grading it is only noted)
+                    undecorated(*(namespace[name] for name in call.objects), **check_arguments(call.keywords))
             except CheckFailed as failure:
                 outcomes[str(call)] = str(failure)
             except Exception as error:  # the student's code crashed inside the check: keep where

@@ -50,7 +50,7 @@ ANSWERS = {
         output = self.W_o(self.combine_heads(x))
         """,
     )),
-    "attn_predict_score_std": Answer(stubs=('return (64 * 4.0 * 1.0) ** 0.5 / 64 ** 0.5  # std of the scaled score',)),
-    "attn_predict_parameters": Answer(stubs=('return 4 * 512 * 512 + 4 * 512  # weights plus biases of four layers',)),
+    "attn_predict_score_std": Answer(stubs=('return (64 * 9.0 * 4.0) ** 0.5 / 64 ** 0.5  # std of the scaled score',)),
+    "attn_predict_parameters": Answer(stubs=('return 4 * 1024 * 1024 + 4 * 1024  # weights and biases, four layers',)),
     "attn_predict_visible_pairs": Answer(stubs=('return sum(min(i + 1, 3) for i in range(6))  # keys per row',)),
 }

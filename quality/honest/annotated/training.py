@@ -31,5 +31,5 @@ ANSWERS = {
     )),
     "train_predict_uniform_loss": Answer(stubs=("return -math.log(0.5)  # only p(right word) counts",)),
     "train_predict_peak_step": Answer(stubs=("return 252  # step^1.5 = warmup: 4000^(2/3) = 251.98",)),
-    "train_predict_peak_rate": Answer(stubs=("return 512 ** -0.5 * 4000 ** -0.5  # d_model^-0.5 * warmup^-0.5",)),
+    "train_predict_peak_rate": Answer(stubs=("return 1024 ** -0.5 * 4000 ** -0.5  # d_model^-0.5 * warmup^-0.5",)),
 }

@@ -55,7 +55,7 @@ ANSWERS = {
         output = self.W_o(self.combine_heads(heads))
         """,
     )),
-    "attn_predict_score_std": Answer(stubs=('return 2',)),
-    "attn_predict_parameters": Answer(stubs=('return 1050624',)),
+    "attn_predict_score_std": Answer(stubs=('return 3 * 2  # the two standard deviations multiply',)),
+    "attn_predict_parameters": Answer(stubs=('return 4194304  # no biases, as in the paper',)),
     "attn_predict_visible_pairs": Answer(stubs=('return 6 + 9',)),
 }

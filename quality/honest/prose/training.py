@@ -40,5 +40,5 @@ ANSWERS = {
         """,
     )),
     "train_predict_peak_step": Answer(stubs=("return math.ceil(math.pow(4_000, 2 / 3))",)),
-    "train_predict_peak_rate": Answer(stubs=("return 1 / math.sqrt(512 * 4000)",)),
+    "train_predict_peak_rate": Answer(stubs=("return 1 / math.sqrt(1024 * 4000)",)),
 }

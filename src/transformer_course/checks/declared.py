@@ -125,11 +125,11 @@ def steps_reading(student: differential.Trace, reference: differential.Trace, go
     if len(differ) == 1:
         i = differ[0]
         before = f" to the result of {words_b[i - 1]}" if i else ""
-        return f"{student_line(a[i])}: your code applies {words_a[i]} where the paper applies {words_b[i]}{before}"
+        return f"{student_line(a[i])}: your code applies {words_a[i]} where the reference applies {words_b[i]}{before}"
     if len(differ) == 2 and differ[1] == differ[0] + 1 and words_a[differ[0]] == words_b[differ[1]] \
             and words_a[differ[1]] == words_b[differ[0]]:
         first, second = differ
-        return (f"{student_line(a[second])}: your code applies {words_a[second]} after {words_a[first]}; the paper "
+        return (f"{student_line(a[second])}: your code applies {words_a[second]} after {words_a[first]}; the reference "
                 f"applies {words_b[first]} first, then {words_b[second]} to its result (the two steps are in the other "
                 "order)")
     return ""
@@ -164,7 +164,7 @@ def added_steps(student: differential.Trace, got: torch.Tensor, expected: torch.
             f"({student_line(found).removeprefix('in ')}) and then applies {names}{result}")
 
 
-_SAME_WORDS = re.compile(r"receives (.+) where the paper gives it \1(?=[.;]|$)")
+_SAME_WORDS = re.compile(r"receives (.+) where the reference gives it \1(?=[.;]|$)")
 _LOCATION = re.compile(r"in `\w+`, line \d+ \(`.*?`\)(?=: )")
 
 

@@ -628,7 +628,7 @@ def greedy_stops_when_all_finished(greedy_decode: Callable, max_len: int = 9, bo
                 cause="after appending the new tokens, `if finished.all(): break`.")
 
 
-@check("the next token is the argmax of the logits at the LAST position, logits[:, -1]")
+@check("the next token is the argmax of the logits at the LAST position")
 def greedy_uses_last_position(greedy_decode: Callable, max_len: int = 4, bos_idx: int = 1, eos_idx: int = 2,
                               pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
@@ -921,23 +921,31 @@ def attention_maps_rows_sum_to_one(attention_maps: Callable, tgt_len: int = 5, *
 # --- predict, then run ------------------------------------------------------------------------------
 
 
-@check("your prediction: decoder calls for sentences that end after 4, 9 and 2 tokens, max_len = 12")
-def predicted_decoder_calls(predict: Any) -> None:
+def _decoder_calls() -> float:
     ids = Ids()
     model, src = _script(((5, 6, 7, "eos"), (5, 6, 7, 8, 5, 6, 7, 8, "eos"), (5, "eos")), 12, ids).build()
     with torch.no_grad():
         reference_greedy_decode(model, src, ids.pad, ids.bos, ids.eos, 12)
-    expect_number(predict, truth=float(len(model.decoder.calls)),
+    return float(len(model.decoder.calls))
+
+
+@check("your prediction: decoder calls for sentences that end after 4, 9 and 2 tokens, max_len = 12")
+def predicted_decoder_calls(predict: Any) -> None:
+    expect_number(predict, truths=_decoder_calls,
                   what="the number of decoder calls (sentences ending after 4, 9 and 2 tokens, max_len = 12)",
-                  cause="each step calls the decoder once for the whole batch, and the loop runs until every "
-                        "sentence has produced <eos> (or max_len steps): which sentence decides?")
+                  cause="how many tokens does one step add, and to how many sentences at once? The loop stops "
+                        "when every sentence has produced <eos> or after max_len steps: which sentence decides?")
+
+
+def _corpus_brevity_penalty() -> float:
+    hypothesis_lengths, reference_lengths = (10, 5), (10, 10)
+    c, r = sum(hypothesis_lengths), sum(reference_lengths)  # corpus BLEU sums the lengths first
+    return 1.0 if c > r else math.exp(1 - r / c)
 
 
 @check("your prediction: the brevity penalty of a two-sentence corpus (lengths 10 and 5, references 10 and 10)")
 def predicted_brevity_penalty(predict: Any) -> None:
-    hypothesis_lengths, reference_lengths = (10, 5), (10, 10)
-    c, r = sum(hypothesis_lengths), sum(reference_lengths)  # corpus BLEU sums the lengths first
-    expect_number(predict, truth=1.0 if c > r else math.exp(1 - r / c), absolute=0.01,
+    expect_number(predict, truths=_corpus_brevity_penalty, absolute=0.01,
                   what="the brevity penalty of the corpus",
-                  cause="BP uses the total length c of all hypotheses and r of all references, then "
-                        "exp(1 - r / c) when c <= r; it is not an average of per-sentence penalties.")
+                  cause="read c and r in the formula: lengths of what, added over which sentences? Corpus BLEU "
+                        "is not an average of per-sentence penalties.")

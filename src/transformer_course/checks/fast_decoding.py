@@ -647,8 +647,8 @@ def step_cache_grows_by_one(decoder_step: Callable, steps: int = 4, **sizes: int
                                       cause=f"store the concatenated tensor back: cache.{name}[i] = torch.cat(...).")
                 wanted = _entry_shape(config, t + 1)
                 if tuple(entry.shape) != wanted:
-                    grew = ("did not grow: the result of torch.cat must be stored back into the cache, "
-                            f"cache.{name}[i] = torch.cat([cache.{name}[i], new], dim=2)."
+                    grew = (f"cache.{name} did not grow: the concatenation's result is never stored back into the "
+                            f"cache: cache.{name}[i] = torch.cat([cache.{name}[i], new], dim=2)."
                             if tuple(entry.shape) == _entry_shape(config, 0) else
                             "grew along the wrong axis or by more than one position: append the new position "
                             "along axis 2 (batch, heads, steps, d_k) with torch.cat(..., dim=2).")
@@ -747,8 +747,8 @@ def _parts(rows: int, beams: tuple[int, int] | None) -> tuple[dict[str, Callable
                  cause="feed the newest token of every row with its length axis kept: ys[:, -1:] is (rows, 1); "
                        "ys[:, -1] (rows,) has lost it.")
         if tokens.size(1) != 1:
-            fail(f"a step fed more than the newest token: at step {step} decoder_step got {tokens.size(1)} tokens "
-                 "per row.", expected=f"token ids of shape {wanted}: one new position",
+            fail(f"at step {step} decoder_step got {tokens.size(1)} tokens per row.",
+                 expected=f"token ids of shape {wanted}: one new position",
                  got=f"shape {tuple(tokens.shape)}",
                  cause="feed only the newest token, ys[:, -1:], (rows, 1): the earlier tokens are in the cache "
                        "already, and feeding them again appends them to it a second time.")
@@ -1071,7 +1071,8 @@ def cached_greedy_uses_the_cache(cached_greedy_decode: Callable, **sizes: int) -
                  expected="one cache, one more position per step", got=departure.split(":")[0], cause=departure)
     longer = sorted({length for length in counted.self_lengths if length != 1})
     if longer:
-        fail("a step fed more than the newest token.", expected="self-attention projections on 1 position",
+        fail("the self-attention projected more than one position in a step.",
+             expected="self-attention projections on 1 position",
              got=f"projections on {longer} positions",
              cause="feed only the newest token, ys[:, -1:], (batch, 1): earlier ones are in the cache.")
 
@@ -1669,19 +1670,22 @@ def beam_matches_reference(beam_search: Callable, beam_size: int = 3, alpha: flo
 # --- predict, then run ------------------------------------------------------------------------------
 
 
-@check("your prediction: which hypothesis alpha = 1 puts first (10 tokens, -5.0 or 4 tokens, -3.5)")
-def predicted_penalty_choice(predict: Any) -> None:
+def _penalised_first() -> str:
     hypotheses = {"A": (10, -5.0), "B": (4, -3.5)}  # name: (tokens, log-probability)
     ranks = {name: log_p / float(length_penalty(torch.tensor(float(n)), 1.0))
              for name, (n, log_p) in hypotheses.items()}
-    expect_choice(predict, truth=max(ranks, key=ranks.get), choices=tuple(hypotheses),
+    return max(ranks, key=ranks.get)  # type: ignore[arg-type]
+
+
+@check("your prediction: which hypothesis alpha = 1 puts first (10 tokens, -5.0 or 4 tokens, -3.5)")
+def predicted_penalty_choice(predict: Any) -> None:
+    expect_choice(predict, truth=_penalised_first, choices=("A", "B"),
                   what="which hypothesis the length-penalised ranking puts first with alpha = 1",
-                  cause="compute lp(n) = ((5 + n) / 6) ** alpha for each length, divide each log-probability by "
-                        "it, and remember that the ranking is negative: the value closer to 0 wins.")
+                  cause="compute lp(n) for each hypothesis's own length, divide each log-probability by it, and "
+                        "remember that the ranking values are negative: which one is larger?")
 
 
-@check("your prediction: the self-attention key and value vectors cached after 5 steps (3 layers, 8 heads)")
-def predicted_cached_vectors(predict: Any) -> None:
+def _cached_vectors() -> float:
     model = Transformer(20, 20, 16, 8, 3, 32, 40, 0.0).eval()  # 3 decoder layers of 8 heads
     src = torch.full((1, 9), 5, dtype=torch.long)  # one sentence of 9 tokens
     with torch.no_grad():
@@ -1689,14 +1693,17 @@ def predicted_cached_vectors(predict: Any) -> None:
         cache = reference_start_cache(model, model.encoder(src, src_mask), src_mask)
         for _ in range(5):
             reference_decoder_step(model, cache, torch.full((1, 1), BOS, dtype=torch.long))
-    vectors = sum(t.shape[0] * t.shape[1] * t.shape[2] for t in (*cache.self_keys, *cache.self_values))
-    expect_number(predict, truth=float(vectors), what="the self-attention key and value vectors in the cache",
-                  cause="one key and one value vector per head, per layer and per decoded position; the source "
-                        "length only matters for the cross-attention part.")
+    return float(sum(t.shape[0] * t.shape[1] * t.shape[2] for t in (*cache.self_keys, *cache.self_values)))
 
 
-@check("your prediction: the token that flat index 13,217 stands for (beam 4, vocabulary 6,000)")
-def predicted_flat_index_token(predict: Any) -> None:
+@check("your prediction: the self-attention key and value vectors cached after 5 steps (3 layers, 8 heads)")
+def predicted_cached_vectors(predict: Any) -> None:
+    expect_number(predict, truths=_cached_vectors, what="the self-attention key and value vectors in the cache",
+                  cause="what does one step add to the self-attention cache, per layer and per head? Does the "
+                        "source length enter the self-attention part?")
+
+
+def _flat_index_token() -> float:
     beam, vocab, flat_index = 4, 6000, 13_217
     log_probs = torch.full((1, beam * vocab), -20.0)  # one sentence, its beam * vocab candidates in one row
     log_probs[0, flat_index] = -0.1  # the best candidate sits at that flat index
@@ -1704,7 +1711,12 @@ def predicted_flat_index_token(predict: Any) -> None:
         _, _, tokens = reference_select_beams(torch.zeros(1, beam), log_probs.view(1, beam, vocab),
                                               torch.zeros(1, beam, dtype=torch.bool),
                                               torch.zeros(1, beam, dtype=torch.long), beam, 0.6, PAD)
-    expect_number(predict, truth=float(tokens[0, 0]),
+    return float(tokens[0, 0])
+
+
+@check("your prediction: the token that flat index 13,217 stands for (beam 4, vocabulary 6,000)")
+def predicted_flat_index_token(predict: Any) -> None:
+    expect_number(predict, truths=_flat_index_token,
                   what="the token that flat index 13,217 stands for (beam 4, vocabulary 6,000)",
-                  cause="entry (r, c) of a table with C columns sits at flat index r * C + c; here a row is a "
-                        "hypothesis and a column a token of the vocabulary.")
+                  cause="which entry (row, column) of a table with as many columns as the vocabulary sits at "
+                        "that flat index? A row is a hypothesis, a column a token.")

@@ -222,7 +222,7 @@ def _weights_reading(weights: torch.Tensor, scores: torch.Tensor, mask: torch.Te
     real_zero = bool((weights[rows][~padded[rows]] == 0).all())
     if real_zero and leaked > 0:
         return ("in the sentences with padding the real source positions get no weight and the padded ones do: the "
-                "mask is inverted (it is True at real tokens), hide the positions where mask == 0")
+                "mask is inverted (it is True at real tokens): hide the positions where mask == 0")
     if torch.allclose(weights, torch.softmax(scores, dim=-1), atol=1e-9):
         return ("your weights are the softmax of the scores with nothing hidden: the mask has no effect on them "
                 "(masked_fill returns a new tensor, keep its result)")
@@ -251,7 +251,7 @@ def score_shape(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int = 
                                              "W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1).")
         else:  # what .squeeze() without an axis leaves of (batch, 1, k_len, 1)
             known |= dict.fromkeys({(batch, k_len), (k_len,) if batch == 1 else (batch, k_len)},
-                                   "`.squeeze()` without an axis also removes the q_len axis when there is one query "
+                                   "squeezing without an axis also removes the q_len axis when there is one query "
                                    "(and the batch axis for one sentence): squeeze only the last axis, .squeeze(-1).")
         declared.shape("scores", _scores(case.module, queries, case.keys), (batch, length, k_len), known=known,
                        recipe="project the query with W_q and the keys with W_k, add them with broadcasting to "
@@ -387,20 +387,24 @@ def sentences_are_independent(AdditiveAttention: AttentionClass, batch: int = 3,
 
 @check("your prediction: the trainable parameters of AdditiveAttention(6, 8, 10)")
 def predicted_parameter_count(predict: Any) -> None:
-    expect_number(predict, truth=float(parameters_of(lambda: ReferenceAdditiveAttention(6, 8, 10))),
+    expect_number(predict, truths=lambda: parameters_of(lambda: ReferenceAdditiveAttention(6, 8, 10)),
                   what="the trainable parameters of AdditiveAttention(query_size=6, key_size=8, attention_size=10)",
-                  cause="an nn.Linear(in_features, out_features, bias=False) holds in_features * out_features "
-                        "weights; count W_q, W_k and v (v is a Linear with one output).")
+                  cause="read the given constructor: which layers it builds, with which in_features and "
+                        "out_features, and whether they have a bias; v is a Linear too.")
 
 
-@check("your prediction: the first real token's weight when v is zero (5 real tokens, 3 padding)")
-def predicted_weight_with_zero_v(predict: Any) -> None:
+def _weight_with_zero_v() -> float:
     module = ReferenceAdditiveAttention(6, 8, 10).double()
     mask = torch.tensor([[True] * 5 + [False] * 3])  # (1, k_len = 8)
     with torch.no_grad():
         module.v.weight.zero_()
         _, weights = module(randn(1, 1, 6, seed=90), randn(1, 8, 8, seed=91), mask)
-    expect_number(predict, truth=float(weights[0, 0, 0]), absolute=0.005,
+    return float(weights[0, 0, 0])
+
+
+@check("your prediction: the first real token's weight when v is zero (5 real tokens, 3 padding)")
+def predicted_weight_with_zero_v(predict: Any) -> None:
+    expect_number(predict, truths=_weight_with_zero_v, absolute=0.005,
                   what="the weight of the first real token when v = 0",
-                  cause="with v = 0 every score is 0 before the mask; what does the softmax make of equal scores, "
-                        "and how many positions share the weight once the padding is hidden?")
+                  cause="with v = 0, what is every score before the mask? What does the softmax make of equal "
+                        "scores, and which positions take part once the padding is hidden?")

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from transformer_course.authoring import assignments as course_assignments
 from transformer_course.data import multi30k, token_cache
-from transformer_course.grading.classroom import SANDBOX_PROBLEM
+from transformer_course.grading.classroom import GRADER_WORK, NOTEBOOK_TIMEOUT, SANDBOX_PROBLEM
 from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
 from transformer_course.grading.gradebook.config import ROOT
 from transformer_course.grading.intake.identities import lookalike_notes, student_ids
@@ -197,11 +197,12 @@ class BatchGrader:
                  memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
                  require_sandbox: bool = False, limits: Limits | None = None,
                  sandbox_per_notebook: bool = False, secret_file: Path | None = None,
-                 require_data: bool = False) -> None:
+                 require_data: bool = False, notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.secret_file = hidden_inputs.secret_path(secret_file).resolve()  # the hidden inputs' secret
         self.require_data = require_data  # no Multi30k for a graded stage that reads it: nobody is graded
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
+        self.notebook_timeout = notebook_timeout  # one deadline per notebook: its cells, replays and hidden parts
         self.sandbox, self.require_sandbox = sandbox, require_sandbox
         self.sandbox_per_notebook = sandbox_per_notebook  # the design of 2026-11-25 evening (see the worker)
         self.limits = limits or Limits()  # how much of a file intake reads (tests lower them)
@@ -343,12 +344,15 @@ class BatchGrader:
         grading the same student (`barrier`) before any hidden part runs (worker.Phases)."""
         command = [sys.executable, "-m", "transformer_course.grading.classroom.worker", "--course", str(self.course),
                    "--class-dir", str(self.class_dir), "--student", student, "--db-url", self.db_url,
-                   "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
+                   "--timeout", str(self.timeout), "--notebook-timeout", str(self.notebook_timeout),
+                   "--memory-gb", str(self.memory_gb)]
         command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
         command += ([] if self.sandbox else ["--no-sandbox"]) + ["--wait-for-go"]
         command += ["--secret-file", str(self.secret_file)]
         command += ["--sandbox-per-notebook"] if self.sandbox_per_notebook else ["--wait-between-phases"]
-        limit = 60 + 3 * self.timeout * 20 * len(assignment_ids)  # generous: a notebook has ~20 slow cells at most
+        # what a student can cost: each notebook's deadline (its cells, replays and hidden parts together), plus the
+        # grader's own work on it (its sandbox's start, nbgrader, its feedback page: seconds), with room to spare
+        limit = 60 + (self.notebook_timeout + GRADER_WORK) * len(assignment_ids)
         with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**self.thread_limits(), **_clean_environment(),
                                               **self.data_environment(), "PYTHONWARNINGS": "ignore"}) as process:
@@ -781,6 +785,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="K/N: grade only the K-th of N slices of the class; slurm, kubernetes or auto: the slice "
                              "of this task of the scheduler's job array (auto outside an array: the whole class)")
     parser.add_argument("--timeout", type=int, default=120, help="seconds one cell may run")
+    parser.add_argument("--notebook-timeout", type=int, default=NOTEBOOK_TIMEOUT,
+                        help="seconds one notebook may run in all (its cells, the replays after a crash and its hidden "
+                             "tests): what has not run by then scores 0. A student costs the class at most the sum "
+                             "of their notebooks' deadlines, plus the grader's own work on them")
     parser.add_argument("--memory-gb", type=float, default=6.0,
                         help="memory each notebook's sandbox may use, all its processes together (GB)")
     parser.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
@@ -810,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
                          memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
                          assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox,
                          sandbox_per_notebook=arguments.sandbox_per_notebook, secret_file=arguments.secret_file,
-                         require_data=arguments.require_data)
+                         require_data=arguments.require_data, notebook_timeout=arguments.notebook_timeout)
     if arguments.shard:
         print(f"this machine grades shard {arguments.shard[0]}/{arguments.shard[1]} of the class", flush=True)
     try:

@@ -26,7 +26,9 @@ it is drawn; `RULES` holds what a check needs beyond the rules by name):
   a hidden test is written for: no heads axis, one query, one head, one layer);
 - every two sizes of a call are drawn different, and different from the sizes they imply (the width of one
   head, `d_model / num_heads`; the number of sine columns, `d_model / 2`), unless a check declares them tied
-  (`Rule.tied`): a mistake that confuses two axes or two widths shows only when their sizes differ;
+  (`Rule.tied`), and different from every other whole number of the call kept as written (a vocabulary, a
+  padding index, a beam size, a number of steps): a mistake that confuses two axes or two widths shows only
+  when their sizes differ;
 - the relations a size's name implies hold (`LESS`: a sequence is shorter than the table of positions, an index
   is below the vocabulary it indexes), and the ones a check declares (`Rule.less`, `Rule.low`); `d_model` is a
   multiple of `num_heads` and stays even when written even; `num_heads` is drawn only beside the `d_model` it
@@ -92,6 +94,8 @@ SIZES: dict[str, Size] = {
     # sequence lengths, the table of positions, a square mask's side
     "q_len": _LENGTH, "k_len": _LENGTH, "seq_len": _LENGTH, "src_len": _LENGTH, "tgt_len": _LENGTH,
     "size": _LENGTH, "max_seq_length": Size(2, 16), "extra": Size(2, 4),
+    # how many positions a positional encoding's offset matrix moves by (below the table's length)
+    "offset": _LENGTH,
     # widths (d_model: a multiple of num_heads, see _draw_sizes)
     "d_model": Size(2, 16), "d_k": _WIDTH, "d_v": _WIDTH, "d_ff": Size(2, 16), "query_size": _WIDTH,
     "key_size": _WIDTH, "attention_size": _WIDTH,
@@ -104,7 +108,7 @@ SIZES: dict[str, Size] = {
 # (a, b): a < b wherever a call has both (as written or as the check's default)
 LESS: tuple[tuple[str, str], ...] = (
     ("seq_len", "max_seq_length"), ("src_len", "max_seq_length"), ("tgt_len", "max_seq_length"),
-    ("q_len", "max_seq_length"), ("k_len", "max_seq_length"),
+    ("q_len", "max_seq_length"), ("k_len", "max_seq_length"), ("offset", "max_seq_length"),
     ("pad_idx", "src_vocab"), ("pad_idx", "tgt_vocab"), ("bos_idx", "tgt_vocab"), ("eos_idx", "tgt_vocab"),
 )
 
@@ -136,6 +140,18 @@ RULES: dict[str, Rule] = {
     "attention.sdpa_shapes": Rule(
         low=(("heads", 2),), why="the check runs 3-D inputs (heads=0) itself beside 4-D ones: a heads axis shows "
                                  "what 3-D inputs hide (K transposed on the heads and positions axes)"),
+    **{f"positional_encoding.{name}": Rule(
+        low=(("d_model", 4),),
+        why="at d_model = 2 the table has one pair of columns, whose frequency is 1 whatever the exponent: a "
+            "mistake in the frequencies (2i doubled, another base) shows only from two pairs on")
+       for name in ("table_values", "forward_adds_encoding", "offset_matrix_moves_every_position")},
+    "positional_encoding.offset_matrix_any_offset": Rule(
+        low=(("d_model", 4), ("max_seq_length", 5)),
+        why="d_model as above; it compares positions 4 to max_seq_length - 1 for k = -4, so the table holds five "
+            "at least"),
+    "positional_encoding.offset_error_offsets": Rule(
+        low=(("max_seq_length", 3),), why="for k = -2 the positions p from 2 on are compared: a table of three at "
+                                          "least"),
 }
 RULES_FOR_ALL = Rule()
 
@@ -319,7 +335,10 @@ def _holds(drawn: dict[str, int], every: dict[str, int], rule: Rule, groups: _Gr
             if first == second and groups.root(a) != groups.root(b):
                 return False
     implied = _implied(values).values()  # and so do the sizes they imply (the number of heads and their width)
-    return not any(value == size for value in implied for _, size in sizes)
+    if any(value == size for value in implied for _, size in sizes):
+        return False
+    kept = {value for name, value in every.items() if name not in SIZES and value > 1}  # vocabularies, indices,
+    return not any(value in kept for value in drawn.values())  # steps, beams: a drawn size equals none of them
 
 
 def _implied(values: dict[str, int]) -> dict[str, int]:

@@ -28,7 +28,7 @@ from conftest import graded_part, read, solution_path
 from quality.inprocess import run_notebook
 from quality.mistakes import Edit, catalog
 from transformer_course.grading.cells import is_grade_cell, split_hidden
-from transformer_course.grading.sandbox import executor
+from transformer_course.grading.sandbox import executor, hidden_inputs
 
 pytestmark = pytest.mark.xdist_group("boundary")
 MISTAKES, ALTERNATIVES = catalog()
@@ -42,9 +42,11 @@ def _statements(source: str) -> list[str]:
     return [ast.get_source_segment(source, statement) or "" for statement in tree.body]
 
 
-def split_grade_cells(notebook: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[tuple[str, str, str, int]]]:
+def split_grade_cells(notebook: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode,
+                                                                  list[tuple[str, str, str, int, int]]]:
     """The notebook with each grade cell replaced by one cell per visible call and DRAWS hidden-only cells per
-    hidden call; and, for each new cell in order, (kind "visible" or "hidden", the grade cell's id, check, draw)."""
+    hidden call; and, for each new cell in order, (kind "visible" or "hidden", the grade cell's id, check, the
+    hidden call's line, draw)."""
     cells, labels = [], []
     for cell in notebook.cells:
         if not is_grade_cell(cell):
@@ -55,12 +57,12 @@ def split_grade_cells(notebook: nbformat.NotebookNode) -> tuple[nbformat.Noteboo
         visible_calls, hidden_calls = executor.parse_grade_cell(cell.source)
         for statement, call in zip(_statements(visible), visible_calls, strict=True):
             cells.append(_grade_cell(cell, grade_id, statement))
-            labels.append(("visible", grade_id, call.name, 0))
+            labels.append(("visible", grade_id, call.name, 0, 0))
         for line, (statement, call) in enumerate(zip(_statements(hidden), hidden_calls, strict=True)):
             for draw in range(DRAWS):
                 source = f"### BEGIN HIDDEN TESTS\n{statement}\n### END HIDDEN TESTS\n"
                 cells.append(_grade_cell(cell, f"{grade_id}~{line}~{draw}", source))
-                labels.append(("hidden", grade_id, call.name, draw))
+                labels.append(("hidden", grade_id, call.name, line, draw))
     split = copy.deepcopy(notebook)
     split.cells = cells
     return split, labels
@@ -79,6 +81,12 @@ class Verdicts:
 
     visible: dict[str, dict[str, bool]] = field(default_factory=dict)  # visible cell: {check: a call failed}
     hidden: dict[str, dict[str, list[bool]]] = field(default_factory=dict)  # hidden cell: {check: passed, per draw}
+    calls: dict[tuple[str, int], tuple[str, list[bool]]] = field(default_factory=dict)  # (hidden cell, line):
+    # (check, passed per draw)
+
+    def failed_checks(self) -> set[str]:
+        """The checks a visible call of which failed."""
+        return {check for checks in self.visible.values() for check, failed in checks.items() if failed}
 
     def failed_properties(self) -> list[str]:
         return [cell for cell, checks in self.visible.items() if any(checks.values())]
@@ -117,20 +125,33 @@ def verdicts(edit: Edit | None, assignment: str, secret: bytes, tmp_path) -> Ver
                 for cell in graded.cells if is_grade_cell(cell)]
     assert len(outcomes) == len(labels)
     found = Verdicts()
-    for (kind, cell, name, draw), passed in zip(labels, outcomes, strict=True):
+    for (kind, cell, name, line, draw), passed in zip(labels, outcomes, strict=True):
         if kind == "visible":
             checks = found.visible.setdefault(cell, {})
             checks[name] = checks.get(name, False) or not passed
         else:
             found.hidden.setdefault(cell, {}).setdefault(name, [True] * DRAWS)[draw] &= passed
+            found.calls.setdefault((cell, line), (name, [True] * DRAWS))[1][draw] &= passed
     return found
+
+
+_SEEN: dict[int, Verdicts] = {}  # mistake number: its verdicts (the per-call test reads the per-mistake runs)
+
+
+def mistake_verdicts(number: int, tmp_path_factory) -> Verdicts:
+    """The verdicts for mistake `number` of the catalog, run once per test session."""
+    if number not in _SEEN:
+        mistake = MISTAKES[number]
+        _SEEN[number] = verdicts(mistake, mistake.assignment, SECRETS[number % len(SECRETS)],
+                                 tmp_path_factory.mktemp(f"mistake{number}"))
+    return _SEEN[number]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("number,mistake", list(enumerate(MISTAKES)),
                          ids=lambda item: f"{item.assignment[:2]}-{item.description}" if isinstance(item, Edit) else "")
-def test_a_mistake_that_fails_a_property_fails_its_hidden_cell_in_every_draw(number, mistake, tmp_path):
-    found = verdicts(mistake, mistake.assignment, SECRETS[number % len(SECRETS)], tmp_path)
+def test_a_mistake_that_fails_a_property_fails_its_hidden_cell_in_every_draw(number, mistake, tmp_path_factory):
+    found = mistake_verdicts(number, tmp_path_factory)
     assert found.failed_properties(), f"no visible grade cell fails with the mistake: {mistake.description}"
     free = found.free_points()
     assert not free, (f"{mistake.description}: fails these visible grade cells but their hidden cells pass in "
@@ -144,3 +165,26 @@ def test_an_alternative_solution_passes_every_hidden_call_as_drawn(number, alter
     found = verdicts(alternative, alternative.assignment, SECRETS[number % len(SECRETS)], tmp_path)
     failing = {cell: [draw for draw in range(DRAWS) if draw not in found.passing_draws(cell)] for cell in found.hidden}
     assert not found.failed_properties() and not any(failing.values()), (found.visible, failing)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", sorted({mistake.assignment for mistake in MISTAKES}))
+def test_every_hidden_call_fails_a_mistake_that_fails_its_visible_calls(assignment, tmp_path_factory):
+    """Each hidden call, alone, sees: some catalogued mistake that fails a visible call of the same check fails
+    that hidden call in every draw. A hidden call no mistake reaches is written blind (its sizes keep equal, or
+    degenerate, what its property needs apart) or has no mistake in the catalog to prove it: either is named."""
+    notebook = graded_part(read(solution_path(assignment)))
+    calls = {(grade_id, line): call.name
+             for grade_id, line, call in hidden_inputs.hidden_calls(notebook, executor.parse_grade_cell)}
+    caught: dict[tuple[str, int], list[str]] = {}
+    for number, mistake in enumerate(MISTAKES):
+        if mistake.assignment != assignment:
+            continue
+        found = mistake_verdicts(number, tmp_path_factory)
+        failed = found.failed_checks()
+        for (cell, line), (check, passes) in found.calls.items():
+            if check in failed and not any(passes):
+                caught.setdefault((cell, line), []).append(mistake.description)
+    unseen = {f"{grade_id}:{line} {name}" for (grade_id, line), name in calls.items() if (grade_id, line) not in caught}
+    assert not unseen, (f"hidden calls no catalogued mistake of {assignment} fails while it fails their visible "
+                        f"calls: {sorted(unseen)}")

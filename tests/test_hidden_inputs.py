@@ -94,6 +94,28 @@ def test_every_hidden_call_of_the_lessons_draws_its_sizes():
     assert kept == []
 
 
+def test_no_hidden_call_of_the_lessons_draws_two_of_its_whole_numbers_equal():
+    """Issue 40: a hidden call whose draw keeps two of its whole numbers equal (seq_len and max_seq_length, q_len
+    and k_len, tgt_len and tgt_vocab, batch and beam_size...) is blind to a mistake that confuses them. Over 40
+    secrets, no hidden call of any lesson draws two of its whole numbers (its sizes, the check's own defaults
+    and the numbers it keeps as written) equal, 0 and 1 aside (the cases a call is written for)."""
+    equal = set()
+    for assignment in ASSIGNMENTS:
+        solution = read(solution_path(assignment))
+        checks = executor.checks_module(solution)
+        for grade_id, line, hidden in hidden_inputs.hidden_calls(solution, parse_grade_cell):
+            published = {**hidden_inputs.check_defaults(checks, hidden.name), **dict(hidden.kwargs)}
+            for number in range(40):
+                key = hashlib.sha256(f"equal sizes {assignment} {number}".encode()).digest()
+                drawn, _ = hidden_inputs.draw(hidden, key, f"{checks}:{grade_id}:{line}", checks)
+                values = {name: value for name, value in {**published, **dict(drawn.kwargs)}.items()
+                          if name != "seed" and isinstance(value, int) and not isinstance(value, bool) and value > 1}
+                names = sorted(values)
+                equal |= {(assignment, grade_id, line, a, b) for index, a in enumerate(names)
+                          for b in names[index + 1:] if values[a] == values[b]}
+    assert not equal, sorted(equal)
+
+
 def test_without_a_width_beside_it_the_number_of_heads_is_kept():
     """A check's own default d_model would not be a multiple of a drawn num_heads."""
     for number in range(50):

@@ -1,6 +1,8 @@
 """Hidden tests that see what they test (issue 40, item 4): every catalogued mistake that fails a property's
 visible grade cell fails the hidden grade cell of that property too, on inputs drawn as the grader draws them:
-no hidden point comes free. Every alternative correct solution passes every hidden call so drawn.
+no hidden point comes free; and every hidden call, alone, fails in every draw some catalogued mistake that fails
+a visible call of its check (a call no mistake reaches is blind, or unproven). Every alternative correct solution
+passes every hidden call so drawn.
 
 A property is a visible grade cell (one property per grade cell, as the course grades); its hidden grade cell
 is the one that calls the same checks (stage 2's attn_sdpa_hidden holds the hidden calls of six visible cells).

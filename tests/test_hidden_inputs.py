@@ -217,8 +217,10 @@ def session():
 
 def seen_by_the_students_code(session, tmp_path, secret: bytes | None) -> list[str]:
     """The (d_model, max_seq_length) the hidden part handed the student's constructor (written to a host file:
-    this test's zygote has no sandbox), and whether the cell passed."""
-    log = tmp_path / "seen.txt"
+    this test's zygote has no sandbox), and whether the cell passed. The file is the same for every run (its path
+    is part of the code, and the code is part of what the inputs are drawn from)."""
+    log = tmp_path.parent / "seen.txt"
+    log.unlink(missing_ok=True)
     spy = CORRECT.replace("        super().__init__()\n",
                           f"        super().__init__()\n        open({str(log)!r}, 'a').write(f'{{d_model}},"
                           "{max_seq_length}\\n')\n")

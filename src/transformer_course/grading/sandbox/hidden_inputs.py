@@ -149,6 +149,10 @@ RULES: dict[str, Rule] = {
         low=(("d_model", 4), ("max_seq_length", 5)),
         why="d_model as above; it compares positions 4 to max_seq_length - 1 for k = -4, so the table holds five "
             "at least"),
+    "model.target_mask_values": Rule(
+        low=(("batch", 2), ("tgt_len", 4)),
+        why="the padded batch pads from its second sentence on, by at least one position from four on: with one "
+            "sentence or fewer than four positions nothing is padded, and a look-ahead mask alone passes"),
     "positional_encoding.offset_error_offsets": Rule(
         low=(("max_seq_length", 3),), why="for k = -2 the positions p from 2 on are compared: a table of three at "
                                           "least"),

@@ -341,6 +341,7 @@ assert check.sdpa_values(scaled_dot_product_attention, batch=1, heads=0, q_len=5
 assert check.sdpa_values(scaled_dot_product_attention, batch=2, heads=8, q_len=6, k_len=6, d_k=64, d_v=64)
 assert check.sdpa_masked_values(scaled_dot_product_attention, batch=4, heads=0, q_len=3, k_len=8, d_k=6,
                                 d_v=2)
+assert check.sdpa_masked_values(scaled_dot_product_attention, batch=3, heads=2, q_len=6, k_len=4, d_k=5, d_v=7)
 assert check.sdpa_masked_keys_get_zero(scaled_dot_product_attention, batch=5, heads=4, q_len=9, k_len=9,
                                        d_k=8)
 assert check.sdpa_matches_pytorch(scaled_dot_product_attention, batch=1, heads=2, q_len=10, k_len=4, d_k=32,
@@ -756,6 +757,7 @@ assert check.split_heads_values(MultiHeadAttention, d_model=32, num_heads=8, bat
 assert check.split_heads_values(MultiHeadAttention, d_model=6, num_heads=1, batch=1, seq_len=4)
 assert check.combine_heads_values(MultiHeadAttention, d_model=30, num_heads=5, batch=2, seq_len=9)
 assert check.combine_heads_inverts_split(MultiHeadAttention, d_model=16, num_heads=2, batch=4, seq_len=1)
+assert check.combine_heads_inverts_split(MultiHeadAttention, d_model=18, num_heads=3, batch=2, seq_len=6)
 ### END HIDDEN TESTS
 
 # %% [markdown]

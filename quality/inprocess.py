@@ -60,16 +60,20 @@ def shared_session() -> Session:
 
 
 def run_notebook(notebook: nbformat.NotebookNode, directory: Path, timeout: float = 600,
-                 session: Session | None = None, **options: Any) -> nbformat.NotebookNode:
+                 session: Session | None = None, student: str | None = None, **options: Any) -> nbformat.NotebookNode:
     """The notebook as the grader leaves it: every cell's outputs, the findings in its metadata. `session`:
-    a zygote of the caller's (default: the test process's shared one); `options`: JudgedExecute's settings."""
+    a zygote of the caller's (default: the test process's shared one); `student`: whose submission it is, as
+    nbgrader says (the hidden inputs are drawn for it); `options`: JudgedExecute's settings."""
     executor._SESSION[0] = session or shared_session()
     executor._SESSION_FACTORY[0] = (lambda _notebook: session.start()) if session else (
         lambda _notebook: shared_session())
     preprocessor = JudgedExecute(timeout=timeout, sandbox_per_notebook=False, **options)  # one zygote for the tests
     preprocessor.log = logging.getLogger("inprocess")
     try:
-        graded, _ = preprocessor.preprocess(copy.deepcopy(notebook), {"cwd": str(directory)})
+        resources: dict[str, Any] = {"cwd": str(directory)}
+        if student is not None:
+            resources["nbgrader"] = {"student": student}
+        graded, _ = preprocessor.preprocess(copy.deepcopy(notebook), resources)
     finally:
         if session is None:
             _SESSION[0] = executor._SESSION[0]

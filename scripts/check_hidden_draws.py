@@ -23,7 +23,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from conftest import graded_part  # noqa: E402
 from quality.inprocess import run_grade_cells  # noqa: E402
 from transformer_course.authoring import assignments  # noqa: E402
-from transformer_course.grading.cells import is_grade_cell  # noqa: E402
 from transformer_course.grading.sandbox import executor, hidden_inputs  # noqa: E402
 
 
@@ -32,19 +31,19 @@ def test_secret(number: int) -> bytes:
     return hashlib.sha256(f"check_hidden_draws {number}".encode()).digest()
 
 
-def changed_calls(notebook: nbformat.NotebookNode, secret: bytes, checks: str) -> tuple[int, int]:
-    """(hidden calls, how many of them the secret gives other sizes or seeds than the published ones)."""
-    total = changed = 0
-    for cell in notebook.cells:
-        if not is_grade_cell(cell):
-            continue
-        _, hidden = executor.parse_grade_cell(cell.source)
-        place = f"{checks}:{cell.metadata['nbgrader']['grade_id']}"
-        for line, call in enumerate(hidden):
-            drawn, _ = hidden_inputs.draw(call, secret, f"{place}:{line}")
-            total += 1
-            changed += drawn.kwargs != call.kwargs
-    return total, changed
+def changed_calls(notebook: nbformat.NotebookNode, secret: bytes, checks: str) -> tuple[int, int, int]:
+    """(hidden calls, how many of them the secret gives other sizes, seeds or floats than the published ones (the
+    check's own defaults included), how many of them other sizes)."""
+    total = changed = sized = 0
+    key = hidden_inputs.submission_key(secret, "", notebook)  # as the grader draws them (no student named)
+    for grade_id, line, call in hidden_inputs.hidden_calls(notebook, executor.parse_grade_cell):
+        drawn, _ = hidden_inputs.draw(call, key, f"{checks}:{grade_id}:{line}", checks)
+        published = {**hidden_inputs.check_defaults(checks, call.name), **dict(call.kwargs)}
+        moved = {name for name, value in drawn.kwargs if published.get(name) != value}
+        total += 1
+        changed += bool(moved)
+        sized += bool(moved & set(hidden_inputs.SIZES))
+    return total, changed, sized
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         path = ROOT / "solutions" / assignment / f"{assignment}.ipynb"
         notebook = graded_part(nbformat.read(path, as_version=4))
         checks = executor.checks_module(notebook)
-        started, calls, changed = time.perf_counter(), 0, 0
+        started, calls, changed, sized = time.perf_counter(), 0, 0, 0
         for number in range(arguments.first, arguments.first + arguments.secrets):
             secret = test_secret(number)
-            total, moved = changed_calls(notebook, secret, checks)
-            calls, changed = calls + total, changed + moved
+            total, moved, resized = changed_calls(notebook, secret, checks)
+            calls, changed, sized = calls + total, changed + moved, sized + resized
             executor.use_secret(secret)
             try:
                 with tempfile.TemporaryDirectory() as folder:
@@ -74,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                     failures += 1
                     print(f"FAIL {assignment} secret {number} {grade_id}: {outcome.message[:300]}", flush=True)
         print(f"{assignment}: {arguments.secrets} secrets, {changed} of {calls} hidden calls drawn with other "
-              f"inputs than published, {time.perf_counter() - started:.0f} s", flush=True)
+              f"sizes, seeds or floats than published ({sized} with other sizes), every one with its random values "
+              f"salted; {time.perf_counter() - started:.0f} s", flush=True)
     print("failures:", failures)
     return 1 if failures else 0
 

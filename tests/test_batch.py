@@ -259,6 +259,56 @@ def test_no_multi30k_for_the_kernels_is_said_loudly(tmp_path, monkeypatch, capsy
     assert "WARNING: Multi30k is not available" in capsys.readouterr().err
 
 
+def test_multi30k_is_required_only_by_a_stage_that_reads_it_and_named_by_its_variable(tmp_path, monkeypatch, capsys):
+    """Stages 0 and 5 to 7 read Multi30k while graded, stages 1 to 4 do not: a class of those needs none and is
+    told nothing. Where it is missing, the warning (and with --require-data, as the cluster recipes pass it, the
+    refusal) names the stages and MULTI30K_DIR, not a Python argument."""
+    from transformer_course.data import multi30k
+    from transformer_course.grading.classroom.batch import GradingUnavailable
+
+    def offline(name, *arguments, **keywords):
+        raise multi30k.DataUnavailable("Could not download (offline). Connect, or pass it as `directory=`")
+
+    monkeypatch.delenv(multi30k.ENVIRONMENT_VARIABLE, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(multi30k, "_download", offline)
+    grader = BatchGrader(ROOT, tmp_path / "class", tmp_path / "downloads", jobs=1, require_data=True)
+    readers = grader.readers_of_data(ASSIGNMENTS)
+    assert readers == ["00_why_attention", "05_training", "06_decoding", "07_fast_and_better_decoding"], readers
+    assert grader.provide_data(["01_positional_encoding", "02_attention", "03_blocks", "04_transformer"]) is None
+    assert capsys.readouterr().err == ""
+    with pytest.raises(GradingUnavailable) as refused:
+        grader.provide_data(["02_attention", "06_decoding"])
+    assert "06_decoding" in str(refused.value) and "02_attention" not in str(refused.value)
+    grader.require_data = False
+    assert grader.provide_data(["05_training"]) is None
+    warning = capsys.readouterr().err
+    for text in (str(refused.value), warning):
+        assert "MULTI30K_DIR" in text and "directory=" not in text, text
+
+
+def test_a_class_folder_refuses_a_secret_other_than_the_one_it_was_graded_with(tmp_path):
+    """A machine given another secret (a pod that made its own, a mistyped path) would grade its students on other
+    hidden inputs, and a regrade would change scores: the class folder remembers the secret's id and the batch
+    refuses another, before anyone is graded. The same secret is taken again, and the id reveals nothing."""
+    from transformer_course.grading.classroom.batch import SECRET_ID_FILE, GradingUnavailable
+    from transformer_course.grading.sandbox import hidden_inputs
+
+    def grader(secret: str) -> BatchGrader:
+        return BatchGrader(ROOT, tmp_path / "class", tmp_path / "downloads", jobs=1,
+                           secret_file=tmp_path / "keys" / secret)
+
+    grader("class.key").use_secret()
+    secret = hidden_inputs.read_secret(tmp_path / "keys" / "class.key")
+    recorded = (tmp_path / "class" / SECRET_ID_FILE).read_text().strip()
+    assert recorded == hidden_inputs.secret_id(secret) and secret.hex() not in recorded
+    grader("class.key").use_secret()
+    with pytest.raises(GradingUnavailable, match="graded with another secret"):
+        grader("another.key").use_secret()
+    (tmp_path / "class" / SECRET_ID_FILE).unlink()  # the instructor starts the class afresh on purpose
+    grader("another.key").use_secret()
+
+
 def test_a_machine_where_no_kernel_starts_stops_the_batch_with_the_cause(tmp_path, capsys):
     """Better one clear error than a class of 'failed' rows: with 0.3 GB of address space torch cannot
     even be imported, so the preflight kernel fails and nobody is graded."""

@@ -115,7 +115,11 @@ def test_no_output_mallory_is_shown_was_made_after_her_hidden_part_ran(graded):
     hidden_seconds = sum(worker["phases"]["hidden tests"][0] for worker in workers
                          if "hidden tests" in worker["phases"])
     hidden = executor.parse_grade_cell(_hidden_cell("pe_forward_hidden"))[1][0]
-    drawn, _ = hidden_inputs.draw(hidden, secret, "transformer_course.checks.positional_encoding:pe_forward_hidden:0")
+    autograded = class_dir / "autograded" / "mallory" / PE / f"{PE}.ipynb"
+    graded_notebook = json.loads(autograded.read_text(encoding="utf-8"))
+    key = hidden_inputs.submission_key(secret, "mallory", graded_notebook)  # her inputs are drawn for her submission
+    checks = "transformer_course.checks.positional_encoding"
+    drawn, _ = hidden_inputs.draw(hidden, key, f"{checks}:pe_forward_hidden:0", checks)
     seq_len = dict(drawn.kwargs)["seq_len"]
     print(f"hidden seq_len {seq_len}; relative to the start of mallory's first hidden part: the sandbox whose outputs "
           f"she is shown started at {sandbox_started - hidden_began:+.1f} s, her clock cell ran at "

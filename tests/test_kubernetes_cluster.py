@@ -10,8 +10,10 @@ runs kubernetes-run.sh against a stand-in kubectl instead. This test has therefo
 What it does: a kind cluster of one node; the recipe's manifests as the guide tells an instructor to edit
 them (the image's name, and here: two indexes of one CPU, a ReadWriteOnce claim, since kind's storage offers
 no ReadWriteMany on its one node, and an sqlite gradebook on the shared volume instead of PostgreSQL); the
-downloads and Multi30k copied onto the volume through the recipe's copy pod; then kubernetes-run.sh twice:
-both runs end with exit status 0, with Jobs of their own, and scores.csv lists every student graded."""
+class's secret made by the course's command and given as the Secret hidden-inputs; Multi30k copied onto the
+volume through the recipe's copy pod; then kubernetes-run.sh twice, as two weeks: week 1's downloads (two
+students) and week 2's (a third) copied in by DOWNLOADS, the results copied out by RESULTS. Both runs end
+with exit status 0, with Jobs of their own, and week 2's scores.csv lists every student graded."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import csv
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -78,13 +81,16 @@ def test_the_kubernetes_recipe_grades_a_class_on_a_kind_cluster(tmp_path):
     data = os.environ.get(multi30k.ENVIRONMENT_VARIABLE) or str(multi30k.cache_directory())
     downloads = tmp_path / "downloads"
     kinds = student_submissions(ROOT, [STAGE])
-    for name, kind in (("ada", "ada"), ("blake", "blake"), ("chen", "chen")):
-        (downloads / name).mkdir(parents=True)
-        nbformat.write(kinds[kind][STAGE], downloads / name / f"{STAGE}.ipynb")
+    for week, name in ((1, "ada"), (1, "blake"), (2, "chen")):
+        (downloads / f"week{week}" / name).mkdir(parents=True)
+        nbformat.write(kinds[name][STAGE], downloads / f"week{week}" / name / f"{STAGE}.ipynb")
+    secret = tmp_path / "keys" / "hidden-inputs.key"
+    subprocess.run([sys.executable, "-m", "transformer_course.grading.sandbox.hidden_inputs", "--secret-file",
+                    str(secret)], check=True)
     recipe = tmp_path / "cluster"
     recipe.mkdir()
     shutil.copy(CLUSTER / "kubernetes-run.sh", recipe)
-    for name in ("kubernetes-job.yaml", "kubernetes-scores.yaml", "kubernetes-volume.yaml"):
+    for name in MANIFESTS:
         patched(name, recipe)
     cluster, kubeconfig = f"course-test-{os.getpid()}", tmp_path / "kubeconfig"
     subprocess.run(["kind", "create", "cluster", "--name", cluster, "--kubeconfig", str(kubeconfig), "--wait", "300s"],
@@ -93,27 +99,36 @@ def test_the_kubernetes_recipe_grades_a_class_on_a_kind_cluster(tmp_path):
     try:
         subprocess.run(["kind", "load", "docker-image", IMAGE, "--name", cluster], check=True, timeout=900)
         subprocess.run([*kubectl, "apply", "-f", str(recipe / "kubernetes-volume.yaml")], check=True)
+        subprocess.run([*kubectl, "apply", "-f", str(recipe / "kubernetes-copy.yaml")], check=True)
         subprocess.run([*kubectl, "wait", "--for=condition=Ready", "pod/grading-shared-copy", "--timeout=10m"],
                        check=True, timeout=700)
-        subprocess.run([*kubectl, "cp", str(downloads), "grading-shared-copy:/shared/downloads"], check=True)
-        subprocess.run([*kubectl, "cp", data, "grading-shared-copy:/shared/multi30k"], check=True)
+        packed = subprocess.run(["tar", "-C", data, "-cf", "-", "."], check=True, capture_output=True).stdout
+        subprocess.run([*kubectl, "exec", "-i", "grading-shared-copy", "--", "sh", "-c",
+                        "mkdir -p /shared/multi30k && tar -C /shared/multi30k -xf -"], input=packed, check=True)
+        subprocess.run([*kubectl, "delete", "pod", "grading-shared-copy"], check=True)
         subprocess.run([*kubectl, "create", "secret", "generic", "gradebook",
                         "--from-literal=url=sqlite:////shared/class/gradebook.db"], check=True)
+        subprocess.run([*kubectl, "create", "secret", "generic", "hidden-inputs",
+                        f"--from-file=hidden-inputs.key={secret}"], check=True)
         environment = {**os.environ, "KUBECTL": " ".join(kubectl), "START_TIMEOUT": "600"}
-        runs = [subprocess.run(["bash", str(recipe / "kubernetes-run.sh"), "5"], env=environment,
-                               capture_output=True, text=True, timeout=3600) for _ in range(2)]
+        runs = [subprocess.run(["bash", str(recipe / "kubernetes-run.sh"), "5"], capture_output=True, text=True,
+                               env={**environment, "DOWNLOADS": str(downloads / f"week{week}"),
+                                    "RESULTS": str(tmp_path / "results" / f"week{week}")}, timeout=3600)
+                for week in (1, 2)]
         for run in runs:
             assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         names = [line.split(":")[0] for run in runs for line in run.stdout.splitlines() if line.startswith("job/")]
         assert len(set(names)) == len(names) >= 4, names  # every run made Jobs of its own
-        scores = tmp_path / "scores.csv"
-        subprocess.run([*kubectl, "cp", "grading-shared-copy:/shared/class/scores.csv", str(scores)], check=True)
+        scores = tmp_path / "results" / "week2" / "scores.csv"
         rows = list(csv.DictReader(open(scores, encoding="utf-8-sig")))
         assert sorted(row["student"] for row in rows) == ["ada", "blake", "chen"]
         assert {row["status"] for row in rows} <= {"graded", "skipped"}, rows
     finally:
         subprocess.run(["kind", "delete", "cluster", "--name", cluster, "--kubeconfig", str(kubeconfig)],
                        capture_output=True, timeout=600)
+
+
+MANIFESTS = ("kubernetes-job.yaml", "kubernetes-scores.yaml", "kubernetes-volume.yaml", "kubernetes-copy.yaml")
 
 
 def pod_of(document: dict) -> dict:
@@ -123,7 +138,7 @@ def pod_of(document: dict) -> dict:
 def test_the_test_clusters_manifests_keep_the_recipe(tmp_path):
     """The edits made for the kind cluster above change the image, sizes, the claim's access mode and the
     test's grading options only: the security settings, names, volumes and commands are the recipe's."""
-    for name in ("kubernetes-job.yaml", "kubernetes-scores.yaml", "kubernetes-volume.yaml"):
+    for name in MANIFESTS:
         patched(name, tmp_path)
         ours, theirs = (list(yaml.safe_load_all((folder / name).read_text())) for folder in (tmp_path, CLUSTER))
         for mine, original in zip(ours, theirs, strict=True):

@@ -77,13 +77,13 @@ def read_scores(path):
         return list(csv.DictReader(handle))
 
 
-def start_task(task: int, class_dir, downloads_folder, db_url, log):
+def start_task(task: int, class_dir, downloads_folder, db_url, log, secret):
     """One task of the array `--array=1-2`, as Slurm starts it: the course's batch script with Slurm's variables."""
     environment = {**os.environ, "SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_ID": str(task),
                    "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_MAX": "2", "SLURM_ARRAY_TASK_STEP": "1",
                    "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_CPUS_PER_TASK": "1", "SLURM_SUBMIT_DIR": str(ROOT),
                    "PYTHON": sys.executable, "SUBMISSIONS": str(downloads_folder), "CLASS_DIR": str(class_dir),
-                   "GRADEBOOK_URL": db_url}
+                   "GRADEBOOK_URL": db_url, "SECRET_FILE": str(secret)}
     return subprocess.Popen(["bash", str(ROOT / "autograde" / "cluster" / "slurm.sbatch"), "--assignment", STAGE,
                              "--timeout", "60"], env=environment, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -105,15 +105,12 @@ def graded(postgres, downloads, tmp_path_factory):
     require(bubblewrap_problem())  # the recipe grades only in the sandbox (--require-sandbox)
     folder, chosen = downloads
     base = folder.parent
-    # the single-machine run everything is compared with
-    assert main([str(folder), "--class-dir", str(base / "single"), "--assignment", STAGE, "--jobs", "2",
-                 "--timeout", "60"]) == 0
-    single = {(row["student"], row["assignment"]): row for row in read_scores(base / "single" / "scores.csv")}
+    secret = base / "secrets" / "hidden-inputs.key"  # not there yet: the two tasks, started at once, make one
     db_url = postgres.create_database("gradebook")
     machines = {task: base / f"machine{task}" for task in (1, 2)}
     logs = {task: open(base / f"task{task}.log", "wb") for task in (1, 2)}
     try:
-        tasks = {task: start_task(task, machines[task], folder, db_url, logs[task]) for task in (1, 2)}
+        tasks = {task: start_task(task, machines[task], folder, db_url, logs[task], secret) for task in (1, 2)}
         deadline = time.monotonic() + 600
         while not graded_records(machines[1]) and tasks[1].poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -125,14 +122,32 @@ def graded(postgres, downloads, tmp_path_factory):
         # task 2 ends before task 1 is requeued, so that task 1 writes the last scores.csv, which the tests read as
         # the whole class's (written while task 2 still grades, it would show task 2's student in progress as pending)
         assert tasks[2].wait(timeout=900) == 0, (base / "task2.log").read_text(errors="replace")[-3000:]
-        tasks[1] = start_task(1, machines[1], folder, db_url, logs[1])  # requeued: same task id
+        tasks[1] = start_task(1, machines[1], folder, db_url, logs[1], secret)  # requeued: same task id
         for task in (1, 2):
             assert tasks[task].wait(timeout=900) == 0, (base / f"task{task}.log").read_text(errors="replace")[-3000:]
     finally:
         for handle in logs.values():
             handle.close()
-    return {"single": single, "machines": machines, "db_url": db_url, "chosen": chosen,
-            "finished_before_kill": finished_before_kill, "log1": (base / "task1.log").read_text(errors="replace")}
+    # the single-machine run everything is compared with, on the class's secret the tasks made
+    assert main([str(folder), "--class-dir", str(base / "single"), "--assignment", STAGE, "--jobs", "2",
+                 "--timeout", "60", "--secret-file", str(secret)]) == 0
+    single = {(row["student"], row["assignment"]): row for row in read_scores(base / "single" / "scores.csv")}
+    return {"single": single, "machines": machines, "db_url": db_url, "chosen": chosen, "secret": secret,
+            "finished_before_kill": finished_before_kill, "log1": (base / "task1.log").read_text(errors="replace"),
+            "log2": (base / "task2.log").read_text(errors="replace")}
+
+
+def test_two_tasks_started_at_once_make_one_secret_and_both_draw_from_it(graded):
+    """The recipe's tasks name one SECRET_FILE, which is not there yet: one task makes it, the other (started at
+    the same moment) and the requeued one read it, and each machine's class folder records the one secret."""
+    from transformer_course.grading.classroom.batch import SECRET_ID_FILE
+    from transformer_course.grading.sandbox import hidden_inputs
+
+    made = [task for task in (1, 2) if "made the class's secret" in graded[f"log{task}"]]
+    assert len(made) == 1, (graded["log1"][-2000:], graded["log2"][-2000:])
+    secret = hidden_inputs.read_secret(graded["secret"])
+    for machine in graded["machines"].values():
+        assert (machine / SECRET_ID_FILE).read_text().strip() == hidden_inputs.secret_id(secret)
 
 
 def test_two_shards_at_once_give_the_scores_of_one_machine(graded):
@@ -230,6 +245,7 @@ def test_the_slurm_recipe_runs_as_documented(slurm, postgres, downloads, graded,
     from transformer_course.data import multi30k
     lines = recipe(ROOT / "website" / "instructor" / "cluster.md", {
         "/shared/downloads": str(folder), "/shared/class": str(class_dir),
+        "/shared/secrets/hidden-inputs.key": str(graded["secret"]),  # the class's one secret, as the tasks above
         "/shared/multi30k": os.environ.get(multi30k.ENVIRONMENT_VARIABLE) or str(multi30k.cache_directory()),
         "postgresql://grader@dbhost/gradebook": db_url})
     environment = recipe_environment(slurm, ROOT, tmp_path / "bin", tmp_path / "grade-%A_%a.log",

@@ -98,6 +98,7 @@ def test_the_slurm_scripts_grade_as_an_array_and_write_the_scores_once():
     assert "%A_%a" in grading["output"] and "%j" in final["output"]  # one log per task, one for the final job
     task = (CLUSTER / "grade-shard.sh").read_text()
     assert "--shard auto" in task and "--db-url" in task and "--require-sandbox" in task
+    assert '--secret-file "$SECRET_FILE"' in task and "--require-data" in task
     for path in CLUSTER.glob("*.s*"):
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0, path
     guide = GUIDE_CLUSTER.read_text()  # the instructor's guide, where the README's recipe moved
@@ -133,6 +134,12 @@ def test_the_kubernetes_job_is_indexed_and_says_its_completions_count():
     assert environment["JOB_COMPLETIONS"] == str(spec["completions"])
     assert {"SUBMISSIONS", "CLASS_DIR", "GRADEBOOK_URL"} <= set(environment)
     assert "autograde/cluster/grade-shard.sh" in container["command"]
+    # one secret for every pod: the Secret hidden-inputs, mounted read-only where SECRET_FILE says
+    pod = spec["template"]["spec"]
+    [mount] = [item for item in container["volumeMounts"] if environment["SECRET_FILE"].startswith(item["mountPath"])]
+    [volume] = [item for item in pod["volumes"] if item["name"] == mount["name"]]
+    assert mount["readOnly"] and volume["secret"]["secretName"] == "hidden-inputs"
+    assert environment["SECRET_FILE"] == f"{mount['mountPath']}/hidden-inputs.key"
     # what bubblewrap needs inside a pod (website/instructor/cluster.md): namespaces, mounts and an unmasked /proc
     assert container["securityContext"]["procMount"] == "Unmasked"
     assert container["securityContext"]["seccompProfile"]["type"] == "Unconfined"
@@ -148,7 +155,7 @@ def test_the_kubernetes_scores_job_runs_once_with_the_grading_jobs_volume_and_gr
     pod = spec["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"][-2:] == ["autograde/cluster/grade-shard.sh", "--scores-only"]
-    assert container["image"] == grading["containers"][0]["image"] and pod["volumes"] == grading["volumes"]
+    assert container["image"] == grading["containers"][0]["image"] and pod["volumes"][0] == grading["volumes"][0]
     assert pod["securityContext"]["runAsUser"] == image_user()
     same = {item["name"]: item for item in grading["containers"][0]["env"]}
     for item in container["env"]:
@@ -187,12 +194,21 @@ case "$1 $2" in
         esac ;;
     "get events") name=${4##*involvedObject.name=}; cat "$here/$(base "$name").events" 2>/dev/null ;;
     "logs job/"*) echo "log of ${2#job/}: error: no student is graded in the gradebook" ;;
+    "apply -f") echo "pod/grading-shared-copy created" ;;
+    "delete pod"|"wait --for=condition=Ready") ;;
+    "exec -i"|"exec grading-shared-copy")  # the copying pod: its /shared is the folder volume/ here
+        while [ "$1" != "--" ]; do shift; done
+        shift
+        command=()
+        for word in "$@"; do command+=("${word//\/shared/$here/volume}"); done
+        exec "${command[@]}" ;;
 esac
 exit 0
 """
 
 
-def fake_kubectl(folder: Path, files: dict[str, list[str]], volume: bool = True, secret: bool = True) -> Path:
+def fake_kubectl(folder: Path, files: dict[str, list[str]], volume: bool = True, secret: bool = True,
+                 class_secret: bool = True) -> Path:
     """A `kubectl` on which kubernetes-run.sh is run: FILES are its answers (see FAKE_KUBECTL)."""
     folder.mkdir(exist_ok=True)
     for name, lines in files.items():
@@ -201,15 +217,19 @@ def fake_kubectl(folder: Path, files: dict[str, list[str]], volume: bool = True,
         (folder / "pvc-grading-shared").touch()
     if secret:
         (folder / "secret-gradebook").touch()
+    if class_secret:
+        (folder / "secret-hidden-inputs").touch()
     script = folder / "kubectl"
     script.write_text(FAKE_KUBECTL)
     script.chmod(0o755)
     return script
 
 
-def kubernetes_run(kubectl: Path, poll: str = "0", timeout: str = "600") -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(CLUSTER / "kubernetes-run.sh"), poll], capture_output=True, text=True,
-                          env={**os.environ, "KUBECTL": str(kubectl), "START_TIMEOUT": timeout}, timeout=120)
+def kubernetes_run(kubectl: Path, poll: str = "0", timeout: str = "600", cwd: Path | None = None,
+                   **environment: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(CLUSTER / "kubernetes-run.sh"), poll], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "KUBECTL": str(kubectl), "START_TIMEOUT": timeout, **environment},
+                          timeout=120)
 
 
 def calls(kubectl: Path) -> list[str]:
@@ -280,13 +300,54 @@ def test_a_namespace_under_pod_security_baseline_is_named_as_the_cause(tmp_path)
     assert namespace["metadata"]["name"] in run.stderr
 
 
-@pytest.mark.parametrize("missing", ["volume", "secret"])
+@pytest.mark.parametrize("missing", ["volume", "secret", "class secret"])
 def test_a_missing_volume_or_secret_stops_the_run_before_any_job(tmp_path, missing):
-    kubectl = fake_kubectl(tmp_path / "bin", {}, volume=missing != "volume", secret=missing != "secret")
+    """The class's secret included: without the Secret hidden-inputs every pod would make a key of its own (ten
+    shards on ten different hidden inputs, and a regrade on new ones)."""
+    kubectl = fake_kubectl(tmp_path / "bin", {}, volume=missing != "volume", secret=missing != "secret",
+                           class_secret=missing != "class secret")
     run = kubernetes_run(kubectl)
     assert run.returncode == 1
-    assert ("kubernetes-volume.yaml" if missing == "volume" else "create secret generic gradebook") in run.stderr
-    assert not [call for call in calls(kubectl) if call.startswith("create")]
+    assert {"volume": "kubernetes-volume.yaml", "secret": "create secret generic gradebook",
+            "class secret": "create secret generic hidden-inputs --from-file=hidden-inputs.key="}[missing] in run.stderr
+    assert not [call for call in calls(kubectl) if call.startswith(("create", "apply"))]
+
+
+def test_the_weekly_run_copies_the_downloads_in_and_the_results_out(tmp_path):
+    """DOWNLOADS (a relative path, as typed) is added to the volume's downloads before the grading Job, the
+    earlier weeks' files kept; RESULTS gets scores.csv, report.html and the feedback after the scores Job; the
+    copying pod is deleted after each copy."""
+    kubectl = fake_kubectl(tmp_path / "bin", {"grade-class.states": ["Complete "], "grade-class.phases": ["Succeeded"],
+                                              "grade-class-scores.states": ["Complete "]})
+    volume = kubectl.parent / "volume"
+    (volume / "downloads" / "week1").mkdir(parents=True)
+    (volume / "downloads" / "week1" / "ada.ipynb").write_text("week 1")
+    for name, text in (("scores.csv", "student\nada\n"), ("report.html", "<p>report</p>"),
+                       ("feedback/ada/01/01.html", "feedback"), ("gradebook.db", "not copied")):
+        (volume / "class" / name).parent.mkdir(parents=True, exist_ok=True)
+        (volume / "class" / name).write_text(text)
+    (tmp_path / "week2" / "blake").mkdir(parents=True)
+    (tmp_path / "week2" / "blake" / "01.ipynb").write_text("week 2")
+    run = kubernetes_run(kubectl, cwd=tmp_path, DOWNLOADS="week2", RESULTS="results/week2")
+    assert run.returncode == 0, run.stderr
+    assert (volume / "downloads" / "blake" / "01.ipynb").read_text() == "week 2"
+    assert (volume / "downloads" / "week1" / "ada.ipynb").read_text() == "week 1"
+    results = tmp_path / "results" / "week2"
+    assert sorted(str(path.relative_to(results)) for path in results.rglob("*") if path.is_file()) == [
+        "feedback/ada/01/01.html", "report.html", "scores.csv"]
+    log = calls(kubectl)
+    copy_in = next(index for index, call in enumerate(log) if call.startswith("exec -i grading-shared-copy"))
+    copy_out = next(index for index, call in enumerate(log) if call.startswith("exec grading-shared-copy"))
+    assert copy_in < log.index("create -f kubernetes-job.yaml -o name") < log.index(
+        "create -f kubernetes-scores.yaml -o name") < copy_out
+    assert log[-1].startswith("delete pod grading-shared-copy") and log[copy_in + 1].startswith("delete pod")
+
+
+def test_downloads_that_are_no_folder_stop_the_run_before_any_job(tmp_path):
+    kubectl = fake_kubectl(tmp_path / "bin", {})
+    run = kubernetes_run(kubectl, DOWNLOADS=str(tmp_path / "nowhere"))
+    assert run.returncode == 1 and "is not a folder" in run.stderr
+    assert not [call for call in calls(kubectl) if call.startswith(("create", "apply"))]
 
 
 def test_a_scores_job_that_fails_fails_the_run_with_its_log(tmp_path):
@@ -298,9 +359,10 @@ def test_a_scores_job_that_fails_fails_the_run_with_its_log(tmp_path):
 
 
 def test_the_shared_volume_is_a_claim_every_pod_mounts():
-    """The claim the Jobs mount is made by the recipe (kubernetes-volume.yaml), ReadWriteMany, with a pod to
-    copy the downloads onto it as the grader's user."""
-    claim, copier = yaml.safe_load_all((CLUSTER / "kubernetes-volume.yaml").read_text())
+    """The claim the Jobs mount is made by the recipe (kubernetes-volume.yaml), ReadWriteMany; a pod of its own
+    (kubernetes-copy.yaml) copies the downloads onto it and the results off it as the grader's user."""
+    [claim] = yaml.safe_load_all((CLUSTER / "kubernetes-volume.yaml").read_text())
+    copier = yaml.safe_load((CLUSTER / "kubernetes-copy.yaml").read_text())
     assert claim["kind"] == "PersistentVolumeClaim" and claim["spec"]["accessModes"] == ["ReadWriteMany"]
     for name in ("kubernetes-job.yaml", "kubernetes-scores.yaml"):
         pod = yaml.safe_load((CLUSTER / name).read_text())["spec"]["template"]["spec"]
@@ -522,6 +584,7 @@ def test_on_nodes_that_cannot_sandbox_every_task_fails_and_no_all_pending_scores
     (bin_folder / "bwrap").chmod(0o755)
     lines = recipe(GUIDE_CLUSTER, {"/shared/downloads": str(downloads), "/shared/class": str(class_dir),
                                    "/shared/multi30k": data,
+                                   "/shared/secrets/hidden-inputs.key": str(tmp_path / "secrets" / "class.key"),
                                    "postgresql://grader@dbhost/gradebook": f"sqlite:///{tmp_path}/gradebook.db"})
     with SlurmCluster(cpus=8) as cluster:
         environment = recipe_environment(cluster, ROOT, bin_folder, tmp_path / "%x-%A_%a.log")
@@ -552,6 +615,20 @@ def test_a_task_without_the_course_in_its_python_fails_at_once_and_says_so(tmp_p
     assert run.returncode == 1 and "cannot import the course" in run.stderr and "transformer_course" in run.stderr
     failed = (tmp_path / "class" / "cluster-tasks" / "slurm-77" / "slurm-task-3.failed").read_text()
     assert "exit status 1" in failed and "cannot import the course" in failed
+
+
+def test_a_task_without_the_classs_secret_grades_nobody_and_says_so(tmp_path):
+    """Every task must draw from one secret: grade-shard.sh without SECRET_FILE stops before grading (exit status
+    1), the reason in its state file for the final step."""
+    environment = {"PATH": os.environ["PATH"], "PYTHON": sys.executable, "SUBMISSIONS": str(tmp_path),
+                   "CLASS_DIR": str(tmp_path / "class"), "GRADEBOOK_URL": "sqlite:///unused.db",
+                   "SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_JOB_ID": "78"}
+    run = subprocess.run(["bash", str(CLUSTER / "grade-shard.sh")], env=environment, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 1 and "SECRET_FILE is not set" in run.stderr, run.stderr
+    failed = (tmp_path / "class" / "cluster-tasks" / "slurm-78" / "slurm-task-3.failed").read_text()
+    assert "SECRET_FILE is not set" in failed
+    assert not (tmp_path / "class" / "gradebook.db").exists()
 
 
 def test_the_task_uses_the_courses_virtualenv_without_being_told():
@@ -620,6 +697,7 @@ def test_when_some_tasks_cannot_sandbox_the_others_scores_are_written_and_the_fa
     (bin_folder / "bwrap").chmod(0o755)
     lines = recipe(GUIDE_CLUSTER, {"/shared/downloads": str(downloads), "/shared/class": str(class_dir),
                                    "/shared/multi30k": data,
+                                   "/shared/secrets/hidden-inputs.key": str(tmp_path / "secrets" / "class.key"),
                                    "postgresql://grader@dbhost/gradebook": f"sqlite:///{tmp_path}/gradebook.db"})
     with SlurmCluster(cpus=8) as cluster:
         environment = recipe_environment(cluster, ROOT, bin_folder, tmp_path / "%x-%A_%a.log",

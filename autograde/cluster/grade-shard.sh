@@ -10,12 +10,15 @@
 #   SUBMISSIONS    folder of student notebooks as downloaded (shared, read-only is fine)
 #   CLASS_DIR      the class folder on shared storage: release, records, autograded copies, feedback, scores.csv
 #   GRADEBOOK_URL  the shared PostgreSQL gradebook, e.g. postgresql://grader@dbhost/gradebook
-#   MULTI30K_DIR   a folder on shared storage with Multi30k's six .gz files (stages 5 and 6 read them; the
-#                  sandboxes have no network); checked before grading (unset: the user's download cache,
-#                  downloaded into where the node has network)
+#   SECRET_FILE    the class's secret, which the hidden tests' inputs are drawn from: one file every task reads
+#                  (shared storage outside CLASS_DIR and SUBMISSIONS; on Kubernetes the Secret hidden-inputs,
+#                  mounted). Required: a task without it grades nobody. Where the file does not exist yet, the
+#                  first task makes it and the others, started at the same moment, read that one
+#   MULTI30K_DIR   a folder on shared storage with Multi30k's six .gz files: a task that grades a stage reading
+#                  them (0, 5, 6, 7; the sandboxes have no network) stops without them (unset: the user's
+#                  download cache, downloaded into where the node has network)
 #   JOBS           students graded at once by this task (default: the task's CPUs)
-#   MEMORY_GB      memory one student's notebooks may use together (default 3); JOBS x MEMORY_GB plus 2 GB
-#                  for the grader itself must fit the task's memory (the recipes: 4 x 3 + 2 <= 16 GB)
+#   MEMORY_GB      memory each notebook's sandbox may use, all its processes together (--memory-gb; default 3)
 #   PYTHON         the course's Python (default: the course's virtualenv .venv/bin/python, as `make setup`
 #                  makes it, when there is one; else python3 on PATH, as in the container image)
 #   GRADE_OPTIONS  more options for the batch command, split at spaces (e.g. "--assignment 02_attention
@@ -99,12 +102,9 @@ fail() {  # fail EXIT_STATUS MESSAGE: say it loudly, record it for the final ste
 
 problem=$("$PYTHON" -c 'import transformer_course.grading.batch' 2>&1 >/dev/null) \
     || fail 1 "the course's Python ($PYTHON) cannot import the course: ${problem##*$'\n'}. Set PYTHON to the python of the course's virtualenv (make setup makes .venv in the course's folder)"
-problem=$("$PYTHON" -c '
-from transformer_course.data import multi30k
-for split in multi30k.SPLITS:
-    for language in multi30k.LANGUAGES:
-        multi30k.file_path(split, language)' 2>&1 >/dev/null) \
-    || fail 1 "Multi30k is not available to the grader (MULTI30K_DIR=${MULTI30K_DIR:-, not set}): ${problem##*$'\n'} Point MULTI30K_DIR at a folder on shared storage that holds its six .gz files (stages 5 and 6 read them; the sandboxes have no network)"
+if [ -z "${SECRET_FILE:-}" ]; then
+    fail 1 "SECRET_FILE is not set: name the class's secret, the one file every task draws the hidden tests' inputs from (on shared storage outside CLASS_DIR and SUBMISSIONS; on Kubernetes the Secret hidden-inputs, mounted as the manifest does). Without it each task would draw its own"
+fi
 if [ ! -d "$SUBMISSIONS" ]; then
     fail 1 "SUBMISSIONS=$SUBMISSIONS is not a folder on this node"
 fi
@@ -114,7 +114,7 @@ errors=$(mktemp)
 # the batch command's standard error goes to the task's log as ever, and is kept to name the cause
 { "$PYTHON" -m transformer_course.grading.batch "$SUBMISSIONS" --class-dir "$CLASS_DIR" \
     --db-url "$GRADEBOOK_URL" --shard auto --jobs "$JOBS" --memory-gb "${MEMORY_GB:-3}" --require-sandbox \
-    ${options[@]+"${options[@]}"} "$@" \
+    --secret-file "$SECRET_FILE" --require-data ${options[@]+"${options[@]}"} "$@" \
     2>&1 1>&3 3>&- | tee "$errors" >&2; code=${PIPESTATUS[0]}; } 3>&1
 cause=$(grep -m 1 '^error:' "$errors" || tail -n 1 "$errors")
 cause="${cause#error: }"

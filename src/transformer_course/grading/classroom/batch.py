@@ -197,9 +197,10 @@ class BatchGrader:
                  memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
                  require_sandbox: bool = False, limits: Limits | None = None,
                  sandbox_per_notebook: bool = False, secret_file: Path | None = None,
-                 notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
+                 require_data: bool = False, notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.secret_file = hidden_inputs.secret_path(secret_file).resolve()  # the hidden inputs' secret
+        self.require_data = require_data  # no Multi30k for a graded stage that reads it: nobody is graded
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
         self.notebook_timeout = notebook_timeout  # one deadline per notebook: its cells, replays and hidden parts
         self.sandbox, self.require_sandbox = sandbox, require_sandbox
@@ -217,8 +218,9 @@ class BatchGrader:
 
     # --- steps ----------------------------------------------------------------------------------
 
-    def prepare(self) -> list[str]:
-        """Register the assignments once (again only when the source notebooks changed)."""
+    def prepare(self, data: bool = True) -> list[str]:
+        """Register the assignments once (again only when the source notebooks changed); with `data`, fetch
+        Multi30k for every registered stage that reads it (`run` fetches it for the stages it grades only)."""
         assignment_ids = self.assignment_ids
         stamp = hashlib.sha256(b"".join(
             (self.course / "solutions" / a / f"{a}.ipynb").read_bytes() for a in assignment_ids)).hexdigest()
@@ -234,21 +236,36 @@ class BatchGrader:
                 if not current():
                     self.classroom.register(assignment_ids)
                     marker.write_text(stamp)
-        self.data_folder = self.provide_data(assignment_ids)
+        if data:
+            self.data_folder = self.provide_data(assignment_ids)
         return assignment_ids
 
-    def provide_data(self, assignment_ids: list[str]) -> str | None:
-        """The Multi30k folder for notebooks that read it, fetched here: the sandboxed kernels have no network."""
-        sources = [(self.course / "solutions" / a / f"{a}.ipynb").read_text(encoding="utf-8") for a in assignment_ids]
+    def readers_of_data(self, assignment_ids: list[str]) -> list[str]:
+        """The stages among `assignment_ids` whose notebooks read Multi30k while graded (stages 0 and 5-7: their
+        grading runs load it directly or through the translation helpers)."""
         readers = ("transformer_course.data.multi30k", "transformer_course.reference.translation")
-        if not any(reader in source for source in sources for reader in readers):
+        return [a for a in assignment_ids if any(reader in (self.course / "solutions" / a / f"{a}.ipynb").read_text(
+            encoding="utf-8") for reader in readers)]
+
+    def provide_data(self, assignment_ids: list[str]) -> str | None:
+        """The Multi30k folder for the notebooks of `assignment_ids` that read it, fetched here: the sandboxed
+        kernels have no network. None when none of them reads it; when it cannot be had, a warning (or, with
+        `require_data`, GradingUnavailable) that names the stages and MULTI30K_DIR."""
+        needing = self.readers_of_data(assignment_ids)
+        if not needing:
             return None
         try:
             paths = [multi30k.file_path(split, language)
                      for split in multi30k.SPLITS for language in multi30k.LANGUAGES]
         except (multi30k.DataUnavailable, multi30k.ChecksumMismatch) as error:
-            print(f"WARNING: Multi30k is not available to the graded notebooks, so their data cells will fail: "
-                  f"{error}", file=sys.stderr, flush=True)
+            cause = str(error).split(". ")[0].rstrip(".")
+            problem = (f"Multi30k is not available to the graded notebooks of {', '.join(needing)}, which read it "
+                       f"while graded ({cause}). Set the environment variable {multi30k.ENVIRONMENT_VARIABLE} to a "
+                       f"folder holding its six .gz files ({', '.join(multi30k.SHA256)}), or grade where "
+                       f"{multi30k.cache_directory()} holds them or they can be downloaded")
+            if self.require_data:
+                raise GradingUnavailable(f"{problem}. Nobody was graded") from None
+            print(f"WARNING: {problem}; without it their data cells will fail.", file=sys.stderr, flush=True)
             return None
         try:  # tokenised here once, not by every student's stage-5 notebook (about 9 s of CPU each)
             tokens = token_cache.prepare(paths[0].parent)
@@ -505,7 +522,7 @@ class BatchGrader:
             _warn_unsandboxed()
         if grade:
             self.use_secret()
-        assignment_ids = self.prepare() if grade else self.assignment_ids
+        assignment_ids = self.prepare(data=False) if grade else self.assignment_ids
         release = Release(self.class_dir / "release", assignment_ids)
         root = download_root(self.submissions)
         if root != self.submissions:
@@ -524,6 +541,9 @@ class BatchGrader:
                 result.reasons = [str(reason) for reason in self.record(result).get("reasons", [])]
             else:
                 pending.append(result)
+        graded_stages = sorted({s.assignment for result in pending for s in result.submissions
+                                if s.assignment and s.notebook is not None})
+        self.data_folder = self.provide_data(graded_stages)  # Multi30k only when a stage graded now reads it
         if pending:  # nbgrader (half a second to import) is needed for the scores at the end: imported meanwhile
             self.importing = threading.Thread(target=importlib.import_module, args=("nbgrader.api",), daemon=True)
             self.importing.start()
@@ -626,13 +646,44 @@ class BatchGrader:
                                          f"{folder}: keep it outside the class folder and the downloads "
                                          "(--secret-file PATH)")
         try:
-            _, created = hidden_inputs.read_or_create(self.secret_file)
+            secret, created = hidden_inputs.read_or_create(self.secret_file)
         except (OSError, hidden_inputs.SecretError) as problem:
             raise GradingUnavailable(f"the secret the hidden inputs are drawn from cannot be read: {problem}") from None
         if created:
             print(f"made the class's secret {self.secret_file}: the hidden tests' inputs are drawn from it. Keep it "
                   "(a regrade with it gives the same scores) and do not publish it; every grading machine needs "
                   "the same file", flush=True)
+        self.same_secret_as_before(hidden_inputs.secret_id(secret))
+
+    def same_secret_as_before(self, secret_id: str, attempts: int = 50) -> None:
+        """Refuse a secret other than the one this class folder was graded with (its id, which reveals nothing of
+        it, is kept in the class folder): another secret draws other hidden inputs, so regrades would change
+        scores, and machines of one class on different secrets would grade its students on different inputs."""
+        marker = self.class_dir / SECRET_ID_FILE
+        try:
+            known = marker.read_text(encoding="ascii").strip()
+        except FileNotFoundError:
+            known = ""
+        except OSError as problem:
+            raise GradingUnavailable(f"cannot read {marker}: {problem}") from None
+        if known and known != secret_id:
+            raise GradingUnavailable(
+                f"this class folder was graded with another secret (id {known}) than {self.secret_file} (id "
+                f"{secret_id}): its hidden inputs, and the scores of code right only for some sizes, would change. "
+                "Give --secret-file the class's own secret (the same file on every machine); to start the class "
+                f"afresh on this one, delete {marker}. Nobody was graded")
+        if known:
+            return
+        self.class_dir.mkdir(parents=True, exist_ok=True)
+        if not marker.exists() and hidden_inputs.create_once(marker, secret_id + "\n", mode=0o644):
+            return  # the first machine to grade the class says which secret: the others must agree
+        if attempts == 0:
+            raise GradingUnavailable(f"{marker} stays empty: delete it and grade again. Nobody was graded")
+        time.sleep(0.1)  # another machine made it a moment ago: read what it wrote
+        self.same_secret_as_before(secret_id, attempts - 1)
+
+
+SECRET_ID_FILE = "hidden-inputs-secret.id"  # in the class folder: which secret graded it (its id, not the secret)
 
 
 def _balanced(groups: list[list[str]], weight: dict[str, float]) -> list[list[str]]:
@@ -738,7 +789,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds one notebook may run in all (its cells, the replays after a crash and its hidden "
                              "tests): what has not run by then scores 0. A student costs the class at most the sum "
                              "of their notebooks' deadlines, plus the grader's own work on them")
-    parser.add_argument("--memory-gb", type=float, default=6.0, help="memory one student's kernel may use")
+    parser.add_argument("--memory-gb", type=float, default=6.0,
+                        help="memory each notebook's sandbox may use, all its processes together (GB)")
     parser.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="grade without bubblewrap isolation (without it, a machine where no sandbox can start "
@@ -753,6 +805,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the class's secret, which the hidden tests' inputs are drawn from (made the first time; "
                              f"default: ${hidden_inputs.SECRET_VARIABLE}, else "
                              "~/.config/transformer-course/hidden-inputs.key); keep it outside the class folder")
+    parser.add_argument("--require-data", action="store_true",
+                        help="grade nobody (exit status 2) when a stage graded now reads Multi30k and it cannot be "
+                             "had (MULTI30K_DIR), instead of grading with its data cells failing (the cluster recipes)")
     parser.add_argument("--scores-only", action="store_true",
                         help="grade nobody: write scores.csv for the whole class from the gradebook (after all shards)")
     arguments = parser.parse_args(argv)
@@ -763,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
                          memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
                          assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox,
                          sandbox_per_notebook=arguments.sandbox_per_notebook, secret_file=arguments.secret_file,
-                         notebook_timeout=arguments.notebook_timeout)
+                         require_data=arguments.require_data, notebook_timeout=arguments.notebook_timeout)
     if arguments.shard:
         print(f"this machine grades shard {arguments.shard[0]}/{arguments.shard[1]} of the class", flush=True)
     try:

@@ -291,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=120, help="seconds a cell may run")
     parser.add_argument("--notebook-timeout", type=int, default=NOTEBOOK_TIMEOUT,
                         help="seconds a notebook may run in all: its cells, replays and hidden parts")
-    parser.add_argument("--memory-gb", type=float, default=6.0, help="memory all of a student's processes may use")
+    parser.add_argument("--memory-gb", type=float, default=6.0,
+                        help="memory each notebook's sandbox may use, all its processes together (GB)")
     parser.add_argument("--no-sandbox", action="store_true")
     parser.add_argument("--secret-file", type=Path,
                         help="the class's secret: the hidden tests' inputs are drawn from it (without: as written)")

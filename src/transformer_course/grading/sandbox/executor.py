@@ -372,6 +372,7 @@ class JudgedExecute(NbGraderPreprocessor):
 
     def preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:
         self.nb, self.checks = nb, checks_module(nb)
+        self.student = str((resources.get("nbgrader") or {}).get("student") or "")  # whose hidden inputs to draw
         self.cwd = str(resources.get("cwd") or os.path.join(
             "work", re.sub(r"[^\w.-]", "_", str(resources.get("unique_key", "notebook")))[:60]))
         self.exercises = exercise_names(nb)
@@ -521,13 +522,15 @@ class JudgedExecute(NbGraderPreprocessor):
             self._take_snapshot(entry)
 
     def _drawn(self, calls: list[CheckCall], index: int) -> tuple[list[CheckCall], list[int] | None]:
-        """A hidden part's calls with their inputs drawn from the class's secret, and their salts."""
+        """A hidden part's calls with their inputs drawn for this submission (the class's secret, the student, the
+        notebook's code: `hidden_inputs.submission_key`), and their salts."""
         secret = _SECRET[0]
         if secret is None:
             return calls, None
+        key = hidden_inputs.submission_key(secret, self.student, self.nb)
         metadata = self.nb.cells[index].get("metadata", {}).get("nbgrader", {})
         place = f"{self.checks}:{metadata.get('grade_id') if isinstance(metadata, dict) else index}"
-        drawn = [hidden_inputs.draw(call, secret, f"{place}:{line}") for line, call in enumerate(calls)]
+        drawn = [hidden_inputs.draw(call, key, f"{place}:{line}", self.checks) for line, call in enumerate(calls)]
         return [call for call, _ in drawn], [salt for _, salt in drawn]
 
     def _judge(self, calls: list[CheckCall], snapshot: int | None, index: int,

@@ -97,7 +97,7 @@ from transformer_course.grading.outputs.lms_exports import (
 from transformer_course.grading.outputs.lms_ledger import EDITED, EMPTY, OURS, SAME, Ledger, compare, digest
 from transformer_course.grading.outputs.report import grade_cells
 from transformer_course.grading.outputs.scores import pending, read_csv
-from transformer_course.grading.outputs.spreadsheet import protect, write_csv
+from transformer_course.grading.outputs.spreadsheet import protect, read_table, write_csv
 
 CANVAS_STUDENT_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = ("Identifier", "Full name", "Grade", "Maximum grade", "Last modified (grade)")
@@ -134,6 +134,16 @@ class Export:
     notes: list[str] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)  # files of an earlier run, not part of this upload
     differences: list[Difference] = field(default_factory=list)
+    left_out: dict[str, list[str]] = field(default_factory=dict)  # {student: why a row of theirs is in no file}
+    held: set[tuple[str, str]] = field(default_factory=set)  # (stage, LMS id): the LMS holds the course's grade
+    who: dict[str, str] = field(default_factory=dict)  # {LMS id: student}, of every row of scores.csv
+    dropped: dict[Path, list[str]] = field(default_factory=dict)  # {removed file: what it held this upload lacks}
+
+    def leave_out(self, student: str, why: str) -> None:
+        """Note that a row of STUDENT is in no file of this upload, and WHY."""
+        reasons = self.left_out.setdefault(student, [])
+        if why not in reasons:
+            reasons.append(why)
 
     def by_student(self) -> dict[str, list[Difference]]:
         grouped: dict[str, list[Difference]] = defaultdict(list)
@@ -257,21 +267,31 @@ def _grades(class_dir: Path, rows: list[dict[str, str]], stages: list[str], incl
     others = set()
     for row in rows:
         total = number(row.get("total", ""))
-        if row.get("status") not in GRADED or total is None or row["assignment"] not in points:
+        stage = row.get("assignment") or "?"
+        if row.get("lms_id"):
+            result.who[row["lms_id"]] = row["student"]
+        if row.get("status") not in GRADED or total is None or stage not in points:
+            why = (row.get("reasons") or "").split("; ")[0][:160]
+            result.leave_out(row["student"], f"{stage}: not graded (status: {row.get('status') or 'none'}"
+                                             + (f": {why}" if why else "") + ")")
             continue
         if pending(row) and not include_pending:
-            result.notes.append(f"{row['student']} {row['assignment']}: written answers not graded yet, left out")
+            result.notes.append(f"{row['student']} {stage}: written answers not graded yet, left out")
+            result.leave_out(row["student"], f"{stage}: written answers not graded yet (--include-pending exports "
+                                             "the points so far)")
             continue
         lms = _lms(row, stages)
         if lms not in grades:
             others.add(row["student"])
+            result.leave_out(row["student"], f"{stage}: no LMS id in the file's name ({row.get('file', '')}), so no "
+                                             "LMS row to match")
             continue
         grades[lms][row["assignment"]].append(Grade(
             row["student"], row["assignment"], row.get("name", ""), row.get("lms_id", ""), row.get("file", ""), total,
             points[row["assignment"]], notes.get((row["student"], row["assignment"]), "")))
     if others:
         result.notes.append(f"{len(others)} student(s) have no LMS id in their file names (not in any LMS file): "
-                            + ", ".join(sorted(others)[:10]) + (" ..." if len(others) > 10 else ""))
+                            + ", ".join(sorted(others)))
     return grades
 
 
@@ -304,12 +324,16 @@ class Plan:
             self.ledger.record(lms, grade.assignment, grade.lms_id, value, at=self.now)
             return True
         state = compare(value, held, sent)
-        if state != SAME:
+        if state == SAME:
+            self.result.held.add((grade.assignment, grade.lms_id))
+        else:
             write, action = self._action(lms, state, sent is not None and bool(sent.values))
             last = f"{_points(sent.values[0])} ({sent.at[:10]})" if sent and sent.values else ""
             self.result.differences.append(Difference(lms, grade.assignment, grade.student, grade.lms_id,
                                                       (held or "").strip(), last, value, action))
             if not write:
+                self.result.leave_out(grade.student, f"{grade.assignment}: {lms.capitalize()} holds "
+                                                     f"{(held or '').strip()}, course now {_points(value)}: {action}")
                 return False
         self.ledger.record(lms, grade.assignment, grade.lms_id, value, at=self.now)
         return state != SAME
@@ -365,8 +389,57 @@ def _write(folder: Path, outputs: list[Output], result: Export) -> None:
     for pattern in OUR_FILES:
         for path in sorted(folder.glob(pattern)):
             if path not in written:
+                lacking = _not_carried(path, outputs, result)
+                if lacking:
+                    result.dropped[path] = lacking
                 path.unlink()
                 result.removed.append(path)
+
+
+def _grades_in(path: Path) -> dict[str, str]:
+    """{LMS id: grade} of one of our upload files (Canvas: the `ID` column; Moodle: `Participant N`)."""
+    if path.suffix != ".csv":
+        return {}
+    try:
+        table = read_table(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if not table:
+        return {}
+    header = table[0]
+    if header[:1] == ["Identifier"] and "Grade" in header:
+        column = header.index("Grade")
+        return {line[0].removeprefix("Participant ").strip(): line[column] for line in table[1:]
+                if len(line) > column and line[0].startswith("Participant ")}
+    if "ID" in header and len(header) > len(CANVAS_STUDENT_COLUMNS):
+        position, column = header.index("ID"), len(CANVAS_STUDENT_COLUMNS)
+        return {line[position]: line[column] for line in table[2:] if len(line) > column and line[position]}
+    return {}
+
+
+def _not_carried(path: Path, outputs: list[Output], result: Export) -> list[str]:
+    """What an earlier run's file held that this upload carries neither in its files nor as held by the LMS (its
+    export): each grade with who it is and why it is not here (`Export.left_out`, or what the LMS holds)."""
+    earlier = _grades_in(path)
+    if not earlier:
+        return []
+    stage = path.stem.split("_", 1)[1] if "_" in path.stem else path.stem
+    now = next((_rows_of(output) for output in outputs if output.path == path), {})
+    differences = {difference.lms_id: difference for difference in result.differences if difference.stage == stage}
+    lacking = []
+    for lms_id, value in sorted(earlier.items()):
+        if lms_id in now or (stage, lms_id) in result.held:
+            continue  # in this upload, or the LMS holds the course's grade now (its export says so)
+        student = result.who.get(lms_id, "")
+        reasons = [reason for reason in result.left_out.get(student, []) if reason.startswith(f"{stage}:")]
+        reason = (differences[lms_id].line() if lms_id in differences else "; ".join(reasons)
+                  or "no row of scores.csv has this LMS id any more")
+        lacking.append(f"{student or 'LMS id'} ({lms_id}): {value}, {reason}")
+    return lacking
+
+
+def _rows_of(output: Output) -> dict[str, str]:
+    return {} if output.rows is None else {str(line[1]): str(line[-1]) for line in output.rows[2:]}
 
 
 # --- Canvas ------------------------------------------------------------------------------------------
@@ -397,10 +470,14 @@ def _canvas(plan: Plan, by_stage: dict[str, list[Grade]], titles: dict[str, str]
             if grade.lms_id.startswith("anon_"):
                 plan.result.notes.append(f"{grade.student}: anonymous Canvas id {grade.lms_id}, not importable by id; "
                                          "left out of the Canvas file")
+                plan.result.leave_out(grade.student, f"{stage}: anonymous Canvas id {grade.lms_id}, which Canvas's "
+                                                     "import cannot match")
                 continue
             if export is not None and grade.lms_id not in export.users:
                 plan.result.notes.append(f"{grade.student}: Canvas user {grade.lms_id} is not in Canvas's export "
                                          f"{export.name} (dropped, or in another course?): left out")
+                plan.result.leave_out(grade.student, f"{stage}: Canvas user {grade.lms_id} is not in Canvas's "
+                                                     f"export {export.name}")
                 continue
             value = grade.on(maximum)
             if plan.decide("canvas", grade, value, column.scores.get(grade.lms_id) if column else None,
@@ -471,6 +548,8 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
             if sheet is not None and grade.lms_id not in sheet.participants:
                 plan.result.notes.append(f"{grade.student}: Participant {grade.lms_id} is not in Moodle's worksheet "
                                          f"{sheet.name} of {stage}: left out")
+                plan.result.leave_out(grade.student, f"{stage}: Participant {grade.lms_id} is not in Moodle's "
+                                                     f"worksheet {sheet.name}")
                 continue
             value = grade.on(maximum)
             held = sheet.grades.get(grade.lms_id) if sheet else None
@@ -603,7 +682,9 @@ def main(argv: list[str] | None = None) -> int:
     for path in result.files:
         print(f"wrote {path}")
     for path in result.removed:
-        print(f"removed {path} (an earlier run's, not part of this upload)")
+        lacking = result.dropped.get(path)
+        print(f"removed {path} (an earlier run's, not part of this upload)" + (
+            ": it held grades that this upload does not carry: " + "; ".join(lacking) if lacking else ""))
     grouped = result.by_student()
     if grouped:
         print("what differs from what the LMS holds, per student:")
@@ -613,8 +694,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {difference.line()}")
     for note in result.notes:
         print(f"note: {note}")
+    if result.left_out:
+        print("left out of this upload, per student:")
+        for student, reasons in sorted(result.left_out.items()):
+            print(f"  {student}: " + "; ".join(reasons))
+    for stage in sorted({stage for stage, _ in result.held}):
+        count = sum(held == stage for held, _ in result.held)
+        print(f"{stage}: {count} grade(s) the LMS holds already, as the course gives them now (not written again)")
     if not result.files:
-        print("no LMS file written: nothing to upload")
+        print("no LMS file written: nothing to upload" + (
+            f" ({sum(len(reasons) for reasons in result.left_out.values())} row(s) left out, listed above)"
+            if result.left_out else ""))
     return 0
 
 

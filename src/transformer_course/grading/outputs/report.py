@@ -15,6 +15,9 @@ CLASS_DIR/report.html holds, in the order an instructor acts on it:
    by √d_k: 31 students"), with one student's message as an example;
 4. the pass rate of every check (grade cell): the share of graded notebooks with its full points;
    written answers show their mean score instead, with how many still wait for a person.
+5. near-copies: per exercise and written answer, the submissions of the whole term that are near-copies of the
+   reference solution or of each other (`similarity`, written by the batch command to similarity.json), both
+   students of a pair named; the exercises too short to tell honest work from a copy are said to be so.
 
 Everything comes from scores.csv (the numbers), the class's release notebooks (points and order of
 the grade cells) and the autograded notebooks (the failure messages). Plots are small SVG drawn by
@@ -39,7 +42,7 @@ from pathlib import Path
 
 import nbformat
 
-from transformer_course.grading.outputs import svg_plots
+from transformer_course.grading.outputs import similarity, svg_plots
 from transformer_course.grading.outputs.files import write_text_atomically
 from transformer_course.grading.outputs.scores import NEEDS_MANUAL_GRADING, is_answer_cell, read_csv
 
@@ -331,6 +334,52 @@ def causes_plot(causes: list[CauseGroup], top: int = 8) -> str:
                                "students", [str(count) for count in counts])
 
 
+def near_copies(class_dir: Path, rows: list[dict[str, str]]) -> tuple[str, set[str]]:
+    """The section of near-copies (similarity.json, `similarity`) and the students it names."""
+    found = similarity.read(class_dir)
+    groups, too_short = found.get("groups", []), found.get("too_short", [])
+    names = {row["student"]: row.get("name", "") for row in rows}
+    named: set[str] = set()
+    parts = ["<h2 id=similarity>Near-copies</h2><p class=muted>Per exercise and written answer, the submissions of "
+             "the whole term (every week's) that are near-copies of the reference solution or of each other, with "
+             "names, comments and layout set aside (winnowing fingerprints, copydetect; each exercise's threshold "
+             "measured on honest work). A list for you to look at: no score was changed.</p>"]
+    if not found:
+        parts.append("<p>Not compared yet (the batch command compares when it grades).</p>")
+        return "".join(parts), named
+    entries = []
+    for group in groups:
+        members = group.get("members", [])
+        students = [member for member in members if member != similarity.REFERENCE]
+        named.update(students)
+        shown = [html.escape(member) if member == similarity.REFERENCE else (
+            _feedback_link(class_dir, member, group["assignment"], member) or html.escape(member))
+            + (f" <span class=muted>({html.escape(names[member])})</span>" if names.get(member) else "")
+            for member in members]
+        pairs = "; ".join(f"{first} ~ {second}: {score:.2f}" for first, second, score in group.get("pairs", []))
+        top = max((score for _, _, score in group.get("pairs", [])), default=0.0)
+        kind = "written answer" if group.get("written") else "exercise"
+        entries.append("<tr>" + _cell(group["assignment"]) + _cell(f"{group['grade_id']} ({kind})")
+                       + f"<td data-value='{len(students)}'>{', '.join(shown)}</td>"
+                       + _cell(f"{top:.2f}", "similarity", True, stage=group["assignment"], cell=group["grade_id"])
+                       + f"<td class=reasons><details><summary>{len(group.get('pairs', []))} pairs</summary>"
+                       f"{html.escape(pairs)}</details></td></tr>")
+    if entries:
+        parts.append(_table(["stage", "exercise or question", "near-copies (the reference solution, students)",
+                             "highest similarity", "pairs"], entries, "copies"))
+    else:
+        compared = sum(item.get("submissions", 0) for item in found.get("compared", []))
+        parts.append(f"<p>None: no submission is a near-copy of the reference solution or of another ({compared} "
+                     "exercise cells and written answers compared).</p>")
+    if too_short:
+        listed = ", ".join(f"{item['assignment']} {item['grade_id']}" for item in too_short)
+        parts.append(f"<details><summary class=muted>{len(too_short)} exercises too short to tell honest work from a "
+                     "copy: not compared</summary><p class=muted>On these, honest solutions written independently "
+                     f"come as close to the reference (or to each other) as a copy does: {html.escape(listed)}.</p>"
+                     "</details>")
+    return "".join(parts), named
+
+
 # --- the page --------------------------------------------------------------------------------------
 
 _STYLE = """
@@ -452,6 +501,7 @@ def render(class_dir: Path) -> str:
     rates = pass_rates(rows, cells)
     causes = named_causes(class_dir, rows)
     people, concerned = _people(class_dir, rows)
+    copies, copied = near_copies(class_dir, rows)
     students = {row["student"] for row in rows}
     waiting = [waiting_answers(row) for row in rows if row.get("status") in GRADED]
     parts = [f"<h1>Class report</h1><p class=muted>{html.escape(str(class_dir))}, written "
@@ -460,6 +510,7 @@ def render(class_dir: Path) -> str:
     cards = [("students", len(students), ""), ("notebooks graded", sum(s.students for s in stages.values()), ""),
              ("written answers to grade", sum(waiting), f"in {sum(1 for n in waiting if n)} notebooks")]
     cards += [(f"students: {name}", concerned[name], "") for name in NEEDS if name != "answers to grade"]
+    cards.append(("students: near-copies", len(copied), ""))
     parts += [f"<div class='card{' act' if count and index > 1 else ''}' data-key='{html.escape(name)}'><b>{count}</b>"
               f"{html.escape(name)}{f' <span class=muted>({html.escape(note)})</span>' if note else ''}</div>"
               for index, (name, count, note) in enumerate(cards)]
@@ -520,6 +571,8 @@ def render(class_dir: Path) -> str:
                              "example"], cause_rows, "causes"))
     else:
         parts.append("<p>No check failed with a named cause.</p>")
+
+    parts.append(copies)
 
     parts.append("<h2 id=checks>Pass rate of every check</h2><p class=muted>Share of graded notebooks with the "
                  "check's full points. Written answers: mean score, and how many wait for a person.</p>")

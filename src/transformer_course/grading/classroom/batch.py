@@ -33,6 +33,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -41,10 +42,12 @@ from tqdm.auto import tqdm
 from transformer_course.authoring import assignments as course_assignments
 from transformer_course.data import multi30k, token_cache
 from transformer_course.grading.classroom import SANDBOX_PROBLEM
+from transformer_course.grading.gradebook import term
 from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
 from transformer_course.grading.gradebook.config import ROOT
-from transformer_course.grading.intake.identities import lookalike_notes, student_ids
+from transformer_course.grading.intake.identities import Identity, lookalike_notes, student_ids
 from transformer_course.grading.intake.submissions import (
+    Handed,
     Limits,
     Release,
     Submission,
@@ -54,9 +57,11 @@ from transformer_course.grading.intake.submissions import (
     load,
     other_file,
     printable,
+    shared_file_flags,
 )
-from transformer_course.grading.outputs import answers, hand_grades, report, scores
+from transformer_course.grading.outputs import answers, hand_grades, report, similarity
 from transformer_course.grading.outputs.files import replace_atomically
+from transformer_course.grading.outputs.scores import scored as row_scored
 from transformer_course.grading.outputs.spreadsheet import EXCEL_BOM, protect
 from transformer_course.grading.sandbox import hidden_inputs
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
@@ -71,6 +76,17 @@ class StudentResult:
     seconds: float = 0.0
     name: str = ""  # as the LMS or the folder wrote it, any script
     lms_id: str = ""  # the LMS's id for the student, when the download names one
+    identity: Identity | None = None
+    to_grade: list[str] = field(default_factory=list)  # the stages of this folder graded in this run (new, changed)
+    rejected: list[Submission] = field(default_factory=list)  # this folder's files that cannot be graded
+    changed: bool = False  # the record gained a note without a grading (an older notebook not graded)
+    record: term.Record | None = None  # what the class folder remembers of the student (`BatchGrader.plan`)
+
+
+def term_identity(record: term.Record) -> Identity:
+    """The identity a record was written for (the student keeps their id all term)."""
+    return Identity(record.identity.get("lms", ""), record.identity.get("lms_id", ""),
+                    record.identity.get("match", ""), record.identity.get("name", ""))
 
 
 def fingerprint(submissions: list[Submission]) -> str:
@@ -134,18 +150,21 @@ def scheduler_shard(kind: str, environment: dict[str, str] | os._Environ) -> tup
     raise argparse.ArgumentTypeError(f"unknown scheduler {kind!r}")
 
 
-def collect(folder: Path, release: Release, limits: Limits | None = None) -> dict[str, StudentResult]:
+def collect(folder: Path, release: Release, limits: Limits | None = None, known: dict[Identity, str] | None = None,
+            flag_copies: bool = True) -> dict[str, StudentResult]:
     """Every student in the folder with their checked notebooks (one per assignment, the newest).
 
     Nothing in the folder stops this and every file is accounted for: a notebook is a submission,
     rejected with the reason when it cannot be graded; another file is named on its student's rows,
     and a student with no notebook at all gets a rejected row naming their files. Students are told
-    apart by LMS id, else by their exact name (see `identities`)."""
+    apart by LMS id, else by their exact name (see `identities`). KNOWN: the students the class folder
+    knows from earlier weeks, who keep their ids. FLAG_COPIES: flag files handed in by several students
+    of this folder (the batch command flags them across the whole term instead, when it writes the scores)."""
     found = discover(folder)
     submissions = [load(release, item, limits) if item.notebook else other_file(release, item) for item in found]
     identities = [submission.identity for submission in submissions if submission.identity]
-    ids = student_ids(identities)
-    notes = lookalike_notes(identities, ids)
+    ids = student_ids(identities, known)
+    notes = lookalike_notes([*identities, *(known or {})], {**(known or {}), **ids})
     students: dict[str, StudentResult] = {}
     others: dict[str, list[Submission]] = {}
     for submission in submissions:
@@ -155,6 +174,7 @@ def collect(folder: Path, release: Release, limits: Limits | None = None) -> dic
         if result is None:
             result = students[submission.student] = StudentResult(
                 submission.student, name=submission.identity.name, lms_id=submission.identity.lms_id,
+                identity=submission.identity,
                 reasons=list(notes.get(submission.identity, [])))
         if submission.status == "other":
             others.setdefault(submission.student, []).append(submission)
@@ -172,7 +192,8 @@ def collect(folder: Path, release: Release, limits: Limits | None = None) -> dic
         result.submissions.append(submission)
     for student, files in others.items():
         _name_other_files(students[student], files)
-    flag_shared_files([s for result in students.values() for s in result.submissions])
+    if flag_copies:
+        flag_shared_files([s for result in students.values() for s in result.submissions])
     return students
 
 
@@ -212,6 +233,8 @@ class BatchGrader:
         self.start_up: Future[str | None] | None = None  # the start-up test (start_up_test)
         self.start_up_lock = threading.Lock()
         self.importing: threading.Thread | None = None  # nbgrader imported while the first workers start
+        self.release: Release | None = None  # the class's release notebooks, read by run()
+        self.run_stamp = ""  # when this run started (the records' entries say which run read a file)
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -257,25 +280,108 @@ class BatchGrader:
         self.tokens_folder = str(tokens) if tokens is not None else None
         return str(paths[0].parent)
 
-    def record(self, result: StudentResult) -> dict:
-        """What the last run saved for this student ({} when nothing readable was saved)."""
-        try:
-            saved = json.loads((self.records / f"{result.student}.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return saved if isinstance(saved, dict) else {}
+    def record(self, result: StudentResult) -> term.Record:
+        """What the class folder remembers of this student (an empty record when nothing readable)."""
+        return term.load(self.records, result.student)
 
-    def already_graded(self, result: StudentResult) -> bool:
-        saved = {} if self.force else self.record(result)
-        return saved.get("fingerprint") == fingerprint(result.submissions) and saved.get("status") == "graded"
+    def plan(self, result: StudentResult, record: term.Record) -> None:
+        """Decide what of this week's folder is new for the student (`result.to_grade`, `result.rejected`).
+
+        A notebook whose bytes the record holds, graded, is not graded again (unless --force); a changed one
+        (a resubmission) or a new stage is; one older, by its file's time, than the notebook graded for its
+        stage is not (the newer stays, and its row says so). A file that could not be graded replaces the earlier
+        row of that file, or of its stage when nothing was graded for it; beside a graded notebook of its stage
+        it is a row of its own."""
+        result.record = record
+        self._migrate(result, record)
+        result.to_grade, result.rejected = [], []
+        for submission in result.submissions:
+            stage = submission.assignment
+            if submission.notebook is None or stage is None:
+                result.rejected.append(submission)
+                continue
+            earlier = record.notebooks.get(stage)
+            if earlier is None or self.force or earlier.status != "graded":
+                result.to_grade.append(stage)
+            elif earlier.digest == submission.digest:
+                continue
+            elif submission.modified < earlier.modified:
+                note = (f"{stage}: an older notebook, {printable(submission.relative)}, in a later download was not "
+                        f"graded: the newer one graded before, {printable(earlier.file)}, stays")
+                if note not in earlier.reasons:
+                    earlier.reasons.append(note)
+                    result.changed = True
+            else:
+                result.to_grade.append(stage)
+
+    def _migrate(self, result: StudentResult, record: term.Record) -> None:
+        """A record written before the class folder kept the term (no notebooks, the fingerprint of the files of the
+        student's last run): when this folder holds those very files, they become the record's notebooks."""
+        saved = record.last_run
+        if record.notebooks or saved.get("fingerprint") != fingerprint(result.submissions):
+            return
+        if saved.get("status") != "graded":
+            return
+        notes, result.reasons = result.reasons, [str(reason) for reason in saved.get("reasons", [])
+                                                 if isinstance(reason, str)]
+        for submission in result.submissions:
+            if submission.notebook is not None and submission.assignment:
+                record.notebooks[submission.assignment] = self._entry(
+                    result, submission, "graded", self.reasons_for(result, submission.assignment), "")
+        result.reasons, result.changed = notes, True
+
+    def _entry(self, result: StudentResult, submission: Submission, status: str, reasons: list[str],
+               run: str) -> term.Entry:
+        stage = submission.assignment or ""
+        normalised = {}
+        if submission.notebook is not None and stage in self.release.notebooks:
+            normalised = similarity.normalised_cells(submission.notebook, self.release.notebooks[stage])
+        return term.Entry(file=submission.relative, digest=submission.digest, modified=submission.modified,
+                          inode=submission.inode, run=run, checked=submission.status, status=status,
+                          reasons=reasons, untouched=submission.untouched, assignment=stage,
+                          normalised=normalised, normaliser=similarity.NORMALISER)
+
+    def remember(self, result: StudentResult, record: term.Record, report: dict[str, dict] | None = None,
+                 failure: str = "") -> None:
+        """Write the student's record: the notebooks graded now (from the worker's REPORT: graded, or failed with
+        the reason), the files that could not be graded; everything else of the record as it was."""
+        record.identity = {"lms": result.identity.lms, "lms_id": result.identity.lms_id,
+                           "match": result.identity.match, "name": result.identity.name} if result.identity else (
+            record.identity)
+        graded_now = {s.assignment: s for s in result.submissions if s.assignment in result.to_grade}
+        for stage, submission in graded_now.items():
+            reasons = self.reasons_for(result, stage)
+            if failure:
+                reasons.append(failure)
+            done = report is not None and stage in report and report[stage].get("success")
+            record.notebooks[stage] = self._entry(result, submission, "graded" if done else "failed", reasons,
+                                                  self.run_stamp)
+            record.files.pop(submission.relative, None)  # a file rejected before, handed in again readable
+        for submission in result.rejected:
+            reasons = list(submission.reasons or result.reasons)
+            stage = submission.assignment
+            earlier = record.notebooks.get(stage) if stage else None
+            entry = self._entry(result, submission, "rejected", reasons, self.run_stamp)
+            if stage and (earlier is None or earlier.status != "graded"):
+                record.notebooks[stage] = entry
+            else:
+                if earlier is not None:
+                    entry.reasons.append(f"{stage}: the notebook graded before, {printable(earlier.file)}, keeps "
+                                         "its score")
+                record.files[submission.relative] = entry
+        if report is not None or failure:
+            record.last_run = {"fingerprint": fingerprint(result.submissions), "status": result.status,
+                               "reasons": result.reasons, "seconds": round(result.seconds, 1),
+                               "notebook_seconds": {a: r.get("seconds") for a, r in sorted((report or {}).items())}}
+        term.save(self.records, record)
 
     def place(self, result: StudentResult) -> list[str]:
-        """Write the checked notebooks where nbgrader looks; returns the assignments to grade."""
+        """Write the checked notebooks to grade where nbgrader looks; returns the assignments to grade."""
         to_grade = []
         for submission in result.submissions:
-            result.reasons += submission.reasons
-            if submission.notebook is None or submission.assignment is None:
+            if submission.notebook is None or submission.assignment not in result.to_grade:
                 continue
+            result.reasons += submission.reasons
             path = self.class_dir / "submitted" / result.student / submission.assignment
             path.mkdir(parents=True, exist_ok=True)
             nbformat.write(submission.notebook, path / f"{submission.assignment}.ipynb")
@@ -286,10 +392,13 @@ class BatchGrader:
         start = time.perf_counter()
         if self.start_up is not None and self.start_up.done() and self.verdict_of_start_up():
             return result  # no sandbox starts here: nobody is graded (run() says why)
+        record = result.record or self.record(result)
         to_grade = self.place(result)
         if not to_grade:
             result.status = "rejected"
-            result.reasons = result.reasons or ["no gradable notebook"]
+            result.reasons = result.reasons or [reason for s in result.rejected for reason in s.reasons] or [
+                "no gradable notebook"]
+            self.remember(result, record)
             return result
         report: dict = {}
         parts = self.split(to_grade)
@@ -310,11 +419,7 @@ class BatchGrader:
         result.reasons += [f"{a}: {fault}" for a, r in report.items() for fault in r.get("faults", [])]
         result.status = "graded" if report and not failures and not missing else "failed"
         result.seconds = time.perf_counter() - start
-        self.records.mkdir(parents=True, exist_ok=True)
-        (self.records / f"{result.student}.json").write_text(json.dumps(
-            {"fingerprint": fingerprint(result.submissions), "status": result.status, "reasons": result.reasons,
-             "seconds": round(result.seconds, 1),
-             "notebook_seconds": {a: r.get("seconds") for a, r in sorted(report.items())}}, indent=1))
+        self.remember(result, record, report)
         return result
 
     def run_worker(self, student: str, assignment_ids: list[str],
@@ -490,7 +595,10 @@ class BatchGrader:
 
     def run(self, grade: bool = True) -> dict[str, StudentResult]:
         """Grade this shard's students (all of them without a shard) and write scores.csv for the
-        whole class; returns this shard's students. grade=False only writes scores.csv."""
+        whole class; returns this shard's students. grade=False only writes scores.csv.
+
+        The folder is merged into the class folder's term (`gradebook.term`): only what is new in it is
+        graded (a new stage, a resubmission), and every student and notebook it lacks keeps its row."""
         problem = bubblewrap_problem() if self.sandbox and grade else None
         if problem:  # secure by default: unconfined grading only when the instructor asked for it by name
             raise GradingUnavailable(f"student notebooks cannot be isolated here: {problem}. Nobody was graded. "
@@ -501,25 +609,35 @@ class BatchGrader:
         if grade:
             self.use_secret()
         assignment_ids = self.prepare() if grade else self.assignment_ids
-        release = Release(self.class_dir / "release", assignment_ids)
+        self.release = release = Release(self.class_dir / "release", assignment_ids)
+        self.run_stamp = datetime.now().isoformat(timespec="seconds")
         root = download_root(self.submissions)
         if root != self.submissions:
             print(f"the download lies in the folder {printable(root.name)} of {self.submissions}: reading it there",
                   flush=True)
-        everyone = collect(self.submissions, release, self.limits)
+        records = term.load_all(self.records)
+        known = {term_identity(record): student for student, record in records.items() if record.identity}
+        everyone = collect(self.submissions, release, self.limits, known=known, flag_copies=False)
         if not grade:
-            self.write_csv(self.elsewhere(everyone, {}))
+            self.write_csv(everyone)
+            self.write_similarity()
             report.write_report(self.class_dir)
             return everyone
         students = {name: result for name, result in everyone.items() if in_shard(name, self.shard)}
         pending = []
         for result in students.values():
-            if self.already_graded(result):
-                result.status = "skipped"
-                result.reasons = [str(reason) for reason in self.record(result).get("reasons", [])]
-            else:
+            record = records.get(result.student) or term.Record(result.student)
+            self.plan(result, record)
+            if result.to_grade or self._new_rejections(result, record):
                 pending.append(result)
-        if pending:  # nbgrader (half a second to import) is needed for the scores at the end: imported meanwhile
+                continue
+            result.status = "skipped"
+            kept = [record.notebooks.get(s.assignment) for s in result.submissions if s.assignment]
+            result.reasons = list(dict.fromkeys(reason for entry in kept if entry for reason in entry.reasons))
+            if result.changed:
+                self.remember(result, record)
+        if any(result.to_grade for result in pending):  # nbgrader (half a second to import) is needed for the
+            # scores at the end: imported meanwhile
             self.importing = threading.Thread(target=importlib.import_module, args=("nbgrader.api",), daemon=True)
             self.importing.start()
         if pending and self.sandbox_per_notebook:
@@ -528,70 +646,92 @@ class BatchGrader:
             futures = {pool.submit(self.grade, result): result for result in pending}
             for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="student"):
                 if future.exception() is not None:  # one student's unexpected error is their row, not the batch's end
-                    error = future.exception()
-                    futures[future].status = "failed"
-                    futures[future].reasons.append(f"the grader failed on this student ({type(error).__name__}: "
-                                                   f"{printable(str(error))[:200]})")
+                    error, result = future.exception(), futures[future]
+                    result.status = "failed"
+                    reason = (f"the grader failed on this student ({type(error).__name__}: "
+                              f"{printable(str(error))[:200]})")
+                    result.reasons.append(reason)
+                    with contextlib.suppress(OSError):
+                        self.remember(result, result.record or self.record(result), failure=reason)
         self.raise_if_unavailable(self.verdict_of_start_up())  # nobody graded, no scores.csv
         self.imported()
-        self.write_csv({**self.elsewhere(everyone, students), **students})
+        self.write_csv(everyone, set(students))
+        self.write_similarity()
         report.write_report(self.class_dir)  # report.html beside scores.csv
         answers.write_formgrader_config(self.class_dir, self.course, self.db_url)  # for grading answers by hand
         return students
 
-    def elsewhere(self, everyone: dict[str, StudentResult], mine: dict[str, StudentResult]) -> dict[str, StudentResult]:
-        """The class's other students (other shards'), as far as this machine knows: their record when
-        the class folder is shared, else 'pending' (the gradebook's scores, when there, still show)."""
-        others = {}
-        for name, result in everyone.items():
-            if name in mine:
-                continue
-            saved = self.record(result)
-            if saved.get("fingerprint") == fingerprint(result.submissions) and saved.get("status"):
-                result.status = str(saved["status"])
-                result.reasons = [str(reason) for reason in saved.get("reasons", [])]
-            else:
-                result.status = "pending"
-                result.reasons.append("not graded yet (by the machine of its shard) when this file was written")
-            others[name] = result
-        return others
+    def _new_rejections(self, result: StudentResult, record: term.Record) -> bool:
+        """Whether a file of this folder that cannot be graded is not in the record yet (as the same bytes and
+        reasons)."""
+        for submission in result.rejected:
+            entries = [entry for entry in record.entries() if entry.file == submission.relative]
+            if not any(entry.digest == submission.digest and entry.status == "rejected" for entry in entries):
+                return True
+        return False
 
     # --- reporting ------------------------------------------------------------------------------
 
-    def write_csv(self, students: dict[str, StudentResult]) -> Path:
-        """scores.csv: one row per (student, assignment) graded, plus one per file that was not, with the reason.
+    def write_csv(self, everyone: dict[str, StudentResult], mine: set[str] | None = None) -> Path:
+        """scores.csv: one row per (student, assignment) of the whole term, plus one per file that could not be
+        graded, with the reason.
+
+        The rows come from the class folder's records (`gradebook.term`: every student and notebook graded into
+        it, whichever downloads folder held them) and the gradebook's scores. Students of EVERYONE (this
+        downloads folder) without a record of these files are another machine's (a shard's) and not graded yet,
+        or graded there with records that are not in this class folder (MINE: the students this machine graded in
+        this run, whose records say all). Byte-identical files handed in by
+        several students are flagged across the whole term (`shared_file_flags`).
 
         Every text cell is safe to open in a spreadsheet (`spreadsheet_cell`); numbers stay numbers. Written
         answers graded by hand whose text did not change are taken off nbgrader's review list first
         (`hand_grades.keep_unchanged`). The file is replaced whole (`replace_atomically`): machines sharing
         the class folder never mix two versions, and of two writing at once the last one wins whole."""
         hand_grades.keep_unchanged(self.class_dir, self.db_url)
-        rows = answers.score_rows(self.db_url)  # written answers not yet graded: "needs manual grading"
-        graded = {(row["student"], row["assignment"]) for row in rows}
-        by_student: dict[object, list[dict]] = {}
-        for row in rows:
-            by_student.setdefault(row["student"], []).append(row)
-        for result in students.values():
+        scored = {(row["student"], row["assignment"]): row for row in answers.score_rows(self.db_url)}
+        records = term.load_all(self.records)
+        entries = [(student, entry) for student, record in records.items() for entry in record.entries()]
+        flags = shared_file_flags([Handed(student, entry.assignment, entry.file, entry.digest, entry.inode, entry.run,
+                                          entry.untouched) for student, entry in entries])
+        flagged = {id(entry): found for (_, entry), found in zip(entries, flags, strict=True)}
+        rows: list[dict] = []
+        for student, record in records.items():
+            person = {"name": record.name, "lms_id": record.lms_id}
+            for stage, entry in record.notebooks.items():
+                row = scored.pop((student, stage), None) or {"student": student, "assignment": stage}
+                row.update(person, status=entry.status, notebook=entry.checked, file=entry.file,
+                           reasons="; ".join(dict.fromkeys([*entry.reasons, *flagged[id(entry)]])))
+                rows.append(row)
+            for entry in record.files.values():
+                rows.append({"student": student, **person, "assignment": entry.assignment or "?",
+                             "status": entry.status, "notebook": entry.checked, "file": entry.file,
+                             "reasons": "; ".join(dict.fromkeys([*entry.reasons, *flagged[id(entry)]]))})
+        for result in everyone.values():  # this folder's students whose files no record holds: another machine's
+            if result.student in (mine or set()):
+                continue
+            record = records.get(result.student)
             person = {"name": result.name, "lms_id": result.lms_id}
-            files = {s.assignment: s.relative for s in result.submissions if s.assignment}
-            checked = {s.assignment: s.status for s in result.submissions if s.assignment}
-            # a student of another shard whose scores are all in the gradebook was graded there (one with cells not
-            # scored yet is being graded there now: nbgrader writes the scores at the end of each notebook)
-            status = "graded" if result.status == "pending" and result.student in by_student and all(
-                scores.scored(row) for row in by_student[result.student]) else result.status
-            for row in by_student.get(result.student, []):
-                reasons = self.reasons_for(result, str(row["assignment"])) if status == result.status else [
-                    "graded on another machine, whose records are not in this class folder"]
-                row.update(person, status=status, file=files.get(str(row["assignment"]), ""),
-                           notebook=checked.get(str(row["assignment"]), ""), reasons="; ".join(reasons))
             for submission in result.submissions:
-                if (result.student, submission.assignment) in graded:
+                stage = submission.assignment
+                if record is not None and any(entry.file == submission.relative and entry.digest == submission.digest
+                                              for entry in record.entries()):
                     continue
-                rejected = submission.status == "rejected"
-                reasons = submission.reasons if rejected else self.reasons_for(result, submission.assignment or "?")
-                rows.append({"student": result.student, **person, "assignment": submission.assignment or "?",
-                             "status": "rejected" if rejected else result.status, "notebook": submission.status,
-                             "reasons": "; ".join(reasons or result.reasons), "file": submission.relative})
+                row = scored.pop((result.student, stage), None) if stage else None
+                if row is not None and row_scored(row):
+                    row.update(person, status="graded", notebook=submission.status, file=submission.relative,
+                               reasons="graded on another machine, whose records are not in this class folder")
+                    rows.append(row)
+                    continue
+                reasons = [*self.reasons_for(result, stage or "?"), "not graded yet (by the machine of its shard) "
+                           "when this file was written"] if submission.status != "rejected" else submission.reasons
+                rows.append({**(row or {}), "student": result.student, **person, "assignment": stage or "?",
+                             "status": "rejected" if submission.status == "rejected" else "pending",
+                             "notebook": submission.status, "reasons": "; ".join(reasons), "file": submission.relative})
+        for row in scored.values():  # in the gradebook, in no record here nor in this folder
+            row.update(status="graded" if row_scored(row) else "pending", reasons="graded on another machine, whose "
+                       "records are not in this class folder" if row_scored(row) else "not graded yet (by another "
+                       "machine) when this file was written")
+            rows.append(row)
         fixed = ["student", "name", "lms_id", "assignment", *answers.GRADEBOOK_COLUMNS, "status", "notebook",
                  "reasons", "file"]
         columns = [*fixed[:4], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[4:]]
@@ -600,10 +740,15 @@ class BatchGrader:
             handle.write(EXCEL_BOM)  # Excel then reads it as UTF-8: names with umlauts stay whole
             writer = csv.writer(handle)
             writer.writerow([spreadsheet_cell(column) for column in columns])
-            for row in sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]))):
+            for row in sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]), str(row["file"]))):
                 writer.writerow([spreadsheet_cell(row.get(column, "")) for column in columns])
 
         return replace_atomically(self.class_dir / "scores.csv", write, newline="")
+
+    def write_similarity(self) -> Path:
+        """CLASS/similarity.json: the near-copies of every exercise and written answer across the term's records
+        and the reference solution (`outputs.similarity`), which the class report lists."""
+        return similarity.write(self.class_dir, self.course, term.load_all(self.records), self.assignment_ids)
 
     def reasons_for(self, result: StudentResult, assignment: str) -> list[str]:
         """The student's reasons about this assignment or about no assignment in particular."""

@@ -158,24 +158,31 @@ def _collision_key(student_id: str) -> str:
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", student_id).casefold())
 
 
-def student_ids(identities: Iterable[Identity]) -> dict[Identity, str]:
+def student_ids(identities: Iterable[Identity], known: dict[Identity, str] | None = None) -> dict[Identity, str]:
     """A path-safe, bounded, unique id for each student.
 
     Ids that would coincide (also when compared as a file system that ignores case and normalisation
     does) get a hash suffix, except the one student whose name is exactly that id, if there is one:
-    nobody can change a classmate's id by spelling their name another way."""
-    natural = {identity: identity.natural_id for identity in set(identities)}
+    nobody can change a classmate's id by spelling their name another way.
+
+    KNOWN: the ids the class folder gave in earlier runs (week after week). A student known there keeps
+    that id, and a new student never takes one of them: a newcomer whose id would coincide with a known
+    id gets the hash suffix, even when the name is exactly that id (the earlier student keeps it)."""
+    known = dict(known or {})
+    taken = {_collision_key(chosen) for chosen in known.values()}
+    natural = {identity: identity.natural_id for identity in set(identities) if identity not in known}
     groups: dict[str, list[Identity]] = defaultdict(list)
     for identity, chosen in natural.items():
         groups[_collision_key(chosen)].append(identity)
-    ids: dict[Identity, str] = {}
-    for members in groups.values():
+    ids: dict[Identity, str] = {identity: known[identity] for identity in set(identities) if identity in known}
+    for key, members in groups.items():
         for identity in members:
             chosen = natural[identity]
-            if len(members) > 1 and identity.match != chosen:
+            if (len(members) > 1 and identity.match != chosen) or key in taken:
                 chosen = _cut(chosen, MAX_ID_BYTES - 9, identity) + "-" + identity.digest
             ids[identity] = chosen
     assert len({_collision_key(chosen) for chosen in ids.values()}) == len(ids), "two students were given one id"
+    assert not {_collision_key(ids[identity]) for identity in natural} & taken, "a newcomer was given a known id"
     return ids
 
 

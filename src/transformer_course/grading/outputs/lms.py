@@ -71,6 +71,7 @@ their file names are listed, not exported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import io
 import os
@@ -93,6 +94,7 @@ from transformer_course.grading.outputs.lms_exports import (
     number,
     read_canvas_export,
     read_moodle_worksheet,
+    same,
 )
 from transformer_course.grading.outputs.lms_ledger import EDITED, EMPTY, OURS, SAME, Ledger, compare, digest
 from transformer_course.grading.outputs.report import grade_cells
@@ -137,6 +139,7 @@ class Export:
     left_out: dict[str, list[str]] = field(default_factory=dict)  # {student: why a row of theirs is in no file}
     held: set[tuple[str, str]] = field(default_factory=set)  # (stage, LMS id): the LMS holds the course's grade
     who: dict[str, str] = field(default_factory=dict)  # {LMS id: student}, of every row of scores.csv
+    holds: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # {(lms, stage): what its export holds}
     dropped: dict[Path, list[str]] = field(default_factory=dict)  # {removed file: what it held this upload lacks}
 
     def leave_out(self, student: str, why: str) -> None:
@@ -249,6 +252,12 @@ def export(class_dir: Path, titles: dict[str, str] | None = None, include_pendin
                 now or datetime.now(), result)
     outputs = [*_canvas(plan, grades["canvas"], titles, scale_to, canvas),
                *_moodle(plan, grades["moodle"], scale_to, worksheets)]
+    for stage in stages:  # what the LMS holds now: an earlier file's grade it holds is not lost with the file
+        if canvas is not None:
+            with contextlib.suppress(LmsError):
+                result.holds["canvas", stage] = canvas_column(canvas, stage, titles.get(stage)).scores
+        if stage in worksheets:
+            result.holds["moodle", stage] = worksheets[stage].grades
     _write(folder, outputs, result)  # nothing was written before this line
     ledger.save(folder)
     return result
@@ -423,13 +432,14 @@ def _not_carried(path: Path, outputs: list[Output], result: Export) -> list[str]
     earlier = _grades_in(path)
     if not earlier:
         return []
-    stage = path.stem.split("_", 1)[1] if "_" in path.stem else path.stem
+    lms, _, stage = path.stem.partition("_")
+    held = result.holds.get((lms, stage), {})
     now = next((_rows_of(output) for output in outputs if output.path == path), {})
     differences = {difference.lms_id: difference for difference in result.differences if difference.stage == stage}
     lacking = []
     for lms_id, value in sorted(earlier.items()):
-        if lms_id in now or (stage, lms_id) in result.held:
-            continue  # in this upload, or the LMS holds the course's grade now (its export says so)
+        if lms_id in now or (stage, lms_id) in result.held or same(number(held.get(lms_id)), number(value)):
+            continue  # in this upload, the LMS holds the course's grade now, or it holds this very grade
         student = result.who.get(lms_id, "")
         reasons = [reason for reason in result.left_out.get(student, []) if reason.startswith(f"{stage}:")]
         reason = (differences[lms_id].line() if lms_id in differences else "; ".join(reasons)

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MARGIN = 0.15  # above the highest honest similarity
 FLOOR = {"code": 0.8, "written": 0.6}  # no threshold lower than this (honest code of a short exercise reaches 0.72)
 CEILING = 0.95  # a threshold above this cannot tell honest work from a copy
-MIN_CHARACTERS = 100  # a reference under four k-grams of 25 characters (normalised, release left out) is too short
+MIN_CHARACTERS = similarity.MIN_CHARACTERS  # a reference under four k-grams (release left out) is too short
 HALF = 0.5  # an alternative that keeps more than this share of the reference's lines is a partial copy ...
 NEAR = 0.8  # ... and so is one whose text is at least this close to the reference's (difflib's ratio)
 

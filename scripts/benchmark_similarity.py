@@ -11,8 +11,10 @@ Two costs, in CPU seconds of this process (`time.process_time`), the median of -
   grading, for the whole term), plus importing copydetect (once per run).
 
 The class is a worst case for the comparison: its students are the honest class's three styles and the reference
-pasted with its names changed, repeated, so every student's cell shares its fingerprints with a quarter of the class
-or more, and nearly every pair is compared in full.
+pasted with its names changed, repeated, each made distinct by a line (and a word) of its own in every cell, so every
+student's cell shares most of its fingerprints with a quarter of the class or more and every such pair is compared
+in full. (Students whose normalised cells are identical cost one fingerprint between them: `--identical` measures
+that class.) Cells too short to tell are not compared, as in grading.
 """
 
 from __future__ import annotations
@@ -56,7 +58,12 @@ def notebooks(stage: str) -> list[nbformat.NotebookNode]:
     return found
 
 
-def run(students: int) -> dict[str, float]:
+def distinct(text: str, number: int, written: bool) -> str:
+    """TEXT made this student's own: a word (a written answer) or a line (code) nobody else has."""
+    return f"{text} student{number}" if written else f"{text}\nv = {number}"
+
+
+def run(students: int, identical: bool = False) -> dict[str, float]:
     submissions: dict[tuple[str, str], dict[str, str]] = {}
     references, boilerplate, written = {}, {}, set()
     intake = []
@@ -69,7 +76,9 @@ def run(students: int) -> dict[str, float]:
             texts = similarity.normalised_cells(kinds[number % len(kinds)], released)
             intake.append(time.process_time() - start)
             for grade_id, text in texts.items():
-                submissions.setdefault((stage, grade_id), {})[f"student{number:03d}"] = text
+                written_cell = similarity.compared_cells(released)[grade_id].cell_type == "markdown"
+                submissions.setdefault((stage, grade_id), {})[f"student{number:03d}"] = (
+                    text if identical else distinct(text, number, written_cell))
         references.update({(stage, g): t for g, t in similarity.reference_cells(solution).items()})
         boilerplate.update({(stage, g): t for g, t in similarity.boilerplate_cells(released).items()})
         written |= {(stage, g) for g, c in similarity.compared_cells(released).items() if c.cell_type == "markdown"}
@@ -91,13 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--students", type=int, nargs="+", default=[8, 150])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--identical", action="store_true", help="students of a kind hand in identical cells")
     arguments = parser.parse_args(argv)
     load = open("/proc/loadavg").read().split()[0] if Path("/proc/loadavg").exists() else "?"
     print(f"load average before: {load}")
     imports = statistics.median(import_seconds() for _ in range(arguments.repeat))
     print(f"import copydetect: {imports:.2f} s of CPU (once per batch run)")
     for students in arguments.students:
-        runs = [run(students) for _ in range(arguments.repeat)]
+        runs = [run(students, arguments.identical) for _ in range(arguments.repeat)]
         intake = statistics.median(r["intake_per_notebook"] for r in runs)
         comparison = statistics.median(r["comparison"] for r in runs)
         print(f"{students} students x {len(STAGES)} stages: intake {intake * 1000:.1f} ms of CPU per notebook "

@@ -20,12 +20,14 @@ and winnowed, the release's fingerprints removed as boilerplate. A pair's simila
 two shares of each text's fingerprinted characters that the other one covers (copydetect's
 `compare_files`): a copy with lines added still covers all of the original.
 
-**When a pair is listed.** Short exercises are similar by nature (there are few honest ways to write a
-padding mask), so every exercise has its own threshold, calibrated on honest work (`CALIBRATION`, written by
-`python -m quality.similarity --write`): the honest class's three styles, the mistake catalog's correct
-alternatives, the course's independently written solutions, and the reference pasted with its comments
-removed and its names changed. An exercise on which honest work comes as close to the reference (or to
-other honest work) as a paste does is *too short to tell*: the report says so instead of listing anyone.
+**When a pair is listed.** A cell whose fingerprints cover fewer than `MIN_CHARACTERS` characters (a one-line
+answer, the release's code left out) is not compared. Short exercises are similar by nature (there are few
+honest ways to write a padding mask), so every exercise has its own threshold, calibrated on honest work
+(`CALIBRATION`, written by `python -m quality.similarity --write`): the honest class's three styles, code and
+written answers, and the mistake catalog's correct alternatives that rewrite the reference; and on copies: the
+reference pasted with its comments removed and its names changed. An exercise on which honest work comes as
+close to the reference (or to other honest work) as a paste does is *too short to tell*: the report says so
+instead of listing anyone.
 
 The fingerprints are recomputed in every run from the normalised texts the records keep (copydetect hashes
 with Python's `hash`, which differs from one process to the next).
@@ -48,6 +50,7 @@ import nbformat
 NORMALISER = 1  # the version of the normalisation below: texts stored by another version are made again
 K = 25  # copydetect's noise threshold: a match shorter than this many characters of normalised text is noise
 WINDOW = 1  # copydetect's guarantee threshold minus noise threshold plus one: every k-gram is kept
+MIN_CHARACTERS = 100  # a text whose fingerprints cover fewer characters (four k-grams) is too short to tell
 REFERENCE = "the reference solution"  # the reference, in lists of members
 CALIBRATION = Path(__file__).with_name("similarity_calibration.json")
 RESULTS = "similarity.json"  # in the class folder, written by the batch command, read by the class report
@@ -299,10 +302,16 @@ def compare(submissions: dict[tuple[str, str], dict[str, str]], references: dict
         if not texts:
             continue
         common = boilerplate_hashes(boilerplate.get(key, ""))
-        prints = {student: fingerprint(text, common) for student, text in texts.items()}
+        alike: dict[str, list[str]] = {}  # one fingerprint per distinct text: a class that pasted one text is cheap
         if references.get(key):
-            prints[REFERENCE] = fingerprint(references[key], common)
-        pairs = _similar_pairs(prints, threshold.at)
+            alike[references[key]] = [REFERENCE]
+        for student, text in sorted(texts.items()):
+            alike.setdefault(text, []).append(student)
+        prints = {members[0]: fingerprint(text, common) for text, members in alike.items()}
+        prints = {name: print_ for name, print_ in prints.items() if size(print_) >= MIN_CHARACTERS}
+        alike = {text: members for text, members in alike.items() if members[0] in prints}
+        pairs = _similar_pairs(prints, threshold.at) + [  # the same normalised text: each joined to the first
+            (members[0], member, 1.0) for members in alike.values() for member in members[1:]]
         groups += [Group(key[0], key[1], key in written, members, [p for p in pairs if p[0] in members])
                    for members in _components(pairs)]
     return Findings(groups, too_short, compared, used)

@@ -27,8 +27,10 @@ replaces every grade it holds.
 **Canvas** (Grades > Import): CLASS_DIR/lms/canvas_<stage>.csv, one file per stage, in the layout of
 Canvas's own gradebook export: `Student, ID, SIS User ID, SIS Login ID, Section`, the stage's column, and
 a second row `Points Possible`. `ID` is the Canvas user id from the download (`name_<user id>_<file
-id>_...`), which is what Canvas matches a row by. A file lists only students with a grade to give, so it
-has no empty cell: Canvas counts an empty cell as a change against a score it holds. With Canvas's export
+id>_...`), which is what Canvas matches a row by; the name, SIS ids and section are filled from Canvas's
+export when it is given (its importer falls back on them), else the name is the download's. A file lists
+only students with a grade to give, so it has no empty score: Canvas counts an empty score as a change
+against a score it holds. With Canvas's export
 (Grades > Export > Export Entire Gradebook, --canvas-export), the column is the stage's existing assignment
 under the export's exact header (`lms_exports.canvas_column`: "Stage 2: Attention (4711)" is 02_attention)
 and its points possible are the maximum; without it, only --overwrite writes Canvas files, titled by the
@@ -53,10 +55,11 @@ the run could not see, is kept by Moodle as well. Moodle's maximum grade
 refuses, rather than send 39.5 of 41 points as 39.5/100. Each stage is its own worksheet (a Moodle
 download names students by a participant id of that one assignment). Upload with Moodle in English.
 
-**Points or the LMS's scale.** A grade is total / the stage's points x the LMS assignment's maximum, to
-two decimals: the maximum is --scale-to's (`--scale-to 100` for every stage, `--scale-to 02_attention=20`
-for one), else the LMS export's (Canvas's points possible, Moodle's maximum grade), else (Canvas only) the
-course's points. A --scale-to that differs from the export's maximum is refused.
+**Points or the LMS's scale.** A grade is total / the stage's points x the LMS assignment's maximum,
+computed in decimal and rounded half up to the LMS's decimals (8.125 is 8.13: `lms_exports.half_up`): the
+maximum is --scale-to's (`--scale-to 100` for every stage, `--scale-to 02_attention=20` for one), else the
+LMS export's (Canvas's points possible, Moodle's maximum grade), else (Canvas only) the course's points.
+A --scale-to that differs from the export's maximum is refused.
 
 **Comments** (--comments): the instructor's comments on the written answers (from the gradebook) and a
 one-line summary of the checks not passed, as HTML text for Moodle (every character a student or
@@ -80,19 +83,24 @@ import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path, PurePosixPath
 
 from transformer_course.grading.gradebook.config import default_db_url
 from transformer_course.grading.intake.identities import identify
 from transformer_course.grading.outputs.lms_exports import (
+    LMS_DECIMALS,
     CanvasColumn,
     CanvasExport,
+    CanvasPerson,
     LmsError,
     MoodleWorksheet,
     canvas_column,
+    half_up,
     number,
     read_canvas_export,
     read_moodle_worksheet,
+    shown,
 )
 from transformer_course.grading.outputs.lms_ledger import EDITED, EMPTY, OURS, SAME, Ledger, compare, digest
 from transformer_course.grading.outputs.report import grade_cells
@@ -153,14 +161,18 @@ class Grade:
     points: float  # the stage's maximum, in the course's points
     comment: str = ""  # plain text, one item a line
 
-    def on(self, maximum: float) -> float:
-        """The grade on an LMS assignment whose maximum is MAXIMUM, to two decimals."""
-        return round(self.total if maximum == self.points else self.total / self.points * maximum
-                     if self.points else 0.0, 2)
+    def on(self, maximum: float, decimals: int = LMS_DECIMALS) -> float:
+        """The grade on an LMS assignment whose maximum is MAXIMUM, rounded half up to DECIMALS (the LMS's):
+        computed in decimal, so 32.5 of 40 points on a 10-point assignment is 8.125, which is 8.13."""
+        if not self.points:
+            return 0.0
+        total = Decimal(repr(self.total))
+        exact = total if maximum == self.points else total / Decimal(repr(self.points)) * Decimal(repr(maximum))
+        return half_up(exact, decimals)
 
 
-def _points(value: float) -> str:
-    return f"{round(value, 2):g}"
+def _points(value: float, decimals: int = LMS_DECIMALS) -> str:
+    return shown(value, decimals)
 
 
 def _lms(row: dict[str, str], assignment_ids: list[str]) -> str:
@@ -278,7 +290,7 @@ def _grades(class_dir: Path, rows: list[dict[str, str]], stages: list[str], incl
 def _maximum(lms: str, stage: str, scale_to: dict[str, float], held: float | None, source: str) -> float | None:
     """The LMS assignment's maximum: --scale-to's, else the export's (HELD); `LmsError` when they differ."""
     given = scale_to.get(stage, scale_to.get(""))
-    if given is not None and held is not None and round(given, 2) != round(held, 2):
+    if given is not None and held is not None and half_up(given) != half_up(held):
         raise LmsError(f"{stage}: --scale-to says {given:g}, but the {lms} assignment's maximum is {held:g} "
                        f"({source}): pass --scale-to {stage}={held:g}, or leave --scale-to out for this stage")
     return given if given is not None else held
@@ -412,11 +424,22 @@ def _canvas(plan: Plan, by_stage: dict[str, list[Grade]], titles: dict[str, str]
             header = column.header if column else protect(titles.get(stage, stage))  # the export's, exactly
             table = [[*CANVAS_STUDENT_COLUMNS, header], ["Points Possible", "", "", "", "", _points(maximum)]]
             for lms_id, (grade, value) in sorted(rows.items(), key=lambda item: _order(item[0])):
-                table.append([protect(grade.name), lms_id, "", "", "", _points(value)])
+                person = _canvas_person(grade, export)
+                table.append([protect(person.name), lms_id, protect(person.sis_user_id), protect(person.sis_login_id),
+                              protect(person.section), _points(value)])
             outputs.append(Output(plan.folder / f"canvas_{stage}.csv", table))
         if attach:
             outputs.append(Output(plan.folder / f"canvas_comments_{stage}.zip", data=_canvas_comments(attach)))
     return outputs
+
+
+def _canvas_person(grade: Grade, export: CanvasExport | None) -> CanvasPerson:
+    """The student columns of GRADE's row in a Canvas file: as Canvas's export has them (its sortable name,
+    SIS ids, section), else the name the download gave. Canvas matches the row by ID; its importer falls back
+    on the SIS ids, then on the name, so these columns are what a person and Canvas recognise the row by."""
+    held = export.people.get(grade.lms_id) if export is not None else None
+    return held if held is not None and held.name else CanvasPerson(grade.name, *(
+        (held.sis_user_id, held.sis_login_id, held.section) if held is not None else ()))
 
 
 def _order(lms_id: str) -> int:
@@ -450,6 +473,12 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
     unknown = {stage: grades[0].points for stage, grades in by_stage.items()
                if _maximum("Moodle", stage, scale_to, worksheets[stage].maximum if stage in worksheets else None,
                            worksheets[stage].name if stage in worksheets else "") is None}
+    given = [worksheets[stage].lacks_maximum() for stage in unknown if stage in worksheets]
+    if given:
+        raise LmsError("Moodle's maximum grade is not in the worksheet given: " + "; ".join(given) + ". Give the "
+                       "assignment's maximum grade with " + " ".join(
+                           f"--scale-to {stage}={_points(points)}" for stage, points in unknown.items()
+                           if stage in worksheets) + " (the course's points; write the maximum Moodle shows for it)")
     if unknown:
         raise LmsError("Moodle's maximum grade of " + ", ".join(unknown) + " is unknown (Moodle's default is 100, "
                        "so 39.5 of 41 points would arrive as 39.5/100): give each stage's grading worksheet, which "
@@ -462,6 +491,7 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
         stamp = _moodle_stamp(plan, sheet)
         maximum = _maximum("Moodle", stage, scale_to, sheet.maximum if sheet else None, sheet.name if sheet else "")
         assert maximum is not None
+        decimals = sheet.decimals if sheet is not None and sheet.decimals is not None else LMS_DECIMALS
         _scaled_note(plan, "Moodle", stage, grades[0], maximum, sheet.maximum if sheet else None, scale_to)
         if sheet is not None and not sheet.participants & {grade.lms_id for grade in grades}:
             raise LmsError(f"--moodle-export {stage}={sheet.name}: none of its participants handed in {stage}: "
@@ -472,14 +502,15 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
                 plan.result.notes.append(f"{grade.student}: Participant {grade.lms_id} is not in Moodle's worksheet "
                                          f"{sheet.name} of {stage}: left out")
                 continue
-            value = grade.on(maximum)
+            value = grade.on(maximum, decimals)
             held = sheet.grades.get(grade.lms_id) if sheet else None
             write = plan.decide("moodle", grade, value, held, known=sheet is not None)
             comment, changed = _moodle_comment(plan, grade, sheet) if plan.comments else ("", False)
             if not (write or (changed and plan.mode != FILL)):
                 continue
-            shown = _points(value) if write or held is None else held  # a kept grade is sent as Moodle holds it
-            lines.append([f"Participant {grade.lms_id}", protect(grade.name), shown, _points(maximum), stamp,
+            cell = _points(value, decimals) if write or held is None else held  # a kept grade: as Moodle holds it
+            name = sheet.names.get(grade.lms_id, grade.name) if sheet is not None else grade.name
+            lines.append([f"Participant {grade.lms_id}", protect(name), cell, _points(maximum, decimals), stamp,
                           *([comment] if plan.comments else [])])
             if plan.comments and changed:
                 plan.ledger.record("moodle", stage, grade.lms_id, comment=comment, at=plan.now)

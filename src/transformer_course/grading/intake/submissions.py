@@ -602,12 +602,29 @@ def _check(release: Release, found: Found, submission: Submission, notes: list[s
         reasons += lost
     if reasons:
         submission.status = "repaired"
+    emptied_answers(released, notebook)
     findings = suspicious_code(notebook, released)
     reasons += [f"flagged for review: {finding}" for finding in findings[:3]]
     if len(findings) > 3:
         reasons.append(f"flagged for review: {len(findings) - 3} more such lines")
     submission.reasons += [f"{assignment}: {reason}" for reason in notes + reasons]
     submission.notebook = notebook
+
+
+def emptied_answers(released: nbformat.NotebookNode, notebook: nbformat.NotebookNode) -> list[str]:
+    """Written answers the student emptied (only spaces left), or left as released but for spaces, put back
+    as released, so that nbgrader scores them as it scores an answer left as released: 0, "left blank",
+    not "needs manual grading" (it compares the cell with the release's checksum). Returns their ids."""
+    stubs = {_grade_id(cell): cell.source for cell in released.cells
+             if cell.cell_type == "markdown" and nbgrader_metadata(cell).get("solution") and _grade_id(cell)}
+    put_back = []
+    for cell in notebook.cells:
+        stub = stubs.get(_grade_id(cell))
+        if stub is not None and cell.cell_type == "markdown" and cell.source != stub and (
+                not cell.source.strip() or cell.source.split() == stub.split()):
+            cell.source = stub
+            put_back.append(_grade_id(cell))
+    return put_back
 
 
 def _reject(submission: Submission, reason: str) -> Submission:

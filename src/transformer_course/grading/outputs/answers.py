@@ -296,7 +296,7 @@ def _question_page(sheet: Sheet) -> str:
         if answer.text is None:
             text = "<span class='muted'>(no autograded notebook to read the answer from)</span>"
         elif answer.blank:
-            text = "<span class='muted'>(no answer: the cell was left as released)</span>"
+            text = "<span class='muted'>(no answer: the cell was left as released, or emptied)</span>"
         else:  # as the feedback page shows it (markdown, HTML as text, math typeset), and as typed
             text = (f"<div class='rendered'>{_markdown(answer.text)}</div><details><summary>as typed</summary>"
                     f"<div class='answer'>{html.escape(answer.text)}</div></details>")

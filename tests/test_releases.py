@@ -1,13 +1,20 @@
 """Students install, open and download from one pinned release: the git tag 'v' + the package version,
 never main. The badges, the setup cell and the checkpoint URL all name it."""
 
+import importlib.util
+import json
+import os
 import re
+import shutil
+import subprocess
 import tomllib
 from importlib import metadata
 
+import pytest
+
 from conftest import ASSIGNMENTS, ROOT, read, student_path
 from transformer_course import __version__
-from transformer_course.authoring import release_tag
+from transformer_course.authoring import badge, release_tag, setup_source
 from transformer_course.reference import checkpoint
 
 TAG = f"v{__version__}"
@@ -35,3 +42,113 @@ def test_badges_setup_cells_and_checkpoint_url_name_the_release_tag():
         assert "/main/" not in text and "@main" not in text, assignment
     assert checkpoint.pretrained_url() == (f"https://raw.githubusercontent.com/{github}/{TAG}/assets/checkpoint/"
                                            f"{checkpoint.PRETRAINED_NAME}")
+
+
+# --- cutting a release, from the course's repository or a fork --------------------------------------------
+
+def _release_script():
+    spec = importlib.util.spec_from_file_location("release_script", ROOT / "scripts" / "release.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+release = _release_script()
+
+
+def git(folder, *arguments):
+    return subprocess.run(["git", "-C", str(folder), *arguments], capture_output=True, text=True, check=True,
+                          env={"GIT_AUTHOR_NAME": "adopter", "GIT_AUTHOR_EMAIL": "a@example.org",
+                               "GIT_COMMITTER_NAME": "adopter", "GIT_COMMITTER_EMAIL": "a@example.org",
+                               "HOME": str(folder), "PATH": "/usr/bin:/bin"}).stdout
+
+
+def rebuild_names(root):
+    """What `make notebooks` changes when the repository or the version changes: every notebook's badge and
+    setup cell (authoring.badge and authoring.setup_source, which the build writes)."""
+    for path in sorted((root / "notebooks").glob("*/*.ipynb")):
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        assignment = path.parent.name
+        first = "".join(notebook["cells"][0]["source"])
+        notebook["cells"][0]["source"] = re.sub(r'<a href="https://colab[^>]*>.*?</a>', badge(root, assignment), first)
+        notebook["cells"][1]["source"] = setup_source(root)
+        path.write_text(json.dumps(notebook, indent=1), encoding="utf-8")
+
+
+@pytest.fixture
+def fork(tmp_path):
+    """A clone of the course as an adopter has it: another origin, and no tags (a fresh clone or a repository
+    made from the course may hold none). Only what names the release is copied."""
+    root = tmp_path / "fork"
+    for part in ("pyproject.toml", "src/transformer_course/__init__.py"):
+        (root / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / part, root / part)
+    shutil.copytree(ROOT / "notebooks", root / "notebooks")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "the course as cloned")
+    git(root, "remote", "add", "origin", "git@github.com:adopter/transformers-course.git")
+    return root
+
+
+def test_a_fork_is_told_each_step_and_releases_from_its_own_repository(fork):
+    found = release.problems(fork, installed=False)
+    assert any("this clone's origin is https://github.com/adopter/transformers-course" in p for p in found)
+    assert any(f"no tag {TAG}" in p and "make tag" in p for p in found)  # every notebook names it: say so
+    with pytest.raises(release.ReleaseError, match="not tagged"):  # never a tag the notebooks do not name
+        release.make_tag(fork)
+
+    assert release.main(["repository", "--root", str(fork)]) == 0  # the one place: from this clone's origin
+    assert release.repository_of(fork) == "https://github.com/adopter/transformers-course"
+    assert 'Repository = "https://github.com/adopter/transformers-course"' in (fork / "pyproject.toml").read_text()
+    found = release.problems(fork, installed=False)
+    assert any("student notebook(s) name another repository" in p and "make notebooks" in p for p in found)
+    rebuild_names(fork)
+    assert release.problems(fork, installed=False, untagged=True) == []
+    with pytest.raises(release.ReleaseError, match="not committed"):
+        release.make_tag(fork)
+    git(fork, "commit", "-q", "-am", "our own repository")
+    assert release.make_tag(fork) == TAG  # the adopter's tag, in the adopter's repository
+    assert release.problems(fork, installed=False) == []
+    setup = json.loads((fork / "notebooks/01_positional_encoding/01_positional_encoding.ipynb").read_text())
+    assert ('REPOSITORY, RELEASE = "https://github.com/adopter/transformers-course", "v' in
+            "".join(setup["cells"][1]["source"]))
+
+    # the next release: a new version, never a moved tag
+    (fork / "notebooks" / "note.txt").write_text("changed after the tag")
+    git(fork, "add", "-A")
+    git(fork, "commit", "-q", "-m", "a change")
+    assert any(f"the tag {TAG} is not this checkout" in p for p in release.problems(fork, installed=False))
+    assert release.main(["version", "0.9.0", "--root", str(fork)]) == 0
+    assert '__version__ = "0.9.0"' in (fork / "src/transformer_course/__init__.py").read_text()
+    assert any("name another repository or tag" in p for p in release.problems(fork, installed=False))
+    rebuild_names(fork)
+    git(fork, "commit", "-q", "-am", "Release v0.9.0")
+    assert release.make_tag(fork) == "v0.9.0"
+    with pytest.raises(release.ReleaseError, match="exists already"):
+        release.make_tag(fork)
+    assert release.main(["version", "nine", "--root", str(fork)]) == 2
+
+
+def test_a_version_bump_reinstalls_the_package_no_loop(tmp_path):
+    """`make setup` reinstalls when __version__ changes (its metadata carries the version, and the check above
+    compares it), not only when pyproject.toml does: the loop of 'make setup: Nothing to be done' then
+    'reinstall: make setup' is gone. Make is run on a copy with the install commands replaced by echo."""
+    for part in ("Makefile", "pyproject.toml", "src/transformer_course/__init__.py"):
+        (tmp_path / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / part, tmp_path / part)
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / ".installed").touch()
+    os.utime(tmp_path / ".venv" / ".installed", (2**31, 2**31))  # installed after both files were written
+
+    def setup():
+        return subprocess.run(["make", "-n", "setup", "PYTHON=echo"], cwd=tmp_path, capture_output=True,
+                              text=True, check=True).stdout
+
+    assert "pip install" not in setup()
+    release.set_version(tmp_path, "0.9.0")
+    os.utime(tmp_path / "src/transformer_course/__init__.py", (2**31 + 10, 2**31 + 10))
+    assert "pip install -q -e" in setup()
+    makefile = (ROOT / "Makefile").read_text()
+    assert "$(VENV)/.installed: pyproject.toml src/transformer_course/__init__.py" in makefile
+    assert "release: setup" in makefile and "scripts/release.py version $(VERSION)" in makefile

@@ -55,8 +55,9 @@ from transformer_course.grading.intake.submissions import (
     other_file,
     printable,
 )
-from transformer_course.grading.outputs import answers, hand_grades, report, scores
-from transformer_course.grading.outputs.files import replace_atomically
+from transformer_course.grading.outputs import answers, deadlines, hand_grades, report, scores
+from transformer_course.grading.outputs.files import replace_atomically, write_text_atomically
+from transformer_course.grading.outputs.roster import Roster, RosterError
 from transformer_course.grading.outputs.spreadsheet import EXCEL_BOM, protect
 from transformer_course.grading.sandbox import hidden_inputs
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
@@ -71,6 +72,8 @@ class StudentResult:
     seconds: float = 0.0
     name: str = ""  # as the LMS or the folder wrote it, any script
     lms_id: str = ""  # the LMS's id for the student, when the download names one
+    lms: str = ""  # which LMS the id is of ("canvas", "moodle"; "" none)
+    only: set[str] | None = None  # --regrade STUDENT/STAGE: grade only these notebooks of an already graded student
 
 
 def fingerprint(submissions: list[Submission]) -> str:
@@ -134,15 +137,24 @@ def scheduler_shard(kind: str, environment: dict[str, str] | os._Environ) -> tup
     raise argparse.ArgumentTypeError(f"unknown scheduler {kind!r}")
 
 
-def collect(folder: Path, release: Release, limits: Limits | None = None) -> dict[str, StudentResult]:
-    """Every student in the folder with their checked notebooks (one per assignment, the newest).
+def collect(folder: Path, release: Release, limits: Limits | None = None, roster: Roster | None = None,
+            times: deadlines.SubmissionTimes | None = None) -> dict[str, StudentResult]:
+    """Every student in the folder with their checked notebooks (one per assignment, the newest: by the
+    LMS's time, else Canvas's file number, else the file time, `deadlines.newer_key`).
 
     Nothing in the folder stops this and every file is accounted for: a notebook is a submission,
     rejected with the reason when it cannot be graded; another file is named on its student's rows,
     and a student with no notebook at all gets a rejected row naming their files. Students are told
-    apart by LMS id, else by their exact name (see `identities`)."""
+    apart by LMS id, else by their exact name (see `identities`); a name without an LMS id that the
+    ROSTER has is that student's LMS id."""
     found = discover(folder)
     submissions = [load(release, item, limits) if item.notebook else other_file(release, item) for item in found]
+    mapped: dict[int, str] = {}
+    for submission in submissions if roster is not None else ():
+        if submission.identity is not None:
+            submission.identity, note = roster.identity(submission.identity)
+            if note:
+                mapped[id(submission)] = note
     identities = [submission.identity for submission in submissions if submission.identity]
     ids = student_ids(identities)
     notes = lookalike_notes(identities, ids)
@@ -155,13 +167,15 @@ def collect(folder: Path, release: Release, limits: Limits | None = None) -> dic
         if result is None:
             result = students[submission.student] = StudentResult(
                 submission.student, name=submission.identity.name, lms_id=submission.identity.lms_id,
-                reasons=list(notes.get(submission.identity, [])))
+                lms=submission.identity.lms, reasons=list(notes.get(submission.identity, [])))
+        if id(submission) in mapped and mapped[id(submission)] not in result.reasons:
+            result.reasons.append(mapped[id(submission)])
         if submission.status == "other":
             others.setdefault(submission.student, []).append(submission)
             continue
         same = [s for s in result.submissions if s.assignment and s.assignment == submission.assignment]
         if same:
-            newest = max([*same, submission], key=lambda s: (s.modified, s.relative))
+            newest = max([*same, submission], key=lambda s: deadlines.newer_key(s, times))
             older = same[0] if newest is submission else submission
             result.reasons.append(f"{submission.assignment}: two notebooks, graded the newer "
                                   f"{printable(newest.relative)}, ignored {printable(older.relative)}")
@@ -196,7 +210,9 @@ class BatchGrader:
                  db_url: str | None = None, shard: tuple[int, int] | None = None, timeout: int = 120,
                  memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
                  require_sandbox: bool = False, limits: Limits | None = None,
-                 sandbox_per_notebook: bool = False, secret_file: Path | None = None) -> None:
+                 sandbox_per_notebook: bool = False, secret_file: Path | None = None,
+                 regrade: list[str] | None = None, roster: Path | None = None, deadlines_file: Path | None = None,
+                 submission_times: list[Path] | None = None) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.secret_file = hidden_inputs.secret_path(secret_file).resolve()  # the hidden inputs' secret
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
@@ -212,6 +228,77 @@ class BatchGrader:
         self.start_up: Future[str | None] | None = None  # the start-up test (start_up_test)
         self.start_up_lock = threading.Lock()
         self.importing: threading.Thread | None = None  # nbgrader imported while the first workers start
+        self.regrade = list(regrade or [])  # --regrade STUDENT[/STAGE]: graded again though their files did not change
+        self.term = self.term_settings(roster, deadlines_file, submission_times)
+        self.roster: Roster | None = None
+        self.deadlines: deadlines.Deadlines | None = None
+        self.times: deadlines.SubmissionTimes | None = None
+
+    # --- the term's files: roster, deadlines, submission times ---------------------------------------------
+
+    TERM = "term.json"  # in the class folder: where the instructor's roster and deadlines file are
+
+    def term_settings(self, roster: Path | None, deadlines_file: Path | None,
+                      submission_times: list[Path] | None) -> dict[str, object]:
+        """The roster and deadlines files of this class: as given, else as an earlier run of this class folder
+        recorded them (CLASS/term.json), so week 2 needs no option week 1 had. Submission times belong to one
+        download and are never remembered."""
+        try:
+            saved = json.loads((self.class_dir / self.TERM).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = {}
+        saved = saved if isinstance(saved, dict) else {}
+        term = {"roster": str(roster.resolve()) if roster else saved.get("roster"),
+                "deadlines": str(deadlines_file.resolve()) if deadlines_file else saved.get("deadlines"),
+                "submission_times": [str(path.resolve()) for path in submission_times or []]}
+        for key, given in (("roster", roster), ("deadlines", deadlines_file)):
+            if term[key] and not given:
+                print(f"using the {key} file of this class folder: {term[key]} (recorded in {self.TERM})", flush=True)
+        return term
+
+    def read_term(self) -> None:
+        """Read the roster, deadlines and times files (GradingUnavailable, naming the file and entry, when one
+        cannot be used), and record where the first two are."""
+        try:
+            if self.term["roster"]:
+                self.roster = Roster.load(Path(str(self.term["roster"])))
+            if self.term["deadlines"]:
+                self.deadlines = deadlines.Deadlines.load(Path(str(self.term["deadlines"])))
+                self.deadlines.check_stages(course_assignments(self.course))
+            times = [Path(path) for path in self.term["submission_times"]]  # type: ignore[union-attr]
+            if times:
+                zone = self.deadlines.zone if self.deadlines else deadlines.Deadlines().zone
+                self.times = deadlines.SubmissionTimes.load(times, zone)
+        except (RosterError, deadlines.DeadlineError) as error:
+            raise GradingUnavailable(str(error)) from None
+        if self.term["roster"] or self.term["deadlines"]:
+            self.class_dir.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(self.class_dir / self.TERM, json.dumps(
+                {"about": "the files of this class's term, used again by later runs (website/instructor/lms.md)",
+                 "roster": self.term["roster"], "deadlines": self.term["deadlines"]}, indent=1) + "\n")
+
+    def regrade_targets(self, everyone: dict[str, StudentResult]) -> dict[str, set[str] | None]:
+        """{student: the stages to grade again (None: all)} for --regrade STUDENT[/STAGE] (a student named by id,
+        LMS id or name as scores.csv has them); GradingUnavailable names what matches nobody."""
+        targets: dict[str, set[str] | None] = {}
+        unknown = []
+        for item in self.regrade:
+            who, _, stage = item.partition("/")
+            matches = [result.student for result in everyone.values() if who in (result.student, result.lms_id,
+                                                                                    result.name)]
+            if not matches or (stage and stage not in self.assignment_ids):
+                unknown.append(item)
+                continue
+            for student in matches:
+                if stage and targets.get(student, set()) is not None:
+                    targets.setdefault(student, set()).add(stage)  # type: ignore[union-attr]
+                else:
+                    targets[student] = None
+        if unknown:
+            raise GradingUnavailable("--regrade " + ", ".join(map(repr, unknown)) + " names no student of this "
+                                     "download (a student id, LMS id or name as scores.csv has it) or no stage ("
+                                     + ", ".join(self.assignment_ids) + "); nobody was graded")
+        return targets
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -287,6 +374,11 @@ class BatchGrader:
         if self.start_up is not None and self.start_up.done() and self.verdict_of_start_up():
             return result  # no sandbox starts here: nobody is graded (run() says why)
         to_grade = self.place(result)
+        kept: list[str] = []  # --regrade of some stages: what the last run said of the others
+        if result.only is not None:
+            to_grade = [assignment for assignment in to_grade if assignment in result.only]
+            kept = [str(reason) for reason in self.record(result).get("reasons", [])
+                    if not any(str(reason).startswith(f"{assignment}:") for assignment in result.only)]
         if not to_grade:
             result.status = "rejected"
             result.reasons = result.reasons or ["no gradable notebook"]
@@ -309,6 +401,7 @@ class BatchGrader:
                            for a, r in report.items() for finding in r.get("findings", [])]
         result.reasons += [f"{a}: {fault}" for a, r in report.items() for fault in r.get("faults", [])]
         result.status = "graded" if report and not failures and not missing else "failed"
+        result.reasons = list(dict.fromkeys([*result.reasons, *kept]))
         result.seconds = time.perf_counter() - start
         self.records.mkdir(parents=True, exist_ok=True)
         (self.records / f"{result.student}.json").write_text(json.dumps(
@@ -500,24 +593,28 @@ class BatchGrader:
             _warn_unsandboxed()
         if grade:
             self.use_secret()
+        self.read_term()
         assignment_ids = self.prepare() if grade else self.assignment_ids
         release = Release(self.class_dir / "release", assignment_ids)
         root = download_root(self.submissions)
         if root != self.submissions:
             print(f"the download lies in the folder {printable(root.name)} of {self.submissions}: reading it there",
                   flush=True)
-        everyone = collect(self.submissions, release, self.limits)
+        everyone = collect(self.submissions, release, self.limits, self.roster, self.times)
         if not grade:
             self.write_csv(self.elsewhere(everyone, {}))
             report.write_report(self.class_dir)
             return everyone
         students = {name: result for name, result in everyone.items() if in_shard(name, self.shard)}
+        regrade = self.regrade_targets(everyone)
         pending = []
         for result in students.values():
-            if self.already_graded(result):
+            if self.already_graded(result) and result.student not in regrade:
                 result.status = "skipped"
                 result.reasons = [str(reason) for reason in self.record(result).get("reasons", [])]
             else:
+                if self.already_graded(result):  # named by --regrade: all of it, or only the stages named
+                    result.only = regrade[result.student]
                 pending.append(result)
         if pending:  # nbgrader (half a second to import) is needed for the scores at the end: imported meanwhile
             self.importing = threading.Thread(target=importlib.import_module, args=("nbgrader.api",), daemon=True)
@@ -572,7 +669,7 @@ class BatchGrader:
         for row in rows:
             by_student.setdefault(row["student"], []).append(row)
         for result in students.values():
-            person = {"name": result.name, "lms_id": result.lms_id}
+            person = {"name": result.name, "lms_id": result.lms_id, "lms": result.lms}
             files = {s.assignment: s.relative for s in result.submissions if s.assignment}
             checked = {s.assignment: s.status for s in result.submissions if s.assignment}
             # a student of another shard whose scores are all in the gradebook was graded there (one with cells not
@@ -592,9 +689,12 @@ class BatchGrader:
                 rows.append({"student": result.student, **person, "assignment": submission.assignment or "?",
                              "status": "rejected" if rejected else result.status, "notebook": submission.status,
                              "reasons": "; ".join(reasons or result.reasons), "file": submission.relative})
-        fixed = ["student", "name", "lms_id", "assignment", *answers.GRADEBOOK_COLUMNS, "status", "notebook",
-                 "reasons", "file"]
-        columns = [*fixed[:4], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[4:]]
+        term = list(deadlines.TERM_COLUMNS) if self.deadlines is not None else []
+        if term:
+            self.late_columns(rows, students)
+        fixed = ["student", "name", "lms_id", "lms", "assignment", *answers.GRADEBOOK_COLUMNS, *term, "status",
+                 "notebook", "reasons", "file"]
+        columns = [*fixed[:5], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[5:]]
 
         def write(handle) -> None:  # noqa: ANN001
             handle.write(EXCEL_BOM)  # Excel then reads it as UTF-8: names with umlauts stay whole
@@ -604,6 +704,18 @@ class BatchGrader:
                 writer.writerow([spreadsheet_cell(row.get(column, "")) for column in columns])
 
         return replace_atomically(self.class_dir / "scores.csv", write, newline="")
+
+    def late_columns(self, rows: list[dict], students: dict[str, StudentResult]) -> None:
+        """Each row's submission time, due date, lateness and penalty (`deadlines.columns`) from its notebook."""
+        assert self.deadlines is not None
+        handed = {(result.student, submission.assignment): submission for result in students.values()
+                  for submission in result.submissions if submission.assignment}
+        for row in rows:
+            submission = handed.get((row["student"], row["assignment"]))
+            if submission is not None:
+                total = row.get("total")
+                row.update(deadlines.columns(submission, self.deadlines, self.times,
+                                             float(total) if isinstance(total, int | float) else None))
 
     def reasons_for(self, result: StudentResult, assignment: str) -> list[str]:
         """The student's reasons about this assignment or about no assignment in particular."""
@@ -744,6 +856,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="the class's secret, which the hidden tests' inputs are drawn from (made the first time; "
                              f"default: ${hidden_inputs.SECRET_VARIABLE}, else "
                              "~/.config/transformer-course/hidden-inputs.key); keep it outside the class folder")
+    parser.add_argument("--regrade", action="append", metavar="STUDENT[/STAGE]",
+                        help="grade this student (student id, LMS id or name) again though their files did not change, "
+                             "or only this notebook of theirs (repeatable); --force regrades everyone")
+    parser.add_argument("--roster", type=Path,
+                        help="the class roster (name, email, lms_id, ...): maps notebooks without an LMS id (email, "
+                             "USB) to the student's LMS id; remembered by the class folder")
+    parser.add_argument("--deadlines", type=Path,
+                        help="due dates, extensions and the late penalty (TOML, website/instructor/lms.md); "
+                             "remembered by the class folder")
+    parser.add_argument("--submission-times", type=Path, action="append", default=[], metavar="FILE",
+                        help="when each notebook was handed in, as the LMS recorded it: Moodle's grading worksheet, "
+                             "or a sheet with student, submitted[, assignment] (repeatable)")
     parser.add_argument("--scores-only", action="store_true",
                         help="grade nobody: write scores.csv for the whole class from the gradebook (after all shards)")
     arguments = parser.parse_args(argv)
@@ -753,7 +877,9 @@ def main(argv: list[str] | None = None) -> int:
                          db_url=arguments.db_url, shard=arguments.shard, timeout=arguments.timeout,
                          memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
                          assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox,
-                         sandbox_per_notebook=arguments.sandbox_per_notebook, secret_file=arguments.secret_file)
+                         sandbox_per_notebook=arguments.sandbox_per_notebook, secret_file=arguments.secret_file,
+                         regrade=arguments.regrade, roster=arguments.roster, deadlines_file=arguments.deadlines,
+                         submission_times=arguments.submission_times)
     if arguments.shard:
         print(f"this machine grades shard {arguments.shard[0]}/{arguments.shard[1]} of the class", flush=True)
     try:

@@ -42,7 +42,7 @@ from pathlib import Path
 import nbformat
 
 from transformer_course.grading.gradebook.config import ROOT, default_db_url, nbgrader_config
-from transformer_course.grading.outputs import hand_grades, inert
+from transformer_course.grading.outputs import deadlines, hand_grades, inert
 from transformer_course.grading.outputs.files import replace_atomically, write_text_atomically
 from transformer_course.grading.outputs.inert import markdown_html
 from transformer_course.grading.outputs.mathml import render_math
@@ -474,7 +474,9 @@ def refresh_scores_csv(class_dir: Path, db_url: str | None = None) -> Path:
         for values in rows:
             old = {name: values[position[name]] if position[name] < len(values) else "" for name in header}
             new = fresh.get((old.get("student", ""), old.get("assignment", "")), {})
-            writer.writerow([new[name] if name in new else old.get(name, "") for name in columns])
+            merged = {name: new[name] if name in new else old.get(name, "") for name in columns}
+            deadlines.refresh(merged)  # a late penalty applies to the new total
+            writer.writerow([merged[name] for name in columns])
 
     replace_atomically(path, write, newline="")
     return path

@@ -104,6 +104,7 @@ from transformer_course.grading.outputs.lms_exports import (
 )
 from transformer_course.grading.outputs.lms_ledger import EDITED, EMPTY, OURS, SAME, Ledger, compare, digest
 from transformer_course.grading.outputs.report import grade_cells
+from transformer_course.grading.outputs.roster import Roster, RosterError, class_roster
 from transformer_course.grading.outputs.scores import pending, read_csv
 from transformer_course.grading.outputs.spreadsheet import protect, write_csv
 
@@ -176,7 +177,10 @@ def _points(value: float, decimals: int = LMS_DECIMALS) -> str:
 
 
 def _lms(row: dict[str, str], assignment_ids: list[str]) -> str:
-    """Which LMS named this student's file ("canvas", "moodle" or "")."""
+    """Which LMS the student's id is of ("canvas", "moodle" or ""): scores.csv's `lms` (the batch writes it,
+    also for a student the roster named), else the LMS that named the file."""
+    if row.get("lms") and row.get("lms_id"):
+        return row["lms"]
     if not row.get("file"):
         return ""
     return identify(PurePosixPath(row["file"]), assignment_ids)[0].lms
@@ -248,7 +252,7 @@ def export(class_dir: Path, titles: dict[str, str] | None = None, include_pendin
                        + ", ".join(missing) + " with --moodle-export STAGE=WORKSHEET.csv (the assignment's View all "
                        "submissions > Grading action > Download grading worksheet)")
     plan = Plan(folder, UPDATE if update else OVERWRITE if overwrite else FILL, replace_lms_edits, comments, ledger,
-                now or datetime.now(), result)
+                now or datetime.now(), result, _roster(class_dir))
     outputs = [*_canvas(plan, grades["canvas"], titles, scale_to, canvas),
                *_moodle(plan, grades["moodle"], scale_to, worksheets)]
     _write(folder, outputs, result)  # nothing was written before this line
@@ -267,10 +271,14 @@ def _grades(class_dir: Path, rows: list[dict[str, str]], stages: list[str], incl
     notes = _comments(class_dir, rows, db_url) if comments else {}
     grades: dict[str, dict[str, list[Grade]]] = {"canvas": defaultdict(list), "moodle": defaultdict(list)}
     others = set()
+    penalised = 0
     for row in rows:
         total = number(row.get("total", ""))
         if row.get("status") not in GRADED or total is None or row["assignment"] not in points:
             continue
+        after = number(row.get("total_after_penalty", ""))  # a late penalty (outputs/deadlines.py)
+        if after is not None and after != total:
+            total, penalised = after, penalised + 1
         if pending(row) and not include_pending:
             result.notes.append(f"{row['student']} {row['assignment']}: written answers not graded yet, left out")
             continue
@@ -281,9 +289,14 @@ def _grades(class_dir: Path, rows: list[dict[str, str]], stages: list[str], incl
         grades[lms][row["assignment"]].append(Grade(
             row["student"], row["assignment"], row.get("name", ""), row.get("lms_id", ""), row.get("file", ""), total,
             points[row["assignment"]], notes.get((row["student"], row["assignment"]), "")))
+    if penalised:
+        result.notes.append(f"{penalised} grade(s) carry a late penalty (scores.csv: late, late_penalty, "
+                            "total_after_penalty)")
     if others:
         result.notes.append(f"{len(others)} student(s) have no LMS id in their file names (not in any LMS file): "
-                            + ", ".join(sorted(others)[:10]) + (" ..." if len(others) > 10 else ""))
+                            + ", ".join(sorted(others)[:10]) + (" ..." if len(others) > 10 else "")
+                            + " (a roster, the batch command's --roster, gives notebooks that came by email or on a "
+                            "USB stick their LMS id)")
     return grades
 
 
@@ -307,6 +320,7 @@ class Plan:
     ledger: Ledger
     now: datetime
     result: Export
+    roster: Roster | None = None  # the class's roster (CLASS/term.json): SIS columns when no Canvas export is given
 
     def decide(self, lms: str, grade: Grade, value: float, held: str | None, known: bool) -> bool:
         """Whether this upload writes VALUE for GRADE's student; lists what differs from what the LMS holds
@@ -424,7 +438,7 @@ def _canvas(plan: Plan, by_stage: dict[str, list[Grade]], titles: dict[str, str]
             header = column.header if column else protect(titles.get(stage, stage))  # the export's, exactly
             table = [[*CANVAS_STUDENT_COLUMNS, header], ["Points Possible", "", "", "", "", _points(maximum)]]
             for lms_id, (grade, value) in sorted(rows.items(), key=lambda item: _order(item[0])):
-                person = _canvas_person(grade, export)
+                person = _canvas_person(grade, export, plan.roster)
                 table.append([protect(person.name), lms_id, protect(person.sis_user_id), protect(person.sis_login_id),
                               protect(person.section), _points(value)])
             outputs.append(Output(plan.folder / f"canvas_{stage}.csv", table))
@@ -433,13 +447,25 @@ def _canvas(plan: Plan, by_stage: dict[str, list[Grade]], titles: dict[str, str]
     return outputs
 
 
-def _canvas_person(grade: Grade, export: CanvasExport | None) -> CanvasPerson:
+def _canvas_person(grade: Grade, export: CanvasExport | None, roster: Roster | None = None) -> CanvasPerson:
     """The student columns of GRADE's row in a Canvas file: as Canvas's export has them (its sortable name,
-    SIS ids, section), else the name the download gave. Canvas matches the row by ID; its importer falls back
-    on the SIS ids, then on the name, so these columns are what a person and Canvas recognise the row by."""
+    SIS ids, section), else as the class's roster has them, else the name the download gave. Canvas matches the
+    row by ID; its importer falls back on the SIS ids, then on the name, so these columns are what a person and
+    Canvas recognise the row by."""
     held = export.people.get(grade.lms_id) if export is not None else None
-    return held if held is not None and held.name else CanvasPerson(grade.name, *(
-        (held.sis_user_id, held.sis_login_id, held.section) if held is not None else ()))
+    if held is not None and held.name:
+        return held
+    listed = roster.by_id.get(grade.lms_id) if roster is not None else None
+    if listed is not None:
+        return CanvasPerson(listed.name or grade.name, listed.sis_user_id, listed.sis_login_id, listed.section)
+    return CanvasPerson(grade.name, *((held.sis_user_id, held.sis_login_id, held.section) if held is not None else ()))
+
+
+def _roster(class_dir: Path) -> Roster | None:
+    try:
+        return class_roster(class_dir)
+    except RosterError as error:
+        raise LmsError(f"the class's roster (recorded in {class_dir / 'term.json'}): {error}") from None
 
 
 def _order(lms_id: str) -> int:

@@ -152,3 +152,79 @@ def test_a_version_bump_reinstalls_the_package_no_loop(tmp_path):
     makefile = (ROOT / "Makefile").read_text()
     assert "$(VENV)/.installed: pyproject.toml src/transformer_course/__init__.py" in makefile
     assert "release: setup" in makefile and "scripts/release.py version $(VERSION)" in makefile
+
+
+# --- a class folder pinned to its releases (grades a small class) ----------------------------------------------
+
+def older_release(folder, version):
+    """A checkout of another release of the course, as `git worktree add CLASS/releases/vX vX` makes one: this
+    course with __version__ = VERSION and one check that judges differently (stage 1's buffer_shape wants one
+    column more), so which release's checks graded a notebook shows in its score."""
+    for part in ("src", "solutions", "lessons"):
+        shutil.copytree(ROOT / part, folder / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "autograde").mkdir(parents=True)
+    shutil.copy(ROOT / "autograde" / "nbgrader_config.py", folder / "autograde")
+    shutil.copy(ROOT / "pyproject.toml", folder)
+    release.set_version(folder, version)
+    checks = folder / "src" / "transformer_course" / "checks" / "positional_encoding.py"
+    text = checks.read_text(encoding="utf-8")
+    wanted = '        (1, max_seq_length, d_model),\n        cause="build a (max_seq_length, d_model) table'
+    assert text.count(wanted) == 1
+    checks.write_text(text.replace(wanted, wanted.replace("d_model),\n", "d_model + 1),\n", 1)), encoding="utf-8")
+
+
+def naming(notebook_path, tag, destination):
+    """A student's copy of NOTEBOOK_PATH whose setup cell names release TAG (as a notebook opened from that
+    release's badge does)."""
+    notebook = json.loads(notebook_path.read_text(encoding="utf-8"))
+    text = json.dumps(notebook).replace(f'\\", \\"{TAG}\\"', f'\\", \\"{tag}\\"')
+    assert text != json.dumps(notebook)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.write_text(text, encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_each_notebook_is_graded_with_its_own_releases_checks_or_says_why_not(tmp_path):
+    import csv
+    import sys
+    from pathlib import Path
+
+    from conftest import solution_path
+    from transformer_course.grading.classroom.batch import BatchGrader
+    from transformer_course.grading.classroom.releases import Releases
+    from transformer_course.grading.outputs.report import needs
+    from transformer_course.grading.sandbox.isolation import bubblewrap_problem
+
+    stage = "01_positional_encoding"
+    class_dir, downloads = tmp_path / "class", tmp_path / "downloads"
+    older_release(class_dir / "releases" / "v0.0.9", "0.0.9")
+    naming(solution_path(stage), "v0.0.9", downloads / "ann" / f"{stage}.ipynb")  # an older release's notebook
+    (downloads / "bo").mkdir(parents=True)
+    shutil.copy(solution_path(stage), downloads / "bo" / f"{stage}.ipynb")
+    naming(solution_path(stage), "v0.0.5", downloads / "cy" / f"{stage}.ipynb")  # a release not available here
+    store = Path(sys.prefix) / "course-releases-test"
+    grader = BatchGrader(ROOT, class_dir, downloads, jobs=2, assignment_ids=[stage],
+                         sandbox=bubblewrap_problem() is None)
+    grader.releases = Releases(ROOT, class_dir, store=store)
+    try:
+        grader.run()
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
+    rows = {row["student"]: row for row in csv.DictReader(open(class_dir / "scores.csv", encoding="utf-8-sig"))}
+    ann, bo, cy = rows["ann"], rows["bo"], rows["cy"]
+    # the same correct code: the running release's checks give every check its points, v0.0.9's buffer_shape none
+    assert float(bo["pe_buffer_shape"]) == 1 and float(ann["pe_buffer_shape"]) == 0
+    assert [ann[cell] for cell in ("pe_table_values", "pe_forward", "pe_dropout")] == [
+        bo[cell] for cell in ("pe_table_values", "pe_forward", "pe_dropout")]
+    assert f"from release v0.0.9 (this class is graded with {TAG}): graded with v0.0.9's checks" in ann["reasons"]
+    assert "another release" not in needs(ann) and "release" not in bo["reasons"]
+    assert (class_dir / "feedback" / "ann" / stage / f"{stage}.html").is_file()  # its release's feedback, merged
+    # not available: graded with this release, and said in the row, the feedback page and the report
+    assert float(cy["pe_buffer_shape"]) == 1 and cy["total"] == bo["total"]
+    assert "from release v0.0.5, which is not available here (no tag v0.0.5" in cy["reasons"]
+    assert "review it" in cy["reasons"] and "another release" in needs(cy)
+    feedback = (class_dir / "feedback" / "cy" / stage / f"{stage}.html").read_text(encoding="utf-8")
+    assert "This notebook is from release v0.0.5 of the course" in feedback
+    report = (class_dir / "report.html").read_text(encoding="utf-8")
+    assert "another release" in report.split("id=people")[1].split("</table>")[0]
+    assert (class_dir / "release" / ".release").read_text().strip() == TAG  # the class's own release, recorded

@@ -33,18 +33,21 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import nbformat
 from tqdm.auto import tqdm
 
 from transformer_course.authoring import assignments as course_assignments
+from transformer_course.authoring import release_tag
 from transformer_course.data import multi30k, token_cache
 from transformer_course.grading.classroom import SANDBOX_PROBLEM
+from transformer_course.grading.classroom.releases import Environment, Releases, differences, merge, note_cell
 from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
 from transformer_course.grading.gradebook.config import ROOT
 from transformer_course.grading.intake.identities import lookalike_notes, student_ids
 from transformer_course.grading.intake.submissions import (
+    Found,
     Limits,
     Release,
     Submission,
@@ -233,6 +236,9 @@ class BatchGrader:
         self.roster: Roster | None = None
         self.deadlines: deadlines.Deadlines | None = None
         self.times: deadlines.SubmissionTimes | None = None
+        self.running = release_tag(self.course)  # the release this checkout grades with ("v0.2.0")
+        self.releases = Releases(self.course, self.class_dir)  # notebooks of other releases (classroom.releases)
+        self.graded_with: dict[tuple[str, str], Environment] = {}  # (student, stage) -> the release it is graded with
 
     # --- the term's files: roster, deadlines, submission times ---------------------------------------------
 
@@ -317,10 +323,48 @@ class BatchGrader:
         if not current():
             with gradebook_lock(self.db_url, self.class_dir):  # machines sharing the class folder: one does it
                 if not current():
+                    pinned = self.class_dir / "release" / ".release"
+                    before = pinned.read_text(encoding="utf-8").strip() if pinned.is_file() else ""
                     self.classroom.register(assignment_ids)
                     marker.write_text(stamp)
+                    pinned.write_text(self.running + "\n", encoding="utf-8")
+                    if before and before != self.running:
+                        print(f"the class's release changes from {before} to {self.running} (this checkout): "
+                              f"notebooks of {before} are graded with {before}'s checks where that release is "
+                              "available (website/instructor/releasing.md)", flush=True)
         self.data_folder = self.provide_data(assignment_ids)
         return assignment_ids
+
+    def own_releases(self, students: list[StudentResult]) -> None:
+        """Each notebook of another release than this checkout's: graded with its own release when that release
+        is available and its graded cells are the class's (`classroom.releases`); else with this one's, and its
+        row and feedback page say so (the report lists it under "another release")."""
+        for result in students:
+            for index, submission in enumerate(result.submissions):
+                tag, assignment = submission.release, submission.assignment
+                if not tag or tag == self.running or not assignment or submission.notebook is None:
+                    continue
+                environment = self.releases.environment(tag, self.assignment_ids)
+                if isinstance(environment, Environment):
+                    theirs = nbformat.read(environment.class_dir / "release" / assignment / f"{assignment}.ipynb", 4)
+                    ours = nbformat.read(self.class_dir / "release" / assignment / f"{assignment}.ipynb", 4)
+                    why = "; ".join(differences(ours, theirs)[:4])
+                    why = f"its graded cells differ from {self.running}'s ({why})" if why else ""
+                else:
+                    why = f"which is not available here ({environment})"
+                if why:
+                    submission.notebook.cells.insert(1, note_cell(tag, self.running))
+                    result.reasons.append(f"{assignment}: from release {tag}, {why}: graded with {self.running}'s "
+                                          "checks, which may differ from the ones the notebook ran: review it")
+                    continue
+                assert isinstance(environment, Environment)
+                found = Found(submission.path, PurePosixPath(submission.relative))
+                again = load(Release(environment.class_dir / "release", [assignment]), found, self.limits)
+                again.student, again.identity = submission.student, submission.identity
+                result.submissions[index] = again
+                self.graded_with[result.student, assignment] = environment
+                result.reasons.append(f"{assignment}: from release {tag} (this class is graded with "
+                                      f"{self.running}): graded with {tag}'s checks")
 
     def provide_data(self, assignment_ids: list[str]) -> str | None:
         """The Multi30k folder for notebooks that read it, fetched here: the sandboxed kernels have no network."""
@@ -384,10 +428,18 @@ class BatchGrader:
             result.reasons = result.reasons or ["no gradable notebook"]
             return result
         report: dict = {}
-        parts = self.split(to_grade)
+        others = {a: self.graded_with[result.student, a] for a in to_grade if (result.student, a) in self.graded_with}
+        mine = [a for a in to_grade if a not in others]
+        parts: list[tuple[list[str], Environment | None]] = [(part, None) for part in self.split(mine)] if mine else []
+        parts += [([a], environment) for a, environment in others.items()]  # graded by their release's worker
+        for assignment, environment in others.items():  # where that release's gradebook looks for it
+            self.place_for(environment, result, assignment)
         barrier = threading.Barrier(len(parts))  # every worker's visible cells before any hidden part
         with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            for part_report, problem in pool.map(lambda part: self.run_worker(result.student, part, barrier), parts):
+            for (_, environment), (part_report, problem) in zip(parts, pool.map(
+                    lambda part: self.run_worker(result.student, part[0], barrier, part[1]), parts), strict=True):
+                if environment is not None:
+                    self.merge_release(environment, result, part_report)
                 report.update(part_report)
                 if problem:
                     result.reasons.append(problem)
@@ -410,14 +462,37 @@ class BatchGrader:
              "notebook_seconds": {a: r.get("seconds") for a, r in sorted(report.items())}}, indent=1))
         return result
 
-    def run_worker(self, student: str, assignment_ids: list[str],
-                   barrier: threading.Barrier | None = None) -> tuple[dict, str]:
-        """(the worker's report, a reason when it gave none) for grading these notebooks of a student.
+    def place_for(self, environment: Environment, result: StudentResult, assignment: str) -> None:
+        """Write the student's notebook where the gradebook of its release looks for it."""
+        for submission in result.submissions:
+            if submission.assignment == assignment and submission.notebook is not None:
+                path = environment.class_dir / "submitted" / result.student / assignment
+                path.mkdir(parents=True, exist_ok=True)
+                nbformat.write(submission.notebook, path / f"{assignment}.ipynb")
+
+    def merge_release(self, environment: Environment, result: StudentResult, part_report: dict) -> None:
+        """A notebook graded by its own release's worker joins the class's gradebook and folders."""
+        for assignment, outcome in part_report.items():
+            if not isinstance(outcome, dict) or not outcome.get("success"):
+                continue
+            try:
+                merge(environment, self.class_dir, self.db_url, result.student, assignment)
+            except Exception as error:  # noqa: BLE001  (the student's row says it, the batch goes on)
+                outcome["success"] = False
+                outcome["error"] = f"its grading by {environment.tag} could not join the class's gradebook: {error}"
+
+    def run_worker(self, student: str, assignment_ids: list[str], barrier: threading.Barrier | None = None,
+                   environment: Environment | None = None) -> tuple[dict, str]:
+        """(the worker's report, a reason when it gave none) for grading these notebooks of a student, by this
+        checkout's worker or, with ENVIRONMENT, by the worker of the notebooks' own release.
 
         The worker grades every visible cell of its notebooks first, says so, and waits for the other workers
         grading the same student (`barrier`) before any hidden part runs (worker.Phases)."""
-        command = [sys.executable, "-m", "transformer_course.grading.classroom.worker", "--course", str(self.course),
-                   "--class-dir", str(self.class_dir), "--student", student, "--db-url", self.db_url,
+        python, course, class_dir, db_url = ((environment.python, environment.course, environment.class_dir,
+                                              environment.db_url) if environment is not None else
+                                             (Path(sys.executable), self.course, self.class_dir, self.db_url))
+        command = [str(python), "-m", "transformer_course.grading.classroom.worker", "--course", str(course),
+                   "--class-dir", str(class_dir), "--student", student, "--db-url", db_url,
                    "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
         command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
         command += ([] if self.sandbox else ["--no-sandbox"]) + ["--wait-for-go"]
@@ -616,6 +691,7 @@ class BatchGrader:
                 if self.already_graded(result):  # named by --regrade: all of it, or only the stages named
                     result.only = regrade[result.student]
                 pending.append(result)
+        self.own_releases(pending)
         if pending:  # nbgrader (half a second to import) is needed for the scores at the end: imported meanwhile
             self.importing = threading.Thread(target=importlib.import_module, args=("nbgrader.api",), daemon=True)
             self.importing.start()

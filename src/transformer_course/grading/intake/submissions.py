@@ -146,6 +146,7 @@ class Submission:
     inode: tuple[int, int] | None = None  # (device, inode): hard links share it
     modified: float = 0.0
     untouched: bool = False  # the released notebook as handed out (identical copies of it prove nothing)
+    release: str | None = None  # the release tag its setup cell names ("v0.1.0"), None when it names none
 
 
 def printable(text: str) -> str:
@@ -590,6 +591,7 @@ def _check(release: Release, found: Found, submission: Submission, notes: list[s
     if assignment is None:
         raise Unreadable("cannot tell which assignment this notebook is (no course cells or title found)")
     submission.assignment = assignment
+    submission.release = notebook_release(notebook)  # before any rebuild puts the released setup cell back
     released = release.notebooks[assignment]
     notebook.metadata = nbformat.from_dict(json.loads(json.dumps(released.metadata)))  # kernel as released
     submission.untouched = [_key(cell) for cell in notebook.cells] == release.keys[assignment]
@@ -625,6 +627,19 @@ def emptied_answers(released: nbformat.NotebookNode, notebook: nbformat.Notebook
             cell.source = stub
             put_back.append(_grade_id(cell))
     return put_back
+
+
+_SETUP = re.compile(r'REPOSITORY, RELEASE = "[^"]*", "(?P<tag>v\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?)"')
+
+
+def notebook_release(notebook: nbformat.NotebookNode) -> str | None:
+    """The release tag a student notebook's setup cell names (None: no setup cell naming one)."""
+    for cell in notebook.cells[:6]:
+        if cell.cell_type == "code":
+            found = _SETUP.search(cell.source)
+            if found:
+                return found["tag"]
+    return None
 
 
 def _reject(submission: Submission, reason: str) -> Submission:

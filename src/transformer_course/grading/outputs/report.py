@@ -7,6 +7,8 @@ CLASS_DIR/report.html holds, in the order an instructor acts on it:
    repaired, whose grading failed, that scored 0 or under half the points graded so far (`LOW_SCORE`), whose
    written answers wait for a grade or changed since graded, with the reasons and a link to the student's
    feedback page (and to the answer pages once exported);
+   then, per stage, the students with no submission (the roster's, else everyone who handed in something) and
+   the late notebooks with their penalties (`term_section`);
 2. the score distribution of every stage (a histogram per stage, and a table of the numbers);
 3. the most frequent causes: the "likely cause:" lines of the checks' failure messages in the autograded
    notebooks, grouped by the exercise the checks call and by what went wrong (`cause_kind`: the check's named
@@ -244,7 +246,7 @@ def named_causes(class_dir: Path, rows: list[dict[str, str]]) -> list[CauseGroup
 
 
 NEEDS = ("flagged for review", "rejected", "repaired", "grading failed", "cells that did not finish",
-         "zero points", "low score", "answers to grade", "answers changed since graded")
+         "another release", "zero points", "low score", "answers to grade", "answers changed since graded")
 LOW_SCORE = 0.5  # a graded notebook under half the points graded so far is a "low score"
 
 
@@ -274,6 +276,8 @@ def needs(row: dict[str, str]) -> list[str]:
         found.append("grading failed")
     if "did not finish:" in reasons or "passed the grader's budget" in reasons:  # executor.FAULT_WORDS, OutputBudget
         found.append("cells that did not finish")
+    if "checks, which may differ from the ones the notebook ran" in reasons:  # batch.own_releases
+        found.append("another release")
     if share is not None and _number(row.get("total")) == 0:
         found.append("zero points")
     elif share is not None and share < LOW_SCORE:

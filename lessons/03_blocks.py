@@ -25,26 +25,29 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 1¾ hours if you are at ease with PyTorch, about 3 hours if you are new to it
-# or get stuck. That is reading (42 minutes, or 58 with the folded hints), two exercises, one bug
-# hunt, three predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
-# cell, saving a copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the
-# course repository from the notebook's length and the measured run time of its cells, with
-# assumptions it prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10
-# minutes per exercise plus 2 or 4 per line you write, 10 or 20 per bug hunt.)
+# **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or
+# get stuck. That is reading (52 minutes at 150 words a minute without the folded hints, 74 at 100 words a
+# minute with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three
+# predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a
+# copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the course repository
+# from the notebook's length and the measured run time of its cells, with assumptions it prints, not
+# measurements of students: for example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2 or
+# 4 per line you write, 10 or 20 per bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can
 # 1. write down the feed-forward network $\max(0, xW_1 + b_1)W_2 + b_2$, name every symbol and shape,
 #    and show what "position-wise" means with a permutation;
-# 2. say what a residual connection buys a deep stack, and what LayerNorm normalises (the $d_{model}$
-#    features of one position) and what its $\gamma$ and $\beta$ are for;
-# 3. implement `PositionWiseFeedForward`, `EncoderBlock` and `DecoderBlock` with the paper's sublayer
-#    pattern $\mathrm{LayerNorm}(x + \mathrm{Dropout}(\mathrm{Sublayer}(x)))$;
-# 4. say which mask goes to which attention in the decoder, and where cross-attention takes its
+# 2. find a bug in a feed-forward network from how it trains, not from reading its code first;
+# 3. say what a residual connection buys a deep stack (and what Dong et al., 2021, proved about attention
+#    without it), what LayerNorm normalises (the $d_{model}$ features of one position) and what its
+#    $\gamma$ and $\beta$ are for;
+# 4. build `EncoderBlock` and `DecoderBlock` from the paper's description of how each sublayer uses its
+#    residual connection, LayerNorm and dropout (the post-LN arrangement);
+# 5. say which mask goes to which attention in the decoder, and where cross-attention takes its
 #    queries, keys and values from;
-# 5. contrast the paper's post-LN block with the pre-LN variant most deep models use today;
-# 6. recognise the classic block bugs from their symptoms.
+# 6. build the pre-LN variant from its defining properties, and explain from a measurement why its lower
+#    blocks get larger gradients than its upper ones.
 #
 # **Before you start.** You need stage 2 (multi-head attention and the two masks; this notebook imports
 # the course's versions), `nn.Linear`, the ReLU, dropout, and what `model.train()` and `model.eval()`
@@ -79,7 +82,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_course.checks import blocks as check
-from transformer_course.reference import MultiHeadAttention, make_look_ahead_mask, make_padding_mask
+from transformer_course.reference import MultiHeadAttention, make_padding_mask, make_target_mask
 from transformer_course.visualisation import blocks as figures
 from transformer_course.visualisation import diagrams
 
@@ -89,8 +92,9 @@ from transformer_course.visualisation import diagrams
 # The whole model is two stacks of blocks: $N = 6$ **encoder blocks** on the left read the source
 # sentence, $N = 6$ **decoder blocks** on the right write the translation. Everything else
 # (embeddings, positional encoding, the output layer) wraps around the stacks; stage 4 assembles it.
-# This notebook builds one block of each kind. Both are made of the same few parts: multi-head
-# attention (stage 2), a small feed-forward network, residual connections, LayerNorm and dropout.
+# This notebook builds one block of each kind, and a variant of the encoder block. All are made of the
+# same few parts: multi-head attention (stage 2), a small feed-forward network, residual connections,
+# LayerNorm and dropout.
 
 # %%
 diagrams.show("transformer")
@@ -131,8 +135,8 @@ print(f"multi-head attention: {sum(p.numel() for p in attention.parameters()):>9
 # **What the ReLU does to the hidden layer.** Below, 12 random positions go through a randomly
 # initialised `fc1` and the ReLU. About half of the hidden values are exactly 0: each position
 # switches on its own subset of hidden units, and `fc2` combines just those. Without the ReLU the
-# two layers would collapse into one linear map ($xW_1W_2$ is just $x$ times another matrix), and
-# the network could learn nothing a single `nn.Linear` cannot.
+# two layers would collapse into one: $(xW_1 + b_1)W_2 + b_2 = x(W_1W_2) + (b_1W_2 + b_2)$ is again a
+# matrix product plus a bias, so the network could compute nothing a single `nn.Linear` cannot.
 
 # %%
 torch.manual_seed(0)
@@ -146,48 +150,56 @@ plt.show()
 # ## 3. Exercise, a bug hunt: `PositionWiseFeedForward`
 #
 # The constructor makes `self.fc1` ($W_1, b_1$), `self.relu` and `self.fc2` ($W_2, b_2$); `forward`
-# must return $\max(0, xW_1 + b_1)W_2 + b_2$ for `x` of shape `(batch, seq_len, d_model)`, a tensor
-# of the same shape.
+# must return $\mathrm{FFN}(x)$ of section 2 for `x` of shape `(batch, seq_len, d_model)`, a tensor of
+# the same shape.
 #
-# This one is written for you, by a classmate, and it has **one realistic mistake**: it runs, the
-# shape is right, and a model built with it still trains, only worse. Run the cell and the one under
-# it, which feeds random inputs through the module and describes what comes out; read the check's
-# message below; then find the mistake and fix it in place.
-#
-# ### Pitfalls (when you write such a network yourself)
-# - **No ReLU**: two linear layers in a row are one linear layer.
-# - Hard-coding sizes (512, 2048): use the layers you were given.
+# This one is written for you, by a classmate, and it has **one realistic mistake**: it runs and its
+# shapes are right. Find it the way you would in a real project, from what the network *does*:
+# 1. run the cell, then the small training run under it, and read its numbers and its figure;
+# 2. work out what the network can and cannot output, and which part of it is responsible;
+# 3. fix the cell in place, run it again, then the training run and the checks.
 
 # %% solution="block_feed_forward"
 #| bug: return self.fc2(self.relu(self.fc1(x))) => return self.relu(self.fc2(self.fc1(x)))
 #| include transformer_course.reference.blocks:PositionWiseFeedForward
 
 # %% [markdown]
-# **The symptom, in numbers.** 200 random positions through a freshly initialised module: the range
-# of the outputs and the share of them that are exactly zero. Think about what a sublayer's output is
-# added to (section 4) and whether it should be able to lower a value.
+# **A small training run.** In a block, a sublayer's job is to learn a *correction* that is added to
+# the vector of each position (section 4 says why). The cell gives the classmate's network the
+# simplest such job: for 512 random positions ($d_{model} = 8$, $d_{ff} = 32$), output a fixed random
+# linear map of the input, whose values are positive and negative in about equal numbers. A network of
+# this width can represent that map exactly, so a correct one drives the loss close to 0 within these
+# 300 steps. The figure shows the loss at every step and, after training, every output value against
+# its target (a perfect fit lies on the diagonal).
 
 # %%
 torch.manual_seed(0)
-probe = PositionWiseFeedForward(d_model=16, d_ff=64)
-with torch.no_grad():
-    out = probe(torch.randn(1, 200, 16))  # (1, 200, 16)
-print(f"outputs between {out.min():.3f} and {out.max():.3f}; exactly zero: {(out == 0).float().mean():.0%}")
+classmates_network = PositionWiseFeedForward(d_model=8, d_ff=32)
+inputs = torch.randn(1, 512, 8)  # (batch, positions, d_model)
+targets = inputs @ torch.randn(8, 8) / 8**0.5  # (1, 512, 8): a fixed linear correction of each position
+losses, predictions = figures.fit_to_targets(classmates_network, inputs, targets, steps=300)
+print(f"loss of predicting 0 everywhere: {targets.pow(2).mean():.3f}; "
+      f"after 100 steps: {losses[99]:.4f}; after 300 steps: {losses[-1]:.4f}")
+print(f"targets below 0: {(targets < 0).float().mean():.0%}; outputs below 0: {(predictions < 0).float().mean():.0%}")
+figures.plot_fit(losses, targets.pow(2).mean().item(), targets, predictions)
+plt.show()
 
 # %% [markdown]
 # <details><summary>Hint 1: read the symptom</summary>
 #
-# No output is negative, and about half are exactly 0. Only one part of the network can produce an
-# exact 0 and can never go below it. Where does the formula put that part, and where is it in the
-# code?
+# Does the loss approach 0, or stop somewhere? Compare where it stops with the loss of predicting 0
+# everywhere. Then look at the right-hand panel: where do the points leave the diagonal, and what is
+# the smallest value the network ever outputs? Which operation in the network produces exactly that
+# value for every input below it?
 #
 # </details>
 #
 # <details><summary>Hint 2: where to look</summary>
 #
-# The ReLU belongs to the hidden layer only, between `fc1` and `fc2`. The output of `fc2` is added to
-# the residual stream (the running sum that flows through the stack, section 4), where it must be
-# free to be negative.
+# The ReLU belongs to the hidden layer only, between `fc1` and `fc2`, where it lets each position switch
+# hidden units on and off. The output of `fc2` is the correction added to the residual stream, and it
+# must be free to be negative: a ReLU there clips every negative target to 0, which is why the loss
+# stalls at about half of what predicting 0 costs.
 #
 # </details>
 #
@@ -250,8 +262,14 @@ print("largest change of each output position after editing position 2:", moved.
 #
 # Attention has a further, specific need for it. Each attention output is a weighted *average* of
 # value vectors, and averaging again and again makes all positions alike. The experiment below
-# stacks random attention layers (with LayerNorm after each) and tracks how similar the positions
-# of a sequence become: cosine similarity 0 means unrelated vectors, 1 means identical directions.
+# stacks 12 random attention layers, each followed by a LayerNorm, once with a residual connection
+# around every attention layer and once without, and tracks two measures after every layer:
+# - the mean **cosine similarity** between the positions of a sequence: 0 means unrelated vectors, 1
+#   the same direction;
+# - the **distance to a sequence whose positions all hold the same vector** (the sequence's mean vector
+#   at every position, the nearest such sequence), relative to the size of the sequence: 0 means every
+#   position carries the same vector. It is computed in float64, whose rounding error is about
+#   $10^{-16}$.
 
 # %%
 def mean_similarity(x: torch.Tensor) -> float:
@@ -262,27 +280,59 @@ def mean_similarity(x: torch.Tensor) -> float:
     return ((similarity.sum(dim=(-2, -1)) - n) / (n * (n - 1))).mean().item()
 
 
-def similarity_by_depth(residual: bool, num_layers: int = 12, d_model: int = 64) -> list[float]:
+def distance_to_equal_positions(x: torch.Tensor) -> float:
+    """How far x (batch, seq_len, d) is from the sequence holding its mean vector at every position, relative."""
+    spread = x - x.mean(dim=1, keepdim=True)  # (batch, seq_len, d): each position minus the mean position
+    return (spread.norm(dim=(1, 2)) / x.norm(dim=(1, 2))).mean().item()
+
+
+def stack_of_attention(residual: bool, num_layers: int = 12, d_model: int = 64) -> tuple[list[float], list[float]]:
     torch.manual_seed(0)
-    x = torch.randn(8, 10, d_model)  # 8 sequences of 10 positions
-    values = [mean_similarity(x)]
+    x = torch.randn(8, 10, d_model, dtype=torch.float64)  # 8 sequences of 10 positions
+    similarity, distance = [mean_similarity(x)], [distance_to_equal_positions(x)]
     with torch.no_grad():
         for _ in range(num_layers):
-            attention, norm = MultiHeadAttention(d_model, 4), nn.LayerNorm(d_model)
-            sublayer = attention(x, x, x)
-            x = norm(x + sublayer) if residual else norm(sublayer)
-            values.append(mean_similarity(x))
-    return values
+            attention = MultiHeadAttention(d_model, 4).double()
+            update = attention(x, x, x)  # every position: a weighted average of all positions' values
+            x = x + update if residual else update
+            x = nn.LayerNorm(d_model).double()(x)  # every layer ends with a LayerNorm
+            similarity.append(mean_similarity(x))
+            distance.append(distance_to_equal_positions(x))
+    return similarity, distance
 
 
-figures.plot_similarity_by_depth({"LayerNorm(x + Attention(x))": similarity_by_depth(residual=True),
-                                  "LayerNorm(Attention(x))": similarity_by_depth(residual=False)})
+# %%
+with_residual, without_residual = stack_of_attention(residual=True), stack_of_attention(residual=False)
+distances = without_residual[1]  # without residual connections: after 0, 1, 2, ... layers
+print(f"without residual connections, at the start: distance {distances[0]:.1e}")
+for layer in range(1, 5):
+    print(f"after {layer} layer{'s' if layer > 1 else ' '}: distance {distances[layer]:.1e};  "
+          f"the cube of the distance one layer earlier {distances[layer - 1] ** 3:.1e}")
+figures.plot_similarity_by_depth({"with residual connections": with_residual[0],
+                                  "without residual connections": without_residual[0]},
+                                 {"with residual connections": with_residual[1],
+                                  "without residual connections": without_residual[1]})
 plt.show()
 
 # %% [markdown]
 # Without the residual path, two layers are enough for every position to carry (almost) the same
 # vector: the sentence has been averaged away. With it, the similarity creeps up only slowly and
 # stays far below 1 after 12 layers: each position keeps most of its own identity.
+#
+# **What is proved about this.** Dong, Cordonnier and Loukas (2021, "Attention is not all you need:
+# pure attention loses rank doubly exponentially with depth") studied stacks of self-attention layers
+# with no residual connections and no feed-forward networks. They proved that the output of such a
+# stack approaches a matrix of rank 1 whose rows are all equal (every position the same vector), and
+# how fast: after each layer, the distance from such a matrix is at most a constant times the *cube*
+# of the distance before it (for weights of bounded size; they measure the distance in another matrix
+# norm than ours). Once the distance is small, cubing it at every layer makes it fall *doubly
+# exponentially* with the depth $L$, like $c^{3^L}$. The printed distances of the stack without residual
+# connections fall that way: up to layer 3 each is below the cube of the one before it, and the
+# exponent roughly triples from layer 2 to layer 3; at layer 4 float64's rounding stops the fall near
+# $10^{-16}$. They also
+# found that residual connections counteract this collapse and that feed-forward networks slow it
+# down. Their proof covers attention alone; the LayerNorm in our stack does not rescue it, because
+# LayerNorm works on each position on its own and turns equal vectors into equal vectors.
 #
 # ## 5. Layer normalisation
 #
@@ -324,43 +374,46 @@ with torch.no_grad():
 plt.show()
 
 # %% [markdown]
-# ## 6. The sublayer pattern
+# ## 6. How the paper puts the parts together
 #
-# The paper wraps **every** sublayer the same way (sections 3.1 and 5.4):
+# Sections 4 and 5 gave the ingredients. The paper says in words how every sublayer uses them
+# (section 3.1, for the encoder; the decoder's sublayers are arranged "similar to the encoder"):
 #
-# $$x \leftarrow \mathrm{LayerNorm}\big(x + \mathrm{Dropout}(\mathrm{Sublayer}(x))\big)$$
+# > We employ a residual connection around each of the two sub-layers, followed by layer
+# > normalization.
 #
-# 1. run the sublayer;
-# 2. apply dropout to its **output** (rate $P_{drop} = 0.1$ in the paper);
-# 3. add the sublayer's input back (the residual);
-# 4. normalise the sum with the LayerNorm that belongs to this sublayer.
+# and where dropout goes (section 5.4, *Residual Dropout*, with $P_{drop} = 0.1$ for the base model):
 #
-# LayerNorm comes **after** the addition, so this arrangement is called **post-LN**. Section 11
-# compares it with the pre-LN order used by most deep models today; this course builds the paper's.
+# > We apply dropout to the output of each sub-layer, before it is added to the sub-layer input and
+# > normalized.
 #
-# Each sublayer has its **own** LayerNorm (`norm1`, `norm2`, …) because each has its own learned
-# $\gamma$ and $\beta$. One `self.dropout` module is enough for all sublayers: it has no parameters,
-# and each call draws a fresh random mask. In eval mode (`model.eval()`) dropout does nothing.
+# Why each piece sits where it does:
+# - **The residual connection around the sublayer.** The sublayer computes a correction; the
+#   residual keeps each position's own vector in the result (section 4).
+# - **Layer normalisation after the residual sum.** What leaves each sublayer, and so each block, is
+#   normalised, which keeps the activations at one scale however many blocks are stacked. Because the
+#   LayerNorm comes *after* the addition, this arrangement is called **post-LN**. Section 12 builds
+#   the other arrangement, pre-LN, which most large language models since GPT-2 use.
+# - **Dropout on the sublayer's output, before the addition.** Only the correction is dropped out; what
+#   the residual connection carries past the sublayer arrives whole.
+# - **A LayerNorm of its own for every sublayer** (`norm1`, `norm2`, …): each learns its own
+#   $\gamma$ and $\beta$. One dropout module is enough for all sublayers: it has no parameters, each
+#   call draws a fresh random mask, and in eval mode (`model.eval()`) it does nothing.
 
 # %% [markdown]
 # ## 7. The encoder block
 #
-# An encoder block has two sublayers: multi-head **self-attention** (queries, keys and values are
-# all the block's input `x`) and the feed-forward network.
+# An encoder block has two sublayers: multi-head **self-attention**, in which every position of the
+# source sentence attends to the positions of the same sentence (queries, keys and values all come
+# from the block's input; the paper, section 3.2.3: "all of the keys, values and queries come from the
+# same place"), then the feed-forward network. The figure draws it as the paper's Figure 1 does, with
+# the course's attribute names; "Add & Norm" is the residual connection and the LayerNorm of
+# section 6, and dropout (section 5.4) is not drawn.
 
 # %%
 diagrams.show("encoder_block")
 
 # %% [markdown]
-# | step | sublayer | its inputs | LayerNorm |
-# |---|---|---|---|
-# | 1 | self-attention, `self_attn` | queries, keys and values all `x`; the `mask` | `norm1` |
-# | 2 | feed-forward, `feed_forward` | `x` (the output of step 1) | `norm2` |
-#
-# Each row is one application of the pattern of section 6, with that row's sublayer and LayerNorm
-# and the block's one `self.dropout`. The input `x` and the result of every step have the shape
-# `(batch, src_len, d_model)`.
-#
 # The `mask` is the source padding mask from stage 2, `(batch, 1, 1, src_len)`, True where the key
 # is a real token: no position attends to `<pad>`. Only attention needs it; the feed-forward
 # network never mixes positions, so padding cannot leak through it.
@@ -369,32 +422,47 @@ diagrams.show("encoder_block")
 # - **Missing residual**: the block still runs and every shape is right, but the value check fails,
 #   and in a stack each position would lose what it was (section 4).
 # - **LayerNorm in the wrong place**: the block runs with the right shapes, but its values differ
-#   from the reference and from `nn.TransformerEncoderLayer`, which computes the paper's order.
-# - **One LayerNorm for both sublayers**: the value check fails (the reference's two LayerNorms have
-#   different gains), and in training the second one would never learn.
+#   from the reference and from `nn.TransformerEncoderLayer`, which computes the paper's arrangement.
+# - **One LayerNorm for both sublayers**: the value check fails (the checks give the two LayerNorms
+#   different gains), and in training the unused one would never learn.
 # - **Forgetting the mask**: the padding check fails, because adding `<pad>` tokens changes the
 #   outputs at the real positions. Passing it to the feed-forward network raises a `TypeError`.
 # - **Dropout in the wrong place**: the dropout-placement check fails; a dropout that ignores eval
 #   mode fails the dropout-modes check (two eval-mode runs give different outputs).
 #
 # ## 8. Exercise: `EncoderBlock`
-# Complete `forward(x, mask)`: the two sublayers of the table, in that order, each wrapped in the
-# pattern of section 6. The constructor is given; the given last line returns `x`, so leave the
-# block's result in `x`.
+#
+# Complete `forward(x, mask)`. The contract:
+# - **inputs**: `x` of shape `(batch, src_len, d_model)`; `mask`, the source padding mask
+#   `(batch, 1, 1, src_len)` (True where a key may be attended), or `None`;
+# - **output**: a tensor of the same shape as `x`; the given last line returns `x`, so leave the
+#   block's result there;
+# - **sublayers**, in the paper's order: self-attention (`self.self_attn`, your stage-2
+#   `MultiHeadAttention`, called as `(q, k, v, mask)`), then the feed-forward network
+#   (`self.feed_forward`, called with one tensor);
+# - **arrangement**: the paper's, section 6: each sublayer with its residual connection and its own
+#   LayerNorm (`self.norm1` for self-attention, `self.norm2` for the feed-forward network), post-LN;
+#   dropout (`self.dropout`) on each sublayer's output, as section 5.4 says;
+# - **properties the checks test**: the shape; the values of the paper's block (the reference's, and
+#   PyTorch's `nn.TransformerEncoderLayer` with the same weights); padding changes no real
+#   position's output; dropout acts in train mode only, on each sublayer's output.
+#
+# The constructor is given; keep its attribute names (the checks plug the reference attention and
+# feed-forward network in there, so that only your `forward` is graded).
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
 #
-# Each sublayer is one line: "new x = LayerNorm of (old x plus dropout of the sublayer applied to old
-# x)". Two sublayers, two lines, each with its own LayerNorm.
+# Each sublayer becomes one statement that replaces `x`: the sublayer's output, dropped out, added to
+# the `x` the sublayer read, and the sum normalised by that sublayer's LayerNorm. Two sublayers, two
+# statements, each with its own LayerNorm.
 #
 # </details>
 #
 # <details><summary>Hint 2: the shapes</summary>
 #
-# Every tensor here is `(batch, src_len, d_model)`. `self.self_attn` is your stage-2
-# `MultiHeadAttention`: it takes `(q, k, v, mask)`, and in self-attention all three inputs are the
-# same `x`. `self.feed_forward` takes `x` only.
+# Every tensor here is `(batch, src_len, d_model)`. `self.self_attn` takes `(q, k, v, mask)`, and in
+# self-attention all three of `q`, `k`, `v` are the same `x`. `self.feed_forward` takes `x` only.
 #
 # </details>
 #
@@ -450,8 +518,8 @@ assert check.encoder_dropout_placement(EncoderBlock, d_model=8, num_heads=2, d_f
 
 # %% [markdown]
 # **LayerNorm inside your block.** A forward hook (`register_forward_hook` calls our function every
-# time `norm1` runs, with its input and output) records what goes into `norm1` (the residual sum
-# `x + dropout(attention)`) and what comes out. The input here is deliberately far from mean 0 and
+# time `norm1` runs, with its input and output) records what goes into your `norm1` and what comes
+# out of it. The input here is deliberately far from mean 0 and
 # standard deviation 1; after `norm1` every position is back to mean 0, spread 1 (the fresh
 # LayerNorm has $\gamma = 1$, $\beta = 0$). This is what keeps the activations at the same scale
 # from block to block, however many blocks are stacked.
@@ -472,39 +540,39 @@ for name in ("sum", "out"):
 # %% [markdown]
 # ## 9. The decoder block
 #
-# A decoder block has **three** sublayers, each wrapped in the same pattern:
+# A decoder block has **three** sublayers (section 3.1 of the paper: "In addition to the two
+# sub-layers in each encoder layer, the decoder inserts a third sub-layer, which performs multi-head
+# attention over the output of the encoder stack"), each arranged as in the encoder (section 6):
 
 # %%
 diagrams.show("decoder_block")
 
 # %% [markdown]
-# | sublayer | query | keys and values | mask | LayerNorm |
-# |---|---|---|---|---|
-# | 1. masked self-attention | `x` | `x` | `dec_mask` `(batch, 1, tgt_len, tgt_len)` | `norm1` |
-# | 2. cross-attention | `x` (output of 1) | `enc_out` | `enc_mask` `(batch, 1, 1, src_len)` | `norm2` |
-# | 3. feed-forward | — | — | — | `norm3` |
+# - **Masked self-attention** (`self.self_attn`) lets each target position look at the target tokens
+#   written so far. Its mask `dec_mask`, `(batch, 1, tgt_len, tgt_len)`, combines the look-ahead mask
+#   with the target padding mask of stage 2 (stage 4 builds it): during training the decoder sees the
+#   whole target sentence at once, and the mask is the only thing that stops position $t$ from
+#   reading the tokens after it, the token it must predict among them.
+# - **Cross-attention** (`self.cross_attn`) is where the translation looks at the source. The paper
+#   (section 3.2.3): "the queries come from the previous decoder layer, and the memory keys and
+#   values come from the output of the encoder". So the queries are the decoder's own vectors ("what
+#   do I need next?"), and the keys and values are `enc_out`, `(batch, src_len, d_model)`. Its mask
+#   `enc_mask`, `(batch, 1, 1, src_len)`, is the source padding mask, so no target position attends to
+#   source `<pad>`. The result has one row per *query*, so its shape is `(batch, tgt_len, d_model)`
+#   even though `src_len` usually differs from `tgt_len`.
+# - The **feed-forward** sublayer (`self.feed_forward`) is the same kind of network as in the encoder.
 #
-# - **Masked self-attention** lets each target position look at the target tokens written so far.
-#   `dec_mask` is the look-ahead mask combined with the target padding mask (stage 2): during
-#   training the decoder sees the whole target sentence at once, and the mask is the only thing that
-#   stops position $t$ from reading the token it must predict.
-# - **Cross-attention** is where the translation looks at the source. The **query** comes from the
-#   decoder (`x`, "what do I need next?"); the **keys and values** come from the encoder output
-#   `enc_out`, `(batch, src_len, d_model)`. `enc_mask` is the source padding mask, so no target
-#   position attends to source `<pad>`. The result has one row per *query*, so its shape is
-#   `(batch, tgt_len, d_model)` even though `src_len` usually differs from `tgt_len`.
-# - The **feed-forward** sublayer is the same kind of network as in the encoder.
-#
-# The figure shows both masks for one sentence pair (source: 5 tokens + 2 `<pad>`, target: 4 tokens
-# + 2 `<pad>`; `<bos>` = 1 and `<pad>` = 3, the ids the whole course uses). Each row is a decoder
-# position; blue cells are what it may attend to, grey cells are hidden.
+# The figure below shows both masks for one sentence pair (source: 5 tokens + 2 `<pad>`, target: 4
+# tokens + 2 `<pad>`; `<bos>` = 1 and `<pad>` = 3, the ids the whole course uses). Each row is a
+# decoder position; blue cells are what it may attend to, grey cells are hidden. (`dec_mask` comes from
+# the course's `make_target_mask`, which you write yourself in stage 4.)
 
 # %%
 BOS, PAD = 1, 3  # the course's special ids: <unk> 0, <bos> 1, <eos> 2, <pad> 3
 source = torch.tensor([[12, 7, 31, 5, 9, PAD, PAD]])  # (1, src_len = 7)
 target = torch.tensor([[BOS, 14, 5, 22, PAD, PAD]])  # (1, tgt_len = 6)
 enc_mask = make_padding_mask(source, PAD)  # (1, 1, 1, 7)
-dec_mask = make_padding_mask(target, PAD) & make_look_ahead_mask(target.size(1))  # (1, 1, 6, 6)
+dec_mask = make_target_mask(target, PAD)  # (1, 1, 6, 6)
 figures.plot_decoder_masks(dec_mask[0, 0], enc_mask[0, 0].expand(target.size(1), -1))
 plt.show()
 
@@ -519,18 +587,30 @@ plt.show()
 #   decoder see the future; the causality check catches it.
 # - **One attention module for both attention sublayers**: the shapes are right, but the value check
 #   fails, because cross-attention has weights of its own.
-# - The residual, LayerNorm and dropout pitfalls of the encoder, now for three sublayers, each with
-#   its own LayerNorm and dropout on every sublayer's output.
+# - The residual, LayerNorm and dropout pitfalls of the encoder, now for three sublayers.
 #
 # ## 10. Exercise: `DecoderBlock`
-# Complete `forward(x, enc_out, enc_mask, dec_mask)`: the three sublayers of the table, in that order,
-# each wrapped in the pattern of section 6. The given last line returns `x`.
+#
+# Complete `forward(x, enc_out, enc_mask, dec_mask)`. The contract:
+# - **inputs**: `x` `(batch, tgt_len, d_model)`, the decoder's vectors; `enc_out`
+#   `(batch, src_len, d_model)`, the encoder's output; `enc_mask` `(batch, 1, 1, src_len)` and `dec_mask`
+#   `(batch, 1, tgt_len, tgt_len)`, True where a key may be attended;
+# - **output**: a tensor of the shape of `x`, left in `x` for the given last line;
+# - **sublayers**, in the paper's order: masked self-attention (`self.self_attn`), cross-attention
+#   (`self.cross_attn`), the feed-forward network (`self.feed_forward`), each with the inputs and the
+#   mask of section 9;
+# - **arrangement**: as in your encoder block, post-LN with `self.norm1`, `self.norm2`, `self.norm3`
+#   belonging to the three sublayers in that order, and dropout on each sublayer's output;
+# - **properties the checks test**: the shape (also when `src_len` differs from `tgt_len`); the values
+#   of the paper's block (the reference's, and `nn.TransformerDecoderLayer`'s); causality (changing
+#   the decoder's inputs after position $t$ never changes its outputs up to $t$); dropout as in the
+#   encoder.
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
 #
-# The same one-line pattern as the encoder, three times, each with its own attention module or
-# network and its own LayerNorm. Only the inputs of the middle sublayer are new.
+# The same one-statement pattern as in your encoder block, three times, each with its own attention
+# module or network and its own LayerNorm. Only the inputs of the middle sublayer are new.
 #
 # </details>
 #
@@ -700,43 +780,118 @@ for name, block_of_kind in (("encoder block", encoder_block), ("decoder block", 
 #
 # ## 11. Post-LN and pre-LN
 #
-# The paper normalises **after** the residual addition (post-LN). Most deep Transformers since
-# GPT-2 normalise the sublayer's **input** instead (pre-LN) and add one final LayerNorm after the
-# last block:
+# The paper normalises **after** the residual addition: post-LN. GPT-2 (Radford et al., 2019) moved
+# the LayerNorm "to the input of each sub-block" and added one more LayerNorm "after the final
+# self-attention block"; most large language models since have kept this **pre-LN** arrangement. Its
+# defining properties:
+# - each sublayer reads a **normalised copy** of the residual stream, made by its own LayerNorm;
+# - the residual stream itself is **never normalised inside a block**: each sublayer's (dropped-out)
+#   output is added to it as it is, so from the embeddings to the last block the stream is a plain sum,
+#   an identity path; a stack of pre-LN blocks therefore ends with one LayerNorm of its own, after the
+#   last block.
 #
-# | | one sublayer | after the last block |
-# |---|---|---|
-# | post-LN (the paper, this course) | $x \leftarrow \mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$ | nothing |
-# | pre-LN | $x \leftarrow x + \mathrm{Sublayer}(\mathrm{LayerNorm}(x))$ | $\mathrm{LayerNorm}(x)$ |
+# Why change it? In post-LN every path from the loss back to a lower block passes through the
+# LayerNorms of all the blocks above it. Xiong et al. (2020, "On Layer Normalization in the Transformer
+# Architecture") showed that at initialisation the post-LN gradients of the parameters near the output
+# are large, so a large learning rate at the start makes training unstable; they offer this as the
+# reason the paper's recipe needs a **learning-rate warm-up** (4000 steps in the paper; you will meet it
+# in stage 5), which the paper itself does not explain. Their analysis bounds the gradient of the last
+# block's feed-forward weights at initialisation by a quantity that does not depend on the number of
+# blocks $L$ for post-LN, and shrinks like $1/\sqrt{L}$ for pre-LN; in their experiments pre-LN
+# Transformers trained without the warm-up. This course builds and trains the paper's post-LN model.
 #
-# In pre-LN the residual stream is a plain sum from the embeddings to the final LayerNorm, an
-# untouched identity path; in post-LN every path from the loss back to the lower blocks passes
-# through a LayerNorm per sublayer. Xiong et al. (2020, "On Layer Normalization in the Transformer
-# Architecture") showed that at initialisation the post-LN gradients of the blocks near the output
-# are large, so a large learning rate at the start makes training unstable; Xiong et al. offer this
-# as the reason the paper's recipe needs a **learning-rate warm-up** (4000 steps in the paper; you
-# will meet it in stage 5), which the paper itself does not explain. Pre-LN stacks train stably
-# with little or no warm-up, and the gap grows with depth. For the 6-block models of this course
-# both work.
+# ## 12. Exercise: `PreLNEncoderBlock`
 #
-# A pre-LN encoder block needs no new parameters, only a different `forward`:
+# Write the `forward` of a pre-LN encoder block. The contract:
+# - **the parts of your `EncoderBlock`** (the given constructor is the same): `self.norm1` belongs to
+#   self-attention, `self.norm2` to the feed-forward network, `self.dropout` acts on each sublayer's
+#   output, as in the paper's section 5.4;
+# - **inputs and output** as for `EncoderBlock.forward`: `x` `(batch, src_len, d_model)` and the
+#   padding `mask` → a tensor shaped like `x`, left in `x` for the given last line;
+# - **the properties above**, which the checks test: in eval mode the block's output is its input plus
+#   what its two sublayers returned, and nothing else happens to the stream; its values equal those of
+#   PyTorch's own pre-LN layer, `nn.TransformerEncoderLayer(..., norm_first=True)`, with the same
+#   weights; dropout acts on each sublayer's output. The block has no final LayerNorm: that one belongs
+#   after the last block of a stack (the experiment of section 13 adds it).
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# Follow the stream `x` through the block. It is only ever *added to*. What gets added is a sublayer's
+# output (dropped out), and what that sublayer reads is its LayerNorm applied to the stream as it is
+# at that point.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# Everything is `(batch, src_len, d_model)`. Self-attention reads the same normalised tensor as its
+# queries, keys and values; the feed-forward network reads `self.norm2` of the stream *after* the
+# self-attention's output has been added to it.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# normed = self.norm1(x)
+# x = x + self.dropout(self.self_attn(normed, normed, normed, mask))
+# x = x + self.dropout(self.feed_forward(self.norm2(x)))
+# ```
+#
+# </details>
+
+# %% solution="block_pre_ln"
+#| include transformer_course.reference.blocks:PreLNEncoderBlock
+
+# %% [markdown]
+# ### Check your work
+# The checks plug the reference attention and feed-forward network into your block, as before. The
+# stream check records what the two sublayers return and feeds an input far from mean 0 and spread 1;
+# the next compares with PyTorch's layer, given the same weights.
+
+# %% tests="block_pre_ln_shape" points=1
+assert check.pre_ln_shape(PreLNEncoderBlock)
+
+# %% tests="block_pre_ln_stream" points=2
+assert check.pre_ln_stream(PreLNEncoderBlock)
+
+# %% tests="block_pre_ln_torch" points=2
+assert check.pre_ln_matches_torch(PreLNEncoderBlock)
+
+# %% tests="block_pre_ln_dropout_place" points=1
+assert check.pre_ln_dropout_placement(PreLNEncoderBlock)
+
+# %% tests="block_pre_ln_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.pre_ln_stream(PreLNEncoderBlock, d_model=12, num_heads=3, d_ff=20, batch=3, seq_len=1)
+assert check.pre_ln_matches_torch(PreLNEncoderBlock, d_model=24, num_heads=6, d_ff=40, batch=2, seq_len=9)
+assert check.pre_ln_dropout_placement(PreLNEncoderBlock, d_model=8, num_heads=2, d_ff=16, batch=3, seq_len=5)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 13. Gradients in the two arrangements
+#
+# The experiment stacks blocks, runs one untrained forward and backward pass with a random target,
+# and measures how large the gradient of each block's parameters is. Your `EncoderBlock` makes the
+# post-LN stack, your `PreLNEncoderBlock` the pre-LN stack (with its final LayerNorm). A third run
+# of the pre-LN stack changes one thing: every `nn.LayerNorm` inside the blocks (the given constructor
+# makes them) passes its input on *detached* (`Tensor.detach()`: the same values, no gradient through
+# them), so the forward pass and the growing stream stay exactly as they are, but no gradient flows
+# back through any sublayer. Each block's parameters then get gradient only along the residual path,
+# from the loss straight down the stream.
 
 # %%
-class PreLNEncoderBlock(EncoderBlock):
-    """Same parts as EncoderBlock, pre-LN order: x + Dropout(Sublayer(LayerNorm(x)))."""
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        normed = self.norm1(x)
-        x = x + self.dropout(self.self_attn(normed, normed, normed, mask))
-        return x + self.dropout(self.feed_forward(self.norm2(x)))
-
-
-def gradient_norm_per_block(block_class: type, num_layers: int, d_model: int = 64) -> list[float]:
+def gradient_norm_per_block(block_class: type, num_layers: int, d_model: int = 64,
+                            cut_sublayer_paths: bool = False) -> list[float]:
     """Gradient norm of each block's parameters at initialisation, averaged over 5 random stacks."""
     totals = torch.zeros(num_layers)
     for seed in range(5):
         torch.manual_seed(seed)
         blocks = nn.ModuleList([block_class(d_model, 4, 4 * d_model, 0.0) for _ in range(num_layers)])
+        if cut_sublayer_paths:  # each LayerNorm in the blocks hands its input on without a gradient path
+            for norm in (module for module in blocks.modules() if isinstance(module, nn.LayerNorm)):
+                norm.register_forward_pre_hook(lambda module, args: (args[0].detach(),))
         final_norm = nn.LayerNorm(d_model) if block_class is PreLNEncoderBlock else nn.Identity()
         head = nn.Linear(d_model, 100)  # stand-in output layer over 100 "words"
         for parameter in [*blocks.parameters(), head.weight]:
@@ -750,46 +905,52 @@ def gradient_norm_per_block(block_class: type, num_layers: int, d_model: int = 6
         totals += torch.stack([torch.cat([p.grad.flatten() for p in b.parameters()]).norm() for b in blocks])
     return (totals / 5).tolist()
 
-# %% [markdown]
-# The experiment stacks blocks, one untrained forward and backward pass with a random target, and
-# measures how large the gradient of each block's parameters is. Your `EncoderBlock` is the post-LN
-# stack; `PreLNEncoderBlock` reuses its parts in the other order.
 
 # %%
 for num_layers in (6, 12):
     post = gradient_norm_per_block(EncoderBlock, num_layers)
     pre = gradient_norm_per_block(PreLNEncoderBlock, num_layers)
-    figures.plot_gradient_norms({f"post-LN, {num_layers} blocks": post, f"pre-LN, {num_layers} blocks": pre})
+    cut = gradient_norm_per_block(PreLNEncoderBlock, num_layers, cut_sublayer_paths=True)
+    figures.plot_gradient_norms({f"post-LN, {num_layers} blocks": post, f"pre-LN, {num_layers} blocks": pre,
+                                 "pre-LN, sublayer paths cut": cut})
     plt.show()
-    print(f"{num_layers} blocks: top block / bottom block  post-LN {post[-1] / post[0]:.2f}, "
-          f"pre-LN {pre[-1] / pre[0]:.2f};  top block post-LN / pre-LN {post[-1] / pre[-1]:.1f}")
+    print(f"{num_layers} blocks: top block / bottom block  post-LN {post[-1] / post[0]:.2f}, pre-LN "
+          f"{pre[-1] / pre[0]:.2f}, pre-LN with the sublayer paths cut {cut[-1] / cut[0]:.2f};  "
+          f"top block post-LN / pre-LN {post[-1] / pre[-1]:.1f}")
 
 # %% [markdown]
-# **Reading the bars.** In the post-LN stacks the gradients grow from the input end towards the
-# loss end, and the growth is stronger with 12 blocks than with 6, but at this size it is moderate:
-# the printed top-to-bottom ratios are about 1.2 (6 blocks) and 1.6 (12 blocks). In the pre-LN
-# stacks the gradients shrink towards the top instead (ratios about 0.6 and 0.5): each block's output
-# is added to a residual stream that keeps growing and is normalised only once, at the very end. The
-# clearest difference is between the two orders: the top post-LN block gets about 2.5 times (6
-# blocks) and 3.7 times (12 blocks) the gradient of the top pre-LN block. Xiong et al. study wider and
-# deeper stacks, where the gap is larger. Larger gradients in the upper blocks are harmless with a
-# tiny learning rate, and that is exactly what a warm-up provides in the first steps of training.
+# **Reading the bars.** In the post-LN stacks the blocks near the loss get larger gradients than the
+# blocks near the input: the printed top-to-bottom ratios are about 1.2 (6 blocks) and 1.6 (12
+# blocks), moderate at this size. In the pre-LN stacks it is the other way round (ratios about 0.6 and
+# 0.5). The growing stream is not what makes them shrink: with the paths through the sublayers cut,
+# the stream grows exactly as before, and the ratios turn to about 1.3 and 1.5. What the cut removes
+# is the reason. In a pre-LN stack the stream that block $\ell$ adds to is read by every sublayer above it, so
+# block $\ell$ collects gradient along the residual path *and* through each of those sublayers; the
+# lower the block, the more sublayers lie above it, and the top block has none. The clearest
+# difference is between the two arrangements: the top post-LN block gets about 2.5 times (6 blocks)
+# and 3.7 times (12 blocks) the gradient of the top pre-LN block. Doubling the depth multiplied that
+# factor by about 1.5, near the $\sqrt{2} \approx 1.4$ that Xiong et al.'s bounds suggest. Larger
+# gradients in the upper blocks are harmless with a tiny learning rate, and a warm-up gives exactly
+# that in the first steps of training.
 #
 # ## Summary
 # - The feed-forward network $\max(0, xW_1 + b_1)W_2 + b_2$ is one small MLP applied to every
 #   position alone, width $d_{model} \to d_{ff} \to d_{model}$; it holds about two thirds of an
 #   encoder block's parameters and half of a decoder block's.
-# - A residual connection adds the sublayer's input to its output; without it attention stacks
-#   average all positions into one.
+# - A residual connection adds the sublayer's input to its output; without it a stack of attention
+#   layers averages all positions into one, and Dong et al. (2021) proved that this collapse is
+#   doubly exponential in the depth for attention alone.
 # - LayerNorm normalises the $d_{model}$ features of each position to mean 0, variance 1, then applies
 #   the learned $\gamma$, $\beta$; it never looks across the batch or across positions.
-# - Every sublayer is wrapped as $\mathrm{LayerNorm}(x + \mathrm{Dropout}(\mathrm{Sublayer}(x)))$
-#   (post-LN), each with its own LayerNorm.
+# - The paper's arrangement (post-LN): a residual connection around every sublayer, followed by that
+#   sublayer's own LayerNorm; dropout on each sublayer's output before the addition.
 # - Encoder block: self-attention with the source padding mask, then feed-forward.
 #   Decoder block: masked self-attention with `dec_mask`; cross-attention with queries from the
 #   decoder, keys and values from `enc_out` and `enc_mask`; then feed-forward.
-# - Pre-LN, `x + sublayer(norm(x))` plus a final LayerNorm, trains more stably in deep stacks; the
-#   paper's post-LN needs its learning-rate warm-up.
+# - Pre-LN normalises only what each sublayer reads and leaves the stream a plain sum, with one
+#   LayerNorm after the last block. Its lower blocks get the larger gradients because they collect
+#   gradient through every sublayer above them; Xiong et al. tie post-LN's large gradients near the
+#   output to its need for a learning-rate warm-up.
 #
 # Next, stage 4 stacks these blocks, adds embeddings, positional encoding and the output layer, and
 # builds the full encoder–decoder. The last cell lists every check of this notebook with `✔` or `✘`
@@ -828,11 +989,11 @@ for num_layers in (6, 12):
 #   also accept the identity path for the gradient as the second reason, if the first is stated.
 
 # %% [markdown]
-# **Question 2 (3 points).** Suppose your `EncoderBlock` used pre-LN,
-# `x + dropout(sublayer(norm(x)))` for each sublayer, instead of the paper's post-LN. Go through the
-# encoder's checks of section 8 (shape, values, PyTorch comparison, padding, dropout modes, dropout
-# placement): which would still pass, which would fail, and why? Then predict what the LayerNorm hook
-# experiment after those checks would print if it recorded the *block's output* instead.
+# **Question 2 (3 points).** Suppose you had handed in the `forward` of your `PreLNEncoderBlock`
+# (section 12) as the `forward` of your `EncoderBlock`. Go through the encoder's checks of section 8
+# (shape, values, PyTorch comparison, padding, dropout modes, dropout placement): which would still
+# pass, which would fail, and why? Then predict what the LayerNorm hook experiment after those checks
+# would print if it recorded the *block's output* instead.
 
 # %% [markdown] answer="block_q_preln" points=3
 # **Model answer.** The shape check passes: every step keeps `(batch, src_len, d_model)`. The padding

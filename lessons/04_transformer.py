@@ -26,22 +26,26 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it
-# or get stuck. That is reading (41 minutes, or 58 with the folded hints), three exercises, one bug
-# hunt, two predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
-# cell, saving a copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the
-# course repository from the notebook's length and the measured run time of its cells, with
-# assumptions it prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10
-# minutes per exercise plus 2 or 4 per line you write, 10 or 20 per bug hunt.)
+# **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or
+# get stuck. That is reading (50 minutes at 150 words a minute without the folded hints, 71 at 100 words a
+# minute with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two
+# predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a
+# copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the course repository
+# from the notebook's length and the measured run time of its cells, with assumptions it prints, not
+# measurements of students: for example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2 or
+# 4 per line you write, 10 or 20 per bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can
 # 1. trace a batch of token ids through the whole model and name the shape after every step;
 # 2. say where the embeddings are multiplied by $\sqrt{d_{model}}$ (before the positional encoding is
 #    added) and what the factor changes;
-# 3. explain teacher forcing and build the target mask from a padding part and a look-ahead part;
-# 4. implement `Encoder`, `Decoder` and `Transformer` so that every block is registered with PyTorch;
-# 5. count the parameters per component and compare them with the paper's base model;
+# 3. explain teacher forcing and build the target mask from a padding part and a look-ahead part,
+#    broadcasting them against each other;
+# 4. implement `Encoder` and `Transformer` so that every block is registered with PyTorch, and find a bug
+#    in a `Decoder` from which of its parts get a gradient;
+# 5. count the parameters per component and compare them with the paper's base model and its size
+#    variations (Table 3);
 # 6. test a model for causality and padding invariance, and against PyTorch's own `nn.Transformer`.
 #
 # **Before you start.** You need stages 1 to 3 (positional encoding, multi-head attention and the masks,
@@ -99,8 +103,8 @@ from transformer_course.visualisation import model as figures
 #   encoder blocks (stage 3) refine them. The result, `enc_out`, holds one vector per source token
 #   that describes the token *in its context*.
 # - **right, the decoder.** The target sentence (English) so far goes through the same kind of
-#   embedding, then $N$ decoder blocks. Each block attends to earlier target tokens (masked
-#   self-attention) and to `enc_out` (cross-attention).
+#   embedding, then $N$ decoder blocks. Each block attends to the target tokens up to its own
+#   position (masked self-attention) and to `enc_out` (cross-attention).
 # - **top, the prediction layer.** A linear layer turns each decoder vector into one score per word
 #   of the target vocabulary: the **logits**. A softmax of the logits is the model's probability for
 #   the next word.
@@ -183,7 +187,7 @@ print("row of token 'hund' equals embedding.weight[9]:", torch.equal(vectors[1, 
 #   gets the same mask. It is the padding mask of stage 2, given below as `make_source_mask`.
 #
 # Each block has its *own* weights: $N$ blocks means $N$ separately created `EncoderBlock` objects.
-# They live in an `nn.ModuleList`, which registers them with PyTorch (section 11 shows what goes
+# They live in an `nn.ModuleList`, which registers them with PyTorch (section 12 shows what goes
 # wrong with a plain Python list). The given constructor already builds them.
 
 # %%
@@ -247,49 +251,74 @@ for row in range(2):
 # Why both? Padding alone lets every position see the future, which breaks teacher forcing.
 # Look-ahead alone is *almost* enough when the pads sit at the end of each sentence, as here: a
 # real token only sees earlier positions, and those are never pads. But the pad positions would
-# still attend to each other, and a batch padded anywhere else (some pipelines pad on the left)
-# would leak pads into real positions. The combined mask is right for any layout and costs one
-# more operation; PyTorch's `nn.Transformer` does the same when given both `tgt_mask` and
-# `tgt_key_padding_mask`.
+# still attend to the pads before them (harmless here, as their labels are ignored), and a batch
+# padded anywhere else (some pipelines pad on the left) would leak pads into real positions. The
+# combined mask is right for any layout and costs one more operation; PyTorch's `nn.Transformer`
+# does the same when given both `tgt_mask` and `tgt_key_padding_mask`.
 #
-# Below are the two ingredients for the second sentence of `dec_in`. Your combined mask must be
-# blue only where **both** are blue.
+# Below are the two ingredients for the second sentence of `dec_in`. The padding mask has one row,
+# `(1, 1, 1, tgt_len)`: it is about the *keys*, and the same row applies to every query, so the
+# figure draws it once per query. Your combined mask must be blue only where **both** are blue.
 
 # %%
 second = dec_in[1:2]  # (1, tgt_len)
 tokens = [target_vocabulary[i] for i in second[0]]
 padding = make_padding_mask(second, PAD)  # (1, 1, 1, tgt_len)
 look_ahead = make_look_ahead_mask(second.size(1))  # (1, 1, tgt_len, tgt_len)
-figures.plot_mask_panels({"padding mask (keys)": padding.expand(1, 1, 6, 6),
-                          "look-ahead mask": look_ahead}, labels=tokens)
+print("padding mask", tuple(padding.shape), " look-ahead mask", tuple(look_ahead.shape))
+figures.plot_mask_panels({"padding mask (keys)": padding, "look-ahead mask": look_ahead}, labels=tokens)
 plt.show()
 
 # %% [markdown]
-# ### Exercise 1, a bug hunt: `make_target_mask`
+# ### Exercise 1: `make_target_mask`
 #
-# `make_target_mask(tgt, pad_idx)` takes target ids `tgt` of shape `(batch, tgt_len)` (int64) and
-# the pad id, and returns a **bool** mask of shape `(batch, 1, tgt_len, tgt_len)`: `True` where query
-# $i$ may attend to key $j$, following the formula $M_{tgt}$ above. The two helpers of stage 2 are
-# imported: `make_padding_mask(ids, pad_idx)` returns `(batch, 1, 1, len)` and
-# `make_look_ahead_mask(size, device=...)` returns `(1, 1, size, size)`. The mask must live on the
-# same device as `tgt` (a check runs it on the `meta` device), so that the function also works on a GPU.
+# Write `make_target_mask(tgt, pad_idx)`. The contract:
+# - **input**: target ids `tgt` of shape `(batch, tgt_len)` (int64) and the pad id `pad_idx`;
+# - **output**: a **bool** mask of shape `(batch, 1, tgt_len, tgt_len)`, one `(tgt_len, tgt_len)` table
+#   per sentence, `True` exactly where query $i$ may attend to key $j$: the $M_{tgt}[b, i, j]$ of the
+#   formula above. The axis of size 1 lets the mask broadcast over the heads of the attention scores
+#   `(batch, heads, tgt_len, tgt_len)`;
+# - **any pad id**: compare the tokens with `pad_idx`, never with a fixed number;
+# - **on the device of `tgt`**, so that the function also works for a batch on a GPU (a check runs it
+#   on PyTorch's `meta` device, which stands for any device other than the CPU).
 #
-# This time the code is written for you, by a classmate, and it has **one realistic mistake**. It
-# runs, its shape, dtype and device are right, and the training loss even falls fast with it, but
-# the model can read the word it must predict, learns to copy, and translates badly. Your job is
-# the debugging a real project needs:
-# 1. run the cell, then the figure and the check below it;
-# 2. read the symptoms: compare your mask's panels with the two ingredients above, and read what
-#    the check says (expected, got, likely cause);
-# 3. find the line, fix it in the cell, and run the cell, the figure and the check again.
+# The two helpers of stage 2 are imported, and you may use them: `make_padding_mask(ids, pad_idx)`
+# returns `(batch, 1, 1, len)` and `make_look_ahead_mask(size, device=...)` returns
+# `(1, 1, size, size)`. Building the mask without them is fine too; the checks test only the contract.
+
+# %% [markdown]
+# <details><summary>Hint 1: the idea</summary>
+#
+# A key is allowed when *both* rules allow it: an element-wise logical "and" of two bool tables. One of
+# the tables depends on the sentence (where its pads are), the other only on the positions (which key
+# comes after which query). Neither needs a loop.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# The padding part is `(batch, 1, 1, tgt_len)`: its last axis is the key axis, and its size-1 query axis
+# repeats it for every query. The look-ahead part is `(1, 1, tgt_len, tgt_len)`, the same for every
+# sentence. PyTorch lines shapes up from the right and stretches every axis of size 1 (broadcasting), so
+# combining the two gives `(batch, 1, tgt_len, tgt_len)`. Make the look-ahead part on `tgt.device`.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)
+# look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)
+# return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)
+# ```
+#
+# </details>
 
 # %% solution="model_make_target_mask"
-#| bug: return padding & look_ahead => return padding | look_ahead
-#| bug: when j <= i and token j is not padding. => as M_tgt of section 6 says.
 #| include transformer_course.reference.model:make_target_mask
 
 # %% [markdown]
-# **The symptom, drawn.** Your mask for the toy batch, one panel per sentence (blue: may attend). A
+# **Your mask, drawn.** Your mask for the toy batch, one panel per sentence (blue: may attend). A
 # correct mask is blue only where **both** ingredients above are blue: the first sentence has no
 # padding, so its mask is the plain lower triangle; in the second, the column of the pad token is
 # grey in every row.
@@ -298,45 +327,28 @@ plt.show()
 target_mask = make_target_mask(dec_in, PAD)  # (batch, 1, tgt_len, tgt_len)
 print("target mask:", tuple(target_mask.shape), target_mask.dtype)
 sentences = [[target_vocabulary[i] for i in row] for row in dec_in]
-figures.plot_mask_panels({f"sentence {row}: padding & look-ahead": target_mask[row] for row in range(2)},
+figures.plot_mask_panels({f"sentence {row}: padding and look-ahead": target_mask[row] for row in range(2)},
                          labels=sentences)
 plt.show()
 
 # %% [markdown]
-# <details><summary>Hint 1: read the symptom</summary>
-#
-# Look at row 0 of the first sentence's panel: which keys may query 0 see? Which of the two rules
-# should have hidden the others? A key should be visible only when *both* rules allow it; the
-# panels show a mask that allows a key when *either* rule does.
-#
-# </details>
-#
-# <details><summary>Hint 2: where to look</summary>
-#
-# The two helper calls and their shapes are right (the check for the shape passes). What is left is
-# the one operation that combines the two masks.
-#
-# </details>
-#
-# <details><summary>Hint 3: the line</summary>
-#
-# The last line must combine the masks with a logical **and**: `return padding & look_ahead`.
-#
-# </details>
-
-# %% [markdown]
 # #### Check your work
 
-# %% tests="model_target_mask_values" points=4
-assert check.target_mask_shape(make_target_mask, bug_hunt=True)
-assert check.target_mask_values(make_target_mask, bug_hunt=True)
-assert check.target_mask_device(make_target_mask, bug_hunt=True)
+# %% tests="model_target_mask_shape" points=1
+assert check.target_mask_shape(make_target_mask)
+
+# %% tests="model_target_mask_values" points=2
+assert check.target_mask_values(make_target_mask)
+
+# %% tests="model_target_mask_device" points=1
+assert check.target_mask_device(make_target_mask)
 
 # %% tests="model_target_mask_hidden" points=1
 ### BEGIN HIDDEN TESTS
 assert check.target_mask_shape(make_target_mask, batch=5, tgt_len=4, pad_idx=0)
 assert check.target_mask_values(make_target_mask, batch=4, tgt_len=9, pad_idx=0)
 assert check.target_mask_values(make_target_mask, batch=2, tgt_len=5, pad_idx=3)
+assert check.target_mask_values(make_target_mask, batch=1, tgt_len=1, pad_idx=1)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -408,7 +420,7 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 8. Exercise 3: the `Decoder` and the prediction layer
+# ## 8. Exercise 3, a bug hunt: the `Decoder` and the prediction layer
 #
 # The decoder starts like the encoder, then each block gets four inputs: its own input, the encoder
 # output and both masks. Watch the order in `DecoderBlock.forward(x, enc_out, enc_mask, dec_mask)`:
@@ -428,32 +440,73 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 # The probability of the next word is then
 # $p(y_{t+1} = w \mid y_{\le t}, x) = \mathrm{softmax}(\texttt{logits}_{t})_w$.
 #
-# Write `forward(x, enc_out, enc_mask, dec_mask)`: target ids `x` `(batch, tgt_len)`, the encoder
-# output `(batch, src_len, d_model)`, the source mask and the target mask → logits
-# `(batch, tgt_len, vocab_size)`. The given constructor creates `self.embedding`,
-# `self.positional_encoding`, `self.layers` and `self.pred_layer`.
+# `forward(x, enc_out, enc_mask, dec_mask)` takes target ids `x` `(batch, tgt_len)`, the encoder output
+# `(batch, src_len, d_model)`, the source mask and the target mask, and returns the logits
+# `(batch, tgt_len, vocab_size)`. The constructor creates `self.embedding`, `self.positional_encoding`,
+# `self.layers` and `self.pred_layer`.
+#
+# This one is written for you, by a classmate, and it has **one realistic mistake**: it runs, its
+# output has the right shape, and a model built with it still trains. Find it from what the decoder
+# does:
+# 1. run the cell, then the measurement under it;
+# 2. read which parts of the decoder the loss reacts to, and work out what that says about the way
+#    from each part to the logits;
+# 3. fix the cell in place, then run it, the measurement and the checks again.
+
+# %% solution="model_decoder"
+#| bug: x = layer(x, enc_out, enc_mask, dec_mask) => output = layer(x, enc_out, enc_mask, dec_mask)
+#| bug: logits = self.pred_layer(x) => logits = self.pred_layer(output)
+#| include transformer_course.reference.model:Decoder
 
 # %% [markdown]
-# <details><summary>Hint 1: the idea</summary>
+# **A small run.** The cell builds a 3-block decoder from the classmate's class, runs the toy batch
+# through it once (random vectors stand in for the encoder's output, and the look-ahead mask alone is
+# enough here, section 6 says why) and computes the loss against the labels of section 5. Then
+# `torch.autograd.grad` gives the gradient of the loss with respect to every parameter: what training
+# follows. The figure shows its size for each part: the embedding, every block and the prediction
+# layer. A part whose gradient is exactly 0 has no influence on the loss at all: however its weights
+# change, the loss stays the same, so training can never change them.
+
+# %%
+torch.manual_seed(0)
+decoder = Decoder(len(target_vocabulary), d_model=32, num_heads=4, num_layers=3, d_ff=64, max_seq_length=50,
+                  dropout=0.0)
+enc_out = torch.randn(2, src.size(1), 32)  # (batch, src_len, d_model): stands in for the encoder's output
+decoder_logits = decoder(dec_in, enc_out, make_source_mask(src, PAD), make_look_ahead_mask(dec_in.size(1)))
+decoder_loss = nn.functional.cross_entropy(decoder_logits.flatten(0, 1), labels.flatten(), ignore_index=PAD)
+model_parts = {"embedding": decoder.embedding, **{f"block {index}": block for index, block in
+                                                  enumerate(decoder.layers)}, "pred_layer": decoder.pred_layer}
+parameters = [parameter for part in model_parts.values() for parameter in part.parameters()]
+gradients = iter(torch.autograd.grad(decoder_loss, parameters, allow_unused=True))  # None: no influence
+norms = {}
+for name, part in model_parts.items():
+    squares = [gradient.pow(2).sum() for gradient in (next(gradients) for _ in part.parameters())
+               if gradient is not None]
+    norms[name] = float(sum(squares)) ** 0.5 if squares else 0.0
+print("gradient norm per part:", ", ".join(f"{name} {norm:.3g}" for name, norm in norms.items()))
+figures.plot_gradient_per_part(norms)
+plt.show()
+
+# %% [markdown]
+# <details><summary>Hint 1: read the symptom</summary>
 #
-# The first two steps are the encoder's. Then each block refines the previous block's output while
-# reading `enc_out`, and one linear layer at the very end turns vectors into scores.
+# Which parts get a gradient of exactly 0, and which get one? A part can influence the loss only
+# through a chain of computations that ends in the logits. For each part drawn in red, where does that
+# chain break? Compare what the code computes with the formula for $G^{(\ell)}$ above.
 #
 # </details>
 #
-# <details><summary>Hint 2: the shapes</summary>
+# <details><summary>Hint 2: where to look</summary>
 #
-# Every block maps `(batch, tgt_len, d_model)` to the same shape; only `pred_layer` changes the last
-# axis, from `d_model` to `vocab_size`. The arguments of a block, in order: the target vectors,
-# `enc_out`, the source mask, the target mask.
+# Follow the loop: which variable does each block write its output to, which variable does the next
+# block read, and which one does `pred_layer` read? Every block must read what the block before it
+# wrote, and `pred_layer` what the last block wrote.
 #
 # </details>
 #
 # <details><summary>Hint 3: the lines</summary>
 #
 # ```python
-# x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, tgt_len, d_model)
-# x = self.positional_encoding(x)
 # for layer in self.layers:
 #     x = layer(x, enc_out, enc_mask, dec_mask)
 # logits = self.pred_layer(x)  # (batch, tgt_len, vocab_size)
@@ -461,20 +514,16 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 #
 # </details>
 
-# %% solution="model_decoder"
-#| include transformer_course.reference.model:Decoder
-
 # %% [markdown]
 # #### Check your work
 
-# %% tests="model_decoder_shape" points=1
-assert check.decoder_output_shape(Decoder)
+# %% tests="model_decoder_values" points=3
+assert check.decoder_output_shape(Decoder, bug_hunt=True)
+assert check.decoder_values(Decoder, bug_hunt=True)
 
-# %% tests="model_decoder_values" points=2
-assert check.decoder_values(Decoder)
-
-# %% tests="model_decoder_layers" points=1
-assert check.decoder_layers_registered(Decoder)
+# %% tests="model_decoder_layers" points=2
+assert check.decoder_layers_registered(Decoder, bug_hunt=True)
+assert check.decoder_blocks_used(Decoder, bug_hunt=True)
 
 # %% tests="model_embedding_dropout" points=1
 assert check.embedding_dropout(Encoder, Decoder)
@@ -487,6 +536,7 @@ assert check.decoder_values(Decoder, tgt_vocab=9, d_model=24, num_heads=3, num_l
                             batch=4, src_len=6, tgt_len=6, pad_idx=0)
 assert check.decoder_values(Decoder, tgt_vocab=19, num_layers=1, batch=2, src_len=10, tgt_len=4)
 assert check.decoder_layers_registered(Decoder, num_layers=4, d_model=8, num_heads=2, d_ff=12)
+assert check.decoder_blocks_used(Decoder, num_layers=4, d_model=8, num_heads=2, d_ff=12)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -632,9 +682,15 @@ print(f"{'cross-attention weights, block 0':32s} {tuple(cross.shape)}  (batch, h
 # label of position $t$ ("two" after `<bos>`, "small" after "two", ...).
 #
 # A cheap sanity check before training: a model that guesses uniformly has cross-entropy loss
-# $\ln(\text{vocab size})$. An untrained model should land near that value — a bit above it here,
-# because random weights make confident, arbitrary guesses. A loss far from it before training
-# hints at a bug (a softmax applied twice, a missing scaling, wrong labels). Stage 5 uses this.
+# $\ln(\text{vocab size})$. An untrained model should land near that value; this one lands somewhat
+# above it, because its logits are random numbers rather than equal ones, and an uneven, arbitrary
+# guess costs more on average than a uniform one. The check catches a loss on another scale
+# altogether: summed over the tokens instead of averaged, say (the cell prints it). It does **not**
+# catch every bug. A softmax applied to the logits before the loss (which applies its own) turns them
+# into numbers between 0 and 1, whose softmax is almost uniform, so the loss lands almost exactly on
+# $\ln(\text{vocab size})$; and before training every word is about as unlikely as any other, so wrong
+# labels (the decoder's own inputs instead of the next words) also give a loss near
+# $\ln(\text{vocab size})$. The cell prints all four.
 
 # %%
 torch.manual_seed(0)
@@ -645,9 +701,16 @@ probabilities = logits.softmax(dim=-1)  # (batch, tgt_len, vocab_size), rows sum
 figures.plot_next_token_probabilities(probabilities[0], [target_vocabulary[i] for i in dec_in[0]],
                                       target_vocabulary)
 plt.show()
-# cross-entropy wants one row of scores per example: (batch * tgt_len, vocab) scores, (batch * tgt_len,) labels
-loss = nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=PAD)
-print(f"untrained loss {loss.item():.2f}; ln(vocab size) = {math.log(len(target_vocabulary)):.2f}")
+scores, wanted = logits.flatten(0, 1), labels.flatten()  # cross-entropy wants one row of scores per token
+print(f"ln(vocab size) = {math.log(len(target_vocabulary)):.3f}")
+print(f"untrained loss                          "
+      f"{nn.functional.cross_entropy(scores, wanted, ignore_index=PAD):.3f}")
+print(f"softmax applied before the loss as well "
+      f"{nn.functional.cross_entropy(scores.softmax(dim=-1), wanted, ignore_index=PAD):.3f}")
+print(f"wrong labels (the decoder's inputs)     "
+      f"{nn.functional.cross_entropy(scores, dec_in.flatten(), ignore_index=PAD):.3f}")
+print(f"summed over the tokens, not averaged    "
+      f"{nn.functional.cross_entropy(scores, wanted, ignore_index=PAD, reduction='sum'):.3f}")
 
 # %% [markdown]
 # ## 11. How many parameters?
@@ -708,6 +771,48 @@ print(f"ours, nothing shared                     : {sum(counts.values()) / 1e6:6
 print(f"target embedding shared with pred_layer  : {(sum(counts.values()) - embedding_size) / 1e6:6.1f} M")
 print(f"one 37000x512 table for all three        : {(blocks + embedding_size + output_bias) / 1e6:6.1f} M"
       "   (paper: 65 M)")
+
+# %% [markdown]
+# **How size changes quality: Table 3, rows (C).** The paper trained variations of the base model
+# and reports them in its Table 3. Rows (C) change its size. Quoted as printed in arXiv 1706.03762
+# (empty cells: "Unlisted values are identical to those of the base model"; all metrics on the
+# English-to-German development set, newstest2013; perplexities are per word-piece):
+#
+# | | N | d_model | d_ff | h | d_k | d_v | P_drop | ε_ls | train steps | PPL (dev) | BLEU (dev) | params ×10⁶ |
+# |---|---|---|---|---|---|---|---|---|---|---|---|---|
+# | base | 6 | 512 | 2048 | 8 | 64 | 64 | 0.1 | 0.1 | 100K | 4.92 | 25.8 | 65 |
+# | (C) | 2 | | | | | | | | | 6.11 | 23.7 | 36 |
+# | | 4 | | | | | | | | | 5.19 | 25.3 | 50 |
+# | | 8 | | | | | | | | | 4.88 | 25.5 | 80 |
+# | | | 256 | | | 32 | 32 | | | | 5.75 | 24.5 | 28 |
+# | | | 1024 | | | 128 | 128 | | | | 4.66 | 26.0 | 168 |
+# | | | | 1024 | | | | | | | 5.12 | 25.4 | 53 |
+# | | | | 4096 | | | | | | | 4.75 | 26.2 | 90 |
+#
+# The paper sums these rows up (section 6.2): "as expected, bigger models are better". Not
+# uniformly: 8 blocks scored 25.5 BLEU against the base model's 25.8 with 6, while the widest model
+# ($d_{model} = 1024$, 26.0) and the widest feed-forward network ($d_{ff} = 4096$, 26.2) did best,
+# each at the price of many more parameters. The cell below counts our model in each configuration,
+# with one shared 37 000-row table as in the paper, beside the paper's count.
+
+# %%
+TABLE_3_C = [  # (N, d_model, d_ff, the paper's parameter count in millions); h = 8 in every row
+    (6, 512, 2048, 65), (2, 512, 2048, 36), (4, 512, 2048, 50), (8, 512, 2048, 80),
+    (6, 256, 2048, 28), (6, 1024, 2048, 168), (6, 512, 1024, 53), (6, 512, 4096, 90)]
+for num_layers, width, hidden, paper in TABLE_3_C:
+    with torch.device("meta"):
+        variant = Transformer(37000, 37000, d_model=width, num_heads=8, num_layers=num_layers, d_ff=hidden,
+                              max_seq_length=512, dropout=0.1)
+    shared = (count_parameters(variant.encoder.layers) + count_parameters(variant.decoder.layers)
+              + count_parameters(variant.encoder.embedding) + variant.decoder.pred_layer.bias.numel())
+    print(f"N = {num_layers}, d_model = {width:4d}, d_ff = {hidden}: ours with one shared table "
+          f"{shared / 1e6:6.1f} M, paper {paper:3d} M")
+
+# %% [markdown]
+# Our counts follow the paper's from row to row and stay about 1 to 4 M below them. The gap grows with
+# $d_{model}$ (about 1, 2 and 4 M for $d_{model}$ = 256, 512 and 1024) but not with $N$: it is
+# something whose size grows with the width and not with the number of blocks, as an embedding
+# table's does. The paper does not break its counts down, so the course cannot say what it is.
 
 # %% [markdown]
 # ### Predict, then run
@@ -825,9 +930,13 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # - Teacher forcing: the decoder reads the target without its last token (it starts with `<bos>`)
 #   and is trained to output the target without its first token.
 # - The target mask allows a key only if it is neither padding nor in the future, shape
-#   `(batch, 1, tgt_len, tgt_len)`; the source mask is the padding mask `(batch, 1, 1, src_len)`.
+#   `(batch, 1, tgt_len, tgt_len)`: a per-sentence padding row and a shared triangle, broadcast
+#   against each other; the source mask is the padding mask `(batch, 1, 1, src_len)`.
+# - A part of a model whose parameters get exactly zero gradient does not influence the loss: in a
+#   stack, every block must read the output of the block before it.
 # - The target embedding and `pred_layer.weight` have the same shape and can be shared (the paper
-#   does); sharing the source embedding as well needs one joint vocabulary.
+#   does); sharing the source embedding as well needs one joint vocabulary. Table 3 of the paper shows
+#   what size buys: more blocks, a wider model or a wider feed-forward network mostly scored better.
 # - `pred_layer` maps each decoder vector to logits `(batch, tgt_len, vocab_size)`; the loss takes
 #   raw logits.
 # - Blocks live in an `nn.ModuleList`, one new object per layer.
@@ -858,9 +967,10 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # input instead of predicting from the source and the earlier words. At translation time the last
 # position has no position after it: the thing it learned to look at is missing, and it has never
 # learned to predict from the past alone, so its guess is poor. In addition, the earlier positions
-# now see different contexts than in training (at translation time they see all later words of the
-# prefix, in training they saw the true next word at every step), so the inputs the last position
-# attends to are unlike anything it was trained on.
+# now see different contexts than in training: in training every position saw the whole true target
+# sentence, every later word to its end; at translation time each sees only the words of the prefix
+# written so far, the model's own guesses. So the inputs the last position attends to are unlike
+# anything it was trained on.
 #
 # **Rubric.**
 # - 1 point: in training, position $t$ sees the next input, which is its own label, so the model

@@ -1,4 +1,5 @@
-"""Stage 3 mistakes: the feed-forward network and the post-LN encoder and decoder blocks."""
+"""Stage 3 mistakes: the feed-forward network, the post-LN encoder and decoder blocks, and the pre-LN encoder
+block."""
 
 from quality.mistakes import Alternative, Mistake
 
@@ -16,6 +17,12 @@ _ENC_FORWARD = ("    def forward(self, x: torch.Tensor, mask: torch.Tensor | Non
                 "        ### BEGIN SOLUTION\n")
 _ENC_PARTS = ("        self.norm1 = nn.LayerNorm(d_model)\n        self.norm2 = nn.LayerNorm(d_model)\n"
               "        self.dropout = nn.Dropout(dropout)\n\n" + _ENC_FORWARD + "        " + _ENCODER)
+_PRE_NORM = "normed = self.norm1(x)  # (batch, src_len, d_model): what self-attention reads"
+_PRE_ATTN = "x = x + self.dropout(self.self_attn(normed, normed, normed, mask))"
+_PRE_FFN = "x = x + self.dropout(self.feed_forward(self.norm2(x)))"
+_PRE_LN = _PRE_NORM + "\n        " + _PRE_ATTN + "\n        " + _PRE_FFN
+_PRE_PARTS = ("        self.norm1 = nn.LayerNorm(d_model)\n        self.norm2 = nn.LayerNorm(d_model)\n"
+              "        self.dropout = nn.Dropout(dropout)\n\n" + _ENC_FORWARD + "        " + _PRE_LN)
 
 MISTAKES: list[Mistake] = [
     # --- PositionWiseFeedForward ---
@@ -217,6 +224,60 @@ MISTAKES: list[Mistake] = [
         "        x = self.final_norm(x)",
         fails="block_enc_values", cause="this is the pre-LN order",
     ),
+    # --- PreLNEncoderBlock (issue 38: the pre-LN block written from its properties) ---
+    Mistake(
+        STAGE, "pre-LN block written in the paper's post-LN arrangement",
+        _PRE_LN,
+        "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))\n"
+        "        x = self.norm2(x + self.dropout(self.feed_forward(x)))",
+        fails="block_pre_ln_stream", cause="that is the paper's post-LN arrangement",
+    ),
+    Mistake(
+        STAGE, "pre-LN block that normalises its output at the end (a final LayerNorm inside the block)",
+        _PRE_FFN,
+        _PRE_FFN + "\n        x = self.norm2(x)",
+        fails="block_pre_ln_stream", cause="self.norm2 is called twice",
+    ),
+    Mistake(
+        STAGE, "pre-LN block whose stream continues from the normalised copy",
+        _PRE_LN,
+        "x = self.norm1(x)\n"
+        "        x = x + self.dropout(self.self_attn(x, x, x, mask))\n"
+        "        " + _PRE_FFN,
+        fails="block_pre_ln_stream",
+        cause="self.norm2 receives the output of self.norm1 + the output of self.self_attn as its input",
+    ),
+    Mistake(
+        STAGE, "pre-LN block with one LayerNorm (norm1) for both sublayers",
+        _PRE_FFN,
+        "x = x + self.dropout(self.feed_forward(self.norm1(x)))",
+        fails="block_pre_ln_torch", cause="self.norm2 is never called",
+    ),
+    Mistake(
+        STAGE, "pre-LN block whose self-attention normalises only its queries",
+        _PRE_ATTN,
+        "x = x + self.dropout(self.self_attn(normed, x, x, mask))",
+        fails="block_pre_ln_torch", cause="as its keys and values where the pre-LN block gives it the output of",
+    ),
+    Mistake(
+        STAGE, "pre-LN block whose feed-forward network reads the normalised block input",
+        _PRE_FFN,
+        "x = x + self.dropout(self.feed_forward(normed))",
+        fails="block_pre_ln_torch", cause="self.norm2 is never called",
+    ),
+    Mistake(
+        STAGE, "pre-LN block without dropout on the feed-forward output",
+        _PRE_FFN,
+        "x = x + self.feed_forward(self.norm2(x))",
+        fails="block_pre_ln_dropout_place", cause="the output of self.feed_forward is not dropped out",
+    ),
+    Mistake(
+        STAGE, "pre-LN block that leaves x as it was (results kept in another variable)",
+        _PRE_LN,
+        "stream = x + self.dropout(self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), mask))\n"
+        "        stream = stream + self.dropout(self.feed_forward(self.norm2(stream)))",
+        fails="block_pre_ln_shape", cause="returned its input x unchanged",
+    ),
 ]
 
 ALTERNATIVES: list[Alternative] = [
@@ -313,6 +374,46 @@ ALTERNATIVES: list[Alternative] = [
         "                return self.a_2 * (x - mean) / torch.sqrt(var + self.eps) + self.b_2\n\n"
         "        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)\n"
         "        self.dropout = nn.Dropout(dropout)\n\n" + _ENC_FORWARD + "        " + _ENCODER,
+    ),
+    Alternative(
+        STAGE, "pre-LN block in the Annotated Transformer's own layout: LayerNorm and dropout inside a wrapper",
+        _PRE_PARTS,
+        "        class SublayerConnection(nn.Module):  # x + Dropout(sublayer(LayerNorm(x))), as the Annotated "
+        "Transformer writes it\n"
+        "            def __init__(self) -> None:\n"
+        "                super().__init__()\n"
+        "                self.norm = nn.LayerNorm(d_model)\n"
+        "                self.dropout = nn.Dropout(dropout)\n\n"
+        "            def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:\n"
+        "                return x + self.dropout(sublayer(self.norm(x)))\n\n"
+        "        self.sublayer = nn.ModuleList([SublayerConnection() for _ in range(2)])\n\n"
+        + _ENC_FORWARD + "        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))\n"
+        "        x = self.sublayer[1](x, self.feed_forward)",
+    ),
+    Alternative(
+        STAGE, "pre-LN block with hand-written layer normalisations",
+        _PRE_PARTS,
+        "        class LayerNorm(nn.Module):\n"
+        "            def __init__(self, features: int, eps: float = 1e-5) -> None:\n"
+        "                super().__init__()\n"
+        "                self.gain = nn.Parameter(torch.ones(features))\n"
+        "                self.bias = nn.Parameter(torch.zeros(features))\n"
+        "                self.eps = eps\n\n"
+        "            def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "                centred = x - x.mean(-1, keepdim=True)\n"
+        "                return self.gain * centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps) "
+        "+ self.bias\n\n"
+        "        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)\n"
+        "        self.dropout = nn.Dropout(dropout)\n\n" + _ENC_FORWARD + "        " + _PRE_LN,
+    ),
+    Alternative(
+        STAGE, "pre-LN block with F.layer_norm on the LayerNorms' own parameters and functional dropout",
+        _PRE_LN,
+        "d_model = x.size(-1)\n"
+        "        h = F.layer_norm(x, (d_model,), self.norm1.weight, self.norm1.bias, self.norm1.eps)\n"
+        "        x = x + F.dropout(self.self_attn(h, h, h, mask), self.dropout.p, self.training)\n"
+        "        h = F.layer_norm(x, (d_model,), self.norm2.weight, self.norm2.bias, self.norm2.eps)\n"
+        "        x = x + F.dropout(self.feed_forward(h), self.dropout.p, self.training)",
     ),
 ]
 

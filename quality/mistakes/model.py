@@ -67,6 +67,31 @@ MISTAKES: list[Mistake] = [
         "return padding | look_ahead  # (batch, 1, tgt_len, tgt_len)",
         fails="model_target_mask_values", cause="the two masks are combined with `|`",
     ),
+    # --- issue 38: the target mask written from its contract (no longer a one-character bug hunt) ---
+    Mistake(
+        STAGE, "target mask: the padding part on the query axis instead of the key axis",
+        "    padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)\n",
+        "    padding = (tgt != pad_idx).unsqueeze(1).unsqueeze(3)  # (batch, 1, tgt_len, 1)\n",
+        fails="model_target_mask_values", cause="padding hides query rows instead of key columns",
+    ),
+    Mistake(
+        STAGE, "target mask without the head axis",
+        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return (padding & look_ahead).squeeze(1)  # (batch, tgt_len, tgt_len)",
+        fails="model_target_mask_shape", cause="the head axis is missing",
+    ),
+    Mistake(
+        STAGE, "target mask compares the tokens with the lesson's pad id 3, not with pad_idx",
+        "    padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)\n",
+        "    padding = make_padding_mask(tgt, 3)  # (batch, 1, 1, tgt_len)\n",
+        fails="model_target_mask_values", cause="as if they were padding, not the tokens equal to pad_idx=1",
+    ),
+    Mistake(
+        STAGE, "target mask whose look-ahead part hides the diagonal",
+        "    look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)\n",
+        "    look_ahead = torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=tgt.device).tril(-1)\n",
+        fails="model_target_mask_values", cause="a position may not attend to itself",
+    ),
     Mistake(
         STAGE, "encoder embeddings not scaled by sqrt(d_model) (only the decoder scales)",
         "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)",
@@ -121,7 +146,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "decoder returns the hidden states without the prediction layer",
         "logits = self.pred_layer(x)  # (batch, tgt_len, vocab_size)",
         "logits = x  # (batch, tgt_len, d_model)",
-        fails="model_decoder_shape", cause="self.pred_layer is never called",
+        fails="model_decoder_values", cause="self.pred_layer is never called",
     ),
     Mistake(
         STAGE, "decoder returns probabilities (softmax on the logits)",
@@ -165,6 +190,27 @@ MISTAKES: list[Mistake] = [
 ]
 
 ALTERNATIVES: list[Alternative] = [
+    Alternative(
+        STAGE, "target mask without the helpers: position comparison and the padding test broadcast",
+        "    padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)\n"
+        "    look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)\n"
+        "    return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)\n",
+        "    positions = torch.arange(tgt.size(1), device=tgt.device)  # (tgt_len,)\n"
+        "    earlier = positions.view(1, -1) <= positions.view(-1, 1)  # (tgt_len, tgt_len): key j <= query i\n"
+        "    return (tgt != pad_idx)[:, None, None, :] & earlier  # (batch, 1, tgt_len, tgt_len)\n",
+    ),
+    Alternative(
+        STAGE, "target mask filled position by position in loops",
+        "    padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)\n"
+        "    look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)\n"
+        "    return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)\n",
+        "    batch, length = tgt.shape\n"
+        "    mask = torch.zeros(batch, 1, length, length, dtype=torch.bool, device=tgt.device)\n"
+        "    for i in range(length):\n"
+        "        for j in range(i + 1):\n"
+        "            mask[:, 0, i, j] = tgt[:, j] != pad_idx\n"
+        "    return mask\n",
+    ),
     Alternative(
         STAGE, "target mask from torch.triu and logical not, broadcast against the padding mask",
         "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
@@ -212,7 +258,7 @@ HELD_OUT: list[Mistake] = [
         STAGE, "target mask: look-ahead mask built on the default device, whatever the device of tgt",
         "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
         "look_ahead = make_look_ahead_mask(tgt.size(1))  # (1, 1, tgt_len, tgt_len)",
-        fails="model_target_mask_values", cause="device",
+        fails="model_target_mask_device", cause="device",
     ),
     Mistake(
         STAGE, "target mask: float lower triangle combined with & (no bool)",

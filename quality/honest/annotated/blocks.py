@@ -1,6 +1,6 @@
 """Stage 3 with the Annotated Transformer's sublayer connection, adapted to the paper's post-LN order: one
 helper `sublayer(x, fn, norm, dropout)` applies norm(x + dropout(fn(x))), and each block passes its sublayers
-to it as lambdas."""
+to it as lambdas. The pre-LN block uses the Annotated Transformer's own connection, which is pre-LN."""
 
 from quality.honest import Answer
 
@@ -8,6 +8,12 @@ _SUBLAYER = '''
 def sublayer(x, fn, norm, dropout):
     "A residual connection followed by a layer norm (post-LN, as in the paper): norm(x + dropout(fn(x)))."
     return norm(x + dropout(fn(x)))
+'''
+
+_PRE_NORM_SUBLAYER = '''
+def prenorm_sublayer(x, fn, norm, dropout):
+    "The Annotated Transformer's SublayerConnection as it wrote it: x + dropout(fn(norm(x)))."
+    return x + dropout(fn(norm(x)))
 '''
 
 ANSWERS = {
@@ -25,6 +31,12 @@ ANSWERS = {
         x = sublayer(x, lambda x: self.self_attn(x, x, x, dec_mask), self.norm1, self.dropout)
         x = sublayer(x, lambda x: self.cross_attn(x, m, m, enc_mask), self.norm2, self.dropout)
         x = sublayer(x, self.feed_forward, self.norm3, self.dropout)
+        """,
+    )),
+    "block_pre_ln": Answer(helpers=_PRE_NORM_SUBLAYER, stubs=(
+        """
+        x = prenorm_sublayer(x, lambda x: self.self_attn(x, x, x, mask), self.norm1, self.dropout)
+        x = prenorm_sublayer(x, self.feed_forward, self.norm2, self.dropout)
         """,
     )),
     "block_predict_encoder_parameters": Answer(stubs=(

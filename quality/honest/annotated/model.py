@@ -1,11 +1,19 @@
-"""Stage 4 in the Annotated Transformer's way: the target mask as the padding mask `&` the subsequent mask
-(the course's helpers), the embeddings scaled inside one expression, the layers applied in a plain for loop,
-`encode` then `decode`."""
+"""Stage 4 in the Annotated Transformer's way: the target mask as its `make_std_mask` builds it (the padding test
+unsqueezed, `&` a `subsequent_mask` made with `triu(..., diagonal=1) == 0`), the embeddings scaled inside one
+expression, the layers applied in a plain for loop (the decoder's loop repaired so that each layer reads the one
+before), `encode` then `decode`."""
 
 from quality.honest import Answer
 
 ANSWERS = {
-    "model_make_target_mask": Answer(fixes=(("return padding | look_ahead", "return padding & look_ahead"),)),
+    "model_make_target_mask": Answer(stubs=(
+        """
+        tgt_mask = (tgt != pad_idx).unsqueeze(-2)  # (batch, 1, tgt_len): which keys are words
+        size = tgt.size(-1)
+        subsequent_mask = torch.triu(torch.ones((1, size, size), device=tgt.device), diagonal=1) == 0
+        return (tgt_mask & subsequent_mask).unsqueeze(1)  # (batch, 1, tgt_len, tgt_len), one head axis
+        """,
+    )),
     "model_encoder": Answer(stubs=(
         """
         x = self.positional_encoding(self.embedding(x) * math.sqrt(self.d_model))
@@ -13,14 +21,9 @@ ANSWERS = {
             x = layer(x, mask)
         """,
     )),
-    "model_decoder": Answer(stubs=(
-        """
-        x = self.positional_encoding(self.embedding(x) * math.sqrt(self.d_model))
-        for layer in self.layers:
-            x = layer(x, enc_out, enc_mask, dec_mask)
-        logits = self.pred_layer(x)
-        """,
-    )),
+    "model_decoder": Answer(fixes=(("output = layer(x, enc_out, enc_mask, dec_mask)",
+                                    "x = layer(x, enc_out, enc_mask, dec_mask)"),
+                                   ("self.pred_layer(output)", "self.pred_layer(x)"))),
     "model_transformer": Answer(stubs=(
         """
         memory = self.encoder(enc_in, enc_mask)

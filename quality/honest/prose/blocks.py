@@ -36,6 +36,18 @@ ANSWERS = {
         x = self.norm3(residual + self.dropout(x))
         """,
     )),
+    "block_pre_ln": Answer(stubs=(
+        """
+        # sublayer 1: self-attention reads a normalised copy; the stream x itself is only added to
+        copy = self.norm1(x)
+        update = self.self_attn(copy, copy, copy, mask)
+        x = x + self.dropout(update)
+        # sublayer 2: the feed-forward network reads its own normalised copy of the stream as it is now
+        copy = self.norm2(x)
+        update = self.feed_forward(copy)
+        x = x + self.dropout(update)
+        """,
+    )),
     "block_predict_encoder_parameters": Answer(stubs=('return 3152384',)),
     "block_predict_decoder_parameters": Answer(stubs=('return 4204032',)),
     "block_predict_feed_forward_share": Answer(stubs=('return 100 / 3  # about a third',)),

@@ -1,12 +1,22 @@
-"""Stage 4 from the lesson: the two masks of stage 2 combined with a logical and; the embedding step written
-as its three operations, each in its own variable; the blocks visited by index; the decoder called with
-keyword arguments so that the two masks cannot be swapped."""
+"""Stage 4 from the lesson: the target mask filled query by query from the formula M_tgt (a key is allowed when it
+is not after the query and not padding); the embedding step written as its three operations, each in its own
+variable; the blocks visited by index; the decoder's loop repaired by starting its running variable before the
+loop; the decoder called with keyword arguments so that the two masks cannot be swapped."""
 
 from quality.honest import Answer
 
 ANSWERS = {
-    "model_make_target_mask": Answer(fixes=(("return padding | look_ahead",
-                                             "return look_ahead & padding  # both rules must allow the key"),)),
+    "model_make_target_mask": Answer(stubs=(
+        """
+        batch, length = tgt.shape
+        allowed = torch.zeros(batch, 1, length, length, dtype=torch.bool, device=tgt.device)
+        is_word = tgt != pad_idx  # (batch, length): the padding rule, one value per key
+        for query in range(length):
+            # the look-ahead rule: keys 0..query; among them only real words
+            allowed[:, 0, query, : query + 1] = is_word[:, : query + 1]
+        return allowed
+        """,
+    )),
     "model_encoder": Answer(stubs=(
         """
         scale = math.sqrt(self.d_model)
@@ -17,15 +27,10 @@ ANSWERS = {
         x = hidden
         """,
     )),
-    "model_decoder": Answer(stubs=(
-        """
-        scale = math.sqrt(self.d_model)
-        embedded = self.embedding(x) * scale  # (batch, tgt_len, d_model)
-        hidden = self.positional_encoding(embedded)
-        for index in range(len(self.layers)):
-            hidden = self.layers[index](hidden, enc_out, enc_mask, dec_mask)
-        logits = self.pred_layer(hidden)  # (batch, tgt_len, vocab_size): scores, not probabilities
-        """,
+    "model_decoder": Answer(fixes=(
+        ("for layer in self.layers:", "output = x  # what the next block reads: the running result\n"
+                                      "        for layer in self.layers:"),
+        ("output = layer(x, enc_out, enc_mask, dec_mask)", "output = layer(output, enc_out, enc_mask, dec_mask)"),
     )),
     "model_transformer": Answer(stubs=(
         """

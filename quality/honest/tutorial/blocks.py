@@ -25,6 +25,15 @@ ANSWERS = {
         x = add_norm(self.norm3, Z, self.feed_forward(Z))
         """,
     )),
+    "block_pre_ln": Answer(stubs=(
+        """
+        def add_prenorm(X, norm, sublayer):  # X + dropout(sublayer(norm(X))): only the sublayer sees normalised values
+            return X + F.dropout(sublayer(norm(X)), p=self.dropout.p, training=self.training)
+
+        X = add_prenorm(x, self.norm1, lambda Y: self.self_attn(Y, Y, Y, mask))
+        x = add_prenorm(X, self.norm2, self.feed_forward)
+        """,
+    )),
     "block_predict_encoder_parameters": Answer(stubs=('return 3_152_384',)),
     "block_predict_decoder_parameters": Answer(stubs=('return 4_204_032',)),
     "block_predict_feed_forward_share": Answer(stubs=('return 33.3',)),

@@ -1,11 +1,19 @@
 """Stage 4 as d2l.ai's TransformerEncoder/Decoder: `embedding(X) * math.sqrt(num_hiddens)` through the
-positional encoding, then `for i, blk in enumerate(self.blks)`; the target mask built in one expression from
-a lower triangle of ones (`tril`) on the target's device and the padding comparison broadcast against it."""
+positional encoding, then `for i, blk in enumerate(self.blks)`; the target mask from the PyTorch tutorials'
+`nn.Transformer.generate_square_subsequent_mask` (0 where allowed, -inf above the diagonal) turned into bool on
+the target's device, and the padding comparison broadcast against it with `torch.logical_and`; the decoder's
+loop repaired by carrying each block's output into the next."""
 
 from quality.honest import Answer
 
 ANSWERS = {
-    "model_make_target_mask": Answer(fixes=(("padding | look_ahead", "torch.logical_and(padding, look_ahead)"),)),
+    "model_make_target_mask": Answer(stubs=(
+        """
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device) == 0  # (T, T)
+        key_is_word = (tgt != pad_idx)[:, None, None, :]  # (batch, 1, 1, T)
+        return torch.logical_and(key_is_word, causal)
+        """,
+    )),
     "model_encoder": Answer(stubs=(
         """
         X = self.positional_encoding(self.embedding(x) * math.sqrt(self.d_model))
@@ -14,14 +22,8 @@ ANSWERS = {
         x = X
         """,
     )),
-    "model_decoder": Answer(stubs=(
-        """
-        X = self.positional_encoding(self.embedding(x) * math.sqrt(self.d_model))
-        for i, blk in enumerate(self.layers):
-            X = blk(X, enc_out, enc_mask, dec_mask)
-        logits = self.pred_layer(X)  # d2l's self.dense
-        """,
-    )),
+    "model_decoder": Answer(fixes=(("output = layer(x, enc_out, enc_mask, dec_mask)",
+                                    "x = output = layer(x, enc_out, enc_mask, dec_mask)  # the next block reads it"),)),
     "model_transformer": Answer(stubs=(
         """
         enc_outputs = self.encoder(enc_in, enc_mask)

@@ -1,4 +1,6 @@
-"""Stage 3 checks: PositionWiseFeedForward, EncoderBlock and DecoderBlock (post-LN, as in the paper).
+"""Stage 3 checks: PositionWiseFeedForward, EncoderBlock and DecoderBlock (post-LN, as in the paper), and
+PreLNEncoderBlock (the pre-LN arrangement, checked by its properties: the stream passes the block untouched when
+the sublayers are silent, and PyTorch's own pre-LN layer, `norm_first=True`, computes the same values).
 
 Every block check plugs the reference MultiHeadAttention and PositionWiseFeedForward into the student's
 block, so only the `forward` written for that block is graded (a feed-forward mistake costs points once, in
@@ -42,6 +44,7 @@ from transformer_course.checks.predictions import expect_number, parameters_of
 from transformer_course.reference import DecoderBlock as ReferenceDecoderBlock
 from transformer_course.reference import EncoderBlock as ReferenceEncoderBlock
 from transformer_course.reference import PositionWiseFeedForward as ReferenceFeedForward
+from transformer_course.reference import PreLNEncoderBlock as ReferencePreLNEncoderBlock
 from transformer_course.reference import make_look_ahead_mask
 
 # the parts of PyTorch this stage's grade cells meet, used once before any notebook code (runner.warm_up_torch):
@@ -66,6 +69,10 @@ __all__ = [
     "predicted_decoder_parameters",
     "predicted_encoder_parameters",
     "predicted_feed_forward_share",
+    "pre_ln_dropout_placement",
+    "pre_ln_matches_torch",
+    "pre_ln_shape",
+    "pre_ln_stream",
     "summary",
 ]
 
@@ -242,9 +249,11 @@ def feed_forward_values(PositionWiseFeedForward: type[nn.Module], d_model: int =
 
 # --- the blocks: building them with reference parts -----------------------------------------------------------
 
-BLOCKS = {"encoder": ReferenceEncoderBlock, "decoder": ReferenceDecoderBlock}
-NAMES = {"encoder": "EncoderBlock", "decoder": "DecoderBlock"}
-SUBLAYERS = {"encoder": ("self_attn", "feed_forward"), "decoder": ("self_attn", "cross_attn", "feed_forward")}
+BLOCKS = {"encoder": ReferenceEncoderBlock, "decoder": ReferenceDecoderBlock, "pre_ln": ReferencePreLNEncoderBlock}
+NAMES = {"encoder": "EncoderBlock", "decoder": "DecoderBlock", "pre_ln": "PreLNEncoderBlock"}
+SUBLAYERS = {"encoder": ("self_attn", "feed_forward"), "decoder": ("self_attn", "cross_attn", "feed_forward"),
+             "pre_ln": ("self_attn", "feed_forward")}
+ENCODER_LIKE = ("encoder", "pre_ln")  # the blocks with the encoder's inputs, (x, mask)
 PLUGGED = ("self_attn", "cross_attn", "feed_forward")  # replaced by the reference's modules
 PART_WORDS = {"self_attn": "self-attention (a MultiHeadAttention)", "cross_attn": "cross-attention (a second "
               "MultiHeadAttention)", "feed_forward": "the feed-forward network", "norm1": "the first LayerNorm",
@@ -333,7 +342,7 @@ def _steps(kind: str, train: bool) -> tuple[list[parts.Step], str]:
     identity, so whether and where it is called cannot be seen)."""
     steps, stream = [], "x"
     for index, name in enumerate(SUBLAYERS[kind], start=1):
-        keys = {"stream": stream, "self mask": "mask" if kind == "encoder" else "dec_mask"}
+        keys = {"stream": stream, "self mask": "mask" if kind in ENCODER_LIKE else "dec_mask"}
         steps.append(parts.Step(name, {argument: parts.terms(keys.get(key, key))
                                        for argument, key in ARGUMENTS[name].items()}, name))
         added = name
@@ -347,7 +356,7 @@ def _steps(kind: str, train: bool) -> tuple[list[parts.Step], str]:
 
 def _values(kind: str, inputs: tuple) -> parts.Values:
     values = parts.Values()
-    names = ("x", "mask") if kind == "encoder" else ("x", "enc_out", "enc_mask", "dec_mask")
+    names = ("x", "mask") if kind in ENCODER_LIKE else ("x", "enc_out", "enc_mask", "dec_mask")
     for name, value in zip(names, inputs, strict=True):
         values.add(name, INPUT_WORDS[name], value, mask=name.endswith("mask"))
     return values
@@ -362,6 +371,8 @@ def _replay(kind: str, calls: list[parts.Call], inputs: tuple, paths: Mapping[st
 def _block_reading(kind: str, calls: list[parts.Call], inputs: tuple, paths: Mapping[str, str], result: Any,
                    train: bool = False, complete: bool = True) -> str | None:
     """The first place the student's block departs from the paper's computation, in words, with its line."""
+    if kind == "pre_ln":
+        return _pre_ln_reading(calls, inputs, paths, result, train, complete)
     replay, last = _replay(kind, calls, inputs, paths, train)
     norms = [f"norm{index}" for index in range(1, len(SUBLAYERS[kind]) + 1)]
     reading = replay.departure(result=result, result_key=last if complete else None,
@@ -414,6 +425,12 @@ def _residual(kind: str, reading: parts.Reading, calls: list[parts.Call], replay
 
 DROPOUT_ADVICE = ("the paper applies dropout to the output of each sublayer, once, before adding it to the "
                   "sublayer's input: norm(x + dropout(sublayer(x))) (section 5.4)")
+PRE_LN_DROPOUT_ADVICE = ("the pre-LN block keeps the paper's rule (section 5.4): dropout once on the output of each "
+                         "sublayer, before it is added to the stream: x + dropout(sublayer(norm(x)))")
+
+
+def _dropout_advice(kind: str) -> str:
+    return PRE_LN_DROPOUT_ADVICE if kind == "pre_ln" else DROPOUT_ADVICE
 
 
 def _dropout_reading(kind: str, calls: list[parts.Call], inputs: tuple,
@@ -438,12 +455,12 @@ def _expect_block(kind: str, block: Any, paths: dict[str, str], run: parts.Run, 
                   reference: nn.Module, *, cause: str, atol: float = 1e-8, rtol: float = 1e-6,
                   train: bool = False) -> None:
     """expect_close, with the block's departure from the paper (or the engine's reading) as the cause."""
-    names = ("x", "mask") if kind == "encoder" else ("x", "enc_out", "enc_mask", "dec_mask")
+    names = ("x", "mask") if kind in ENCODER_LIKE else ("x", "enc_out", "enc_mask", "dec_mask")
     sizes = {"batch": inputs[0].size(0), "position": inputs[0].size(1), "d_model": inputs[0].size(-1)}
 
     def diagnose(got: Tensor) -> Diagnosis | None:
         dropout = _dropout_reading(kind, run.calls, inputs, paths) if train else None
-        reading = f"{dropout.text}: {DROPOUT_ADVICE}" if dropout else _block_reading(kind, run.calls, inputs,
+        reading = f"{dropout.text}: {_dropout_advice(kind)}" if dropout else _block_reading(kind, run.calls, inputs,
                                                                                       paths, got, train)
         engine = None if train else _engine(block, reference, inputs, names, got, expected, sizes)
         return parts.diagnosis(reading, got, expected, engine, AXES, atol, rtol)
@@ -467,6 +484,20 @@ def _eval_run(kind: str, block: Any, paths: dict[str, str], inputs: tuple) -> pa
     return run
 
 
+def _expect_new_shape(kind: str, run: parts.Run, inputs: tuple, cause: str) -> None:
+    """The block's output has the shape of x, and it is not x itself (a forward that computes nothing returns its
+    input unchanged through the given `return x`: right shape, no work)."""
+    names = ("x", "mask") if kind in ENCODER_LIKE else ("x", "enc_out", "enc_mask", "dec_mask")
+    what = f"{NAMES[kind]}({', '.join(names)})"
+    out = expect_shape(what, run.outputs[0], tuple(inputs[0].shape), cause=cause)
+    if torch.equal(out, inputs[0]):
+        fail(f"{what} returned its input x unchanged.",
+             expected=f"a new tensor of shape {tuple(inputs[0].shape)}, computed by the block's sublayers",
+             got="the input x itself, every value the same",
+             cause="forward leaves x as it was: the given last line returns x, so each sublayer's result must be "
+                   "written back to x.")
+
+
 def paths_roles(paths: Mapping[str, str]) -> dict[str, str]:
     """The recorder's view: the student's path -> role (dropout is found by what it does, not by name)."""
     return {path: role for role, path in paths.items() if role != "dropout"}
@@ -475,17 +506,17 @@ def paths_roles(paths: Mapping[str, str]) -> dict[str, str]:
 # --- EncoderBlock -----------------------------------------------------------------------------------------
 
 
-@check("EncoderBlock keeps the shape (batch, src_len, d_model)")
+@check("EncoderBlock returns a new tensor of shape (batch, src_len, d_model)")
 def encoder_shape(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                   batch: int = 2, seq_len: int = 7) -> None:
     _, block, paths = _case(EncoderBlock, "encoder", d_model, num_heads, d_ff, weights=False)
-    run = _eval_run("encoder", block, paths, _encoder_inputs(batch, seq_len, d_model))
-    expect_shape("EncoderBlock(x, mask)", run.outputs[0], (batch, seq_len, d_model),
-                 cause="both sublayers map (batch, src_len, d_model) to the same shape; return the output "
-                       "of the second LayerNorm.")
+    inputs = _encoder_inputs(batch, seq_len, d_model)
+    run = _eval_run("encoder", block, paths, inputs)
+    _expect_new_shape("encoder", run, inputs, "both sublayers map (batch, src_len, d_model) to the same shape, "
+                                              "and the block returns what its last step computes.")
 
 
-@check("EncoderBlock computes norm2(h + FFN(h)) with h = norm1(x + SelfAttention(x)), as in the paper")
+@check("EncoderBlock: self-attention, then feed-forward, each post-LN as in the paper")
 def encoder_values(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                    batch: int = 3, seq_len: int = 6, int_mask: bool = False) -> None:
     reference, block, paths = _case(EncoderBlock, "encoder", d_model, num_heads, d_ff)
@@ -577,7 +608,7 @@ def _dropout_modes(Block: type[nn.Module], kind: str, sizes: tuple[int, int, int
         fail("in train mode two calls gave exactly the same output.",
              expected="different outputs: dropout (p=0.5) zeroes different elements on every call",
              got="identical outputs", cause=(reading.text if reading else "no dropout acts in train mode")
-             + f": {DROPOUT_ADVICE}.")
+             + f": {_dropout_advice(kind)}.")
     evaluated = parts.observe(block, inputs, NAMES[kind], roles, explain).outputs[0]
     without = parts.observe(still, inputs, NAMES[kind], roles, explain).outputs[0]
     expect_close(f"{what} in eval mode", evaluated, without, atol=1e-10, rtol=1e-8,
@@ -602,14 +633,13 @@ def _dropout_placement(Block: type[nn.Module], kind: str, sizes: tuple[int, int,
         with parts.seeded(seed), torch.no_grad():
             expected = reference(*inputs)
         _expect_block(kind, block, paths, run, expected, inputs, reference, train=True,
-                      cause="apply dropout once per sublayer, on the sublayer's output: "
-                            "norm(x + self.dropout(sublayer(x))) (the paper, section 5.4).")
+                      cause=f"apply dropout once per sublayer, on the sublayer's output: {_dropout_advice(kind)}.")
         return
     reading = _dropout_reading(kind, run.calls, inputs, paths)
     if reading is not None:
         fail(f"{NAMES[kind]}(...) in train mode: dropout is not where the paper puts it.",
              expected="dropout once on each sublayer's output", got=reading.got,
-             cause=f"{reading.text}: {DROPOUT_ADVICE}.")
+             cause=f"{reading.text}: {_dropout_advice(kind)}.")
 
 
 @check("EncoderBlock: dropout is active in train mode and switched off in eval mode")
@@ -628,14 +658,14 @@ def encoder_dropout_placement(EncoderBlock: type[nn.Module], d_model: int = 16, 
 # --- DecoderBlock -----------------------------------------------------------------------------------------
 
 
-@check("DecoderBlock keeps the shape (batch, tgt_len, d_model), also when src_len differs from tgt_len")
+@check("DecoderBlock returns a new tensor of shape (batch, tgt_len, d_model), also when src_len differs from tgt_len")
 def decoder_shape(DecoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                   batch: int = 2, tgt_len: int = 5, src_len: int = 8) -> None:
     _, block, paths = _case(DecoderBlock, "decoder", d_model, num_heads, d_ff, seed=30, weights=False)
-    run = _eval_run("decoder", block, paths, _decoder_inputs(batch, tgt_len, src_len, d_model))
-    expect_shape("DecoderBlock(x, enc_out, enc_mask, dec_mask)", run.outputs[0], (batch, tgt_len, d_model),
-                 cause="every sublayer keeps the decoder's shape (batch, tgt_len, d_model); "
-                       "cross-attention's query is the decoder's x.")
+    inputs = _decoder_inputs(batch, tgt_len, src_len, d_model)
+    run = _eval_run("decoder", block, paths, inputs)
+    _expect_new_shape("decoder", run, inputs, "every sublayer keeps the decoder's shape (batch, tgt_len, d_model); "
+                                              "cross-attention's query is the decoder's x.")
 
 
 @check("DecoderBlock: masked self-attention, cross-attention on enc_out, feed-forward, each post-LN")
@@ -710,6 +740,142 @@ def decoder_dropout_placement(DecoderBlock: type[nn.Module], d_model: int = 16, 
                               d_ff: int = 32, batch: int = 2, tgt_len: int = 6, src_len: int = 6) -> None:
     _dropout_placement(DecoderBlock, "decoder", (d_model, num_heads, d_ff),
                        _decoder_inputs(batch, tgt_len, src_len, d_model), seed=6)
+
+
+# --- PreLNEncoderBlock: the pre-LN arrangement, checked by its properties ---------------------------------------
+#
+# The paper's block is post-LN; the pre-LN block (section 11 of the lesson) has the same parts in another
+# arrangement. It is checked by what defines it: with silent sublayers the stream passes through untouched (it is
+# never normalised inside the block), and PyTorch's own pre-LN layer (`norm_first=True`) computes the same values
+# with the same weights. The reference pre-LN block only explains a difference and gives the dropout draws.
+
+
+def _pre_ln_steps(train: bool) -> tuple[list[parts.Step], tuple[parts.Term, ...]]:
+    """The calls of the pre-LN block, and the terms of its result: each sublayer reads its own LayerNorm's output of
+    the stream so far, and the stream is the input x plus each sublayer's (dropped-out) output."""
+    steps: list[parts.Step] = []
+    stream: list[str] = ["x"]
+    for index, name in enumerate(SUBLAYERS["pre_ln"], start=1):
+        norm = f"norm{index}"
+        steps.append(parts.Step(norm, {"input": parts.terms(*stream)}, norm))
+        reads = {"q": norm, "k": norm, "v": norm, "mask": "mask"} if name == "self_attn" else {"x": norm}
+        steps.append(parts.Step(name, {argument: parts.terms(key) for argument, key in reads.items()}, name))
+        added = name
+        if train:
+            added = f"dropout{index}"
+            steps.append(parts.Step("dropout", {"input": parts.terms(name)}, added, "the dropped-out output"))
+        stream.append(added)
+    return steps, parts.terms(*stream)
+
+
+def _post_ln_sum(calls: list[parts.Call], replay: parts.Replay) -> str:
+    """The first LayerNorm normalising the block's input plus self-attention's output, where the pre-LN block
+    normalises the input alone: the post-LN arrangement where the pre-LN one is asked for."""
+    x = replay.values.tensors["x"]
+    first = next((call for call in calls if call.role == "norm1"), None)
+    attended = next((call for call in calls if call.role == "self_attn" and call.returned), None)
+    if first is None or attended is None or not isinstance(attended.output, Tensor) \
+            or attended.output.shape != x.shape or not isinstance(first.args.get("input"), Tensor):
+        return ""
+    if not parts._close(first.args["input"], x.double() + attended.output.double()):
+        return ""
+    return (f"{parts.at(first.line)}{replay.part(first)} normalises the residual sum, the block's input x + the output "
+            f"of {replay.part(attended)}: that is the paper's post-LN arrangement. In the pre-LN arrangement a "
+            "LayerNorm normalises only the copy its sublayer reads, and the sublayer's output is added to the stream "
+            "as it is")
+
+
+def _pre_ln_reading(calls: list[parts.Call], inputs: tuple, paths: Mapping[str, str], result: Any,
+                    train: bool = False, complete: bool = True) -> str | None:
+    """The first place the student's pre-LN block departs from the pre-LN computation, in words, with its line."""
+    steps, total = _pre_ln_steps(train)
+    replay = parts.Replay(calls, steps, _values("pre_ln", inputs), paths, authority="the pre-LN block")
+    post_ln = _post_ln_sum(calls, replay)
+    if post_ln:
+        return post_ln
+    reading = replay.departure(ordered=[SUBLAYERS["pre_ln"], ("norm1", "norm2")], complete=complete)
+    if reading is not None:
+        return reading.cause()
+    if not complete or not isinstance(result, Tensor) or replay.values.matches(result, total):
+        return None
+    got = replay.values.name(result) or parts.UNNAMED
+    return (f"forward returns {got} where the pre-LN block returns {replay.values.words(total)}: the stream, "
+            "never normalised inside the block")
+
+
+def _stream_words(out: Tensor, x: Tensor, added: Tensor) -> str:
+    """What a block did to its stream besides adding its sublayers' outputs, read from the values."""
+    mean, std = out.mean(dim=-1), out.std(dim=-1, correction=0)
+    if bool((mean.abs() < 1e-6).all()) and bool(((std - 1).abs() < 1e-3).all()):
+        return ("an output normalised at every position (mean 0, standard deviation 1), while the input x has mean "
+                f"{float(x.mean()):.2f} and standard deviation {float(x.std()):.2f}")
+    return (f"an output that differs from x + (what the sublayers returned) by up to "
+            f"{float((out - x - added).abs().max()):.3g}")
+
+
+@check("PreLNEncoderBlock returns a new tensor of shape (batch, src_len, d_model)")
+def pre_ln_shape(PreLNEncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
+                 batch: int = 2, seq_len: int = 7) -> None:
+    _, block, paths = _case(PreLNEncoderBlock, "pre_ln", d_model, num_heads, d_ff, weights=False)
+    inputs = _encoder_inputs(batch, seq_len, d_model)
+    run = _eval_run("pre_ln", block, paths, inputs)
+    _expect_new_shape("pre_ln", run, inputs, "each sublayer returns a tensor shaped like x, and the block returns "
+                                             "the stream, shaped like its input.")
+
+
+@check("PreLNEncoderBlock adds each sublayer's output to its input and does nothing else to the stream")
+def pre_ln_stream(PreLNEncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
+                  batch: int = 2, seq_len: int = 6) -> None:
+    _, block, paths = _case(PreLNEncoderBlock, "pre_ln", d_model, num_heads, d_ff, weights=False)
+    x, mask = _encoder_inputs(batch, seq_len, d_model, seed=24)
+    inputs = (2.0 + 3.0 * x, mask)  # far from mean 0 and spread 1: a normalised output cannot pass for the input
+    run = _eval_run("pre_ln", block, paths, inputs)
+    out = expect_shape("PreLNEncoderBlock(x, mask)", run.outputs[0], tuple(inputs[0].shape),
+                       cause="return the stream, shaped like x.")
+    made = [call for call in run.calls if call.role in SUBLAYERS["pre_ln"] and call.returned]
+    if not made:
+        fail("no call of either sublayer was seen.", expected="the stream x plus what self-attention and the "
+             "feed-forward network return", got="an output made without calling self.self_attn(...) or "
+             "self.feed_forward(...)",
+             cause="each sublayer reads its LayerNorm's copy of the stream, and what it returns is added to x.")
+    added = sum(call.output.double() for call in made if isinstance(call.output, Tensor)
+                and call.output.shape == out.shape)
+    if isinstance(added, Tensor) and tensors_close(out, inputs[0] + added, 1e-9, 1e-9):
+        return
+    fail("the block's output is not its input plus what its sublayers returned.",
+         expected="x + (self-attention's output) + (the feed-forward network's output), in eval mode: nothing "
+                  "else happens to the stream",
+         got=_stream_words(out, inputs[0], added if isinstance(added, Tensor) else torch.zeros_like(out)),
+         cause=parts.safely(_pre_ln_reading, run.calls, inputs, paths, run.outputs[0])
+         or "something in forward changes the stream itself: in the pre-LN arrangement a LayerNorm normalises only "
+            "the copy a sublayer reads, and each sublayer's output is added to the stream as it is.")
+
+
+@check("PreLNEncoderBlock gives the same output as torch.nn.TransformerEncoderLayer(norm_first=True), same weights")
+def pre_ln_matches_torch(PreLNEncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
+                         batch: int = 3, seq_len: int = 6) -> None:
+    reference, block, paths = _case(PreLNEncoderBlock, "pre_ln", d_model, num_heads, d_ff, seed=25)
+    inputs = _encoder_inputs(batch, seq_len, d_model, seed=26)
+    x, mask = inputs
+    with parts.seeded():
+        layer = nn.TransformerEncoderLayer(d_model, num_heads, d_ff, 0.1, batch_first=True,
+                                           norm_first=True).double().eval()
+    _load_attention(layer.self_attn, reference.self_attn)
+    _load_common(layer, reference, ("norm1", "norm2"))
+    padding = ~mask[:, 0, 0, :].bool()  # (batch, seq_len), True at padding: the built-in's convention
+    expected = layer(x, src_key_padding_mask=padding).detach()  # grad enabled keeps the plain code path
+    run = _eval_run("pre_ln", block, paths, inputs)
+    _expect_block("pre_ln", block, paths, run, expected, inputs, reference, atol=1e-7,
+                  cause="PyTorch's layer with norm_first=True is the pre-LN block: norm1 normalises what "
+                        "self-attention reads, norm2 what the feed-forward network reads, and each sublayer's output "
+                        "is added to the unnormalised stream: x + dropout(sublayer(norm(x))).")
+
+
+@check("PreLNEncoderBlock: dropout acts on each sublayer's output, before it is added to the stream")
+def pre_ln_dropout_placement(PreLNEncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4,
+                             d_ff: int = 32, batch: int = 2, seq_len: int = 6) -> None:
+    _dropout_placement(PreLNEncoderBlock, "pre_ln", (d_model, num_heads, d_ff),
+                       _encoder_inputs(batch, seq_len, d_model, seed=27), seed=8)
 
 
 # --- predict, then run ------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ WARM_UP: tuple[str, ...] = ("shape checks", "optimiser step")
 __all__ = [
     "predicted_parameter_count",
     "predicted_tying_saving",
+    "decoder_blocks_used",
     "decoder_layers_registered",
     "decoder_output_shape",
     "decoder_values",
@@ -177,7 +178,7 @@ def _mask(make_target_mask: Callable, tokens: Tensor, pad_idx: int, crash_as_tex
         if not crash_as_text and isinstance(error, RuntimeError) and "not implemented for" in str(error) \
                 and any(kind in str(error) for kind in ("'Float'", "'Double'")):
             fail("make_target_mask crashed while combining its two masks.",
-                 expected="padding & look_ahead, two bool tensors",
+                 expected="two masks of bool (or integer) entries, combined into one",
                  got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
                  cause="one of the masks is a float tensor (torch.ones and torch.tril give floats): & and | "
                        "work on bool or integer tensors only. Build it as bool, torch.ones(..., dtype=torch.bool)"
@@ -196,7 +197,8 @@ def _allowed(name: str, got: object, shape: tuple[int, ...]) -> Tensor:
     if mask.dtype != torch.bool and not bool(((mask == 0) | (mask == 1)).all()):
         fail(f"{name} holds values other than 0 and 1.", expected="bool (or 0/1) entries, True = may attend",
              got=f"values such as {mask.flatten()[~((mask == 0) | (mask == 1)).flatten()][:3].tolist()}",
-             cause="the course's masks say *where* attention is allowed; the -1e9 is added inside attention.")
+             cause="the course's masks say *where* attention is allowed; attention itself puts -1e9 at the hidden "
+                   "scores.")
     return mask != 0
 
 
@@ -295,8 +297,29 @@ def target_mask_values(make_target_mask: Callable, batch: int = 3, tgt_len: int 
          expected=f"sentence {row}, query {query}, key {key} {word} (key {key} is {reason}; "
                   f"tokens {tokens[row].tolist()}, pad_idx={pad_idx})",
          got="allowed" if allowed[row, 0, query, key] else "hidden",
-         cause=_mask_reading(allowed, tokens, pad_idx) or "query i may attend to key j when j <= i (look-ahead) and "
-                                                           "tokens[j] != pad_idx (padding).")
+         cause=_fixed_pad_id(make_target_mask, pad_idx) or _mask_reading(allowed, tokens, pad_idx)
+         or "query i may attend to key j when j <= i (look-ahead) and tokens[j] != pad_idx (padding).")
+
+
+def _fixed_pad_id(make_target_mask: Callable, pad_idx: int) -> str:
+    """Whether the student's mask hides real tokens of some other id as if they were padding: two sentences holding
+    every id from 0 to 11 once (pad_idx excepted), in opposite orders, read from the last query's row (the keys
+    before it). The same one or two ids hidden in both orders, whatever their position, are taken for a pad id;
+    '' otherwise."""
+    forward = [token for token in range(12) if token != pad_idx]
+    ids = torch.tensor([forward, forward[::-1]])  # (2, 11), no padding at all
+    try:
+        got = _mask(make_target_mask, ids, pad_idx)
+        rows = got.expand(2, 1, ids.size(1), ids.size(1))[:, 0, -1, :-1] != 0 if isinstance(got, Tensor) else None
+    except Exception:  # noqa: BLE001  (a crash here is the other readings' business)
+        return ""
+    if rows is None:
+        return ""
+    hidden = [sorted(int(token) for token in ids[row, :-1][~rows[row]]) for row in range(2)]
+    if not hidden[0] or hidden[0] != hidden[1] or len(hidden[0]) > 2:
+        return ""
+    return (f"the mask hides real tokens with id {', '.join(map(str, hidden[0]))} as if they were padding, not the "
+            f"tokens equal to pad_idx={pad_idx}: compare the tokens with the `pad_idx` argument, not a fixed id.")
 
 
 DEVICE = ("a tensor made inside make_target_mask (the look-ahead part: torch.ones, torch.tril, "
@@ -316,6 +339,11 @@ def target_mask_device(make_target_mask: Callable, batch: int = 2, tgt_len: int 
                  got=f"{error} (tgt was on another device than the CPU)", cause=DEVICE)
         return  # the code reads the ids' values, which a meta tensor has not: nothing to say about devices
     mask = expect_tensor("make_target_mask(tgt, pad_idx)", got, cause="return the mask tensor.")
+    if mask.dim() < 3:  # the ids themselves, or anything shaped like them: no (query, key) table to place
+        fail("make_target_mask returns no (query, key) table for tgt on another device.",
+             expected=f"a mask of shape {(batch, 1, tgt_len, tgt_len)} on the device of tgt",
+             got=f"a tensor of shape {tuple(mask.shape)} ({mask.dtype})",
+             cause="the mask has one (tgt_len, tgt_len) table per sentence, whatever the device of tgt.")
     if mask.device != tokens.device:
         fail("make_target_mask returns its mask on another device than tgt.",
              expected="the device of tgt", got=f"a mask on {mask.device}", cause=DEVICE)
@@ -652,6 +680,60 @@ def decoder_values(Decoder: type[nn.Module], **sizes: float) -> None:
 def decoder_layers_registered(Decoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
     _layers_registered(Decoder, "Decoder", config, _decoder_inputs(config, seed=51, dtype=torch.float32))
+
+
+@on_student_side
+def _block_gradients(module: nn.Module, blocks: list[str], inputs: tuple, seed: int) -> dict[str, Any]:
+    """Backpropagate (output * random weights).sum() through the student's stack in eval mode: the norm of the
+    gradient that reaches each block's parameters (0.0 where none does), in the order of `blocks`."""
+    for each in parts.everything(module):
+        each.eval()
+    with torch.enable_grad(), student_code():
+        output = module(*inputs)
+    if not isinstance(output, Tensor) or not output.requires_grad:
+        return {"output": isinstance(output, Tensor), "norms": None}
+    held = [parts.locate(module, path) for path in blocks]
+    parameters = [list(block.parameters()) for block in held]
+    weights = randn(*output.shape, seed=seed, dtype=output.dtype)
+    flat = [parameter for group in parameters for parameter in group]
+    gradients = iter(torch.autograd.grad((output * weights).sum(), flat, allow_unused=True))
+    norms = []
+    for group in parameters:
+        reached = [gradient for gradient in (next(gradients) for _ in group) if gradient is not None]
+        norms.append(float(torch.sqrt(sum(gradient.double().pow(2).sum() for gradient in reached)))
+                     if reached else 0.0)
+    return {"output": True, "norms": norms}
+
+
+@check("Decoder: every block's weights reach the logits (each block gets a gradient)")
+def decoder_blocks_used(Decoder: type[nn.Module], **sizes: float) -> None:
+    config = _sizes(**sizes)
+    args = config.stack_args("Decoder")
+    reference = _reference_stack("Decoder", args, seed=45)
+    module, stack = _stack(Decoder, "Decoder", args, reference.state_dict(), seed=45)
+    inputs = _decoder_inputs(config, seed=46)
+    if not stack.blocks:
+        fail("Decoder keeps no list of DecoderBlocks.", expected=f"{config.num_layers} blocks in self.layers",
+             got="no nn.ModuleList or list of blocks among its attributes", cause=PLAIN_LIST)
+    found = _block_gradients(module, stack.blocks, inputs, seed=47)
+    if found["norms"] is None:
+        fail("the Decoder's output is not connected to its weights.",
+             expected="logits computed from the blocks' weights (they need gradients to learn)",
+             got="no tensor" if not found["output"] else "an output that does not require a gradient",
+             cause="forward must return the logits it computes, without torch.no_grad() or .detach().")
+    norms = found["norms"]
+    silent = [index for index, norm in enumerate(norms) if norm == 0.0]
+    if not silent:
+        return
+    run = _stack_run("Decoder", module, stack, inputs, config.d_model)
+    fail(f"{len(silent)} of the decoder's {len(norms)} blocks get no gradient from the logits: no change of their "
+         "weights changes the output.",
+         expected="a gradient for every block",
+         got="gradient norm per block: " + ", ".join(f"{parts.words(path)}: {norm:.3g}"
+                                                     for path, norm in zip(stack.blocks, norms, strict=True)),
+         cause=parts.safely(_stack_reading, "Decoder", stack, run.calls, inputs, config.d_model, run.outputs[0])
+         or "the output of every block must reach the logits: each block reads the previous block's output, and "
+            "pred_layer reads the last one's.")
 
 
 # --- the stacks' dropout -------------------------------------------------------------------------------

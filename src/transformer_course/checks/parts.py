@@ -563,8 +563,12 @@ def at(line: Frame | None) -> str:
 class Replay:
     """The recorded calls of one run replayed along the paper's steps."""
 
-    def __init__(self, calls: Sequence[Call], steps: Sequence[Step], values: Values, paths: Mapping[str, str]) -> None:
+    def __init__(self, calls: Sequence[Call], steps: Sequence[Step], values: Values, paths: Mapping[str, str],
+                 authority: str = "the paper") -> None:
+        """`authority`: whose computation the steps are, in messages ("the paper", or "the pre-LN block" for an
+        arrangement the paper does not have)."""
         self.calls, self.steps, self.values, self.paths = list(calls), list(steps), values, paths
+        self.authority = authority
         self.counts: dict[str, int] = {}
         made: dict[str, int] = {}
         for call in self.calls:  # every output gets a name, so that any value can be recognised
@@ -596,10 +600,10 @@ class Replay:
         early = next(call for call in self.calls if call.role == seen[differ[0]])
         if len(differ) == 2:
             first, second = (self.part(wanted[index]) for index in differ)
-            text = f"{first} and {second} are swapped: the paper applies {first} before {second}"
+            text = f"{first} and {second} are swapped: {self.authority} applies {first} before {second}"
         else:
-            text = (f"your forward calls {', '.join(self.part(role) for role in seen)} in this order; the paper's "
-                    f"order is {', '.join(self.part(role) for role in wanted)}")
+            text = (f"your forward calls {', '.join(self.part(role) for role in seen)} in this order; "
+                    f"{self.authority}'s order is {', '.join(self.part(role) for role in wanted)}")
         return Reading(text, early.line, "order", role=seen[differ[0]])
 
     def _assigned(self) -> list[tuple[Step, Call | None, int]]:
@@ -643,7 +647,7 @@ class Replay:
         if result_key is not None and not self.values.matches(result, terms(result_key)):
             got = self.values.name(result) or UNNAMED
             wanted = self.values.names[result_key]
-            text = f"forward returns {got} where the paper returns {wanted}"
+            text = f"forward returns {got} where {self.authority} returns {wanted}"
             if self.values.matches(result, terms(next(iter(self.values.names)))):
                 text += ": the results of its parts never reach the variable it returns"
             return Reading(text, None, "result", got=got, wanted=wanted)
@@ -659,16 +663,16 @@ class Replay:
     def _extra(self, expected: Mapping[str, int]) -> Reading | None:
         for role, count in self._over(expected):
             extra = [call for call in self.calls if call.role == role][expected[role]]
-            return Reading(f"{self.part(role)} is called {self._times(count)} where the paper calls it "
+            return Reading(f"{self.part(role)} is called {self._times(count)} where {self.authority} calls it "
                            f"{self._times(expected[role])}", extra.line, "count", role=role)
         return None
 
     def _missing(self, step: Step, expected: Mapping[str, int]) -> Reading:
         made = [call for call in self.calls if call.role == step.role]
         text = (f"{self.part(step.role)} is never called" if not made else
-                f"{self.part(step.role)} is called {self._times(len(made))} where the paper calls it "
+                f"{self.part(step.role)} is called {self._times(len(made))} where {self.authority} calls it "
                 f"{self._times(expected[step.role])}")
-        over = [f"{self.part(role)} is called {self._times(count)} where the paper calls it "
+        over = [f"{self.part(role)} is called {self._times(count)} where {self.authority} calls it "
                 f"{self._times(expected[role])}" for role, count in self._over(expected)]
         line = next((call.line for role, _ in self._over(expected) for call in
                      [c for c in self.calls if c.role == role][expected[role]:]), made[-1].line if made else None)
@@ -692,7 +696,7 @@ class Replay:
                            f"{values.words(wanted)} as {others}: the two are swapped", call.line, "argument", argument,
                            step.role, values.words(step.inputs[swapped[0]]), values.words(wanted))
         seen = "None" if got is None else values.name(got) or UNNAMED
-        text = f"{target} receives {seen} as {these} where the paper gives it {values.words(wanted)}"
+        text = f"{target} receives {seen} as {these} where {self.authority} gives it {values.words(wanted)}"
         if len(wanted) == 2:
             for kept, dropped in (wanted, wanted[::-1]):
                 if values.matches(got, [kept]):
@@ -713,7 +717,7 @@ class Replay:
             for argument, other in step.inputs.items():
                 if call is not None and other == terms(key) and self.values.matches(call.args.get(argument), wanted):
                     return (f"{self.part(call)} receives {self.values.words(wanted)} as {argument_words(argument)} "
-                            f"where the paper gives it {self.values.names[key]}")
+                            f"where {self.authority} gives it {self.values.names[key]}")
         return ""
 
 

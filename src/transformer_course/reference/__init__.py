@@ -11,7 +11,12 @@ from transformer_course.reference.attention import (
     make_padding_mask,
     scaled_dot_product_attention,
 )
-from transformer_course.reference.blocks import DecoderBlock, EncoderBlock, PositionWiseFeedForward
+from transformer_course.reference.blocks import (
+    DecoderBlock,
+    EncoderBlock,
+    PositionWiseFeedForward,
+    PreLNEncoderBlock,
+)
 from transformer_course.reference.model import (
     Decoder,
     Encoder,
@@ -30,6 +35,7 @@ __all__ = [
     "MultiHeadAttention",
     "PositionWiseFeedForward",
     "PositionalEncoding",
+    "PreLNEncoderBlock",
     "Transformer",
     "count_parameters",
     "make_look_ahead_mask",

@@ -1,5 +1,5 @@
-"""Stage 3 figures: ReLU and the hidden layer of the feed-forward network, residual connections,
-LayerNorm before/after, the decoder's two masks and attention weights, post-LN vs pre-LN gradients."""
+"""Stage 3 figures: ReLU and the hidden layer of the feed-forward network, a small training run of it, residual
+connections, LayerNorm before/after, the decoder's two masks and attention weights, post-LN vs pre-LN gradients."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from torch import nn
 
 from transformer_course.visualisation.masks import add_mask_legend, draw_mask
 from transformer_course.visualisation.unseen import not_drawn_while_grading
@@ -47,16 +48,77 @@ def plot_feed_forward_hidden(pre_activation: torch.Tensor, max_units: int = 64) 
 
 
 @not_drawn_while_grading
-def plot_similarity_by_depth(curves: Mapping[str, Sequence[float]]) -> Figure:
-    """Mean cosine similarity between the positions of a sequence after each layer, one line per setup."""
-    figure, axis = plt.subplots(figsize=(7.5, 3.6))
+def plot_similarity_by_depth(curves: Mapping[str, Sequence[float]],
+                             distances: Mapping[str, Sequence[float]] | None = None) -> Figure:
+    """Left: the mean cosine similarity between the positions of a sequence after each layer, one line per setup.
+    Right (with `distances`): how far the sequence is from one whose positions all hold the same vector, relative
+    to its size, on a log scale."""
+    panels = 2 if distances else 1
+    figure, axes = plt.subplots(1, panels, figsize=(7.5 * panels - 1 * (panels - 1), 3.6), squeeze=False)
+    axis = axes[0, 0]
     for label, values in curves.items():
         axis.plot(range(len(values)), list(values), marker="o", label=label)
     axis.set_xlabel("number of layers applied")
     axis.set_ylabel("mean cosine similarity\nbetween positions")
     axis.set_ylim(-0.05, 1.05)
-    axis.set_title("Without the residual path all positions collapse to the same vector")
+    axis.set_title("Without the residual path all positions\ncollapse to the same vector")
     axis.legend()
+    if distances:
+        right = axes[0, 1]
+        for label, values in distances.items():
+            right.semilogy(range(len(values)), list(values), marker="o", label=label)
+        right.set_xlabel("number of layers applied")
+        right.set_ylabel("relative distance to a sequence\nwith all positions equal")
+        right.set_title("The same runs, distance on a log scale\n(float64: rounding stops it near 1e-16)")
+        right.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def fit_to_targets(network: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, steps: int = 300,
+                   learning_rate: float = 0.01) -> tuple[list[float], torch.Tensor]:
+    """Train `network` with Adam to map `inputs` to `targets` (mean squared error, the whole set every step).
+
+    Returns the loss before each step and the network's outputs after the last step (no gradient). The training
+    loop itself is stage 5's subject; here it only produces a symptom to look at.
+    """
+    optimiser = torch.optim.Adam(network.parameters(), lr=learning_rate)
+    losses = []
+    for _ in range(steps):
+        loss = nn.functional.mse_loss(network(inputs), targets)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(loss.item())
+    with torch.no_grad():
+        return losses, network(inputs)
+
+
+@not_drawn_while_grading
+def plot_fit(losses: Sequence[float], zero_loss: float, targets: torch.Tensor, predictions: torch.Tensor) -> Figure:
+    """A small training run of a network on a regression task. Left: the loss at every step, and the loss of
+    predicting 0 everywhere. Right: every prediction against its target (a perfect fit lies on the diagonal).
+
+    targets, predictions: tensors of the same shape (any), compared element by element."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    left.plot(range(1, len(losses) + 1), list(losses), color="tab:blue", label="training loss")
+    left.axhline(zero_loss, color="grey", linestyle="--", label="predicting 0 everywhere")
+    left.set_xlabel("training step")
+    left.set_ylabel("mean squared error")
+    left.set_ylim(0, 1.1 * max(max(losses), zero_loss))
+    left.set_title(f"loss after {len(losses)} steps: {losses[-1]:.4f}")
+    left.legend()
+    wanted = targets.detach().flatten().cpu().numpy()
+    got = predictions.detach().flatten().cpu().numpy()
+    right.scatter(wanted, got, s=4, alpha=0.4, color="tab:blue")
+    low, high = float(min(wanted.min(), got.min())), float(max(wanted.max(), got.max()))
+    right.plot([low, high], [low, high], color="grey", linewidth=1, label="prediction = target")
+    right.axhline(0, color="grey", linewidth=0.5)
+    right.axvline(0, color="grey", linewidth=0.5)
+    right.set_xlabel("target")
+    right.set_ylabel("prediction")
+    right.set_title("every output value after training")
+    right.legend(loc="upper left")
     figure.tight_layout()
     return figure
 

@@ -172,11 +172,6 @@ def _title(axis: Axes, point: Point, title: str, subtitle: str = "") -> None:
         _text(axis, (point[0], point[1] - 0.3), subtitle, size=8.5, colour=NOTE, ha="left", va="top")
 
 
-def _code(axis: Axes, corner: Point, lines: Sequence[str], size: float = 8) -> None:
-    """Lines of Python in monospace, top-left anchored at `corner`."""
-    _text(axis, corner, "\n".join(lines), size=size, family=MONO, ha="left", va="top", linespacing=1.5)
-
-
 def _frame(axis: Axes, bottom_left: Point, size: tuple[float, float], caption: str) -> None:
     """Dashed rounded frame around a stack of blocks, its `caption` inside the top-left corner."""
     x, y = bottom_left
@@ -293,8 +288,6 @@ def _draw_transformer() -> Figure:
           size=7.5, colour=NOTE, ha="left", va="bottom")
     _title(axis, (0.25, 9.45), "Transformer", "encoder–decoder of “Attention Is All You Need” (post-LN)")
     _legend(axis, (0.3, 8.65), ["embedding", "attention", "add_norm", "feed_forward", "output"])
-    _code(axis, (0.3, 7.25), ["enc_out = encoder(enc_in, enc_mask)", "logits = decoder(dec_in, enc_out,",
-                              "                  enc_mask, dec_mask)"], size=7.5)
     return figure
 
 
@@ -304,7 +297,6 @@ def _draw_transformer() -> Figure:
 
 WIDE = (2.5, 0.5)
 NORM = (2.5, 0.38)
-PILL = (1.2, 0.28)
 
 
 def _fork(axis: Axes, box: Box, source: Point, inputs: Sequence[tuple[float, str]]) -> None:
@@ -329,16 +321,14 @@ def _side_input(axis: Axes, box: Box, side: float, label: str, length: float = 0
 
 
 def _sublayer_end(axis: Axes, sublayer: Box, residual: Point, side: float, norm: str) -> Box:
-    """dropout -> add the residual -> LayerNorm, stacked above `sublayer`; returns the norm box."""
+    """An "Add & Norm" box above `sublayer`, as the paper's Figure 1 draws it: the sublayer's output and the
+    residual (from `residual`) go in, and the LayerNorm it holds is `norm`. Where dropout goes is said in words
+    (the paper's section 5.4), not drawn. Returns the box."""
     x = sublayer.x
-    dropout = _box(axis, (x, sublayer.y + 0.56), PILL, "dropout", "dropout")
-    _arrow(axis, sublayer.top, dropout.bottom)
-    adder = _adder(axis, (x, dropout.y + 0.43))
-    _arrow(axis, dropout.top, adder.bottom)
-    _residual(axis, residual, adder, x + side * (WIDE[0] / 2 + 0.3))
-    normalise = _box(axis, (x, adder.y + 0.48), NORM, "add_norm", norm, "LayerNorm(d_model)")
-    _arrow(axis, adder.top, normalise.bottom)
-    return normalise
+    add_norm = _box(axis, (x, sublayer.y + 0.66), NORM, "add_norm", f"Add & Norm ({norm})", "LayerNorm(d_model)")
+    _arrow(axis, sublayer.top, add_norm.bottom)
+    _residual(axis, residual, add_norm, x + side * (WIDE[0] / 2 + 0.3))
+    return add_norm
 
 
 def _between(lower: Box, upper_y: float) -> float:
@@ -347,8 +337,8 @@ def _between(lower: Box, upper_y: float) -> float:
 
 
 def _draw_encoder_block() -> Figure:
-    """x -> self_attn -> dropout -> + x -> norm1 -> feed_forward -> dropout -> + -> norm2 (post-LN)."""
-    figure, axis = _canvas(7.4, 7.0)
+    """x -> self_attn -> Add & Norm (norm1) -> feed_forward -> Add & Norm (norm2), as in the paper's Figure 1."""
+    figure, axis = _canvas(7.4, 5.4)
     x = 2.5
     _text(axis, (x, 0.3), "x  (batch, src_len, d_model)", size=8.5)
     attention = _box(axis, (x, 1.3), WIDE, "attention", "self_attn", "MultiHeadAttention(d_model, num_heads)")
@@ -360,11 +350,8 @@ def _draw_encoder_block() -> Figure:
     norm2 = _sublayer_end(axis, forward, (x, _between(norm1, forward.bottom[1])), -1, "norm2")
     _arrow(axis, norm2.top, (x, norm2.top[1] + 0.45))
     _text(axis, (x, norm2.top[1] + 0.6), "output (batch, src_len, d_model) → next EncoderBlock", size=8.5)
-    _title(axis, (0.25, 6.85), "EncoderBlock", "post-LN: each sublayer is wrapped as "
-           "LayerNorm(x + Dropout(sublayer(x)))")
-    _code(axis, (4.15, 5.2), ["x = norm1(x + dropout(", "      self_attn(x, x, x, mask)))",
-                               "x = norm2(x + dropout(", "      feed_forward(x)))"])
-    _legend(axis, (4.3, 3.5), ["attention", "dropout", "add_norm", "feed_forward"])
+    _title(axis, (0.25, 5.25), "EncoderBlock", "one encoder layer, drawn as the paper's Figure 1 draws it")
+    _legend(axis, (4.3, 3.3), ["attention", "add_norm", "feed_forward"])
     return figure
 
 
@@ -384,21 +371,15 @@ def _encoder_output_inputs(axis: Axes, cross: Box, norm1: Box) -> None:
     _text(axis, (cross.x + 0.1, cross.bottom[1] - 0.11), "Q", size=7.5, colour=NOTE)
 
 
-def _decoder_code(axis: Axes, corner: Point) -> None:
-    """The three lines of DecoderBlock.forward, wrapped to fit beside the diagram."""
-    _code(axis, corner, ["x = norm1(x + dropout(", "  self_attn(x, x, x, dec_mask)))", "x = norm2(x + dropout(",
-                         "  cross_attn(x, enc_out,", "             enc_out, enc_mask)))",
-                         "x = norm3(x + dropout(", "  feed_forward(x)))"], size=7.5)
-
-
 def _draw_decoder_block() -> Figure:
-    """Masked self_attn -> add & norm1 -> cross_attn over enc_out -> add & norm2 -> feed_forward -> add & norm3."""
-    figure, axis = _canvas(7.6, 9.3)
+    """Masked self_attn -> Add & Norm (norm1) -> cross_attn over enc_out -> Add & Norm (norm2) -> feed_forward ->
+    Add & Norm (norm3), as in the paper's Figure 1."""
+    figure, axis = _canvas(7.6, 6.9)
     x = 3.45
     _text(axis, (x, 0.3), "x  (batch, tgt_len, d_model)", size=8.5)
     attention = _box(axis, (x, 1.3), WIDE, "attention", "self_attn", "masked: no peeking at later tokens")
     _fork(axis, attention, (x, 0.45), [(0.25, "Q"), (0.5, "K"), (0.75, "V")])
-    _side_input(axis, attention, -1, "dec_mask\n(batch, 1, tgt_len, tgt_len)\nlook-ahead & padding")
+    _side_input(axis, attention, -1, "dec_mask\n(batch, 1, tgt_len, tgt_len)\nlook-ahead and padding")
     norm1 = _sublayer_end(axis, attention, (x, 0.68), 1, "norm1")
     cross = _box(axis, (x, norm1.y + 1.05), WIDE, "attention", "cross_attn", "queries look at the source")
     _encoder_output_inputs(axis, cross, norm1)
@@ -409,9 +390,8 @@ def _draw_decoder_block() -> Figure:
     norm3 = _sublayer_end(axis, forward, (x, _between(norm2, forward.bottom[1])), 1, "norm3")
     _arrow(axis, norm3.top, (x, norm3.top[1] + 0.45))
     _text(axis, (x, norm3.top[1] + 0.6), "output (batch, tgt_len, d_model) → next DecoderBlock", size=8.5)
-    _title(axis, (0.25, 9.15), "DecoderBlock", "three sublayers, each wrapped as LayerNorm(x + Dropout(sublayer))")
-    _decoder_code(axis, (5.2, 3.1))
-    _legend(axis, (5.3, 1.5), ["attention", "dropout", "add_norm", "feed_forward"], size=7.5)
+    _title(axis, (0.25, 6.75), "DecoderBlock", "one decoder layer, drawn as the paper's Figure 1 draws it")
+    _legend(axis, (5.3, 1.5), ["attention", "add_norm", "feed_forward"], size=7.5)
     return figure
 
 

@@ -1,5 +1,5 @@
-"""Stage 4 figures: attention masks of a padded batch, teacher forcing, parameter counts, next-token
-probabilities."""
+"""Stage 4 figures: attention masks of a padded batch, teacher forcing, the gradient that reaches each part of a
+stack, parameter counts, next-token probabilities."""
 
 from __future__ import annotations
 
@@ -15,10 +15,15 @@ from transformer_course.visualisation.unseen import not_drawn_while_grading
 
 
 def _square(mask: torch.Tensor) -> torch.Tensor:
-    """Accept (q_len, k_len) or any (1, ..., q_len, k_len) mask; return the 2-D bool table."""
+    """Accept (q_len, k_len) or any (1, ..., q_len, k_len) mask; return the 2-D bool table. A mask with a single
+    query row, such as a padding mask (1, 1, 1, k_len), is drawn for k_len queries: it applies to every query."""
     table = mask.detach().cpu()
     while table.dim() > 2:
         table = table[0]
+    if table.dim() == 1:
+        table = table.unsqueeze(0)
+    if table.size(0) == 1:
+        table = table.expand(table.size(1), -1)  # (k_len, k_len): the same row for every query
     return table != 0
 
 
@@ -115,5 +120,22 @@ def plot_next_token_probabilities(probabilities: torch.Tensor, input_labels: Seq
     axis.set_ylabel("decoder position: input token")
     axis.set_title("softmax(logits): the model's guess for the next token", fontsize=10)
     figure.colorbar(image, ax=axis, label="probability")
+    figure.tight_layout()
+    return figure
+
+
+@not_drawn_while_grading
+def plot_gradient_per_part(norms: Mapping[str, float]) -> Figure:
+    """Horizontal bars, one per part of a model (first part on top), each labelled with its gradient norm; a part
+    whose gradient is exactly 0 is drawn in red."""
+    names, values = list(norms), [float(norms[name]) for name in norms]
+    figure, axis = plt.subplots(figsize=(8, 0.45 * len(names) + 1.4))
+    bars = axis.barh(names, values, color=["#c0392b" if value == 0 else "#2b7bba" for value in values])
+    axis.invert_yaxis()  # first part on top
+    for bar, value in zip(bars, values, strict=True):
+        axis.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {value:.3g}", va="center", fontsize=8)
+    axis.set_xlabel("gradient norm of the part's parameters")
+    axis.set_xlim(0, max(max(values), 1e-12) * 1.25)
+    axis.set_title("How strongly the loss reacts to each part's weights (red: not at all)", fontsize=10)
     figure.tight_layout()
     return figure

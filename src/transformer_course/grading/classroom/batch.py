@@ -34,19 +34,22 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import nbformat
 from tqdm.auto import tqdm
 
 from transformer_course.authoring import assignments as course_assignments
+from transformer_course.authoring import release_tag
 from transformer_course.data import multi30k, token_cache
 from transformer_course.grading.classroom import SANDBOX_PROBLEM
+from transformer_course.grading.classroom.releases import Environment, Releases, differences, merge, note_cell
 from transformer_course.grading.gradebook import term
 from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
 from transformer_course.grading.gradebook.config import ROOT
 from transformer_course.grading.intake.identities import Identity, lookalike_notes, student_ids
 from transformer_course.grading.intake.submissions import (
+    Found,
     Handed,
     Limits,
     Release,
@@ -59,8 +62,9 @@ from transformer_course.grading.intake.submissions import (
     printable,
     shared_file_flags,
 )
-from transformer_course.grading.outputs import answers, hand_grades, report, similarity
-from transformer_course.grading.outputs.files import replace_atomically
+from transformer_course.grading.outputs import answers, deadlines, hand_grades, report, similarity
+from transformer_course.grading.outputs.files import replace_atomically, write_text_atomically
+from transformer_course.grading.outputs.roster import Roster, RosterError
 from transformer_course.grading.outputs.scores import scored as row_scored
 from transformer_course.grading.outputs.spreadsheet import EXCEL_BOM, protect
 from transformer_course.grading.sandbox import hidden_inputs
@@ -76,6 +80,7 @@ class StudentResult:
     seconds: float = 0.0
     name: str = ""  # as the LMS or the folder wrote it, any script
     lms_id: str = ""  # the LMS's id for the student, when the download names one
+    lms: str = ""  # which LMS the id is of ("canvas", "moodle"; "" none)
     identity: Identity | None = None
     to_grade: list[str] = field(default_factory=list)  # the stages of this folder graded in this run (new, changed)
     rejected: list[Submission] = field(default_factory=list)  # this folder's files that cannot be graded
@@ -151,17 +156,26 @@ def scheduler_shard(kind: str, environment: dict[str, str] | os._Environ) -> tup
 
 
 def collect(folder: Path, release: Release, limits: Limits | None = None, known: dict[Identity, str] | None = None,
-            flag_copies: bool = True) -> dict[str, StudentResult]:
-    """Every student in the folder with their checked notebooks (one per assignment, the newest).
+            flag_copies: bool = True, roster: Roster | None = None,
+            times: deadlines.SubmissionTimes | None = None) -> dict[str, StudentResult]:
+    """Every student in the folder with their checked notebooks (one per assignment, the newest: by the
+    LMS's time, else Canvas's file number, else the file time, `deadlines.newer_key`).
 
     Nothing in the folder stops this and every file is accounted for: a notebook is a submission,
     rejected with the reason when it cannot be graded; another file is named on its student's rows,
     and a student with no notebook at all gets a rejected row naming their files. Students are told
-    apart by LMS id, else by their exact name (see `identities`). KNOWN: the students the class folder
-    knows from earlier weeks, who keep their ids. FLAG_COPIES: flag files handed in by several students
-    of this folder (the batch command flags them across the whole term instead, when it writes the scores)."""
+    apart by LMS id, else by their exact name (see `identities`); a name without an LMS id that the
+    ROSTER has is that student's LMS id. KNOWN: the students the class folder knows from earlier weeks, who
+    keep their ids. FLAG_COPIES: flag files handed in by several students of this folder (the batch command
+    flags them across the whole term instead, when it writes the scores)."""
     found = discover(folder)
     submissions = [load(release, item, limits) if item.notebook else other_file(release, item) for item in found]
+    mapped: dict[int, str] = {}
+    for submission in submissions if roster is not None else ():
+        if submission.identity is not None:
+            submission.identity, note = roster.identity(submission.identity)
+            if note:
+                mapped[id(submission)] = note
     identities = [submission.identity for submission in submissions if submission.identity]
     ids = student_ids(identities, known)
     notes = lookalike_notes([*identities, *(known or {})], {**(known or {}), **ids})
@@ -174,14 +188,16 @@ def collect(folder: Path, release: Release, limits: Limits | None = None, known:
         if result is None:
             result = students[submission.student] = StudentResult(
                 submission.student, name=submission.identity.name, lms_id=submission.identity.lms_id,
-                identity=submission.identity,
+                lms=submission.identity.lms, identity=submission.identity,
                 reasons=list(notes.get(submission.identity, [])))
+        if id(submission) in mapped and mapped[id(submission)] not in result.reasons:
+            result.reasons.append(mapped[id(submission)])
         if submission.status == "other":
             others.setdefault(submission.student, []).append(submission)
             continue
         same = [s for s in result.submissions if s.assignment and s.assignment == submission.assignment]
         if same:
-            newest = max([*same, submission], key=lambda s: (s.modified, s.relative))
+            newest = max([*same, submission], key=lambda s: deadlines.newer_key(s, times))
             older = same[0] if newest is submission else submission
             result.reasons.append(f"{submission.assignment}: two notebooks, graded the newer "
                                   f"{printable(newest.relative)}, ignored {printable(older.relative)}")
@@ -217,7 +233,9 @@ class BatchGrader:
                  db_url: str | None = None, shard: tuple[int, int] | None = None, timeout: int = 120,
                  memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
                  require_sandbox: bool = False, limits: Limits | None = None,
-                 sandbox_per_notebook: bool = False, secret_file: Path | None = None) -> None:
+                 sandbox_per_notebook: bool = False, secret_file: Path | None = None,
+                 regrade: list[str] | None = None, roster: Path | None = None, deadlines_file: Path | None = None,
+                 submission_times: list[Path] | None = None) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.secret_file = hidden_inputs.secret_path(secret_file).resolve()  # the hidden inputs' secret
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
@@ -235,6 +253,83 @@ class BatchGrader:
         self.importing: threading.Thread | None = None  # nbgrader imported while the first workers start
         self.release: Release | None = None  # the class's release notebooks, read by run()
         self.run_stamp = ""  # when this run started (the records' entries say which run read a file)
+        self.regrade = list(regrade or [])  # --regrade STUDENT[/STAGE]: graded again though their files did not change
+        self.term_files = self.term_settings(roster, deadlines_file, submission_times)
+        self.roster: Roster | None = None
+        self.deadlines: deadlines.Deadlines | None = None
+        self.times: deadlines.SubmissionTimes | None = None
+        self.running = release_tag(self.course)  # the release this checkout grades with ("v0.2.0")
+        self.releases = Releases(self.course, self.class_dir)  # notebooks of other releases (classroom.releases)
+        self.graded_with: dict[tuple[str, str], Environment] = {}  # (student, stage) -> the release it is graded with
+        self.regrading: dict[str, set[str] | None] = {}  # --regrade: {student: the stages (None: all)}, set by run()
+
+    # --- the term's files: roster, deadlines, submission times ---------------------------------------------
+
+    TERM = "term.json"  # in the class folder: where the instructor's roster and deadlines file are
+
+    def term_settings(self, roster: Path | None, deadlines_file: Path | None,
+                      submission_times: list[Path] | None) -> dict[str, object]:
+        """The roster and deadlines files of this class: as given, else as an earlier run of this class folder
+        recorded them (CLASS/term.json), so week 2 needs no option week 1 had. Submission times belong to one
+        download and are never remembered."""
+        try:
+            saved = json.loads((self.class_dir / self.TERM).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = {}
+        saved = saved if isinstance(saved, dict) else {}
+        files = {"roster": str(roster.resolve()) if roster else saved.get("roster"),
+                 "deadlines": str(deadlines_file.resolve()) if deadlines_file else saved.get("deadlines"),
+                 "submission_times": [str(path.resolve()) for path in submission_times or []]}
+        for key, given in (("roster", roster), ("deadlines", deadlines_file)):
+            if files[key] and not given:
+                print(f"using the {key} file of this class folder: {files[key]} (recorded in {self.TERM})", flush=True)
+        return files
+
+    def read_term(self) -> None:
+        """Read the roster, deadlines and times files (GradingUnavailable, naming the file and entry, when one
+        cannot be used), and record where the first two are."""
+        try:
+            if self.term_files["roster"]:
+                self.roster = Roster.load(Path(str(self.term_files["roster"])))
+            if self.term_files["deadlines"]:
+                self.deadlines = deadlines.Deadlines.load(Path(str(self.term_files["deadlines"])))
+                self.deadlines.check_stages(course_assignments(self.course))
+            times = [Path(path) for path in self.term_files["submission_times"]]  # type: ignore[union-attr]
+            if times:
+                zone = self.deadlines.zone if self.deadlines else deadlines.Deadlines().zone
+                self.times = deadlines.SubmissionTimes.load(times, zone)
+        except (RosterError, deadlines.DeadlineError) as error:
+            raise GradingUnavailable(str(error)) from None
+        if self.term_files["roster"] or self.term_files["deadlines"]:
+            self.class_dir.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(self.class_dir / self.TERM, json.dumps(
+                {"about": "the files of this class's term, used again by later runs (website/instructor/lms.md)",
+                 "roster": self.term_files["roster"], "deadlines": self.term_files["deadlines"]}, indent=1) + "\n")
+
+    def regrade_targets(self, everyone: dict[str, StudentResult]) -> dict[str, set[str] | None]:
+        """{student: the stages to grade again (None: all)} for --regrade STUDENT[/STAGE] (a student named by id,
+        LMS id or name as scores.csv has them); GradingUnavailable names what matches nobody."""
+        targets: dict[str, set[str] | None] = {}
+        unknown = []
+        for item in self.regrade:
+            who, _, stage = item.partition("/")
+            matches = [result.student for result in everyone.values() if who in (result.student, result.lms_id,
+                                                                                    result.name)
+                       and (not stage or any(s.assignment == stage for s in result.submissions))]
+            if not matches or (stage and stage not in self.assignment_ids):
+                unknown.append(item)
+                continue
+            for student in matches:
+                if stage and targets.get(student, set()) is not None:
+                    targets.setdefault(student, set()).add(stage)  # type: ignore[union-attr]
+                else:
+                    targets[student] = None
+        if unknown:
+            raise GradingUnavailable("--regrade " + ", ".join(map(repr, unknown)) + " names no student of this "
+                                     "download (a student id, LMS id or name as scores.csv has it), no notebook of "
+                                     "theirs in it, or no stage ("
+                                     + ", ".join(self.assignment_ids) + "); nobody was graded")
+        return targets
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -253,10 +348,48 @@ class BatchGrader:
         if not current():
             with gradebook_lock(self.db_url, self.class_dir):  # machines sharing the class folder: one does it
                 if not current():
+                    pinned = self.class_dir / "release" / ".release"
+                    before = pinned.read_text(encoding="utf-8").strip() if pinned.is_file() else ""
                     self.classroom.register(assignment_ids)
                     marker.write_text(stamp)
+                    pinned.write_text(self.running + "\n", encoding="utf-8")
+                    if before and before != self.running:
+                        print(f"the class's release changes from {before} to {self.running} (this checkout): "
+                              f"notebooks of {before} are graded with {before}'s checks where that release is "
+                              "available (website/instructor/releasing.md)", flush=True)
         self.data_folder = self.provide_data(assignment_ids)
         return assignment_ids
+
+    def own_releases(self, students: list[StudentResult]) -> None:
+        """Each notebook of another release than this checkout's: graded with its own release when that release
+        is available and its graded cells are the class's (`classroom.releases`); else with this one's, and its
+        row and feedback page say so (the report lists it under "another release")."""
+        for result in students:
+            for index, submission in enumerate(result.submissions):
+                tag, assignment = submission.release, submission.assignment
+                if not tag or tag == self.running or assignment not in result.to_grade or submission.notebook is None:
+                    continue
+                environment = self.releases.environment(tag, self.assignment_ids)
+                if isinstance(environment, Environment):
+                    theirs = nbformat.read(environment.class_dir / "release" / assignment / f"{assignment}.ipynb", 4)
+                    ours = nbformat.read(self.class_dir / "release" / assignment / f"{assignment}.ipynb", 4)
+                    why = "; ".join(differences(ours, theirs)[:4])
+                    why = f"its graded cells differ from {self.running}'s ({why})" if why else ""
+                else:
+                    why = f"which is not available here ({environment})"
+                if why:
+                    submission.notebook.cells.insert(1, note_cell(tag, self.running))
+                    result.reasons.append(f"{assignment}: from release {tag}, {why}: graded with {self.running}'s "
+                                          "checks, which may differ from the ones the notebook ran: review it")
+                    continue
+                assert isinstance(environment, Environment)
+                found = Found(submission.path, PurePosixPath(submission.relative))
+                again = load(Release(environment.class_dir / "release", [assignment]), found, self.limits)
+                again.student, again.identity = submission.student, submission.identity
+                result.submissions[index] = again
+                self.graded_with[result.student, assignment] = environment
+                result.reasons.append(f"{assignment}: from release {tag} (this class is graded with "
+                                      f"{self.running}): graded with {tag}'s checks")
 
     def provide_data(self, assignment_ids: list[str]) -> str | None:
         """The Multi30k folder for notebooks that read it, fetched here: the sandboxed kernels have no network."""
@@ -287,7 +420,8 @@ class BatchGrader:
     def plan(self, result: StudentResult, record: term.Record) -> None:
         """Decide what of this week's folder is new for the student (`result.to_grade`, `result.rejected`).
 
-        A notebook whose bytes the record holds, graded, is not graded again (unless --force); a changed one
+        A notebook whose bytes the record holds, graded, is not graded again (unless --force, or --regrade names
+        the student, or the student and its stage); a changed one
         (a resubmission) or a new stage is; one older, by its file's time, than the notebook graded for its
         stage is not (the newer stays, and its row says so). A file that could not be graded replaces the earlier
         row of that file, or of its stage when nothing was graded for it; beside a graded notebook of its stage
@@ -301,11 +435,13 @@ class BatchGrader:
                 result.rejected.append(submission)
                 continue
             earlier = record.notebooks.get(stage)
-            if earlier is None or self.force or earlier.status != "graded":
+            named = self.regrading.get(result.student, set())  # --regrade: None (all of theirs) or some stages
+            again = result.student in self.regrading and (named is None or stage in named)
+            if earlier is None or self.force or again or earlier.status != "graded":
                 result.to_grade.append(stage)
             elif earlier.digest == submission.digest:
                 continue
-            elif submission.modified < earlier.modified:
+            elif self.older(submission, earlier):
                 note = (f"{stage}: an older notebook, {printable(submission.relative)}, in a later download was not "
                         f"graded: the newer one graded before, {printable(earlier.file)}, stays")
                 if note not in earlier.reasons:
@@ -313,6 +449,15 @@ class BatchGrader:
                     result.changed = True
             else:
                 result.to_grade.append(stage)
+
+    def older(self, submission: Submission, earlier: term.Entry) -> bool:
+        """Whether SUBMISSION was handed in before the notebook graded for its stage: by the LMS's times when both
+        have one (--submission-times), else by the files' times."""
+        mine = deadlines.submission_time(submission, self.times)
+        theirs = deadlines.HandedIn.read(earlier.handed)
+        if mine.when and theirs and theirs.when and mine.source != "file time" and theirs.source != "file time":
+            return mine.when < theirs.when
+        return submission.modified < earlier.modified
 
     def _migrate(self, result: StudentResult, record: term.Record) -> None:
         """A record written before the class folder kept the term (no notebooks, the fingerprint of the files of the
@@ -339,7 +484,8 @@ class BatchGrader:
         return term.Entry(file=submission.relative, digest=submission.digest, modified=submission.modified,
                           inode=submission.inode, run=run, checked=submission.status, status=status,
                           reasons=reasons, untouched=submission.untouched, assignment=stage,
-                          normalised=normalised, normaliser=similarity.NORMALISER)
+                          normalised=normalised, normaliser=similarity.NORMALISER,
+                          handed=deadlines.submission_time(submission, self.times).to_json())
 
     def remember(self, result: StudentResult, record: term.Record, report: dict[str, dict] | None = None,
                  failure: str = "") -> None:
@@ -401,10 +547,18 @@ class BatchGrader:
             self.remember(result, record)
             return result
         report: dict = {}
-        parts = self.split(to_grade)
+        others = {a: self.graded_with[result.student, a] for a in to_grade if (result.student, a) in self.graded_with}
+        mine = [a for a in to_grade if a not in others]
+        parts: list[tuple[list[str], Environment | None]] = [(part, None) for part in self.split(mine)] if mine else []
+        parts += [([a], environment) for a, environment in others.items()]  # graded by their release's worker
+        for assignment, environment in others.items():  # where that release's gradebook looks for it
+            self.place_for(environment, result, assignment)
         barrier = threading.Barrier(len(parts))  # every worker's visible cells before any hidden part
         with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            for part_report, problem in pool.map(lambda part: self.run_worker(result.student, part, barrier), parts):
+            for (_, environment), (part_report, problem) in zip(parts, pool.map(
+                    lambda part: self.run_worker(result.student, part[0], barrier, part[1]), parts), strict=True):
+                if environment is not None:
+                    self.merge_release(environment, result, part_report)
                 report.update(part_report)
                 if problem:
                     result.reasons.append(problem)
@@ -422,14 +576,37 @@ class BatchGrader:
         self.remember(result, record, report)
         return result
 
-    def run_worker(self, student: str, assignment_ids: list[str],
-                   barrier: threading.Barrier | None = None) -> tuple[dict, str]:
-        """(the worker's report, a reason when it gave none) for grading these notebooks of a student.
+    def place_for(self, environment: Environment, result: StudentResult, assignment: str) -> None:
+        """Write the student's notebook where the gradebook of its release looks for it."""
+        for submission in result.submissions:
+            if submission.assignment == assignment and submission.notebook is not None:
+                path = environment.class_dir / "submitted" / result.student / assignment
+                path.mkdir(parents=True, exist_ok=True)
+                nbformat.write(submission.notebook, path / f"{assignment}.ipynb")
+
+    def merge_release(self, environment: Environment, result: StudentResult, part_report: dict) -> None:
+        """A notebook graded by its own release's worker joins the class's gradebook and folders."""
+        for assignment, outcome in part_report.items():
+            if not isinstance(outcome, dict) or not outcome.get("success"):
+                continue
+            try:
+                merge(environment, self.class_dir, self.db_url, result.student, assignment)
+            except Exception as error:  # noqa: BLE001  (the student's row says it, the batch goes on)
+                outcome["success"] = False
+                outcome["error"] = f"its grading by {environment.tag} could not join the class's gradebook: {error}"
+
+    def run_worker(self, student: str, assignment_ids: list[str], barrier: threading.Barrier | None = None,
+                   environment: Environment | None = None) -> tuple[dict, str]:
+        """(the worker's report, a reason when it gave none) for grading these notebooks of a student, by this
+        checkout's worker or, with ENVIRONMENT, by the worker of the notebooks' own release.
 
         The worker grades every visible cell of its notebooks first, says so, and waits for the other workers
         grading the same student (`barrier`) before any hidden part runs (worker.Phases)."""
-        command = [sys.executable, "-m", "transformer_course.grading.classroom.worker", "--course", str(self.course),
-                   "--class-dir", str(self.class_dir), "--student", student, "--db-url", self.db_url,
+        python, course, class_dir, db_url = ((environment.python, environment.course, environment.class_dir,
+                                              environment.db_url) if environment is not None else
+                                             (Path(sys.executable), self.course, self.class_dir, self.db_url))
+        command = [str(python), "-m", "transformer_course.grading.classroom.worker", "--course", str(course),
+                   "--class-dir", str(class_dir), "--student", student, "--db-url", db_url,
                    "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
         command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
         command += ([] if self.sandbox else ["--no-sandbox"]) + ["--wait-for-go"]
@@ -608,6 +785,7 @@ class BatchGrader:
             _warn_unsandboxed()
         if grade:
             self.use_secret()
+        self.read_term()
         assignment_ids = self.prepare() if grade else self.assignment_ids
         self.release = release = Release(self.class_dir / "release", assignment_ids)
         self.run_stamp = datetime.now().isoformat(timespec="seconds")
@@ -617,13 +795,15 @@ class BatchGrader:
                   flush=True)
         records = term.load_all(self.records)
         known = {term_identity(record): student for student, record in records.items() if record.identity}
-        everyone = collect(self.submissions, release, self.limits, known=known, flag_copies=False)
+        everyone = collect(self.submissions, release, self.limits, known=known, flag_copies=False,
+                           roster=self.roster, times=self.times)
         if not grade:
             self.write_csv(everyone)
             self.write_similarity()
             report.write_report(self.class_dir)
             return everyone
         students = {name: result for name, result in everyone.items() if in_shard(name, self.shard)}
+        self.regrading = self.regrade_targets(everyone)
         pending = []
         for result in students.values():
             record = records.get(result.student) or term.Record(result.student)
@@ -636,6 +816,7 @@ class BatchGrader:
             result.reasons = list(dict.fromkeys(reason for entry in kept if entry for reason in entry.reasons))
             if result.changed:
                 self.remember(result, record)
+        self.own_releases(pending)
         if any(result.to_grade for result in pending):  # nbgrader (half a second to import) is needed for the
             # scores at the end: imported meanwhile
             self.importing = threading.Thread(target=importlib.import_module, args=("nbgrader.api",), daemon=True)
@@ -695,13 +876,16 @@ class BatchGrader:
                                           entry.untouched) for student, entry in entries])
         flagged = {id(entry): found for (_, entry), found in zip(entries, flags, strict=True)}
         rows: list[dict] = []
+        handed: dict[int, tuple[deadlines.HandedIn | None, list[str]]] = {}  # id(row) -> when, the student's names
         for student, record in records.items():
-            person = {"name": record.name, "lms_id": record.lms_id}
+            person = {"name": record.name, "lms_id": record.lms_id, "lms": record.identity.get("lms", "")}
+            names = deadlines.person_names(student, term_identity(record))
             for stage, entry in record.notebooks.items():
                 row = scored.pop((student, stage), None) or {"student": student, "assignment": stage}
                 row.update(person, status=entry.status, notebook=entry.checked, file=entry.file,
                            reasons="; ".join(dict.fromkeys([*entry.reasons, *flagged[id(entry)]])))
                 rows.append(row)
+                handed[id(row)] = (deadlines.HandedIn.read(entry.handed), names)
             for entry in record.files.values():
                 rows.append({"student": student, **person, "assignment": entry.assignment or "?",
                              "status": entry.status, "notebook": entry.checked, "file": entry.file,
@@ -710,7 +894,7 @@ class BatchGrader:
             if result.student in (mine or set()):
                 continue
             record = records.get(result.student)
-            person = {"name": result.name, "lms_id": result.lms_id}
+            person = {"name": result.name, "lms_id": result.lms_id, "lms": result.lms}
             for submission in result.submissions:
                 stage = submission.assignment
                 if record is not None and any(entry.file == submission.relative and entry.digest == submission.digest
@@ -721,6 +905,8 @@ class BatchGrader:
                     row.update(person, status="graded", notebook=submission.status, file=submission.relative,
                                reasons="graded on another machine, whose records are not in this class folder")
                     rows.append(row)
+                    handed[id(row)] = (deadlines.submission_time(submission, self.times),
+                                       deadlines.names_of(submission))
                     continue
                 reasons = [*self.reasons_for(result, stage or "?"), "not graded yet (by the machine of its shard) "
                            "when this file was written"] if submission.status != "rejected" else submission.reasons
@@ -732,9 +918,12 @@ class BatchGrader:
                        "records are not in this class folder" if row_scored(row) else "not graded yet (by another "
                        "machine) when this file was written")
             rows.append(row)
-        fixed = ["student", "name", "lms_id", "assignment", *answers.GRADEBOOK_COLUMNS, "status", "notebook",
-                 "reasons", "file"]
-        columns = [*fixed[:4], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[4:]]
+        late = list(deadlines.TERM_COLUMNS) if self.deadlines is not None else []
+        if late:
+            self.late_columns(rows, handed)
+        fixed = ["student", "name", "lms_id", "lms", "assignment", *answers.GRADEBOOK_COLUMNS, *late, "status",
+                 "notebook", "reasons", "file"]
+        columns = [*fixed[:5], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[5:]]
 
         def write(handle) -> None:  # noqa: ANN001
             handle.write(EXCEL_BOM)  # Excel then reads it as UTF-8: names with umlauts stay whole
@@ -749,6 +938,18 @@ class BatchGrader:
         """CLASS/similarity.json: the near-copies of every exercise and written answer across the term's records
         and the reference solution (`outputs.similarity`), which the class report lists."""
         return similarity.write(self.class_dir, self.course, term.load_all(self.records), self.assignment_ids)
+
+    def late_columns(self, rows: list[dict], handed: dict[int, tuple[deadlines.HandedIn | None, list[str]]]) -> None:
+        """Each notebook's row: its submission time, due date, lateness and penalty (`deadlines.handed_columns`),
+        from when it was handed in as the class folder's record keeps it (HANDED: id(row) -> (when, the student's
+        names)), against the deadlines file as it is now (an extension given later counts)."""
+        assert self.deadlines is not None
+        for row in rows:
+            when, names = handed.get(id(row), (None, []))
+            if when is not None:
+                total = row.get("total")
+                row.update(deadlines.handed_columns(when, str(row["assignment"]), names, self.deadlines,
+                                                    float(total) if isinstance(total, int | float) else None))
 
     def reasons_for(self, result: StudentResult, assignment: str) -> list[str]:
         """The student's reasons about this assignment or about no assignment in particular."""
@@ -889,6 +1090,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="the class's secret, which the hidden tests' inputs are drawn from (made the first time; "
                              f"default: ${hidden_inputs.SECRET_VARIABLE}, else "
                              "~/.config/transformer-course/hidden-inputs.key); keep it outside the class folder")
+    parser.add_argument("--regrade", action="append", metavar="STUDENT[/STAGE]",
+                        help="grade this student (student id, LMS id or name) again though their files did not change, "
+                             "or only this notebook of theirs (repeatable); --force regrades everyone")
+    parser.add_argument("--roster", type=Path,
+                        help="the class roster (name, email, lms_id, ...): maps notebooks without an LMS id (email, "
+                             "USB) to the student's LMS id; remembered by the class folder")
+    parser.add_argument("--deadlines", type=Path,
+                        help="due dates, extensions and the late penalty (TOML, website/instructor/lms.md); "
+                             "remembered by the class folder")
+    parser.add_argument("--submission-times", type=Path, action="append", default=[], metavar="FILE",
+                        help="when each notebook was handed in, as the LMS recorded it: Moodle's grading worksheet, "
+                             "or a sheet with student, submitted[, assignment] (repeatable)")
     parser.add_argument("--scores-only", action="store_true",
                         help="grade nobody: write scores.csv for the whole class from the gradebook (after all shards)")
     arguments = parser.parse_args(argv)
@@ -898,7 +1111,9 @@ def main(argv: list[str] | None = None) -> int:
                          db_url=arguments.db_url, shard=arguments.shard, timeout=arguments.timeout,
                          memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
                          assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox,
-                         sandbox_per_notebook=arguments.sandbox_per_notebook, secret_file=arguments.secret_file)
+                         sandbox_per_notebook=arguments.sandbox_per_notebook, secret_file=arguments.secret_file,
+                         regrade=arguments.regrade, roster=arguments.roster, deadlines_file=arguments.deadlines,
+                         submission_times=arguments.submission_times)
     if arguments.shard:
         print(f"this machine grades shard {arguments.shard[0]}/{arguments.shard[1]} of the class", flush=True)
     try:

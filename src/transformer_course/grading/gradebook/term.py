@@ -14,6 +14,8 @@ files always speak of the whole term.
 
 An Entry holds what a row of scores.csv says of the notebook beside its scores (`status`, `checked` for the
 `notebook` column, `reasons`, `file`), when and from which bytes it was graded (`digest`, `modified`, `run`),
+when it was handed in by the best time there was when it was read (`handed`: the LMS's time, Canvas's LATE mark
+or the file time, for the late columns of every later week),
 and what the similarity checks compare: the student's code of each exercise and their written answers,
 normalised (names, comments and layout made uniform, `normalised`, with the version of the normaliser that
 wrote it); never the student's whole file.
@@ -47,6 +49,7 @@ class Entry:
     assignment: str = ""  # its stage ("" when none could be read)
     normalised: dict[str, str] = field(default_factory=dict)  # {exercise or question id: normalised text}
     normaliser: int = 0  # the version of the normaliser that wrote `normalised`
+    handed: dict[str, object] = field(default_factory=dict)  # when it was handed in (`deadlines.HandedIn.to_json`)
 
     @classmethod
     def read(cls, data: object) -> Entry | None:
@@ -61,7 +64,8 @@ class Entry:
             reasons=[str(reason) for reason in data.get("reasons", []) if isinstance(reason, str)],
             untouched=bool(data.get("untouched", False)), assignment=str(data.get("assignment", "")),
             normalised={str(key): str(value) for key, value in (data.get("normalised") or {}).items()},
-            normaliser=int(data.get("normaliser", 0) or 0))
+            normaliser=int(data.get("normaliser", 0) or 0),
+            handed=dict(data["handed"]) if isinstance(data.get("handed"), dict) else {})
 
 
 @dataclass

@@ -49,8 +49,8 @@ _NAME_PUNCTUATION = "'’-.,()"
 # Canvas: no name at all is tried first (old anonymous downloads start with the user id); the name
 # is the shortest prefix followed by `_[LATE_]<id>_<id>_` (Canvas removes `_<digits>_` from names).
 # Ids are ASCII digits, as the LMSs write them (`\d` would also take fullwidth or Arabic-Indic digits).
-_CANVAS = re.compile(r"^(?:(?P<name>.*?)_)??(?P<late>(?i:late)_)?(?P<id>[1-9][0-9]*|anon_[A-Za-z0-9]+)_[1-9][0-9]*_"
-                     r"(?P<file>.+)$", re.DOTALL)
+_CANVAS = re.compile(r"^(?:(?P<name>.*?)_)??(?P<late>(?i:late)_)?(?P<id>[1-9][0-9]*|anon_[A-Za-z0-9]+)_"
+                     r"(?P<file_id>[1-9][0-9]*)_(?P<file>.+)$", re.DOTALL)
 _MOODLE = re.compile(r"^(?P<name>[^_]*)_(?P<id>[0-9]+)_assignsubmission_[a-z]+_(?P<file>.*)$", re.DOTALL)
 _DOWNLOAD_NOISE = re.compile(r"^\s*copy of\s+|\s*\(\d+\)|\s*-\s*copy\b", re.IGNORECASE)
 _SEPARATORS = " \t_-."
@@ -137,6 +137,17 @@ def lms_identity(name: str) -> tuple[Identity, list[str]] | None:
         return Identity("moodle", match["id"], "", readable(match["name"])), []
     notes = ["handed in late (the file is marked LATE by Canvas)"] if match["late"] else []
     return Identity("canvas", match["id"], "", readable(match["name"] or "")), notes
+
+
+def canvas_upload(name: str) -> tuple[int, bool] | None:
+    """(the file id, whether it is marked LATE) of a Canvas download's name at the top of the folder, None for
+    any other name. Canvas numbers the files as they are uploaded, so of two files of one student the one with
+    the larger id was uploaded later; LATE is Canvas's verdict against the due date it holds for the student."""
+    found = lms_identity(name)
+    match = _CANVAS.match(name)
+    if found is None or found[0].lms != "canvas" or match is None:
+        return None
+    return int(match["file_id"]), bool(match["late"])
 
 
 def _by_name(text: str, raw: str | None = None) -> tuple[Identity, list[str]]:

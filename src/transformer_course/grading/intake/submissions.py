@@ -146,6 +146,7 @@ class Submission:
     inode: tuple[int, int] | None = None  # (device, inode): hard links share it
     modified: float = 0.0
     untouched: bool = False  # the released notebook as handed out (identical copies of it prove nothing)
+    release: str | None = None  # the release tag its setup cell names ("v0.1.0"), None when it names none
 
 
 def printable(text: str) -> str:
@@ -590,6 +591,7 @@ def _check(release: Release, found: Found, submission: Submission, notes: list[s
     if assignment is None:
         raise Unreadable("cannot tell which assignment this notebook is (no course cells or title found)")
     submission.assignment = assignment
+    submission.release = notebook_release(notebook)  # before any rebuild puts the released setup cell back
     released = release.notebooks[assignment]
     notebook.metadata = nbformat.from_dict(json.loads(json.dumps(released.metadata)))  # kernel as released
     submission.untouched = [_key(cell) for cell in notebook.cells] == release.keys[assignment]
@@ -602,12 +604,42 @@ def _check(release: Release, found: Found, submission: Submission, notes: list[s
         reasons += lost
     if reasons:
         submission.status = "repaired"
+    emptied_answers(released, notebook)
     findings = suspicious_code(notebook, released)
     reasons += [f"flagged for review: {finding}" for finding in findings[:3]]
     if len(findings) > 3:
         reasons.append(f"flagged for review: {len(findings) - 3} more such lines")
     submission.reasons += [f"{assignment}: {reason}" for reason in notes + reasons]
     submission.notebook = notebook
+
+
+def emptied_answers(released: nbformat.NotebookNode, notebook: nbformat.NotebookNode) -> list[str]:
+    """Written answers the student emptied (only spaces left), or left as released but for spaces, put back
+    as released, so that nbgrader scores them as it scores an answer left as released: 0, "left blank",
+    not "needs manual grading" (it compares the cell with the release's checksum). Returns their ids."""
+    stubs = {_grade_id(cell): cell.source for cell in released.cells
+             if cell.cell_type == "markdown" and nbgrader_metadata(cell).get("solution") and _grade_id(cell)}
+    put_back = []
+    for cell in notebook.cells:
+        stub = stubs.get(_grade_id(cell))
+        if stub is not None and cell.cell_type == "markdown" and cell.source != stub and (
+                not cell.source.strip() or cell.source.split() == stub.split()):
+            cell.source = stub
+            put_back.append(_grade_id(cell))
+    return put_back
+
+
+_SETUP = re.compile(r'REPOSITORY, RELEASE = "[^"]*", "(?P<tag>v\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?)"')
+
+
+def notebook_release(notebook: nbformat.NotebookNode) -> str | None:
+    """The release tag a student notebook's setup cell names (None: no setup cell naming one)."""
+    for cell in notebook.cells[:6]:
+        if cell.cell_type == "code":
+            found = _SETUP.search(cell.source)
+            if found:
+                return found["tag"]
+    return None
 
 
 def _reject(submission: Submission, reason: str) -> Submission:

@@ -27,8 +27,10 @@ replaces every grade it holds.
 **Canvas** (Grades > Import): CLASS_DIR/lms/canvas_<stage>.csv, one file per stage, in the layout of
 Canvas's own gradebook export: `Student, ID, SIS User ID, SIS Login ID, Section`, the stage's column, and
 a second row `Points Possible`. `ID` is the Canvas user id from the download (`name_<user id>_<file
-id>_...`), which is what Canvas matches a row by. A file lists only students with a grade to give, so it
-has no empty cell: Canvas counts an empty cell as a change against a score it holds. With Canvas's export
+id>_...`), which is what Canvas matches a row by; the name, SIS ids and section are filled from Canvas's
+export when it is given (its importer falls back on them), else the name is the download's. A file lists
+only students with a grade to give, so it has no empty score: Canvas counts an empty score as a change
+against a score it holds. With Canvas's export
 (Grades > Export > Export Entire Gradebook, --canvas-export), the column is the stage's existing assignment
 under the export's exact header (`lms_exports.canvas_column`: "Stage 2: Attention (4711)" is 02_attention)
 and its points possible are the maximum; without it, only --overwrite writes Canvas files, titled by the
@@ -53,10 +55,11 @@ the run could not see, is kept by Moodle as well. Moodle's maximum grade
 refuses, rather than send 39.5 of 41 points as 39.5/100. Each stage is its own worksheet (a Moodle
 download names students by a participant id of that one assignment). Upload with Moodle in English.
 
-**Points or the LMS's scale.** A grade is total / the stage's points x the LMS assignment's maximum, to
-two decimals: the maximum is --scale-to's (`--scale-to 100` for every stage, `--scale-to 02_attention=20`
-for one), else the LMS export's (Canvas's points possible, Moodle's maximum grade), else (Canvas only) the
-course's points. A --scale-to that differs from the export's maximum is refused.
+**Points or the LMS's scale.** A grade is total / the stage's points x the LMS assignment's maximum,
+computed in decimal and rounded half up to the LMS's decimals (8.125 is 8.13: `lms_exports.half_up`): the
+maximum is --scale-to's (`--scale-to 100` for every stage, `--scale-to 02_attention=20` for one), else the
+LMS export's (Canvas's points possible, Moodle's maximum grade), else (Canvas only) the course's points.
+A --scale-to that differs from the export's maximum is refused.
 
 **Comments** (--comments): the instructor's comments on the written answers (from the gradebook) and a
 one-line summary of the checks not passed, as HTML text for Moodle (every character a student or
@@ -81,23 +84,29 @@ import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path, PurePosixPath
 
 from transformer_course.grading.gradebook.config import default_db_url
 from transformer_course.grading.intake.identities import identify
 from transformer_course.grading.outputs.lms_exports import (
+    LMS_DECIMALS,
     CanvasColumn,
     CanvasExport,
+    CanvasPerson,
     LmsError,
     MoodleWorksheet,
     canvas_column,
+    half_up,
     number,
     read_canvas_export,
     read_moodle_worksheet,
     same,
+    shown,
 )
 from transformer_course.grading.outputs.lms_ledger import EDITED, EMPTY, OURS, SAME, Ledger, compare, digest
 from transformer_course.grading.outputs.report import grade_cells
+from transformer_course.grading.outputs.roster import Roster, RosterError, class_roster
 from transformer_course.grading.outputs.scores import pending, read_csv
 from transformer_course.grading.outputs.spreadsheet import protect, read_table, write_csv
 
@@ -166,18 +175,25 @@ class Grade:
     points: float  # the stage's maximum, in the course's points
     comment: str = ""  # plain text, one item a line
 
-    def on(self, maximum: float) -> float:
-        """The grade on an LMS assignment whose maximum is MAXIMUM, to two decimals."""
-        return round(self.total if maximum == self.points else self.total / self.points * maximum
-                     if self.points else 0.0, 2)
+    def on(self, maximum: float, decimals: int = LMS_DECIMALS) -> float:
+        """The grade on an LMS assignment whose maximum is MAXIMUM, rounded half up to DECIMALS (the LMS's):
+        computed in decimal, so 32.5 of 40 points on a 10-point assignment is 8.125, which is 8.13."""
+        if not self.points:
+            return 0.0
+        total = Decimal(repr(self.total))
+        exact = total if maximum == self.points else total / Decimal(repr(self.points)) * Decimal(repr(maximum))
+        return half_up(exact, decimals)
 
 
-def _points(value: float) -> str:
-    return f"{round(value, 2):g}"
+def _points(value: float, decimals: int = LMS_DECIMALS) -> str:
+    return shown(value, decimals)
 
 
 def _lms(row: dict[str, str], assignment_ids: list[str]) -> str:
-    """Which LMS named this student's file ("canvas", "moodle" or "")."""
+    """Which LMS the student's id is of ("canvas", "moodle" or ""): scores.csv's `lms` (the batch writes it,
+    also for a student the roster named), else the LMS that named the file."""
+    if row.get("lms") and row.get("lms_id"):
+        return row["lms"]
     if not row.get("file"):
         return ""
     return identify(PurePosixPath(row["file"]), assignment_ids)[0].lms
@@ -249,7 +265,7 @@ def export(class_dir: Path, titles: dict[str, str] | None = None, include_pendin
                        + ", ".join(missing) + " with --moodle-export STAGE=WORKSHEET.csv (the assignment's View all "
                        "submissions > Grading action > Download grading worksheet)")
     plan = Plan(folder, UPDATE if update else OVERWRITE if overwrite else FILL, replace_lms_edits, comments, ledger,
-                now or datetime.now(), result)
+                now or datetime.now(), result, _roster(class_dir))
     outputs = [*_canvas(plan, grades["canvas"], titles, scale_to, canvas),
                *_moodle(plan, grades["moodle"], scale_to, worksheets)]
     for stage in stages:  # what the LMS holds now: an earlier file's grade it holds is not lost with the file
@@ -274,6 +290,7 @@ def _grades(class_dir: Path, rows: list[dict[str, str]], stages: list[str], incl
     notes = _comments(class_dir, rows, db_url) if comments else {}
     grades: dict[str, dict[str, list[Grade]]] = {"canvas": defaultdict(list), "moodle": defaultdict(list)}
     others = set()
+    penalised = 0
     for row in rows:
         total = number(row.get("total", ""))
         stage = row.get("assignment") or "?"
@@ -284,6 +301,9 @@ def _grades(class_dir: Path, rows: list[dict[str, str]], stages: list[str], incl
             result.leave_out(row["student"], f"{stage}: not graded (status: {row.get('status') or 'none'}"
                                              + (f": {why}" if why else "") + ")")
             continue
+        after = number(row.get("total_after_penalty", ""))  # a late penalty (outputs/deadlines.py)
+        if after is not None and after != total:
+            total, penalised = after, penalised + 1
         if pending(row) and not include_pending:
             result.notes.append(f"{row['student']} {stage}: written answers not graded yet, left out")
             result.leave_out(row["student"], f"{stage}: written answers not graded yet (--include-pending exports "
@@ -298,16 +318,21 @@ def _grades(class_dir: Path, rows: list[dict[str, str]], stages: list[str], incl
         grades[lms][row["assignment"]].append(Grade(
             row["student"], row["assignment"], row.get("name", ""), row.get("lms_id", ""), row.get("file", ""), total,
             points[row["assignment"]], notes.get((row["student"], row["assignment"]), "")))
+    if penalised:
+        result.notes.append(f"{penalised} grade(s) carry a late penalty (scores.csv: late, late_penalty, "
+                            "total_after_penalty)")
     if others:
         result.notes.append(f"{len(others)} student(s) have no LMS id in their file names (not in any LMS file): "
-                            + ", ".join(sorted(others)))
+                            + ", ".join(sorted(others))
+                            + " (a roster, the batch command's --roster, gives notebooks that came by email or on a "
+                            "USB stick their LMS id)")
     return grades
 
 
 def _maximum(lms: str, stage: str, scale_to: dict[str, float], held: float | None, source: str) -> float | None:
     """The LMS assignment's maximum: --scale-to's, else the export's (HELD); `LmsError` when they differ."""
     given = scale_to.get(stage, scale_to.get(""))
-    if given is not None and held is not None and round(given, 2) != round(held, 2):
+    if given is not None and held is not None and half_up(given) != half_up(held):
         raise LmsError(f"{stage}: --scale-to says {given:g}, but the {lms} assignment's maximum is {held:g} "
                        f"({source}): pass --scale-to {stage}={held:g}, or leave --scale-to out for this stage")
     return given if given is not None else held
@@ -324,6 +349,7 @@ class Plan:
     ledger: Ledger
     now: datetime
     result: Export
+    roster: Roster | None = None  # the class's roster (CLASS/term.json): SIS columns when no Canvas export is given
 
     def decide(self, lms: str, grade: Grade, value: float, held: str | None, known: bool) -> bool:
         """Whether this upload writes VALUE for GRADE's student; lists what differs from what the LMS holds
@@ -499,11 +525,34 @@ def _canvas(plan: Plan, by_stage: dict[str, list[Grade]], titles: dict[str, str]
             header = column.header if column else protect(titles.get(stage, stage))  # the export's, exactly
             table = [[*CANVAS_STUDENT_COLUMNS, header], ["Points Possible", "", "", "", "", _points(maximum)]]
             for lms_id, (grade, value) in sorted(rows.items(), key=lambda item: _order(item[0])):
-                table.append([protect(grade.name), lms_id, "", "", "", _points(value)])
+                person = _canvas_person(grade, export, plan.roster)
+                table.append([protect(person.name), lms_id, protect(person.sis_user_id), protect(person.sis_login_id),
+                              protect(person.section), _points(value)])
             outputs.append(Output(plan.folder / f"canvas_{stage}.csv", table))
         if attach:
             outputs.append(Output(plan.folder / f"canvas_comments_{stage}.zip", data=_canvas_comments(attach)))
     return outputs
+
+
+def _canvas_person(grade: Grade, export: CanvasExport | None, roster: Roster | None = None) -> CanvasPerson:
+    """The student columns of GRADE's row in a Canvas file: as Canvas's export has them (its sortable name,
+    SIS ids, section), else as the class's roster has them, else the name the download gave. Canvas matches the
+    row by ID; its importer falls back on the SIS ids, then on the name, so these columns are what a person and
+    Canvas recognise the row by."""
+    held = export.people.get(grade.lms_id) if export is not None else None
+    if held is not None and held.name:
+        return held
+    listed = roster.by_id.get(grade.lms_id) if roster is not None else None
+    if listed is not None:
+        return CanvasPerson(listed.name or grade.name, listed.sis_user_id, listed.sis_login_id, listed.section)
+    return CanvasPerson(grade.name, *((held.sis_user_id, held.sis_login_id, held.section) if held is not None else ()))
+
+
+def _roster(class_dir: Path) -> Roster | None:
+    try:
+        return class_roster(class_dir)
+    except RosterError as error:
+        raise LmsError(f"the class's roster (recorded in {class_dir / 'term.json'}): {error}") from None
 
 
 def _order(lms_id: str) -> int:
@@ -537,6 +586,12 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
     unknown = {stage: grades[0].points for stage, grades in by_stage.items()
                if _maximum("Moodle", stage, scale_to, worksheets[stage].maximum if stage in worksheets else None,
                            worksheets[stage].name if stage in worksheets else "") is None}
+    given = [worksheets[stage].lacks_maximum() for stage in unknown if stage in worksheets]
+    if given:
+        raise LmsError("Moodle's maximum grade is not in the worksheet given: " + "; ".join(given) + ". Give the "
+                       "assignment's maximum grade with " + " ".join(
+                           f"--scale-to {stage}={_points(points)}" for stage, points in unknown.items()
+                           if stage in worksheets) + " (the course's points; write the maximum Moodle shows for it)")
     if unknown:
         raise LmsError("Moodle's maximum grade of " + ", ".join(unknown) + " is unknown (Moodle's default is 100, "
                        "so 39.5 of 41 points would arrive as 39.5/100): give each stage's grading worksheet, which "
@@ -549,6 +604,7 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
         stamp = _moodle_stamp(plan, sheet)
         maximum = _maximum("Moodle", stage, scale_to, sheet.maximum if sheet else None, sheet.name if sheet else "")
         assert maximum is not None
+        decimals = sheet.decimals if sheet is not None and sheet.decimals is not None else LMS_DECIMALS
         _scaled_note(plan, "Moodle", stage, grades[0], maximum, sheet.maximum if sheet else None, scale_to)
         if sheet is not None and not sheet.participants & {grade.lms_id for grade in grades}:
             raise LmsError(f"--moodle-export {stage}={sheet.name}: none of its participants handed in {stage}: "
@@ -561,14 +617,15 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
                 plan.result.leave_out(grade.student, f"{stage}: Participant {grade.lms_id} is not in Moodle's "
                                                      f"worksheet {sheet.name}")
                 continue
-            value = grade.on(maximum)
+            value = grade.on(maximum, decimals)
             held = sheet.grades.get(grade.lms_id) if sheet else None
             write = plan.decide("moodle", grade, value, held, known=sheet is not None)
             comment, changed = _moodle_comment(plan, grade, sheet) if plan.comments else ("", False)
             if not (write or (changed and plan.mode != FILL)):
                 continue
-            shown = _points(value) if write or held is None else held  # a kept grade is sent as Moodle holds it
-            lines.append([f"Participant {grade.lms_id}", protect(grade.name), shown, _points(maximum), stamp,
+            cell = _points(value, decimals) if write or held is None else held  # a kept grade: as Moodle holds it
+            name = sheet.names.get(grade.lms_id, grade.name) if sheet is not None else grade.name
+            lines.append([f"Participant {grade.lms_id}", protect(name), cell, _points(maximum, decimals), stamp,
                           *([comment] if plan.comments else [])])
             if plan.comments and changed:
                 plan.ledger.record("moodle", stage, grade.lms_id, comment=comment, at=plan.now)

@@ -7,6 +7,8 @@ CLASS_DIR/report.html holds, in the order an instructor acts on it:
    repaired, whose grading failed, that scored 0 or under half the points graded so far (`LOW_SCORE`), whose
    written answers wait for a grade or changed since graded, with the reasons and a link to the student's
    feedback page (and to the answer pages once exported);
+   then, per stage, the students with no submission (the roster's, else everyone who handed in something) and
+   the late notebooks with their penalties (`term_section`);
 2. the score distribution of every stage (a histogram per stage, and a table of the numbers);
 3. the most frequent causes: the "likely cause:" lines of the checks' failure messages in the autograded
    notebooks, grouped by the exercise the checks call and by what went wrong (`cause_kind`: the check's named
@@ -43,7 +45,9 @@ from pathlib import Path
 import nbformat
 
 from transformer_course.grading.outputs import similarity, svg_plots
+from transformer_course.grading.outputs.deadlines import class_deadlines
 from transformer_course.grading.outputs.files import write_text_atomically
+from transformer_course.grading.outputs.roster import class_roster
 from transformer_course.grading.outputs.scores import NEEDS_MANUAL_GRADING, is_answer_cell, read_csv
 
 # one colour per kind of plot (the report's browser test finds the plots by them)
@@ -245,7 +249,7 @@ def named_causes(class_dir: Path, rows: list[dict[str, str]]) -> list[CauseGroup
 
 
 NEEDS = ("flagged for review", "rejected", "repaired", "grading failed", "cells that did not finish",
-         "zero points", "low score", "answers to grade", "answers changed since graded")
+         "another release", "zero points", "low score", "answers to grade", "answers changed since graded")
 LOW_SCORE = 0.5  # a graded notebook under half the points graded so far is a "low score"
 
 
@@ -275,6 +279,8 @@ def needs(row: dict[str, str]) -> list[str]:
         found.append("grading failed")
     if "did not finish:" in reasons or "passed the grader's budget" in reasons:  # executor.FAULT_WORDS, OutputBudget
         found.append("cells that did not finish")
+    if "checks, which may differ from the ones the notebook ran" in reasons:  # batch.own_releases
+        found.append("another release")
     if share is not None and _number(row.get("total")) == 0:
         found.append("zero points")
     elif share is not None and share < LOW_SCORE:
@@ -494,6 +500,57 @@ def _people(class_dir: Path, rows: list[dict[str, str]]) -> tuple[str, dict[str,
     return table, {name: len(students[name]) for name in NEEDS}
 
 
+def missing(class_dir: Path, rows: list[dict[str, str]]) -> tuple[dict[str, list[str]], bool]:
+    """({stage: the students with no row for it}, whether the class's roster says who is enrolled). Stages are
+    those of scores.csv and of the deadlines file whose due time has passed; without a roster, the class is
+    whoever handed in something."""
+    roster = class_roster(class_dir)
+    due = class_deadlines(class_dir)
+    now = datetime.now().astimezone()
+    stages = {row["assignment"] for row in rows if row.get("assignment") not in (None, "", "?")}
+    if due is not None:
+        stages |= {stage for stage, when in due.due.items() if when <= now}
+        stages -= {stage for stage, when in due.due.items() if when > now}  # not due yet: nobody is missing it
+    if roster is not None:
+        handed = {(row.get("lms_id", ""), row.get("assignment", "")) for row in rows}
+        enrolled = {person.lms_id: person.name or person.email or person.lms_id for person in roster.people}
+        return {stage: sorted(name for lms_id, name in enrolled.items() if (lms_id, stage) not in handed)
+                for stage in sorted(stages)}, True
+    by_stage = defaultdict(set)
+    for row in rows:
+        by_stage[row.get("assignment", "")].add(row["student"])
+    everyone = {row["student"] for row in rows}
+    return {stage: sorted(everyone - by_stage[stage]) for stage in sorted(stages)}, False
+
+
+def term_section(class_dir: Path, rows: list[dict[str, str]]) -> str:
+    """Late notebooks (with their penalty) and, per stage, the students with no submission."""
+    gaps, enrolled = missing(class_dir, rows)
+    parts = ["<h2 id=missing>Missing and late</h2>"]
+    who = ("the class's roster" if enrolled else "the students who handed in something (give the batch command "
+           "--roster to list those who handed in nothing at all)")
+    lines = [f"<tr>{_cell(stage)}{_cell(len(names), 'missing', True, stage=stage)}<td class=reasons>"
+             f"{html.escape(', '.join(names)) or '<span class=muted>none</span>'}</td></tr>"
+             for stage, names in gaps.items()]
+    parts.append(f"<p class=muted>Per stage, who of {who} has no submission (a rejected file counts as one).</p>")
+    parts.append(_table(["stage", "missing", "students"], lines, "missing_students") if lines
+                 else "<p>No stage yet.</p>")
+    late = [row for row in rows if (_number(row.get("late_penalty")) or 0) > 0 or "late" in row.get("late", "")
+            .replace("on time", "")]
+    if late:
+        entries = ["<tr>" + "".join([_cell(row["student"]), _cell(row.get("assignment", "")),
+                                     _cell(row.get("submitted", "")), _cell(row.get("due", "")),
+                                     _cell(row.get("late", "")), _cell(row.get("late_penalty", ""), numeric=True),
+                                     _cell(row.get("total", ""), numeric=True),
+                                     _cell(row.get("total_after_penalty", ""), numeric=True)]) + "</tr>"
+                   for row in sorted(late, key=lambda row: (row.get("assignment", ""), row["student"]))]
+        parts.append("<p class=muted>Late notebooks, as the deadlines file and the submission times say "
+                     "(scores.csv: submitted, due, late, late_penalty, total_after_penalty).</p>")
+        parts.append(_table(["student", "stage", "submitted", "due", "late", "penalty %", "points",
+                             "after the penalty"], entries, "late_notebooks"))
+    return "".join(parts)
+
+
 def render(class_dir: Path) -> str:
     rows = read_csv(class_dir / "scores.csv")
     stages = summarise(rows)
@@ -522,6 +579,8 @@ def render(class_dir: Path) -> str:
                  "sort.</p>")
     parts.append(f"<div class=scroll>{people}</div>" if people else "<p>Nobody: no flag, no rejected, repaired "
                  "or failed notebook, no written answer waiting.</p>")
+
+    parts.append(term_section(class_dir, rows))
 
     parts.append("<h2 id=distribution>Score distribution per stage</h2>")
     if stages:

@@ -232,7 +232,9 @@ def test_each_notebook_is_graded_with_its_own_releases_checks_or_says_why_not(tm
     # v0.0.5, keep every field, and nobody of week 1 is graded again
     week2 = tmp_path / "week2"
     (week2 / "dee").mkdir(parents=True)
-    shutil.copy(solution_path(stage), week2 / "dee" / f"{stage}.ipynb")
+    own = json.loads(solution_path(stage).read_text(encoding="utf-8"))
+    own["metadata"]["student"] = "dee"  # other bytes than bo's file: not the same notebook handed in twice
+    (week2 / "dee" / f"{stage}.ipynb").write_text(json.dumps(own), encoding="utf-8")
     grader = BatchGrader(ROOT, class_dir, week2, jobs=2, assignment_ids=[stage], sandbox=bubblewrap_problem() is None)
     grader.releases = Releases(ROOT, class_dir, store=store)
     try:

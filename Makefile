@@ -29,11 +29,14 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=30
 
+# STAGE=03 (or 03_blocks; several: STAGE="01 03") builds or checks those stages only; without it, all eight.
+ONLY := $(if $(STAGE),--only $(STAGE))
+
 notebooks: setup
-	$(BIN)/python -m transformer_course.authoring build
+	$(BIN)/python -m transformer_course.authoring build $(ONLY)
 
 check-notebooks: setup
-	$(BIN)/python -m transformer_course.authoring check
+	$(BIN)/python -m transformer_course.authoring check $(ONLY)
 
 # The website (website/authors/website.md): pages from solutions/, run with an execution cache, so a
 # second build re-runs only the pages whose code changed. SITE_OPTIONS: e.g. --fresh, --jobs 1, --short.

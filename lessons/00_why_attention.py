@@ -28,8 +28,9 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 1½ hours if you are at ease with PyTorch, about 2½ hours if you are new to
-# it or get stuck. That is reading (53 minutes, or 68 with the folded hints), one exercise, two
-# predictions and two written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving
+# it or get stuck. That is reading (53 minutes at 150 words a minute with the folded hints left
+# closed, or 69 minutes at 100 words a minute with them open), one exercise, two predictions and two
+# written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving
 # a copy), and about 4 minutes of computation on one CPU core, most of it the training of section 7.
 # (Estimated by `scripts/working_time.py` in the course repository from the notebook's length and the
 # measured run time of its cells, with assumptions it prints, not measurements of students: for
@@ -57,7 +58,7 @@
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After the exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
 # does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
 # check with its points. (To stop at the first failing check instead, set
 # `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
@@ -186,8 +187,9 @@ plt.show()
 #
 # - $s_t$ — the **query**: the decoder's state at target position $t$, `query_size` wide ("what am I
 #   about to write?");
-# - $h_j$ — a **key**: the encoder's output at source position $j$, `key_size` wide ("what is here?");
-#   in additive attention the keys are also what gets mixed (the *values*);
+# - $h_j$ — the encoder's output at source position $j$, `key_size` wide ("what is here?"). It plays
+#   two parts: projected by $W_k$ it is compared with the query (in the Transformer's words, $W_k h_j$
+#   is the **key**), and as it is, unprojected, it is what gets mixed (the **value**);
 # - $W_q$ (`attention_size` × `query_size`) and $W_k$ (`attention_size` × `key_size`) — learned
 #   matrices that bring query and key into one space of width `attention_size`, where they are *added*
 #   (hence "additive");
@@ -216,6 +218,9 @@ plt.show()
 # | the scores $e_{tj}$, returned by `score` | `(batch, q_len, k_len)`, also when `q_len` is 1 |
 # | the weights $\alpha_{tj}$ | `(batch, q_len, k_len)`, each query's weights sum to 1 |
 # | the context vectors $c_t$ | `(batch, q_len, key_size)` |
+#
+# (The argument `keys` holds the encoder outputs $h_j$ themselves: `score` compares them with the
+# queries through $W_k$, and `forward` mixes them, unprojected, as the values.)
 #
 # The one step to work out yourself: the projected queries have shape `(batch, q_len, attention_size)`
 # and the projected keys `(batch, k_len, attention_size)`, yet the formula adds *every* query to *every*
@@ -643,15 +648,15 @@ else:
 # | score of a pair | $v^\top \tanh(W_q s + W_k h)$: a small network | $q \cdot k / \sqrt{d_k}$: a dot product |
 # | all pairs at once | a `(batch, q_len, k_len, attention_size)` tensor | one matrix product $QK^\top$ |
 # | widths | query and key may differ | $q$ and $k$ both $d_k$ wide |
-# | values | the keys themselves | separate values $V$ (a third projection) |
+# | values | the states $h_j$ themselves (the keys are $W_k h_j$) | a projection of their own, $V = XW^V$ |
 # | scaling | not needed: $\tanh$ bounds each term | $1/\sqrt{d_k}$, or the softmax saturates |
 # | queries and keys | decoder states and RNN outputs | any tokens: the sentence itself (*self*-attention) |
 # | how many | one attention | several heads in parallel (*multi-head*) |
 #
 # **Why the change?** Speed, mostly. Matrix products are the operation GPUs and CPUs run fastest, and
 # the dot product needs no `(batch, q_len, k_len, attention_size)` tensor in memory. Luong et al.
-# (2015) found the plain dot-product score to work well in their experiments, and their own additive
-# ("concat") score not to;
+# (2015) found the plain dot-product score to work well in their experiments, and their version of
+# the additive score ("concat") not to;
 # Vaswani et al. (2017) note that additive attention beats the *unscaled* dot product when $d_k$ is
 # large and suspect that the dot products then grow large and push the softmax into regions where
 # its gradients are tiny, hence the $1/\sqrt{d_k}$ (stage 2 shows it
@@ -696,8 +701,9 @@ plt.show()
 #   $c_t = \sum_j \alpha_{tj} h_j$, a fresh context for every target position.
 # - Shapes: scores and weights `(batch, q_len, k_len)`, context `(batch, q_len, key_size)`, the mask
 #   `(batch, k_len)`.
-# - The Transformer keeps score → softmax → weighted sum, but scores with a scaled dot product, separates
-#   keys from values, uses several heads, and drops the RNN, which is why it needs positional encodings.
+# - The Transformer keeps score → softmax → weighted sum, but scores with a scaled dot product, gives the
+#   values a learned projection of their own (here they are the unprojected $h_j$), uses several heads,
+#   and drops the RNN, which is why it needs positional encodings.
 #
 # Next, stage 1: positional encoding. The last cell lists every check of this notebook with `✔` or
 # `✘` and its points. When you are done: *File → Download → Download .ipynb*, and hand in that file.

@@ -26,9 +26,10 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 1¼ hours if you are at ease with PyTorch, about 2¼ hours if you are new to
-# it or get stuck. That is reading (28 minutes, or 41 with the folded hints), one exercise, two
-# predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup cell,
+# **Working time:** about 1¾ hours if you are at ease with PyTorch, about 3¼ hours if you are new to
+# it or get stuck. That is reading (33 minutes at 150 words a minute with the folded hints left
+# closed, or 52 minutes at 100 words a minute with them open), two exercises, two predictions and
+# three written questions, 5 to 10 minutes of setting up (Colab, the setup cell,
 # saving a copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the course
 # repository from the notebook's length and the measured run time of its cells, with assumptions it
 # prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10 minutes per
@@ -39,8 +40,9 @@
 # 1. explain why a model built from attention needs to be *told* where each token sits;
 # 2. write down the sinusoidal encoding and say what `pos`, `i` and `d_model` mean in it;
 # 3. implement `PositionalEncoding` as a PyTorch module with a buffer and dropout;
-# 4. show that one matrix $R_k$ turns the encoding of every position into that of the position $k$
-#    further on, and say what that does and does not give attention;
+# 4. derive the one matrix $M_k$ that turns the encoding of every position into that of the position
+#    $k$ further on, build it in code, prove numerically that it works at every position, and say
+#    what that does and does not give attention;
 # 5. say why the paper chose sinusoids over learned position vectors, and what rotary encodings
 #    (RoPE) later built on the same property;
 # 6. say where the embeddings are scaled by $\sqrt{d_{model}}$ and what that scaling does (and does
@@ -55,7 +57,7 @@
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
 # does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
 # check with its points. (To stop at the first failing check instead, set
 # `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work, so all
@@ -90,9 +92,9 @@ from transformer_course.visualisation import positional as figures
 # *permutation-equivariant*). "Dog bites man" and "man bites dog" hold the same words, so each word
 # comes out as the same vector in both. An RNN knows order because it reads one token after
 # another; a Transformer reads all tokens at once, so order must be written into the input. (This is
-# a statement about attention *without* a mask. The decoder of stage 2 uses a causal mask, under
-# which each token sees only itself and the tokens before it; Question 1 asks you what that
-# changes.)
+# a statement about attention *without* a mask. The Transformer's decoder, which you build in stages
+# 3 and 4, uses a causal mask (stage 2 makes it), under which each token sees only itself and the
+# tokens before it; Question 1 asks you what that changes.)
 #
 # The paper adds a **positional encoding** to each token embedding: a vector of the same width
 # $d_{model}$ that depends only on the position. The model then sees
@@ -135,24 +137,17 @@ print("shuffling the input only shuffles the output:", same)
 #   $10000 \cdot 2\pi$").
 #
 # **Why this choice?** Every position gets its own pattern, and the values stay in $[-1, 1]$ however
-# long the sentence. Above all, an offset acts the same way at every position. Write one column pair
-# as a vector and apply the angle-addition formulas:
+# long the sentence. Above all, the paper's stated reason (section 3.5): "we hypothesized it would
+# allow the model to easily learn to attend by relative positions, since for any fixed offset $k$,
+# $PE_{pos+k}$ can be represented as a linear function of $PE_{pos}$." A linear function of a vector
+# is a matrix, so the claim is: for each offset $k$ there is **one** $d_{model} \times d_{model}$
+# matrix $M_k$ with
 #
-# $$\begin{pmatrix} \sin \omega_i(pos+k) \\ \cos \omega_i(pos+k) \end{pmatrix} =
-#   \begin{pmatrix} \cos \omega_i k & \sin \omega_i k \\ -\sin \omega_i k & \cos \omega_i k \end{pmatrix}
-#   \begin{pmatrix} \sin \omega_i pos \\ \cos \omega_i pos \end{pmatrix}$$
+# $$PE_{pos+k} = M_k \, PE_{pos} \qquad \text{for every position } pos,$$
 #
-# The matrix is a rotation by the angle $\omega_i k$ (clockwise, when the sine is drawn on the first
-# axis and the cosine on the second, as in this vector), and it depends on the offset $k$, not on
-# $pos$.
-# Put one such $2 \times 2$ block per column pair on the diagonal of a $d_{model} \times d_{model}$
-# matrix $R_k$ and you get, for **every** position,
-#
-# $$PE_{pos+k} = R_k \, PE_{pos}.$$
-#
-# That is the paper's stated reason (section 3.5): "for any fixed offset $k$, $PE_{pos+k}$ can be
-# represented as a linear function of $PE_{pos}$", which the authors hoped would let the model
-# "easily learn to attend by relative positions". Section 4 shows what this gives attention.
+# the same matrix at position 3 as at position 300 (here $PE_{pos}$ is row $pos$ of the table, read as
+# a column vector). The paper states this without a proof. Section 5 has you find $M_k$ from the
+# formula above and prove the claim with numbers; section 4 draws the picture to start from.
 #
 # ### Pitfalls we see every year
 # - sine and cosine swapped: then row 0 of the table reads 1, 0, 1, 0, ... instead of
@@ -332,6 +327,19 @@ figures.plot_encoding_curves(encoding.pe, dims=(0, 1, 8, 9, 20, 21))
 plt.show()
 
 # %% [markdown]
+# **Each column pair on its own.** Draw the two entries of one column pair at position $p$,
+# $(\sin \omega_i p,\ \cos \omega_i p)$, as a point in the plane: since $\sin^2 + \cos^2 = 1$, every
+# position lands on the unit circle, and one step along the sentence moves the point by the same
+# angle $\omega_i$ around it. The figure draws positions 0 to 11 for a fast pair and a slower one,
+# with arrows from $p$ to $p + 3$ for two different $p$: look at how far each arrow goes round the
+# circle. That picture, written as a formula, is section 5's exercise.
+
+# %%
+encoding = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0)
+figures.plot_pairs_on_circles(encoding.pe, pairs=(0, 3), positions=12, offset=3, starts=(1, 6))
+plt.show()
+
+# %% [markdown]
 # **Which positions look alike?** Each column pair contributes
 # $\sin a \sin b + \cos a \cos b = \cos(a - b)$, so
 #
@@ -359,40 +367,161 @@ print("PE[50]·PE[50 + k] for k =", offsets)
 print("                        ", [round(float(table[50] @ table[50 + k]), 1) for k in offsets])
 
 # %% [markdown]
-# **What attention sees.** Attention does not score $PE_p \cdot PE_q$. It first projects each token's
-# vector with learned matrices, a query $W_Q$ and a key $W_K$ (stage 2), and scores
-# $(x_p + PE_p) W_Q \cdot (x_q + PE_q) W_K$. Its position part, $PE_p W_Q \cdot PE_q W_K$, is in
-# general *not* a function of $p - q$ any more: the first line of the next cell shows it for random
-# projections. What no projection can take away is the linear structure of section 2,
-# $PE_{p+k} = R_k\, PE_p$. A query projection that contains $R_k$ turns the query of position $p$ into
-# $PE_{p+k}$, which matches the key of position $p + k$ best, and it does so at every $p$ with the same
-# matrix: "look $k$ tokens to the right" is one linear map that training can find. (Whether a trained
-# model uses it this way is another matter: the paper states the property as a hope.)
+# ## 5. Exercise: an offset is a matrix
 #
-# The cell builds $R_3$ from the table itself (it reads each pair's angle step $\omega_i$ off row 1,
-# where $\sin \omega_i$ and $\cos \omega_i$ stand), checks $R_3 PE_p = PE_{p+3}$ for every $p$, and plots
-# two rows of scores against the positions $q$: $PE_{50} \cdot PE_q$, symmetric about 50, and
-# $(R_3 PE_{50}) \cdot PE_q$, which peaks at $q = 53$.
+# **Why it matters for attention.** Attention does not score $PE_p \cdot PE_q$. It first projects
+# each token's vector with learned matrices, a query $W_Q$ and a key $W_K$ (stage 2), and scores
+# $(x_p + PE_p) W_Q \cdot (x_q + PE_q) W_K$. Its position part, $PE_p W_Q \cdot PE_q W_K$, is in
+# general *not* a function of $p - q$ any more: the first line of the cell below shows it for random
+# projections. What the paper points to is a structure a projection can use: if
+# $PE_{p+k} = M_k\, PE_p$ with one matrix $M_k$, then the query projection $W_Q = M_k^\top$ (a row
+# vector times $M_k^\top$ is $M_k$ applied to it) turns the position part of the query of position
+# $p$ into $PE_{p+k}$, and with $W_K$ the identity the position part of its score for key $q$ is
+# $PE_{p+k} \cdot PE_q$, largest at $q = p + k$. It does so at every $p$ with the same matrix: "look
+# $k$ tokens to the right" is one linear map that training can find. (Whether a trained model uses
+# it this way is another matter: the paper states the property as a hope.)
 
 # %%
-table = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0).pe[0]  # (200, 64)
+table = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0).pe[0]  # (200, 64): your table
 torch.manual_seed(0)
 W_Q, W_K = torch.randn(64, 64) / 8, torch.randn(64, 64) / 8  # random projections
 scores = [round(float((table[p] @ W_Q) @ (table[p + 3] @ W_K)), 3) for p in (10, 40)]
 print("(PE[p] W_Q)·(PE[p+3] W_K) for p = 10, 40:", scores, "(same offset, different scores)")
-k = 3
-omega = torch.atan2(table[1, 0::2], table[1, 1::2])  # (32,) the angle step of each column pair
-cos, sin = torch.cos(k * omega), torch.sin(k * omega)
-R = torch.zeros(64, 64)  # R_k: one 2x2 rotation block per column pair
-R[0::2, 0::2], R[0::2, 1::2] = torch.diag(cos), torch.diag(sin)
-R[1::2, 0::2], R[1::2, 1::2] = torch.diag(-sin), torch.diag(cos)
-shifted = table[:-k] @ R.T  # row p holds R_k PE_p
-print(f"largest |R_3 PE_p - PE_(p+3)| over p = 0..196: {(shifted - table[k:]).abs().max():.1e}")
-figures.plot_offset_scores(table, R, position=50, offset=k)
+
+# %% [markdown]
+# **The exercise.** Prove the paper's claim: build $M_k$, then measure that it does what the claim
+# says at every position of a table. Complete the two functions of the cell below.
+#
+# 1. `offset_matrix(k, d_model)` returns $M_k$: a `(d_model, d_model)` tensor of floats such that
+#    $M_k\, PE_p = PE_{p+k}$ for **every** position $p$ (row $p$ of the table of section 2, read as a
+#    column vector of `d_model` numbers), for any whole offset $k$: positive (forward), 0, negative
+#    (backward), and larger than any table. It depends on `k` and `d_model` only, not on $p$ and not
+#    on a table: derive it from the formula of section 2, on paper first. (float64 keeps it exact to
+#    about $10^{-15}$; the checks accept float32 too.)
+# 2. `largest_offset_error(table, matrix, k)` returns, as a Python float, the largest absolute
+#    difference between `matrix` $\cdot PE_p$ and $PE_{p+k}$, over every entry and over **every**
+#    position $p$ for which both $p$ and $p + k$ are rows of `table` (`(n, d_model)`, row $p$ is
+#    $PE_p$; $k$ may be 0 or negative, $|k| < n$; `table` and `matrix` have the same dtype). It takes
+#    any matrix: a wrong one gives a large number. With your `offset_matrix` it is your proof: only
+#    rounding is left, at every one of those positions.
+#
+# The checks give `offset_matrix` no table: they compare $M_k PE_p$ with $PE_{p+k}$ computed from the
+# formula, for many $p$ and several $k$. They give `largest_offset_error` tables whose largest error
+# sits at the first or the last position that counts.
+#
+# ### Pitfalls
+# - the turn the wrong way round: then $M_k$ moves every position $k$ *back*. Try it on a small case
+#   before the checks: $M_1$ applied to row 0 of your table must give row 1;
+# - a matrix that is right for $k > 0$ only: $k = 0$ is the identity, and a negative $k$ moves back;
+# - in `largest_offset_error`, positions left out at either end, or the offset applied the other
+#   way: the error must be measured at every $p$ that has a partner $k$ rows away, and nowhere else.
+#
+# <details><summary>Hint 1: the idea</summary>
+#
+# Take one column pair on its own: at position $p$ it holds $\sin(\omega_i p)$ and $\cos(\omega_i p)$,
+# a point on the unit circle (section 4's figure). At position $p + k$ it holds
+# $\sin(\omega_i p + \omega_i k)$ and $\cos(\omega_i p + \omega_i k)$. Expand both with the
+# angle-addition formulas: each is $\sin(\omega_i p)$ times a number plus $\cos(\omega_i p)$ times a
+# number, and those numbers depend on $k$ and $\omega_i$ only. Four numbers per pair, and no pair
+# needs another pair's entries: that is all of $M_k$. In `largest_offset_error`, apply the matrix to
+# every row that has a partner $k$ rows further on, all at once, subtract the partners, and keep the
+# largest absolute entry.
+#
+# </details>
+#
+# <details><summary>Hint 2: the shapes</summary>
+#
+# $M_k$ is zero except for one $2 \times 2$ block per column pair on its diagonal, in rows and columns
+# $2i$ and $2i + 1$:
+#
+# $$\begin{pmatrix} \sin \omega_i(p+k) \\ \cos \omega_i(p+k) \end{pmatrix} =
+#   \begin{pmatrix} \cos \omega_i k & \sin \omega_i k \\ -\sin \omega_i k & \cos \omega_i k \end{pmatrix}
+#   \begin{pmatrix} \sin \omega_i p \\ \cos \omega_i p \end{pmatrix}$$
+#
+# The frequencies $\omega_i$, one per pair, are a `(d_model / 2,)` tensor, as in your table. Slices
+# with a step of 2 reach one kind of entry of every block at once: `M[0::2, 0::2]` is a
+# `(d_model / 2, d_model / 2)` view whose diagonal holds the top-left entry of every block, and
+# `torch.diag(v)` is a square matrix with `v` on its diagonal. In `largest_offset_error` the table holds
+# the $PE_p$ as *rows*: $M\,PE_p$ for all of them at once is the rows times $M^\top$, shape
+# `(number of positions, d_model)`. The positions $p$ run from $\max(0, -k)$ up to, but not including,
+# $\min(n, n - k)$.
+#
+# </details>
+#
+# <details><summary>Hint 3: the lines</summary>
+#
+# ```python
+# # offset_matrix
+# omega = 1 / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d_model / 2,)
+# cos, sin = torch.cos(k * omega), torch.sin(k * omega)
+# matrix = torch.zeros(d_model, d_model, dtype=torch.float64)
+# matrix[0::2, 0::2], matrix[0::2, 1::2] = torch.diag(cos), torch.diag(sin)
+# matrix[1::2, 0::2], matrix[1::2, 1::2] = torch.diag(-sin), torch.diag(cos)
+# # largest_offset_error
+# start, stop = max(0, -k), min(table.size(0), table.size(0) - k)
+# error = (table[start:stop] @ matrix.T - table[start + k:stop + k]).abs().max()
+# ```
+#
+# </details>
+
+# %% solution="positional_offset"
+#| include transformer_course.reference.positional_encoding:offset_matrix
+#| include transformer_course.reference.positional_encoding:largest_offset_error
+
+# %% [markdown]
+# ### Check your work
+# The checks of `offset_matrix` use the paper's formula for $PE$, not your table, so a mistake in
+# section 3 costs nothing here.
+
+# %% tests="pe_offset_matrix_shape" points=1
+assert check.offset_matrix_shape(offset_matrix)
+
+# %% tests="pe_offset_matrix_moves" points=2
+assert check.offset_matrix_moves_every_position(offset_matrix)
+
+# %% tests="pe_offset_matrix_any_offset" points=1
+assert check.offset_matrix_any_offset(offset_matrix)
+
+# %% tests="pe_offset_matrix_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.offset_matrix_moves_every_position(offset_matrix, d_model=34, offset=7, max_seq_length=50)
+assert check.offset_matrix_any_offset(offset_matrix, d_model=6, max_seq_length=20)
+assert check.offset_matrix_shape(offset_matrix, d_model=2, offset=1)
+### END HIDDEN TESTS
+
+# %% tests="pe_offset_error_values" points=1
+assert check.offset_error_values(largest_offset_error)
+
+# %% tests="pe_offset_error_offsets" points=1
+assert check.offset_error_offsets(largest_offset_error)
+
+# %% tests="pe_offset_error_hidden" points=1
+### BEGIN HIDDEN TESTS
+assert check.offset_error_values(largest_offset_error, d_model=10, max_seq_length=20, offset=7)
+assert check.offset_error_offsets(largest_offset_error, d_model=4, max_seq_length=15)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# **Your proof, on your own table.** The cell below takes the table of your `PositionalEncoding`
+# (200 positions, $d_{model} = 64$) and measures, for several offsets, the largest difference between
+# $M_k PE_p$ and $PE_{p+k}$ over every position that has a partner. Your table is stored in float32,
+# so its entries carry rounding errors of the order of $10^{-5}$ (the angles of the far positions are
+# large numbers): differences of that size are the table's rounding, not a failure of the claim. The
+# last line uses $M_3$ for the offset 4: a matrix for another offset fails at once. Then the figure:
+# $PE_{50} \cdot PE_q$ against $q$, symmetric about 50, and $(M_3 PE_{50}) \cdot PE_q$, whose peak
+# sits where $M_3$ sent position 50.
+
+# %%
+table = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0).pe[0].double()  # (200, 64), float64
+for k in (1, 3, -5, 0, 120):
+    print(f"k = {k:4d}: largest |M_k PE_p - PE_(p+k)| over every p with a partner: "
+          f"{largest_offset_error(table, offset_matrix(k, 64).double(), k):.1e}")
+print(f"M_3 used for the offset 4: {largest_offset_error(table, offset_matrix(3, 64).double(), 4):.2f}")
+figures.plot_offset_scores(table, offset_matrix(3, 64), position=50, offset=3)
 plt.show()
 
 # %% [markdown]
-# ## 5. Why sinusoids, and what came after
+# ## 6. Why sinusoids, and what came after
 #
 # **Learned positions work as well.** The paper also tried *learned* positional embeddings, one
 # trained vector per position (an `nn.Embedding(max_seq_length, d_model)` indexed by position), and
@@ -403,24 +532,32 @@ plt.show()
 # **Why sinusoids, then?** The paper: "because it may allow the model to extrapolate to sequence
 # lengths longer than the ones encountered during training". A learned table has one vector per
 # position it was trained on and nothing beyond; the formula gives a vector for any position, and
-# the same $R_k$ at every position. Note the "may": the paper did not measure it. Later work did, and
-# found that Transformers with sinusoidal encodings degrade quickly on sequences even a little
-# longer than those they were trained on (Press, Smith and Lewis, 2022, *ALiBi*).
+# the same $M_k$ at every position. Note the "may": the paper did not measure it. Later work did, and
+# found that Transformer language models with sinusoidal encodings get much worse on sequences only
+# a little longer than those they were trained on (Press, Smith and Lewis, 2022, *ALiBi*).
 #
-# **Rotary position embeddings (RoPE).** Su et al. (2021, *RoFormer*) took the rotation property one
-# step further. Instead of adding $PE_{pos}$ to the input once, they *rotate* every query and key
-# inside attention: the query vector $\mathbf{q}$ of position $m$ by $R_m$ and the key vector
-# $\mathbf{k}$ of position $n$ by $R_n$, with the same block rotations as above. Rotations compose
-# ($R_m^\top R_n = R_{n-m}$), so the score
+# **Rotary position embeddings (RoPE).** Su et al. (2021, *RoFormer*) took the property of section 5
+# one step further. Instead of adding $PE_{pos}$ to the input once, they *rotate* every query and key
+# inside attention, pair by pair, by the angles of its position: the query vector $\mathbf{q}$ of
+# position $m$ by a matrix $R_m$ and the key vector $\mathbf{k}$ of position $n$ by $R_n$, each of
+# which turns every pair of coordinates as your $M_k$ turns the column pairs of $PE$ (by $m$ or $n$
+# steps). Such rotations compose: turning back by $m$ and then forward by $n$ is turning by $n - m$,
+# $R_m^\top R_n = R_{n-m}$ (the cell below checks it with your `offset_matrix`). So the score
 #
-# $$(R_m\, \mathbf{q}) \cdot (R_n\, \mathbf{k}) = \mathbf{q}^\top R_{n-m}\, \mathbf{k}$$
+# $$(R_m\, \mathbf{q}) \cdot (R_n\, \mathbf{k}) = \mathbf{q}^\top R_m^\top R_n\, \mathbf{k}
+#   = \mathbf{q}^\top R_{n-m}\, \mathbf{k}$$
 #
 # depends on the positions only through $n - m$, whatever the learned projections, and, unlike
 # $PE_p \cdot PE_q$, it can tell left from right. Many recent language models use it. This course
 # keeps the paper's additive encoding.
 
+# %%
+m, n = 7, 19
+composed = offset_matrix(m, 64).double().T @ offset_matrix(n, 64).double()  # turn back by m, then forward by n
+print(f"largest |M_{m}ᵀ M_{n} - M_{n - m}|: {(composed - offset_matrix(n - m, 64).double()).abs().max():.1e}")
+
 # %% [markdown]
-# ## 6. Where the embeddings are scaled by $\sqrt{d_{model}}$
+# ## 7. Where the embeddings are scaled by $\sqrt{d_{model}}$
 #
 # Section 3.4 of the paper: "In the embedding layers, we multiply those weights by
 # $\sqrt{d_{model}}$." In the Encoder and Decoder of stage 4, the input of the first layer for the
@@ -471,7 +608,8 @@ print(f"typical |PE entry|: {position_signal.abs().mean():.3f}")
 # - `pe` is a buffer of shape `(1, max_seq_length, d_model)`; `forward` adds the table's first
 #   `seq_len` positions and applies dropout to the sum.
 # - $PE_p \cdot PE_q$ depends only on $p - q$ and cannot tell left from right; the useful property is
-#   $PE_{p+k} = R_k PE_p$, one rotation per offset, which rotary encodings (RoPE) build on.
+#   the paper's claim you proved: one matrix $M_k$ per offset, the same at every position, with
+#   $PE_{p+k} = M_k PE_p$; rotary encodings (RoPE) build on the same turning of column pairs.
 # - Learned position vectors scored nearly the same in the paper; it chose sinusoids in the hope of
 #   handling longer sentences than seen in training.
 # - Embeddings are multiplied by $\sqrt{d_{model}}$ before the encoding is added (stage 4). The paper
@@ -541,15 +679,15 @@ print(f"typical |PE entry|: {position_signal.abs().mean():.3f}")
 #   only a device mismatch, not a dtype mismatch, makes the sum fail).
 
 # %% [markdown]
-# **Question 3 (2 points).** Stage 4 initialises its embeddings with Xavier-uniform, as in section 6.
-# Suppose its Encoder forgot the factor $\sqrt{d_{model}}$. Using the numbers printed in section 6,
+# **Question 3 (2 points).** Stage 4 initialises its embeddings with Xavier-uniform, as in section 7.
+# Suppose its Encoder forgot the factor $\sqrt{d_{model}}$. Using the numbers printed in section 7,
 # estimate how the sum "embedding + encoding" is split between the word and its position at the start
 # of training, and what that means for telling words apart. A classmate proposes to fix it inside
 # `PositionalEncoding`, by returning $\sqrt{d_{model}} \cdot (x + PE)$. Does that give the paper's
 # balance between word and position? Compare the three cases.
 
 # %% [markdown] answer="pe_q_scale" points=2
-# **Model answer.** Section 6 printed a typical Xavier embedding entry of about 0.014 and a typical
+# **Model answer.** Section 7 printed a typical Xavier embedding entry of about 0.014 and a typical
 # encoding entry of about 0.57, about 40 times larger. Without the factor the sum is almost all
 # position: two different words at the same position differ by a few hundredths per entry on top of
 # the same position vector, so at the start the first layer sees mostly positions and words are hard

@@ -25,9 +25,10 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 2¼ hours if you are at ease with PyTorch, about 4 hours if you are new to it
-# or get stuck. That is reading (44 minutes, or 65 with the folded hints), three exercises, one bug
-# hunt, three predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
+# **Working time:** about 2¼ hours if you are at ease with PyTorch, about 4¼ hours if you are new to
+# it or get stuck. That is reading (52 minutes at 150 words a minute with the folded hints left
+# closed, or 77 minutes at 100 words a minute with them open), three exercises, one bug hunt, three
+# predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
 # cell, saving a copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the
 # course repository from the notebook's length and the measured run time of its cells, with
 # assumptions it prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10
@@ -40,7 +41,8 @@
 #    with numbers why the scores are divided by $\sqrt{d_k}$;
 # 3. implement `scaled_dot_product_attention` for any number of leading axes, with an optional mask;
 # 4. build the padding mask and the look-ahead mask, and say which keys each one hides and why;
-# 5. implement `MultiHeadAttention`: projections, `split_heads`, attention per head, `combine_heads`, `W_o`;
+# 5. implement `MultiHeadAttention` and its two helpers, `split_heads` and `combine_heads`, and say what
+#    each head sees and why the biases of its projections are a convention, not the paper's;
 # 6. recognise the classic attention bugs from their symptoms.
 #
 # **Before you start.** You need stage 1 (why positions are added to the embeddings), matrix products of
@@ -50,7 +52,7 @@
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
 # then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
 # given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected, what came out and the likely cause. A failing check
+# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
 # does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
 # check with its points. (To stop at the first failing check instead, set
 # `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
@@ -73,6 +75,8 @@ import torch
 from torch import nn
 
 from transformer_course.checks import attention as check
+from transformer_course.reference.copy_task import BOS, LENGTH, copy_batch, train_copier  # section 7's bug hunt
+from transformer_course.runtime import short_run
 from transformer_course.visualisation import attention as figures
 from transformer_course.visualisation import diagrams
 
@@ -415,7 +419,7 @@ assert check.padding_mask_values(make_padding_mask)
 # target words $0, \dots, i$ only. In training we feed the whole target sentence at once (it is much
 # faster), so we must stop position $i$ from peeking at positions after $i$. Row $i$ of the mask is
 # the query at position $i$; it may attend to columns $0, \dots, i$ — **including itself**, the
-# diagonal. That is a lower-triangular matrix of `True`:
+# diagonal:
 #
 # $$\text{mask}_{ij} = \begin{cases} \text{True} & j \le i \\ \text{False} & j > i \end{cases}$$
 #
@@ -424,11 +428,10 @@ assert check.padding_mask_values(make_padding_mask)
 #
 # ### Exercise, a bug hunt: `make_look_ahead_mask`
 #
-# This one is written for you, by a classmate, and it has **one realistic mistake**: it runs, its
-# shape, dtype and device are right, and a model trained with it does not crash, it only learns to
-# copy the word it should predict. Run the cell, look at the figure under it and read the check's
-# message below; then find the mistake and fix it in place (and run the cell, the figure and the
-# checks again).
+# This one is written for you, by a classmate, and it has **one realistic mistake**: it runs, and
+# its shape, dtype and device are right. Do not hunt for it by reading the code first: run the cells
+# under it, which train a model with this mask, and reason from what the trained model does. Then
+# find the mistake, fix it in place, and run the cells under it and the checks again.
 
 # %% solution="look_ahead_mask"
 #| bug: .tril() => .triu()
@@ -436,27 +439,75 @@ assert check.padding_mask_values(make_padding_mask)
 #| include transformer_course.reference.attention:make_look_ahead_mask
 
 # %% [markdown]
-# **The symptom, drawn.** Your look-ahead mask for a sentence of five words (blue: may attend; rows
-# are queries, columns keys). Compare it with the formula: what may the first word see?
+# **A model trained with this mask.** The cell below trains a tiny encoder–decoder Transformer from
+# the course's package, `Copier` (PyTorch's own `nn.Transformer` with this course's embeddings and
+# positional encoding: you build the course's version yourself in stages 3 and 4 and write its
+# training loop in stage 5; here both are given), on a toy task: copy a sequence of 8 random
+# symbols. Its encoder reads the sequence, its decoder writes it out again, and the decoder's
+# self-attention uses the `make_look_ahead_mask` above, which the cell hands to `train_copier`
+# (`Copier` turns it into PyTorch's convention, True = hidden, by itself). In training the decoder
+# receives the correct output shifted by one position, `<bos> a b c …`, and learns to predict at
+# every position the symbol that comes next, `a b c … <eos>`, all positions in one pass (stage 5
+# explains why training works this way). It takes a few seconds.
 
 # %%
-five_words = ["ein", "hund", "läuft", "schnell", "heim"]
-figures.plot_masks({"your look-ahead mask": make_look_ahead_mask(5)}, five_words, five_words)
+torch.set_num_threads(1)  # a model this small trains fastest on one CPU thread
+steps = 40 if short_run() else 400  # while your notebook is autograded, a few steps (nobody reads them)
+copier, losses = train_copier(make_look_ahead_mask, steps=steps)  # batches of 64 sequences, your mask
+print(f"training loss: {losses[0]:.3f} at the first step, {losses[-1]:.4f} at the last")
+
+# %% [markdown]
+# **The trained model, used two ways**, on 200 new sequences. *Teacher forcing*, as in training: the
+# decoder receives the correct output shifted by one and predicts every position in one pass.
+# *Greedy decoding*, as when translating: the decoder starts from `<bos>` alone and, step by step,
+# appends the symbol it predicts at its last position, so at each step it has the source and its own
+# output so far, nothing else (stage 6 builds this for real sentences). Both use the mask above. The
+# cell prints three sequences as letters (`_` for a special token) and the share of symbols each way
+# gets right.
+
+# %%
+source, decoder_in, decoder_out = copy_batch(200, torch.Generator().manual_seed(1))  # (200, 8), (200, 9), (200, 9)
+with torch.no_grad():
+    forced = copier(source, decoder_in, make_look_ahead_mask(LENGTH + 1)).argmax(dim=-1)[:, :LENGTH]
+    written = torch.full((200, 1), BOS)  # (200, steps): <bos>, then one symbol per step
+    for _ in range(LENGTH):
+        logits = copier(source, written, make_look_ahead_mask(written.size(1)))  # (200, steps so far, vocabulary)
+        written = torch.cat([written, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+
+
+def letters(ids: torch.Tensor) -> str:
+    return "".join("....abcdefghij"[i] if i >= 4 else "_" for i in ids.tolist())
+
+
+for row in range(3):
+    print(f"source {letters(source[row])}   teacher forcing {letters(forced[row])}   "
+          f"greedy {letters(written[row, 1:])}")
+teacher_forced, greedy = (forced == source).double().mean().item(), (written[:, 1:] == source).double().mean().item()
+print(f"symbols copied correctly: teacher forcing {100 * teacher_forced:.1f} %, greedy decoding {100 * greedy:.1f} %")
+figures.plot_copy_symptom(losses, teacher_forced, greedy)
 plt.show()
 
 # %% [markdown]
+# Read the two numbers together before you open a hint: what can the decoder at position $i$ use
+# during training, and what can it use while decoding greedily?
+#
 # <details><summary>Hint 1: read the symptom</summary>
 #
-# In row 0 (the first word) every column is blue: the first word may see the whole sentence, its
-# future included, and the last word sees only itself. The mask is the mirror image of the one the
-# formula asks for.
+# The training loss went almost to 0 and teacher forcing copies nearly every symbol, yet the same
+# model, writing on its own, gets most symbols wrong. The only difference between the two runs is
+# what the decoder is given: in training (and with teacher forcing) the whole correct output sits
+# in its input at once; while decoding greedily, step $i$ has only the symbols written so far. A model
+# that is perfect when the whole answer is in its input and lost when only the past is: what could
+# position $i$ have been reading during training?
 #
 # </details>
 #
 # <details><summary>Hint 2: where to look</summary>
 #
-# The shape and the device are right (the checks for those pass), so look at the call that chooses
-# which triangle of the all-True matrix is kept. PyTorch has one function for each triangle.
+# Print `make_look_ahead_mask(5)[0, 0]` and read it row by row against the formula at the top of this
+# section: row $i$ is the query at position $i$, the columns are the positions it may read. Which
+# positions may row 0 read, and which the last row? The shape and the device are right (the checks
+# for those pass), so look at the call that decides which entries are `True`.
 #
 # </details>
 #
@@ -536,16 +587,45 @@ print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()
 # Because each head is $h$ times narrower, all heads together cost about as much as one full-width
 # attention.
 #
-# **Does it help?** The paper measured it (its Table 3, rows (A)): at the same computation, it
-# trained the base model with 1, 4, 8, 16 and 32 heads. One head was 0.9 BLEU worse than the best
-# setting on the development set, and quality also dropped with too many heads: each head is then
-# very narrow ($d_k = 16$ with 32 heads), too narrow to compare queries and keys well.
+# **Does it help?** The paper measured it, in its Table 3: the base model changed in one respect per
+# row, each variant scored on the English→German development set (newstest2013) by perplexity per
+# word piece (lower is better) and BLEU (higher is better). Rows (A) keep the
+# computation the same, $h \cdot d_k = 512$, and change the number of heads; rows (B) keep 8 heads and
+# $d_v = 64$ and make only the queries and keys narrower:
+#
+# | row | heads $h$ | $d_k$ | $d_v$ | perplexity | BLEU |
+# |---|---|---|---|---|---|
+# | (A) | 1 | 512 | 512 | 5.29 | 24.9 |
+# | (A) | 4 | 128 | 128 | 5.00 | 25.5 |
+# | base | 8 | 64 | 64 | 4.92 | 25.8 |
+# | (A) | 16 | 32 | 32 | 4.91 | 25.8 |
+# | (A) | 32 | 16 | 16 | 5.01 | 25.4 |
+# | (B) | 8 | 32 | 64 | 5.01 | 25.4 |
+# | (B) | 8 | 16 | 64 | 5.16 | 25.1 |
+#
+# One head was 0.9 BLEU worse than the best setting, and quality also dropped with too many heads,
+# each of them narrow. Rows (B) separate the width from the number of heads: with 8 heads kept,
+# cutting $d_k$ alone to 32 and to 16 cost 0.4 and 0.7 BLEU. The paper: "reducing the attention key
+# size $d_k$ hurts model quality. This suggests that determining compatibility is not easy and that a
+# more sophisticated compatibility function than dot product may be beneficial." Two cautions when
+# you read these numbers: rows (B) also have fewer parameters (60 M and 58 M against the base's 65 M,
+# since $W^Q$ and $W^K$ shrink with $d_k$), and differences of a few tenths of BLEU, reported as one
+# number per row with no spread over repeated runs, are weak evidence.
 #
 # **One big projection instead of $h$ small ones.** Putting the $h$ matrices $W_i^Q$ side by side
 # gives one $d_{model} \times d_{model}$ matrix: `W_q = nn.Linear(d_model, d_model)` computes all
 # heads' queries in one go, and features $i \cdot d_k$ to $(i+1) \cdot d_k - 1$ of its output belong
 # to head $i$. The same holds for `W_k`, `W_v`. The constructor (given) creates the four layers
 # `W_q`, `W_k`, `W_v`, `W_o` and stores `d_model`, `num_heads` and `d_k`.
+#
+# **Biases: a convention of this course, not the paper's.** `nn.Linear` adds a learned bias vector to
+# its output unless it is built with `bias=False`, and the given constructor keeps that default, as
+# PyTorch's own `nn.MultiheadAttention` does (`bias=True`). The paper's formulas have no biases: its
+# $W_i^Q, W_i^K, W_i^V, W^O$ are matrices and nothing else. The biases change little: the key bias adds
+# the same number to all the scores of one query, which the softmax ignores, and since every row of
+# weights sums to 1, the value bias adds the same vector to every output, which the bias of `W_o` could
+# hold as well. Keep them: the checks compare your module with the reference and with
+# `nn.MultiheadAttention`, both with biases.
 
 # %% [markdown]
 # ### Splitting into heads and joining them back
@@ -559,10 +639,11 @@ print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()
 # `(batch, seq_len, d_model)`, head $i$'s output for token $t$ in features $i \cdot d_k$ to
 # $(i+1) \cdot d_k - 1$ of token $t$, so that `combine_heads(split_heads(x))` gives `x` back.
 #
-# Two facts about PyTorch you will need: `view` re-reads a tensor's memory in row order (last axis
-# fastest) and never moves a number, while `transpose` swaps two axes without copying, so that
-# afterwards the memory is no longer in row order, and `view` then refuses to merge the axes that
-# the transpose separated in memory.
+# What you need to know about PyTorch's tensors: a tensor's numbers lie in memory in row order (the
+# last axis fastest). `view` and `reshape` read that order again in another shape and never move a
+# number; `transpose` and `permute` change which axis is read first, without copying anything. Work
+# out on paper, with the small example below, which of these gives each head the right numbers. The
+# diagram shows what must come out (colour = head), not how.
 
 # %%
 diagrams.show("head_splitting")
@@ -599,8 +680,9 @@ print("head 0 after a bare x.view(1, 2, 3, 2):\n", x.view(1, 2, 3, 2)[0, 0])
 #   single head.
 # - **scaling by $\sqrt{d_{model}}$**: happens when attention runs on the full width before
 #   splitting; each head is $d_k$ wide.
-# - **a tensor that `view` refuses** in `combine_heads`: the error says the tensor is not
-#   contiguous (its memory is not in row order after a transpose).
+# - **a tensor that `view` refuses**: the error says the tensor is not contiguous, or that the view
+#   size is not compatible with its size and stride: its numbers are no longer in row order in memory,
+#   which `view` needs (`reshape` copies when it must).
 # - **mixing up the inputs**: queries come from `q`, keys from `k`, values from `v`. In
 #   cross-attention `q` has a different length from `k` and `v`, so never take the sequence length
 #   of one for the others.
@@ -675,6 +757,14 @@ assert check.split_heads_values(MultiHeadAttention, d_model=6, num_heads=1, batc
 assert check.combine_heads_values(MultiHeadAttention, d_model=30, num_heads=5, batch=2, seq_len=9)
 assert check.combine_heads_inverts_split(MultiHeadAttention, d_model=16, num_heads=2, batch=4, seq_len=1)
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# **What the checks of `forward` test.** Each one first runs your `forward` as it is, with your own
+# `split_heads`, `combine_heads` and `scaled_dot_product_attention`. If that run is wrong, it runs your
+# `forward` again with the course's three parts in their place, and grades that second run. So one
+# mistake costs the points of its own checks once: a ✔ below says that your `forward` puts the parts
+# together correctly, **not** that your `split_heads` or `combine_heads` are right (the checks above
+# say that). Section 11 runs your whole module, your own parts included, beside PyTorch's.
 
 # %% tests="attn_mha_output_shape" points=1
 assert check.mha_output_shape(MultiHeadAttention)
@@ -817,9 +907,15 @@ plt.show()
 # projection as `out_proj`. Its boolean masks use the **opposite** convention: in `attn_mask` and
 # in `key_padding_mask`, `True` means "not allowed to attend" (a float mask is added to the scores
 # instead). So ours are inverted with `~`, and the padding mask is squeezed to `(batch, seq_len)`,
-# the shape `key_padding_mask` expects. With the same
-# weights both modules agree to rounding error. (It is only a yardstick here: the checks reject it
-# inside your code.)
+# the shape `key_padding_mask` expects. With the same weights both modules agree to rounding error
+# (in float32, a difference of the order of $10^{-7}$ or less) when your module is right. (It is
+# only a yardstick here: the checks reject it inside your code.)
+#
+# This cell runs your **whole** module: your `forward` with your own `split_heads`, `combine_heads` and
+# `scaled_dot_product_attention`. The checks of `forward` in section 9 do not always do that: when your
+# own parts give a wrong result, they grade `forward` with the course's parts plugged in instead. So if
+# every check of `forward` shows ✔ and this cell still prints a large difference, the mistake is in one
+# of the three parts; their own checks, above those of `forward`, say which.
 
 # %%
 torch.manual_seed(4)
@@ -879,9 +975,11 @@ for n in (10, 50, 512, 2000):
 #   hidden keys get exactly 0 and rows still sum to 1.
 # - The padding mask `(batch, 1, 1, seq_len)` hides `<pad>` keys; the look-ahead mask
 #   `(1, 1, size, size)` is lower-triangular with the diagonal; the decoder combines them with `&`.
-# - Multi-head attention projects with `W_q`, `W_k`, `W_v`, splits `d_model` into `num_heads` blocks
-#   of `d_k` (view, then transpose), attends per head, joins the heads (transpose, then view) and
-#   mixes them with `W_o`. In the paper one head was 0.9 BLEU worse than the best number of heads.
+# - Multi-head attention projects with `W_q`, `W_k`, `W_v` (with biases, a convention the paper does not
+#   have), gives each head its own block of `d_k` features of every token, attends per head, joins the
+#   heads back and
+#   mixes them with `W_o`. In the paper one head was 0.9 BLEU worse than the best number of heads, and
+#   narrower queries and keys with 8 heads kept ($d_k$ = 32, 16) were worse too (Table 3, rows (A), (B)).
 # - A self-attention layer costs $O(n^2 \cdot d)$ operations against a recurrent layer's
 #   $O(n \cdot d^2)$, but needs no sequential steps and links every pair of positions directly.
 #
@@ -912,9 +1010,13 @@ for n in (10, 50, 512, 2000):
 # the softmax's derivatives are those of a flat softmax, not of a peaked one). (b) With $h = 1$,
 # $d_k = d_{model}$, so both divisors are the same and the outputs are identical; the error grows
 # with the number of heads (the variance is $1/h$). (c) It can still learn: the wrong factor is a
-# constant $1/\sqrt{h}$ on every score, and $W^Q$, $W^K$ can grow by that factor to make up for it,
-# so training starts flatter and needs longer, but nothing is lost for good. (The opposite mistake,
-# no scaling at all, saturates the softmax instead.)
+# constant $1/\sqrt{h}$ on every score, and the learned projections can make up for it: a score is a
+# product of a query and a key, so scaling the query projection (weights and bias) by $a$ and the key
+# projection by $b$ scales every score by $ab$, and any $a$, $b$ with $ab = \sqrt{h}$ ($\sqrt{8} \approx
+# 2.8$) gives exactly the scores of a correctly scaled model, for example $W^Q$ alone $\sqrt{8}$ times
+# larger, or both about $8^{1/4} \approx 1.7$ times larger. So the classmate's model can compute the
+# same functions: training starts flatter and may need longer, but nothing is lost for good. (The
+# opposite mistake, no scaling at all, saturates the softmax instead.)
 #
 # **Rubric.**
 # - 1 point: variance $d_k / d_{model} = 1/h = 1/8$ (standard deviation ≈ 0.35); scores too small,
@@ -922,7 +1024,8 @@ for n in (10, 50, 512, 2000):
 # - 1 point: no difference for $h = 1$ (then $d_k = d_{model}$); also accept "the larger $h$, the
 #   larger the error".
 # - 1 point: it only starts worse: a constant factor on the scores that the learned projections can
-#   absorb (also accept: weights too flat to focus at first, so training is slower).
+#   absorb (their scales multiplying to $\sqrt{h}$, or simply "the query or key projection grows by
+#   $\sqrt{h}$"; also accept: weights too flat to focus at first, so training is slower).
 
 # %% [markdown]
 # **Question 2 (2 points).** Section 4 says that with `float("-inf")` a row whose keys are *all*

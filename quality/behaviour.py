@@ -136,6 +136,13 @@ def _stage1(module: Any, observations: Observations) -> None:
             x = _randn(3, seq_len, d_model, seed=seq_len)
             _record(observations, f"eval {d_model} {seq_len}", lambda e=encoding, x=x: e.eval()(x))
             _record(observations, f"train {d_model} {seq_len}", lambda e=encoding, x=x: e.train()(x))
+    for k, d_model in ((3, 16), (1, 6), (0, 6), (-4, 12), (47, 12)):  # the offset as a matrix
+        _record(observations, f"offset_matrix {k} {d_model}", lambda k=k, d=d_model: module.offset_matrix(k, d))
+    table = 1.0 + torch.rand(10, 6, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    matrix = -torch.eye(6, dtype=torch.float64) + 0.1 * _randn(6, 6, seed=6).double()
+    for k in (3, 0, -2, 9):
+        _record(observations, f"largest_offset_error {k}",
+                lambda k=k: module.largest_offset_error(table.clone(), matrix.clone(), k))
 
 
 def _attention_inputs(seed: int, leading: tuple[int, ...], q_len: int, k_len: int, d_k: int

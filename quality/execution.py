@@ -28,6 +28,7 @@ class CellOutcome:
     source: str
     printed: str = ""  # the cell's stdout
     displayed: str = ""  # the text/plain of what the cell displayed (the checks' red failure blocks, the summary)
+    html: str = ""  # the text/html of the same (a failure block's folded hints are only there)
 
 
 def _failure(cell: nbformat.NotebookNode) -> str:
@@ -69,6 +70,8 @@ def execute(path: Path, timeout: int = 600, environment: dict[str, str] | None =
                                                 if output.output_type == "stream" and output.name == "stdout"),
             displayed="".join(output.get("data", {}).get("text/plain", "") for output in cell.get("outputs", [])
                               if output.output_type in ("display_data", "execute_result")),
+            html="".join(output.get("data", {}).get("text/html", "") for output in cell.get("outputs", [])
+                         if output.output_type in ("display_data", "execute_result")),
         ))
     return outcomes
 

@@ -1,13 +1,18 @@
 """How much starting a program confined costs (grading/isolation.py), against starting it plainly.
 
-    python scripts/benchmark_isolation.py [--runs 30]
+    python scripts/benchmark_isolation.py [--runs 30] [--folders]
 
 For `true` and for `python -c pass` it times, over --runs runs each (median and 90th percentile, ms):
 - plain: subprocess.run, no isolation;
 - confined: `isolation.start` with bubblewrap and the sandbox's limits, until the program has ended,
   and, separately, `start` alone (until it returns) and `close` (cgroup removed);
 - unconfined: `start` with isolate=False (limits, no bubblewrap).
-It prints which mechanism holds the limits here. The overhead of confinement is confined - plain.
+It prints which mechanism holds the limits here. The overhead of confinement is confined - plain. The same
+confined start without the machine-wide counters' fixed files (`isolation.counter_files`) gives what those cost.
+
+With --folders it also times, in a real student's sandbox (a zygote started as the batch starts it, a runner forked
+for stage 1), the grader's work on the sandbox's writable folders (`grading/sandbox/scratch.py`): the inventory
+before and the restore after a grade cell's checks (per grade cell), and emptying them (per hidden part).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from transformer_course.grading.sandbox import isolation
 from transformer_course.grading.sandbox.isolation import Sandbox, bubblewrap_problem, course_paths, python_paths, start
 
 
@@ -59,6 +65,7 @@ def measure(program: list[str], runs: int, sandbox: Sandbox | None) -> dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--folders", action="store_true", help="also time the grader's work on a sandbox's folders")
     arguments = parser.parse_args()
     root = Path(__file__).resolve().parents[1]
     readable = (*python_paths(), *course_paths(root))
@@ -74,6 +81,45 @@ def main() -> None:
             extra = "" if sandbox is None else \
                 f"  {median(times['start'])} {median(times['close'])}   {times['mechanism']}"
             print(f"{name:<18}{how:<12}{summary(times['total'])}        {extra}")
+    if not problem:
+        real = isolation.counter_files
+        isolation.counter_files = lambda limits: {}
+        try:
+            times = measure([sys.executable, "-c", "pass"], arguments.runs, Sandbox(readable=readable))
+        finally:
+            isolation.counter_files = real
+        print(f"{'python -c pass':<18}{'confined, no fixed counters':<12}{summary(times['total'])}"
+              f"          {median(times['start'])} {median(times['close'])}")
+    if arguments.folders:
+        folder_work(arguments.runs, problem is None)
+
+
+def folder_work(runs: int, isolate: bool) -> None:
+    """Median and p90 (ms) of the grader's folder work on one real sandbox, over `runs` rounds each."""
+    from transformer_course.grading.sandbox.executor import grading_environment
+    from transformer_course.grading.sandbox.session import Session, sandboxed_launcher
+
+    checks = "transformer_course.checks.positional_encoding"
+    with Session([checks, "IPython.core.interactiveshell", "torch"], environment=grading_environment(1),
+                 launcher=sandboxed_launcher(isolate=isolate)) as session:
+        session.notebook(checks, ["PositionalEncoding"], "work/benchmark")
+        session.run_cell("import torch, matplotlib.pyplot as plt\nplt.plot([1, 2])", 120)  # what a notebook leaves
+        times: dict[str, list[float]] = {"inventory + restore (per grade cell)": [], "emptying (per hidden part)": []}
+        for _ in range(runs):
+            began = time.perf_counter()
+            kept = session.scratch_inventory()
+            session.scratch_restore(kept)
+            times["inventory + restore (per grade cell)"].append(time.perf_counter() - began)
+        for _ in range(runs):
+            began = time.perf_counter()
+            session.empty_scratch()
+            times["emptying (per hidden part)"].append(time.perf_counter() - began)
+        entries = sum(len(found) for found in (kept or {}).values())
+        session.end_notebook()
+    print(f"the grader's work on a sandbox's folders ({entries} entries there after the zygote and one cell; "
+          f"{'bubblewrap' if isolate else 'unconfined'}):")
+    for name, samples in times.items():
+        print(f"  {name:<40}{summary(samples)}   (ms: median, p90)")
 
 
 if __name__ == "__main__":

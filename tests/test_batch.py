@@ -219,10 +219,11 @@ def test_each_stage_is_recognised_by_its_own_cells_then_its_title():
         assert release.identify(notebook, "download.ipynb") == assignment
 
 
-def test_the_hostile_student_is_flagged_for_review_and_the_honest_ones_are_not(graded):
+def test_no_honest_student_is_flagged_for_review(graded):
+    """The hostile student is not flagged either: the static scan that flagged her lines was removed (issue 39,
+    website/instructor/threat-model.md, *No static scan*); what she did cost her nothing but her own cells."""
     _, _, rows, _ = graded
-    assert "flagged for review" in rows["hana"]["reasons"]
-    assert "os._exit" in rows["hana"]["reasons"] or "socket" in rows["hana"]["reasons"]
+    assert "flagged for review" not in rows["hana"]["reasons"]
     for name in ("ada", "blake", "chen", "dana_12345", "eve", "gus"):
         # honest work carries no flag: not the blank notebook, not the published solution typed into the
         # notebook (ada, and chen's correct functions): only code made from the course's reference while the

@@ -23,3 +23,24 @@ def test_include_splices_the_reference_definition():
     source = definition_source("transformer_course.reference.positional_encoding:PositionalEncoding")
     assert source.startswith("class PositionalEncoding(nn.Module):")
     assert "### BEGIN SOLUTION" in source and source.rstrip().endswith("return self.dropout(x)")
+
+
+def test_cell_ids_come_from_names_or_content_not_position():
+    from transformer_course.authoring import cell_id
+
+    taken: set[str] = set()
+    first = cell_id("03_blocks", "markdown", "## Residual connections", taken)
+    assert first.startswith("03-") and len(first) == 11
+    taken.add(first)
+    # the same cell elsewhere in the lesson, after a cell was inserted above it: the same id
+    assert cell_id("03_blocks", "markdown", "## Residual connections", set()) == first
+    # two cells with the same text are told apart in their order
+    assert cell_id("03_blocks", "markdown", "## Residual connections", taken) == f"{first}-2"
+    assert cell_id("03_blocks", "code", "## Residual connections", set()) != first
+
+
+def test_one_stage_is_named_by_number_or_name():
+    from transformer_course.authoring import named_assignments
+
+    assert named_assignments(ROOT, ["03"]) == ["03_blocks"] == named_assignments(ROOT, ["03_blocks"])
+    assert named_assignments(ROOT, ["3", "0"]) == ["03_blocks", "00_why_attention"]

@@ -358,6 +358,40 @@ def test_own_namespaces_hide_host_processes():
 
 
 @needs_bubblewrap
+def test_machine_wide_counters_read_the_same_whatever_the_machine_does():
+    """A classmate's sandbox held 300 idle threads; another read the machine's thread count in /proc/loadavg
+    (issue 39). Every machine-wide counter of /proc reads fixed text; the sandbox's own processes stay visible."""
+    import threading
+
+    probe = f"""
+        counters = {{}}
+        for path in {isolation.MACHINE_COUNTERS!r}:
+            try:
+                counters[path] = open(path).read()
+            except OSError as error:
+                counters[path] = type(error).__name__
+        report(counters=counters, own=os.path.exists("/proc/self/status"))
+    """
+    quiet, error, _ = confine(probe)
+    assert quiet, error
+    stop = threading.Event()
+    busy = [threading.Thread(target=stop.wait, daemon=True) for _ in range(300)]
+    for thread in busy:
+        thread.start()
+    try:
+        crowded, error, _ = confine(probe)
+    finally:
+        stop.set()
+    assert crowded, error
+    fixed = isolation.counter_files(Limits())
+    for path, text in crowded["counters"].items():
+        if path in fixed and path != "/proc/uptime":  # a clock, the same for everyone: read as it is at the start
+            assert text == quiet["counters"][path] == fixed[path], path
+    assert crowded["counters"]["/proc/loadavg"] == "0.00 0.00 0.00 1/1 1\n"
+    assert crowded["own"]
+
+
+@needs_bubblewrap
 def test_descriptors_reach_the_program_and_nothing_else_does():
     read, write = os.pipe()
     sandbox = Sandbox(readable=readable())

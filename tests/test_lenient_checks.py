@@ -30,7 +30,8 @@ def shown(monkeypatch):
 def failing_check():
     @check("a property that does not hold")
     def wrong():
-        framework.fail("the thing is wrong.", expected="(2, 3)", got="(3, 2)", cause="axes <swapped> & more")
+        framework.fail("the thing is wrong.", expected="(2, 3)", got="(3, 2)", cause="axes <swapped> & more",
+                       idea="the heads go first", code="x.transpose(1, 2)")
 
     return wrong
 
@@ -38,11 +39,27 @@ def failing_check():
 def test_outside_grading_a_failure_is_a_red_block_and_the_cell_goes_on(shown):
     assert failing_check()() is True  # so `assert check.x(...)` holds and Run all carries on
     (text, html), = shown
-    assert text.startswith("✘ a property that does not hold") and "expected: (2, 3)" in text
-    assert "likely cause: axes <swapped> & more" in text and "carries on" in text
+    assert text.startswith("✘ a property that does not hold") and "expected: (2, 3)" in text and "carries on" in text
     assert "#c62828" in html and "✘" in html and "<b>expected:</b>" in html
     assert "axes &lt;swapped&gt; &amp; more" in html  # the message is escaped, not interpreted
     assert not framework.results()["wrong"].passed  # and the summary knows it failed
+
+
+def test_the_hints_are_folded_one_inside_the_other_and_absent_from_the_text(shown):
+    failing_check()()
+    (text, html), = shown
+    for hidden in ("likely cause", "swapped", "the heads go first", "transpose"):
+        assert hidden not in text  # a front end without HTML, and the summary, show what was observed only
+    observed = html.index("<b>got:</b>")
+    cause, idea, code = (html.index(f"Hint {n}: ") for n in (1, 2, 3))
+    assert observed < cause < idea < code
+    assert "Hint 1: the likely cause" in html and "Hint 3: in code" in html
+    # each hint is inside the one before: the second's <details> opens before the first's closes
+    assert html.index("<details", cause - 200) < cause and html.rindex("</details>") > code
+    assert html.count("<details") == 3 and html[code:].count("</details>") == 3
+    assert html.index("axes &lt;swapped&gt;") < idea < html.index("the heads go first") < code \
+        < html.index("x.transpose(1, 2)")
+    assert framework.summary_note(framework.results()["wrong"].message) == "the thing is wrong."
 
 
 def test_without_a_notebook_the_failure_is_printed_as_text(capsys):
@@ -50,15 +67,23 @@ def test_without_a_notebook_the_failure_is_printed_as_text(capsys):
     assert "✘ a property that does not hold" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("how", ["settings cell", "environment", "grading"])
-def test_a_failure_raises_when_asked_or_while_grading(how, monkeypatch, shown):
+@pytest.mark.parametrize("how", ["settings cell", "environment"])
+def test_a_failure_raises_when_asked_with_what_was_observed_and_shows_the_hints_folded(how, monkeypatch, shown):
     if how == "settings cell":
         configure(stop_at_first_failure=True)
-    elif how == "environment":
-        monkeypatch.setenv(runtime.STRICT_VARIABLE, "1")
     else:
-        monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    with pytest.raises(CheckFailed, match=r"(?s)✘ a property.*expected: \(2, 3\).*likely cause"):
+        monkeypatch.setenv(runtime.STRICT_VARIABLE, "1")
+    with pytest.raises(CheckFailed, match=r"(?s)✘ a property.*expected: \(2, 3\)") as raised:
+        failing_check()()
+    assert "likely cause" not in str(raised.value) and "transpose" not in str(raised.value)  # no hint in a traceback
+    (text, html), = shown  # the red block above the traceback holds the hints, folded
+    assert "Stopped here" in text and "Hint 3: in code" in html and "transpose" not in text
+
+
+def test_while_grading_a_failure_raises_with_the_whole_message(monkeypatch, shown):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(CheckFailed, match=r"(?s)✘ a property.*expected: \(2, 3\).*likely cause: axes <swapped> & "
+                                          r"more\n  the idea: the heads go first\n  in code: x.transpose\(1, 2\)"):
         failing_check()()
     assert not shown
 
@@ -89,10 +114,15 @@ def test_summary_lists_every_check_of_the_notebook_with_points(monkeypatch, caps
     lines = capsys.readouterr().out.splitlines()
     marks = [line for line in lines if line and line[0] in "✔✘·"]
     assert marks[0].startswith("✘ " + stage.buffer_shape.check_title) and "(1 point)" in marks[0]
-    assert [line[0] for line in marks] == ["✘", "·", "·", "·", "·", "·"] and "not run yet" in marks[1]
-    assert "(2 points)" in marks[1]
-    assert any("0 of 8 points from the visible checks" in line for line in lines)
-    assert any("Hidden tests: 2 more cells worth 2 points" in line for line in lines)
+    cells = framework.GRADE_CELLS[stage.__name__]  # (grade id, points, check names) from the build
+    visible = [(points, names) for _grade_id, points, names in cells if names]
+    hidden = [points for _grade_id, points, names in cells if names == ()]
+    assert len(visible) > 1 and hidden  # the stage has more than one visible check and hidden tests
+    assert [line[0] for line in marks] == ["✘"] + ["·"] * (len(visible) - 1) and "not run yet" in marks[1]
+    assert f"({visible[1][0]:g} point" in marks[1]
+    assert any(f"0 of {sum(points for points, _ in visible):g} points from the visible checks" in line
+               for line in lines)
+    assert any(f"Hidden tests: {len(hidden)} more cells worth {sum(hidden):g} point" in line for line in lines)
 
 
 def _run_in_a_kernel(sources: list[str], environment: dict[str, str] | None = None) -> list:
@@ -158,10 +188,10 @@ def test_a_bug_hunt_check_shows_the_symptom_but_not_the_cause_until_grading(show
                        cause="the two masks are combined with `|`")
 
     mask_values(None, bug_hunt=True)
-    (text, _), = shown
+    (text, html), = shown
     assert "expected: key 1 hidden" in text and "got:      allowed" in text
-    assert "`|`" not in text and "the cause is for you to find" in text
-    mask_values(None)  # the same check outside a bug hunt names the cause
-    assert "combined with `|`" in shown[-1][0]
+    assert "`|`" not in html and "the cause is for you to find" in html and html.count("<details") == 1
+    mask_values(None)  # the same check outside a bug hunt names the cause, in its first hint
+    assert "combined with `|`" in shown[-1][1] and "combined with `|`" not in shown[-1][0]
     result = framework.run_check(mask_values.__wrapped__, "a mask", (None,), {"bug_hunt": True})
     assert "combined with `|`" in result.message  # what the grader and the feedback see

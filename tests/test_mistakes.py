@@ -1,11 +1,13 @@
 """The mistake catalog with teeth: every cataloged bug fails the grade cell that covers it, with a
-message naming the cause; every alternative correct solution passes every grade cell."""
+message naming the cause; every alternative correct solution passes every grade cell. What a student reads
+of each failing cell before opening a hint (the visible part of its ladder) holds no solution code."""
 
 from collections import Counter
 
 import pytest
 
 from conftest import ASSIGNMENTS, graded_part, read, solution_path
+from quality.dictation import in_message
 from quality.inprocess import run_grade_cells
 from quality.mistakes import catalog
 
@@ -32,6 +34,9 @@ def test_mistake_fails_its_cell_and_names_the_cause(mistake):
     assert mistake.cause.lower() in outcome.message.lower(), (
         f"{mistake.fails} fails but its message does not name the cause ({mistake.cause!r}):\n{outcome.message}")
     assert "likely cause" in outcome.message
+    shown = {grade_id: found for grade_id, other in outcomes.items() if not other.passed
+             and (found := in_message(mistake.assignment, other.message))}
+    assert not shown, f"solution code in the open part of a message (quality.dictation.in_message): {shown}"
 
 
 @pytest.mark.slow

@@ -91,14 +91,14 @@ def test_a_malformed_grade_cell_is_repaired_with_a_reason_and_the_class_goes_on(
 
 def test_an_unexpected_error_on_one_file_costs_that_file_only(tmp_path, release, monkeypatch):
     """The class of bugs not yet found: any exception while checking one file is that file's row."""
-    real = submissions_module.suspicious_code
+    real = submissions_module.metadata_problems
 
-    def breaks_on_eve(notebook, released):
+    def breaks_on_eve(released, notebook):
         if any("EVE" in cell.source for cell in notebook.cells):
             raise KeyError("a bug of ours")
-        return real(notebook, released)
+        return real(released, notebook)
 
-    monkeypatch.setattr(submissions_module, "suspicious_code", breaks_on_eve)
+    monkeypatch.setattr(submissions_module, "metadata_problems", breaks_on_eve)
     eve = solution()
     eve["cells"].append(nbformat.v4.new_code_cell("# EVE"))
     save(tmp_path, f"eve/{ASSIGNMENT}.ipynb", eve)

@@ -4,9 +4,11 @@ A submission of stage 2 with a real bug (attention scores not divided by sqrt(d_
 of tampering before the grade cells: replacing torch.allclose and Tensor comparisons, the check
 helpers, the checks' code and closures, or the name `check` itself. Under the grader every grade cell is
 judged in the grader's own process (test_boundary.py attacks that design directly), so the bug's grade
-cell must still fail, naming the bug; the static scan flags every attack for review; honest notebooks
-are left alone (no finding, full marks). In a student's own notebook (Colab, no grader) tampering only
-fools the student's own self-check: nothing is at stake there, and the checks do not defend themselves.
+cell must still fail, naming the bug; honest notebooks are left alone (no finding, full marks). Nothing
+flags the tampering itself: the static scan that did was removed in issue 39 (a sieve any motivated student
+passes, guarding nothing the grader's design does not; website/instructor/threat-model.md). In a student's own
+notebook (Colab, no grader) tampering only fools the student's own self-check: nothing is at stake there, and
+the checks do not defend themselves.
 """
 
 import csv
@@ -14,11 +16,10 @@ import csv
 import nbformat
 import pytest
 
-from conftest import ASSIGNMENTS, ROOT, read, solution_path, student_path
+from conftest import ASSIGNMENTS, ROOT, read, solution_path
 from quality.inprocess import run_grade_cells
 from quality.mistakes import catalog
 from transformer_course.grading.cells import checks_module
-from transformer_course.grading.intake.scan import suspicious_code
 
 ASSIGNMENT = "02_attention"
 BUG = next(m for m in catalog()[0] if m.description == "scores not scaled by 1/sqrt(d_k)")
@@ -93,22 +94,6 @@ def test_the_untampered_solution_has_no_finding():
     assert all(o.passed and not o.findings for o in outcomes.values())
 
 
-@pytest.mark.parametrize("attack", ATTACKS)
-def test_the_scan_flags_every_attack(attack):
-    release = read(student_path(ASSIGNMENT))
-    findings = suspicious_code(tampered(ATTACKS[attack]), release)
-    assert findings, f"{attack} is not flagged"
-    assert all(str(finding).startswith("cell ") for finding in findings)
-
-
-def test_the_scan_flags_nothing_in_the_solutions_and_alternatives():
-    for assignment in ASSIGNMENTS:
-        assert suspicious_code(read(solution_path(assignment)), read(student_path(assignment))) == []
-    for alternative in catalog()[1]:
-        notebook = alternative.apply(read(solution_path(alternative.assignment)))
-        assert suspicious_code(notebook, read(student_path(alternative.assignment))) == [], alternative.description
-
-
 def test_each_stage_names_its_checks_module():
     for assignment in ASSIGNMENTS:
         module = checks_module(read(solution_path(assignment)))
@@ -116,7 +101,7 @@ def test_each_stage_names_its_checks_module():
 
 
 @pytest.mark.slow
-def test_real_nbgrader_gives_the_tamperer_the_buggy_score_and_flags_them(tmp_path):
+def test_real_nbgrader_gives_the_tamperer_the_buggy_score(tmp_path):
     """Through the batch command: every attack at once, plus two on IPython itself (hiding the
     traceback of a failing cell, and re-binding `check` in a hook before each cell)."""
     from transformer_course.grading.classroom.batch import BatchGrader
@@ -140,6 +125,5 @@ def test_real_nbgrader_gives_the_tamperer_the_buggy_score_and_flags_them(tmp_pat
         rows = {row["student"]: row for row in csv.DictReader(handle)}
     assert rows["tamperer"]["attn_sdpa_values"] == "0.0"
     assert float(rows["tamperer"]["total"]) <= float(rows["plain_bug"]["total"]) < float(rows["plain_bug"]["max"])
-    assert "flagged for review: cell" in rows["tamperer"]["reasons"]
     assert "flagged for review" not in rows["plain_bug"]["reasons"]
     assert students["tamperer"].status == "graded"

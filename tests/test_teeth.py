@@ -78,8 +78,9 @@ def test_blank_student_notebook_runs_all_and_its_summary_lists_every_check_faili
     visible = visible_cells(assignment)
     assert {grade_id for grade_id, _ in visible} <= set(grade)
     for grade_id, _ in visible:
-        shown = grade[grade_id].displayed
-        assert shown.startswith("✘") and "likely cause" in shown, (grade_id, shown)
+        shown = grade[grade_id].displayed  # what was observed; the likely cause is the first folded hint
+        assert shown.startswith("✘") and "Hint 1: the likely cause" in grade[grade_id].html, (grade_id, shown)
+        assert "likely cause" not in shown, (grade_id, shown)
         # a stub says it is not written yet; a bug hunt's broken code fails on its bug, with the check's diagnosis
         assert ("not implemented yet" in shown) != (grade_id in bug_hunt_grade_cells(assignment)), (grade_id, shown)
         assert "✔" not in grade[grade_id].printed or grade_id in bug_hunt_grade_cells(assignment), grade_id

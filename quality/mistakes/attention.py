@@ -163,7 +163,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "output passed through tanh after the product with V",
         "    output = weights @ V  # (..., q_len, d_v)\n",
         "    output = torch.tanh(weights @ V)  # (..., q_len, d_v)\n",
-        fails="attn_sdpa_values", cause="then applies a tanh to it: the paper stops there",
+        fails="attn_sdpa_values", cause="then applies a tanh to it: the reference stops there",
     ),
     Mistake(
         STAGE, "bitwise ~ on the mask: fine for bool, wrong for integer 0/1 masks",
@@ -275,19 +275,19 @@ MISTAKES: list[Mistake] = [
         STAGE, "residual connection added inside multi-head attention",
         _OUTPUT,
         "output = self.W_o(self.combine_heads(heads)) + q  # (batch, q_len, d_model)",
-        fails="attn_mha_values", cause="computes the output of self.W_o as the paper does, then applies a sum",
+        fails="attn_mha_values", cause="computes the output of self.W_o as the reference does, then applies a sum",
     ),
     Mistake(
         STAGE, "keys and values projected from the wrong inputs (swapped)",
         _K_AND_V,
         "K = self.split_heads(self.W_k(v))\n        V = self.split_heads(self.W_v(k))",
-        fails="attn_mha_values", cause="self.W_k receives the input `v` where the paper gives it the input `k`",
+        fails="attn_mha_values", cause="self.W_k receives the input `v` where the reference gives it the input `k`",
     ),
     Mistake(
         STAGE, "keys and values projected from q (self-attention only)",
         _K_AND_V,
         "K = self.split_heads(self.W_k(q))\n        V = self.split_heads(self.W_v(q))",
-        fails="attn_mha_values", cause="self.W_k receives the input `q` where the paper gives it the input `k`",
+        fails="attn_mha_values", cause="self.W_k receives the input `q` where the reference gives it the input `k`",
     ),
     Mistake(
         STAGE, "inline attention scaled by sqrt(d_model) instead of sqrt(d_k)",

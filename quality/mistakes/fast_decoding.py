@@ -49,7 +49,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "decoder step: the feed-forward output normalised without its residual sum",
         "x = layer.norm3(x + layer.feed_forward(x))",
         "x = layer.norm3(layer.feed_forward(x))",
-        fails="fast_step_matches", cause="the paper's steps in between (sum) are missing",
+        fails="fast_step_matches", cause="the reference's steps in between (sum) are missing",
     ),
     Mistake(
         STAGE, "decoder step: the cross-attention output normalised without its residual sum",
@@ -73,7 +73,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "length penalty multiplied by alpha (seen where alpha is neither 0 nor 1)",
         "    ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)\n",
         "    ranking = candidates / (((5.0 + new_lengths) / 6.0) * alpha + (alpha == 0)).unsqueeze(-1)\n",
-        fails="fast_select_penalty", cause="applies the product where the paper applies the power",
+        fails="fast_select_penalty", cause="applies the product where the reference applies the power",
     ),
     # start_cache
     Mistake(

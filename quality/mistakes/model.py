@@ -175,7 +175,7 @@ MISTAKES: list[Mistake] = [
         _ENCODER_LAYERS + "\n        self.norm = nn.LayerNorm(d_model)"
         "\n\n    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:\n"
         "        ### BEGIN SOLUTION\n        " + _ENCODER_FORWARD + "\n        x = self.norm(x)",
-        fails="model_encoder_values", cause="forward returns the output of self.norm where the paper returns",
+        fails="model_encoder_values", cause="forward returns the output of self.norm where the reference returns",
     ),
     Mistake(
         STAGE, "Encoder adds a learned position table instead of the sinusoidal encoding",

@@ -186,3 +186,158 @@ ALTERNATIVES: list[Alternative] = [
         "x = torch.add(x, self.pe.narrow(1, 0, x.size(1)))  # (1, seq_len, d_model) broadcasts",
     ),
 ]
+
+# --- the offset as a matrix: offset_matrix and largest_offset_error ------------------------------------------
+
+_SIN_ENTRIES = ("    matrix[0::2, 1::2] = torch.diag(sin)\n"
+                "    matrix[1::2, 0::2] = torch.diag(-sin)  # cos(a + b) = cos a cos b - sin a sin b\n")
+_ANGLE = "angle = k / 10000.0 ** (two_i / d_model)  # (d_model / 2,) how far each column pair turns in k positions"
+_OFFSET_TWO_I = "two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,) the even indices 2i"
+_RANGE = "start, stop = max(0, -k), min(n, n - k)  # the positions p with 0 <= p < n and 0 <= p + k < n"
+_MOVED = "moved = table[start:stop] @ matrix.T  # (stop - start, d_model): row p holds matrix @ table[p]"
+_ERROR = "error = (moved - table[start + k:stop + k]).abs().max()"
+_OFFSET_MATRIX = (
+    "    " + _OFFSET_TWO_I + "\n"
+    "    " + _ANGLE + "\n"
+    "    cos, sin = torch.cos(angle), torch.sin(angle)\n"
+    "    matrix = torch.zeros(d_model, d_model, dtype=torch.float64)\n"
+    "    matrix[0::2, 0::2] = torch.diag(cos)  # sin(a + b) = sin a cos b + cos a sin b\n"
+    + _SIN_ENTRIES +
+    "    matrix[1::2, 1::2] = torch.diag(cos)\n"
+)
+_OFFSET_ERROR = "    n = table.size(0)\n    " + _RANGE + "\n    " + _MOVED + "\n    " + _ERROR + "\n"
+
+MISTAKES += [
+    Mistake(
+        STAGE, "offset matrix: the block transposed (the sine entries' signs swapped), so it moves backwards",
+        _SIN_ENTRIES,
+        "    matrix[0::2, 1::2] = torch.diag(-sin)\n"
+        "    matrix[1::2, 0::2] = torch.diag(sin)  # cos(a + b) = cos a cos b - sin a sin b\n",
+        fails="pe_offset_matrix_moves", cause="moves every position 3 back",
+    ),
+    Mistake(
+        STAGE, "offset matrix: k forgotten in the angle (every pair turns by one position's angle)",
+        _ANGLE,
+        "angle = 1 / 10000.0 ** (two_i / d_model)  # (d_model / 2,)",
+        fails="pe_offset_matrix_moves", cause="moves every position by 1",
+    ),
+    Mistake(
+        STAGE, "offset matrix: the exponent doubled (2i multiplied by 2 again)",
+        _OFFSET_TWO_I,
+        "two_i = 2 * torch.arange(0, d_model, 2, dtype=torch.float64)",
+        fails="pe_offset_matrix_moves", cause="the exponent is doubled",
+    ),
+    Mistake(
+        STAGE, "offset matrix: i instead of 2i in the exponent",
+        _OFFSET_TWO_I,
+        "two_i = torch.arange(0, d_model // 2, dtype=torch.float64)",
+        fails="pe_offset_matrix_moves", cause="half of 2i / d_model",
+    ),
+    Mistake(
+        STAGE, "offset matrix: both sine entries with a plus sign",
+        "    matrix[1::2, 0::2] = torch.diag(-sin)  # cos(a + b) = cos a cos b - sin a sin b\n",
+        "    matrix[1::2, 0::2] = torch.diag(sin)\n",
+        fails="pe_offset_matrix_moves", cause="angle-addition formulas",
+    ),
+    Mistake(
+        STAGE, "offset matrix: a vector assigned to a block of entries without torch.diag (pairs mixed)",
+        "    matrix[0::2, 1::2] = torch.diag(sin)\n",
+        "    matrix[0::2, 1::2] = sin\n",
+        fails="pe_offset_matrix_moves", cause="mixes column pairs",
+    ),
+    Mistake(
+        STAGE, "offset matrix: sin and cos swapped in every block",
+        "    cos, sin = torch.cos(angle), torch.sin(angle)\n",
+        "    sin, cos = torch.cos(angle), torch.sin(angle)\n",
+        fails="pe_offset_matrix_moves", cause="angle-addition formulas",
+    ),
+    Mistake(
+        STAGE, "offset matrix as whole numbers (an integer zeros tensor)",
+        "    matrix = torch.zeros(d_model, d_model, dtype=torch.float64)\n",
+        "    matrix = torch.zeros(d_model, d_model, dtype=torch.long)\n",
+        fails="pe_offset_matrix_shape", cause="make the matrix a tensor of floats",
+    ),
+    Mistake(
+        STAGE, "offset error: the last position with a partner left out",
+        _RANGE,
+        "start, stop = max(0, -k), min(n, n - k) - 1",
+        fails="pe_offset_error_values", cause="without the last position",
+    ),
+    Mistake(
+        STAGE, "offset error: the first position left out (a loop from 1)",
+        _RANGE,
+        "start, stop = max(1, -k), min(n, n - k)",
+        fails="pe_offset_error_values", cause="without the first position",
+    ),
+    Mistake(
+        STAGE, "offset error: rows multiplied by the matrix, not its transpose",
+        _MOVED,
+        "moved = table[start:stop] @ matrix",
+        fails="pe_offset_error_values", cause="from the right",
+    ),
+    Mistake(
+        STAGE, "offset error: the mean difference instead of the largest",
+        _ERROR,
+        "error = (moved - table[start + k:stop + k]).abs().mean()",
+        fails="pe_offset_error_values", cause="the mean difference",
+    ),
+    Mistake(
+        STAGE, "offset error: the largest signed difference (abs forgotten)",
+        _ERROR,
+        "error = (moved - table[start + k:stop + k]).max()",
+        fails="pe_offset_error_values", cause="without the absolute value",
+    ),
+    Mistake(
+        STAGE, "offset error: slices written for a positive k only (table[:-k], table[k:])",
+        "    " + _RANGE + "\n    " + _MOVED + "\n    " + _ERROR + "\n",
+        "    moved = table[:-k] @ matrix.T\n    error = (moved - table[k:]).abs().max()\n",
+        fails="pe_offset_error_offsets", cause="size of tensor",
+    ),
+]
+
+ALTERNATIVES += [
+    Alternative(
+        STAGE, "offset matrix from 2x2 blocks with torch.block_diag, in float32",
+        _OFFSET_MATRIX,
+        "    frequencies = 10000 ** (-torch.arange(0, d_model, 2).float() / d_model)  # (d_model / 2,)\n"
+        "    blocks = [torch.tensor([[math.cos(k * w), math.sin(k * w)], [-math.sin(k * w), math.cos(k * w)]])\n"
+        "              for w in frequencies.tolist()]\n"
+        "    matrix = torch.block_diag(*blocks)  # (d_model, d_model), float32\n",
+    ),
+    Alternative(
+        STAGE, "offset matrix with loops over the column pairs and math.cos/math.sin",
+        _OFFSET_MATRIX,
+        "    matrix = torch.zeros(d_model, d_model, dtype=torch.float64)\n"
+        "    for i in range(d_model // 2):\n"
+        "        a = k * math.exp(-2 * i * math.log(10000.0) / d_model)\n"
+        "        matrix[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[math.cos(a), math.sin(a)],\n"
+        "                                                             [-math.sin(a), math.cos(a)]])\n",
+    ),
+    Alternative(
+        STAGE, "offset matrix as a sum of four scattered diagonals (index_put on even and odd indices)",
+        _OFFSET_MATRIX,
+        "    even = torch.arange(0, d_model, 2)\n"
+        "    a = k * torch.exp(even.double() * (-math.log(10000.0) / d_model))\n"
+        "    matrix = torch.zeros(d_model, d_model, dtype=torch.float64)\n"
+        "    matrix.index_put_((even, even), a.cos())\n"
+        "    matrix.index_put_((even, even + 1), a.sin())\n"
+        "    matrix.index_put_((even + 1, even), -a.sin())\n"
+        "    matrix.index_put_((even + 1, even + 1), a.cos())\n",
+    ),
+    Alternative(
+        STAGE, "offset error with the matrix applied to columns (matrix @ rows.T) and torch.amax",
+        _OFFSET_ERROR,
+        "    n = table.size(0)\n"
+        "    ps = torch.arange(n)\n"
+        "    ps = ps[(ps + k >= 0) & (ps + k < n)]  # the positions with a partner\n"
+        "    error = torch.amax(torch.abs((matrix @ table[ps].T).T - table[ps + k]))\n",
+    ),
+    Alternative(
+        STAGE, "offset error as a Python loop over positions with a running maximum",
+        _OFFSET_ERROR,
+        "    error = 0.0\n"
+        "    for p in range(len(table)):\n"
+        "        if 0 <= p + k < len(table):\n"
+        "            error = max(error, (matrix @ table[p] - table[p + k]).abs().max().item())\n",
+    ),
+]

@@ -24,7 +24,7 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "tanh missing from the score",
         _HIDDEN, "hidden = projected_query + projected_keys",
-        fails="why_score_values", cause="the paper applies a tanh",
+        fails="why_score_values", cause="the reference applies a tanh",
     ),
     Mistake(
         STAGE, "tanh applied to each projection separately",
@@ -34,12 +34,12 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "v skipped: the hidden features are summed",
         _SCORES, "scores = hidden.sum(dim=-1)",
-        fails="why_score_values", cause="applies the sum where the paper applies `self.v`",
+        fails="why_score_values", cause="applies the sum where the reference applies `self.v`",
     ),
     Mistake(
         STAGE, "projections multiplied instead of added",
         _HIDDEN, "hidden = torch.tanh(projected_query * projected_keys)",
-        fails="why_score_values", cause="applies the product where the paper applies the sum",
+        fails="why_score_values", cause="applies the product where the reference applies the sum",
     ),
     Mistake(
         STAGE, "tanh applied after v instead of before it",

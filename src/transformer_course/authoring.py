@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import ast
 import filecmp
+import hashlib
 import importlib.util
 import os
 import re
@@ -244,13 +245,24 @@ def _expand(source: str, root: Path, assignment: str) -> str:
     return "\n".join(lines)
 
 
+def cell_id(assignment: str, cell_type: str, source: str, taken: set[str]) -> str:
+    """A cell's id, derived from its content, not its place: `03-` and 8 hex digits of the SHA-1 of its type
+    and source (a graded cell's id is its grade_id instead). Inserting, moving or removing a cell leaves every
+    other cell's id as it was, so a release mid-term changes the ids of the cells it changed only. Two cells
+    with the same content get `-2`, `-3`... in their order."""
+    digest = hashlib.sha1(f"{cell_type}\n{source}".encode()).hexdigest()[:8]
+    base = f"{assignment[:2]}-{digest}"
+    return next(candidate for n in range(1, len(taken) + 2)
+                if (candidate := base if n == 1 else f"{base}-{n}") not in taken)
+
+
 def build_solution(root: Path, assignment: str) -> nbformat.NotebookNode:
     """Read lessons/<assignment>.py and return the nbgrader source notebook."""
     lesson = jupytext.read(root / "lessons" / f"{assignment}.py", fmt="py:percent")
     notebook = nbformat.v4.new_notebook()
     notebook.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
     seen_ids: set[str] = set()
-    for index, cell in enumerate(lesson.cells):
+    for cell in lesson.cells:
         metadata = dict(cell.metadata)
         nbgrader = _nbgrader_metadata(metadata)
         source = _expand(cell.source, root, assignment)
@@ -262,7 +274,7 @@ def build_solution(root: Path, assignment: str) -> nbformat.NotebookNode:
             new = nbformat.v4.new_markdown_cell(source)
         else:
             new = nbformat.v4.new_code_cell(source)
-        new.id = nbgrader["grade_id"] if nbgrader else f"{assignment[:2]}-cell-{index:03d}"
+        new.id = nbgrader["grade_id"] if nbgrader else cell_id(assignment, cell.cell_type, source, seen_ids)
         if new.id in seen_ids:
             raise ValueError(f"{assignment}: duplicate cell id {new.id}")
         seen_ids.add(new.id)
@@ -377,31 +389,48 @@ def differences(expected: Path, actual: Path) -> list[str]:
     return different
 
 
-def check(root: Path) -> list[str]:
-    """Rebuild into a temporary folder; return the committed files that are not what the build gives."""
+def check(root: Path, only: list[str] | None = None) -> list[str]:
+    """Rebuild into a temporary folder; return the committed files that are not what the build gives (of the
+    assignments `only`, when given)."""
     with tempfile.TemporaryDirectory() as temporary:
         solutions, notebooks = Path(temporary) / "solutions", Path(temporary) / "notebooks"
-        write_solutions(root, solutions)
-        stale = [f"solutions/{name}" for name in differences(solutions, root / "solutions")]
-        generate_release(root, solutions, notebooks)
-        stale += [f"notebooks/{name}" for name in differences(notebooks, root / "notebooks")]
+        write_solutions(root, solutions, only)
+        generate_release(root, solutions, notebooks, only)
+        stale = []
+        for folder, built in (("solutions", solutions), ("notebooks", notebooks)):
+            for assignment in only or [None]:
+                part = assignment or ""  # the whole folder when no assignment is named
+                stale += [f"{folder}/{Path(part, name)}" for name in differences(built / part, root / folder / part)]
     table = root / GRADE_TABLE
     if not table.exists() or table.read_text(encoding="utf-8") != grade_table_source(root):
         stale.append(str(GRADE_TABLE))
     return stale
 
 
+def named_assignments(root: Path, names: list[str]) -> list[str]:
+    """Assignments by name or by stage number (`03` or `3` -> `03_blocks`); an unknown one is an error."""
+    known = assignments(root)
+    found = []
+    for name in names:
+        matches = [a for a in known if a == name or (name.isdigit() and a.split("_", 1)[0] == f"{int(name):02d}")]
+        if len(matches) != 1:
+            raise SystemExit(f"no assignment {name!r}; the assignments are {', '.join(known)}")
+        found += matches
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["build", "check"])
-    parser.add_argument("--only", nargs="*", help="build just these assignments, e.g. 02_attention")
+    parser.add_argument("--only", nargs="*", help="just these assignments, by name or stage number: 02_attention, 03")
     arguments = parser.parse_args(argv)
     root = repository_root()
+    only = named_assignments(root, arguments.only) if arguments.only else None
     if arguments.command == "build":
-        build(root, arguments.only)
-        print(f"built {', '.join(arguments.only or assignments(root))} into solutions/ and notebooks/")
+        build(root, only)
+        print(f"built {', '.join(only or assignments(root))} into solutions/ and notebooks/")
         return 0
-    stale = check(root)
+    stale = check(root, only)
     for name in stale:
         print(f"stale: {name}")
     print("notebooks are current" if not stale else "run: python -m transformer_course.authoring build")

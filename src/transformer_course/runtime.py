@@ -6,6 +6,7 @@ import os
 import re
 import tempfile
 import traceback
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
@@ -121,20 +122,36 @@ FAILURE_STYLE = ("border-left: 6px solid #c62828; background: #fdecea; color: #3
                  "margin: 4px 0; font-family: monospace; white-space: pre-wrap; line-height: 1.35")
 
 
-def show_failure(title: str, body: str, footer: str = "", details: str = "") -> None:
-    """A visibly red block: a ✘ title line, the body (e.g. expected / got / likely cause), a footer, and
-    optionally details (a traceback) folded away in HTML."""
+HINT_STYLE = "margin: 6px 0 0 0; padding: 0 0 0 10px; border-left: 3px solid #e6a5a5"
+
+
+def _hints_html(hints: Sequence[tuple[str, str]]) -> str:
+    """Folded hints, each inside the one before: a student opens the first, and only then sees the next."""
+    html = ""
+    for number, (title, text) in reversed(list(enumerate(hints, start=1))):
+        html = (f'<details style="{HINT_STYLE}"><summary style="cursor: pointer; color: #8a1c1c">'
+                f"<b>Hint {number}: {escape(title)}</b>{' (open it when stuck)' if number == 1 else ''}</summary>"
+                f"{escape(text)}{html}</details>")
+    return html
+
+
+def show_failure(title: str, body: str, footer: str = "", details: str = "",
+                 hints: Sequence[tuple[str, str]] = ()) -> None:
+    """A visibly red block: a ✘ title line, the body (what was observed: expected / got, a crash's line), a
+    footer, the `hints` (title, text) folded one inside the other in HTML (the likely cause first, code last),
+    and optionally details (a traceback) folded away. The text fallback shows the title, body and footer alone."""
     text = "\n".join(part for part in (f"✘ {title}", body, footer) if part)
     rows = []
     for line in body.splitlines():
         label, colon, rest = line.strip().partition(":")
-        if colon and label in ("expected", "got", "likely cause") or label.startswith("in `"):
+        if colon and label in ("expected", "got", "likely cause", "what happened there") or label.startswith("in `"):
             rows.append(f"  <b>{escape(label)}:</b>{escape(rest)}")
         else:
             rows.append(escape(line))
     html = (f'<div style="{FAILURE_STYLE}"><b style="color: #c62828">✘ {escape(title)}</b>\n'
             + "\n".join(rows)
             + (f'\n<span style="color: #555">{escape(footer)}</span>' if footer else "")
+            + _hints_html(hints)
             + (f"<details><summary>details</summary>{escape(details)}</details>" if details else "")
             + "</div>")
     show(text, html)

@@ -414,7 +414,7 @@ def _read_masking(Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor, hidden: tor
     some = hidden.any(dim=-1, keepdim=True) & ~hidden.all(dim=-1, keepdim=True)  # rows with hidden and allowed keys
     if bool((w[~hidden & some] == 0).all()) and bool((w[hidden & some] > 0).all()):
         return Diagnosis("the keys the mask allows get weight 0, and the keys it hides share the weight",
-                         "the mask is inverted: True (1) means 'may attend', so hide the positions where mask == 0.")
+                         "the mask is inverted: True (1) means 'may attend': hide the positions where mask == 0.")
     leaked = w[hidden]
     if not (leaked != 0).any():
         if _sums_to_one(w, -1) or not _same(w, (plain if plain is not None else torch.softmax(_scores(Q, K), -1))
@@ -718,8 +718,11 @@ def padding_mask_shape(make_padding_mask: Callable[..., Any], batch: int = 3, se
     mask = _call(make_padding_mask, tokens, pad_idx)
     if isinstance(mask, torch.Tensor) and tuple(mask.shape) == (batch, 1, seq_len, 1) and seq_len > 1:
         fail("padding mask has the wrong shape.", expected=(batch, 1, 1, seq_len), got=tuple(mask.shape),
-             cause="this mask hides padded queries (rows of the scores) instead of padded keys (columns): "
-                   "unsqueeze(1).unsqueeze(2) puts seq_len last, so it broadcasts over the keys axis.")
+             cause="this mask hides padded queries (rows of the scores) instead of padded keys (columns): its seq_len "
+                   "lies on the query axis, so it broadcasts over the keys.",
+             idea="in (batch, 1, 1, seq_len) seq_len lies along the key axis: the mask hides the padded keys' "
+                  "columns and broadcasts over the heads and the queries.",
+             code="(token_ids != pad_idx).unsqueeze(1).unsqueeze(2)")
     expect_shape("padding mask", mask, (batch, 1, 1, seq_len),
                  cause="add a heads axis and a query axis: (token_ids != pad_idx).unsqueeze(1).unsqueeze(2), "
                        "so the mask broadcasts against scores of shape (batch, heads, q_len, k_len).")
@@ -759,7 +762,9 @@ def _read_triangle(mask: torch.Tensor, size: int) -> Diagnosis | None:
                 return Diagnosis(f"row i is True in columns i{offset:+d}..size-1 (the future) and False on the past",
                                  "the mask is inverted: True marks what a position may see, the positions before it "
                                  "and itself (the lower triangle); the upper triangle is what it must not see.")
-            return Diagnosis(f"row i is True in columns i{offset:+d}..size-1: the upper triangle".replace("+0", ""),
+            return Diagnosis(f"row i (the query at position i) is True in columns i{offset:+d}..size-1 and False "
+                             "before: every position may read itself and the positions after it, none before it"
+                             .replace("+0", ""),
                              "the mask is transposed: row i is the query, so row i may see columns 0..i, the lower "
                              "triangle (tril), not the upper one (triu).")
     return None
@@ -1069,7 +1074,8 @@ def split_heads_shape(MultiHeadAttention: type[nn.Module], d_model: int = 12, nu
     module = _build(MultiHeadAttention, d_model, num_heads)  # no weights: any layer names pass
     split = _heads(module, "split_heads", randn(batch, seq_len, d_model, seed=91))
     shape = tuple(split.shape) if isinstance(split, torch.Tensor) else ()
-    cause = "view as (batch, seq_len, num_heads, d_k), then transpose(1, 2) to bring the heads forward."
+    cause = ("the heads axis must come before the positions, (batch, num_heads, seq_len, d_k): view as (batch, "
+             "seq_len, num_heads, d_k), then transpose(1, 2) to bring the heads forward.")
     if len(shape) == 3 and d_model in shape:
         cause = (f"split_heads returns {len(shape)} axes with d_model = {d_model} still whole: the view to (batch, "
                  "seq_len, num_heads, d_k) that cuts each token's features into heads is missing; " + cause)
@@ -1125,7 +1131,7 @@ def combine_heads_inverts_split(MultiHeadAttention: type[nn.Module], d_model: in
 # --- forward -------------------------------------------------------------------------------------------------
 
 
-@check("MultiHeadAttention.forward returns (batch, q_len, d_model)")
+@check("MultiHeadAttention.forward returns (batch, q_len, d_model) (run with the course's parts where yours differ)")
 def mha_output_shape(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                      batch: int = 2, q_len: int = 5, k_len: int = 5) -> None:
     case = _Case(MultiHeadAttention, d_model, num_heads, batch, q_len, k_len, 130, required=False)
@@ -1148,7 +1154,8 @@ def mha_output_shape(MultiHeadAttention: type[nn.Module], d_model: int = 16, num
                        "that only has the right shape (q itself, say).")
 
 
-@check("MultiHeadAttention.forward matches the reference with the same weights (padding mask)")
+@check("MultiHeadAttention.forward matches the reference, same weights, padding mask (the course's parts where "
+       "yours differ)")
 def mha_values(MultiHeadAttention: type[nn.Module], d_model: int = 15, num_heads: int = 3, batch: int = 2,
                seq_len: int = 7) -> None:
     case = _Case(MultiHeadAttention, d_model, num_heads, batch, seq_len, seq_len, 140)
@@ -1178,7 +1185,8 @@ def _compare_with_pytorch(case: _Case, **builtin_masks: torch.Tensor) -> None:
                       "[W_q; W_k; W_v].")
 
 
-@check("MultiHeadAttention agrees with torch.nn.MultiheadAttention (same weights, padding mask)")
+@check("MultiHeadAttention.forward agrees with torch.nn.MultiheadAttention, same weights, padding mask (the "
+       "course's parts where yours differ)")
 def mha_matches_pytorch(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 2,
                         batch: int = 3, q_len: int = 5, k_len: int = 6) -> None:
     case = _Case(MultiHeadAttention, d_model, num_heads, batch, q_len, k_len, 150)
@@ -1186,7 +1194,8 @@ def mha_matches_pytorch(MultiHeadAttention: type[nn.Module], d_model: int = 16, 
     _compare_with_pytorch(case, key_padding_mask=key_padding_mask)
 
 
-@check("MultiHeadAttention agrees with torch.nn.MultiheadAttention under a look-ahead mask")
+@check("MultiHeadAttention.forward agrees with torch.nn.MultiheadAttention under a look-ahead mask (the course's "
+       "parts where yours differ)")
 def mha_matches_pytorch_causal(MultiHeadAttention: type[nn.Module], d_model: int = 16, num_heads: int = 2,
                                batch: int = 3, seq_len: int = 6) -> None:
     x = randn(batch, seq_len, d_model, seed=161)
@@ -1195,7 +1204,8 @@ def mha_matches_pytorch_causal(MultiHeadAttention: type[nn.Module], d_model: int
     _compare_with_pytorch(case, attn_mask=~look_ahead[0, 0])
 
 
-@check("MultiHeadAttention keeps attn_weights (batch, num_heads, q_len, k_len): rows sum to 1, pads get 0")
+@check("MultiHeadAttention keeps attn_weights (batch, num_heads, q_len, k_len): rows sum to 1, pads get 0 (the "
+       "course's parts where yours differ)")
 def mha_attention_weights(MultiHeadAttention: type[nn.Module], d_model: int = 12, num_heads: int = 3,
                           batch: int = 2, q_len: int = 5, k_len: int = 7) -> None:
     case = _Case(MultiHeadAttention, d_model, num_heads, batch, q_len, k_len, 170)
@@ -1212,7 +1222,8 @@ def mha_attention_weights(MultiHeadAttention: type[nn.Module], d_model: int = 12
                        "the padded keys get 0.")
 
 
-@check("MultiHeadAttention works as cross-attention: queries and keys of different lengths")
+@check("MultiHeadAttention.forward works as cross-attention, queries and keys of different lengths (the course's "
+       "parts where yours differ)")
 def mha_cross_attention(MultiHeadAttention: type[nn.Module], d_model: int = 20, num_heads: int = 4,
                         batch: int = 2, q_len: int = 3, k_len: int = 7) -> None:
     case = _Case(MultiHeadAttention, d_model, num_heads, batch, q_len, k_len, 180)

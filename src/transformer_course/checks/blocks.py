@@ -394,9 +394,9 @@ def _pre_ln(kind: str, calls: list[parts.Call], replay: parts.Replay) -> str:
         fed = call.args.get("q", call.args.get("x", call.args.get("input"))) if call.role in SUBLAYERS[kind] else None
         norm = next((n for n in norms if parts._close(fed, n.output) and calls.index(n) < calls.index(call)), None)
         if norm is not None and parts._close(norm.args.get("input"), replay.values.tensors["x"]):
-            return (f"{replay.part(norm)} normalises the sublayer's input: this is the pre-LN order, x + "
-                    "sublayer(LayerNorm(x)); the paper's block (and this exercise) is post-LN: "
-                    "LayerNorm(x + dropout(sublayer(x))), the LayerNorm after the residual sum")
+            return (f"{replay.part(norm)} normalises the sublayer's input: this is the pre-LN order (x + "
+                    "sublayer(LayerNorm(x))); the paper's block (and this exercise) is post-LN, the LayerNorm after "
+                    "the residual sum (LayerNorm(x + dropout(sublayer(x))))")
     return ""
 
 
@@ -423,10 +423,10 @@ def _residual(kind: str, reading: parts.Reading, calls: list[parts.Call], replay
             f"before the LayerNorm, {formula}")
 
 
-DROPOUT_ADVICE = ("the paper applies dropout to the output of each sublayer, once, before adding it to the "
-                  "sublayer's input: norm(x + dropout(sublayer(x))) (section 5.4)")
+DROPOUT_ADVICE = ("the paper (section 5.4) applies dropout to the output of each sublayer, once, before adding it "
+                  "to the sublayer's input (norm(x + dropout(sublayer(x))))")
 PRE_LN_DROPOUT_ADVICE = ("the pre-LN block keeps the paper's rule (section 5.4): dropout once on the output of each "
-                         "sublayer, before it is added to the stream: x + dropout(sublayer(norm(x)))")
+                         "sublayer, before it is added to the stream (x + dropout(sublayer(norm(x))))")
 
 
 def _dropout_advice(kind: str) -> str:

@@ -15,16 +15,34 @@ The author's guide (website, "Adding an exercise") walks through stage 0's check
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
+from torch import nn
 
 from transformer_course.checks import differential
-from transformer_course.checks.compare import describe_difference
+from transformer_course.checks.boundary import on_student_side
+from transformer_course.checks.compare import describe_difference, tensors_close
 from transformer_course.checks.differential import student_line
-from transformer_course.checks.framework import Diagnosis, expect_close, expect_shape, fail
+from transformer_course.checks.framework import (
+    RECIPE,
+    REFERENCE_VALUES,
+    Builtins,
+    Diagnosis,
+    copy_weights,
+    crash_explained,
+    describe,
+    expect_close,
+    expect_shape,
+    fail,
+    randn,
+    reject_builtin_modules,
+    student_code,
+)
 
 Reading = Callable[[torch.Tensor], str]  # what a check sees in the student's value ('' when nothing)
 Traces = Callable[[], tuple[differential.Trace, differential.Trace]]  # (the student's, the reference's) recorded
@@ -43,17 +61,23 @@ def shape(name: str, got: Any, expected: tuple[int, ...], *, recipe: str,
 
 def values(name: str, got: Any, expected: torch.Tensor, *, traces: Traces, context: differential.Context,
            axes: Sequence[str], recipe: str, own: Sequence[Reading] = (), atol: float = 1e-7,
-           rtol: float = 1e-5, engine: bool = True, steps: bool = True) -> None:
+           rtol: float = 1e-5, engine: bool = True, steps: bool = True, expected_words: str = REFERENCE_VALUES
+           ) -> None:
     """Compare the student's value with the reference's; on a difference, say what was seen (see the module).
-    With `steps=False` the two computations are not compared step by step (only the engine's departure is read):
-    for a value whose steps may run on something else than the expected value (a forward that drops a result)."""
+    `engine=False` leaves the engine's departure out (say, when the check's expected value is not the reference's
+    computation); `steps=False` leaves out the comparison of the two computations step by step (for a value whose
+    steps may run on something else than the expected value: a forward that drops a result). `expected_words`:
+    the message's "expected:" line (the reference's values unless the check says otherwise)."""
 
     def diagnose(value: torch.Tensor) -> Diagnosis | None:
         seen = [reading(value) for reading in own]
+        if not (engine or steps):
+            return joined(describe_difference(value, expected, axes) if value.shape == expected.shape else "", *seen)
         student, reference = traces()
         return read(student, reference, value, expected, context, tuple(axes), *seen, engine=engine, steps=steps)
 
-    expect_close(name, got, expected, atol=atol, rtol=rtol, axes=tuple(axes), diagnose=diagnose, cause=recipe)
+    expect_close(name, got, expected, atol=atol, rtol=rtol, axes=tuple(axes), diagnose=diagnose, cause=recipe,
+                 expected_words=expected_words)
 
 
 def read(student: differential.Trace, reference: differential.Trace, got: torch.Tensor, expected: torch.Tensor,
@@ -125,11 +149,11 @@ def steps_reading(student: differential.Trace, reference: differential.Trace, go
     if len(differ) == 1:
         i = differ[0]
         before = f" to the result of {words_b[i - 1]}" if i else ""
-        return f"{student_line(a[i])}: your code applies {words_a[i]} where the paper applies {words_b[i]}{before}"
+        return f"{student_line(a[i])}: your code applies {words_a[i]} where the reference applies {words_b[i]}{before}"
     if len(differ) == 2 and differ[1] == differ[0] + 1 and words_a[differ[0]] == words_b[differ[1]] \
             and words_a[differ[1]] == words_b[differ[0]]:
         first, second = differ
-        return (f"{student_line(a[second])}: your code applies {words_a[second]} after {words_a[first]}; the paper "
+        return (f"{student_line(a[second])}: your code applies {words_a[second]} after {words_a[first]}; the reference "
                 f"applies {words_b[first]} first, then {words_b[second]} to its result (the two steps are in the other "
                 "order)")
     return ""
@@ -164,7 +188,7 @@ def added_steps(student: differential.Trace, got: torch.Tensor, expected: torch.
             f"({student_line(found).removeprefix('in ')}) and then applies {names}{result}")
 
 
-_SAME_WORDS = re.compile(r"receives (.+) where the paper gives it \1(?=[.;]|$)")
+_SAME_WORDS = re.compile(r"receives (.+) where the reference gives it \1(?=[.;]|$)")
 _LOCATION = re.compile(r"in `\w+`, line \d+ \(`.*?`\)(?=: )")
 
 
@@ -180,3 +204,207 @@ def _engine(student: differential.Trace, reference: differential.Trace, got: tor
         return found
     rest = found.cause[location.end():].replace(f" ({location.group(0)})", " (on the same line)")
     return Diagnosis(found.where, location.group(0) + rest)
+
+
+# --- a module exercise, declared: the student's module beside the reference's, and beside itself --------------------
+#
+# For an exercise that is one nn.Module (a normalisation, an embedding, a small network), a check builds a
+# `ModuleCase`: the reference module with random parameters (gains and biases too, so a parameter left out shows),
+# the student's module built on the student's side with the same parameters, the inputs, and the built-ins that
+# would do the exercise's work (`framework.Builtins`: their use fails the check and names them). A case checks:
+# - `values`: against the reference, with the engine's reading on a difference. Parameters the check sets
+#   (`parameters={"gain": 1.0}`) are set on both sides, so a property that another grade cell checks is neutral
+#   here and one omission is charged once;
+# - against itself (no reference value needed): `scales_with` (the output with a parameter p is the output with p
+#   set to 1, times p), `unchanged` (a change of the input that must leave the output as it is: scaling, say),
+#   `follows` (a change of the input the output must follow: a permutation of positions), `finite` (no inf or
+#   nan on the given inputs, with the operation that first makes them). The message's "expected:" line says what
+#   the student's own outputs say, never "the reference values". The engine reads the changed run beside the
+#   reference's only where the student's unchanged run equals the reference's (else its departure would be about
+#   another grade cell's property).
+
+
+@on_student_side
+def _build_module(student_class: Any, args: tuple, kwargs: dict, state: dict[str, torch.Tensor], builtins: Builtins,
+                  what: str) -> Any:
+    """The student's module in float64 and eval mode, holding the parameters `state` (copied by name)."""
+    with torch.random.fork_rng(devices=[]), student_code(builtins):
+        module = student_class(*args, **kwargs)
+    reject_builtin_modules(module, what, builtins)
+    module = module.double()
+    copy_weights(SimpleNamespace(state_dict=lambda: state), module, what)
+    return module.eval()
+
+
+@on_student_side
+def _run_module(module: Any, inputs: tuple, builtins: Builtins, what: str) -> Any:
+    """The student's module called on `inputs`: its result (detached) when it is a tensor."""
+    shapes = ", ".join(str(tuple(value.shape)) for value in inputs if isinstance(value, torch.Tensor))
+    with torch.no_grad(), student_code(builtins), crash_explained(
+            f"{what} crashed on an input of shape {shapes}.", expected="an output",
+            cause=f"read the line of your {what} named above: what does it receive, and what does it need?"):
+        result = module(*inputs)
+    if not isinstance(result, torch.Tensor):
+        fail(f"{what} returned {describe(result)}.", expected="a tensor", got=describe(result),
+             cause="return the result tensor from forward.")
+    return result.detach()
+
+
+def random_parameters(module: nn.Module, seed: int) -> nn.Module:
+    """Reproducible random values for every parameter: a matrix is drawn anew (scaled by 1/sqrt of its input
+    width), a vector moves away from its initial value (a gain of ones becomes 1 ± 0.3, a bias of zeros ± 0.3), so
+    a gain or bias left out, or one parameter used for another, changes the output."""
+    with torch.no_grad():
+        for index, (_name, parameter) in enumerate(sorted(module.named_parameters())):
+            noise = randn(*parameter.shape, seed=seed + index)
+            if parameter.dim() > 1:
+                parameter.copy_(noise / math.sqrt(parameter.shape[1]))
+            else:
+                parameter.add_(0.3 * noise)
+    return module
+
+
+class ModuleCase:
+    """One check of a module exercise: the reference module (float64, random parameters, `parameters` set), the
+    student's module with the same parameters (built on the student's side), and the inputs (by name, in the order
+    `forward` takes them). `sizes` names the axes by their size for the messages; `quantities` are the numbers a
+    wrong factor may equal (default: the sizes)."""
+
+    def __init__(self, student_class: Any, reference_class: type[nn.Module], *args: Any,
+                 inputs: Mapping[str, torch.Tensor], seed: int, axes: Sequence[str], builtins: Builtins,
+                 parameters: Mapping[str, float | torch.Tensor] | None = None, sizes: Mapping[str, int] | None = None,
+                 quantities: Mapping[str, float] | None = None, **kwargs: Any) -> None:
+        self.student_class, self.reference_class = student_class, reference_class
+        self.args, self.kwargs, self.builtins = args, kwargs, builtins
+        self.what = getattr(reference_class, "__name__", "your module")
+        self.inputs, self.axes = dict(inputs), tuple(axes)
+        with torch.random.fork_rng(devices=[]):
+            drawn = random_parameters(reference_class(*args, **kwargs).double(), seed)
+        self.state = {name: value.detach().clone() for name, value in drawn.state_dict().items()}
+        self.state = self.with_parameters(parameters or {})
+        self.context = differential.Context(sizes=dict(sizes or {}), quantities=dict(quantities or sizes or {}))
+        self._students: dict[int, Any] = {}
+
+    def with_parameters(self, parameters: Mapping[str, float | torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The case's parameters with some set: a number fills the parameter, a tensor replaces it."""
+        state = dict(self.state)
+        for name, value in parameters.items():
+            if name not in state:
+                raise KeyError(f"{self.what} has no parameter {name!r} (it has {', '.join(state)})")
+            state[name] = torch.full_like(state[name], float(value)) if isinstance(value, int | float) \
+                else value.to(state[name].dtype).expand_as(state[name]).clone()
+        return state
+
+    # --- the two modules, run -------------------------------------------------------------------------------
+
+    def reference(self, state: Mapping[str, torch.Tensor] | None = None) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):
+            module = self.reference_class(*self.args, **self.kwargs).double()
+        module.load_state_dict(dict(state or self.state))
+        return module.eval()
+
+    def student(self, state: Mapping[str, torch.Tensor] | None = None) -> Any:
+        """The student's module (an object on the student's side) holding `state` (default: the case's)."""
+        state = dict(state or self.state)
+        key = hash(tuple((name, value.numpy().tobytes()) for name, value in sorted(state.items())))
+        if key not in self._students:
+            self._students[key] = _build_module(self.student_class, self.args, self.kwargs, state, self.builtins,
+                                                self.what)
+        return self._students[key]
+
+    def output(self, inputs: Mapping[str, torch.Tensor] | None = None,
+               state: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """The student's output on `inputs` (default: the case's), with `state`."""
+        return _run_module(self.student(state), tuple((inputs or self.inputs).values()), self.builtins, self.what)
+
+    def expected(self, inputs: Mapping[str, torch.Tensor] | None = None,
+                 state: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """The reference's output on `inputs`, with `state`."""
+        with torch.no_grad():
+            return self.reference(state)(*(inputs or self.inputs).values())
+
+    def traces(self, inputs: Mapping[str, torch.Tensor] | None = None,
+               state: Mapping[str, torch.Tensor] | None = None) -> tuple[differential.Trace, differential.Trace]:
+        """(the student's forward, the reference's), recorded on the same inputs."""
+        values, names = tuple((inputs or self.inputs).values()), tuple(inputs or self.inputs)
+        student = differential.traced(self.student(state), *values, names=names)
+        return student, differential.traced_call(self.reference(state), *values, names=names)
+
+    # --- against the reference ------------------------------------------------------------------------------
+
+    def values(self, *, recipe: str, name: str = "output", own: Sequence[Reading] = (), atol: float = 1e-7,
+               rtol: float = 1e-5, inputs: Mapping[str, torch.Tensor] | None = None) -> None:
+        """The student's output equals the reference's on the same inputs, with the same parameters."""
+        got, expected = self.output(inputs), self.expected(inputs)
+        values(name, got, expected, traces=lambda: self.traces(inputs), context=self.context, axes=self.axes,
+               recipe=recipe, own=own, atol=atol, rtol=rtol)
+
+    # --- against itself -------------------------------------------------------------------------------------
+
+    def scales_with(self, parameter: str, *, recipe: str, name: str = "output", atol: float = 1e-7,
+                    rtol: float = 1e-5) -> None:
+        """The output with `parameter` (a vector over the last axis) equals the output with the parameter set to
+        1, times the parameter, feature by feature: the parameter is a gain, applied once, at the end."""
+        gain = self.state[parameter]
+        ones = self.with_parameters({parameter: 1.0})
+        base, got = self.output(state=ones), self.output()
+        expected = base * gain  # (..., features) * (features,): the student's own output, scaled
+
+        def unused(value: torch.Tensor) -> str:
+            if tensors_close(value, base, atol, rtol):
+                return (f"your output is the same whatever `{parameter}` holds: with `{parameter}` set to 1 and with "
+                        "the values it has here, it does not change")  # what was seen; not why
+            if value.shape == base.shape and tensors_close(value - base, (gain - 1).expand_as(base), atol, rtol):
+                return (f"your output changes by `{parameter}` − 1 when `{parameter}` changes from 1: `{parameter}` is "
+                        "added to it, not multiplied")
+            return ""
+
+        self._itself(name, got, expected, base, ones, unused, recipe=recipe, atol=atol, rtol=rtol,
+                     words=f"your own output with `{parameter}` set to 1, times `{parameter}` feature by feature")
+
+    def unchanged(self, change: Callable[[torch.Tensor], torch.Tensor], *, change_words: str, recipe: str,
+                  name: str = "output", atol: float = 1e-7, rtol: float = 1e-5) -> None:
+        """Changing the (first) input by `change` (in words: `change_words`, "every vector scaled by 3") leaves the
+        output as it is."""
+        first = next(iter(self.inputs))
+        changed = {**self.inputs, first: change(self.inputs[first])}
+        base, got = self.output(), self.output(changed)
+        self._itself(name, got, base, base, self.state, lambda value: "", recipe=recipe, atol=atol, rtol=rtol,
+                     words=f"your own output for the input as it was: {change_words} must not change it",
+                     inputs=changed)
+
+    def follows(self, change: Callable[[torch.Tensor], torch.Tensor], *, change_words: str, recipe: str,
+                name: str = "output", atol: float = 1e-7, rtol: float = 1e-5) -> None:
+        """Changing the (first) input by `change` (in words: `change_words`, "the positions in another order")
+        changes the output the same way: f(change(x)) = change(f(x))."""
+        first = next(iter(self.inputs))
+        changed = {**self.inputs, first: change(self.inputs[first])}
+        base = self.output()
+        got = self.output(changed)
+        self._itself(name, got, change(base), base, self.state, lambda value: "", recipe=recipe, atol=atol,
+                     rtol=rtol, words=f"your own output for the input as it was, with {change_words} too",
+                     inputs=changed)
+
+    def finite(self, inputs: Mapping[str, torch.Tensor], *, inputs_words: str, recipe: str,
+               name: str = "output") -> None:
+        """The output on `inputs` (in words: `inputs_words`, "a vector of zeros") holds no inf or nan; when it
+        does, the message says how many and the operation of the student's code that first made them."""
+        got = self.output(inputs)
+        if bool(torch.isfinite(got).all()):
+            return
+        expected = self.expected(inputs)
+        student, reference = self.traces(inputs)
+        origin = differential.non_finite(student, got, expected, reference)
+        bad = int((~torch.isfinite(got)).sum())
+        fail(f"{name} holds inf or nan for {inputs_words}.", expected="finite values",
+             got=f"{bad} of {got.numel()} values inf or nan", cause=origin or f"{RECIPE} {recipe}")
+
+    def _itself(self, name: str, got: torch.Tensor, expected: torch.Tensor, base: torch.Tensor,
+                base_state: Mapping[str, torch.Tensor], reading: Reading, *, recipe: str, words: str, atol: float,
+                rtol: float, inputs: Mapping[str, torch.Tensor] | None = None) -> None:
+        """Compare with what the student's own outputs say; the engine speaks only where the student's unchanged
+        run (`base`, with `base_state`) equals the reference's."""
+        agrees = isinstance(base, torch.Tensor) and tensors_close(base, self.expected(state=base_state), atol, rtol)
+        values(name, got, expected, traces=lambda: self.traces(inputs), context=self.context, axes=self.axes,
+               recipe=recipe, own=[reading], atol=atol, rtol=rtol, engine=agrees, steps=agrees,
+               expected_words=words)

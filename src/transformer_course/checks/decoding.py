@@ -628,7 +628,7 @@ def greedy_stops_when_all_finished(greedy_decode: Callable, max_len: int = 9, bo
                 cause="after appending the new tokens, `if finished.all(): break`.")
 
 
-@check("the next token is the argmax of the logits at the LAST position, logits[:, -1]")
+@check("the next token is the argmax of the logits at the LAST position")
 def greedy_uses_last_position(greedy_decode: Callable, max_len: int = 4, bos_idx: int = 1, eos_idx: int = 2,
                               pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)

@@ -30,7 +30,7 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import permutations
 from pathlib import Path
 from typing import Any
@@ -412,6 +412,9 @@ class Context:
     sizes: Mapping[str, int] = field(default_factory=dict)
     quantities: Mapping[str, float] = field(default_factory=dict)
     words: Mapping[str, str] = field(default_factory=dict)
+    # the reference's variable names the student's code does not have (set by `diagnose`): never said, since a
+    # student who named their values otherwise has never seen them
+    private: frozenset[str] = frozenset()
 
     def axis(self, size: int, dim: int) -> str:
         names = [name for name, value in self.sizes.items() if value == size]
@@ -425,6 +428,7 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
     context = context or Context()
     if not reference.ops:
         return None
+    context = replace(context, private=frozenset(_names(reference) - _names(student)))
     widest = max((op.output.dim() for op in reference.ops if isinstance(op.output, torch.Tensor)), default=0)
     grown = axis_growth(student, widest)
     if grown is not None:
@@ -465,6 +469,12 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
     if departure is None:
         return None
     return _explain(departure, reference, student, index, matched, context)
+
+
+def _names(trace: Trace) -> set[str]:
+    """The variables a computation's lines assign (`pe` for `pe[:, 0::2] = ...`)."""
+    return {name.strip() for op in trace.ops if op.variable
+            for name in re.sub(r"\[.*\]", "", op.variable).split(",") if name.strip()}
 
 
 def _shape_words(tensor: torch.Tensor) -> str:
@@ -576,7 +586,7 @@ def _after_the_end(last: Op, keys: list[str], student: Trace, student_final: tor
     words = ", then ".join(f"a {operation_words(op.name)}" + (f" ({line})" if (line := student_line(op)) != where
                                                               else "") for op in steps[:3])
     return Diagnosis(where, f"your code computes {_reference_words(last, context, reference)} "
-                     f"as the paper does, then applies {words} to it: the paper stops there", steps[0].line)
+                     f"as the reference does, then applies {words} to it: the reference stops there", steps[0].line)
 
 
 def _reference_words(op: Op, context: Context, trace: Trace | None = None) -> str:
@@ -588,6 +598,8 @@ def _reference_words(op: Op, context: Context, trace: Trace | None = None) -> st
     if _module_output(op, trace):
         return f"the output of self.{op.scope}"
     variable = op.variable if op.variable and "," not in re.sub(r"\[.*\]", "", op.variable) else ""
+    if re.sub(r"\[.*\]", "", variable).strip() in context.private:  # a name of the reference's own
+        variable = ""
     if not variable and op.line is not None and op.line.line.startswith("return") and op.line.name != "forward" \
             and (trace is None or _last_on_its_line(op, trace)):
         return f"what `{op.line.name}` returns"
@@ -612,7 +624,8 @@ def _reference_words(op: Op, context: Context, trace: Trace | None = None) -> st
         return f"the {operation_words(op.name)} inside `{variable}`"
     if op.scope:
         return f"the output of `{op.scope}`"
-    return f"the {operation_words(op.name)}"
+    words = operation_words(op.name)
+    return f"the result of {words}" if words.startswith("`") else f"the {words}"
 
 
 def _source_words(key: str, trace: Trace, context: Context) -> str:
@@ -799,11 +812,15 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     if first.name == departure.name:
         return Diagnosis(where, _is(what, how), counterpart.line)
     later = next((op for op in student.ops if op.index > first.index and op.name == departure.name), None)
-    text = (f"your code applies the {operation_words(first.name)} where the paper applies the "
+    text = (f"your code applies the {operation_words(first.name)} where the reference applies the "
             f"{operation_words(departure.name)} to {_arguments_words(departure, reference, context)}")
     if later is not None:
         text += (f"; your {operation_words(departure.name)} comes later ({student_line(later)}): the two steps "
                  "are in another order")
+    elif how and first is counterpart and got is not None and expected is not None and got.shape != expected.shape:
+        # two different steps: their shapes are compared, never one called the expected value of the other
+        text += (f"; your {operation_words(first.name)} gives shape {tuple(got.shape)} where the reference's "
+                 f"{operation_words(departure.name)} gives {tuple(expected.shape)}")
     elif how and first is counterpart:
         text += f"; the result is {how}"
     return Diagnosis(student_line(first), text, first.line)
@@ -828,8 +845,10 @@ def _unused_input(departure: Op, student: Trace, reference: Trace, context: Cont
     for source in departure.sources:
         if source.startswith("input:") and source not in used and source in {f"input:{n}" for n in student.inputs}:
             words = _source_words(source, reference, context)
-            return Diagnosis("", f"your code never uses {words}: the paper uses it to compute "
-                                 f"{_reference_words(departure, context, reference)}")
+            made = _reference_words(departure, context, reference)
+            if made == f"`{source.partition(':')[2]}`":  # `x = x + ...`: "uses `x` to compute `x`" says nothing
+                made = f"the {operation_words(departure.name)} assigned to {made}"
+            return Diagnosis("", f"your code never uses {words}: the reference uses it to compute {made}")
     return None
 
 
@@ -847,7 +866,7 @@ def _uncalled_module(departure: Op, student: Trace, reference: Trace, index: Ind
     if data is not None and student.ops and student.ops[-1].output is not None \
             and same_values(student.ops[-1].output, data):
         takes = f"; your code returns {_source_words(first.sources[0], reference, context)} as it is"
-    return Diagnosis("", f"self.{top} is never called: the paper applies it to "
+    return Diagnosis("", f"self.{top} is never called: the reference applies it to "
                          f"{_source_words(first.sources[0], reference, context) if first.sources else 'its input'}"
                          + takes)
 
@@ -882,6 +901,8 @@ def _computed_but_unused(departure: Op, student: Trace, index: Index, context: C
         if producer is None or student.ops[producer].name in LAYOUT:
             continue
         op = student.ops[producer]
+        if _returned(op.output, student):  # what the code returns is used: a step after it is missing instead
+            continue
         return Diagnosis(student_line(op), f"your code computes {_reference_words(value, context, reference)} "
                          f"here, but nothing uses the result: it is not assigned, or a later line reads the value "
                          "from before it", op.line)
@@ -916,11 +937,10 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
     data_words = _source_words(departure.sources[0], reference, context)
     function = departure.line.name if departure.line is not None else None
     consumers = [op for op in reference.ops if f"op:{departure.index}" in op.sources]
-    if not consumers and student.ops and student.ops[-1].output is not None \
-            and same_values(student.ops[-1].output, data):
-        return Diagnosis(student_line(student.ops[-1]), f"a step is missing at the end: the paper applies a "
-                         f"{operation_words(departure.name)} to {data_words} to get "
-                         f"{_reference_words(departure, context, reference)}; your code stops before it")
+    if not consumers:  # the departure is the last step: does the student's code return one of its arguments?
+        ended = _ended_before(departure, reference, student, context)
+        if ended is not None:
+            return ended
     for consumer in consumers:
         position = consumer.sources.index(f"op:{departure.index}")
         for op in student.ops:
@@ -933,20 +953,49 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
             if later is not None:
                 return Diagnosis(student_line(later),
                                  f"your {operation_words(departure.name)} comes after your "
-                                 f"{operation_words(consumer.name)} ({student_line(op)}): the paper applies the "
+                                 f"{operation_words(consumer.name)} ({student_line(op)}): the reference applies the "
                                  f"{operation_words(departure.name)} first, to {data_words}, and the "
                                  f"{operation_words(consumer.name)} to its result", later.line)
             step = relation(departure.output, data, context, departure) if departure.output.shape == data.shape else ""
             place = f"in `{function}` " if function else ""
             made = producer_of(op.sources[position])  # where the student's code makes the value the step belongs to
             made_op = student.ops[made] if made is not None else None
-            text = (f"a step is missing: {place}the paper applies a {operation_words(departure.name)} to {data_words}"
+            text = (f"a step is missing: {place}the reference applies a {operation_words(departure.name)} to "
+                    f"{data_words}"
                     + (f" (the result is {step.replace('the expected values', 'it')})" if step else "")
                     + f", and your {operation_words(consumer.name)} ({student_line(op)}) receives {data_words} "
                     "without it")
             if made_op is not None and made_op.line is not None and made_op.line.name == function:
                 return Diagnosis(_after_line(made_op), text, made_op.line)
             return Diagnosis(student_line(op), text, op.line)
+    return None
+
+
+def _returned(value: torch.Tensor | None, student: Trace) -> bool:
+    """Whether `value` is (in this layout or a reshape of it) what the student's code returns, or one of the
+    tensors it returns."""
+    output = student.output
+    returned = [output] if isinstance(output, torch.Tensor) else \
+        [item for item in output if isinstance(item, torch.Tensor)] if isinstance(output, tuple | list) else []
+    return value is not None and any(
+        item.numel() == value.numel() and same_values(item.detach(), value, permuted=False) for item in returned)
+
+
+def _ended_before(departure: Op, reference: Trace, student: Trace, context: Context) -> Diagnosis | None:
+    """The reference's last step left out: the student's code returns one of its arguments as it is (the
+    division `x / rms` where the reference goes on to multiply it by the gain)."""
+    for position, source in enumerate(departure.sources):
+        data = _value_of(reference, source)
+        if data is None or not _informative(data) or not _returned(data, student):
+            continue
+        last = next((op for op in reversed(student.ops) if op.output is not None
+                     and same_values(op.output, data, permuted=False)), None)
+        others = [_source_words(other, reference, context) for i, other in enumerate(departure.sources)
+                  if i != position]
+        using = f" with {', '.join(dict.fromkeys(others))}" if others else ""
+        return Diagnosis(student_line(last), f"a step is missing at the end: your code returns "
+                         f"{_source_words(source, reference, context)}, and the reference applies one more step to it, "
+                         f"a {operation_words(departure.name)}{using}, to get its output", last.line if last else None)
     return None
 
 
@@ -982,14 +1031,36 @@ def _bypassed(departure: Op, reference: Trace, student: Trace, index: Index, con
                            and (producer_of(key) is None or producer_of(key) < departure.index)]
                 if not earlier:
                     continue
-                steps = [reference.ops[i] for i in sorted(chain) if i < later and reference.ops[i].name not in LAYOUT]
-                named = ", ".join(dict.fromkeys(operation_words(o.name) for o in steps)) or "steps"
+                between = [reference.ops[i] for i in sorted(chain) if i < later]
+                steps = [o for o in between if o.name not in LAYOUT] or between  # a transpose is a step too
+                if _applied_later(op, steps, student):
+                    return None  # the student's code has these steps before a later one of its kind: not missing
+                named = ", ".join(dict.fromkeys(operation_words(o.name) for o in steps))
                 given = _source_words(earlier[-1], reference, context)
                 return Diagnosis(student_line(op),
                                  f"{_operation_name(wanted_op)} receives {given}"
-                                 f" where the paper gives it {_source_words(source, reference, context)}: the paper's "
-                                 f"steps in between ({named}) are missing from your code", op.line)
+                                 f" where the reference gives it {_source_words(source, reference, context)}: the "
+                                 f"reference's steps in between ({named}) are missing from your code", op.line)
     return None
+
+
+def _applied_later(op: Op, steps: list[Op], student: Trace) -> bool:
+    """Whether the student's code, after `op`, has another operation of its kind at the same place (module and
+    function) that receives a value made by steps of every kind in `steps`: then `op` is a step of the student's
+    own (the mean of a centring before the mean of the squares), and the steps are there, not missing."""
+    function = op.line.name if op.line is not None else ""
+    for later in student.ops[op.index + 1:]:
+        if later.name != op.name or later.scope != op.scope or (later.line.name if later.line else "") != function:
+            continue
+        before = [student.ops[i] for i in ancestors_of(student, later.index) if i > op.index]
+        if all(any(_same_kind(mine, step) for mine in before) for step in steps):
+            return True
+    return False
+
+
+def _same_kind(a: Op, b: Op) -> bool:
+    """Two operations that do the same thing, however written (`x * y`, `torch.mul(x, y)`, `x.mul(y)`)."""
+    return a.name == b.name or operation_words(a.name) == operation_words(b.name)
 
 
 def _arguments_words(op: Op, trace: Trace, context: Context) -> str:
@@ -1078,7 +1149,7 @@ def _non_finite_origin(key: str, student: Trace, wanted: torch.Tensor, reference
             origin = op if origin is None or op.index < origin.index else origin
         pending += [producer_of(source) for source, count in zip(op.sources, counts, strict=True) if count]
     legit = _non_finite(wanted)
-    text = (f"values of which {bad} of {got.numel()} are {kinds}, where the paper's "
+    text = (f"values of which {bad} of {got.numel()} are {kinds}, where the reference's "
             + (f"has only {legit}" if legit else "are all finite"))
     if origin is None:
         return text
@@ -1098,6 +1169,17 @@ def _non_finite_origin(key: str, student: Trace, wanted: torch.Tensor, reference
     return f"{text}; they first appear in the {operation_words(origin.name)} {student_line(origin)}{detail}"
 
 
+def non_finite(student: Trace, got: torch.Tensor, expected: torch.Tensor, reference: Trace | None = None) -> str:
+    """When the student's result holds inf or nan where the expected one does not: how many, and the student's
+    operation that first made them from finite arguments ("the division in `forward`, line 2: its divisor, the
+    square root, is 0 in 3 of 6 places"); '' otherwise."""
+    last = next((op for op in reversed(student.ops) if op.output is not None and op.output.shape == got.shape
+                 and _non_finite(op.output) == _non_finite(got)), None)
+    if last is None or not _non_finite(got):
+        return ""
+    return _non_finite_origin(f"op:{last.index}", student, expected, Index(reference or Trace()))
+
+
 def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: Trace, matched: dict[int, list[str]],
                     context: Context) -> str:
     """The same operation fed with another value of the computation than the reference feeds it, or with
@@ -1112,7 +1194,7 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
                               and same_values(value, _value_of(reference, source)) for value in kept)]
         if missing and len(missing) == len(departure.sources) - len(counterpart.sources):
             words = " and ".join(_source_words(source, reference, context) for source in missing)
-            return (f"{what} leaves out {words}: the paper combines "
+            return (f"{what} leaves out {words}: the reference combines "
                     f"{_arguments_words(departure, reference, context)}")
         return ""
     if len(counterpart.sources) != len(departure.sources):
@@ -1140,10 +1222,10 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
             if wanted.startswith("leaf:") and instead.startswith("leaf:") and "." in wanted and "." in instead:
                 mine, theirs = instead[5:].rpartition(".")[0], wanted[5:].rpartition(".")[0]
                 if mine != theirs:
-                    return (f"your code uses self.{mine} where the paper uses self.{theirs} (its "
+                    return (f"your code uses self.{mine} where the reference uses self.{theirs} (its "
                             f"{operation_words(departure.name)} gets `{instead[5:]}` instead of `{wanted[5:]}`)")
             return (f"{what} receives {_source_words(instead, reference, context)} "
-                    f"where the paper gives it {_source_words(wanted, reference, context)}")
+                    f"where the reference gives it {_source_words(wanted, reference, context)}")
         extra = _extra_step(got, wanted_value, student)
         if extra:
             return f"{what} receives {_source_words(wanted, reference, context)} {extra}"
@@ -1151,7 +1233,7 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
         if how:
             return f"{what} receives {_source_words(wanted, reference, context)} changed: {how}"
         if producer_of(got) is not None:
-            return (f"{what} receives {_student_value_words(got, student)} where the paper gives it "
+            return (f"{what} receives {_student_value_words(got, student)} where the reference gives it "
                     f"{_source_words(wanted, reference, context)}")
     return ""
 
@@ -1357,8 +1439,13 @@ def _reduction_axis(a: torch.Tensor, b: torch.Tensor, op: Op, context: Context) 
         one = torch.ones((), dtype=values.dtype)
         if values.size(dim) > 1 and torch.allclose(values.sum(dim=dim), one, atol=1e-5) \
                 and str(dim) != wanted and str(dim - values.dim()) != wanted:
+            try:
+                expected_dim = int(wanted) % values.dim()
+                instead = context.axis(values.size(expected_dim), expected_dim)
+            except ValueError:
+                instead = f"axis {wanted}"
             return (f"normalised over {context.axis(values.size(dim), dim)} (its entries sum to 1 there) "
-                    f"instead of over dim={wanted}")
+                    f"instead of over {instead}")
     return ""
 
 

@@ -647,8 +647,8 @@ def step_cache_grows_by_one(decoder_step: Callable, steps: int = 4, **sizes: int
                                       cause=f"store the concatenated tensor back: cache.{name}[i] = torch.cat(...).")
                 wanted = _entry_shape(config, t + 1)
                 if tuple(entry.shape) != wanted:
-                    grew = ("did not grow: the result of torch.cat must be stored back into the cache, "
-                            f"cache.{name}[i] = torch.cat([cache.{name}[i], new], dim=2)."
+                    grew = (f"cache.{name} did not grow: the concatenation's result is never stored back into the "
+                            f"cache: cache.{name}[i] = torch.cat([cache.{name}[i], new], dim=2)."
                             if tuple(entry.shape) == _entry_shape(config, 0) else
                             "grew along the wrong axis or by more than one position: append the new position "
                             "along axis 2 (batch, heads, steps, d_k) with torch.cat(..., dim=2).")
@@ -747,8 +747,8 @@ def _parts(rows: int, beams: tuple[int, int] | None) -> tuple[dict[str, Callable
                  cause="feed the newest token of every row with its length axis kept: ys[:, -1:] is (rows, 1); "
                        "ys[:, -1] (rows,) has lost it.")
         if tokens.size(1) != 1:
-            fail(f"a step fed more than the newest token: at step {step} decoder_step got {tokens.size(1)} tokens "
-                 "per row.", expected=f"token ids of shape {wanted}: one new position",
+            fail(f"at step {step} decoder_step got {tokens.size(1)} tokens per row.",
+                 expected=f"token ids of shape {wanted}: one new position",
                  got=f"shape {tuple(tokens.shape)}",
                  cause="feed only the newest token, ys[:, -1:], (rows, 1): the earlier tokens are in the cache "
                        "already, and feeding them again appends them to it a second time.")
@@ -1028,7 +1028,8 @@ def cached_greedy_uses_the_cache(cached_greedy_decode: Callable, **sizes: int) -
                  expected="one cache, one more position per step", got=departure.split(":")[0], cause=departure)
     longer = sorted({length for length in counted.self_lengths if length != 1})
     if longer:
-        fail("a step fed more than the newest token.", expected="self-attention projections on 1 position",
+        fail("the self-attention projected more than one position in a step.",
+             expected="self-attention projections on 1 position",
              got=f"projections on {longer} positions",
              cause="feed only the newest token, ys[:, -1:], (batch, 1): earlier ones are in the cache.")
 

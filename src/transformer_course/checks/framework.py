@@ -1,11 +1,12 @@
 """The machinery every check shares: failure messages, tensor comparison with diagnosis,
-the built-in-attention guard, the pass/fail record behind the self-check summary, and the
-checks' defence against notebook code that replaces the tools they grade with."""
+the built-in guard (PyTorch's own version of what an exercise asks for), the pass/fail record behind the
+self-check summary, and the checks' defence against notebook code that replaces the tools they grade with."""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -126,7 +127,7 @@ def summary(module: str | ModuleType | None = None) -> None:
             earned += points
         elif any(outcome is not None and not outcome.passed and not outcome.deferred for outcome in outcomes):
             failed = next(o for o in outcomes if o is not None and not o.passed and not o.deferred)
-            mark, note = "✘", (failed.message.splitlines() or [""])[0]
+            mark, note = "✘", summary_note(failed.message)
         elif all(outcome is not None for outcome in outcomes):  # passing, and a prediction noted for grading
             mark, note = DEFERRED, "noted; scored when your notebook is graded"
             deferred_points, deferred_cells = deferred_points + points, deferred_cells + 1
@@ -158,9 +159,191 @@ def summary(module: str | ModuleType | None = None) -> None:
     show(text, html)
 
 
-def fail(problem: str, *, expected: Any, got: Any, cause: str) -> None:
-    """Raise CheckFailed in the course's one message layout."""
-    message = f"{problem}\n  expected: {expected}\n  got:      {got}\n  likely cause: {cause}"
+# --- the hint ladder ----------------------------------------------------------------------------------
+#
+# A failure message is written whole (the grader's feedback after the deadline shows every line); a notebook
+# shows it as a ladder (`ladder`): first what was observed, then folded hints a student opens one after the
+# other when stuck: the likely cause in words, the idea or the shapes, and last the code that would fit.
+
+CAUSE_LABEL, IDEA_LABEL, CODE_LABEL = "likely cause:", "the idea:", "in code:"  # the folded lines of a message
+WOULD_FIT = "These would fit:"  # the crash explainer's rewritings of an operand (`crash.shape_clash`): code
+HINT_TITLES = {CAUSE_LABEL: "the likely cause", IDEA_LABEL: "the idea", CODE_LABEL: "in code"}
+# the student's own line as the engine quotes it, "in `forward`, line 3 (`x = ...`)": their code, not a fix
+_STUDENT_LINE = re.compile(r"(line \d+(?: of `[^`\n]*`)?) \(`[^`\n]*`\)")
+# code in a sentence: a call or a subscript (`f(x)`, `x.t()`, `pe[:, 0::2]`), a comparison or an assignment
+# (`mask == 0`, `x = y...`, `finished |= ...`), a keyword argument (`dim=-1`), an operator between names
+# (`weights @ keys`, `padding & look_ahead`); "j <= i", "d_k = 5" and shapes "(batch, 1, k_len)" are words
+_CODE = re.compile(r"[\w\])]\(|[\w\])]\[(?!\d+\])|\w\s*(?:==|!=|[|&+\-*/]=)\s*\S|\w\s=\s[A-Za-z_(\[]"
+                   r"|\b[a-z_]\w*=[-\w'\".]|[\w)]\s(?:[@&|%]|//)\s[\w(]")
+_LEAD_INS = ("what is expected", "for example", "e.g.")  # a clause that only introduces the next one
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """A failure message as a notebook shows it: `visible`, what was observed (the problem, expected and got, a
+    crash's error, the student's own line and what it was doing), then `rungs`, the folded hints in the order a
+    student opens them: (title, text), the likely cause in words first, code (if any) last."""
+
+    visible: str
+    rungs: tuple[tuple[str, str], ...] = ()
+
+
+def _is_code(text: str) -> bool:
+    return _CODE.search(_STUDENT_LINE.sub(r"\1", text)) is not None
+
+
+def _clauses(text: str) -> list[tuple[str, str]]:
+    """The text cut at its top-level "; ", ": " and sentence ends (outside brackets and `code`): (clause, the
+    separator that followed it)."""
+    found, start, depth, quoted, index = [], 0, 0, False, 0
+    while index < len(text):
+        char = text[index]
+        if char == "`":
+            quoted = not quoted
+        elif not quoted and char in "([{":
+            depth += 1
+        elif not quoted and char in ")]}":
+            depth = max(0, depth - 1)
+        elif not quoted and depth == 0 and text.startswith((": ", "; "), index):
+            found.append((text[start:index], text[index:index + 2]))
+            start = index = index + 2
+            continue
+        elif (not quoted and depth == 0 and char in ".?!" and text[index + 1:index + 2] == " "
+              and text[index + 2:index + 3][:1].isupper() and not text[max(0, index - 3):index + 1].endswith("e.g.")):
+            found.append((text[start:index + 1], " "))
+            start = index = index + 2
+            continue
+        index += 1
+    if text[start:].strip():
+        found.append((text[start:], ""))
+    merged: list[tuple[str, str]] = []  # "what is expected: <recipe>" stays one clause
+    for clause, separator in found:
+        if merged and merged[-1][1] == ": " and merged[-1][0].strip().endswith(_LEAD_INS):
+            merged[-1] = (merged[-1][0] + ": " + clause, separator)
+        else:
+            merged.append((clause, separator))
+    return merged
+
+
+def _without_code_asides(clause: str) -> str:
+    """The clause without its top-level parentheses that hold code ("... is real (token_ids != pad_idx)")."""
+    kept, depth, quoted, start = [], 0, False, 0
+    for index, char in enumerate(clause):
+        if char == "`":
+            quoted = not quoted
+        elif not quoted and char == "(":
+            if depth == 0 and (index == 0 or clause[index - 1] == " "):  # an aside, not a call's arguments
+                kept.append(clause[start:index])
+                start = index
+                depth += 1
+            elif depth:
+                depth += 1
+        elif not quoted and char == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                aside = clause[start:index + 1]
+                if not _is_code(aside) or _STUDENT_LINE.search(clause[max(0, start - 40):index + 1]):
+                    kept.append(aside)
+                start = index + 1
+    kept.append(clause[start:])
+    text = re.sub(r"\s+([,.;:])", r"\1", re.sub(r" {2,}", " ", "".join(kept))).strip()
+    return re.sub(r"[,;:]+([.;:]|$)", r"\1", text)  # "compare with pad_idx, (code)." -> "compare with pad_idx."
+
+
+def _joined(parts: list[tuple[str, str]]) -> str:
+    """Clauses put back together with their separators, ending with a full stop."""
+    text = "".join(clause.strip() + (separator if index < len(parts) - 1 else "")
+                   for index, (clause, separator) in enumerate(parts)).strip()
+    return text if not text or text[-1] in ".?!" else text + "."
+
+
+def split_cause(cause: str) -> tuple[str, str]:
+    """A likely cause written in one piece, split into (the cause in words, the code it suggests): every clause
+    that writes code goes to the second part whole, and a clause whose code is only an aside in parentheses
+    goes to both (without the aside to the first)."""
+    words: list[tuple[str, str]] = []
+    code: list[tuple[str, str]] = []
+    for clause, separator in _clauses(cause.strip()):
+        if not _is_code(clause):
+            words.append((clause, separator))
+            continue
+        code.append((clause, separator if separator == " " else "; "))
+        plain = _without_code_asides(clause)
+        if plain and plain != clause.strip() and not _is_code(plain):
+            words.append((plain, separator))
+        elif words and separator == " ":  # the left-out clause ended a sentence: so does the clause before it
+            words[-1] = (words[-1][0].rstrip(".") + ".", " ")
+        elif words and words[-1][1] == ": ":  # what the left-out clause explained reads on as a clause of its own
+            words[-1] = (words[-1][0], "; ")
+    return _joined(words), _joined(code)
+
+
+def _message_blocks(message: str) -> list[tuple[str, list[str]]]:
+    """The message's lines grouped: (label, lines) where label is CAUSE_LABEL, IDEA_LABEL or CODE_LABEL for the
+    folded lines (with the lines indented under them) and "" for everything else."""
+    blocks: list[tuple[str, list[str]]] = []
+    indent_of = None  # the indent of the folded line being continued
+    for line in message.splitlines():
+        stripped = line.lstrip()
+        indent = len(line) - len(stripped)
+        label = next((label for label in (CAUSE_LABEL, IDEA_LABEL, CODE_LABEL) if stripped.startswith(label)), "")
+        if label:
+            blocks.append((label, [stripped[len(label):].strip()]))
+            indent_of = indent
+        elif indent_of is not None and indent > indent_of and stripped:
+            blocks[-1][1].append(stripped)  # the folded line goes on
+        else:
+            indent_of = None
+            if blocks and not blocks[-1][0]:
+                blocks[-1][1].append(line)
+            else:
+                blocks.append(("", [line]))
+    return blocks
+
+
+def ladder(message: str, bug_hunt: bool = False) -> Ladder:
+    """A failure message as the rungs of a ladder (see `Ladder`). Any message of the course's layout splits:
+    the folded lines (`likely cause:`, `the idea:`, `in code:`) leave the visible part, a likely cause written in
+    one piece is split into its words and its code (`split_cause`), and a crash's "These would fit: ..." (code)
+    joins the code. A bug hunt's hints keep the cause for the student to find (the feedback names it)."""
+    visible: list[str] = []
+    causes: list[str] = []
+    ideas: list[str] = []
+    codes: list[str] = []
+    for label, lines in _message_blocks(message):
+        text = " ".join(line.strip() for line in lines if line.strip())
+        if label == CAUSE_LABEL:
+            words, code = split_cause(text)
+            causes.append(words)
+            codes.append(code)
+        elif label == IDEA_LABEL:
+            ideas.append(text)
+        elif label == CODE_LABEL:
+            codes.append(text)
+        else:
+            for line in lines:
+                at = line.find(WOULD_FIT)
+                if at >= 0:
+                    codes.append(line[at:].strip())
+                    line = line[:at].rstrip()
+                visible.append(line)
+    if bug_hunt:
+        return Ladder("\n".join(visible), ((HINT_TITLES[CAUSE_LABEL], BUG_HUNT_CAUSE),))
+    rungs = [(HINT_TITLES[label], " ".join(part for part in parts if part))
+             for label, parts in ((CAUSE_LABEL, causes), (IDEA_LABEL, ideas), (CODE_LABEL, codes))]
+    return Ladder("\n".join(visible), tuple((title, text) for title, text in rungs if text))
+
+
+def fail(problem: str, *, expected: Any, got: Any, cause: str, idea: str = "", code: str = "") -> None:
+    """Raise CheckFailed in the course's one message layout: the problem, what was expected and what came out
+    (what the student reads first), then the hints a notebook folds away (`ladder`): the likely cause in words,
+    the idea or the shapes behind the fix (`idea`), and code that would fit (`code`, the only hint that may
+    show code). The grader's feedback keeps every line."""
+    message = f"{problem}\n  expected: {expected}\n  got:      {got}\n  {CAUSE_LABEL} {cause}"
+    if idea:
+        message += f"\n  {IDEA_LABEL} {idea}"
+    if code:
+        message += f"\n  {CODE_LABEL} {code}"
     raise CheckFailed(message)
 
 
@@ -184,8 +367,8 @@ def crash_explained(problem: str, *, expected: Any, cause: str | Callable[[], st
 
 NOT_IMPLEMENTED = (
     "not implemented yet: a function or method this check calls still raises "
-    "NotImplementedError.\n  likely cause: replace `raise NotImplementedError()` "
-    "with your code and run that cell again."
+    "NotImplementedError.\n  likely cause: the exercise is not written yet: replace the line that raises "
+    "NotImplementedError with your code and run that cell again."
 )
 
 
@@ -226,24 +409,35 @@ def check_arguments(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def without_cause(message: str) -> str:
-    """A failure message with its `likely cause` replaced: a bug hunt's student reads the symptom, not the fix."""
-    lines = message.splitlines()
-    at = next((index for index, line in enumerate(lines) if line.strip().startswith("likely cause:")), None)
-    if at is None:
-        return message
-    indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
-    kept = [line for line in lines[at + 1:] if not line.startswith(indent + " ")]  # the cause's own continuation
-    return "\n".join([*lines[:at], f"{indent}likely cause: {BUG_HUNT_CAUSE}", *kept])
+    """A failure message with its hints replaced: a bug hunt's student reads the symptom, not the fix (the likely
+    cause says the cause is theirs to find; the idea, the code and a crash's "These would fit" are left out)."""
+    kept, replaced = [], False
+    for label, lines in _message_blocks(message):
+        if label == CAUSE_LABEL and not replaced:
+            indent = next((line[: len(line) - len(line.lstrip())] for line in message.splitlines()
+                           if line.strip().startswith(CAUSE_LABEL)), "  ")
+            kept.append(f"{indent}{CAUSE_LABEL} {BUG_HUNT_CAUSE}")
+            replaced = True
+        elif not label:
+            kept.extend(line[: line.find(WOULD_FIT)].rstrip() if WOULD_FIT in line else line for line in lines)
+    return "\n".join(kept)
+
+
+def summary_note(message: str) -> str:
+    """The first line a student reads of a failure (the summary's note beside a ✘): never a hint."""
+    return (ladder(message).visible.splitlines() or [""])[0]
 
 
 def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
     """Turn a function that raises CheckFailed into a graded check with a pass line.
 
     A passing check prints `✔ title` and returns True. A failing one, outside grading, shows a red
-    ✘ block with the message (expected / got / likely cause) and returns True, so the grade cell's
-    `assert` holds and "Run all" carries on (the summary lists the failure again). While grading, or
-    when the student asked to stop at the first failure (`runtime.configure`), it raises CheckFailed
-    with the message instead, so the cell fails (and scores 0).
+    ✘ block with what was observed (the problem, expected and got, a crash's line) and, folded under it, the
+    hints of its `ladder` (the likely cause, then the idea, then code), and returns True, so the grade cell's
+    `assert` holds and "Run all" carries on (the summary lists the failure again). While grading it raises
+    CheckFailed with the whole message instead, so the cell fails (and scores 0) and the feedback says
+    everything. When the student asked to stop at the first failure (`runtime.configure`) it shows the block
+    and raises CheckFailed with the observed part alone (a traceback cannot fold the hints away).
 
     A grade cell of a bug hunt passes `bug_hunt=True`: outside grading, the failure message then keeps what
     was expected and what came out but not the likely cause, which would name the planted bug's fix; while
@@ -266,11 +460,16 @@ def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
                 show(f"{DEFERRED} {title}: {result.message}", f'<div style="{DEFERRED_STYLE}"><b>{DEFERRED} '
                      f'{escape(title)}</b>: {escape(result.message)}</div>')
                 return True
-            message = result.message if graded or not kwargs.get(BUG_HUNT) else without_cause(result.message)
-            if graded or stop_at_first_failure():  # grading, or the student asked to stop here
-                raise CheckFailed(f"✘ {title}: {message}") from None
-            show_failure(title, message,
-                         "The notebook carries on; fix the code above, rerun its cell, then this one.")
+            if graded or grading_mode():  # the grader's cell fails with everything the feedback will say
+                raise CheckFailed(f"✘ {title}: {result.message}") from None
+            steps = ladder(result.message, bug_hunt=bool(kwargs.get(BUG_HUNT)))
+            if stop_at_first_failure():  # the student asked to stop here
+                show_failure(title, steps.visible, "Stopped here (STOP_AT_FIRST_FAILURE is True): fix the code "
+                             "above, rerun its cell, then this one.", hints=steps.rungs)
+                raise CheckFailed(f"✘ {title}: {steps.visible}") from None
+            show_failure(title, steps.visible,
+                         "The notebook carries on; fix the code above, rerun its cell, then this one.",
+                         hints=steps.rungs)
             return True
 
         run.check_title = title  # type: ignore[attr-defined]
@@ -313,6 +512,7 @@ def expect_shape(name: str, got: Any, shape: tuple[int, ...], cause: str) -> tor
 
 
 RECIPE = "what is expected:"  # marks a cause that only restates the recipe (nothing was diagnosed)
+REFERENCE_VALUES = "the reference values (same inputs)"  # `expect_close`'s "expected:" line unless told otherwise
 
 
 @dataclass(frozen=True)
@@ -346,11 +546,14 @@ def expect_close(
     suspects: Mapping[str, Callable[[], torch.Tensor]] | None = None,
     axes: Sequence[str] | None = None,
     diagnose: Diagnose | None = None,
+    expected_words: str = REFERENCE_VALUES,
 ) -> None:
     """Compare got with expected. On a mismatch say where and how got departs (`axes` names the axes;
     `diagnose` adds what only the check knows, the first place its computation departs, say), and
     name the first suspect mistake that reproduces got, else the diagnosed cause, else `cause`. A result of
-    another shape is diagnosed too; when nothing is read from it, `cause` is given as the recipe it is."""
+    another shape is diagnosed too; when nothing is read from it, `cause` is given as the recipe it is.
+    `expected_words` is the message's "expected:" line: what `expected` is (the reference's values by default;
+    for a property of the student's module against itself, what its own outputs say)."""
     if isinstance(got, torch.Tensor) and tuple(got.shape) != tuple(expected.shape) and diagnose is not None:
         read = _diagnosed(diagnose, got)
         cause = read.cause if read is not None and read.cause else f"{RECIPE} {cause}"
@@ -386,7 +589,7 @@ def expect_close(
             f"{got64[index].item():.6g} instead of {expected64[index].item():.6g}"
         )
     problem = f"{name} has the wrong values" + (f": {where}." if where else ".")
-    fail(problem, expected="the reference values (same inputs)", got=detail, cause=cause)
+    fail(problem, expected=expected_words, got=detail, cause=cause)
 
 
 def parameter_names(keys: Sequence[str]) -> str:
@@ -425,20 +628,55 @@ def copy_weights(source: nn.Module, target: nn.Module, what: str) -> None:
     target.load_state_dict(source_state)
 
 
-# --- the built-in attention guard -----------------------------------------------------------------
+# --- the built-in guard: PyTorch's own version of what an exercise asks for --------------------------------------
 
-_BUILTIN_FUNCTIONS = {
-    F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
-    F.multi_head_attention_forward: "torch.nn.functional.multi_head_attention_forward",
-}
-_BUILTIN_MODULES = (
-    nn.MultiheadAttention,
-    nn.Transformer,
-    nn.TransformerEncoder,
-    nn.TransformerDecoder,
-    nn.TransformerEncoderLayer,
-    nn.TransformerDecoderLayer,
-)
+
+@dataclass(frozen=True)
+class Builtins:
+    """PyTorch's built-ins that would do an exercise's work for the student, by the names a student would use:
+    `functions` (caught when the student's code calls them, directly or through a PyTorch module), `modules`
+    (module classes, caught in the student's module tree), and `work`, what the exercise asks the student to
+    write, in words. Made with `Builtins.of(F.rms_norm, nn.RMSNorm, work="RMS normalisation")`; a check runs the
+    student's code under `student_code(builtins)`, and the failure names the built-in. Plain strings, so the
+    record crosses to the student's side as it is."""
+
+    functions: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    work: str = "attention"
+
+    @classmethod
+    def of(cls, *builtins: Any, work: str) -> Builtins:
+        """The built-ins given as objects: functions of torch or torch.nn.functional, classes of torch.nn."""
+        functions = tuple(name_of(item) for item in builtins if not isinstance(item, type))
+        modules = tuple(name_of(item) for item in builtins if isinstance(item, type))
+        return cls(functions, modules, work)
+
+    def function_objects(self) -> tuple[Callable[..., Any], ...]:
+        return tuple(found for name in self.functions if (found := _torch_object(name)) is not None)
+
+    def module_classes(self) -> tuple[type, ...]:
+        return tuple(found for name in self.modules if isinstance(found := _torch_object(name), type))
+
+
+def name_of(builtin: Any) -> str:
+    """Where a student would find a built-in: `torch.nn.functional.rms_norm`, `torch.nn.RMSNorm`."""
+    short = getattr(builtin, "__name__", str(builtin))
+    for place, namespace in (("torch.nn.functional", F), ("torch.nn", nn), ("torch", torch)):
+        if getattr(namespace, short, None) is builtin:
+            return f"{place}.{short}"
+    return f"{getattr(builtin, '__module__', 'torch')}.{short}"
+
+
+def _torch_object(name: str) -> Any:
+    """The object a built-in's name stands for (None when this PyTorch has no such thing)."""
+    place, _, short = name.rpartition(".")
+    namespace = {"torch.nn.functional": F, "torch.nn": nn, "torch": torch}.get(place)
+    return getattr(namespace, short, None) if namespace is not None else None
+
+
+ATTENTION = Builtins.of(F.scaled_dot_product_attention, F.multi_head_attention_forward, nn.MultiheadAttention,
+                        nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder, nn.TransformerEncoderLayer,
+                        nn.TransformerDecoderLayer, work="attention")
 
 
 _COURSE_CODE: ContextVar[bool] = ContextVar("transformer_course_course_code", default=False)
@@ -456,31 +694,48 @@ def course_code() -> Iterator[None]:
         _COURSE_CODE.reset(token)
 
 
+def _reject_call(builtins: Builtins, function: Callable[..., Any]) -> None:
+    name = name_of(function)
+    if builtins == ATTENTION:  # the course's first guard, in its own words
+        fail("your code calls PyTorch's built-in attention.",
+             expected="attention written with matrix products and softmax", got=f"a call to {name}",
+             cause="this course asks you to build attention yourself; the built-in is only the yardstick.")
+    fail(f"your code calls PyTorch's built-in {name}, which does this exercise's work.",
+         expected=f"{builtins.work} written by your own code", got=f"a call to {name}",
+         cause=f"this exercise asks you to write {builtins.work} yourself; PyTorch's {name} is only the yardstick.")
+
+
 class _RejectBuiltins(TorchFunctionMode):
+    def __init__(self, builtins: Builtins = ATTENTION) -> None:
+        super().__init__()
+        self.builtins = builtins
+        self.functions = builtins.function_objects()
+
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        if func in _BUILTIN_FUNCTIONS and not _COURSE_CODE.get():
-            fail(
-                "your code calls PyTorch's built-in attention.",
-                expected="attention written with matrix products and softmax",
-                got=f"a call to {_BUILTIN_FUNCTIONS[func]}",
-                cause="this course asks you to build attention yourself; the built-in is only the yardstick.",
-            )
+        if func in self.functions and not _COURSE_CODE.get():
+            _reject_call(self.builtins, func)
         return func(*args, **(kwargs or {}))
 
 
-def reject_builtin_modules(module: nn.Module, what: str) -> None:
+def reject_builtin_modules(module: nn.Module, what: str, builtins: Builtins = ATTENTION) -> None:
+    classes = builtins.module_classes()
     for name, child in module.named_modules():
-        if isinstance(child, _BUILTIN_MODULES):
+        if isinstance(child, classes):
+            kind = type(child).__name__
             fail(
-                f"{what} contains PyTorch's built-in {type(child).__name__}.",
-                expected="only the course's own modules",
-                got=f"`{name or 'self'}` is a torch.nn.{type(child).__name__}",
-                cause="this course asks you to build the Transformer yourself; the built-in is only the yardstick.",
+                f"{what} contains PyTorch's built-in {kind}.",
+                expected="only the course's own modules" if builtins == ATTENTION
+                else f"{builtins.work} written by your own code",
+                got=f"`{name or 'self'}` is a torch.nn.{kind}",
+                cause="this course asks you to build the Transformer yourself; the built-in is only the yardstick."
+                if builtins == ATTENTION else
+                f"this exercise asks you to write {builtins.work} yourself; PyTorch's torch.nn.{kind} is only the "
+                "yardstick.",
             )
 
 
 @contextmanager
-def student_code() -> Iterator[None]:
-    """Run the student's code with PyTorch's built-in attention functions rejected."""
-    with _RejectBuiltins():
+def student_code(builtins: Builtins = ATTENTION) -> Iterator[None]:
+    """Run the student's code with PyTorch's built-ins for the exercise rejected (by default, attention's)."""
+    with _RejectBuiltins(builtins):
         yield

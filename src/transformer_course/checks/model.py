@@ -515,7 +515,7 @@ def _after_last(result: Any, last: Any, words: str) -> str:
         return ""
     for name, function in (("a softmax", torch.softmax), ("a log-softmax", torch.log_softmax)):
         if parts._close(result, function(last.double(), -1)):
-            return (f"forward returns {name} of {words} where the paper returns the raw logits: the loss "
+            return (f"forward returns {name} of {words} where the reference returns the raw logits: the loss "
                     "(cross-entropy) applies log-softmax itself")
     how = differential.relation(result, last, differential.Context(), None)
     return f"forward returns {words} changed: {how}" if how and not how.startswith("1 ×") else ""
@@ -641,7 +641,7 @@ def encoder_output_shape(Encoder: type[nn.Module], **sizes: float) -> None:
                  "embed, scale, add PE, then apply every layer as x = layer(x, mask); return x.", seed=20)
 
 
-@check("Encoder gives the reference output: embedding * sqrt(d_model) + PE, then every layer with the mask")
+@check("Encoder gives the reference output: embedding × √d_model + PE, then every layer with the mask")
 def encoder_values(Encoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
     _values_check("Encoder", Encoder, config, _encoder_inputs(config, seed=22), "Encoder(src, src_mask)",

@@ -564,8 +564,8 @@ class Replay:
     """The recorded calls of one run replayed along the paper's steps."""
 
     def __init__(self, calls: Sequence[Call], steps: Sequence[Step], values: Values, paths: Mapping[str, str],
-                 authority: str = "the paper") -> None:
-        """`authority`: whose computation the steps are, in messages ("the paper", or "the pre-LN block" for an
+                 authority: str = "the reference") -> None:
+        """`authority`: whose computation the steps are, in messages ("the reference", or "the pre-LN block" for an
         arrangement the paper does not have)."""
         self.calls, self.steps, self.values, self.paths = list(calls), list(steps), values, paths
         self.authority = authority

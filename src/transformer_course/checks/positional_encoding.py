@@ -19,9 +19,11 @@ from transformer_course.checks.framework import (
     Diagnosis,
     check,
     crash_explained,
+    describe,
     expect_close,
     expect_shape,
     fail,
+    generator,
     randn,
     student_code,
     summary,
@@ -30,9 +32,11 @@ from transformer_course.checks.framework import (
 from transformer_course.checks.predictions import expect_number, parameters_of
 from transformer_course.checks.salt import salted_seed
 
-__all__ = ["buffer_shape", "dropout_behaviour", "forward_adds_encoding", "predicted_parameter_count",
-           "predicted_self_dot_product", "summary", "table_values"]
+__all__ = ["buffer_shape", "dropout_behaviour", "forward_adds_encoding", "offset_error_offsets", "offset_error_values",
+           "offset_matrix_any_offset", "offset_matrix_moves_every_position", "offset_matrix_shape",
+           "predicted_parameter_count", "predicted_self_dot_product", "summary", "table_values"]
 from transformer_course.reference import PositionalEncoding as ReferencePositionalEncoding
+from transformer_course.reference.positional_encoding import offset_matrix as reference_offset_matrix
 
 # the parts of PyTorch this stage's grade cells meet, used once before any notebook code (runner.warm_up_torch):
 # tests/test_grading_speed.py fails when a grade cell imports a module
@@ -90,7 +94,8 @@ def _build(PositionalEncoding: type[nn.Module], d_model: int, max_seq_length: in
     with crash_explained(
         f"building the table crashed on a size mismatch (d_model={d_model}, max_seq_length={max_seq_length}).",
         expected=f"position ({max_seq_length}, 1) × frequencies ({d_model // 2},) = angles ({max_seq_length}, "
-                 f"{d_model // 2}), written into pe[:, 0::2] and pe[:, 1::2], each ({max_seq_length}, {d_model // 2})",
+                 f"{d_model // 2}), whose sin fills the even columns of the table and whose cos the odd ones, each "
+                 f"({max_seq_length}, {d_model // 2})",
         cause=_build_crash_cause(d_model, max_seq_length),
         when=_size_mismatch,
     ), student_code():
@@ -254,6 +259,10 @@ def _describe_formula(formula: _Formula, d_model: int, max_seq_length: int) -> D
     elif alpha != 1 and beta == 0:
         findings.append(f"the exponents are {alpha:.3g} × the paper's 2i / d_model (as if the base were "
                         f"10000^{alpha:.3g} ≈ {10000 ** alpha:.4g} instead of 10000)")
+        if abs(alpha - 1 / math.log(10)) < 1e-3:  # log10 where the natural log belongs
+            causes.append("the factor 0.434 is log₁₀ e: a base-10 logarithm where the natural one belongs.")
+        elif abs(alpha - math.log(10)) < 1e-3:
+            causes.append("the factor 2.30 is ln 10: a natural logarithm where a base-10 one belongs.")
         causes.append("the frequencies are 1 / 10000^(2i / d_model): check the base 10000, the log and the "
                       "division by d_model.")
     elif beta != 0:
@@ -315,7 +324,7 @@ def diagnose_table(table: torch.Tensor, d_model: int, max_seq_length: int) -> Di
         return Diagnosis(f"column {_pairs_text(still)} do not change with the position (sin = 0, cos = 1): their "
                          "angle is 0 at every position, so their frequency is 0",
                          "the frequencies are 1 / 10000^(2i / d_model) = exp(-2i * ln(10000) / d_model); check "
-                         "div_term: a missing log makes exp(-2i * 10000 / d_model) underflow to 0.")
+                         "how yours are computed: a missing log makes exp(-2i * 10000 / d_model) underflow to 0.")
     zero = [c for c in wrong if not got[:, c].any()]
     if zero:
         if zero == list(range(3, d_model, 2)):
@@ -333,8 +342,8 @@ def diagnose_table(table: torch.Tensor, d_model: int, max_seq_length: int) -> Di
         if straight.all():
             return Diagnosis(f"{_columns_text(beyond, d_model)} {_verb(beyond, 'grow', d_model)} in a straight "
                              "line with the position: the angle itself, not its sin or cos",
-                             "apply torch.sin (even columns) and torch.cos (odd columns) to the angle "
-                             "position * div_term.")
+                             "apply sin (even columns) and cos (odd columns) to the angle, position × "
+                             "frequency.")
     formula = _formula(got, d_model, tolerance)
     if formula is not None:
         return _describe_formula(formula, d_model, max_seq_length)
@@ -468,6 +477,8 @@ def table_values(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq
         """What the table does (its formula, fitted to its values) and the line that first computes something
         else than the reference (the two constructors recorded operation by operation)."""
         described = diagnose_table(table, d_model, max_seq_length)
+        if described is not None and described.cause:  # the formula fitted to the table says it in the lesson's
+            return described  # terms; the engine would name intermediate values the student may not have
         student = differential.traced(PositionalEncoding, d_model, max_seq_length, 0.0)
         reference = differential.traced_call(ReferencePositionalEncoding, d_model, max_seq_length, 0.0)
         engine = differential.explain(student, reference, table, reference.output.pe,
@@ -480,7 +491,7 @@ def table_values(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq
     )
 
 
-@check("forward adds pe[:, :seq_len] to the input (eval mode, so no dropout)")
+@check("forward adds the first seq_len rows of the table to the input (eval mode, so no dropout)")
 def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq_length: int = 40,
                           seq_len: int = 7) -> None:
     module = _build(PositionalEncoding, d_model, max_seq_length, 0.1)
@@ -575,6 +586,281 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
     expect_close("forward(x) in eval mode", evaluated, summed, atol=1e-4, rtol=1e-4,
                  cause="in eval mode dropout must do nothing: use nn.Dropout (self.dropout), not F.dropout "
                        "with training=True.")
+
+
+# --- an offset as a matrix ---------------------------------------------------------------------------------
+#
+# offset_matrix(k, d_model) is judged by what it must do: M @ PE_p = PE_(p+k) for every position p (the paper's
+# rows in float64, at any whole position, so that the check needs no table of the student's). A wrong matrix is
+# described in the lesson's terms: it moves the other way, by another offset, not at all, mixes column pairs,
+# turns some pairs with another frequency; else the first 2x2 block that differs, with its numbers.
+# largest_offset_error(table, matrix, k) is judged on tables whose largest error sits at the first or the last
+# position p that has a row p + k: a loop or a slice that leaves out either gives another number.
+
+_OFFSET_TOLERANCE = 1e-4  # a float32 matrix is accurate to about 1e-6 here; a wrong one is off by far more
+
+
+def _rows(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """The paper's PE at whole positions (negative ones included), float64: (len(positions), d_model)."""
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = positions.to(torch.float64).unsqueeze(1) * 10000.0 ** (-two_i / d_model)  # (positions, d_model / 2)
+    rows = torch.zeros(len(positions), d_model, dtype=torch.float64)
+    rows[:, 0::2], rows[:, 1::2] = angle.sin(), angle.cos()
+    return rows
+
+
+@on_student_side
+def _offset_matrix(offset_matrix: Callable[..., Any], k: int, d_model: int) -> Any:
+    """What the student's offset_matrix returns for (k, d_model)."""
+    with torch.no_grad(), student_code():
+        return offset_matrix(k, d_model)
+
+
+def _matrix_of(offset_matrix: Callable[..., Any], k: int, d_model: int) -> torch.Tensor:
+    """The student's matrix for (k, d_model) in float64, or a failure that says what came instead."""
+    got = _offset_matrix(offset_matrix, k, d_model)
+    call = f"offset_matrix({k}, {d_model})"
+    if not isinstance(got, torch.Tensor):
+        fail(f"{call} did not return a tensor.", expected=f"a tensor of shape ({d_model}, {d_model})",
+             got=describe(got), cause="return the matrix itself, a (d_model, d_model) tensor of floats.")
+    expect_shape(call, got, (d_model, d_model),
+                 cause="the matrix acts on a whole row of the table, PE_p, which has d_model entries, and returns "
+                       "a row of d_model entries: (d_model, d_model).")
+    if not got.is_floating_point():
+        fail(f"{call} holds whole numbers.", expected="a floating-point tensor (float64 or float32)",
+             got=f"dtype {got.dtype}",
+             cause="its entries are sines and cosines: make the matrix a tensor of floats (float64 keeps it "
+                   "exact to about 1e-15).")
+    return got.detach().to(torch.float64).cpu()
+
+
+def _block_mask(d_model: int) -> torch.Tensor:
+    """True on the 2x2 blocks on the diagonal (rows and columns 2i, 2i+1), (d_model, d_model)."""
+    pair = torch.arange(d_model) // 2
+    return pair.unsqueeze(1) == pair.unsqueeze(0)
+
+
+def _turns(matrix: torch.Tensor) -> torch.Tensor | None:
+    """The angle each column pair's block turns by, when every block has the form [[c, s], [-s, c]]; else None."""
+    c, s = matrix[0::2, 0::2].diagonal(), matrix[0::2, 1::2].diagonal()
+    if not (tensors_close(matrix[1::2, 1::2].diagonal(), c, _OFFSET_TOLERANCE, 0.0)
+            and tensors_close(matrix[1::2, 0::2].diagonal(), -s, _OFFSET_TOLERANCE, 0.0)
+            and tensors_close(c * c + s * s, torch.ones_like(c), 1e-3, 0.0)):
+        return None
+    return torch.atan2(s, c)
+
+
+def _same_turn(angles: torch.Tensor, wanted: torch.Tensor) -> bool:
+    """Whether two tensors of angles agree up to whole turns."""
+    return tensors_close(torch.stack([angles.cos(), angles.sin()]), torch.stack([wanted.cos(), wanted.sin()]),
+                         _OFFSET_TOLERANCE, 0.0)
+
+
+def _read_offset_matrix(matrix: torch.Tensor, k: int, d_model: int) -> Diagnosis | None:
+    """What the student's matrix does to the positions, told in the lesson's terms."""
+    if not torch.isfinite(matrix).all():
+        return Diagnosis("the matrix holds NaN or inf", "a division by zero in the frequencies, or the log of 0.")
+    for other in dict.fromkeys((-k, 0, k + 1, k - 1, 2 * k, 1)):
+        if other != k and tensors_close(matrix, reference_offset_matrix(other, d_model), _OFFSET_TOLERANCE, 0.0):
+            if other == 0:
+                return Diagnosis("your matrix is the identity: M @ PE_p = PE_p, the position does not move",
+                                 "each column pair must turn by the angle it gains over k positions.")
+            if other == -k:
+                return Diagnosis(f"your matrix moves every position {abs(k)} back: M @ PE_p = PE_(p{-k:+d}), "
+                                 f"not PE_(p{k:+d})",
+                                 "every 2×2 block turns its column pair the wrong way: the two sine entries have "
+                                 "each other's sign (the block is transposed). Work out sin(a + b) and cos(a + b) "
+                                 "again, with a the pair's angle at p and b the angle that k positions add.")
+            return Diagnosis(f"your matrix moves every position by {other}: M @ PE_p = PE_(p{other:+d}), "
+                             f"not PE_(p{k:+d})",
+                             "the angle of column pair i over k positions is k × its frequency, k / 10000^(2i / "
+                             "d_model).")
+    outside = matrix.abs() * ~_block_mask(d_model)
+    if outside.max() > _OFFSET_TOLERANCE:
+        row, column = (int(i) for i in (outside == outside.max()).nonzero()[0])
+        return Diagnosis(f"your matrix mixes column pairs: entry ({row}, {column}) is {matrix[row, column]:.4g}, so "
+                         f"column {row} (pair {row // 2}) of M @ PE_p takes in column {column} (pair {column // 2})",
+                         "each column pair turns at its own frequency, so pair i of PE_(p+k) depends on pair i of "
+                         "PE_p alone: outside the 2×2 blocks on the diagonal every entry is 0.")
+    angles = _turns(matrix)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    if angles is not None:
+        laws = {
+            "pair i turns as if its exponent were 4i / d_model, twice 2i / d_model":
+                ("the exponent is doubled: 2i is the even column index itself, do not double it again.", 2.0),
+            "pair i turns as if its exponent were i / d_model, half of 2i / d_model":
+                ("the exponent of pair i is 2i / d_model, with 2i the even column index.", 0.5),
+            "the turns grow from pair to pair instead of shrinking: the exponent has the wrong sign":
+                ("the frequency of pair i is 1 / 10000^(2i / d_model), which shrinks as i grows.", -1.0),
+        }
+        for seen, (cause, factor) in laws.items():
+            if _same_turn(angles, k * 10000.0 ** (-factor * two_i / d_model)):
+                return Diagnosis(seen, cause)
+        if k and _same_turn(angles, k * 10000.0 ** (two_i / d_model)):
+            return Diagnosis("pair i turns by k × 10000^(2i / d_model): the angle is divided by the frequency "
+                             "instead of multiplied", "the angle of pair i over k positions is k × its frequency "
+                             "1 / 10000^(2i / d_model).")
+    reference = reference_offset_matrix(k, d_model)
+    for pair in range(d_model // 2):
+        rows = slice(2 * pair, 2 * pair + 2)
+        if not tensors_close(matrix[rows, rows], reference[rows, rows], _OFFSET_TOLERANCE, 0.0):
+            got = [[round(float(v), 4) for v in row] for row in matrix[rows, rows]]
+            wanted = [[round(float(v), 4) for v in row] for row in reference[rows, rows]]
+            return Diagnosis(f"the 2×2 block of column pair {pair} (rows and columns {2 * pair}, {2 * pair + 1}) is "
+                             f"{got}: it does not move that pair of PE_p to PE_(p{k:+d})",
+                             "write sin(ω(p + k)) and cos(ω(p + k)) with the angle-addition formulas: each is a "
+                             "combination of sin(ωp) and cos(ωp) whose coefficients are the block's entries (for "
+                             f"this pair they are {wanted}).")
+    return None
+
+
+def _expect_moves(matrix: torch.Tensor, k: int, d_model: int, positions: torch.Tensor) -> None:
+    """M @ PE_p == PE_(p+k) for every p of `positions`, or a failure that says how M moves them instead."""
+    moved = _rows(positions, d_model) @ matrix.T  # row p holds M @ PE_p
+    first, last = int(positions[0]), int(positions[-1])
+    expect_close(f"offset_matrix({k}, {d_model}) @ PE_p (row p, for p = {first}..{last})", moved,
+                 _rows(positions + k, d_model), atol=_OFFSET_TOLERANCE, rtol=0.0, axes=("position", "column"),
+                 diagnose=lambda _: _read_offset_matrix(matrix, k, d_model),
+                 cause="M @ PE_p must equal PE_(p+k) for every p: one 2×2 block per column pair, each derived "
+                       "from the angle-addition formulas.")
+
+
+@check("offset_matrix(k, d_model) returns a (d_model, d_model) tensor of floats")
+def offset_matrix_shape(offset_matrix: Callable[..., Any], d_model: int = 8, offset: int = 3) -> None:
+    _matrix_of(offset_matrix, offset, d_model)
+
+
+@check("offset_matrix(k, d_model) @ PE_p gives PE_(p+k) at every position p")
+def offset_matrix_moves_every_position(offset_matrix: Callable[..., Any], d_model: int = 16, offset: int = 3,
+                                       max_seq_length: int = 60) -> None:
+    matrix = _matrix_of(offset_matrix, offset, d_model)
+    _expect_moves(matrix, offset, d_model, torch.arange(max_seq_length))
+
+
+@check("offset_matrix works for every whole offset k: 0, negative, and beyond a table's length")
+def offset_matrix_any_offset(offset_matrix: Callable[..., Any], d_model: int = 12, max_seq_length: int = 30) -> None:
+    for k in (0, -4, max_seq_length + 17):
+        matrix = _matrix_of(offset_matrix, k, d_model)
+        _expect_moves(matrix, k, d_model, torch.arange(max(0, -k), max_seq_length))
+
+
+@on_student_side
+def _offset_error(largest_offset_error: Callable[..., Any], table: torch.Tensor, matrix: torch.Tensor,
+                  k: int) -> Any:
+    """What the student's largest_offset_error returns for copies of these inputs."""
+    with torch.no_grad(), student_code():
+        return largest_offset_error(table.clone(), matrix.clone(), k)
+
+
+def _error_case(d_model: int, rows: int, k: int, bumped: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A table (rows, d_model) of entries in [1, 2] and a matrix (d_model, d_model) near -I, not symmetric,
+    float64, with row `bumped` of the table far from the others: the largest error then belongs to the one
+    position p whose p or p + k is that row. Every difference M @ table[p] - table[p + k] is negative but a few
+    at the bumped row, so each wrong variant (a position left out, no absolute value, the matrix from the right,
+    a mean) gives a number of its own."""
+    table = 1.0 + torch.rand(rows, d_model, generator=generator(seed), dtype=torch.float64)
+    table[bumped, 0] += 25.0
+    return table, -torch.eye(d_model, dtype=torch.float64) + 0.1 * randn(d_model, d_model, seed=seed + 1)
+
+
+def _number(got: Any) -> float | None:
+    """The student's result as a number (a Python number or a one-element tensor); None for anything else."""
+    if isinstance(got, bool):
+        return None
+    if isinstance(got, int | float):
+        return float(got)
+    if isinstance(got, torch.Tensor) and got.numel() == 1 and not got.is_complex():
+        return float(got.detach().cpu().reshape(()))
+    return None
+
+
+def _errors(table: torch.Tensor, matrix: torch.Tensor, k: int, positions: range,
+            moved: Callable[[torch.Tensor], torch.Tensor] | None = None, shift: int | None = None) -> torch.Tensor:
+    """|matrix @ table[p] - table[p + shift]| for the positions p, (len(positions), d_model); `moved` replaces the
+    product (a reading of a wrong variant), `shift` the offset."""
+    rows = table[list(positions)]
+    product = moved(rows) if moved is not None else rows @ matrix.T
+    return (product - table[[p + (k if shift is None else shift) for p in positions]]).abs()
+
+
+def _read_offset_error(got: float, table: torch.Tensor, matrix: torch.Tensor, k: int) -> tuple[str, str]:
+    """What the student's number is, when it is one of the usual wrong variants: (what it is, the likely cause)."""
+    n = table.size(0)
+    first, last = max(0, -k), min(n, n - k) - 1
+    every = range(first, last + 1)
+    readings: list[tuple[str, str, Callable[[], float]]] = [
+        (f"the largest difference without the last position p = {last}",
+         f"p = {last} has a row p + k = {last + k} in the table too: it belongs to the comparison.",
+         lambda: float(_errors(table, matrix, k, range(first, last)).max())),
+        (f"the largest difference without the first position p = {first}",
+         f"p = {first} has a row p + k = {first + k} in the table too: it belongs to the comparison.",
+         lambda: float(_errors(table, matrix, k, range(first + 1, last + 1)).max())),
+        ("the largest difference with each row multiplied by the matrix from the right (table[p] @ M, which is "
+         "Mᵀ @ table[p])",
+         "the matrix acts on a column vector: M @ PE_p. On rows of a table that is each row times Mᵀ.",
+         lambda: float(_errors(table, matrix, k, every, moved=lambda rows: rows @ matrix).max())),
+        ("the largest difference between M @ table[p] and table[p − k], the offset the other way",
+         "compare M @ table[p] with the row k positions further on, table[p + k].",
+         lambda: float(_errors(table, matrix, k, range(max(0, k), min(n, n + k)), shift=-k).max())),
+        ("the mean difference, not the largest", "take the largest absolute difference over every entry.",
+         lambda: float(_errors(table, matrix, k, every).mean())),
+        ("the largest sum of a row's differences", "take the largest single entry, not a sum over a row.",
+         lambda: float(_errors(table, matrix, k, every).sum(dim=1).max())),
+        ("the largest length (Euclidean norm) of a row's difference",
+         "take the largest single entry, not the length of a row's difference.",
+         lambda: float(_errors(table, matrix, k, every).norm(dim=1).max())),
+        ("the largest signed difference (without the absolute value)",
+         "take the absolute value of each difference first: a large negative difference is a large error too.",
+         lambda: float((table[list(every)] @ matrix.T - table[[p + k for p in every]]).max())),
+    ]
+    matching = []
+    for seen, cause, value in readings:
+        try:
+            candidate = value()
+        except (IndexError, RuntimeError):  # a variant that does not exist for these sizes
+            continue
+        if math.isfinite(candidate) and abs(candidate - got) <= 1e-6 * max(1.0, abs(candidate)):
+            matching.append((f"which is {seen}", cause))
+    if len(matching) == 1:  # two variants that give the same number here: neither is named
+        return matching[0]
+    return ("", f"{RECIPE} the largest |M @ table[p] − table[p + k]| over every entry and every p with "
+                f"0 <= p < n and 0 <= p + k < n.")
+
+
+def _expect_offset_error(largest_offset_error: Callable[..., Any], d_model: int, rows: int, k: int, bumped: int,
+                         seed: int) -> None:
+    table, matrix = _error_case(d_model, rows, k, bumped, seed)
+    got = _offset_error(largest_offset_error, table, matrix, k)
+    number = _number(got)
+    call = f"largest_offset_error(table, M, {k}) on a table of {rows} rows"
+    if number is None:
+        fail(f"{call} did not return a number.", expected="a float (a one-element tensor works too)",
+             got=describe(got), cause="return the one largest difference, as a number.")
+    first, last = max(0, -k), min(rows, rows - k) - 1
+    errors = _errors(table, matrix, k, range(first, last + 1))
+    expected = float(errors.max())
+    if abs(number - expected) <= 1e-6 * max(1.0, expected):
+        return
+    at = first + int(errors.amax(dim=1).argmax())
+    seen, cause = _read_offset_error(number, table, matrix, k)
+    fail(f"{call} returned {number:.6g}" + (f", {seen}." if seen else "."),
+         expected=f"{expected:.6g}, the largest |M @ table[p] − table[p + k]| over p = {first}..{last}, reached at "
+                  f"p = {at}",
+         got=f"{number:.6g}", cause=cause)
+
+
+@check("largest_offset_error compares M @ table[p] with table[p + k] at every p, the first and the last included")
+def offset_error_values(largest_offset_error: Callable[..., Any], d_model: int = 6, max_seq_length: int = 10,
+                        offset: int = 3) -> None:
+    for bumped, seed in ((max_seq_length - 1, 200), (0, 210)):  # the largest error at the last p, then the first
+        _expect_offset_error(largest_offset_error, d_model, max_seq_length, offset, bumped, seed)
+
+
+@check("largest_offset_error works for k = 0 and for a negative k")
+def offset_error_offsets(largest_offset_error: Callable[..., Any], d_model: int = 6, max_seq_length: int = 9) -> None:
+    for k, bumped, seed in ((0, max_seq_length - 1, 220), (-2, 0, 230), (-2, max_seq_length - 1, 240)):
+        _expect_offset_error(largest_offset_error, d_model, max_seq_length, k, bumped, seed)
+
 
 
 # --- predict, then run ------------------------------------------------------------------------------

@@ -221,8 +221,9 @@ def _shift_cause(name: str, got: Any, tgt: torch.Tensor) -> str | None:
     axis, start, stop = found
     holds = f"{name} holds {_slice_words(found, tgt)}"
     if (axis, start, stop) == (1, 0, tgt.size(1)):
-        return (f"{holds}: with tgt_in == tgt_out the decoder reads the very token it must predict and learns to "
-                "copy. Use tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:].")
+        return (f"{holds}: each sequence must be one token shorter, so that position t reads the tokens up to t "
+                "and is scored on token t + 1 (a decoder scored on the token it reads learns to copy). Use "
+                "tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:].")
     if axis == 0:
         return f"{holds}. Slice the time axis (axis 1): tgt_in = tgt[:, :-1] and tgt_out = tgt[:, 1:]."
     wanted = "tgt[:, :-1] (it starts with <bos>)" if name == "tgt_in" else "tgt[:, 1:] (it ends with <eos>)"
@@ -259,10 +260,11 @@ def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 
     tgt = _padded_target(pairs, pad_idx)
     got_in, got_out = fields["tgt_in"], fields["tgt_out"]
     if (_slice_of(got_in, tgt) == (1, 1, tgt.size(1)) and _slice_of(got_out, tgt) == (1, 0, tgt.size(1) - 1)):
-        fail("tgt_in and tgt_out are swapped.", expected="tgt_in = tgt[:, :-1] (starts with <bos>), "
-             "tgt_out = tgt[:, 1:] (ends with <eos>)", got="tgt_in = tgt[:, 1:], tgt_out = tgt[:, :-1]",
-             cause="tgt_in and tgt_out are swapped: the decoder must READ <bos> first (tgt_in = tgt[:, :-1]) and "
-                   "PREDICT the next tokens (tgt_out = tgt[:, 1:]).")
+        fail("tgt_in and tgt_out are swapped.", expected="tgt_in = the target without its last token (it starts "
+             "with <bos>), tgt_out = the target without <bos> (it ends with <eos>)",
+             got="tgt_in = the target without <bos>, tgt_out = the target without its last token",
+             cause="tgt_in and tgt_out are swapped: the decoder must READ <bos> first and PREDICT the next tokens.",
+             code="tgt_in = tgt[:, :-1], tgt_out = tgt[:, 1:].")
     context = differential.Context(sizes={"sentence": batch_size, "position": tgt.size(1) - 1})
     for name in ("tgt_out", "tgt_in"):
         got = _tensor(name, fields[name], "return tensors")
@@ -515,8 +517,8 @@ def _read_gradient(run: LossRun, batch: Batch, smoothing: float) -> str | None:
     estimate = float((-offset[real] * vocab / weight[real]).median())
     if abs(estimate - smoothing) > 1e-3:
         amount = "no label smoothing" if abs(estimate) < 1e-3 else f"label smoothing {estimate:.3g}"
-        return (f"the loss has {amount}, the criterion {smoothing:g}: use the `criterion` argument, not a "
-                "cross-entropy of your own.")
+        return (f"the loss has {amount} where the given criterion has {smoothing:g}: use the `criterion` argument, "
+                "not a cross-entropy of your own.")
     return None
 
 
@@ -665,7 +667,8 @@ def _exponent_reading(found: dict[str, dict[str, float]]) -> str | None:
             where = {"factor": "multiply the whole rate by the `factor` argument",
                      "d_model": "check the factor d_model^-0.5 in front of both branches"}.get(
                          name, f"check the exponent of {name} in {formula}")
-            return f"{when} the rate goes as {name}^{got:.3g} where the paper's goes as {name}^{paper:g}: {where}."
+            owner = "the expected rate" if name == "factor" else "the paper's"  # the paper has no `factor`
+            return f"{when} the rate goes as {name}^{got:.3g} where {owner} goes as {name}^{paper:g}: {where}."
     return None
 
 
@@ -680,7 +683,7 @@ def _schedule_cause(noam_learning_rate: Callable[..., Any], got: torch.Tensor, s
         if all(math.isclose(float(value), rate(step + shift), rel_tol=1e-9) for value, step in zip(got, steps,
                                                                                                    strict=True)
                if step + shift >= 1):
-            return (f"the learning rate at step s is the paper's at step s {'+' if shift > 0 else '-'} 1: the "
+            return (f"the learning rate at step s is the expected one at step s {'+' if shift > 0 else '-'} 1: the "
                     "schedule is off by one step. Steps count from 1 (only step 0 is treated as step 1: "
                     "step = max(step, 1)).")
     try:
@@ -690,11 +693,12 @@ def _schedule_cause(noam_learning_rate: Callable[..., Any], got: torch.Tensor, s
     reading = _exponent_reading(found) if found else None
     ratios = {round(float(value) / rate(step), 9) for value, step in zip(got, steps, strict=True)}
     if reading is None and len(ratios) == 1:
-        return f"every rate is {ratios.pop():.6g} × the paper's: a constant factor is wrong."
+        return f"every rate is {ratios.pop():.6g} × the expected one: a constant factor is wrong."
     return reading
 
 
-RATE_RECIPE = "lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5) (paper, eq. 3)."
+RATE_RECIPE = ("lrate = factor · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5) (the paper's eq. 3, times "
+               "the course's `factor`).")
 
 
 @check("noam_learning_rate follows d_model^-0.5 · min(step^-0.5, step · warmup^-1.5), times factor")
@@ -807,8 +811,9 @@ class EpochRun:
         if "backward" not in self.events:
             return "loss.backward() is never called, so no gradient is ever computed: call it before optimizer.step()."
         if not self.backward_before_step(index):
-            return ("optimizer.step() runs before loss.backward() in the batch: the step applies the gradient that is "
-                    "there at that moment, which is none. Call loss.backward() (and clip) before optimizer.step().")
+            return ("the optimiser steps before the gradients are computed: the step applies the gradient that is "
+                    "there at that moment, which is none. In the batch optimizer.step() runs before loss.backward(): "
+                    "call loss.backward() (and clip) before optimizer.step().")
         return ("loss.backward() ran before optimizer.step(), yet the step found no gradient: the gradients are "
                 "zeroed between the two. Zero them at the start of the batch, before loss.backward().")
 
@@ -930,8 +935,8 @@ def _returned(run: EpochRun) -> list[float]:
 
 def _one_step_per_batch(run: EpochRun, batches: int, cause: str | None = None) -> None:
     if len(run.steps) != batches:
-        fail("optimizer.step() was not called once per batch.", expected=f"{batches} calls",
-             got=f"{len(run.steps)} calls" + (": the weights never changed" if not run.steps else ""),
+        fail("the optimiser did not step once per batch.", expected=f"{batches} steps",
+             got=f"{len(run.steps)} steps" + (": the weights never changed" if not run.steps else ""),
              cause=cause or "call optimizer.step() once per batch, after loss.backward() and the clipping.")
 
 
@@ -976,7 +981,7 @@ def train_epoch_train_mode(train_epoch: Callable[..., Any], num_batches: int = 2
                    "eval mode, so every epoch after the first would otherwise train without dropout.")
 
 
-@check("train_epoch zeroes the gradients every batch: each optimizer.step() gets only its own batch's gradient")
+@check("train_epoch zeroes the gradients every batch: each update gets only its own batch's gradient")
 def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 4) -> None:
     setup = Setup(seed, (6,) * num_batches, keep_gradients=True)
     run = _train(train_epoch, setup)
@@ -988,18 +993,18 @@ def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2,
             continue
         where = f"at batch {index + 1} of {num_batches}"
         if step.empty or float(got.abs().max()) == 0:
-            fail("optimizer.step() found no gradients.", expected=f"{where}, the gradient of that batch",
+            fail("the optimiser's step found no gradients.", expected=f"{where}, the gradient of that batch",
                  got="every .grad None" if step.empty else "every .grad 0",
                  cause=run.empty_step_cause(index) + ("" if step.empty else " (Or they are clipped to a norm "
                                                       "of 0: pass clip_norm as the clipping's limit.)"))
         before = run.steps[index - 1].gradient if index else None
         if before is not None and _accumulated(got, fresh, before.double()):
-            fail("optimizer.step() received the sum of this batch's gradient and the previous ones.",
+            fail("the optimiser's step received the sum of this batch's gradient and the previous ones.",
                  expected=f"{where}, the gradient of that batch alone",
                  got=f"gradient norm {got.norm():.4g} instead of {fresh.norm():.4g}",
                  cause="the gradients accumulate from batch to batch: call optimizer.zero_grad() at the start of "
                        "every batch (loss.backward() ADDS to .grad).")
-        fail("optimizer.step() did not receive the batch's gradient.", expected=f"{where}, the gradient of that "
+        fail("the optimiser's step did not receive the batch's gradient.", expected=f"{where}, the gradient of that "
              f"batch (norm {fresh.norm():.4g}), or a multiple of it after clipping",
              got=f"another gradient, of norm {got.norm():.4g}", cause=f"{RECIPE} {recipe}")
 
@@ -1029,7 +1034,7 @@ def _clip_reading(got: torch.Tensor, fresh: torch.Tensor, sizes: list[int], clip
     return f"the gradient keeps its direction but its norm is {norm:.4g}, not min(its norm, clip_norm): {CLIP}."
 
 
-@check("train_epoch clips the gradients' total norm to clip_norm before optimizer.step()")
+@check("train_epoch clips the gradients' total norm to clip_norm before the optimiser's step")
 def train_epoch_clips_gradients(train_epoch: Callable[..., Any], clip_norm: float = 0.05, num_batches: int = 2,
                                 seed: int = 5) -> None:
     setup = Setup(seed, (6,) * num_batches, lr=0.1, clip_norm=clip_norm, keep_gradients=True)
@@ -1045,7 +1050,7 @@ def train_epoch_clips_gradients(train_epoch: Callable[..., Any], clip_norm: floa
             cause = cause or _clip_reading(step.gradient.double(), fresh, sizes, clip_norm) or f"clip once: {CLIP}."
     if cause is None:
         return
-    fail("the gradients' total norm at optimizer.step() is not the clipped one.",
+    fail("the gradients' total norm at the optimiser's step is not the clipped one.",
          expected="norms " + ", ".join(f"{value:.4g}" for value in expected_norms) + f" (clip_norm = {clip_norm})",
          got="norms " + ", ".join(f"{value:.4g}" for value in got_norms), cause=cause)
 
@@ -1074,7 +1079,7 @@ def _schedule_reading(indices: list[int | None], count: int, batches: int) -> st
     return None
 
 
-@check("train_epoch steps the scheduler once per batch, after optimizer.step(), and runs without one (None)")
+@check("train_epoch steps the scheduler once per batch, after the optimiser's step, and runs without one (None)")
 def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches: int = 5, d_model: int = 16,
                                     warmup_steps: int = 3, seed: int = 6) -> None:
     setup = Setup(seed, (4,) * num_batches, copy_task=True, lr=1.0, schedule="warmup", rate_d_model=d_model,
@@ -1157,12 +1162,14 @@ def train_epoch_learns_copy_task(train_epoch: Callable[..., Any], epochs: int = 
     if not run.steps:
         cause = "optimizer.step() is never called: call it after loss.backward(), once per batch."
     elif not run.changed:
-        cause = ("the weights never changed although optimizer.step() ran: " + (
+        cause = ("the weights never changed although the optimiser stepped: " + (
             run.empty_step_cause(0) if run.steps[0].empty else "the gradients were 0 when it ran (zeroed after "
             "loss.backward(), or clipped to a norm of 0?)."))
     else:
-        cause = (f"{RECIPE} per batch zero_grad -> loss from compute_loss(model, batch, criterion) -> backward -> "
-                 "clip -> optimizer.step -> scheduler.step (the checks above test each of these on its own).")
+        cause = ("the weights change, but the loss falls more slowly than a correct loop's: a step of the loop is "
+                 "missing, out of order or wrong (the checks above test each step on its own: see which fail); "
+                 f"{RECIPE} per batch zero_grad -> loss from compute_loss(model, batch, criterion) -> backward -> "
+                 "clip -> optimizer.step -> scheduler.step.")
     fail("the loss did not fall.", expected=f"epoch {epochs} loss below 60% of epoch 1's ({losses[0]:.3f})",
          got="losses per epoch " + ", ".join(f"{loss:.3f}" for loss in losses), cause=cause)
 

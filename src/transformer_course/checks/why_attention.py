@@ -222,7 +222,7 @@ def _weights_reading(weights: torch.Tensor, scores: torch.Tensor, mask: torch.Te
     real_zero = bool((weights[rows][~padded[rows]] == 0).all())
     if real_zero and leaked > 0:
         return ("in the sentences with padding the real source positions get no weight and the padded ones do: the "
-                "mask is inverted (it is True at real tokens), hide the positions where mask == 0")
+                "mask is inverted (it is True at real tokens): hide the positions where mask == 0")
     if torch.allclose(weights, torch.softmax(scores, dim=-1), atol=1e-9):
         return ("your weights are the softmax of the scores with nothing hidden: the mask has no effect on them "
                 "(masked_fill returns a new tensor, keep its result)")
@@ -251,7 +251,7 @@ def score_shape(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int = 
                                              "W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1).")
         else:  # what .squeeze() without an axis leaves of (batch, 1, k_len, 1)
             known |= dict.fromkeys({(batch, k_len), (k_len,) if batch == 1 else (batch, k_len)},
-                                   "`.squeeze()` without an axis also removes the q_len axis when there is one query "
+                                   "squeezing without an axis also removes the q_len axis when there is one query "
                                    "(and the batch axis for one sentence): squeeze only the last axis, .squeeze(-1).")
         declared.shape("scores", _scores(case.module, queries, case.keys), (batch, length, k_len), known=known,
                        recipe="project the query with W_q and the keys with W_k, add them with broadcasting to "

@@ -3,7 +3,7 @@
 One folder per role; imports run one way (tests/test_layout.py holds them to it):
 
     intake/      submissions and identities: a downloads folder as it comes, each file checked, repaired or
-                 refused with a reason; the static scan of what a student added (`scan`)
+                 refused with a reason
     sandbox/     the security boundary: the student's confined processes (`isolation`), the process that runs
                  their notebooks (`runner`, `seal`) and the grader's side of that channel (`executor`)
     gradebook/   nbgrader's gradebook and class folder (`class_folder`) and its configuration (`config`)

@@ -10,8 +10,9 @@ from torch import nn
 class AdditiveAttention(nn.Module):
     """score(s, h) = v^T tanh(W_q s + W_k h): a one-hidden-layer network scores every (query, key) pair.
 
-    query_size: width of a query s (a decoder state); key_size: width of a key h (an encoder output);
-    attention_size: width of the hidden layer inside the score. The keys double as the values.
+    query_size: width of a query s (a decoder state); key_size: width of an encoder output h (the argument
+    `keys`); attention_size: width of the hidden layer inside the score. The h are compared with the query
+    through W_k and mixed, unprojected, as the values.
     """
 
     def __init__(self, query_size: int, key_size: int, attention_size: int) -> None:

@@ -163,3 +163,24 @@ def plot_softmax_saturation(scores: torch.Tensor, d_k: int) -> Figure:
     figure.suptitle(f"One query, {len(row)} keys, d_k = {d_k}: unscaled, the softmax is almost one-hot")
     figure.tight_layout()
     return figure
+
+
+@not_drawn_while_grading
+def plot_copy_symptom(losses: Sequence[float], teacher_forced: float, greedy: float) -> Figure:
+    """A model trained on a copy task: its training loss per step (log scale), and the share of symbols it gets
+    right with teacher forcing (the correct output given, every position at once) and with greedy decoding (its
+    own output fed back, one step at a time)."""
+    figure, (curve, bars) = plt.subplots(1, 2, figsize=(10, 3.4), gridspec_kw={"width_ratios": [2, 1]})
+    curve.plot(range(1, len(losses) + 1), losses, color="#3b74b8", linewidth=1)
+    curve.set_yscale("log")
+    curve.set_xlabel("training step")
+    curve.set_ylabel("cross-entropy loss (log scale)")
+    curve.set_title(f"Training loss: {losses[0]:.2f} at the first step, {losses[-1]:.4f} at the last", fontsize=10)
+    shares = [100 * teacher_forced, 100 * greedy]
+    drawn = bars.bar(["teacher forcing", "greedy decoding"], shares, color=["#8fbf7f", "#e08a6f"])
+    bars.bar_label(drawn, labels=[f"{share:.1f} %" for share in shares], fontsize=9)
+    bars.set_ylim(0, 110)
+    bars.set_ylabel("symbols copied correctly (%)")
+    bars.set_title("The same trained model, used two ways", fontsize=10)
+    figure.tight_layout()
+    return figure

@@ -477,51 +477,49 @@ def _bracket(axis: Axes, left: float, right: float, y: float, label: str, above:
 
 
 def _split_row(axis: Axes) -> Box:
-    """Top row: x -> Q = W_q(x) -> view -> transpose; returns the per-head deck."""
+    """Top row: x -> Q = W_q(x) -> split_heads -> one matrix per head; returns the per-head deck. The arrow says
+    what split_heads must give (the contract, by colour), not how."""
     tensor = _matrix(axis, (COLUMNS[0], TOP), ["#e6e6e6"] * D_MODEL)
     query = _matrix(axis, (COLUMNS[1], TOP), _head_colours())
-    pieces = _matrix(axis, (COLUMNS[2], TOP), _head_colours(), gap_every=D_K)
     deck = _deck(axis, (COLUMNS[3], TOP))
-    _text(axis, (pieces.left[0] + D_K * CELL / 2, pieces.top[1] + 0.1), "d_k", size=7, colour=NOTE)
+    _text(axis, (query.left[0] + D_K * CELL / 2, query.top[1] + 0.1), "d_k", size=7, colour=NOTE)
     _text(axis, (tensor.x, tensor.top[1] + 0.1), "d_model", size=7, colour=NOTE)
     _text(axis, (tensor.left[0] - 0.1, tensor.y), "seq_len", size=7, colour=NOTE, rotation=90)
     _caption(axis, tensor, "x", "(batch, seq_len, d_model)", above=False)
     _caption(axis, query, "Q = W_q(x)", "(batch, seq_len, d_model)", above=False)
-    _caption(axis, pieces, "every row cut into heads", "(batch, seq_len, num_heads, d_k)", above=False)
     _caption(axis, deck, "one matrix per head", "(batch, num_heads, seq_len, d_k)", above=False)
     _step(axis, tensor, query, "W_q\n(K: W_k, V: W_v)", above=True)
-    left = _step(axis, query, pieces, ".view(batch, seq_len,\n      num_heads, d_k)", above=True)
-    right = _step(axis, pieces, deck, ".transpose(1, 2)", above=True)
-    _bracket(axis, left - 0.7, right + 0.7, TOP + 1.25, "split_heads", above=True)
+    middle = _step(axis, query, deck, "split_heads", above=True)
+    _text(axis, (middle, TOP - 0.55), "head h gets features h·d_k … (h+1)·d_k − 1\nof every token, "
+          "each token in its own row", size=7.5, colour=NOTE, va="top")
     return deck
 
 
 def _combine_row(axis: Axes) -> Box:
-    """Bottom row, right to left: per-head outputs -> transpose -> view -> W_o; returns the per-head deck."""
+    """Bottom row, right to left: per-head outputs -> combine_heads -> heads side by side -> W_o; returns the
+    per-head deck."""
     deck = _deck(axis, (COLUMNS[3], BOTTOM))
-    pieces = _matrix(axis, (COLUMNS[2], BOTTOM), _head_colours(), gap_every=D_K)
     joined = _matrix(axis, (COLUMNS[1], BOTTOM), _head_colours())
     output = _matrix(axis, (COLUMNS[0], BOTTOM), ["#b9b9b9"] * D_MODEL)
     _caption(axis, deck, "attention output per head", "(batch, num_heads, seq_len, d_k)", above=True)
-    _caption(axis, pieces, "heads back beside each other", "(batch, seq_len, num_heads, d_k)", above=True)
     _caption(axis, joined, "heads concatenated", "(batch, seq_len, d_model)", above=True)
     _caption(axis, output, "W_o mixes the heads", "(batch, seq_len, d_model)", above=True)
-    right = _step(axis, deck, pieces, ".transpose(1, 2)\n.contiguous()", above=False)
-    left = _step(axis, pieces, joined, ".view(batch, seq_len,\n      d_model)", above=False)
+    middle = _step(axis, deck, joined, "combine_heads", above=False)
+    _text(axis, (middle, BOTTOM - 0.95), "the exact inverse of split_heads: head h's output for\ntoken t "
+          "goes back to features h·d_k … (h+1)·d_k − 1 of token t", size=7.5, colour=NOTE, va="top")
     _step(axis, joined, output, "W_o", above=False)
-    _bracket(axis, left - 0.7, right + 0.7, BOTTOM - 1.25, "combine_heads", above=False)
     return deck
 
 
 def _pitfall(axis: Axes, corner: Point) -> None:
-    """The classic mistake, written under the combine row."""
-    _text(axis, corner, "Pitfall: x.view(batch, num_heads, seq_len, d_k) has the right shape\n"
-          "but fills each head with pieces of different tokens.\nView to (batch, seq_len, num_heads, d_k) "
-          "first, then transpose.", size=7.5, colour="#a8321e", ha="left", va="top", linespacing=1.4)
+    """The classic trap, written under the combine row, without the code that avoids it."""
+    _text(axis, corner, "Pitfall: a tensor of the right shape can still hold the wrong numbers. Check the colours: "
+          "head h of token t\nmust hold features h·d_k … (h+1)·d_k − 1 of token t, and combine_heads(split_heads(x)) "
+          "must give x back.", size=7.5, colour="#a8321e", ha="left", va="top", linespacing=1.4)
 
 
 def _draw_head_splitting() -> Figure:
-    """(batch, seq_len, d_model) -> view -> transpose -> attention per head -> combine_heads -> W_o."""
+    """(batch, seq_len, d_model) -> split_heads -> attention per head -> combine_heads -> W_o."""
     figure, axis = _canvas(10, 6.9)
     top = _split_row(axis)
     bottom = _combine_row(axis)
@@ -529,7 +527,7 @@ def _draw_head_splitting() -> Figure:
     _arrow(axis, (top.right[0] + 0.15, top.y), (turn, top.y), (turn, bottom.y), (bottom.right[0] + 0.15, bottom.y))
     _text(axis, (turn - 0.12, (TOP + BOTTOM) / 2 - 0.05), "scaled dot-product attention, each head alone:\n"
           "softmax(Q_h K_hᵀ / √d_k) V_h", size=8, ha="right", colour=COLOURS["attention"][1], weight="bold")
-    _pitfall(axis, (0.25, 0.9))
+    _pitfall(axis, (0.25, 0.4))
     _title(axis, (0.25, 6.75), "Splitting d_model into heads, and joining them back",
            f"example sizes: seq_len = {SEQ_LEN}, d_model = {D_MODEL}, num_heads = {NUM_HEADS}, "
            f"d_k = d_model / num_heads = {D_K}; one batch element shown; colour = head")

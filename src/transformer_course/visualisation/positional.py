@@ -1,4 +1,5 @@
-"""Stage 1 figures: the positional-encoding table, a few of its columns, position similarity."""
+"""Stage 1 figures: the positional-encoding table, a few of its columns, column pairs on their circles, position
+similarity, and the scores an offset matrix moves."""
 
 from __future__ import annotations
 
@@ -46,6 +47,40 @@ def plot_encoding_curves(pe: torch.Tensor, dims: tuple[int, ...] = (0, 1, 4, 5, 
 
 
 @not_drawn_while_grading
+def plot_pairs_on_circles(pe: torch.Tensor, pairs: tuple[int, ...] = (0, 3), positions: int = 12, offset: int = 3,
+                          starts: tuple[int, ...] = (1, 6)) -> Figure:
+    """Each column pair i of the table drawn as points (PE[p, 2i], PE[p, 2i+1]) for p = 0 .. positions - 1, one
+    panel per pair, with an arrow from p to p + offset for each p of `starts`."""
+    table = _table(pe)
+    d_model = table.size(1)
+    figure, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 4.2))
+    for axis, pair in zip(axes if len(pairs) > 1 else [axes], pairs, strict=True):
+        points = table[:positions, 2 * pair: 2 * pair + 2]  # (positions, 2): (sin, cos) of one frequency
+        circle = torch.linspace(0, 2 * torch.pi, 200)
+        axis.plot(circle.sin().numpy(), circle.cos().numpy(), color="#cccccc", linewidth=0.8)
+        axis.scatter(points[:, 0].numpy(), points[:, 1].numpy(), s=18, color="#3b74b8", zorder=3)
+        for p in range(positions):
+            axis.annotate(str(p), (float(points[p, 0]), float(points[p, 1])), textcoords="offset points",
+                          xytext=(4, 4), fontsize=7)
+        for start in starts:
+            if start + offset < positions:
+                axis.annotate("", xy=(float(points[start + offset, 0]), float(points[start + offset, 1])),
+                              xytext=(float(points[start, 0]), float(points[start, 1])),
+                              arrowprops={"arrowstyle": "->", "color": "#c9731f", "linewidth": 1.5})
+        axis.set_aspect("equal")
+        axis.set_xlim(-1.25, 1.25)
+        axis.set_ylim(-1.25, 1.25)
+        axis.set_xlabel(f"column {2 * pair} (sin)")
+        axis.set_ylabel(f"column {2 * pair + 1} (cos)")
+        axis.set_title(f"column pair {pair}: ω = 1/10000^({2 * pair}/{d_model}) = {10000 ** (-2 * pair / d_model):.3g}",
+                       fontsize=9)
+    figure.suptitle(f"Positions 0..{positions - 1} as points; arrows from p to p + {offset} for p = "
+                    + ", ".join(str(start) for start in starts), fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
+@not_drawn_while_grading
 def plot_position_similarity(pe: torch.Tensor, max_positions: int = 60) -> Figure:
     """Dot product PE[p] . PE[q] for every pair of positions: largest on the diagonal, decaying with |p - q|."""
     table = _table(pe)[:max_positions]
@@ -61,21 +96,22 @@ def plot_position_similarity(pe: torch.Tensor, max_positions: int = 60) -> Figur
 
 
 @not_drawn_while_grading
-def plot_offset_scores(pe: torch.Tensor, rotation: torch.Tensor, position: int = 50, offset: int = 3,
+def plot_offset_scores(pe: torch.Tensor, matrix: torch.Tensor, position: int = 50, offset: int = 3,
                        max_positions: int = 100) -> Figure:
     """Two rows of scores against the positions q: PE[position] · PE[q], symmetric about `position`, and
-    (R_k PE[position]) · PE[q], which peaks at position + offset (R_k = `rotation`, (d_model, d_model))."""
+    (M_k PE[position]) · PE[q], which peaks at position + offset when M_k = `matrix`, (d_model, d_model), moves
+    every position by the offset."""
     table = _table(pe)[:max_positions]
     plain = table @ table[position]  # (positions,)
-    rotated = table @ (rotation.detach().float().cpu() @ table[position])  # (positions,)
+    moved = table @ (matrix.detach().float().cpu() @ table[position])  # (positions,)
     figure, axis = plt.subplots(figsize=(9, 3.2))
     axis.plot(plain.numpy(), label=f"PE[{position}] · PE[q]")
-    axis.plot(rotated.numpy(), label=f"(R_{offset} PE[{position}]) · PE[q]")
+    axis.plot(moved.numpy(), label=f"(M_{offset} PE[{position}]) · PE[q]")
     axis.axvline(position, color="grey", linewidth=0.8, linestyle=":")
     axis.axvline(position + offset, color="grey", linewidth=0.8, linestyle="--")
     axis.set_xlabel("position q")
     axis.set_ylabel("dot product")
-    axis.set_title(f"A rotation by the offset moves the peak from q = {position} to q = {position + offset}")
+    axis.set_title(f"Where each score peaks: q = {int(plain.argmax())} and q = {int(moved.argmax())}")
     axis.legend(fontsize=8)
     figure.tight_layout()
     return figure

@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from transformer_course.authoring import assignments as course_assignments
 from transformer_course.authoring import release_tag
 from transformer_course.data import multi30k, token_cache
-from transformer_course.grading.classroom import SANDBOX_PROBLEM
+from transformer_course.grading.classroom import GRADER_WORK, NOTEBOOK_TIMEOUT, SANDBOX_PROBLEM
 from transformer_course.grading.classroom.releases import Environment, Releases, differences, merge, note_cell
 from transformer_course.grading.gradebook import term
 from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
@@ -235,10 +235,11 @@ class BatchGrader:
                  require_sandbox: bool = False, limits: Limits | None = None,
                  sandbox_per_notebook: bool = False, secret_file: Path | None = None,
                  regrade: list[str] | None = None, roster: Path | None = None, deadlines_file: Path | None = None,
-                 submission_times: list[Path] | None = None) -> None:
+                 submission_times: list[Path] | None = None, notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.secret_file = hidden_inputs.secret_path(secret_file).resolve()  # the hidden inputs' secret
         self.jobs, self.force, self.shard, self.timeout, self.memory_gb = jobs, force, shard, timeout, memory_gb
+        self.notebook_timeout = notebook_timeout  # one deadline per notebook: its cells, replays and hidden parts
         self.sandbox, self.require_sandbox = sandbox, require_sandbox
         self.sandbox_per_notebook = sandbox_per_notebook  # the design of 2026-11-25 evening (see the worker)
         self.limits = limits or Limits()  # how much of a file intake reads (tests lower them)
@@ -608,11 +609,15 @@ class BatchGrader:
         command = [str(python), "-m", "transformer_course.grading.classroom.worker", "--course", str(course),
                    "--class-dir", str(class_dir), "--student", student, "--db-url", db_url,
                    "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
+        if environment is None or _knows_notebook_timeout(environment.course):  # an older release's worker may not
+            command += ["--notebook-timeout", str(self.notebook_timeout)]
         command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
         command += ([] if self.sandbox else ["--no-sandbox"]) + ["--wait-for-go"]
         command += ["--secret-file", str(self.secret_file)]
         command += ["--sandbox-per-notebook"] if self.sandbox_per_notebook else ["--wait-between-phases"]
-        limit = 60 + 3 * self.timeout * 20 * len(assignment_ids)  # generous: a notebook has ~20 slow cells at most
+        # what a student can cost: each notebook's deadline (its cells, replays and hidden parts together), plus the
+        # grader's own work on it (its sandbox's start, nbgrader, its feedback page: seconds), with room to spare
+        limit = 60 + (self.notebook_timeout + GRADER_WORK) * len(assignment_ids)
         with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**self.thread_limits(), **_clean_environment(),
                                               **self.data_environment(), "PYTHONWARNINGS": "ignore"}) as process:
@@ -1021,6 +1026,16 @@ def _clean_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if not any(w in name.upper() for w in secret_words)}
 
 
+def _knows_notebook_timeout(course: Path) -> bool:
+    """Whether the worker of the release checked out at COURSE takes --notebook-timeout (releases before one
+    deadline per notebook do not, and would refuse the whole command)."""
+    worker = course / "src" / "transformer_course" / "grading" / "classroom" / "worker.py"
+    try:
+        return "--notebook-timeout" in worker.read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
 class GradingUnavailable(RuntimeError):
     """This machine cannot grade at all (e.g. a kernel cannot start); the message says why."""
 
@@ -1075,6 +1090,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="K/N: grade only the K-th of N slices of the class; slurm, kubernetes or auto: the slice "
                              "of this task of the scheduler's job array (auto outside an array: the whole class)")
     parser.add_argument("--timeout", type=int, default=120, help="seconds one cell may run")
+    parser.add_argument("--notebook-timeout", type=int, default=NOTEBOOK_TIMEOUT,
+                        help="seconds one notebook may run in all (its cells, the replays after a crash and its hidden "
+                             "tests): what has not run by then scores 0. A student costs the class at most the sum "
+                             "of their notebooks' deadlines, plus the grader's own work on them")
     parser.add_argument("--memory-gb", type=float, default=6.0, help="memory one student's kernel may use")
     parser.add_argument("--assignment", action="append", help="grade only this assignment (repeatable)")
     parser.add_argument("--no-sandbox", action="store_true",
@@ -1113,7 +1132,7 @@ def main(argv: list[str] | None = None) -> int:
                          assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox,
                          sandbox_per_notebook=arguments.sandbox_per_notebook, secret_file=arguments.secret_file,
                          regrade=arguments.regrade, roster=arguments.roster, deadlines_file=arguments.deadlines,
-                         submission_times=arguments.submission_times)
+                         submission_times=arguments.submission_times, notebook_timeout=arguments.notebook_timeout)
     if arguments.shard:
         print(f"this machine grades shard {arguments.shard[0]}/{arguments.shard[1]} of the class", flush=True)
     try:

@@ -28,17 +28,20 @@ import nbformat
 from nbgrader.converters import Autograde
 from traitlets.config import Config
 
-from transformer_course.grading.classroom import SANDBOX_PROBLEM
+from transformer_course.grading.classroom import NOTEBOOK_TIMEOUT, SANDBOX_PROBLEM
 from transformer_course.grading.gradebook.config import nbgrader_config
 from transformer_course.grading.outputs import inert
 from transformer_course.grading.sandbox import executor, hidden_inputs, isolation, profiling
 from transformer_course.grading.sandbox.executor import Session
 
 
-def course_config(course: Path, class_dir: Path, db_url: str, timeout: int) -> Config:
-    """The course's nbgrader configuration for this class, with the course's Execute and its time limit."""
+def course_config(course: Path, class_dir: Path, db_url: str, timeout: int,
+                  notebook_timeout: int = NOTEBOOK_TIMEOUT) -> Config:
+    """The course's nbgrader configuration for this class, with the course's Execute and its time limits (a cell's,
+    and a notebook's in all)."""
     config = inert.configure(nbgrader_config(course, class_dir, db_url))  # feedback pages: student text inert
     config.JudgedExecute.timeout = timeout
+    config.JudgedExecute.notebook_timeout = notebook_timeout
     pipeline = config.Autograde.get("autograde_preprocessors") or Autograde.class_traits()[
         "autograde_preprocessors"].default()
     config.Autograde.autograde_preprocessors = executor.autograde_pipeline(list(pipeline))
@@ -143,7 +146,7 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
     profiling.add("worker start (Python, imports)", _seconds_since_start(), time.process_time())
     course, class_dir = arguments.course.resolve(), arguments.class_dir.resolve()
     db_url = arguments.db_url or f"sqlite:///{class_dir / 'gradebook.db'}"
-    config = course_config(course, class_dir, db_url, arguments.timeout)
+    config = course_config(course, class_dir, db_url, arguments.timeout, arguments.notebook_timeout)
     released = [nbformat.read(class_dir / "release" / a / f"{a}.ipynb", as_version=4) for a in arguments.assignment
                 if (class_dir / "release" / a / f"{a}.ipynb").exists()]
     from transformer_course.data.multi30k import ENVIRONMENT_VARIABLE as MULTI30K_DIR
@@ -286,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assignment", action="append", required=True)
     parser.add_argument("--db-url")
     parser.add_argument("--timeout", type=int, default=120, help="seconds a cell may run")
+    parser.add_argument("--notebook-timeout", type=int, default=NOTEBOOK_TIMEOUT,
+                        help="seconds a notebook may run in all: its cells, replays and hidden parts")
     parser.add_argument("--memory-gb", type=float, default=6.0, help="memory all of a student's processes may use")
     parser.add_argument("--no-sandbox", action="store_true")
     parser.add_argument("--secret-file", type=Path,

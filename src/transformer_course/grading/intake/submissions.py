@@ -55,7 +55,6 @@ from pathlib import Path, PurePosixPath
 import nbformat
 
 from transformer_course.grading.intake.identities import Identity, identify, lms_identity
-from transformer_course.grading.intake.scan import suspicious_code
 
 _GRADED_KEYS = ("grade", "solution", "locked", "points", "task")  # what nbgrader grades by
 _COMPARED_KEYS = (*_GRADED_KEYS, "schema_version")  # an old schema makes nbgrader "upgrade" the cell away
@@ -605,10 +604,6 @@ def _check(release: Release, found: Found, submission: Submission, notes: list[s
     if reasons:
         submission.status = "repaired"
     emptied_answers(released, notebook)
-    findings = suspicious_code(notebook, released)
-    reasons += [f"flagged for review: {finding}" for finding in findings[:3]]
-    if len(findings) > 3:
-        reasons.append(f"flagged for review: {len(findings) - 3} more such lines")
     submission.reasons += [f"{assignment}: {reason}" for reason in notes + reasons]
     submission.notebook = notebook
 

@@ -13,9 +13,12 @@ sleep in one sandbox meanwhile.
 
 A runner that dies (os._exit, a crash, the memory limit) costs the cell that killed it: a new runner is
 forked, the cells above that ran cleanly are run again (and the snapshots retaken), and the notebook goes
-on. A cell that runs past the time limit is stopped. What the grader flags for review (the reference
-solution handed in, run, or copied in at run time) is written to the notebook's metadata for the batch
-grader.
+on. A cell that runs past the time limit is stopped. One deadline (`notebook_timeout`) covers a notebook's
+cells, its replays and its hidden parts. Each hidden part starts with the sandbox's folders emptied by the
+grader (`scratch`) and reads pass or fail only, in the same words whatever happened; one that ends the
+notebook's processes fails the hidden parts after it instead of buying a replay (issue 39). What the grader
+flags for review (the reference solution handed in, run, or copied in at run time) is written to the
+notebook's metadata for the batch grader.
 """
 
 from __future__ import annotations
@@ -359,8 +362,9 @@ class JudgedExecute(NbGraderPreprocessor):
         config=True)
     output_budget_mb = Integer(16, help="Megabytes of output one notebook may keep; past it outputs are left "
                                         "out and the row says so").tag(config=True)
-    notebook_timeout = Integer(1800, help="Seconds a whole notebook may run; the cells after are not run.").tag(
-        config=True)
+    notebook_timeout = Integer(1800, help="Seconds a whole notebook may run in all: its cells, the replays after a "
+                                          "crash and its hidden parts (one deadline: what is not run by then is "
+                                          "not run, and scores 0)").tag(config=True)
     interrupt_on_timeout = Bool(True, help="Kept for nbgrader's configuration; cells are always stopped.").tag(
         config=True)
     sandbox_per_notebook = Bool(True, help="A fresh sandbox for every notebook: nothing one notebook's hidden tests "
@@ -377,6 +381,7 @@ class JudgedExecute(NbGraderPreprocessor):
         self.deaths = 0
         self.faults: list[str] = []  # cells that did not finish, and why: the row's reasons and the class report
         self.budget = OutputBudget(limit=self.output_budget_mb * 2**20)
+        self.deadline = float("inf")  # set below, once the notebook's runner is ready
         gate = self.gate = _GATE[0]
         if gate is None and self.sandbox_per_notebook:  # the previous notebook's hidden tests ran in the last one
             close_session()
@@ -390,8 +395,12 @@ class JudgedExecute(NbGraderPreprocessor):
                 self.session.close()
                 self.session = self._new_session()
                 self._open()
+        # one deadline for everything this notebook runs from here: its cells, the replays after a crash (a new
+        # sandbox's start included) and its hidden parts; the time it waits between the phases, while the student's
+        # other notebooks run, is not its own
+        self.deadline = time.monotonic() + self.notebook_timeout
+        self.session.deadline = self.deadline
         count = 0
-        started = time.monotonic()
         for index, cell in enumerate(nb.cells):
             if cell.get("cell_type") != "code":
                 continue
@@ -401,18 +410,25 @@ class JudgedExecute(NbGraderPreprocessor):
                 cell.outputs = [_error("NotRun", f"not run: the notebook's process crashed "
                                        f"{self.deaths} times above ({self._crashed_cells()})")]
                 continue
-            if time.monotonic() - started > self.notebook_timeout:  # many slow cells must not hold a class up
+            if self._out_of_time():  # many slow cells, or many crashes and replays, must not hold a class up
                 cell.outputs = [_error("NotRun", f"not run: the notebook had run for more than "
-                                       f"{self.notebook_timeout // 60} minutes in all")]
+                                       f"{_duration(self.notebook_timeout)} in all")]
+                if not any("not run, nor any cell after it: the notebook's" in fault for fault in self.faults):
+                    self._fault(index, f"not run, nor any cell after it: the notebook's "
+                                       f"{_duration(self.notebook_timeout)} in all had run out")
                 continue
             if is_grade_cell(cell):
                 self._grade_cell(index, cell)
             else:
                 self._ordinary_cell(index, cell)
         if gate is not None:
+            left = self.deadline - time.monotonic()
             gate.pause()  # the student's other notebooks run their visible cells, each in a sandbox of its own
+            self.deadline = time.monotonic() + max(0.0, left)
+            self.session.deadline = self.deadline
         self._hidden_parts()
         with suppress(RunnerDied, ChannelBroken, OSError), profiling.phase("runner end", self.session.cpu_seconds):
+            self.session.deadline = None  # ending the runner is the grader's own work: it has 30 s
             self.session.end_notebook()
         if gate is not None:
             self.session.close()
@@ -423,7 +439,22 @@ class JudgedExecute(NbGraderPreprocessor):
 
     def _new_session(self) -> Session:
         """A sandbox for this notebook, after its last one ended (with a gate: of its own, never shared)."""
-        return _own_session(self.nb) if self.gate is not None else _session_for(self.nb)
+        session = _own_session(self.nb) if self.gate is not None else _session_for(self.nb)
+        session.deadline = self.deadline
+        return session
+
+    def _out_of_time(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def _limit(self) -> float:
+        """Seconds the next cell, check or replayed cell may run: its own limit, or what is left of the notebook's."""
+        return max(0.0, min(float(self.timeout), self.deadline - time.monotonic()))
+
+    def _stopped_words(self) -> str:
+        """Why a cell that ran out of time was stopped: its own limit, or the notebook's."""
+        if self._out_of_time():
+            return f"was stopped: the notebook's {_duration(self.notebook_timeout)} in all had run out"
+        return f"ran longer than {self.timeout} s and was stopped"
 
     # cells ------------------------------------------------------------------------------------------------
 
@@ -443,16 +474,16 @@ class JudgedExecute(NbGraderPreprocessor):
     def _ordinary_cell(self, index: int, cell: NotebookNode) -> None:
         try:
             with profiling.phase("ordinary cells", self.session.cpu_seconds):
-                cell.outputs = self._keep(index, self.session.run_cell(cell.source, self.timeout))
+                cell.outputs = self._keep(index, self.session.run_cell(cell.source, self._limit()))
             self.notes += [note for note in self.session.cell_notes if note not in self.notes]
             if not any(o.get("output_type") == "error" for o in cell.outputs):
                 self.replay.append(("cell", index))
         except CellTimedOut as stopped:
             partial = stopped.args[0] if stopped.args and isinstance(stopped.args[0], list) else []
             cell.outputs = self._keep(index, [o for o in partial if o.get("output_type") != "error"])
-            cell.outputs.append(_error("CellTimeoutError", f"this cell ran longer than {self.timeout} s and was "
-                                       "stopped"))
-            self._fault(index, f"ran longer than {self.timeout} s and was stopped")
+            words = self._stopped_words()
+            cell.outputs.append(_error("CellTimeoutError", f"this cell {words}"))
+            self._fault(index, words)
             if self.session.runner is None:
                 self._died(index, None)
         except RunnerDied as died:
@@ -479,7 +510,9 @@ class JudgedExecute(NbGraderPreprocessor):
             return
         kind = "grade cells with hidden tests" if hidden else "grade cells"
         with profiling.phase(kind, self.session.cpu_seconds):
-            judged = self._judge(visible, None, index) if visible else Judged()
+            judged, lost = self._judge(visible, None, index) if visible else (Judged(), None)
+            if lost is not None:  # a grade cell's checks cost that cell only: the cells above are run again
+                self._died(index, None, counted=False)
         cell.outputs = _outputs(judged, hidden=False)
         self.session_results(judged)
         if judged.passed and hidden:
@@ -498,18 +531,27 @@ class JudgedExecute(NbGraderPreprocessor):
         return [call for call, _ in drawn], [salt for _, salt in drawn]
 
     def _judge(self, calls: list[CheckCall], snapshot: int | None, index: int,
-               salts: list[int] | None = None) -> Judged:
-        # a runner replaced after a hidden part must retake the later hidden parts' snapshots too: every clean cell
-        upto = index if snapshot is None else len(self.nb.cells)
+               salts: list[int] | None = None) -> tuple[Judged, str | None]:
+        """(what the checks decided, how the notebook's runner was lost: None when it was not, "timeout" when the
+        grader ended the sandbox because the checks ran out of time, "ended" when the student's processes ended
+        or broke the protocol). The caller decides whether to replay."""
         if self.session.runner is None:
-            self._died(upto, None, counted=False)
+            self._died(index if snapshot is None else len(self.nb.cells), None, counted=False)
             if self.session.runner is None:
                 return Judged(error=("NotRun", f"not run: the notebook's process crashed {self.deaths} times above "
-                                               f"({self._crashed_cells()})"))
-        deadline = time.monotonic() + self.timeout
+                                               f"({self._crashed_cells()})")), None
+        if self.checks:  # the grader's own import of the checks (once per process) is not the cell's time
+            with suppress(Exception):
+                importlib.import_module(self.checks)
+        limit = self._limit()
+        deadline = time.monotonic() + limit
+        # what this cell's process writes in the sandbox's folders goes with it (a storm costs this cell only)
+        kept = self.session.scratch_inventory() if snapshot is None else None
+        lost: str | None = None
+        servant = None
         try:
             with self.session.servant(deadline, snapshot) as servant:
-                judged = judge(calls, self.checks, servant, self.timeout, salts)
+                judged = judge(calls, self.checks, servant, limit, salts)
             if servant.broken and not servant.exited:
                 # it ran out of time or broke the protocol: what the student's code did to its sandbox (pipes
                 # shrunk, forged replies queued, processes asleep) is not to be trusted by the next cell, which
@@ -518,21 +560,30 @@ class JudgedExecute(NbGraderPreprocessor):
         except ServantFailed as failure:
             if not str(failure).startswith(SERVANT_ENDED):
                 self.session.abandon()  # as above: the next cell gets a new sandbox
-            judged = Judged(error=(("CellTimeoutError", f"this cell ran longer than {self.timeout} s and was stopped")
+            judged = Judged(error=(("CellTimeoutError", f"this cell ran longer than {limit:g} s and was stopped")
                                    if str(failure) == "timeout" else
                                    ("KernelDied", f"the process running your code for this check stopped "
                                                   f"({failure}); this cell scores 0")))
         except RunnerDied as died:
             judged = Judged(error=("KernelDied", str(died)))
+        if judged.error is not None and judged.error[0] == "CellTimeoutError" and self._out_of_time():
+            judged.error = ("CellTimeoutError", f"this cell {self._stopped_words()}")
         if judged.error is not None and judged.error[0] in ("KernelDied", "CellTimeoutError"):
-            self._fault(index, ("ran longer than " f"{self.timeout} s and was stopped"
-                                if judged.error[0] == "CellTimeoutError" else
+            self._fault(index, (self._stopped_words() if judged.error[0] == "CellTimeoutError" else
                                 "stopped: the process running your code for its checks ended")
                         + (" (hidden tests)" if snapshot is not None else ""))
         self.notes += [note for note in judged.notes if note not in self.notes]
-        if self.session.runner is None:  # the grader ended it (a check out of time): this cell paid, not the others
-            self._died(upto, None, counted=False)
-        return judged
+        if self.session.runner is not None and not self.session.alive():  # the whole sandbox ended meanwhile
+            self.session.kill_runner()
+        if self.session.runner is None:
+            timed_out = servant is not None and servant.timed_out or (
+                judged.error is not None and judged.error[0] == "CellTimeoutError")
+            lost = "timeout" if timed_out else "ended"
+        elif kept is not None:
+            self.session.scratch_restore(kept)
+            if self.session.runner is None:  # the cell's process left more than the grader removes: sandbox ended
+                lost = "ended"
+        return judged, lost
 
     def session_results(self, judged: Judged) -> None:
         results = [[v.name, v.title, v.passed, v.message] for v in judged.verdicts]
@@ -549,21 +600,40 @@ class JudgedExecute(NbGraderPreprocessor):
             self._died(entry.index, died if isinstance(died, RunnerDied) else None)
 
     def _hidden_parts(self) -> None:
+        """Every hidden part, in a snapshot of the notebook at its cell. Each starts with the sandbox's folders
+        emptied by the grader (no hidden part reads what another wrote), and reads pass or fail only: a failing
+        check, a process that stopped, time that ran out and a part not run read the same (`_hidden_outcome`),
+        so that no hidden part can spell anything in the feedback but its one verdict. A hidden part that ends
+        the notebook's processes fails the ones after it instead of buying a replay; one the grader stopped for
+        running out of time is replayed, within the notebook's deadline."""
+        ended: str | None = None  # why the remaining hidden parts do not run
         for entry in self.hidden:
             cell = self.nb.cells[entry.index]
-            if self.session.runner is None:  # lost (an earlier hidden part, a later notebook): every snapshot retaken
-                self._died(len(self.nb.cells), None, counted=False)
-            if self.session.runner is None:
-                judged = Judged(error=("NotRun", f"not run: the notebook's process crashed {self.deaths} times "
-                                                 f"above ({self._crashed_cells()})"))
+            if ended is None and self._out_of_time():
+                ended = f"not run: the notebook's {_duration(self.notebook_timeout)} in all had run out"
+            if ended is None and self.session.runner is None:  # lost to the grader's own stop: replayed, counted
+                self._died(len(self.nb.cells), None, counted=False)  # in the notebook's time
+                if self.session.runner is None:
+                    ended = (f"not run: the notebook's process crashed {self.deaths} times above"
+                             if self.deaths > self.max_kernel_deaths else
+                             f"not run: the notebook's {_duration(self.notebook_timeout)} in all had run out"
+                             if self._out_of_time() else "not run: the notebook's process could not start again")
+            if ended is None and entry.snapshot is not None and not self.session.empty_scratch():
+                ended = "not run: the notebook's folders held too many files to be emptied; its sandbox was ended"
+            if ended is not None:
+                judged = Judged(error=("NotRun", ended))
+                self._fault(entry.index, f"{ended} (hidden tests)")
             elif entry.snapshot is None:
                 judged = Judged(error=("KernelDied", "the hidden tests could not run: the notebook's process "
                                        "stopped after this cell"))
             else:
                 calls, salts = self._drawn(entry.calls, entry.index)
                 with profiling.phase("hidden tests", self.session.cpu_seconds):
-                    judged = _without_hidden_values(self._judge(calls, entry.snapshot, entry.index, salts))
-            cell.outputs = _merge(cell.outputs, judged)
+                    judged, lost = self._judge(calls, entry.snapshot, entry.index, salts)
+                if lost == "ended":
+                    ended = ("not run: an earlier hidden test of this notebook ended the notebook's processes "
+                             f"({_label(cell)})")
+            cell.outputs = _merge(cell.outputs, _hidden_outcome(judged, self.checks, entry.calls))
 
     # a runner that died ----------------------------------------------------------------------------------
 
@@ -571,12 +641,14 @@ class JudgedExecute(NbGraderPreprocessor):
         self.session.notebook(self.checks or "transformer_course.checks.framework", self.exercises, self.cwd)
 
     def _died(self, upto: int, died: RunnerDied | None, counted: bool = True) -> None:
-        """A new runner: fork it, run the clean cells above `upto` again and retake their snapshots. `counted`:
-        the death counts towards `max_kernel_deaths` (not when another notebook's code ended this one's runner)."""
+        """A new runner: fork it, run the clean cells above `upto` again and retake their snapshots, within the
+        notebook's deadline. `counted`: the death counts towards `max_kernel_deaths` (not when the grader ended
+        the runner because a check ran out of time, or another notebook's code ended it)."""
         self.deaths += counted
         if died is not None:
             self.log.warning("runner died in cell %d: %s", upto, died)
-        if self.deaths > self.max_kernel_deaths:
+        if self.deaths > self.max_kernel_deaths or self._out_of_time():
+            self.session.kill_runner()
             return
         session = self.session
         session.kill_runner()
@@ -586,13 +658,21 @@ class JudgedExecute(NbGraderPreprocessor):
         try:
             self._open()
             for kind, item in list(self.replay):
+                if self._out_of_time():  # what is left of the notebook's time is spent: no runner half replayed
+                    session.kill_runner()
+                    return
                 if kind == "cell" and item < upto:
                     with suppress(CellTimedOut):
-                        session.run_cell(self.nb.cells[item].source, self.timeout)
+                        session.run_cell(self.nb.cells[item].source, self._limit())
                 elif kind == "snapshot" and item.index < upto:
                     item.snapshot = session.snapshot()
         except (RunnerDied, ChannelBroken):
             self.session.kill_runner()
+
+
+def _duration(seconds: float) -> str:
+    """'30 minutes', '90 s'."""
+    return f"{seconds / 60:g} minutes" if seconds >= 120 and seconds % 60 == 0 else f"{seconds:g} s"
 
 
 FAULT_WORDS = "did not finish:"  # "cell 12 (attn_split_heads) did not finish: ran longer than 120 s ..."
@@ -607,32 +687,37 @@ def _label(cell: NotebookNode) -> str:
                                                                    else "")
 
 
-HIDDEN_FAILED = ("fails on the hidden test's inputs (other sizes than the visible checks'; they are not shown, "
-                 "and neither is what your code printed or raised with them). Fix what the visible checks of "
-                 "this property say first; if they pass, look for what holds only for their sizes: a size "
-                 "written as a number, an axis or a length taken from the wrong place, a shape that only "
-                 "works when two sizes are equal.")
+HIDDEN_FAILED = ("fails on the hidden test's inputs (other sizes than the visible checks'; they are not shown, and "
+                 "neither is what your code printed, raised or did with them: a hidden test that failed, stopped, ran "
+                 "out of time, or did not run because an earlier one ended your notebook's processes, reads the "
+                 "same). Fix what the visible checks of these properties say first; if they pass, look for what "
+                 "holds only for their sizes: a size written as a number, an axis or a length taken from the wrong "
+                 "place, a shape that only works when two sizes are equal.")
 
 
-HIDDEN_DIED = ("the process running your code for a hidden test stopped (os._exit, a crash in native code, more "
-               "memory than allowed, or a message the grader does not accept); this cell scores 0")
+def _title(checks: str | None, call: CheckCall) -> str:
+    """The title of the check a grade cell calls (its name when the checks have no such check)."""
+    with suppress(Exception):
+        title = getattr(getattr(importlib.import_module(checks), call.name, None), "check_title", None) \
+            if checks else None
+        if isinstance(title, str):
+            return title
+    return call.name
 
 
-def _without_hidden_values(judged: Judged) -> Judged:
-    """A hidden part's outcome without anything computed from its inputs: the message of a failing check
-    (its numbers, shapes and whatever the student's code raised) would tell the student the hidden inputs,
-    and so would the words of a crash (an exit status, a refused message, standard error: all written by
-    the student's code, which had the inputs by then). Only the grader's own fixed words remain."""
-    if judged.error is None or judged.error[0] != "CheckFailed":
-        if judged.error is not None and judged.error[0] == "KernelDied":
-            judged.error = ("KernelDied", HIDDEN_DIED)
-        elif judged.error is not None and judged.error[0] not in ("CellTimeoutError", "NotRun"):
-            judged.error = (judged.error[0], f"a hidden test {HIDDEN_FAILED}")
+def _hidden_outcome(judged: Judged, checks: str | None, calls: list[CheckCall]) -> Judged:
+    """What a hidden part shows: pass, or fail in the grader's own fixed words, the same whatever happened.
+
+    Nothing computed from the hidden inputs may reach the notebook: a failing check's message (its numbers,
+    shapes, whatever the student's code raised), the words of a crash (an exit status, a refused message,
+    standard error: written by the code that had the inputs), and which of the part's checks failed, or whether
+    it failed, stopped, ran out of time or did not run, all of which the student's code chooses. So a failed
+    hidden part names the properties its checks test (fixed by the grade cell) and says it failed; a passed one
+    lists them as passed. Its one bit, pass or fail, is all a hidden part can spell (issue 39)."""
+    if judged.error is None:
         return judged
-    failing = next((v for v in judged.verdicts if not v.passed), None)
-    title = failing.title if failing is not None else "a hidden test"
-    judged.error = ("CheckFailed", f"✘ {title} (hidden test): {HIDDEN_FAILED}")
-    return judged
+    titles = "; ".join(dict.fromkeys(_title(checks, call) for call in calls)) or "a hidden test"
+    return Judged(error=("CheckFailed", f"✘ {titles} (hidden test): {HIDDEN_FAILED}"), notes=judged.notes)
 
 
 def _outputs(judged: Judged, hidden: bool) -> list[NotebookNode]:

@@ -62,6 +62,7 @@ as long as the sandbox should.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -71,6 +72,7 @@ import resource
 import shutil
 import signal
 import site
+import stat
 import struct
 import subprocess
 import sys
@@ -264,6 +266,51 @@ def _kernel_tunables() -> tuple[str, ...]:
     return tuple(entries)
 
 
+# Machine-wide counters a process can read in /proc: how busy the machine is, how many processes and threads
+# it runs, how much memory is free, how many files are open. Two students' sandboxes graded at the same time
+# could talk through them (300 idle threads in one, the thread count read in the other: issue 39), so each is
+# shown with fixed contents. Per-process files (/proc/self, the sandbox's own processes) stay as they are.
+MACHINE_COUNTERS = ("/proc/loadavg", "/proc/stat", "/proc/uptime", "/proc/meminfo", "/proc/vmstat",
+                    "/proc/diskstats", "/proc/interrupts", "/proc/softirqs", "/proc/schedstat", "/proc/zoneinfo",
+                    "/proc/buddyinfo", "/proc/pagetypeinfo", "/proc/locks", "/proc/swaps", "/proc/timer_list",
+                    "/proc/sys/fs/file-nr", "/proc/sys/fs/inode-nr", "/proc/sys/fs/dentry-state",
+                    "/proc/sys/fs/aio-nr", "/proc/sys/kernel/random/entropy_avail", "/proc/pressure/cpu",
+                    "/proc/pressure/io", "/proc/pressure/memory", "/proc/pressure/irq")
+
+
+def counter_files(limits: Limits) -> dict[str, str]:
+    """{path: the fixed text the sandbox reads there} for the MACHINE_COUNTERS this host has: an idle machine of
+    os.cpu_count() CPUs with the sandbox's memory limit all free; the boot time and the uptime as they are when
+    the sandbox starts (a clock, the same for everyone: no counter of what others do)."""
+    cpus = os.cpu_count() or 1
+    zeros = " 0" * 10
+    boot = 0
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        boot = int(next(line.split()[1] for line in Path("/proc/stat").read_text().splitlines()
+                        if line.startswith("btime ")))
+    uptime = "0.00"
+    with contextlib.suppress(OSError, IndexError):
+        uptime = Path("/proc/uptime").read_text().split()[0]
+    memory = limits.memory_bytes // 1024
+    pressure = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    fixed = {
+        "/proc/loadavg": "0.00 0.00 0.00 1/1 1\n",
+        "/proc/stat": (f"cpu {zeros}\n" + "".join(f"cpu{number}{zeros}\n" for number in range(cpus))
+                       + f"intr 0\nctxt 0\nbtime {boot}\nprocesses 1\nprocs_running 1\nprocs_blocked 0\n"
+                       + f"softirq 0{zeros}\n"),
+        "/proc/uptime": f"{uptime} 0.00\n",
+        "/proc/meminfo": "".join(f"{key}:{value:>16} kB\n" for key, value in (
+            ("MemTotal", memory), ("MemFree", memory), ("MemAvailable", memory), ("Buffers", 0), ("Cached", 0),
+            ("SwapCached", 0), ("Active", 0), ("Inactive", 0), ("SwapTotal", 0), ("SwapFree", 0), ("Dirty", 0),
+            ("Shmem", 0))),
+        "/proc/sys/fs/file-nr": "0\t0\t0\n", "/proc/sys/fs/inode-nr": "0\t0\n",
+        "/proc/sys/fs/dentry-state": "0\t0\t45\t0\t0\t0\n", "/proc/sys/fs/aio-nr": "0\n",
+        "/proc/sys/kernel/random/entropy_avail": "256\n",
+        **{f"/proc/pressure/{kind}": pressure for kind in ("cpu", "io", "memory", "irq")},
+    }
+    return {path: fixed.get(path, "") for path in MACHINE_COUNTERS if os.path.exists(path)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Seccomp: a classic BPF program, written here so that no library is needed
 
@@ -348,6 +395,9 @@ def _bubblewrap_command(sandbox: Sandbox, argv: Sequence[str], info_fd: int, blo
     command += ["--dev", "/dev", "--size", str(limits.shared_memory_bytes), "--perms", "1777", "--tmpfs", "/dev/shm",
                 "--remount-ro", "/dev", "--proc", "/proc"]
     command += [argument for path in _kernel_tunables() for argument in ("--ro-bind", path, path)]
+    for path, text in counter_files(limits).items():  # after the tunables: /proc/sys and /proc/pressure are among them
+        fds.append(_data_fd(text.encode()))
+        command += ["--perms", "0444", "--ro-bind-data", str(fds[-1]), path]
     command += ["--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]
     copies = copies or {}
     command += [argument for path in binds for argument in ("--ro-bind", copies.get(path, path), path)]
@@ -815,9 +865,13 @@ class Confined:
     """A program started by `start`: the handle to wait for it, end it and learn why it stopped."""
 
     def __init__(self, process: subprocess.Popen, limits: Limits, *, isolated: bool, cgroup: _Cgroup | None,
-                 inner: int | None, private_folder: str | None):
+                 inner: int | None, private_folder: str | None, workdir: str = WORKDIR):
         self.process, self.pid, self.limits, self.isolated = process, process.pid, limits, isolated
-        self._cgroup, self._inner, self._private_folder = cgroup, inner, private_folder
+        self._cgroup, self._inner, self._private_folder, self._workdir = cgroup, inner, private_folder, workdir
+        self._proc: int | None = None  # /proc/<the sandbox's first process>, held open: that process, no other
+        if isolated and inner is not None:
+            with contextlib.suppress(OSError):
+                self._proc = os.open(f"/proc/{inner}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.mechanism = f"cgroup v{cgroup.version}" if cgroup else "watchdog"
         self._watchdog = None if cgroup else _Watchdog(process.pid, limits, self.kill)
         self._closed = False
@@ -868,11 +922,55 @@ class Confined:
             return self._final[1]
         return self._watchdog.peak if self._watchdog is not None else self._cgroup.peak()
 
+    def writable_folders(self) -> list[tuple[str, int]]:
+        """[(the folder as the program sees it, a descriptor of it, open here)] for each folder the program may
+        write (its working folder, /tmp, /dev/shm; unconfined: its private working folder and TMPDIR), for the
+        grader to empty (`scratch`). [] once the sandbox has ended. The caller closes the descriptors.
+
+        Under bubblewrap the folders are reached through the root of the sandbox's first process, as its
+        /proc entry was opened when the sandbox started: a pid used again by another process after the sandbox
+        ended is never followed (the entry held refers to the process it was opened for), and a folder that is
+        the host's own is refused."""
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        found: list[tuple[str, int]] = []
+        if not self.isolated:
+            for name in (("work", "tmp") if self._private_folder is not None else ()):
+                with contextlib.suppress(OSError):
+                    path = os.path.join(self._private_folder, name)
+                    found.append((path, os.open(path, flags)))
+            return found
+        if self._proc is None or self._closed:
+            return found
+        try:
+            root = os.open("root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=self._proc)
+        except OSError:
+            return found
+        try:
+            for inside, mode in ((self._workdir, 0o755), ("/tmp", 0o1777), ("/dev/shm", 0o1777)):  # as bwrap made them
+                try:
+                    descriptor = _open_own_folder(root, inside.lstrip("/"), flags, mode)
+                except OSError:
+                    continue
+                try:
+                    host = os.stat(inside).st_dev if os.path.exists(inside) else None
+                except OSError:
+                    host = None
+                if os.fstat(descriptor).st_dev in (host, os.fstat(root).st_dev):  # not the sandbox's own tmpfs
+                    os.close(descriptor)
+                    continue
+                found.append((inside, descriptor))
+        finally:
+            os.close(root)
+        return found
+
     def close(self) -> None:
         """Kill what is left, wait, remove the cgroup and the private folder."""
         if self._closed:
             return
         self._closed = True
+        if self._proc is not None:
+            os.close(self._proc)
+            self._proc = None
         try:
             self.kill()
             self.process.wait()
@@ -896,6 +994,19 @@ class Confined:
         self.close()
 
 
+def _open_own_folder(parent: int, path: str, flags: int, mode: int) -> int:
+    """A descriptor of the folder `path` below `parent`, its permissions set back to `mode` first (the student owns
+    it inside the sandbox and may have made it unreadable; outside, the grader's uid is its owner)."""
+    handle = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    try:
+        with contextlib.suppress(OSError):
+            if stat.S_IMODE(os.fstat(handle).st_mode) != mode:
+                os.chmod(f"/proc/self/fd/{handle}", mode)
+        return os.open(path, flags, dir_fd=parent)
+    finally:
+        os.close(handle)
+
+
 def _signal(pid: int, number: int = signal.SIGKILL) -> None:
     try:
         os.kill(pid, number)
@@ -916,7 +1027,8 @@ def start(sandbox: Sandbox, argv: Sequence[str], *, stdin=PIPE, stdout=PIPE, std
             except BaseException:
                 shutil.rmtree(folder, ignore_errors=True)
                 raise
-            return Confined(process, sandbox.limits, isolated=True, cgroup=cgroup, inner=inner, private_folder=folder)
+            return Confined(process, sandbox.limits, isolated=True, cgroup=cgroup, inner=inner, private_folder=folder,
+                            workdir=sandbox.workdir)
         return _start_unconfined(sandbox, argv, cgroup, stdin, stdout, stderr, pass_fds)
     except BaseException:
         if cgroup is not None:

@@ -472,7 +472,11 @@ class Runner:
         import matplotlib.pyplot as plt
 
         self.close_figures = lambda: plt.close("all")
-        link.send({"op": "runner-ready", "pid": os.getpid()})
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            cwd = ""
+        link.send({"op": "runner-ready", "pid": os.getpid(), "cwd": cwd})  # before any notebook code has run
 
     def loop(self) -> None:
         while True:
@@ -584,6 +588,9 @@ class Servant:
         self.watcher = Watcher(runner.exercises)
         self.link.resolve, self.link.names, self.link.keep = self.table.__getitem__, self.name, self.keep
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        with contextlib.suppress(OSError):  # out of memory during a check: the kernel ends this process, not the
+            with open("/proc/self/oom_score_adj", "w") as adjust:  # notebook's (only this cell fails, no replay)
+                adjust.write("1000")
         null = open(os.devnull, "w")  # noqa: SIM115 (lives as long as this process)
         sys.stdout = sys.stderr = null
         import warnings

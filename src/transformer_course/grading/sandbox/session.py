@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer_course.checks.boundary import Frame, StudentError, as_exception
-from transformer_course.grading.sandbox import channel, profiling
+from transformer_course.grading.sandbox import channel, profiling, scratch
 from transformer_course.grading.sandbox.isolation import process_state, process_tree
 from transformer_course.grading.sandbox.outputs import MalformedOutputs, cell_outputs
 from transformer_course.grading.sandbox.runner import PRIVATE_FOLDERS, PRIVATE_SHM
@@ -80,6 +80,15 @@ class PlainProcess(subprocess.Popen):
     def close(self) -> None:
         shutil.rmtree(self.private, ignore_errors=True)
 
+    def writable_folders(self) -> list[tuple[str, int]]:
+        """The private working folder and TMPDIR, open here (see `isolation.Confined.writable_folders`)."""
+        found = []
+        for name in ("work", "tmp"):
+            path = os.path.join(self.private, name)
+            with contextlib.suppress(OSError):
+                found.append((path, os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)))
+        return found
+
 
 def plain_launcher(argv: list[str], *, environment: dict[str, str], stderr: Any) -> subprocess.Popen:
     """Start the zygote without a sandbox (tests of the runner itself), in folders of its own."""
@@ -111,6 +120,9 @@ class ConfinedProcess:
 
     def reason(self) -> str | None:
         return self.confined.reason()
+
+    def writable_folders(self) -> list[tuple[str, int]]:
+        return self.confined.writable_folders()
 
     def close(self) -> None:
         self.confined.close()
@@ -247,6 +259,11 @@ class Session:
         self.requests = 0
         self.cell_notes: list[dict[str, str]] = []  # the watcher's notes from ordinary cells (see runner.Watcher)
         self.write_stall = WRITE_STALL
+        # the notebook's deadline (time.monotonic()), set by the executor: no wait for the student's side lasts
+        # past it, whatever its own limit (a cell's, a check's, a snapshot's, a request left unread)
+        self.deadline: float | None = None
+        self.runner_cwd: str | None = None  # the runner's working folder, as it said before any notebook code ran
+        self.too_many_for: int | None = None  # the runner whose folders held too much to inventory
 
     # lifecycle ----------------------------------------------------------------------------------------------
 
@@ -254,6 +271,7 @@ class Session:
         """Start the zygote and wait until it is ready (imports done)."""
         from transformer_course.grading.sandbox import build
 
+        self.deadline = None  # starting the zygote is the grader's own work (the executor sets the notebook's after)
         argv = [sys.executable, "-m", "transformer_course.grading.sandbox.runner", "--preload", ",".join(self.preload),
                 "--warm-up", ",".join(build.warm_up_parts(self.preload)),  # the zygote cannot read the checks
                 *([] if self.warm_up else ["--no-warm-up"])]
@@ -325,10 +343,10 @@ class Session:
                 if written:
                     data, progress = data[written:], time.monotonic()
                     continue
-                if time.monotonic() - progress > self.write_stall:
+                if time.monotonic() - progress > self.write_stall or self._past_deadline():
                     self.abandon()
                     raise RunnerDied(f"{KERNEL_DIED} [the notebook's processes stopped reading the grader's "
-                                     f"requests for {self.write_stall:g} s]")
+                                     f"requests for {time.monotonic() - progress:.0f} s]")
                 select.select([], [fd], [], 1.0)
         except (OSError, ValueError, AttributeError) as error:
             raise RunnerDied(f"the grading process is gone ({error})") from None
@@ -349,6 +367,8 @@ class Session:
         end the sandbox (ChannelBroken): what follows them cannot be read as messages again, and the notebooks
         that share the sandbox go on in a new one."""
         fd = self.process.stdout.fileno()
+        if self.deadline is not None:
+            deadline = min(deadline, self.deadline)
         while True:
             while len(self.buffer) >= channel.HEADER:
                 try:
@@ -378,6 +398,64 @@ class Session:
             if not chunk:
                 raise RunnerDied(f"the grading process ended ({self.reason() or self.stderr_tail()})")
             self.buffer += chunk
+
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    # the sandbox's writable folders, changed by the grader from outside (`scratch`) ------------------------------
+
+    def _folders(self) -> list[tuple[str, int]]:
+        opener = getattr(self.process, "writable_folders", None)
+        return opener() if callable(opener) and self.alive() else []
+
+    @contextlib.contextmanager
+    def _opened_folders(self) -> Iterator[list[tuple[str, int]]]:
+        folders = self._folders()
+        try:
+            yield folders
+        finally:
+            for _, descriptor in folders:
+                with contextlib.suppress(OSError):
+                    os.close(descriptor)
+
+    def scratch_inventory(self) -> Any:
+        """What the writable folders hold now (for `scratch_restore`), None when there is nothing to restore or too
+        much to record (then not tried again for this runner: a notebook that made a hundred thousand files does
+        not pay for their walk at every grade cell)."""
+        if self.runner is not None and self.runner == self.too_many_for:
+            return None
+        with self._opened_folders() as folders:
+            found = scratch.inventory(folders) if folders else None
+        if folders and found is None:
+            self.too_many_for = self.runner
+        return found
+
+    def scratch_restore(self, kept: Any) -> None:
+        """Remove what the writable folders gained or changed since `scratch_inventory` returned `kept`; a
+        folder holding more than `scratch.MAX_ENTRIES` new entries ends the sandbox instead."""
+        if kept is None:
+            return
+        with self._opened_folders() as folders:
+            try:
+                scratch.restore(folders, kept)
+            except scratch.TooMuch:
+                self.abandon()
+
+    def empty_scratch(self) -> bool:
+        """Empty the writable folders (the folders on the way to the runner's working folder stay, emptied).
+        False when they held too much to empty by the notebook's deadline: the sandbox has then been ended."""
+        with self._opened_folders() as folders:
+            keep: dict[str, list[str]] = {}
+            cwd = self.runner_cwd or ""
+            for name, _ in folders:
+                if cwd.startswith(name.rstrip("/") + "/"):
+                    keep[name] = [part for part in cwd[len(name.rstrip("/")) + 1:].split("/") if part]
+            try:
+                scratch.empty(folders, keep, limit=scratch.MAX_EMPTIED, deadline=self.deadline)
+            except scratch.TooMuch:
+                self.abandon()
+                return False
+        return True
 
     def _broken(self, why: str) -> ChannelBroken:
         self.abandon()
@@ -462,7 +540,8 @@ class Session:
         self.build_for = (checks, tuple(exercises))
         with profiling.phase("grading build", self.cpu_seconds):  # this notebook's checks and reference, to the runner
             self.send({"op": "build", "modules": build.grading_build(checks, exercises)})
-        self._await("runner-ready", timeout)
+        ready = self._await("runner-ready", timeout)
+        self.runner_cwd = ready.get("cwd") if isinstance(ready.get("cwd"), str) else None
 
     def parts_for(self, module: str, qualname: str) -> tuple[tuple[str, str, str], ...]:
         """The graded stage's parts the experiment `module.qualname` plugs in (`build.experiment_parts`)."""

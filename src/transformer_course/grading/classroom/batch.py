@@ -12,8 +12,10 @@ SUBMISSIONS is the folder of notebooks as downloaded from Colab or an LMS (see
 3. writes per-student HTML feedback without hidden tests;
 
 then writes DIR/scores.csv (per-cell and total scores, status and reasons) and prints a summary.
-Students already graded from identical files are skipped, so an interrupted run resumes where it
-stopped; --force regrades everyone. For a class too big for one machine, give every machine the
+The folder is merged into the class folder's term: a notebook graded before from identical bytes is not
+graded again, so an interrupted run resumes where it stopped and a week's download adds to the term;
+--regrade STUDENT[/STAGE] grades one student's notebooks of the folder again, --force every notebook of it.
+For a class too big for one machine, give every machine the
 same --db-url (e.g. a PostgreSQL URL) and its own --shard K/N, or `--shard slurm` / `kubernetes` /
 `auto` in a scheduler's job array (see the instructor's guide, website/instructor/cluster.md).
 """
@@ -1084,7 +1086,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--class-dir", type=Path, default=ROOT / "autograde" / "class",
                         help="where the gradebook, autograded copies, feedback and scores.csv go")
     parser.add_argument("--jobs", type=int, default=2, help="students graded at the same time")
-    parser.add_argument("--force", action="store_true", help="regrade students already graded")
+    parser.add_argument("--force", action="store_true",
+                        help="regrade every notebook of the folder, those graded before included")
     parser.add_argument("--db-url", help="SQLAlchemy URL of a shared gradebook (default: sqlite in --class-dir)")
     parser.add_argument("--shard", type=parse_shard,
                         help="K/N: grade only the K-th of N slices of the class; slurm, kubernetes or auto: the slice "
@@ -1111,7 +1114,8 @@ def main(argv: list[str] | None = None) -> int:
                              "~/.config/transformer-course/hidden-inputs.key); keep it outside the class folder")
     parser.add_argument("--regrade", action="append", metavar="STUDENT[/STAGE]",
                         help="grade this student (student id, LMS id or name) again though their files did not change, "
-                             "or only this notebook of theirs (repeatable); --force regrades everyone")
+                             "or only this notebook of theirs (repeatable); --force regrades every notebook of the "
+                             "folder")
     parser.add_argument("--roster", type=Path,
                         help="the class roster (name, email, lms_id, ...): maps notebooks without an LMS id (email, "
                              "USB) to the student's LMS id; remembered by the class folder")

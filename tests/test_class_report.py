@@ -89,10 +89,11 @@ def rendered(graded_example_class, tmp_path_factory):
 
 def test_what_an_instructor_acts_on_comes_first(rendered):
     """The students who need a person start on the first screen, with links to their feedback; the score
-    distributions and the causes follow, before the pass rates of the checks."""
+    missing and late notebooks, the score distributions and the causes follow, then the near-copies, before the
+    pass rates of the checks."""
     class_dir, _, _, _, rows, parser, layout = rendered
     sections = layout["sections"]
-    assert list(sections) == ["students", "distribution", "causes", "checks"]
+    assert list(sections) == ["students", "missing", "distribution", "causes", "similarity", "checks"]
     assert sections["students"] < 300 and layout["firstPerson"] < SCREEN, layout
     assert sections["distribution"] < 2 * SCREEN and sections["causes"] < sections["checks"], layout
     print(f"report: {layout['height']} px tall; sections start at {sections} px")
@@ -182,6 +183,20 @@ def test_flagged_repaired_and_rejected_students_are_listed(rendered):
     # (issue 39; test_batch.test_no_honest_student_is_flagged_for_review)
     assert int(sections["flagged for review"]) == len(flagged) and "hana" not in flagged
     assert int(sections["rejected"]) == 1 and int(sections["repaired"]) >= 2  # finn; dana and eve
+
+
+def test_the_near_copies_name_the_copies_of_the_reference_and_not_the_blank_notebooks(rendered):
+    """The example class hands in the reference (ada; dana stripped, eve with a test cell deleted, gus looping, hana
+    hostile) or the reference with one bug (chen): each is listed with the reference solution, on the exercises and
+    written answers that can tell; the blank notebooks (blake, mallory, ADA) never are."""
+    _, _, dom, _, rows, _, _ = rendered
+    table = re.search(r"<table class=\"?sortable\"? id=\"?copies\"?.*?</table>", dom, re.DOTALL).group(0)
+    assert "the reference solution" in table
+    for student in ("ada", "chen", "dana_12345", "eve", "gus", "hana"):
+        assert f">{student}</a>" in table, student
+    blank = [row["student"] for row in rows if row["student"] in ("blake", "mallory") or row["name"] == "ADA"]
+    assert len(blank) == 3 and not any(f">{student}<" in table for student in blank)
+    assert "too short to tell" in dom
 
 
 def test_plot_labels_draw_a_dollar_as_a_dollar():

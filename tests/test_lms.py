@@ -121,15 +121,21 @@ CANVAS_ROWS = [
 ]
 
 
+PEOPLE = {"12345": ("Smith, John", "S-12345", "jsmith", "Section A"),
+          "444": ("=HYPERLINK(\"x\")", "=1+1", "cmd@example.org", "Section B")}
+
+
 def canvas_export(path, holds):
-    """Canvas's own gradebook export: a padded "Points Possible" row and columns titled "Name (id)"."""
+    """Canvas's own gradebook export: a padded "Points Possible" row and columns titled "Name (id)", with the
+    student columns as Canvas's lib/gradebook_exporter.rb writes them (sortable name, SIS ids, section)."""
     with open(path, "w", newline="", encoding="utf-8-sig") as handle:
         writer = csv.writer(handle)
         writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "01_positional_encoding (901)",
                          "Stage 2 (4711)", "Current Score"])
         writer.writerow(["    Points Possible", "", "", "", "", "14", "40", "(read only)"])
         for user, scores in holds.items():
-            writer.writerow([f"student {user}", user, "", "", "", scores.get("01_positional_encoding (901)", ""),
+            name, sis_user, sis_login, section = PEOPLE.get(user, (f"student {user}", "", "", ""))
+            writer.writerow([name, user, sis_user, sis_login, section, scores.get("01_positional_encoding (901)", ""),
                              scores.get("Stage 2 (4711)", ""), "50"])
 
 
@@ -150,7 +156,8 @@ def test_canvas_files_change_no_score_canvas_holds_and_have_no_empty_cell(tmp_pa
     assert table[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Stage 2 (4711)"]
     assert table[1] == ["Points Possible", "", "", "", "", "40"]
     assert all(line[5] != "" for line in table[2:])  # no empty cell anywhere
-    assert table[2][0] == "'=HYPERLINK(\"x\")"  # a name that would be a formula is text
+    assert table[2][:5] == ["'=HYPERLINK(\"x\")", "444", "'=1+1", "cmd@example.org", "Section B"]  # as Canvas has
+    # them (its importer falls back on the SIS ids, then the name), and a cell that would be a formula is text
     changes = canvas_import(stage2, holds)
     assert changes == {("444", "Stage 2 (4711)"): ("", "12.5")}  # filled; smithjohn's 25 kept
     kept = {(d.stage, d.student): d for d in result.differences}  # who differs, and what was done, is listed
@@ -292,3 +299,95 @@ def test_comments_carry_the_instructors_words_and_the_checks_not_passed(tmp_path
         user, attachment = [part for part in name.split("_") if re.fullmatch(r"\d+", part)][:2]
         assert (user, attachment) == ("55555", "98765")  # the user id and the downloaded file's id
         assert "not passed: attn_values" in opened.read(name).decode()
+
+
+# --- headers as the LMSs write them, and their decimals -----------------------------------------------------
+
+# Moodle's grading worksheet as its download writes it: the columns of mod/assign/gradingtable.php in download
+# mode (recordid, fullname, the identity fields such as email, status, grade, grademax, gradecanbechanged,
+# timesubmitted, timemarked, then the feedback plugins' fields) under the strings of mod/assign/lang/en/
+# assign.php, where one version defines 'maxgrade' twice, the later as 'Maximum Grade' (moodle/moodle, commit
+# 0085741f6f10a6c62f66ce4389fb1095d256f807); dates are userdate()'s default format.
+MOODLE_REAL_HEADER = ["Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade",
+                      "Grade can be changed", "Last modified (submission)", "Last modified (grade)",
+                      "Feedback comments"]
+
+
+def moodle_worksheet(path, header, rows):
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+@pytest.mark.parametrize("maximum_header", ["Maximum Grade", "Maximum grade", "maximum  GRADE"])
+def test_moodle_worksheets_are_read_as_moodle_versions_write_their_headers(tmp_path, maximum_header):
+    write_scores(tmp_path, MOODLE_ROWS[:3])
+    header = [maximum_header if name == "Maximum Grade" else name for name in MOODLE_REAL_HEADER]
+    moodle_worksheet(tmp_path / "worksheet.csv", header, [
+        ["Participant 101", "Ann Lee", "ann@example.org", "Submitted for grading - Graded", "28.00", "40.00", "Yes",
+         "Tuesday, 14 October 2025, 10:03 AM", "Wednesday, 15 October 2025, 9:00 AM", "<p>Well argued.</p>"],
+        ["Participant 103", "Cy", "cy@example.org", "Submitted for grading", "", "40.00", "Yes",
+         "Monday, 13 October 2025, 11:59 PM", "-", ""],
+    ])
+    sheet = lms.read_moodle_worksheet(tmp_path / "worksheet.csv", "02_attention")
+    assert sheet.maximum == 40 and sheet.decimals == 2 and sheet.grades == {"101": "28.00"}
+    assert sheet.submitted["101"] == "Tuesday, 14 October 2025, 10:03 AM" and sheet.names["103"] == "Cy"
+    lms.export(tmp_path, moodle_exports={"02_attention": tmp_path / "worksheet.csv"}, overwrite=True)
+    written = read(tmp_path / "lms" / "moodle_02_attention.csv")
+    # our file has Moodle's exact strings: its importer compares them exactly (assignfeedback_offline's
+    # importgradeslib.php: `$column == get_string('grade')`, 'recordid' and 'lastmodifiedgrade' of assign)
+    assert written[0] == ["Identifier", "Full name", "Grade", "Maximum grade", "Last modified (grade)"]
+    assert [line[:4] for line in written[1:]] == [["Participant 101", "Ann Lee", "31", "40"],
+                                                 ["Participant 103", "Cy", "12.5", "40"]]
+
+
+def test_a_worksheet_without_a_maximum_is_named_with_its_columns(tmp_path):
+    write_scores(tmp_path, MOODLE_ROWS[:1])
+    moodle_worksheet(tmp_path / "scale.csv", ["Identifier", "Full name", "Status", "Grade", "Scale",
+                                              "Last modified (grade)"],
+                     [["Participant 101", "Ann Lee", "Submitted", "", "Fail\nPass", "-"]])
+    with pytest.raises(lms.LmsError, match=r"scale\.csv has a 'Scale' column.*--scale-to 02_attention=40"):
+        lms.export(tmp_path, moodle_exports={"02_attention": tmp_path / "scale.csv"})
+    moodle_worksheet(tmp_path / "other.csv", ["Identifier", "Full name", "Grade"], [["Participant 101", "Ann", ""]])
+    with pytest.raises(lms.LmsError, match=r"other\.csv has no 'Maximum grade' column \(its columns: 'Identifier'"):
+        lms.export(tmp_path, moodle_exports={"02_attention": tmp_path / "other.csv"})
+    assert not (tmp_path / "lms").exists()
+
+
+def test_canvas_exports_with_first_and_last_names_and_no_sis_user_id(tmp_path):
+    """Canvas's exporter writes `LastName, FirstName` instead of `Student` when the course shows them apart,
+    `SIS User ID` only with SIS access, and a row of "Muted"/"Manual Posting" marks above Points Possible
+    (instructure/canvas-lms lib/gradebook_exporter.rb; its importer, lib/gradebook_importer.rb, accepts both)."""
+    write_scores(tmp_path, CANVAS_ROWS[1:2])
+    with open(tmp_path / "export.csv", "w", newline="", encoding="utf-8-sig") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["LastName", "FirstName", "ID", "SIS Login ID", "Section", "Notes",
+                         "Stage 2: Attention (4711)", "Current Score", "Unposted Final Score"])
+        writer.writerow(["", "", "", "", "", "", "Manual Posting", "", ""])
+        writer.writerow(["    Points Possible", "", "", "", "", "(read only)", "40", "(read only)", "(read only)"])
+        writer.writerow(["Smith", "John", "12345", "jsmith", "Section A", "", "25", "50", "50"])
+    export = lms.read_canvas_export(tmp_path / "export.csv")
+    assert [column.header for column in export.columns] == ["Notes", "Stage 2: Attention (4711)"]
+    assert export.people["12345"] == lms.CanvasPerson("Smith, John", "", "jsmith", "Section A")
+    lms.export(tmp_path, canvas_export=tmp_path / "export.csv", overwrite=True)
+    table = read(tmp_path / "lms" / "canvas_02_attention.csv")
+    assert table[2] == ["Smith, John", "12345", "", "jsmith", "Section A", "30.5"]
+
+
+def test_grades_round_half_up_to_the_lms_decimals(tmp_path):
+    """32.5 of 40 points on a 10-point assignment is 8.125: 8.13 (Python's round gives 8.12); 1.005 is 1.01."""
+    assert [lms.half_up(8.125), lms.half_up(1.005), lms.half_up(2.675), lms.half_up(-0.125)] == [8.13, 1.01, 2.68,
+                                                                                                -0.13]
+    assert round(8.125, 2) == 8.12 and round(2.675, 2) == 2.67  # why half_up exists
+    write_scores(tmp_path, [row("smithjohn_12345", "smithjohn", "12345", "02_attention", "32.5", "40",
+                                "smithjohn_12345_67891_02_attention.ipynb"),
+                            *MOODLE_ROWS[:1]])
+    lms.export(tmp_path, scale_to={"02_attention": 10.0}, overwrite=True)
+    assert read(tmp_path / "lms" / "canvas_02_attention.csv")[2][5] == "8.13"
+    # Moodle writes a grade item's decimals into Maximum grade: "7.0" is one decimal, so 31/40 x 7 = 5.425 is 5.4
+    # and 32.5/40 x 7 = 5.6875 would be 5.7
+    moodle_worksheet(tmp_path / "sheet.csv", MOODLE_REAL_HEADER, [
+        ["Participant 101", "Ann Lee", "", "Submitted", "", "7.0", "Yes", "-", "-", ""]])
+    lms.export(tmp_path, moodle_exports={"02_attention": tmp_path / "sheet.csv"}, overwrite=True)
+    assert read(tmp_path / "lms" / "moodle_02_attention.csv")[1][2:4] == ["5.4", "7"]

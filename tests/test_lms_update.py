@@ -373,3 +373,33 @@ def test_a_grade_changed_in_moodle_after_the_worksheet_was_downloaded_is_kept_by
     holds = {"101": (30.0, datetime(2026, 11, 20, 10, 5), ""),  # our upload of week 1
              "103": (20.0, datetime(2026, 11, 27, 11, 0), "")}  # changed in Moodle after the download
     assert moodle_import(sheet, holds, maximum=41)[0] == {"101": 33.0}
+
+
+# --- nobody left out in silence (issue 40) ---------------------------------------------------------------------
+
+def test_every_student_left_out_is_named_with_why_and_a_removed_file_says_what_it_held(tmp_path, capsys):
+    """Issue 40 saw `--update` say "nothing to upload", remove the earlier Canvas file and drop a regrade (Canvas
+    32.50, course 38.5) without naming anyone: the rows had lost their status. Now every row of scores.csv that is
+    in no file is named with why, and an earlier file removed says which of its grades this upload lacks."""
+    rows = canvas_rows(**{"12345": 32.5, "444": 12.5})
+    write_scores(tmp_path, rows)
+    lms.export(tmp_path, canvas_export=canvas_export(tmp_path / "week1.csv", {}), update=True)
+    assert (tmp_path / "lms" / f"canvas_{STAGE2}.csv").exists()
+    # a week later: smithjohn's stage 2 regraded to 38.5 but its row has no status (what a lost record gave), cmd's
+    # written answers wait for a person, newton handed in without an LMS id
+    rows[1].update(total="38.5", status="")
+    rows[2].update(manual_status="needs manual grading: 1 of 3 written answers (2 points not counted yet)")
+    rows.append(row("newton", "newton", "", STAGE2, "8", "40", f"newton/{STAGE2}.ipynb"))
+    write_scores(tmp_path, rows)
+    holds = {"12345": {HEADER1: "14", HEADER2: "32.5"}}  # Canvas holds what was uploaded of week 1, not cmd's
+    assert lms.main([str(tmp_path), "--update", "--canvas-export", str(canvas_export(tmp_path / "w2.csv", holds))]) == 0
+    out = capsys.readouterr().out
+    left = out.split("left out of this upload, per student:\n")[1]
+    assert f"  smithjohn_12345: {STAGE2}: not graded (status: none)" in left
+    assert f"  cmd_444: {STAGE2}: written answers not graded yet" in left
+    assert f"  newton: {STAGE2}: no LMS id in the file's name (newton/{STAGE2}.ipynb)" in left
+    assert "nothing to upload (3 row(s) left out, listed above)" in out
+    removed = next(line for line in out.splitlines() if line.startswith("removed") and f"canvas_{STAGE2}" in line)
+    assert "it held grades that this upload does not carry: cmd_444 (444): 12.5, 02_attention: written" in removed
+    assert "12345" not in removed  # Canvas holds smithjohn's 32.5 of week 1: nothing of it is lost
+    assert f"{STAGE1}: 1 grade(s) the LMS holds already" in out

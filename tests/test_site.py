@@ -317,15 +317,103 @@ def test_a_rebuild_runs_only_the_page_whose_code_changed(site, tmp_path):
     assert "a line added to the code" in (out / "stages" / "01_positional_encoding.html").read_text()
 
 
+# --- the class edition --------------------------------------------------------------------------------
+
+
+def site_text(out: Path) -> str:
+    """Every page of a built site as a reader (or a search engine) gets its text: tags removed, entities
+    decoded, spaces collapsed, letter case folded."""
+    import html
+
+    inline = re.compile(r"</?(?:span|a|em|strong|code|b|i|kbd|sub|sup)\b[^>]*>")  # code is highlighted token by token
+    parts = [html.unescape(re.sub(r"<[^>]+>", " ", inline.sub("", path.read_text(encoding="utf-8"))))
+             for path in sorted(out.rglob("*.html")) if "_static" not in path.parts]
+    return " ".join(" ".join(parts).split()).casefold()
+
+
+def student_text() -> str:
+    """The text of every student notebook, spaces collapsed and case folded: what a student has anyway."""
+    cells = [cell.source for assignment in ASSIGNMENTS
+             for cell in nbformat.read(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", 4).cells]
+    return " ".join(" ".join(cells).split()).casefold()
+
+
+def answer_phrases() -> dict[str, list[str]]:
+    """{question: runs of six or more plain words of its model answer and rubric in solutions/ that no student
+    notebook has}."""
+    from transformer_course.grading.outputs.answers import questions
+
+    given, found = " ".join(re.sub(r"[*_]+", "", student_text()).split()), {}  # the questions' words, unemphasised
+    for assignment in ASSIGNMENTS:
+        for question in questions(nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", 4),
+                                  assignment):
+            text = " ".join([question.model_answer, *(criterion for _, criterion in question.rubric)])
+            text = re.sub(r"\$[^$]*\$|`[^`]*`|\*+|_+", " | ", text)  # math, code and emphasis break a phrase
+            runs = [" ".join(run.split()).casefold() for run in re.split(r"[^A-Za-z' ]+", text)]
+            found[f"{assignment} {question.grade_id}"] = [run for run in runs if len(run.split()) >= 6
+                                                          and run not in given]
+    return found
+
+
+def solution_lines() -> dict[str, list[str]]:
+    """{stage: the lines of its solution regions that no student notebook has (the code a student writes)}."""
+    given, found = student_text(), {}
+    for assignment in ASSIGNMENTS:
+        lines = []
+        for cell in nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", 4).cells:
+            for region in re.findall(r"### BEGIN SOLUTION[^\n]*\n(.*?)### END SOLUTION", cell.source, re.DOTALL):
+                lines += [" ".join(line.split()).casefold() for line in region.splitlines()]
+        found[assignment] = [line for line in dict.fromkeys(lines)
+                             if len(line) >= 24 and not line.startswith("#") and line not in given]
+    return found
+
+
+@pytest.fixture(scope="module")
+def class_site(tmp_path_factory):
+    """The class edition, built as the test builds the site: stage 1 run, the other pages unrun."""
+    work = tmp_path_factory.mktemp("class-site-work")
+    command = [sys.executable, "-m", "website.build", "--class", "--short", "--execute", "01", "--work", str(work),
+               "--out", str(work / "html")]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert ran(result.stdout) == {"01_positional_encoding"}, result.stdout
+    return work / "html"
+
+
+def test_the_class_site_holds_no_model_answer_rubric_or_solution_code(class_site, site):
+    phrases, lines = answer_phrases(), solution_lines()
+    assert sum(map(len, phrases.values())) > 2 * len(phrases) and sum(map(len, lines.values())) > 50
+    text = site_text(class_site)
+    leaked_answers = {question: found for question, runs in phrases.items()
+                      if (found := [run for run in runs if run in text])}
+    leaked_code = {stage: found for stage, code in lines.items() if (found := [line for line in code if line in text])}
+    assert not leaked_answers and not leaked_code, (leaked_answers, leaked_code)
+    # what it shows instead: every stage's page, its exercise stubs and questions; stage 1 run
+    for assignment in ASSIGNMENTS:
+        page = (class_site / "stages" / f"{assignment}.html").read_text(encoding="utf-8")
+        assert "NotImplementedError" in page and "your instructor grades it" in page, assignment
+        assert f"/blob/{TAG}/notebooks/{assignment}/{assignment}.ipynb" in page, assignment  # its Colab button
+    assert "cell_output" in (class_site / "stages" / "01_positional_encoding.html").read_text(encoding="utf-8")
+    assert "cell_output" not in (class_site / "stages" / "02_attention.html").read_text(encoding="utf-8")  # unrun
+    assert "no page here shows a solution or a model answer" in site_text(class_site)
+    # the control: the self-study site, built from the solutions, does hold them, and the search finds them
+    _, out = site
+    self_study = site_text(out)
+    assert all(any(run in self_study for run in runs) for runs in phrases.values() if runs)
+    assert all(any(line in self_study for line in code) for code in lines.values() if code)
+
+
 def test_the_publishing_workflow_passes_actionlint_and_builds_the_release_tag(tmp_path):
     workflow = yaml.safe_load(WORKFLOW.read_text())
     triggers = workflow[True]  # YAML 1.1 reads the key `on` as True
     assert triggers["push"]["tags"] == ["v*"]
     assert workflow["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
     steps = workflow["jobs"]["build"]["steps"]
-    assert any(step.get("run") == "make site" for step in steps)
+    built = next(step for step in steps if "make site" in step.get("run", ""))
+    assert "make site &&" in built["run"] and "make site-class &&" in built["run"]  # the edition: SITE_EDITION
+    assert built["env"]["EDITION"] == "${{ vars.SITE_EDITION }}"
     upload = next(step for step in steps if step.get("uses", "").startswith("actions/upload-pages-artifact@"))
-    assert upload["with"]["path"] == "website/_build/html"
+    assert upload["with"]["path"] == "website/_build/published"
     assert workflow["jobs"]["deploy"]["steps"][0]["uses"].startswith("actions/deploy-pages@")
     tag_check = next(step for step in steps if "GITHUB_REF_NAME" in step.get("run", ""))
     assert "src/transformer_course/__init__.py" in tag_check["run"]

@@ -120,18 +120,20 @@ def test_a_253_character_folder_name_gets_a_short_path_safe_id(tmp_path, release
 # --- identities ------------------------------------------------------------------------------------------
 
 def test_canvas_students_with_the_same_name_and_different_ids_are_never_merged(tmp_path, release):
-    """Canvas: <lastfirst>[_LATE]_<user id>_<file id>_<name>. The same id twice keeps the newer file."""
+    """Canvas: <lastfirst>[_LATE]_<user id>_<file id>_<name>. The same id twice keeps the newer file: the one
+    Canvas received later (it numbers files as it receives them), whatever the times of the download's files
+    (Canvas stamps them all when it makes the zip)."""
     now = time.time()
-    save(tmp_path, f"smithjohn_12345_67890_{ASSIGNMENT}.ipynb", solution(), now)
+    save(tmp_path, f"smithjohn_12345_67999_{ASSIGNMENT}.ipynb", solution(), now - 3600)
     save(tmp_path, f"smithjohn_12346_67891_{ASSIGNMENT}.ipynb", blank(), now)
-    save(tmp_path, f"smithjohn_LATE_12345_67999_{ASSIGNMENT}-1.ipynb", blank(), now - 3600)  # older: ignored
+    save(tmp_path, f"smithjohn_LATE_12345_67890_{ASSIGNMENT}-1.ipynb", blank(), now)  # received earlier: ignored
     save(tmp_path, f"anon_Xy3zQ_68000_{ASSIGNMENT}.ipynb", blank(), now)  # anonymous grading
     students = collect(tmp_path, release)
     assert set(students) == {"smithjohn_12345", "smithjohn_12346", "anon_Xy3zQ"}
     first_john, second_john = students["smithjohn_12345"], students["smithjohn_12346"]
     assert (first_john.name, first_john.lms_id, second_john.lms_id) == ("smithjohn", "12345", "12346")
     [kept] = first_john.submissions
-    assert kept.relative == f"smithjohn_12345_67890_{ASSIGNMENT}.ipynb"
+    assert kept.relative == f"smithjohn_12345_67999_{ASSIGNMENT}.ipynb"
     assert any("graded the newer" in reason and "LATE" in reason for reason in first_john.reasons)
 
 

@@ -74,6 +74,43 @@ def test_model_answers_and_rubrics_never_reach_the_student_release(assignment):
         assert not leaked, f"{question.grade_id}: model answer text in the student notebook: {leaked[:2]}"
 
 
+def test_answer_pages_typeset_math_as_the_feedback_pages_do():
+    """TeX in the question, the model answer, the rubric and a student's answer is MathML on the answer page
+    (as on the feedback pages, outputs/mathml.py), with no script; the student's text as typed stays beside it
+    and their HTML is text."""
+    question = answers.Question("02_attention", "attn_q_scale", 1, 3.0, "Why divide by $\\sqrt{d_k}$?",
+                                "The variance of $q \\cdot k$ grows with $d_k$.", ((3.0, "names $d_k$"),))
+    typed = "Because $\\mathrm{Var}(q \\cdot k) = d_k$, so <script>alert(1)</script> we scale."
+    sheet = answers.Sheet(question, [answers.Answer("ada", "Ada", "", typed, None, False, "")])
+    page = answers._question_page(sheet)
+    assert page.count("<math") == 5 and "$" not in page.split("<details>")[0].split("<h2>Question</h2>")[1]
+    assert 'alttext="\\mathrm{Var}(q \\cdot k) = d_k"' in page
+    assert "<script" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # text, not HTML
+    assert htmllib.escape(typed) in page.split("<details>")[1]  # as typed, escaped
+
+
+def test_an_emptied_answer_counts_as_left_blank_not_to_grade(tmp_path):
+    """A student who deletes the answer's placeholder and writes nothing (or only spaces) left it blank:
+    intake puts the released text back, so nbgrader scores it as an answer left as released (0, "No
+    response"), never "needs manual grading". A real answer is kept as written."""
+    from nbgrader.utils import determine_grade
+
+    from transformer_course.grading.intake.submissions import Found, Release, load
+
+    notebook = read(student_path(EXAMPLE_ASSIGNMENT))
+    cells = [cell for _, cell in answer_cells(notebook)]
+    assert len(cells) == 3
+    cells[0].source, cells[1].source, cells[2].source = "", "  \n\n ", "Because the variance grows with d_k."
+    path = tmp_path / "ada" / "02.ipynb"
+    path.parent.mkdir()
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+    release = Release(ROOT / "notebooks", [EXAMPLE_ASSIGNMENT])
+    loaded = load(release, Found(path, path.relative_to(tmp_path)))
+    graded = [cell for _, cell in answer_cells(loaded.notebook)]
+    assert [determine_grade(cell)[0] for cell in graded] == [0, 0, None]  # blank, blank, waits for a person
+    assert graded[2].source == "Because the variance grows with d_k." and loaded.status == "ok"
+
+
 def test_answer_cell_header_needs_points():
     assert _nbgrader_metadata({"answer": "q", "points": 2}) == {
         "schema_version": 3, "task": False, "grade": True, "solution": True, "locked": False, "points": 2,

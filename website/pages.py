@@ -9,6 +9,12 @@ Before running (`page_from_solution`):
 - stage 5 trains one epoch instead of ten and says so (`SITE_EDITS`), then prints what the full run of the
   course checkpoint recorded.
 
+The class edition (`page_from_notebook(..., class_edition=True)`, `make site-class`) is built from the student
+notebooks instead: the code of every graded exercise is the stub the student fills in, each written question's
+answer cell is a line saying it is answered in the student's own notebook (the solutions hold the model answer
+and rubric; the student notebooks none), and the site's edits of stage 5 are left out (they describe the
+solution's training run).
+
 After running (`finish_outputs`): every interactive (plotly) figure becomes the interactive map drawn by the
 page's local plotly.js; the static picture the course draws of the same figure is kept inside it only as the
 fallback for a reader without JavaScript (the script removes it when it draws the map).
@@ -37,6 +43,10 @@ def colab_button(link: str) -> str:
     return (f'<a class="colab-button" href="{escape(link)}">Open in Colab</a>\n\n'
             "*The button opens the exercise version of this notebook in Google Colab, from the same course "
             "release: the lesson you are reading, with the code for you to write.*")
+
+
+CLASS_ANSWER = ("*Your answer to this question goes here, in your own notebook (Open in Colab at the top of the "
+                "page): your instructor grades it.*")
 
 
 def fold_answer(source: str) -> str:
@@ -114,6 +124,13 @@ def is_answer_cell(cell: NotebookNode) -> bool:
 
 def page_from_solution(notebook: NotebookNode, assignment: str) -> NotebookNode:
     """The web page of one stage, before it runs: Colab button, folded answers, the site's edits."""
+    return page_from_notebook(notebook, assignment)
+
+
+def page_from_notebook(notebook: NotebookNode, assignment: str, class_edition: bool = False) -> NotebookNode:
+    """The web page of one stage from its solution notebook (the self-study edition: Colab button, folded model
+    answers, the site's edits) or, with CLASS_EDITION, from its student notebook (Colab button, each answer cell
+    a line saying where it is answered, no edits)."""
     page = nbformat.from_dict(json.loads(json.dumps(notebook)))  # a deep copy
     first = page.cells[0]
     badge = BADGE.search(first.source)
@@ -122,9 +139,9 @@ def page_from_solution(notebook: NotebookNode, assignment: str) -> NotebookNode:
     first.source = first.source.replace(badge.group(0), colab_button(badge.group("link")))
     for cell in page.cells:
         if is_answer_cell(cell):
-            cell.source = fold_answer(cell.source)
+            cell.source = CLASS_ANSWER if class_edition else fold_answer(cell.source)
     cells = list(page.cells)
-    for edit in SITE_EDITS.get(assignment, ()):
+    for edit in () if class_edition else SITE_EDITS.get(assignment, ()):
         cells = _apply(cells, edit, assignment)
     page.cells = cells
     page.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}

@@ -12,8 +12,10 @@ SUBMISSIONS is the folder of notebooks as downloaded from Colab or an LMS (see
 3. writes per-student HTML feedback without hidden tests;
 
 then writes DIR/scores.csv (per-cell and total scores, status and reasons) and prints a summary.
-Students already graded from identical files are skipped, so an interrupted run resumes where it
-stopped; --force regrades everyone. For a class too big for one machine, give every machine the
+The folder is merged into the class folder's term: a notebook graded before from identical bytes is not
+graded again, so an interrupted run resumes where it stopped and a week's download adds to the term;
+--regrade STUDENT[/STAGE] grades one student's notebooks of the folder again, --force every notebook of it.
+For a class too big for one machine, give every machine the
 same --db-url (e.g. a PostgreSQL URL) and its own --shard K/N, or `--shard slurm` / `kubernetes` /
 `auto` in a scheduler's job array (see the instructor's guide, website/instructor/cluster.md).
 """
@@ -33,18 +35,24 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
+from datetime import datetime
+from pathlib import Path, PurePosixPath
 
 import nbformat
 from tqdm.auto import tqdm
 
 from transformer_course.authoring import assignments as course_assignments
+from transformer_course.authoring import release_tag
 from transformer_course.data import multi30k, token_cache
 from transformer_course.grading.classroom import GRADER_WORK, NOTEBOOK_TIMEOUT, SANDBOX_PROBLEM
+from transformer_course.grading.classroom.releases import Environment, Releases, differences, merge, note_cell
+from transformer_course.grading.gradebook import term
 from transformer_course.grading.gradebook.class_folder import Classroom, gradebook_lock
 from transformer_course.grading.gradebook.config import ROOT
-from transformer_course.grading.intake.identities import lookalike_notes, student_ids
+from transformer_course.grading.intake.identities import Identity, lookalike_notes, student_ids
 from transformer_course.grading.intake.submissions import (
+    Found,
+    Handed,
     Limits,
     Release,
     Submission,
@@ -54,9 +62,12 @@ from transformer_course.grading.intake.submissions import (
     load,
     other_file,
     printable,
+    shared_file_flags,
 )
-from transformer_course.grading.outputs import answers, hand_grades, report, scores
-from transformer_course.grading.outputs.files import replace_atomically
+from transformer_course.grading.outputs import answers, deadlines, hand_grades, report, similarity
+from transformer_course.grading.outputs.files import replace_atomically, write_text_atomically
+from transformer_course.grading.outputs.roster import Roster, RosterError
+from transformer_course.grading.outputs.scores import scored as row_scored
 from transformer_course.grading.outputs.spreadsheet import EXCEL_BOM, protect
 from transformer_course.grading.sandbox import hidden_inputs
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
@@ -71,6 +82,18 @@ class StudentResult:
     seconds: float = 0.0
     name: str = ""  # as the LMS or the folder wrote it, any script
     lms_id: str = ""  # the LMS's id for the student, when the download names one
+    lms: str = ""  # which LMS the id is of ("canvas", "moodle"; "" none)
+    identity: Identity | None = None
+    to_grade: list[str] = field(default_factory=list)  # the stages of this folder graded in this run (new, changed)
+    rejected: list[Submission] = field(default_factory=list)  # this folder's files that cannot be graded
+    changed: bool = False  # the record gained a note without a grading (an older notebook not graded)
+    record: term.Record | None = None  # what the class folder remembers of the student (`BatchGrader.plan`)
+
+
+def term_identity(record: term.Record) -> Identity:
+    """The identity a record was written for (the student keeps their id all term)."""
+    return Identity(record.identity.get("lms", ""), record.identity.get("lms_id", ""),
+                    record.identity.get("match", ""), record.identity.get("name", ""))
 
 
 def fingerprint(submissions: list[Submission]) -> str:
@@ -134,18 +157,30 @@ def scheduler_shard(kind: str, environment: dict[str, str] | os._Environ) -> tup
     raise argparse.ArgumentTypeError(f"unknown scheduler {kind!r}")
 
 
-def collect(folder: Path, release: Release, limits: Limits | None = None) -> dict[str, StudentResult]:
-    """Every student in the folder with their checked notebooks (one per assignment, the newest).
+def collect(folder: Path, release: Release, limits: Limits | None = None, known: dict[Identity, str] | None = None,
+            flag_copies: bool = True, roster: Roster | None = None,
+            times: deadlines.SubmissionTimes | None = None) -> dict[str, StudentResult]:
+    """Every student in the folder with their checked notebooks (one per assignment, the newest: by the
+    LMS's time, else Canvas's file number, else the file time, `deadlines.newer_key`).
 
     Nothing in the folder stops this and every file is accounted for: a notebook is a submission,
     rejected with the reason when it cannot be graded; another file is named on its student's rows,
     and a student with no notebook at all gets a rejected row naming their files. Students are told
-    apart by LMS id, else by their exact name (see `identities`)."""
+    apart by LMS id, else by their exact name (see `identities`); a name without an LMS id that the
+    ROSTER has is that student's LMS id. KNOWN: the students the class folder knows from earlier weeks, who
+    keep their ids. FLAG_COPIES: flag files handed in by several students of this folder (the batch command
+    flags them across the whole term instead, when it writes the scores)."""
     found = discover(folder)
     submissions = [load(release, item, limits) if item.notebook else other_file(release, item) for item in found]
+    mapped: dict[int, str] = {}
+    for submission in submissions if roster is not None else ():
+        if submission.identity is not None:
+            submission.identity, note = roster.identity(submission.identity)
+            if note:
+                mapped[id(submission)] = note
     identities = [submission.identity for submission in submissions if submission.identity]
-    ids = student_ids(identities)
-    notes = lookalike_notes(identities, ids)
+    ids = student_ids(identities, known)
+    notes = lookalike_notes([*identities, *(known or {})], {**(known or {}), **ids})
     students: dict[str, StudentResult] = {}
     others: dict[str, list[Submission]] = {}
     for submission in submissions:
@@ -155,13 +190,16 @@ def collect(folder: Path, release: Release, limits: Limits | None = None) -> dic
         if result is None:
             result = students[submission.student] = StudentResult(
                 submission.student, name=submission.identity.name, lms_id=submission.identity.lms_id,
+                lms=submission.identity.lms, identity=submission.identity,
                 reasons=list(notes.get(submission.identity, [])))
+        if id(submission) in mapped and mapped[id(submission)] not in result.reasons:
+            result.reasons.append(mapped[id(submission)])
         if submission.status == "other":
             others.setdefault(submission.student, []).append(submission)
             continue
         same = [s for s in result.submissions if s.assignment and s.assignment == submission.assignment]
         if same:
-            newest = max([*same, submission], key=lambda s: (s.modified, s.relative))
+            newest = max([*same, submission], key=lambda s: deadlines.newer_key(s, times))
             older = same[0] if newest is submission else submission
             result.reasons.append(f"{submission.assignment}: two notebooks, graded the newer "
                                   f"{printable(newest.relative)}, ignored {printable(older.relative)}")
@@ -172,7 +210,8 @@ def collect(folder: Path, release: Release, limits: Limits | None = None) -> dic
         result.submissions.append(submission)
     for student, files in others.items():
         _name_other_files(students[student], files)
-    flag_shared_files([s for result in students.values() for s in result.submissions])
+    if flag_copies:
+        flag_shared_files([s for result in students.values() for s in result.submissions])
     return students
 
 
@@ -197,7 +236,9 @@ class BatchGrader:
                  memory_gb: float = 6.0, sandbox: bool = True, assignment_ids: list[str] | None = None,
                  require_sandbox: bool = False, limits: Limits | None = None,
                  sandbox_per_notebook: bool = False, secret_file: Path | None = None,
-                 require_data: bool = False, notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
+                 require_data: bool = False, regrade: list[str] | None = None, roster: Path | None = None,
+                 deadlines_file: Path | None = None, submission_times: list[Path] | None = None,
+                 notebook_timeout: int = NOTEBOOK_TIMEOUT) -> None:
         self.course, self.class_dir, self.submissions = course.resolve(), class_dir.resolve(), submissions.resolve()
         self.secret_file = hidden_inputs.secret_path(secret_file).resolve()  # the hidden inputs' secret
         self.require_data = require_data  # no Multi30k for a graded stage that reads it: nobody is graded
@@ -215,6 +256,85 @@ class BatchGrader:
         self.start_up: Future[str | None] | None = None  # the start-up test (start_up_test)
         self.start_up_lock = threading.Lock()
         self.importing: threading.Thread | None = None  # nbgrader imported while the first workers start
+        self.release: Release | None = None  # the class's release notebooks, read by run()
+        self.run_stamp = ""  # when this run started (the records' entries say which run read a file)
+        self.regrade = list(regrade or [])  # --regrade STUDENT[/STAGE]: graded again though their files did not change
+        self.term_files = self.term_settings(roster, deadlines_file, submission_times)
+        self.roster: Roster | None = None
+        self.deadlines: deadlines.Deadlines | None = None
+        self.times: deadlines.SubmissionTimes | None = None
+        self.running = release_tag(self.course)  # the release this checkout grades with ("v0.2.0")
+        self.releases = Releases(self.course, self.class_dir)  # notebooks of other releases (classroom.releases)
+        self.graded_with: dict[tuple[str, str], Environment] = {}  # (student, stage) -> the release it is graded with
+        self.regrading: dict[str, set[str] | None] = {}  # --regrade: {student: the stages (None: all)}, set by run()
+
+    # --- the term's files: roster, deadlines, submission times ---------------------------------------------
+
+    TERM = "term.json"  # in the class folder: where the instructor's roster and deadlines file are
+
+    def term_settings(self, roster: Path | None, deadlines_file: Path | None,
+                      submission_times: list[Path] | None) -> dict[str, object]:
+        """The roster and deadlines files of this class: as given, else as an earlier run of this class folder
+        recorded them (CLASS/term.json), so week 2 needs no option week 1 had. Submission times belong to one
+        download and are never remembered."""
+        try:
+            saved = json.loads((self.class_dir / self.TERM).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            saved = {}
+        saved = saved if isinstance(saved, dict) else {}
+        files = {"roster": str(roster.resolve()) if roster else saved.get("roster"),
+                 "deadlines": str(deadlines_file.resolve()) if deadlines_file else saved.get("deadlines"),
+                 "submission_times": [str(path.resolve()) for path in submission_times or []]}
+        for key, given in (("roster", roster), ("deadlines", deadlines_file)):
+            if files[key] and not given:
+                print(f"using the {key} file of this class folder: {files[key]} (recorded in {self.TERM})", flush=True)
+        return files
+
+    def read_term(self) -> None:
+        """Read the roster, deadlines and times files (GradingUnavailable, naming the file and entry, when one
+        cannot be used), and record where the first two are."""
+        try:
+            if self.term_files["roster"]:
+                self.roster = Roster.load(Path(str(self.term_files["roster"])))
+            if self.term_files["deadlines"]:
+                self.deadlines = deadlines.Deadlines.load(Path(str(self.term_files["deadlines"])))
+                self.deadlines.check_stages(course_assignments(self.course))
+            times = [Path(path) for path in self.term_files["submission_times"]]  # type: ignore[union-attr]
+            if times:
+                zone = self.deadlines.zone if self.deadlines else deadlines.Deadlines().zone
+                self.times = deadlines.SubmissionTimes.load(times, zone)
+        except (RosterError, deadlines.DeadlineError) as error:
+            raise GradingUnavailable(str(error)) from None
+        if self.term_files["roster"] or self.term_files["deadlines"]:
+            self.class_dir.mkdir(parents=True, exist_ok=True)
+            write_text_atomically(self.class_dir / self.TERM, json.dumps(
+                {"about": "the files of this class's term, used again by later runs (website/instructor/lms.md)",
+                 "roster": self.term_files["roster"], "deadlines": self.term_files["deadlines"]}, indent=1) + "\n")
+
+    def regrade_targets(self, everyone: dict[str, StudentResult]) -> dict[str, set[str] | None]:
+        """{student: the stages to grade again (None: all)} for --regrade STUDENT[/STAGE] (a student named by id,
+        LMS id or name as scores.csv has them); GradingUnavailable names what matches nobody."""
+        targets: dict[str, set[str] | None] = {}
+        unknown = []
+        for item in self.regrade:
+            who, _, stage = item.partition("/")
+            matches = [result.student for result in everyone.values() if who in (result.student, result.lms_id,
+                                                                                    result.name)
+                       and (not stage or any(s.assignment == stage for s in result.submissions))]
+            if not matches or (stage and stage not in self.assignment_ids):
+                unknown.append(item)
+                continue
+            for student in matches:
+                if stage and targets.get(student, set()) is not None:
+                    targets.setdefault(student, set()).add(stage)  # type: ignore[union-attr]
+                else:
+                    targets[student] = None
+        if unknown:
+            raise GradingUnavailable("--regrade " + ", ".join(map(repr, unknown)) + " names no student of this "
+                                     "download (a student id, LMS id or name as scores.csv has it), no notebook of "
+                                     "theirs in it, or no stage ("
+                                     + ", ".join(self.assignment_ids) + "); nobody was graded")
+        return targets
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -234,11 +354,49 @@ class BatchGrader:
         if not current():
             with gradebook_lock(self.db_url, self.class_dir):  # machines sharing the class folder: one does it
                 if not current():
+                    pinned = self.class_dir / "release" / ".release"
+                    before = pinned.read_text(encoding="utf-8").strip() if pinned.is_file() else ""
                     self.classroom.register(assignment_ids)
                     marker.write_text(stamp)
+                    pinned.write_text(self.running + "\n", encoding="utf-8")
+                    if before and before != self.running:
+                        print(f"the class's release changes from {before} to {self.running} (this checkout): "
+                              f"notebooks of {before} are graded with {before}'s checks where that release is "
+                              "available (website/instructor/releasing.md)", flush=True)
         if data:
             self.data_folder = self.provide_data(assignment_ids)
         return assignment_ids
+
+    def own_releases(self, students: list[StudentResult]) -> None:
+        """Each notebook of another release than this checkout's: graded with its own release when that release
+        is available and its graded cells are the class's (`classroom.releases`); else with this one's, and its
+        row and feedback page say so (the report lists it under "another release")."""
+        for result in students:
+            for index, submission in enumerate(result.submissions):
+                tag, assignment = submission.release, submission.assignment
+                if not tag or tag == self.running or assignment not in result.to_grade or submission.notebook is None:
+                    continue
+                environment = self.releases.environment(tag, self.assignment_ids)
+                if isinstance(environment, Environment):
+                    theirs = nbformat.read(environment.class_dir / "release" / assignment / f"{assignment}.ipynb", 4)
+                    ours = nbformat.read(self.class_dir / "release" / assignment / f"{assignment}.ipynb", 4)
+                    why = "; ".join(differences(ours, theirs)[:4])
+                    why = f"its graded cells differ from {self.running}'s ({why})" if why else ""
+                else:
+                    why = f"which is not available here ({environment})"
+                if why:
+                    submission.notebook.cells.insert(1, note_cell(tag, self.running))
+                    result.reasons.append(f"{assignment}: from release {tag}, {why}: graded with {self.running}'s "
+                                          "checks, which may differ from the ones the notebook ran: review it")
+                    continue
+                assert isinstance(environment, Environment)
+                found = Found(submission.path, PurePosixPath(submission.relative))
+                again = load(Release(environment.class_dir / "release", [assignment]), found, self.limits)
+                again.student, again.identity = submission.student, submission.identity
+                result.submissions[index] = again
+                self.graded_with[result.student, assignment] = environment
+                result.reasons.append(f"{assignment}: from release {tag} (this class is graded with "
+                                      f"{self.running}): graded with {tag}'s checks")
 
     def readers_of_data(self, assignment_ids: list[str]) -> list[str]:
         """The stages among `assignment_ids` whose notebooks read Multi30k while graded (stages 0 and 5-7: their
@@ -276,25 +434,121 @@ class BatchGrader:
         self.tokens_folder = str(tokens) if tokens is not None else None
         return str(paths[0].parent)
 
-    def record(self, result: StudentResult) -> dict:
-        """What the last run saved for this student ({} when nothing readable was saved)."""
-        try:
-            saved = json.loads((self.records / f"{result.student}.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return saved if isinstance(saved, dict) else {}
+    def record(self, result: StudentResult) -> term.Record:
+        """What the class folder remembers of this student (an empty record when nothing readable)."""
+        return term.load(self.records, result.student)
 
-    def already_graded(self, result: StudentResult) -> bool:
-        saved = {} if self.force else self.record(result)
-        return saved.get("fingerprint") == fingerprint(result.submissions) and saved.get("status") == "graded"
+    def plan(self, result: StudentResult, record: term.Record) -> None:
+        """Decide what of this week's folder is new for the student (`result.to_grade`, `result.rejected`).
+
+        A notebook whose bytes the record holds, graded, is not graded again (unless --force, or --regrade names
+        the student, or the student and its stage); a changed one
+        (a resubmission) or a new stage is; one older, by its file's time, than the notebook graded for its
+        stage is not (the newer stays, and its row says so). A file that could not be graded replaces the earlier
+        row of that file, or of its stage when nothing was graded for it; beside a graded notebook of its stage
+        it is a row of its own."""
+        result.record = record
+        self._migrate(result, record)
+        result.to_grade, result.rejected = [], []
+        for submission in result.submissions:
+            stage = submission.assignment
+            if submission.notebook is None or stage is None:
+                result.rejected.append(submission)
+                continue
+            earlier = record.notebooks.get(stage)
+            named = self.regrading.get(result.student, set())  # --regrade: None (all of theirs) or some stages
+            again = result.student in self.regrading and (named is None or stage in named)
+            if earlier is None or self.force or again or earlier.status != "graded":
+                result.to_grade.append(stage)
+            elif earlier.digest == submission.digest:
+                continue
+            elif self.older(submission, earlier):
+                note = (f"{stage}: an older notebook, {printable(submission.relative)}, in a later download was not "
+                        f"graded: the newer one graded before, {printable(earlier.file)}, stays")
+                if note not in earlier.reasons:
+                    earlier.reasons.append(note)
+                    result.changed = True
+            else:
+                result.to_grade.append(stage)
+
+    def older(self, submission: Submission, earlier: term.Entry) -> bool:
+        """Whether SUBMISSION was handed in before the notebook graded for its stage: by the LMS's times when both
+        have one (--submission-times), else by the files' times."""
+        mine = deadlines.submission_time(submission, self.times)
+        theirs = deadlines.HandedIn.read(earlier.handed)
+        if mine.when and theirs and theirs.when and mine.source != "file time" and theirs.source != "file time":
+            return mine.when < theirs.when
+        return submission.modified < earlier.modified
+
+    def _migrate(self, result: StudentResult, record: term.Record) -> None:
+        """A record written before the class folder kept the term (no notebooks, the fingerprint of the files of the
+        student's last run): when this folder holds those very files, they become the record's notebooks."""
+        saved = record.last_run
+        if record.notebooks or saved.get("fingerprint") != fingerprint(result.submissions):
+            return
+        if saved.get("status") != "graded":
+            return
+        notes, result.reasons = result.reasons, [str(reason) for reason in saved.get("reasons", [])
+                                                 if isinstance(reason, str)]
+        for submission in result.submissions:
+            if submission.notebook is not None and submission.assignment:
+                record.notebooks[submission.assignment] = self._entry(
+                    result, submission, "graded", self.reasons_for(result, submission.assignment), "")
+        result.reasons, result.changed = notes, True
+
+    def _entry(self, result: StudentResult, submission: Submission, status: str, reasons: list[str],
+               run: str) -> term.Entry:
+        stage = submission.assignment or ""
+        normalised = {}
+        if submission.notebook is not None and stage in self.release.notebooks:
+            normalised = similarity.normalised_cells(submission.notebook, self.release.notebooks[stage])
+        return term.Entry(file=submission.relative, digest=submission.digest, modified=submission.modified,
+                          inode=submission.inode, run=run, checked=submission.status, status=status,
+                          reasons=reasons, untouched=submission.untouched, assignment=stage,
+                          normalised=normalised, normaliser=similarity.NORMALISER,
+                          handed=deadlines.submission_time(submission, self.times).to_json())
+
+    def remember(self, result: StudentResult, record: term.Record, report: dict[str, dict] | None = None,
+                 failure: str = "") -> None:
+        """Write the student's record: the notebooks graded now (from the worker's REPORT: graded, or failed with
+        the reason), the files that could not be graded; everything else of the record as it was."""
+        record.identity = {"lms": result.identity.lms, "lms_id": result.identity.lms_id,
+                           "match": result.identity.match, "name": result.identity.name} if result.identity else (
+            record.identity)
+        graded_now = {s.assignment: s for s in result.submissions if s.assignment in result.to_grade}
+        for stage, submission in graded_now.items():
+            reasons = self.reasons_for(result, stage)
+            if failure:
+                reasons.append(failure)
+            done = report is not None and stage in report and report[stage].get("success")
+            record.notebooks[stage] = self._entry(result, submission, "graded" if done else "failed", reasons,
+                                                  self.run_stamp)
+            record.files.pop(submission.relative, None)  # a file rejected before, handed in again readable
+        for submission in result.rejected:
+            reasons = list(submission.reasons or result.reasons)
+            stage = submission.assignment
+            earlier = record.notebooks.get(stage) if stage else None
+            entry = self._entry(result, submission, "rejected", reasons, self.run_stamp)
+            if stage and (earlier is None or earlier.status != "graded"):
+                record.notebooks[stage] = entry
+            else:
+                if earlier is not None:
+                    entry.reasons.append(f"{stage}: the notebook graded before, {printable(earlier.file)}, keeps "
+                                         "its score")
+                record.files[submission.relative] = entry
+        if report is not None or failure:
+            record.last_run = {"fingerprint": fingerprint(result.submissions), "status": result.status,
+                               "reasons": result.reasons, "seconds": round(result.seconds, 1),
+                               "notebook_seconds": {a: r.get("seconds") for a, r in sorted((report or {}).items())}}
+        term.save(self.records, record)
 
     def place(self, result: StudentResult) -> list[str]:
-        """Write the checked notebooks where nbgrader looks; returns the assignments to grade."""
+        """Write the checked notebooks to grade where nbgrader looks; returns the assignments to grade."""
         to_grade = []
         for submission in result.submissions:
-            result.reasons += submission.reasons
-            if submission.notebook is None or submission.assignment is None:
+            if submission.notebook is None or submission.assignment not in result.to_grade:
                 continue
+            result.reasons += submission.reasons
             path = self.class_dir / "submitted" / result.student / submission.assignment
             path.mkdir(parents=True, exist_ok=True)
             nbformat.write(submission.notebook, path / f"{submission.assignment}.ipynb")
@@ -305,16 +559,27 @@ class BatchGrader:
         start = time.perf_counter()
         if self.start_up is not None and self.start_up.done() and self.verdict_of_start_up():
             return result  # no sandbox starts here: nobody is graded (run() says why)
+        record = result.record or self.record(result)
         to_grade = self.place(result)
         if not to_grade:
             result.status = "rejected"
-            result.reasons = result.reasons or ["no gradable notebook"]
+            result.reasons = result.reasons or [reason for s in result.rejected for reason in s.reasons] or [
+                "no gradable notebook"]
+            self.remember(result, record)
             return result
         report: dict = {}
-        parts = self.split(to_grade)
+        others = {a: self.graded_with[result.student, a] for a in to_grade if (result.student, a) in self.graded_with}
+        mine = [a for a in to_grade if a not in others]
+        parts: list[tuple[list[str], Environment | None]] = [(part, None) for part in self.split(mine)] if mine else []
+        parts += [([a], environment) for a, environment in others.items()]  # graded by their release's worker
+        for assignment, environment in others.items():  # where that release's gradebook looks for it
+            self.place_for(environment, result, assignment)
         barrier = threading.Barrier(len(parts))  # every worker's visible cells before any hidden part
         with ThreadPoolExecutor(max_workers=len(parts)) as pool:
-            for part_report, problem in pool.map(lambda part: self.run_worker(result.student, part, barrier), parts):
+            for (_, environment), (part_report, problem) in zip(parts, pool.map(
+                    lambda part: self.run_worker(result.student, part[0], barrier, part[1]), parts), strict=True):
+                if environment is not None:
+                    self.merge_release(environment, result, part_report)
                 report.update(part_report)
                 if problem:
                     result.reasons.append(problem)
@@ -329,23 +594,43 @@ class BatchGrader:
         result.reasons += [f"{a}: {fault}" for a, r in report.items() for fault in r.get("faults", [])]
         result.status = "graded" if report and not failures and not missing else "failed"
         result.seconds = time.perf_counter() - start
-        self.records.mkdir(parents=True, exist_ok=True)
-        (self.records / f"{result.student}.json").write_text(json.dumps(
-            {"fingerprint": fingerprint(result.submissions), "status": result.status, "reasons": result.reasons,
-             "seconds": round(result.seconds, 1),
-             "notebook_seconds": {a: r.get("seconds") for a, r in sorted(report.items())}}, indent=1))
+        self.remember(result, record, report)
         return result
 
-    def run_worker(self, student: str, assignment_ids: list[str],
-                   barrier: threading.Barrier | None = None) -> tuple[dict, str]:
-        """(the worker's report, a reason when it gave none) for grading these notebooks of a student.
+    def place_for(self, environment: Environment, result: StudentResult, assignment: str) -> None:
+        """Write the student's notebook where the gradebook of its release looks for it."""
+        for submission in result.submissions:
+            if submission.assignment == assignment and submission.notebook is not None:
+                path = environment.class_dir / "submitted" / result.student / assignment
+                path.mkdir(parents=True, exist_ok=True)
+                nbformat.write(submission.notebook, path / f"{assignment}.ipynb")
+
+    def merge_release(self, environment: Environment, result: StudentResult, part_report: dict) -> None:
+        """A notebook graded by its own release's worker joins the class's gradebook and folders."""
+        for assignment, outcome in part_report.items():
+            if not isinstance(outcome, dict) or not outcome.get("success"):
+                continue
+            try:
+                merge(environment, self.class_dir, self.db_url, result.student, assignment)
+            except Exception as error:  # noqa: BLE001  (the student's row says it, the batch goes on)
+                outcome["success"] = False
+                outcome["error"] = f"its grading by {environment.tag} could not join the class's gradebook: {error}"
+
+    def run_worker(self, student: str, assignment_ids: list[str], barrier: threading.Barrier | None = None,
+                   environment: Environment | None = None) -> tuple[dict, str]:
+        """(the worker's report, a reason when it gave none) for grading these notebooks of a student, by this
+        checkout's worker or, with ENVIRONMENT, by the worker of the notebooks' own release.
 
         The worker grades every visible cell of its notebooks first, says so, and waits for the other workers
         grading the same student (`barrier`) before any hidden part runs (worker.Phases)."""
-        command = [sys.executable, "-m", "transformer_course.grading.classroom.worker", "--course", str(self.course),
-                   "--class-dir", str(self.class_dir), "--student", student, "--db-url", self.db_url,
-                   "--timeout", str(self.timeout), "--notebook-timeout", str(self.notebook_timeout),
-                   "--memory-gb", str(self.memory_gb)]
+        python, course, class_dir, db_url = ((environment.python, environment.course, environment.class_dir,
+                                              environment.db_url) if environment is not None else
+                                             (Path(sys.executable), self.course, self.class_dir, self.db_url))
+        command = [str(python), "-m", "transformer_course.grading.classroom.worker", "--course", str(course),
+                   "--class-dir", str(class_dir), "--student", student, "--db-url", db_url,
+                   "--timeout", str(self.timeout), "--memory-gb", str(self.memory_gb)]
+        if environment is None or _knows_notebook_timeout(environment.course):  # an older release's worker may not
+            command += ["--notebook-timeout", str(self.notebook_timeout)]
         command += [item for assignment in assignment_ids for item in ("--assignment", assignment)]
         command += ([] if self.sandbox else ["--no-sandbox"]) + ["--wait-for-go"]
         command += ["--secret-file", str(self.secret_file)]
@@ -512,7 +797,10 @@ class BatchGrader:
 
     def run(self, grade: bool = True) -> dict[str, StudentResult]:
         """Grade this shard's students (all of them without a shard) and write scores.csv for the
-        whole class; returns this shard's students. grade=False only writes scores.csv."""
+        whole class; returns this shard's students. grade=False only writes scores.csv.
+
+        The folder is merged into the class folder's term (`gradebook.term`): only what is new in it is
+        graded (a new stage, a resubmission), and every student and notebook it lacks keeps its row."""
         problem = bubblewrap_problem() if self.sandbox and grade else None
         if problem:  # secure by default: unconfined grading only when the instructor asked for it by name
             raise GradingUnavailable(f"student notebooks cannot be isolated here: {problem}. Nobody was graded. "
@@ -522,29 +810,43 @@ class BatchGrader:
             _warn_unsandboxed()
         if grade:
             self.use_secret()
+        self.read_term()
         assignment_ids = self.prepare(data=False) if grade else self.assignment_ids
-        release = Release(self.class_dir / "release", assignment_ids)
+        self.release = release = Release(self.class_dir / "release", assignment_ids)
+        self.run_stamp = datetime.now().isoformat(timespec="seconds")
         root = download_root(self.submissions)
         if root != self.submissions:
             print(f"the download lies in the folder {printable(root.name)} of {self.submissions}: reading it there",
                   flush=True)
-        everyone = collect(self.submissions, release, self.limits)
+        records = term.load_all(self.records)
+        known = {term_identity(record): student for student, record in records.items() if record.identity}
+        everyone = collect(self.submissions, release, self.limits, known=known, flag_copies=False,
+                           roster=self.roster, times=self.times)
         if not grade:
-            self.write_csv(self.elsewhere(everyone, {}))
+            self.write_csv(everyone)
+            self.write_similarity()
             report.write_report(self.class_dir)
             return everyone
         students = {name: result for name, result in everyone.items() if in_shard(name, self.shard)}
+        self.regrading = self.regrade_targets(everyone)
         pending = []
         for result in students.values():
-            if self.already_graded(result):
-                result.status = "skipped"
-                result.reasons = [str(reason) for reason in self.record(result).get("reasons", [])]
-            else:
+            record = records.get(result.student) or term.Record(result.student)
+            self.plan(result, record)
+            if result.to_grade or self._new_rejections(result, record):
                 pending.append(result)
+                continue
+            result.status = "skipped"
+            kept = [record.notebooks.get(s.assignment) for s in result.submissions if s.assignment]
+            result.reasons = list(dict.fromkeys(reason for entry in kept if entry for reason in entry.reasons))
+            if result.changed:
+                self.remember(result, record)
+        self.own_releases(pending)
         graded_stages = sorted({s.assignment for result in pending for s in result.submissions
-                                if s.assignment and s.notebook is not None})
+                                if s.assignment in result.to_grade and s.notebook is not None})
         self.data_folder = self.provide_data(graded_stages)  # Multi30k only when a stage graded now reads it
-        if pending:  # nbgrader (half a second to import) is needed for the scores at the end: imported meanwhile
+        if any(result.to_grade for result in pending):  # nbgrader (half a second to import) is needed for the
+            # scores at the end: imported meanwhile
             self.importing = threading.Thread(target=importlib.import_module, args=("nbgrader.api",), daemon=True)
             self.importing.start()
         if pending and self.sandbox_per_notebook:
@@ -553,82 +855,129 @@ class BatchGrader:
             futures = {pool.submit(self.grade, result): result for result in pending}
             for future in tqdm(as_completed(futures), total=len(futures), desc="grading", unit="student"):
                 if future.exception() is not None:  # one student's unexpected error is their row, not the batch's end
-                    error = future.exception()
-                    futures[future].status = "failed"
-                    futures[future].reasons.append(f"the grader failed on this student ({type(error).__name__}: "
-                                                   f"{printable(str(error))[:200]})")
+                    error, result = future.exception(), futures[future]
+                    result.status = "failed"
+                    reason = (f"the grader failed on this student ({type(error).__name__}: "
+                              f"{printable(str(error))[:200]})")
+                    result.reasons.append(reason)
+                    with contextlib.suppress(OSError):
+                        self.remember(result, result.record or self.record(result), failure=reason)
         self.raise_if_unavailable(self.verdict_of_start_up())  # nobody graded, no scores.csv
         self.imported()
-        self.write_csv({**self.elsewhere(everyone, students), **students})
+        self.write_csv(everyone, set(students))
+        self.write_similarity()
         report.write_report(self.class_dir)  # report.html beside scores.csv
         answers.write_formgrader_config(self.class_dir, self.course, self.db_url)  # for grading answers by hand
         return students
 
-    def elsewhere(self, everyone: dict[str, StudentResult], mine: dict[str, StudentResult]) -> dict[str, StudentResult]:
-        """The class's other students (other shards'), as far as this machine knows: their record when
-        the class folder is shared, else 'pending' (the gradebook's scores, when there, still show)."""
-        others = {}
-        for name, result in everyone.items():
-            if name in mine:
-                continue
-            saved = self.record(result)
-            if saved.get("fingerprint") == fingerprint(result.submissions) and saved.get("status"):
-                result.status = str(saved["status"])
-                result.reasons = [str(reason) for reason in saved.get("reasons", [])]
-            else:
-                result.status = "pending"
-                result.reasons.append("not graded yet (by the machine of its shard) when this file was written")
-            others[name] = result
-        return others
+    def _new_rejections(self, result: StudentResult, record: term.Record) -> bool:
+        """Whether a file of this folder that cannot be graded is not in the record yet (as the same bytes and
+        reasons)."""
+        for submission in result.rejected:
+            entries = [entry for entry in record.entries() if entry.file == submission.relative]
+            if not any(entry.digest == submission.digest and entry.status == "rejected" for entry in entries):
+                return True
+        return False
 
     # --- reporting ------------------------------------------------------------------------------
 
-    def write_csv(self, students: dict[str, StudentResult]) -> Path:
-        """scores.csv: one row per (student, assignment) graded, plus one per file that was not, with the reason.
+    def write_csv(self, everyone: dict[str, StudentResult], mine: set[str] | None = None) -> Path:
+        """scores.csv: one row per (student, assignment) of the whole term, plus one per file that could not be
+        graded, with the reason.
+
+        The rows come from the class folder's records (`gradebook.term`: every student and notebook graded into
+        it, whichever downloads folder held them) and the gradebook's scores. Students of EVERYONE (this
+        downloads folder) without a record of these files are another machine's (a shard's) and not graded yet,
+        or graded there with records that are not in this class folder (MINE: the students this machine graded in
+        this run, whose records say all). Byte-identical files handed in by
+        several students are flagged across the whole term (`shared_file_flags`).
 
         Every text cell is safe to open in a spreadsheet (`spreadsheet_cell`); numbers stay numbers. Written
         answers graded by hand whose text did not change are taken off nbgrader's review list first
         (`hand_grades.keep_unchanged`). The file is replaced whole (`replace_atomically`): machines sharing
         the class folder never mix two versions, and of two writing at once the last one wins whole."""
         hand_grades.keep_unchanged(self.class_dir, self.db_url)
-        rows = answers.score_rows(self.db_url)  # written answers not yet graded: "needs manual grading"
-        graded = {(row["student"], row["assignment"]) for row in rows}
-        by_student: dict[object, list[dict]] = {}
-        for row in rows:
-            by_student.setdefault(row["student"], []).append(row)
-        for result in students.values():
-            person = {"name": result.name, "lms_id": result.lms_id}
-            files = {s.assignment: s.relative for s in result.submissions if s.assignment}
-            checked = {s.assignment: s.status for s in result.submissions if s.assignment}
-            # a student of another shard whose scores are all in the gradebook was graded there (one with cells not
-            # scored yet is being graded there now: nbgrader writes the scores at the end of each notebook)
-            status = "graded" if result.status == "pending" and result.student in by_student and all(
-                scores.scored(row) for row in by_student[result.student]) else result.status
-            for row in by_student.get(result.student, []):
-                reasons = self.reasons_for(result, str(row["assignment"])) if status == result.status else [
-                    "graded on another machine, whose records are not in this class folder"]
-                row.update(person, status=status, file=files.get(str(row["assignment"]), ""),
-                           notebook=checked.get(str(row["assignment"]), ""), reasons="; ".join(reasons))
+        scored = {(row["student"], row["assignment"]): row for row in answers.score_rows(self.db_url)}
+        records = term.load_all(self.records)
+        entries = [(student, entry) for student, record in records.items() for entry in record.entries()]
+        flags = shared_file_flags([Handed(student, entry.assignment, entry.file, entry.digest, entry.inode, entry.run,
+                                          entry.untouched) for student, entry in entries])
+        flagged = {id(entry): found for (_, entry), found in zip(entries, flags, strict=True)}
+        rows: list[dict] = []
+        handed: dict[int, tuple[deadlines.HandedIn | None, list[str]]] = {}  # id(row) -> when, the student's names
+        for student, record in records.items():
+            person = {"name": record.name, "lms_id": record.lms_id, "lms": record.identity.get("lms", "")}
+            names = deadlines.person_names(student, term_identity(record))
+            for stage, entry in record.notebooks.items():
+                row = scored.pop((student, stage), None) or {"student": student, "assignment": stage}
+                row.update(person, status=entry.status, notebook=entry.checked, file=entry.file,
+                           reasons="; ".join(dict.fromkeys([*entry.reasons, *flagged[id(entry)]])))
+                rows.append(row)
+                handed[id(row)] = (deadlines.HandedIn.read(entry.handed), names)
+            for entry in record.files.values():
+                rows.append({"student": student, **person, "assignment": entry.assignment or "?",
+                             "status": entry.status, "notebook": entry.checked, "file": entry.file,
+                             "reasons": "; ".join(dict.fromkeys([*entry.reasons, *flagged[id(entry)]]))})
+        for result in everyone.values():  # this folder's students whose files no record holds: another machine's
+            if result.student in (mine or set()):
+                continue
+            record = records.get(result.student)
+            person = {"name": result.name, "lms_id": result.lms_id, "lms": result.lms}
             for submission in result.submissions:
-                if (result.student, submission.assignment) in graded:
+                stage = submission.assignment
+                if record is not None and any(entry.file == submission.relative and entry.digest == submission.digest
+                                              for entry in record.entries()):
                     continue
-                rejected = submission.status == "rejected"
-                reasons = submission.reasons if rejected else self.reasons_for(result, submission.assignment or "?")
-                rows.append({"student": result.student, **person, "assignment": submission.assignment or "?",
-                             "status": "rejected" if rejected else result.status, "notebook": submission.status,
-                             "reasons": "; ".join(reasons or result.reasons), "file": submission.relative})
-        fixed = ["student", "name", "lms_id", "assignment", *answers.GRADEBOOK_COLUMNS, "status", "notebook",
-                 "reasons", "file"]
-        columns = [*fixed[:4], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[4:]]
+                row = scored.pop((result.student, stage), None) if stage else None
+                if row is not None and row_scored(row):
+                    row.update(person, status="graded", notebook=submission.status, file=submission.relative,
+                               reasons="graded on another machine, whose records are not in this class folder")
+                    rows.append(row)
+                    handed[id(row)] = (deadlines.submission_time(submission, self.times),
+                                       deadlines.names_of(submission))
+                    continue
+                reasons = [*self.reasons_for(result, stage or "?"), "not graded yet (by the machine of its shard) "
+                           "when this file was written"] if submission.status != "rejected" else submission.reasons
+                rows.append({**(row or {}), "student": result.student, **person, "assignment": stage or "?",
+                             "status": "rejected" if submission.status == "rejected" else "pending",
+                             "notebook": submission.status, "reasons": "; ".join(reasons), "file": submission.relative})
+        for row in scored.values():  # in the gradebook, in no record here nor in this folder
+            row.update(status="graded" if row_scored(row) else "pending", reasons="graded on another machine, whose "
+                       "records are not in this class folder" if row_scored(row) else "not graded yet (by another "
+                       "machine) when this file was written")
+            rows.append(row)
+        late = list(deadlines.TERM_COLUMNS) if self.deadlines is not None else []
+        if late:
+            self.late_columns(rows, handed)
+        fixed = ["student", "name", "lms_id", "lms", "assignment", *answers.GRADEBOOK_COLUMNS, *late, "status",
+                 "notebook", "reasons", "file"]
+        columns = [*fixed[:5], *sorted({key for row in rows for key in row} - set(fixed), key=str), *fixed[5:]]
 
         def write(handle) -> None:  # noqa: ANN001
             handle.write(EXCEL_BOM)  # Excel then reads it as UTF-8: names with umlauts stay whole
             writer = csv.writer(handle)
             writer.writerow([spreadsheet_cell(column) for column in columns])
-            for row in sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]))):
+            for row in sorted(rows, key=lambda row: (str(row["student"]), str(row["assignment"]), str(row["file"]))):
                 writer.writerow([spreadsheet_cell(row.get(column, "")) for column in columns])
 
         return replace_atomically(self.class_dir / "scores.csv", write, newline="")
+
+    def write_similarity(self) -> Path:
+        """CLASS/similarity.json: the near-copies of every exercise and written answer across the term's records
+        and the reference solution (`outputs.similarity`), which the class report lists."""
+        return similarity.write(self.class_dir, self.course, term.load_all(self.records), self.assignment_ids)
+
+    def late_columns(self, rows: list[dict], handed: dict[int, tuple[deadlines.HandedIn | None, list[str]]]) -> None:
+        """Each notebook's row: its submission time, due date, lateness and penalty (`deadlines.handed_columns`),
+        from when it was handed in as the class folder's record keeps it (HANDED: id(row) -> (when, the student's
+        names)), against the deadlines file as it is now (an extension given later counts)."""
+        assert self.deadlines is not None
+        for row in rows:
+            when, names = handed.get(id(row), (None, []))
+            if when is not None:
+                total = row.get("total")
+                row.update(deadlines.handed_columns(when, str(row["assignment"]), names, self.deadlines,
+                                                    float(total) if isinstance(total, int | float) else None))
 
     def reasons_for(self, result: StudentResult, assignment: str) -> list[str]:
         """The student's reasons about this assignment or about no assignment in particular."""
@@ -731,6 +1080,16 @@ def _clean_environment() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if not any(w in name.upper() for w in secret_words)}
 
 
+def _knows_notebook_timeout(course: Path) -> bool:
+    """Whether the worker of the release checked out at COURSE takes --notebook-timeout (releases before one
+    deadline per notebook do not, and would refuse the whole command)."""
+    worker = course / "src" / "transformer_course" / "grading" / "classroom" / "worker.py"
+    try:
+        return "--notebook-timeout" in worker.read_text(encoding="utf-8")
+    except OSError:
+        return False
+
+
 class GradingUnavailable(RuntimeError):
     """This machine cannot grade at all (e.g. a kernel cannot start); the message says why."""
 
@@ -779,7 +1138,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--class-dir", type=Path, default=ROOT / "autograde" / "class",
                         help="where the gradebook, autograded copies, feedback and scores.csv go")
     parser.add_argument("--jobs", type=int, default=2, help="students graded at the same time")
-    parser.add_argument("--force", action="store_true", help="regrade students already graded")
+    parser.add_argument("--force", action="store_true",
+                        help="regrade every notebook of the folder, those graded before included")
     parser.add_argument("--db-url", help="SQLAlchemy URL of a shared gradebook (default: sqlite in --class-dir)")
     parser.add_argument("--shard", type=parse_shard,
                         help="K/N: grade only the K-th of N slices of the class; slurm, kubernetes or auto: the slice "
@@ -808,6 +1168,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--require-data", action="store_true",
                         help="grade nobody (exit status 2) when a stage graded now reads Multi30k and it cannot be "
                              "had (MULTI30K_DIR), instead of grading with its data cells failing (the cluster recipes)")
+    parser.add_argument("--regrade", action="append", metavar="STUDENT[/STAGE]",
+                        help="grade this student (student id, LMS id or name) again though their files did not change, "
+                             "or only this notebook of theirs (repeatable); --force regrades every notebook of the "
+                             "folder")
+    parser.add_argument("--roster", type=Path,
+                        help="the class roster (name, email, lms_id, ...): maps notebooks without an LMS id (email, "
+                             "USB) to the student's LMS id; remembered by the class folder")
+    parser.add_argument("--deadlines", type=Path,
+                        help="due dates, extensions and the late penalty (TOML, website/instructor/lms.md); "
+                             "remembered by the class folder")
+    parser.add_argument("--submission-times", type=Path, action="append", default=[], metavar="FILE",
+                        help="when each notebook was handed in, as the LMS recorded it: Moodle's grading worksheet, "
+                             "or a sheet with student, submitted[, assignment] (repeatable)")
     parser.add_argument("--scores-only", action="store_true",
                         help="grade nobody: write scores.csv for the whole class from the gradebook (after all shards)")
     arguments = parser.parse_args(argv)
@@ -818,7 +1191,9 @@ def main(argv: list[str] | None = None) -> int:
                          memory_gb=arguments.memory_gb, sandbox=not arguments.no_sandbox,
                          assignment_ids=arguments.assignment, require_sandbox=arguments.require_sandbox,
                          sandbox_per_notebook=arguments.sandbox_per_notebook, secret_file=arguments.secret_file,
-                         require_data=arguments.require_data, notebook_timeout=arguments.notebook_timeout)
+                         require_data=arguments.require_data, regrade=arguments.regrade,
+                         roster=arguments.roster, deadlines_file=arguments.deadlines,
+                         submission_times=arguments.submission_times, notebook_timeout=arguments.notebook_timeout)
     if arguments.shard:
         print(f"this machine grades shard {arguments.shard[0]}/{arguments.shard[1]} of the class", flush=True)
     try:

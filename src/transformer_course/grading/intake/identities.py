@@ -49,8 +49,8 @@ _NAME_PUNCTUATION = "'’-.,()"
 # Canvas: no name at all is tried first (old anonymous downloads start with the user id); the name
 # is the shortest prefix followed by `_[LATE_]<id>_<id>_` (Canvas removes `_<digits>_` from names).
 # Ids are ASCII digits, as the LMSs write them (`\d` would also take fullwidth or Arabic-Indic digits).
-_CANVAS = re.compile(r"^(?:(?P<name>.*?)_)??(?P<late>(?i:late)_)?(?P<id>[1-9][0-9]*|anon_[A-Za-z0-9]+)_[1-9][0-9]*_"
-                     r"(?P<file>.+)$", re.DOTALL)
+_CANVAS = re.compile(r"^(?:(?P<name>.*?)_)??(?P<late>(?i:late)_)?(?P<id>[1-9][0-9]*|anon_[A-Za-z0-9]+)_"
+                     r"(?P<file_id>[1-9][0-9]*)_(?P<file>.+)$", re.DOTALL)
 _MOODLE = re.compile(r"^(?P<name>[^_]*)_(?P<id>[0-9]+)_assignsubmission_[a-z]+_(?P<file>.*)$", re.DOTALL)
 _DOWNLOAD_NOISE = re.compile(r"^\s*copy of\s+|\s*\(\d+\)|\s*-\s*copy\b", re.IGNORECASE)
 _SEPARATORS = " \t_-."
@@ -139,6 +139,17 @@ def lms_identity(name: str) -> tuple[Identity, list[str]] | None:
     return Identity("canvas", match["id"], "", readable(match["name"] or "")), notes
 
 
+def canvas_upload(name: str) -> tuple[int, bool] | None:
+    """(the file id, whether it is marked LATE) of a Canvas download's name at the top of the folder, None for
+    any other name. Canvas numbers the files as they are uploaded, so of two files of one student the one with
+    the larger id was uploaded later; LATE is Canvas's verdict against the due date it holds for the student."""
+    found = lms_identity(name)
+    match = _CANVAS.match(name)
+    if found is None or found[0].lms != "canvas" or match is None:
+        return None
+    return int(match["file_id"]), bool(match["late"])
+
+
 def _by_name(text: str, raw: str | None = None) -> tuple[Identity, list[str]]:
     if _fold(text):
         return Identity("", "", text, readable(text)), []
@@ -158,24 +169,31 @@ def _collision_key(student_id: str) -> str:
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", student_id).casefold())
 
 
-def student_ids(identities: Iterable[Identity]) -> dict[Identity, str]:
+def student_ids(identities: Iterable[Identity], known: dict[Identity, str] | None = None) -> dict[Identity, str]:
     """A path-safe, bounded, unique id for each student.
 
     Ids that would coincide (also when compared as a file system that ignores case and normalisation
     does) get a hash suffix, except the one student whose name is exactly that id, if there is one:
-    nobody can change a classmate's id by spelling their name another way."""
-    natural = {identity: identity.natural_id for identity in set(identities)}
+    nobody can change a classmate's id by spelling their name another way.
+
+    KNOWN: the ids the class folder gave in earlier runs (week after week). A student known there keeps
+    that id, and a new student never takes one of them: a newcomer whose id would coincide with a known
+    id gets the hash suffix, even when the name is exactly that id (the earlier student keeps it)."""
+    known = dict(known or {})
+    taken = {_collision_key(chosen) for chosen in known.values()}
+    natural = {identity: identity.natural_id for identity in set(identities) if identity not in known}
     groups: dict[str, list[Identity]] = defaultdict(list)
     for identity, chosen in natural.items():
         groups[_collision_key(chosen)].append(identity)
-    ids: dict[Identity, str] = {}
-    for members in groups.values():
+    ids: dict[Identity, str] = {identity: known[identity] for identity in set(identities) if identity in known}
+    for key, members in groups.items():
         for identity in members:
             chosen = natural[identity]
-            if len(members) > 1 and identity.match != chosen:
+            if (len(members) > 1 and identity.match != chosen) or key in taken:
                 chosen = _cut(chosen, MAX_ID_BYTES - 9, identity) + "-" + identity.digest
             ids[identity] = chosen
     assert len({_collision_key(chosen) for chosen in ids.values()}) == len(ids), "two students were given one id"
+    assert not {_collision_key(ids[identity]) for identity in natural} & taken, "a newcomer was given a known id"
     return ids
 
 

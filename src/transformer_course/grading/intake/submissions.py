@@ -145,6 +145,7 @@ class Submission:
     inode: tuple[int, int] | None = None  # (device, inode): hard links share it
     modified: float = 0.0
     untouched: bool = False  # the released notebook as handed out (identical copies of it prove nothing)
+    release: str | None = None  # the release tag its setup cell names ("v0.1.0"), None when it names none
 
 
 def printable(text: str) -> str:
@@ -589,6 +590,7 @@ def _check(release: Release, found: Found, submission: Submission, notes: list[s
     if assignment is None:
         raise Unreadable("cannot tell which assignment this notebook is (no course cells or title found)")
     submission.assignment = assignment
+    submission.release = notebook_release(notebook)  # before any rebuild puts the released setup cell back
     released = release.notebooks[assignment]
     notebook.metadata = nbformat.from_dict(json.loads(json.dumps(released.metadata)))  # kernel as released
     submission.untouched = [_key(cell) for cell in notebook.cells] == release.keys[assignment]
@@ -601,8 +603,38 @@ def _check(release: Release, found: Found, submission: Submission, notes: list[s
         reasons += lost
     if reasons:
         submission.status = "repaired"
+    emptied_answers(released, notebook)
     submission.reasons += [f"{assignment}: {reason}" for reason in notes + reasons]
     submission.notebook = notebook
+
+
+def emptied_answers(released: nbformat.NotebookNode, notebook: nbformat.NotebookNode) -> list[str]:
+    """Written answers the student emptied (only spaces left), or left as released but for spaces, put back
+    as released, so that nbgrader scores them as it scores an answer left as released: 0, "left blank",
+    not "needs manual grading" (it compares the cell with the release's checksum). Returns their ids."""
+    stubs = {_grade_id(cell): cell.source for cell in released.cells
+             if cell.cell_type == "markdown" and nbgrader_metadata(cell).get("solution") and _grade_id(cell)}
+    put_back = []
+    for cell in notebook.cells:
+        stub = stubs.get(_grade_id(cell))
+        if stub is not None and cell.cell_type == "markdown" and cell.source != stub and (
+                not cell.source.strip() or cell.source.split() == stub.split()):
+            cell.source = stub
+            put_back.append(_grade_id(cell))
+    return put_back
+
+
+_SETUP = re.compile(r'REPOSITORY, RELEASE = "[^"]*", "(?P<tag>v\d+\.\d+\.\d+(?:(?:a|b|rc)\d+)?)"')
+
+
+def notebook_release(notebook: nbformat.NotebookNode) -> str | None:
+    """The release tag a student notebook's setup cell names (None: no setup cell naming one)."""
+    for cell in notebook.cells[:6]:
+        if cell.cell_type == "code":
+            found = _SETUP.search(cell.source)
+            if found:
+                return found["tag"]
+    return None
 
 
 def _reject(submission: Submission, reason: str) -> Submission:
@@ -703,21 +735,48 @@ def rebuild(
 
 # --- across the class ------------------------------------------------------------------------------
 
-def flag_shared_files(submissions: list[Submission]) -> None:
-    """Flag for review (not reject) one file handed in by several students: the same file through
-    hard links, or byte-identical copies. Copies of the untouched released notebook prove nothing."""
-    groups: dict[str, list[Submission]] = defaultdict(list)
-    for submission in submissions:
-        if submission.digest and submission.assignment and not submission.untouched:
-            groups[submission.digest].append(submission)
-    for group in groups.values():
-        for submission in group:
-            others = [other for other in group if other.student != submission.student]
+@dataclass(frozen=True)
+class Handed:
+    """One notebook handed in, as the copy check compares them (this folder's, or an earlier week's record)."""
+
+    student: str
+    assignment: str
+    relative: str  # where it lay in its downloads folder
+    digest: str  # sha256 of its bytes
+    inode: tuple[int, int] | None = None  # (device, inode) when it was read
+    run: str = ""  # the run that read it: only files read in one run can be the same file on disk
+    untouched: bool = False  # the released notebook as handed out
+
+
+def shared_file_flags(handed: list[Handed]) -> list[list[str]]:
+    """For each notebook of HANDED, the flags for review of one file handed in by several students: the same file
+    through hard links, or byte-identical copies, in one downloads folder or across the weeks' (every student
+    of a group is named, and each names the others). Copies of the untouched released notebook prove nothing."""
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for number, item in enumerate(handed):
+        if item.digest and item.assignment and not item.untouched:
+            groups[item.assignment, item.digest].append(number)
+    flags: list[list[str]] = [[] for _ in handed]
+    for members in groups.values():
+        for number in members:
+            item = handed[number]
+            others = [handed[other] for other in members if handed[other].student != item.student]
             if not others:
                 continue
             named = ", ".join(f"{other.student} ({printable(other.relative)})" for other in others[:3])
             more = f" and {len(others) - 3} more" if len(others) > 3 else ""
-            linked = [other.student for other in others if other.inode == submission.inode]
+            linked = [other.student for other in others if other.inode is not None and other.inode == item.inode
+                      and other.run == item.run]
             how = f"; it is the very same file on disk (a hard link) as {', '.join(linked[:3])}'s" if linked else ""
-            submission.reasons.append(f"{submission.assignment}: flagged for review: the same notebook, byte for "
-                                      f"byte, was handed in by {len(others)} other student(s): {named}{more}{how}")
+            flags[number].append(f"{item.assignment}: flagged for review: the same notebook, byte for byte, was "
+                                 f"handed in by {len(others)} other student(s): {named}{more}{how}")
+    return flags
+
+
+def flag_shared_files(submissions: list[Submission]) -> None:
+    """Flag for review (not reject) one file handed in by several students of one downloads folder: the same
+    file through hard links, or byte-identical copies (`shared_file_flags`)."""
+    handed = [Handed(s.student, s.assignment or "", s.relative, s.digest, s.inode, "", s.untouched)
+              for s in submissions]
+    for submission, flags in zip(submissions, shared_file_flags(handed), strict=True):
+        submission.reasons += flags

@@ -42,9 +42,10 @@ from pathlib import Path
 import nbformat
 
 from transformer_course.grading.gradebook.config import ROOT, default_db_url, nbgrader_config
-from transformer_course.grading.outputs import hand_grades, inert
+from transformer_course.grading.outputs import deadlines, hand_grades, inert
 from transformer_course.grading.outputs.files import replace_atomically, write_text_atomically
 from transformer_course.grading.outputs.inert import markdown_html
+from transformer_course.grading.outputs.mathml import render_math
 from transformer_course.grading.outputs.report import write_report
 from transformer_course.grading.outputs.scores import (  # noqa: F401  (re-exported: answers.NEEDS_MANUAL_GRADING, ...)
     GRADEBOOK_COLUMNS,
@@ -264,6 +265,7 @@ h1 { font-size: 1.3rem; padding: 0 1.5rem; } h2 { font-size: 1.05rem; }
 table { border-collapse: collapse; width: 100%; } td, th { border-top: 1px solid #ddd; padding: 0.5rem;
         vertical-align: top; text-align: left; }
 .answer { white-space: pre-wrap; font-family: ui-monospace, monospace; font-size: 0.9rem; }
+.rendered p:first-child { margin-top: 0; } details summary { color: #777; font-size: 0.85rem; cursor: pointer; }
 .muted { color: #777; } .rubric li { margin-bottom: 0.4rem; }
 """
 
@@ -272,10 +274,11 @@ ANSWER_PAGE_POLICY = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'n
 
 
 def _page(title: str, body: str) -> str:
-    # No scripts and nothing fetched: the page shows students' text, escaped, and works offline.
+    # No scripts and nothing fetched: the page shows students' text, made inert, and works offline; math is
+    # MathML, which the browser draws itself (`mathml.render_math`, as on the feedback pages).
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<meta http-equiv='Content-Security-Policy' content=\"{ANSWER_PAGE_POLICY}\">"
-            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>{body}</body></html>")
+            f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>{render_math(body)}</body></html>")
 
 
 def _markdown(text: str) -> str:
@@ -293,9 +296,10 @@ def _question_page(sheet: Sheet) -> str:
         if answer.text is None:
             text = "<span class='muted'>(no autograded notebook to read the answer from)</span>"
         elif answer.blank:
-            text = "<span class='muted'>(no answer: the cell was left as released)</span>"
-        else:
-            text = f"<div class='answer'>{html.escape(answer.text)}</div>"
+            text = "<span class='muted'>(no answer: the cell was left as released, or emptied)</span>"
+        else:  # as the feedback page shows it (markdown, HTML as text, math typeset), and as typed
+            text = (f"<div class='rendered'>{_markdown(answer.text)}</div><details><summary>as typed</summary>"
+                    f"<div class='answer'>{html.escape(answer.text)}</div></details>")
         if answer.score is None:
             score = f"<b>{NEEDS_MANUAL_GRADING}</b>"
         elif answer.review:
@@ -470,7 +474,9 @@ def refresh_scores_csv(class_dir: Path, db_url: str | None = None) -> Path:
         for values in rows:
             old = {name: values[position[name]] if position[name] < len(values) else "" for name in header}
             new = fresh.get((old.get("student", ""), old.get("assignment", "")), {})
-            writer.writerow([new[name] if name in new else old.get(name, "") for name in columns])
+            merged = {name: new[name] if name in new else old.get(name, "") for name in columns}
+            deadlines.refresh(merged)  # a late penalty applies to the new total
+            writer.writerow([merged[name] for name in columns])
 
     replace_atomically(path, write, newline="")
     return path

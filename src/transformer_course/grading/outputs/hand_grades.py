@@ -2,8 +2,9 @@
 
 nbgrader's autograde marks every written answer that has a hand score as "needs review" whenever the
 notebook is graded again, changed or not (its SaveAutoGrades: "if there was previously a manual grade ...
-mark this as needing review"). The batch command regrades all of a student's notebooks when one of them
-changes, so one resubmitted stage would send every hand grade of that student back for review.
+mark this as needing review"). The batch command regrades a notebook handed in again (and every notebook of
+the download with --force), so a resubmission would send every hand grade of that notebook back for review,
+the answers the student did not touch included.
 
 Here, whenever a person's score is taken into the gradebook (`answers import`, `answers refresh` after the
 formgrader), the digest of the answer it was given to is kept in CLASS/records/hand-graded/<student>.json.

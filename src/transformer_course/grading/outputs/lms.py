@@ -27,8 +27,10 @@ replaces every grade it holds.
 **Canvas** (Grades > Import): CLASS_DIR/lms/canvas_<stage>.csv, one file per stage, in the layout of
 Canvas's own gradebook export: `Student, ID, SIS User ID, SIS Login ID, Section`, the stage's column, and
 a second row `Points Possible`. `ID` is the Canvas user id from the download (`name_<user id>_<file
-id>_...`), which is what Canvas matches a row by. A file lists only students with a grade to give, so it
-has no empty cell: Canvas counts an empty cell as a change against a score it holds. With Canvas's export
+id>_...`), which is what Canvas matches a row by; the name, SIS ids and section are filled from Canvas's
+export when it is given (its importer falls back on them), else the name is the download's. A file lists
+only students with a grade to give, so it has no empty score: Canvas counts an empty score as a change
+against a score it holds. With Canvas's export
 (Grades > Export > Export Entire Gradebook, --canvas-export), the column is the stage's existing assignment
 under the export's exact header (`lms_exports.canvas_column`: "Stage 2: Attention (4711)" is 02_attention)
 and its points possible are the maximum; without it, only --overwrite writes Canvas files, titled by the
@@ -53,10 +55,11 @@ the run could not see, is kept by Moodle as well. Moodle's maximum grade
 refuses, rather than send 39.5 of 41 points as 39.5/100. Each stage is its own worksheet (a Moodle
 download names students by a participant id of that one assignment). Upload with Moodle in English.
 
-**Points or the LMS's scale.** A grade is total / the stage's points x the LMS assignment's maximum, to
-two decimals: the maximum is --scale-to's (`--scale-to 100` for every stage, `--scale-to 02_attention=20`
-for one), else the LMS export's (Canvas's points possible, Moodle's maximum grade), else (Canvas only) the
-course's points. A --scale-to that differs from the export's maximum is refused.
+**Points or the LMS's scale.** A grade is total / the stage's points x the LMS assignment's maximum,
+computed in decimal and rounded half up to the LMS's decimals (8.125 is 8.13: `lms_exports.half_up`): the
+maximum is --scale-to's (`--scale-to 100` for every stage, `--scale-to 02_attention=20` for one), else the
+LMS export's (Canvas's points possible, Moodle's maximum grade), else (Canvas only) the course's points.
+A --scale-to that differs from the export's maximum is refused.
 
 **Comments** (--comments): the instructor's comments on the written answers (from the gradebook) and a
 one-line summary of the checks not passed, as HTML text for Moodle (every character a student or
@@ -71,6 +74,7 @@ their file names are listed, not exported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import html
 import io
 import os
@@ -80,24 +84,31 @@ import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path, PurePosixPath
 
 from transformer_course.grading.gradebook.config import default_db_url
 from transformer_course.grading.intake.identities import identify
 from transformer_course.grading.outputs.lms_exports import (
+    LMS_DECIMALS,
     CanvasColumn,
     CanvasExport,
+    CanvasPerson,
     LmsError,
     MoodleWorksheet,
     canvas_column,
+    half_up,
     number,
     read_canvas_export,
     read_moodle_worksheet,
+    same,
+    shown,
 )
 from transformer_course.grading.outputs.lms_ledger import EDITED, EMPTY, OURS, SAME, Ledger, compare, digest
 from transformer_course.grading.outputs.report import grade_cells
+from transformer_course.grading.outputs.roster import Roster, RosterError, class_roster
 from transformer_course.grading.outputs.scores import pending, read_csv
-from transformer_course.grading.outputs.spreadsheet import protect, write_csv
+from transformer_course.grading.outputs.spreadsheet import protect, read_table, write_csv
 
 CANVAS_STUDENT_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 MOODLE_COLUMNS = ("Identifier", "Full name", "Grade", "Maximum grade", "Last modified (grade)")
@@ -134,6 +145,17 @@ class Export:
     notes: list[str] = field(default_factory=list)
     removed: list[Path] = field(default_factory=list)  # files of an earlier run, not part of this upload
     differences: list[Difference] = field(default_factory=list)
+    left_out: dict[str, list[str]] = field(default_factory=dict)  # {student: why a row of theirs is in no file}
+    held: set[tuple[str, str]] = field(default_factory=set)  # (stage, LMS id): the LMS holds the course's grade
+    who: dict[str, str] = field(default_factory=dict)  # {LMS id: student}, of every row of scores.csv
+    holds: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # {(lms, stage): what its export holds}
+    dropped: dict[Path, list[str]] = field(default_factory=dict)  # {removed file: what it held this upload lacks}
+
+    def leave_out(self, student: str, why: str) -> None:
+        """Note that a row of STUDENT is in no file of this upload, and WHY."""
+        reasons = self.left_out.setdefault(student, [])
+        if why not in reasons:
+            reasons.append(why)
 
     def by_student(self) -> dict[str, list[Difference]]:
         grouped: dict[str, list[Difference]] = defaultdict(list)
@@ -153,18 +175,25 @@ class Grade:
     points: float  # the stage's maximum, in the course's points
     comment: str = ""  # plain text, one item a line
 
-    def on(self, maximum: float) -> float:
-        """The grade on an LMS assignment whose maximum is MAXIMUM, to two decimals."""
-        return round(self.total if maximum == self.points else self.total / self.points * maximum
-                     if self.points else 0.0, 2)
+    def on(self, maximum: float, decimals: int = LMS_DECIMALS) -> float:
+        """The grade on an LMS assignment whose maximum is MAXIMUM, rounded half up to DECIMALS (the LMS's):
+        computed in decimal, so 32.5 of 40 points on a 10-point assignment is 8.125, which is 8.13."""
+        if not self.points:
+            return 0.0
+        total = Decimal(repr(self.total))
+        exact = total if maximum == self.points else total / Decimal(repr(self.points)) * Decimal(repr(maximum))
+        return half_up(exact, decimals)
 
 
-def _points(value: float) -> str:
-    return f"{round(value, 2):g}"
+def _points(value: float, decimals: int = LMS_DECIMALS) -> str:
+    return shown(value, decimals)
 
 
 def _lms(row: dict[str, str], assignment_ids: list[str]) -> str:
-    """Which LMS named this student's file ("canvas", "moodle" or "")."""
+    """Which LMS the student's id is of ("canvas", "moodle" or ""): scores.csv's `lms` (the batch writes it,
+    also for a student the roster named), else the LMS that named the file."""
+    if row.get("lms") and row.get("lms_id"):
+        return row["lms"]
     if not row.get("file"):
         return ""
     return identify(PurePosixPath(row["file"]), assignment_ids)[0].lms
@@ -236,9 +265,15 @@ def export(class_dir: Path, titles: dict[str, str] | None = None, include_pendin
                        + ", ".join(missing) + " with --moodle-export STAGE=WORKSHEET.csv (the assignment's View all "
                        "submissions > Grading action > Download grading worksheet)")
     plan = Plan(folder, UPDATE if update else OVERWRITE if overwrite else FILL, replace_lms_edits, comments, ledger,
-                now or datetime.now(), result)
+                now or datetime.now(), result, _roster(class_dir))
     outputs = [*_canvas(plan, grades["canvas"], titles, scale_to, canvas),
                *_moodle(plan, grades["moodle"], scale_to, worksheets)]
+    for stage in stages:  # what the LMS holds now: an earlier file's grade it holds is not lost with the file
+        if canvas is not None:
+            with contextlib.suppress(LmsError):
+                result.holds["canvas", stage] = canvas_column(canvas, stage, titles.get(stage)).scores
+        if stage in worksheets:
+            result.holds["moodle", stage] = worksheets[stage].grades
     _write(folder, outputs, result)  # nothing was written before this line
     ledger.save(folder)
     return result
@@ -255,30 +290,49 @@ def _grades(class_dir: Path, rows: list[dict[str, str]], stages: list[str], incl
     notes = _comments(class_dir, rows, db_url) if comments else {}
     grades: dict[str, dict[str, list[Grade]]] = {"canvas": defaultdict(list), "moodle": defaultdict(list)}
     others = set()
+    penalised = 0
     for row in rows:
         total = number(row.get("total", ""))
-        if row.get("status") not in GRADED or total is None or row["assignment"] not in points:
+        stage = row.get("assignment") or "?"
+        if row.get("lms_id"):
+            result.who[row["lms_id"]] = row["student"]
+        if row.get("status") not in GRADED or total is None or stage not in points:
+            why = (row.get("reasons") or "").split("; ")[0][:160]
+            result.leave_out(row["student"], f"{stage}: not graded (status: {row.get('status') or 'none'}"
+                                             + (f": {why}" if why else "") + ")")
             continue
+        after = number(row.get("total_after_penalty", ""))  # a late penalty (outputs/deadlines.py)
+        if after is not None and after != total:
+            total, penalised = after, penalised + 1
         if pending(row) and not include_pending:
-            result.notes.append(f"{row['student']} {row['assignment']}: written answers not graded yet, left out")
+            result.notes.append(f"{row['student']} {stage}: written answers not graded yet, left out")
+            result.leave_out(row["student"], f"{stage}: written answers not graded yet (--include-pending exports "
+                                             "the points so far)")
             continue
         lms = _lms(row, stages)
         if lms not in grades:
             others.add(row["student"])
+            result.leave_out(row["student"], f"{stage}: no LMS id in the file's name ({row.get('file', '')}), so no "
+                                             "LMS row to match")
             continue
         grades[lms][row["assignment"]].append(Grade(
             row["student"], row["assignment"], row.get("name", ""), row.get("lms_id", ""), row.get("file", ""), total,
             points[row["assignment"]], notes.get((row["student"], row["assignment"]), "")))
+    if penalised:
+        result.notes.append(f"{penalised} grade(s) carry a late penalty (scores.csv: late, late_penalty, "
+                            "total_after_penalty)")
     if others:
         result.notes.append(f"{len(others)} student(s) have no LMS id in their file names (not in any LMS file): "
-                            + ", ".join(sorted(others)[:10]) + (" ..." if len(others) > 10 else ""))
+                            + ", ".join(sorted(others))
+                            + " (a roster, the batch command's --roster, gives notebooks that came by email or on a "
+                            "USB stick their LMS id)")
     return grades
 
 
 def _maximum(lms: str, stage: str, scale_to: dict[str, float], held: float | None, source: str) -> float | None:
     """The LMS assignment's maximum: --scale-to's, else the export's (HELD); `LmsError` when they differ."""
     given = scale_to.get(stage, scale_to.get(""))
-    if given is not None and held is not None and round(given, 2) != round(held, 2):
+    if given is not None and held is not None and half_up(given) != half_up(held):
         raise LmsError(f"{stage}: --scale-to says {given:g}, but the {lms} assignment's maximum is {held:g} "
                        f"({source}): pass --scale-to {stage}={held:g}, or leave --scale-to out for this stage")
     return given if given is not None else held
@@ -295,6 +349,7 @@ class Plan:
     ledger: Ledger
     now: datetime
     result: Export
+    roster: Roster | None = None  # the class's roster (CLASS/term.json): SIS columns when no Canvas export is given
 
     def decide(self, lms: str, grade: Grade, value: float, held: str | None, known: bool) -> bool:
         """Whether this upload writes VALUE for GRADE's student; lists what differs from what the LMS holds
@@ -304,12 +359,16 @@ class Plan:
             self.ledger.record(lms, grade.assignment, grade.lms_id, value, at=self.now)
             return True
         state = compare(value, held, sent)
-        if state != SAME:
+        if state == SAME:
+            self.result.held.add((grade.assignment, grade.lms_id))
+        else:
             write, action = self._action(lms, state, sent is not None and bool(sent.values))
             last = f"{_points(sent.values[0])} ({sent.at[:10]})" if sent and sent.values else ""
             self.result.differences.append(Difference(lms, grade.assignment, grade.student, grade.lms_id,
                                                       (held or "").strip(), last, value, action))
             if not write:
+                self.result.leave_out(grade.student, f"{grade.assignment}: {lms.capitalize()} holds "
+                                                     f"{(held or '').strip()}, course now {_points(value)}: {action}")
                 return False
         self.ledger.record(lms, grade.assignment, grade.lms_id, value, at=self.now)
         return state != SAME
@@ -365,8 +424,58 @@ def _write(folder: Path, outputs: list[Output], result: Export) -> None:
     for pattern in OUR_FILES:
         for path in sorted(folder.glob(pattern)):
             if path not in written:
+                lacking = _not_carried(path, outputs, result)
+                if lacking:
+                    result.dropped[path] = lacking
                 path.unlink()
                 result.removed.append(path)
+
+
+def _grades_in(path: Path) -> dict[str, str]:
+    """{LMS id: grade} of one of our upload files (Canvas: the `ID` column; Moodle: `Participant N`)."""
+    if path.suffix != ".csv":
+        return {}
+    try:
+        table = read_table(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if not table:
+        return {}
+    header = table[0]
+    if header[:1] == ["Identifier"] and "Grade" in header:
+        column = header.index("Grade")
+        return {line[0].removeprefix("Participant ").strip(): line[column] for line in table[1:]
+                if len(line) > column and line[0].startswith("Participant ")}
+    if "ID" in header and len(header) > len(CANVAS_STUDENT_COLUMNS):
+        position, column = header.index("ID"), len(CANVAS_STUDENT_COLUMNS)
+        return {line[position]: line[column] for line in table[2:] if len(line) > column and line[position]}
+    return {}
+
+
+def _not_carried(path: Path, outputs: list[Output], result: Export) -> list[str]:
+    """What an earlier run's file held that this upload carries neither in its files nor as held by the LMS (its
+    export): each grade with who it is and why it is not here (`Export.left_out`, or what the LMS holds)."""
+    earlier = _grades_in(path)
+    if not earlier:
+        return []
+    lms, _, stage = path.stem.partition("_")
+    held = result.holds.get((lms, stage), {})
+    now = next((_rows_of(output) for output in outputs if output.path == path), {})
+    differences = {difference.lms_id: difference for difference in result.differences if difference.stage == stage}
+    lacking = []
+    for lms_id, value in sorted(earlier.items()):
+        if lms_id in now or (stage, lms_id) in result.held or same(number(held.get(lms_id)), number(value)):
+            continue  # in this upload, the LMS holds the course's grade now, or it holds this very grade
+        student = result.who.get(lms_id, "")
+        reasons = [reason for reason in result.left_out.get(student, []) if reason.startswith(f"{stage}:")]
+        reason = (differences[lms_id].line() if lms_id in differences else "; ".join(reasons)
+                  or "no row of scores.csv has this LMS id any more")
+        lacking.append(f"{student or 'LMS id'} ({lms_id}): {value}, {reason}")
+    return lacking
+
+
+def _rows_of(output: Output) -> dict[str, str]:
+    return {} if output.rows is None else {str(line[1]): str(line[-1]) for line in output.rows[2:]}
 
 
 # --- Canvas ------------------------------------------------------------------------------------------
@@ -397,10 +506,14 @@ def _canvas(plan: Plan, by_stage: dict[str, list[Grade]], titles: dict[str, str]
             if grade.lms_id.startswith("anon_"):
                 plan.result.notes.append(f"{grade.student}: anonymous Canvas id {grade.lms_id}, not importable by id; "
                                          "left out of the Canvas file")
+                plan.result.leave_out(grade.student, f"{stage}: anonymous Canvas id {grade.lms_id}, which Canvas's "
+                                                     "import cannot match")
                 continue
             if export is not None and grade.lms_id not in export.users:
                 plan.result.notes.append(f"{grade.student}: Canvas user {grade.lms_id} is not in Canvas's export "
                                          f"{export.name} (dropped, or in another course?): left out")
+                plan.result.leave_out(grade.student, f"{stage}: Canvas user {grade.lms_id} is not in Canvas's "
+                                                     f"export {export.name}")
                 continue
             value = grade.on(maximum)
             if plan.decide("canvas", grade, value, column.scores.get(grade.lms_id) if column else None,
@@ -412,11 +525,34 @@ def _canvas(plan: Plan, by_stage: dict[str, list[Grade]], titles: dict[str, str]
             header = column.header if column else protect(titles.get(stage, stage))  # the export's, exactly
             table = [[*CANVAS_STUDENT_COLUMNS, header], ["Points Possible", "", "", "", "", _points(maximum)]]
             for lms_id, (grade, value) in sorted(rows.items(), key=lambda item: _order(item[0])):
-                table.append([protect(grade.name), lms_id, "", "", "", _points(value)])
+                person = _canvas_person(grade, export, plan.roster)
+                table.append([protect(person.name), lms_id, protect(person.sis_user_id), protect(person.sis_login_id),
+                              protect(person.section), _points(value)])
             outputs.append(Output(plan.folder / f"canvas_{stage}.csv", table))
         if attach:
             outputs.append(Output(plan.folder / f"canvas_comments_{stage}.zip", data=_canvas_comments(attach)))
     return outputs
+
+
+def _canvas_person(grade: Grade, export: CanvasExport | None, roster: Roster | None = None) -> CanvasPerson:
+    """The student columns of GRADE's row in a Canvas file: as Canvas's export has them (its sortable name,
+    SIS ids, section), else as the class's roster has them, else the name the download gave. Canvas matches the
+    row by ID; its importer falls back on the SIS ids, then on the name, so these columns are what a person and
+    Canvas recognise the row by."""
+    held = export.people.get(grade.lms_id) if export is not None else None
+    if held is not None and held.name:
+        return held
+    listed = roster.by_id.get(grade.lms_id) if roster is not None else None
+    if listed is not None:
+        return CanvasPerson(listed.name or grade.name, listed.sis_user_id, listed.sis_login_id, listed.section)
+    return CanvasPerson(grade.name, *((held.sis_user_id, held.sis_login_id, held.section) if held is not None else ()))
+
+
+def _roster(class_dir: Path) -> Roster | None:
+    try:
+        return class_roster(class_dir)
+    except RosterError as error:
+        raise LmsError(f"the class's roster (recorded in {class_dir / 'term.json'}): {error}") from None
 
 
 def _order(lms_id: str) -> int:
@@ -450,6 +586,12 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
     unknown = {stage: grades[0].points for stage, grades in by_stage.items()
                if _maximum("Moodle", stage, scale_to, worksheets[stage].maximum if stage in worksheets else None,
                            worksheets[stage].name if stage in worksheets else "") is None}
+    given = [worksheets[stage].lacks_maximum() for stage in unknown if stage in worksheets]
+    if given:
+        raise LmsError("Moodle's maximum grade is not in the worksheet given: " + "; ".join(given) + ". Give the "
+                       "assignment's maximum grade with " + " ".join(
+                           f"--scale-to {stage}={_points(points)}" for stage, points in unknown.items()
+                           if stage in worksheets) + " (the course's points; write the maximum Moodle shows for it)")
     if unknown:
         raise LmsError("Moodle's maximum grade of " + ", ".join(unknown) + " is unknown (Moodle's default is 100, "
                        "so 39.5 of 41 points would arrive as 39.5/100): give each stage's grading worksheet, which "
@@ -462,6 +604,7 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
         stamp = _moodle_stamp(plan, sheet)
         maximum = _maximum("Moodle", stage, scale_to, sheet.maximum if sheet else None, sheet.name if sheet else "")
         assert maximum is not None
+        decimals = sheet.decimals if sheet is not None and sheet.decimals is not None else LMS_DECIMALS
         _scaled_note(plan, "Moodle", stage, grades[0], maximum, sheet.maximum if sheet else None, scale_to)
         if sheet is not None and not sheet.participants & {grade.lms_id for grade in grades}:
             raise LmsError(f"--moodle-export {stage}={sheet.name}: none of its participants handed in {stage}: "
@@ -471,15 +614,18 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
             if sheet is not None and grade.lms_id not in sheet.participants:
                 plan.result.notes.append(f"{grade.student}: Participant {grade.lms_id} is not in Moodle's worksheet "
                                          f"{sheet.name} of {stage}: left out")
+                plan.result.leave_out(grade.student, f"{stage}: Participant {grade.lms_id} is not in Moodle's "
+                                                     f"worksheet {sheet.name}")
                 continue
-            value = grade.on(maximum)
+            value = grade.on(maximum, decimals)
             held = sheet.grades.get(grade.lms_id) if sheet else None
             write = plan.decide("moodle", grade, value, held, known=sheet is not None)
             comment, changed = _moodle_comment(plan, grade, sheet) if plan.comments else ("", False)
             if not (write or (changed and plan.mode != FILL)):
                 continue
-            shown = _points(value) if write or held is None else held  # a kept grade is sent as Moodle holds it
-            lines.append([f"Participant {grade.lms_id}", protect(grade.name), shown, _points(maximum), stamp,
+            cell = _points(value, decimals) if write or held is None else held  # a kept grade: as Moodle holds it
+            name = sheet.names.get(grade.lms_id, grade.name) if sheet is not None else grade.name
+            lines.append([f"Participant {grade.lms_id}", protect(name), cell, _points(maximum, decimals), stamp,
                           *([comment] if plan.comments else [])])
             if plan.comments and changed:
                 plan.ledger.record("moodle", stage, grade.lms_id, comment=comment, at=plan.now)
@@ -603,7 +749,9 @@ def main(argv: list[str] | None = None) -> int:
     for path in result.files:
         print(f"wrote {path}")
     for path in result.removed:
-        print(f"removed {path} (an earlier run's, not part of this upload)")
+        lacking = result.dropped.get(path)
+        print(f"removed {path} (an earlier run's, not part of this upload)" + (
+            ": it held grades that this upload does not carry: " + "; ".join(lacking) if lacking else ""))
     grouped = result.by_student()
     if grouped:
         print("what differs from what the LMS holds, per student:")
@@ -613,8 +761,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {difference.line()}")
     for note in result.notes:
         print(f"note: {note}")
+    if result.left_out:
+        print("left out of this upload, per student:")
+        for student, reasons in sorted(result.left_out.items()):
+            print(f"  {student}: " + "; ".join(reasons))
+    for stage in sorted({stage for stage, _ in result.held}):
+        count = sum(held == stage for held, _ in result.held)
+        print(f"{stage}: {count} grade(s) the LMS holds already, as the course gives them now (not written again)")
     if not result.files:
-        print("no LMS file written: nothing to upload")
+        print("no LMS file written: nothing to upload" + (
+            f" ({sum(len(reasons) for reasons in result.left_out.values())} row(s) left out, listed above)"
+            if result.left_out else ""))
     return 0
 
 

@@ -7,6 +7,8 @@ CLASS_DIR/report.html holds, in the order an instructor acts on it:
    repaired, whose grading failed, that scored 0 or under half the points graded so far (`LOW_SCORE`), whose
    written answers wait for a grade or changed since graded, with the reasons and a link to the student's
    feedback page (and to the answer pages once exported);
+   then, per stage, the students with no submission (the roster's, else everyone who handed in something) and
+   the late notebooks with their penalties (`term_section`);
 2. the score distribution of every stage (a histogram per stage, and a table of the numbers);
 3. the most frequent causes: the "likely cause:" lines of the checks' failure messages in the autograded
    notebooks, grouped by the exercise the checks call and by what went wrong (`cause_kind`: the check's named
@@ -15,6 +17,9 @@ CLASS_DIR/report.html holds, in the order an instructor acts on it:
    by √d_k: 31 students"), with one student's message as an example;
 4. the pass rate of every check (grade cell): the share of graded notebooks with its full points;
    written answers show their mean score instead, with how many still wait for a person.
+5. near-copies: per exercise and written answer, the submissions of the whole term that are near-copies of the
+   reference solution or of each other (`similarity`, written by the batch command to similarity.json), both
+   students of a pair named; the exercises too short to tell honest work from a copy are said to be so.
 
 Everything comes from scores.csv (the numbers), the class's release notebooks (points and order of
 the grade cells) and the autograded notebooks (the failure messages). Plots are small SVG drawn by
@@ -39,8 +44,10 @@ from pathlib import Path
 
 import nbformat
 
-from transformer_course.grading.outputs import svg_plots
+from transformer_course.grading.outputs import similarity, svg_plots
+from transformer_course.grading.outputs.deadlines import class_deadlines
 from transformer_course.grading.outputs.files import write_text_atomically
+from transformer_course.grading.outputs.roster import class_roster
 from transformer_course.grading.outputs.scores import NEEDS_MANUAL_GRADING, is_answer_cell, read_csv
 
 # one colour per kind of plot (the report's browser test finds the plots by them)
@@ -242,7 +249,7 @@ def named_causes(class_dir: Path, rows: list[dict[str, str]]) -> list[CauseGroup
 
 
 NEEDS = ("flagged for review", "rejected", "repaired", "grading failed", "cells that did not finish",
-         "zero points", "low score", "answers to grade", "answers changed since graded")
+         "another release", "zero points", "low score", "answers to grade", "answers changed since graded")
 LOW_SCORE = 0.5  # a graded notebook under half the points graded so far is a "low score"
 
 
@@ -272,6 +279,8 @@ def needs(row: dict[str, str]) -> list[str]:
         found.append("grading failed")
     if "did not finish:" in reasons or "passed the grader's budget" in reasons:  # executor.FAULT_WORDS, OutputBudget
         found.append("cells that did not finish")
+    if "checks, which may differ from the ones the notebook ran" in reasons:  # batch.own_releases
+        found.append("another release")
     if share is not None and _number(row.get("total")) == 0:
         found.append("zero points")
     elif share is not None and share < LOW_SCORE:
@@ -329,6 +338,52 @@ def causes_plot(causes: list[CauseGroup], top: int = 8) -> str:
     return svg_plots.bar_chart(f"The {len(shown)} most frequent causes of failed checks",
                                [f"{group.exercise}: {group.words}" for group in shown], counts, COLOURS["causes"],
                                "students", [str(count) for count in counts])
+
+
+def near_copies(class_dir: Path, rows: list[dict[str, str]]) -> tuple[str, set[str]]:
+    """The section of near-copies (similarity.json, `similarity`) and the students it names."""
+    found = similarity.read(class_dir)
+    groups, too_short = found.get("groups", []), found.get("too_short", [])
+    names = {row["student"]: row.get("name", "") for row in rows}
+    named: set[str] = set()
+    parts = ["<h2 id=similarity>Near-copies</h2><p class=muted>Per exercise and written answer, the submissions of "
+             "the whole term (every week's) that are near-copies of the reference solution or of each other, with "
+             "names, comments and layout set aside (winnowing fingerprints, copydetect; each exercise's threshold "
+             "measured on honest work). A list for you to look at: no score was changed.</p>"]
+    if not found:
+        parts.append("<p>Not compared yet (the batch command compares when it grades).</p>")
+        return "".join(parts), named
+    entries = []
+    for group in groups:
+        members = group.get("members", [])
+        students = [member for member in members if member != similarity.REFERENCE]
+        named.update(students)
+        shown = [html.escape(member) if member == similarity.REFERENCE else (
+            _feedback_link(class_dir, member, group["assignment"], member) or html.escape(member))
+            + (f" <span class=muted>({html.escape(names[member])})</span>" if names.get(member) else "")
+            for member in members]
+        pairs = "; ".join(f"{first} ~ {second}: {score:.2f}" for first, second, score in group.get("pairs", []))
+        top = max((score for _, _, score in group.get("pairs", [])), default=0.0)
+        kind = "written answer" if group.get("written") else "exercise"
+        entries.append("<tr>" + _cell(group["assignment"]) + _cell(f"{group['grade_id']} ({kind})")
+                       + f"<td data-value='{len(students)}'>{', '.join(shown)}</td>"
+                       + _cell(f"{top:.2f}", "similarity", True, stage=group["assignment"], cell=group["grade_id"])
+                       + f"<td class=reasons><details><summary>{len(group.get('pairs', []))} pairs</summary>"
+                       f"{html.escape(pairs)}</details></td></tr>")
+    if entries:
+        parts.append(_table(["stage", "exercise or question", "near-copies (the reference solution, students)",
+                             "highest similarity", "pairs"], entries, "copies"))
+    else:
+        compared = sum(item.get("submissions", 0) for item in found.get("compared", []))
+        parts.append(f"<p>None: no submission is a near-copy of the reference solution or of another ({compared} "
+                     "exercise cells and written answers compared).</p>")
+    if too_short:
+        listed = ", ".join(f"{item['assignment']} {item['grade_id']}" for item in too_short)
+        parts.append(f"<details><summary class=muted>{len(too_short)} exercises too short to tell honest work from a "
+                     "copy: not compared</summary><p class=muted>On these, honest solutions written independently "
+                     f"come as close to the reference (or to each other) as a copy does: {html.escape(listed)}.</p>"
+                     "</details>")
+    return "".join(parts), named
 
 
 # --- the page --------------------------------------------------------------------------------------
@@ -445,6 +500,57 @@ def _people(class_dir: Path, rows: list[dict[str, str]]) -> tuple[str, dict[str,
     return table, {name: len(students[name]) for name in NEEDS}
 
 
+def missing(class_dir: Path, rows: list[dict[str, str]]) -> tuple[dict[str, list[str]], bool]:
+    """({stage: the students with no row for it}, whether the class's roster says who is enrolled). Stages are
+    those of scores.csv and of the deadlines file whose due time has passed; without a roster, the class is
+    whoever handed in something."""
+    roster = class_roster(class_dir)
+    due = class_deadlines(class_dir)
+    now = datetime.now().astimezone()
+    stages = {row["assignment"] for row in rows if row.get("assignment") not in (None, "", "?")}
+    if due is not None:
+        stages |= {stage for stage, when in due.due.items() if when <= now}
+        stages -= {stage for stage, when in due.due.items() if when > now}  # not due yet: nobody is missing it
+    if roster is not None:
+        handed = {(row.get("lms_id", ""), row.get("assignment", "")) for row in rows}
+        enrolled = {person.lms_id: person.name or person.email or person.lms_id for person in roster.people}
+        return {stage: sorted(name for lms_id, name in enrolled.items() if (lms_id, stage) not in handed)
+                for stage in sorted(stages)}, True
+    by_stage = defaultdict(set)
+    for row in rows:
+        by_stage[row.get("assignment", "")].add(row["student"])
+    everyone = {row["student"] for row in rows}
+    return {stage: sorted(everyone - by_stage[stage]) for stage in sorted(stages)}, False
+
+
+def term_section(class_dir: Path, rows: list[dict[str, str]]) -> str:
+    """Late notebooks (with their penalty) and, per stage, the students with no submission."""
+    gaps, enrolled = missing(class_dir, rows)
+    parts = ["<h2 id=missing>Missing and late</h2>"]
+    who = ("the class's roster" if enrolled else "the students who handed in something (give the batch command "
+           "--roster to list those who handed in nothing at all)")
+    lines = [f"<tr>{_cell(stage)}{_cell(len(names), 'missing', True, stage=stage)}<td class=reasons>"
+             f"{html.escape(', '.join(names)) or '<span class=muted>none</span>'}</td></tr>"
+             for stage, names in gaps.items()]
+    parts.append(f"<p class=muted>Per stage, who of {who} has no submission (a rejected file counts as one).</p>")
+    parts.append(_table(["stage", "missing", "students"], lines, "missing_students") if lines
+                 else "<p>No stage yet.</p>")
+    late = [row for row in rows if (_number(row.get("late_penalty")) or 0) > 0 or "late" in row.get("late", "")
+            .replace("on time", "")]
+    if late:
+        entries = ["<tr>" + "".join([_cell(row["student"]), _cell(row.get("assignment", "")),
+                                     _cell(row.get("submitted", "")), _cell(row.get("due", "")),
+                                     _cell(row.get("late", "")), _cell(row.get("late_penalty", ""), numeric=True),
+                                     _cell(row.get("total", ""), numeric=True),
+                                     _cell(row.get("total_after_penalty", ""), numeric=True)]) + "</tr>"
+                   for row in sorted(late, key=lambda row: (row.get("assignment", ""), row["student"]))]
+        parts.append("<p class=muted>Late notebooks, as the deadlines file and the submission times say "
+                     "(scores.csv: submitted, due, late, late_penalty, total_after_penalty).</p>")
+        parts.append(_table(["student", "stage", "submitted", "due", "late", "penalty %", "points",
+                             "after the penalty"], entries, "late_notebooks"))
+    return "".join(parts)
+
+
 def render(class_dir: Path) -> str:
     rows = read_csv(class_dir / "scores.csv")
     stages = summarise(rows)
@@ -452,6 +558,7 @@ def render(class_dir: Path) -> str:
     rates = pass_rates(rows, cells)
     causes = named_causes(class_dir, rows)
     people, concerned = _people(class_dir, rows)
+    copies, copied = near_copies(class_dir, rows)
     students = {row["student"] for row in rows}
     waiting = [waiting_answers(row) for row in rows if row.get("status") in GRADED]
     parts = [f"<h1>Class report</h1><p class=muted>{html.escape(str(class_dir))}, written "
@@ -460,6 +567,7 @@ def render(class_dir: Path) -> str:
     cards = [("students", len(students), ""), ("notebooks graded", sum(s.students for s in stages.values()), ""),
              ("written answers to grade", sum(waiting), f"in {sum(1 for n in waiting if n)} notebooks")]
     cards += [(f"students: {name}", concerned[name], "") for name in NEEDS if name != "answers to grade"]
+    cards.append(("students: near-copies", len(copied), ""))
     parts += [f"<div class='card{' act' if count and index > 1 else ''}' data-key='{html.escape(name)}'><b>{count}</b>"
               f"{html.escape(name)}{f' <span class=muted>({html.escape(note)})</span>' if note else ''}</div>"
               for index, (name, count, note) in enumerate(cards)]
@@ -471,6 +579,8 @@ def render(class_dir: Path) -> str:
                  "sort.</p>")
     parts.append(f"<div class=scroll>{people}</div>" if people else "<p>Nobody: no flag, no rejected, repaired "
                  "or failed notebook, no written answer waiting.</p>")
+
+    parts.append(term_section(class_dir, rows))
 
     parts.append("<h2 id=distribution>Score distribution per stage</h2>")
     if stages:
@@ -520,6 +630,8 @@ def render(class_dir: Path) -> str:
                              "example"], cause_rows, "causes"))
     else:
         parts.append("<p>No check failed with a named cause.</p>")
+
+    parts.append(copies)
 
     parts.append("<h2 id=checks>Pass rate of every check</h2><p class=muted>Share of graded notebooks with the "
                  "check's full points. Written answers: mean score, and how many wait for a person.</p>")

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -45,12 +46,17 @@ def test_the_profile_is_written_only_when_asked_for(tmp_path, monkeypatch):
     profiling.dump("ada")
     target = tmp_path / "profile.jsonl"
     monkeypatch.setenv(profiling.ENVIRONMENT_VARIABLE, str(target))
+    before = time.time()
     with profiling.phase("ordinary cells", lambda: 1.0):
         sum(range(1000))
+    after_the_first = time.time()
+    with profiling.phase("ordinary cells"):
+        pass
     profiling.dump("ada")
     line = json.loads(target.read_text())
     wall, cpu, count, own = line["phases"]["ordinary cells"]
-    assert line["student"] == "ada" and count == 1 and wall >= 0 and cpu >= own >= 0
+    assert line["student"] == "ada" and count == 2 and wall >= 0 and cpu >= own >= 0
+    assert before <= line["first_started"]["ordinary cells"] <= after_the_first  # when the first one began
 
 
 def _run_python(code: str) -> str:

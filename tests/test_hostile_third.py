@@ -20,13 +20,12 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from quality.hostile_third import HOLD, PERIOD, honest, write_class
-from transformer_course.grading.sandbox import executor, hidden_inputs, isolation
+from quality.hostile_third import HOLD, honest, write_class
+from transformer_course.grading.sandbox import executor, hidden_inputs, isolation, profiling
 
 ROOT = Path(__file__).resolve().parents[1]
 PE, ATTENTION = "01_positional_encoding", "02_attention"
@@ -35,21 +34,27 @@ pytestmark = pytest.mark.xdist_group("hostile_third")
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """(rows by (student, assignment), the folder of the class, the secret, the time the batch started)."""
+    """(rows by (student, assignment), the folder of the class, the secret, each student's profile: the grader's
+    phases as its workers recorded them, `profiling`'s format, one line per worker)."""
     if isolation.bubblewrap_problem() is not None:
         pytest.skip(isolation.bubblewrap_problem())
     folder = tmp_path_factory.mktemp("hostile_third")
     write_class(folder / "submissions")
     secret_file = folder / "keys" / "class.key"
-    started = time.time()
+    profile = folder / "profile.jsonl"  # the workers record when each phase of the grading began
     done = subprocess.run([sys.executable, "-m", "transformer_course.grading.batch", str(folder / "submissions"),
                            "--class-dir", str(folder / "class"), "--assignment", PE, "--assignment", ATTENTION,
                            "--jobs", "2", "--secret-file", str(secret_file)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, profiling.ENVIRONMENT_VARIABLE: str(profile)})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {(row["student"], row["assignment"]): row
             for row in csv.DictReader(open(folder / "class" / "scores.csv", encoding="utf-8-sig"))}
-    return rows, folder / "class", hidden_inputs.read_secret(secret_file), started
+    profiles: dict[str, list[dict]] = {}
+    for line in profile.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        profiles.setdefault(entry["student"], []).append(entry)
+    return rows, folder / "class", hidden_inputs.read_secret(secret_file), profiles
 
 
 def points(row: dict, cell: str) -> float:
@@ -94,19 +99,30 @@ def test_a_fault_of_her_own_costs_mallory_only_that_cell(graded):
 
 
 def test_no_output_mallory_is_shown_was_made_after_her_hidden_part_ran(graded):
-    """Every output a student is shown must be made before a hidden input reaches their code. Mallory's hidden part
-    sleeps HOLD s (and then until the clock's second modulo PERIOD is the hidden seq_len); had her feedback come
-    from the phases, the sandbox that printed her clock would have started within HOLD s of the batch."""
-    rows, class_dir, secret, started = graded
+    """Every output a student is shown must be made before a hidden input reaches their code. Mallory's first cell
+    prints when it ran and when the sandbox running it started; her worker records when her first hidden part began
+    (`profiling`'s phase "hidden tests", on the same wall clock). Both times must come before it: had her feedback
+    come from a runner or a sandbox (re)started after her hidden part (a replay or a regrade whose outputs were kept),
+    the clock it shows would have been read after her hidden part, which sleeps HOLD s and then until the clock's
+    second modulo PERIOD is the hidden seq_len. The times are the grader's and the sandbox's own, so the test does not
+    depend on when the batch got round to her notebook (another student's, the gradebook's set-up, the load)."""
+    _, class_dir, secret, profiles = graded
     clock, sandbox_started = _clock(class_dir)
+    assert sandbox_started > 0, "the clock cell could not read when its sandbox started"
+    workers = profiles["mallory"]
+    hidden_began = min(worker["first_started"]["hidden tests"] for worker in workers
+                       if "hidden tests" in worker["first_started"])
+    hidden_seconds = sum(worker["phases"]["hidden tests"][0] for worker in workers
+                         if "hidden tests" in worker["phases"])
     hidden = executor.parse_grade_cell(_hidden_cell("pe_forward_hidden"))[1][0]
     drawn, _ = hidden_inputs.draw(hidden, secret, "transformer_course.checks.positional_encoding:pe_forward_hidden:0")
     seq_len = dict(drawn.kwargs)["seq_len"]
-    lag = (int(sandbox_started) - seq_len) % PERIOD  # the grader's constant, calibrated once by the student
-    print(f"hidden seq_len {seq_len}; the regraded notebook's sandbox started {sandbox_started - started:.1f} s "
-          f"into the batch, its clock cell ran at {clock - started:.1f} s; sandbox start - seq_len = {lag} "
-          f"(mod {PERIOD})")
-    assert sandbox_started - started < HOLD, "the outputs shown were made after the hidden part's sleep"
+    print(f"hidden seq_len {seq_len}; relative to the start of mallory's first hidden part: the sandbox whose outputs "
+          f"she is shown started at {sandbox_started - hidden_began:+.1f} s, her clock cell ran at "
+          f"{clock - hidden_began:+.1f} s; her hidden parts took {hidden_seconds:.1f} s")
+    assert hidden_seconds >= HOLD, "the attack did not run: her hidden part did not see the hidden call and sleep"
+    assert clock < hidden_began, "an output she is shown was made after her hidden part began"
+    assert sandbox_started < hidden_began, "the sandbox whose outputs she is shown started after her hidden part began"
 
 
 def _hidden_cell(grade_id: str) -> str:

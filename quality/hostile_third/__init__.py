@@ -16,7 +16,10 @@ student) for the batch command; `tests/test_hostile_third.py` grades it once and
              seconds and then until the wall clock's second modulo PERIOD equals the hidden `seq_len`; the first
              cell prints the clock and the time its sandbox started, so the regraded notebook's feedback carries
              the hidden size (the time from the hidden part's end to that cell is the grader's, the same for every
-             notebook: a student calibrates it once).
+             notebook: a student calibrates it once). That was the grader of issue 29; since issue 39 nothing is
+             graded again alone: the runner she ends is replaced in her notebook's own sandbox before her hidden
+             parts, and what the replayed cells print is not kept (the test compares her clock cell's time with
+             when her worker's first hidden part began).
              Would gain: the sizes the class's secret draws for the hidden tests (promise 2), read in the
              student's own feedback; since the draw depends only on the secret and the call's place, never on the
              student, one leak tells the whole class (and next year's, if the instructor keeps the secret file).
@@ -48,7 +51,7 @@ from quality.honest import release_path, student_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 STYLE = "tutorial"
-HOLD = 20  # seconds the hidden part waits first: the test tells "run after the hidden part" from this
+HOLD = 20  # seconds the hidden part waits first: the test tells from it that the hidden part saw the hidden call
 PERIOD = 20  # seconds: the clock's second modulo PERIOD carries the hidden seq_len (drawn from 4 to 18)
 SHELF = "/tmp/.tfs_shelf_pe.py"
 

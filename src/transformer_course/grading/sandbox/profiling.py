@@ -1,7 +1,9 @@
 """Where a student's grading time goes, phase by phase (for scripts/benchmark_grading.py).
 
 Off unless TRANSFORMER_COURSE_PROFILE names a file: then the worker appends one JSON line per
-student to it, {phase: [wall s, CPU s, count, CPU s of the grader's process alone]}. CPU seconds
+student to it, {"phases": {phase: [wall s, CPU s, count, CPU s of the grader's process alone]},
+"first_started": {phase: the wall clock (seconds since the epoch) when the phase first began}} (the
+latter orders a worker's events: tests/test_hostile_third.py reads when the hidden parts began). CPU seconds
 are the grader's own (this process) plus, for phases that run in the student's sandbox, the
 sandbox's processes (read from /proc: a process's own time and that of the children it has waited
 for, so runners and grade cells' children are counted once they end). CPU time does not depend on
@@ -19,6 +21,7 @@ from pathlib import Path
 
 ENVIRONMENT_VARIABLE = "TRANSFORMER_COURSE_PROFILE"
 _PHASES: dict[str, list[float]] = {}
+_FIRST_STARTED: dict[str, float] = {}  # phase -> time.time() when it first began
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -46,6 +49,7 @@ def phase(name: str, sandbox_cpu: Callable[[], float] | None = None) -> Iterator
     if not enabled():
         yield
         return
+    _FIRST_STARTED.setdefault(name, time.time())
     wall, cpu = time.perf_counter(), time.process_time()
     inside = sandbox_cpu() if sandbox_cpu else 0.0
     try:
@@ -71,5 +75,7 @@ def dump(student: str) -> None:
     with open(os.environ[ENVIRONMENT_VARIABLE], "a", encoding="utf-8") as handle:
         handle.write(json.dumps({"student": student, "phases": {
             name: [round(wall, 3), round(cpu, 3), count, round(own, 3)]
-            for name, (wall, cpu, count, own) in _PHASES.items()}}) + "\n")
+            for name, (wall, cpu, count, own) in _PHASES.items()},
+            "first_started": dict(_FIRST_STARTED)}) + "\n")
     _PHASES.clear()
+    _FIRST_STARTED.clear()

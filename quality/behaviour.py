@@ -1,9 +1,10 @@
 """What a stage's code does, observed on random inputs: the yardstick that tells an equivalent mutant
 (same outputs as the reference for every public function and class of the stage) from a mistake.
 
-`observe(assignment, module)` calls every public function and class of the stage, with and without
-masks, in eval and train mode (dropout seeded), on several sizes, and returns what came out (tensors,
-numbers, or the kind of error raised). Two modules behave the same when their observations agree.
+`observe(assignment, module)` calls the functions and classes its stage's probe names (`_stage0` ... `_stage7`,
+written by hand: a new exercise must be added to its stage's probe, or every mutant of it looks equivalent),
+with and without masks, in eval and train mode (dropout seeded), on several sizes, and returns what came out
+(tensors, numbers, or the kind of error raised). Two modules behave the same when their observations agree.
 """
 
 from __future__ import annotations

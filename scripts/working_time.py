@@ -1,6 +1,9 @@
 """Estimate each notebook's working time (not a test): the figures quoted in the lesson headers.
 
-    python scripts/working_time.py --epoch-seconds S --decode-seconds D [--skip-run] [--only NAME ...]
+    python scripts/working_time.py [--epoch-seconds S] [--decode-seconds D] [--skip-run] [--only NAME ...]
+
+--epoch-seconds and --decode-seconds default to the figures website/authors/measurements.md records (207 s and
+31 s, one thread, idle machine); the script says when it used them. They count only for notebooks 5 and 6.
 
 Two students, with the assumptions printed with the result (they are assumptions, not measurements of
 students):
@@ -132,18 +135,27 @@ def estimate(notebook: nbformat.NotebookNode, bug_hunts: set[str], student: Stud
     }
 
 
+EPOCH_SECONDS = 207.0  # measurements.md: one epoch of notebook 5, `scripts/benchmark.py --epoch --threads 1`
+DECODE_SECONDS = 31.0  # measurements.md: greedy BLEU on the 1,000 test sentences, `scripts/benchmark.py --threads 1`
+
+
 def _hours(minutes: float) -> str:
     return f"{minutes / 60:.1f} h"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epoch-seconds", type=float, required=True, help="one epoch of notebook 5's full run")
-    parser.add_argument("--decode-seconds", type=float, required=True, help="greedy BLEU on 1,000 sentences")
+    parser.add_argument("--epoch-seconds", type=float, default=None,
+                        help=f"one epoch of notebook 5's full run (default {EPOCH_SECONDS:.0f}, measurements.md)")
+    parser.add_argument("--decode-seconds", type=float, default=None,
+                        help=f"greedy BLEU on 1,000 sentences (default {DECODE_SECONDS:.0f}, measurements.md)")
     parser.add_argument("--skip-run", action="store_true", help="do not execute the notebooks (run time 0)")
     parser.add_argument("--only", nargs="+", default=None, metavar="NAME",
                         help="just these notebooks (e.g. 00_why_attention; default: all)")
     arguments = parser.parse_args()
+    defaulted = [name for name in ("epoch_seconds", "decode_seconds") if getattr(arguments, name) is None]
+    arguments.epoch_seconds = EPOCH_SECONDS if arguments.epoch_seconds is None else arguments.epoch_seconds
+    arguments.decode_seconds = DECODE_SECONDS if arguments.decode_seconds is None else arguments.decode_seconds
     root = repository_root()
     for assignment in assignments(root):
         if arguments.only and assignment not in arguments.only:
@@ -171,7 +183,9 @@ def main() -> int:
     for student in (AT_EASE, STRUGGLING):
         print(f"\nassumptions, {student.name}: {student}")
     print(f"long runs: {FULL_RUN_EPOCHS} x {arguments.epoch_seconds:.0f} s epochs, "
-          f"BLEU {arguments.decode_seconds:.0f} s")
+          f"BLEU {arguments.decode_seconds:.0f} s"
+          + (f" ({' and '.join('--' + name.replace('_', '-') for name in defaulted)} not given: measurements.md's "
+             "figures)" if defaulted else ""))
     return 0
 
 

@@ -209,3 +209,77 @@ def test_attention_guard_keeps_its_words():
     with pytest.raises(CheckFailed, match="built-in attention"), student_code():
         F.scaled_dot_product_attention(torch.randn(1, 2, 4), torch.randn(1, 2, 4), torch.randn(1, 2, 4))
     assert "torch.nn.MultiheadAttention" in ATTENTION.modules
+
+
+class RenamedGain(RMSNorm):  # right, the gain under another name
+    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+        nn.Module.__init__(self)
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return x / rms * self.weight
+
+
+class LearnedTable(nn.Module):
+    """A learned positional table: x (batch, seq_len, d_model) plus the table's first seq_len rows."""
+
+    def __init__(self, max_seq_length: int, d_model: int) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.zeros(max_seq_length, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.table[: x.size(1)]  # (batch, seq_len, d_model)
+
+
+class EmbeddingTable(nn.Module):  # right, the table held by an nn.Embedding (`positions.weight`)
+    def __init__(self, max_seq_length: int, d_model: int) -> None:
+        super().__init__()
+        self.positions = nn.Embedding(max_seq_length, d_model)
+
+    def forward(self, x):
+        return x + self.positions(torch.arange(x.size(1)))
+
+
+class TransposedTable(LearnedTable):  # the table stored (d_model, max_seq_length)
+    def __init__(self, max_seq_length: int, d_model: int) -> None:
+        nn.Module.__init__(self)
+        self.table = nn.Parameter(torch.zeros(d_model, max_seq_length))
+
+    def forward(self, x):
+        return x + self.table[:, : x.size(1)].T
+
+
+class TwoGains(RMSNorm):  # two vectors of one shape under other names: which is the gain cannot be told by shape
+    def __init__(self, d_model: int, eps: float = 1e-6) -> None:
+        nn.Module.__init__(self)
+        self.weight, self.spare = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.ones(d_model))
+        self.eps = eps
+
+
+def _table_case(student: type[nn.Module]) -> declared.ModuleCase:
+    return declared.ModuleCase(student, LearnedTable, 6, 4, inputs={"x": randn(2, 3, 4, seed=450)}, seed=450,
+                               axes=AXES, builtins=Builtins(work="a learned positional table"),
+                               sizes={"batch": 2, "position": 3, "feature": 4})
+
+
+@pytest.mark.parametrize("student", [RenamedGain], ids=lambda student: student.__name__)
+def test_a_parameter_under_another_name_is_found_by_its_shape(student):
+    assert _failures(student) == {}
+
+
+def test_an_embedding_layout_gets_the_reference_parameter_table():
+    """nn.Embedding (`positions.weight`) against nn.Parameter (`table`): one entry of each shape, copied across."""
+    _table_case(EmbeddingTable).values(recipe="x plus the table's first seq_len rows.")
+
+
+def test_a_layout_that_matches_neither_by_name_nor_by_shape_is_told_with_both_sides():
+    message = _failures(TwoGains)["values"]
+    assert "by name or else by shape" in message, message
+    assert "`gain` (8,)" in message and "`weight` (8,)" in message and "`spare` (8,)" in message, message
+
+
+def test_a_transposed_table_is_told_its_shape():
+    with pytest.raises(CheckFailed, match=r"another shape(.|\n)*expected: \(6, 4\)(.|\n)*got: +\(4, 6\)"):
+        _table_case(TransposedTable).values(recipe="x plus the table's first seq_len rows.")

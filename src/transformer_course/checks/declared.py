@@ -227,13 +227,44 @@ def _engine(student: differential.Trace, reference: differential.Trace, got: tor
 @on_student_side
 def _build_module(student_class: Any, args: tuple, kwargs: dict, state: dict[str, torch.Tensor], builtins: Builtins,
                   what: str) -> Any:
-    """The student's module in float64 and eval mode, holding the parameters `state` (copied by name)."""
+    """The student's module in float64 and eval mode, holding the parameters `state` (see `_load_by_role`)."""
     with torch.random.fork_rng(devices=[]), student_code(builtins):
         module = student_class(*args, **kwargs)
     reject_builtin_modules(module, what, builtins)
     module = module.double()
-    copy_weights(SimpleNamespace(state_dict=lambda: state), module, what)
+    _load_by_role(module, state, what)
     return module.eval()
+
+
+def _load_by_role(module: nn.Module, state: Mapping[str, torch.Tensor], what: str) -> None:
+    """Put the reference's parameters `state` into the student's module: by name when the names agree, otherwise
+    each entry into the student's one entry of the same shape. So a layout of the student's choice passes (an
+    `nn.Embedding`'s `table.weight` for an `nn.Parameter` named `table`, a gain named `weight`) as long as no two
+    entries share a shape; where two do (a gain and a bias, two square matrices) they are told apart by name, and
+    the failure lists both sides' names and shapes. A matrix the student stores transposed matches nothing."""
+    target = module.state_dict()
+    if set(target) == set(state):
+        copy_weights(SimpleNamespace(state_dict=lambda: dict(state)), module, what)
+        return
+    renamed = {name: name for name in state if name in target and target[name].shape == state[name].shape}
+    left, free = [name for name in state if name not in renamed], [name for name in target if name not in renamed]
+    for name in left:
+        same = [other for other in free if tuple(target[other].shape) == tuple(state[name].shape)]
+        rivals = [other for other in left if tuple(state[other].shape) == tuple(state[name].shape)]
+        if len(same) == 1 and len(rivals) == 1:
+            renamed[name] = same[0]
+    if len(renamed) == len(state) == len(target):
+        module.load_state_dict({renamed[name]: value for name, value in state.items()})
+        return
+
+    def listed(entries: Mapping[str, torch.Tensor]) -> str:
+        return ", ".join(f"`{name}` {tuple(value.shape)}" for name, value in entries.items()) or "none"
+
+    fail(f"{what}: this check puts the reference's parameters into your module, by name or else by shape, and "
+         "your module's parameters match neither.",
+         expected=f"parameters and buffers {listed(state)}", got=listed(target),
+         cause="keep the sizes the given `__init__` builds each parameter with, and no parameter or buffer "
+               "beyond the ones the exercise asks for.")
 
 
 @on_student_side

@@ -1334,17 +1334,13 @@ else:
 # Each of these bugs lets training *run*; only the numbers tell you something is wrong.
 #
 # - **Target not shifted** (the decoder reads the token it must predict): the loss drops to almost 0
-#   within an epoch, and the model only echoes its input (the toy run of section 9).
+#   once the warm-up is over (by the second epoch of the toy run of section 9), and the model only echoes
+#   its input.
 # - **The loss counts `<pad>` tokens:** the loss depends on how much padding a batch happens to
 #   have, and the model spends effort learning to predict `<pad>`. On an untrained model it is still
 #   about $\ln K$, so the first loss does not show it (section 6).
 # - **Gradients never cleared:** every update follows the sum of all gradients so far, computed at
 #   old weights; the loss falls far more slowly than it should, or jumps about.
-# - **Scheduler stepped once per epoch** instead of once per update: the schedule then counts
-#   epochs, so with a warm-up of 400 steps the learning rate would need 400 epochs to reach its peak
-#   (the bug hunt of section 10). PyTorch's documentation shows its schedulers stepped once per epoch,
-#   after `train(...)` and `validate(...)`: right for a schedule that counts epochs, wrong for one that
-#   counts updates.
 # - **No `model.train()` / `model.eval()`:** dropout off while training (more over-fitting) or on
 #   while evaluating (a noisy validation loss, higher than the model's real one).
 # - **A rate far too high, with no warm-up:** the loss gets stuck high from the first epoch on (the

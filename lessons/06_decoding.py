@@ -759,12 +759,15 @@ assert check.bleu_agrees_with_sacrebleu(compute_bleu, sentences=300, seed=2)
 #   smoothing, `corpus_score`. The *signature* printed below records these settings (`tok:none`: no
 #   tokenisation by sacreBLEU; `case:mixed`: sacreBLEU did not lowercase, our text already is).
 #
-# Compare a number with another only when their recipes match: published tables use sacreBLEU's own
-# tokenizer on detokenised, cased text. The next cell translates the test set with `translate_batch` and
+# Compare a number with another only when their recipes match. Post (2018) asks papers to report
+# sacreBLEU's default recipe (its own tokenizer on detokenised, cased text), but many published tables use a
+# tokenisation or lowercasing of their own, and their numbers cannot be set beside each other.
+# The next cell translates the test set with `translate_batch` and
 # scores it twice, with sacreBLEU and with your `compute_bleu`. While the grader runs this notebook it
-# decodes only the first 10 sentences to stay fast; otherwise all 1,000, which took 33 seconds of CPU time
-# on one core with the course checkpoint (measured by the course's benchmark,
-# `python scripts/benchmark.py --no-training --threads 1`; a model that rarely says `<eos>` takes longer).
+# decodes only the first 10 sentences to stay fast; otherwise all 1,000, which took 31 seconds of CPU time
+# on one core with the course checkpoint on a quiet machine (measured by the course's benchmark,
+# `python scripts/benchmark.py --data ../shared/data/multi30k --steps 1 --threads 1`; a model that rarely
+# says `<eos>` takes longer).
 # Set `count` lower if you are in a hurry: a batch runs until its longest sentence has finished, and
 # each step re-reads the whole prefix.
 
@@ -965,8 +968,8 @@ heatmaps.plot_attention_interactive(maps["decoder_self"], inputs, inputs, title=
 #   keeps the $k$ best partial sentences and usually gains a little (stage 7 measures how much).
 # - In a batch, sentences end at different steps: after its `<eos>` a sentence only gets `<pad>`, and
 #   decoding stops once all have ended or after `max_len` tokens.
-# - Padding is part of the batch, not of any sentence: the model must be told where it is (the source
-#   mask hides exactly the `<pad>` id), or a sentence's translation changes with its batch neighbours.
+# - Padding is part of the batch, not of any sentence: the model must be told where it is, or a
+#   sentence's translation changes with its batch neighbours.
 # - Corpus BLEU is the brevity penalty times the geometric mean of the clipped 1- to 4-gram precisions,
 #   all counted over the whole corpus; a score is only meaningful together with its recipe and
 #   sacreBLEU signature.

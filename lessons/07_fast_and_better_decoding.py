@@ -272,8 +272,9 @@ assert check.cache_cross_keys_values(start_cache, num_layers=3, num_heads=2, d_m
 #   keeps what is assigned to it;
 # - the first step right, the later ones wrong, in another way: the new position attended to itself alone,
 #   not to the earlier positions in the cache;
-# - `nan` or a crash at the very first step: the new position attended to the cache before its own keys and
-#   values were in it (position $t$ attends to positions $0, \dots, t$, itself included);
+# - logits already wrong at the very first step, with no error raised: the new position attended to the cache
+#   before its own keys and values were in it (position $t$ attends to positions $0, \dots, t$, itself
+#   included; over the empty cache of the first step the attention output is all zeros);
 # - right logits, but the checks count cross-attention projections at every step: the encoder output was
 #   projected again instead of read from the cache;
 # - a crash when the keys are joined: the cache's axes are `(batch, heads, steps, d_k)`;

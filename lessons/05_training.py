@@ -1435,11 +1435,14 @@ else:
 #
 # **Rubric.**
 # - 1 point: without the scheduler state the step count restarts: the learning rate falls to an
-#   early warm-up value (from the second resumed batch on) and the warm-up repeats (slower
-#   progress, shifted schedule).
+#   early warm-up value and the warm-up repeats (slower progress, shifted schedule). Whether the fall
+#   starts at the first or the second resumed batch depends on whether the scheduler is made before or
+#   after the optimiser's state is loaded (a new `LambdaLR` sets the step-1 rate when it is made): either
+#   order, stated, is right.
 # - 1 point: without the optimiser state Adam's moment estimates restart, so the first updates
-#   are about the size of the (now large) learning rate in every coordinate, without warm-up: a jump
-#   in the loss; also full credit for "the warm-up existed to protect exactly these first steps".
+#   are about the size of the (now large) learning rate in every coordinate, without warm-up: the loss
+#   can jump, or, argued from how fast the averages recover (β₂ = 0.98), only blip for some steps; also
+#   full credit for "the warm-up existed to protect exactly these first steps".
 
 # %% [markdown]
 # **Question 3 (2 points).** Averaging the weights of the last few checkpoints of one run usually

@@ -288,14 +288,9 @@ STUDENTS = {
 
 def write_class(folder: Path, students: dict | None = None) -> list[Path]:
     """The fourth hostile class as a downloads folder: folder/<student>/<assignment>.ipynb; the paths written."""
-    written = []
-    for student, notebooks in (students or STUDENTS).items():
-        for assignment, build in notebooks.items():
-            path = folder / student / f"{assignment}.ipynb"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(build(), path)
-            written.append(path)
-    return written
+    from quality import hostile_third
+
+    return hostile_third.write_class(folder, students or STUDENTS)
 
 
 __all__ = ["ATTENTION", "HIDDEN_CELLS", "LIMITS", "SLEEP", "STUDENTS", "decode", "eve_stage_2",

@@ -22,8 +22,6 @@ this checkout's checks, and its row, its feedback page and the class report say 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import io
 import json
 import os
@@ -34,12 +32,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
+from transformer_course.grading.gradebook.class_folder import file_lock
 from transformer_course.grading.intake.submissions import notebook_release  # noqa: F401  (re-exported)
 
 _OWN = re.compile(r"^(__editable__\.transformer_course.*|transformer_course.*\.(dist-info|egg-link|pth)|"
@@ -63,15 +61,7 @@ class Environment:
         return f"sqlite:///{self.class_dir / 'gradebook.db'}"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+_locked = file_lock
 
 
 class Releases:

@@ -152,6 +152,13 @@ def gradebook_lock(db_url: str, folder: Path) -> Iterator[None]:
         return
     database = db_url.split(":///", 1)[1] if db_url.startswith("sqlite:///") else ""
     path = Path(database + ".lock") if database and database != ":memory:" else folder / ".gradebook.lock"
+    with file_lock(path):
+        yield
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (made, with its folder, when missing) for the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -11,8 +11,9 @@ student) for the batch command; `tests/test_hostile_third.py` grades it once and
              (`os._exit`, spelt through getattr so the static scan does not see it). The worker takes that as the
              notebook's own limit event and grades it *again, alone*, after the phases (executor._limit ->
              Phases.grade_alone). The second grading's visible cells therefore run after the first grading's
-             hidden parts: exactly the order the phases exist to forbid. Its forward(), when it is called with
-             seq_len == max_seq_length (only the hidden test's call: the draw keeps that tie), sleeps HOLD
+             hidden parts: exactly the order the phases exist to forbid. Its forward(), when it is called in a
+             hidden part (told by a marker her first cell leaves in /tmp, which the grader empties before each
+             hidden part; until issue 40 the hidden call alone kept seq_len == max_seq_length), sleeps HOLD
              seconds and then until the wall clock's second modulo PERIOD equals the hidden `seq_len`; the first
              cell prints the clock and the time its sandbox started, so the regraded notebook's feedback carries
              the hidden size (the time from the hidden part's end to that cell is the grader's, the same for every
@@ -93,6 +94,7 @@ CLOCK = """
             return -1.0
 
     print('CLOCK', time.time(), 'SANDBOX_STARTED', _sandbox_started())
+    open('/tmp/.tfs_visible', 'w').close()  # gone in a hidden part: the grader empties /tmp before each
 """
 
 SPY = f"""
@@ -101,9 +103,9 @@ SPY = f"""
     _honest_forward = PositionalEncoding.forward
 
     def _forward(self, x):
-        # the hidden test's call (it alone has seq_len == max_seq_length, a tie the draw keeps): once, sleep
-        # {HOLD} s, then until the clock's second modulo {PERIOD} is the hidden seq_len
-        if x.shape[1] == self.pe.shape[1] and not _os.path.exists('/tmp/.tfs_sent'):
+        # a call in a hidden part (the first cell's marker is gone): once, sleep {HOLD} s, then until the
+        # clock's second modulo {PERIOD} is the hidden seq_len
+        if not _os.path.exists('/tmp/.tfs_visible') and not _os.path.exists('/tmp/.tfs_sent'):
             open('/tmp/.tfs_sent', 'w').close()
             _time.sleep({HOLD})
             while int(_time.time()) % {PERIOD} != x.shape[1] % {PERIOD}:

@@ -141,7 +141,7 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "context from the scores instead of the weights",
         _CONTEXT, "context = scores @ keys",
-        fails="why_context_values", cause="computes `weights` here, but nothing uses the result",
+        fails="why_context_values", cause="receives `scores` where the reference gives it `weights`",
     ),
     Mistake(
         STAGE, "context averages the keys, ignoring the weights",

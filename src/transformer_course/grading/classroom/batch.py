@@ -317,7 +317,7 @@ class BatchGrader:
         targets: dict[str, set[str] | None] = {}
         unknown = []
         for item in self.regrade:
-            who, _, stage = item.partition("/")
+            who, stage = (item.split("/", 1) + [""])[:2]  # STUDENT or STUDENT/STAGE
             matches = [result.student for result in everyone.values() if who in (result.student, result.lms_id,
                                                                                     result.name)
                        and (not stage or any(s.assignment == stage for s in result.submissions))]

@@ -32,8 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import pprint
 import sys
 import time
@@ -42,6 +40,7 @@ from pathlib import Path
 import sacrebleu
 import torch
 from sacrebleu.significance import PairedTest
+from train_rnn_baselines import machine  # the same machine line as the stage-0 baselines (scripts/ is on the path)
 
 from transformer_course.reference import Transformer
 from transformer_course.reference.training import (
@@ -65,18 +64,6 @@ CONFIG = dict(NOTEBOOK_CONFIG)  # the model trained; --d-model, --num-heads, --n
 WARMUP_STEPS, LR_FACTOR, CLIP_NORM, MAX_TOKENS = 400, 0.5, 1.0, 4096
 TOY = {"vocab": 12, "d_model": 32, "num_heads": 4, "num_layers": 1, "d_ff": 64, "max_seq_length": 20,
        "pairs": 512, "batch_size": 32, "warmup_steps": 50, "factor": 0.5, "epochs": 7}
-
-
-def machine() -> str:
-    name = platform.processor() or platform.machine()
-    try:
-        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    return (f"{name}, {len(os.sched_getaffinity(0))} cores, load average {load} at the end; torch {torch.__version__}, "
-            f"{torch.get_num_threads()} thread(s)")
 
 
 # --- label smoothing and checkpoint averaging on Multi30k ---------------------------------------------------

@@ -29,6 +29,7 @@ from nbgrader.converters import Autograde
 from traitlets.config import Config
 
 from transformer_course.grading.classroom import NOTEBOOK_TIMEOUT, SANDBOX_PROBLEM
+from transformer_course.grading.gradebook import retries
 from transformer_course.grading.gradebook.config import nbgrader_config
 from transformer_course.grading.outputs import inert
 from transformer_course.grading.sandbox import executor, hidden_inputs, isolation, profiling
@@ -44,7 +45,8 @@ def course_config(course: Path, class_dir: Path, db_url: str, timeout: int,
     config.JudgedExecute.notebook_timeout = notebook_timeout
     pipeline = config.Autograde.get("autograde_preprocessors") or Autograde.class_traits()[
         "autograde_preprocessors"].default()
-    config.Autograde.autograde_preprocessors = executor.autograde_pipeline(list(pipeline))
+    # the gradebook's writes after the cells ran are tried again in place (`retries`), not the notebook
+    config.Autograde.autograde_preprocessors = retries.pipeline(executor.autograde_pipeline(list(pipeline)))
     return config
 
 
@@ -197,7 +199,10 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
         for assignment in arguments.assignment:
             result = results.get(assignment)
             if result is None or (not result["success"] and _database_trouble(result)):
-                started = time.perf_counter()  # graded (again) from start to end: the gradebook refused a write
+                # graded (again) from start to end: the gradebook refused a write before the cells ran, or kept
+                # refusing the grades' writes after them (each tried again in place first, `retries`); like
+                # any regrade, this runs the notebook's visible cells again after its hidden parts ran
+                started = time.perf_counter()
                 with profiling.phase("nbgrader autograde"):
                     result = _autograde(api, assignment, arguments.student)
                 seconds[assignment] = seconds.get(assignment, 0.0) + time.perf_counter() - started
@@ -221,13 +226,8 @@ def grade(arguments: argparse.Namespace) -> dict[str, object]:
     return report
 
 
-_DATABASE_TROUBLE = ("IntegrityError", "OperationalError", "deadlock detected", "could not serialize",
-                     "database is locked")
-
-
 def _database_trouble(result: dict) -> bool:
-    text = f"{result.get('error') or ''} {result.get('log') or ''}"
-    return any(sign in text for sign in _DATABASE_TROUBLE)
+    return retries.is_trouble(f"{result.get('error') or ''} {result.get('log') or ''}")
 
 
 def _autograde(api: object, assignment: str, student: str, attempts: int = 3) -> dict:

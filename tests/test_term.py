@@ -24,6 +24,7 @@ from transformer_course.grading.outputs import lms
 from transformer_course.grading.sandbox.isolation import bubblewrap_problem
 
 sandboxed = pytest.mark.skipif(bubblewrap_problem() is not None, reason=f"no sandbox here: {bubblewrap_problem()}")
+pytestmark = pytest.mark.xdist_group("term")  # one worker: the term (three gradings) is made once, not per worker
 STAGE1, STAGE2 = "01_positional_encoding", "02_attention"
 WEEK = 7 * 24 * 3600
 START = time.time() - 3 * WEEK

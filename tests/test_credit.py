@@ -29,7 +29,7 @@ assert check.score_shape(AdditiveAttention)
 assert check.score_values(AdditiveAttention)
 
 # %% tests="practice" points=0 credit="optional"
-assert check.forward_shape(AdditiveAttention)
+assert check.forward_shapes(AdditiveAttention)
 '''
 
 
@@ -60,7 +60,7 @@ def test_the_build_gives_zero_nbgrader_points_and_a_first_line(tmp_path):
     assert graded["practice"].source.splitlines()[0].startswith("# Optional: ")
     table, credits = authoring.grade_table(tmp_path)
     assert table["transformer_course.checks.why_attention"] == [
-        ("counted", 2, ("score_shape",)), ("bonus", 3.0, ("score_values",)), ("practice", 0.0, ("forward_shape",))]
+        ("counted", 2, ("score_shape",)), ("bonus", 3.0, ("score_values",)), ("practice", 0.0, ("forward_shapes",))]
     assert credits == {"transformer_course.checks.why_attention": {"bonus": "extra", "practice": "optional"}}
     assert 'CREDIT: dict[str, dict[str, str]] = {' in authoring.grade_table_source(tmp_path)
 
@@ -97,13 +97,13 @@ def test_the_summary_counts_extra_credit_apart_and_optional_for_nothing(monkeypa
     import transformer_course.checks.why_attention  # noqa: F401  (the summary reads its titles)
 
     monkeypatch.setitem(framework.GRADE_CELLS, module, (
-        ("counted", 2, ("score_shape",)), ("bonus", 3.0, ("score_values",)), ("practice", 0.0, ("forward_shape",)),
+        ("counted", 2, ("score_shape",)), ("bonus", 3.0, ("score_values",)), ("practice", 0.0, ("forward_shapes",)),
         ("bonus_hidden", 1.0, ())))
     monkeypatch.setitem(framework.CREDIT, module, {"bonus": "extra", "practice": "optional", "bonus_hidden": "extra"})
     passed = type("Outcome", (), {"passed": True, "deferred": False, "message": ""})()
     failed = type("Outcome", (), {"passed": False, "deferred": False, "message": "the scores differ"})()
     monkeypatch.setattr(framework, "_LATEST", {(module, "score_shape"): passed, (module, "score_values"): passed,
-                                               (module, "forward_shape"): failed})
+                                               (module, "forward_shapes"): failed})
     framework.summary(module)
     out = capsys.readouterr().out
     assert "(extra credit, +3 points)" in out and "(optional, no points)" in out

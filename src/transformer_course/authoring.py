@@ -21,6 +21,9 @@ Markers a lesson may use:
 Cell headers carry nbgrader roles in short form:
     `# %% solution="id"`            student writes code here (BEGIN/END SOLUTION inside)
     `# %% tests="id" points=2`      a locked grade cell
+    `# %% tests="id" points=2 credit="extra"`   extra credit: its points add to the score, not to the maximum
+    `# %% tests="id" points=0 credit="optional"`   counts for no points (both: 0 nbgrader points and a first
+                                    line saying what the cell is worth, `grading.cells.credit_line`)
     `# %% readonly="id"`            a locked cell students may not edit (setup)
     `# %% [markdown] answer="id" points=2`
                                     a written answer graded by hand (nbgrader's "manually graded

@@ -21,6 +21,9 @@ Markers a lesson may use:
 Cell headers carry nbgrader roles in short form:
     `# %% solution="id"`            student writes code here (BEGIN/END SOLUTION inside)
     `# %% tests="id" points=2`      a locked grade cell
+    `# %% tests="id" points=2 credit="extra"`   extra credit: its points add to the score, not to the maximum
+    `# %% tests="id" points=0 credit="optional"`   counts for no points (both: 0 nbgrader points and a first
+                                    line saying what the cell is worth, `grading.cells.credit_line`)
     `# %% readonly="id"`            a locked cell students may not edit (setup)
     `# %% [markdown] answer="id" points=2`
                                     a written answer graded by hand (nbgrader's "manually graded
@@ -56,6 +59,9 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+
+from transformer_course.grading.cells import credit as credit_of
+from transformer_course.grading.cells import credit_line
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
@@ -178,6 +184,24 @@ def _nbgrader_metadata(metadata: dict) -> dict | None:
     return None
 
 
+def _credit(assignment: str, credit: object, nbgrader: dict | None) -> str:
+    """A grade cell marked `credit="extra"` or `credit="optional"`: its nbgrader points become 0 (nbgrader's
+    maximum leaves it out) and the returned line, put first in its source, says what it is worth
+    (`grading.cells.credit` reads it back)."""
+    if not nbgrader or not nbgrader["grade"] or nbgrader["solution"]:
+        raise ValueError(f"{assignment}: credit={credit!r} marks a grade cell of checks (tests=...) only")
+    where = f"{assignment}: grade cell {nbgrader['grade_id']}"
+    if credit not in ("extra", "optional"):
+        raise ValueError(f'{where}: credit={credit!r}; write credit="extra" or credit="optional"')
+    points = float(nbgrader["points"])
+    if credit == "extra" and points <= 0:
+        raise ValueError(f'{where}: credit="extra" needs the points it can add (points=2)')
+    if credit == "optional" and points != 0:
+        raise ValueError(f'{where}: an optional cell counts for no points; write points=0')
+    nbgrader["points"] = 0
+    return credit_line(str(credit), points)
+
+
 BUG = re.compile(r"^#\| bug: (?P<find>.+?) => (?P<replace>.*)$")
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
@@ -266,12 +290,15 @@ def build_solution(root: Path, assignment: str) -> nbformat.NotebookNode:
     seen_ids: set[str] = set()
     for cell in lesson.cells:
         metadata = dict(cell.metadata)
+        credit = metadata.pop("credit", None)
         nbgrader = _nbgrader_metadata(metadata)
         source = _expand(cell.source, root, assignment)
         if nbgrader and "answer" in cell.metadata and cell.cell_type != "markdown":
             raise ValueError(f"{assignment}: answer cell {nbgrader['grade_id']} must be a markdown cell")
         if nbgrader and nbgrader["grade"] and "### BEGIN HIDDEN TESTS" in source:
             source = f"{HIDDEN_TESTS_LINE}\n{source}"
+        if credit is not None:
+            source = f"{_credit(assignment, credit, nbgrader)}\n{source}"
         if cell.cell_type == "markdown":
             new = nbformat.v4.new_markdown_cell(source)
         else:
@@ -291,10 +318,13 @@ GRADE_TABLE = Path("src") / "transformer_course" / "checks" / "_grade_cells.py"
 _CHECKS_IMPORT = re.compile(r"^from transformer_course\.checks import (\w+) as check$", re.MULTILINE)
 
 
-def grade_table(root: Path) -> dict[str, list[tuple[str, float, tuple[str, ...]]]]:
+def grade_table(root: Path) -> tuple[dict[str, list[tuple[str, float, tuple[str, ...] | None]]],
+                                     dict[str, dict[str, str]]]:
     """{checks module: [(grade_id, points, visible checks the cell calls; () for hidden tests, None for a
-    written answer graded by hand)]}."""
-    table = {}
+    written answer graded by hand)]} and {checks module: {grade_id: "extra" or "optional"}} for the cells marked
+    `credit=` (an extra-credit cell's points are those it can add; an optional cell's are 0)."""
+    table: dict[str, list[tuple[str, float, tuple[str, ...] | None]]] = {}
+    credits: dict[str, dict[str, str]] = {}
     for assignment in assignments(root):
         notebook = build_solution(root, assignment)
         code = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code")
@@ -310,9 +340,12 @@ def grade_table(root: Path) -> dict[str, list[tuple[str, float, tuple[str, ...]]
             names = () if hidden else tuple(dict.fromkeys(re.findall(r"\bcheck\.(\w+)\(", cell.source)))
             if cell.cell_type == "markdown":  # a written answer
                 names = None
-            rows.append((nbgrader["grade_id"], nbgrader["points"], names))
+            marked = credit_of(cell.source)
+            rows.append((nbgrader["grade_id"], marked[1] if marked else nbgrader["points"], names))
+            if marked:
+                credits.setdefault(f"transformer_course.checks.{found[0]}", {})[nbgrader["grade_id"]] = marked[0]
         table[f"transformer_course.checks.{found[0]}"] = rows
-    return table
+    return table, credits
 
 
 def grade_table_source(root: Path) -> str:
@@ -323,11 +356,16 @@ def grade_table_source(root: Path) -> str:
              'The notebooks\' summary cell reads it."""',
              "",
              "GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...] | None], ...]] = {"]
-    for module, rows in grade_table(root).items():
+    table, credits = grade_table(root)
+    for module, rows in table.items():
         lines.append(f"    {module!r}: (")
         lines += [f"        ({grade_id!r}, {points!r}, {names!r})," for grade_id, points, names in rows]
         lines.append("    ),")
     lines.append("}")
+    lines += ["",
+              "# the grade cells a lesson marks credit=\"extra\" (their points add to the score, not to the maximum)",
+              "# or credit=\"optional\" (they count for nothing), per checks module",
+              f"CREDIT: dict[str, dict[str, str]] = {credits!r}"]
     return "\n".join(lines) + "\n"
 
 

@@ -219,3 +219,7 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...] | None], ...]] = 
         ('fast_q_length', 3, None),
     ),
 }
+
+# the grade cells a lesson marks credit="extra" (their points add to the score, not to the maximum)
+# or credit="optional" (they count for nothing), per checks module
+CREDIT: dict[str, dict[str, str]] = {}

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from transformer_course.checks._grade_cells import GRADE_CELLS
+from transformer_course.checks._grade_cells import CREDIT, GRADE_CELLS
 from transformer_course.checks.compare import as_float64, describe_difference, describe_shape, tensors_close
 from transformer_course.checks.errors import crash_lines, explain_crash, first_line, is_stub
 from transformer_course.checks.salt import salted_seed
@@ -112,12 +112,30 @@ def summary(module: str | ModuleType | None = None) -> None:
     checks_module = sys.modules.get(name) if name else None
     rows, earned, visible_points, hidden_points, hidden_cells = [], 0.0, 0.0, 0.0, 0
     deferred_points, deferred_cells = 0.0, 0
+    credits = CREDIT.get(name or "", {})  # cells marked credit="extra" or "optional" by the lesson
+    extra, extra_earned, hidden_extra = 0.0, 0.0, 0.0
     written = [points for _grade_id, points, names in cells if names is None]
-    for _grade_id, points, names in cells:
+    for grade_id, points, names in cells:
+        kind = credits.get(grade_id)
         if names is None:
             continue
         if not names:
-            hidden_points, hidden_cells = hidden_points + points, hidden_cells + 1
+            if kind == "extra":
+                hidden_extra += points
+            elif kind is None:
+                hidden_points, hidden_cells = hidden_points + points, hidden_cells + 1
+            continue
+        if kind is not None:  # never part of the visible checks' total
+            outcomes = [_LATEST.get((name, check_name)) for check_name in names]
+            titles = [getattr(getattr(checks_module, n, None), "check_title", n) for n in names]
+            passed = all(outcome is not None and outcome.passed for outcome in outcomes)
+            failed = next((o for o in outcomes if o is not None and not o.passed and not o.deferred), None)
+            mark = "✔" if passed else "✘" if failed else "·"
+            note = summary_note(failed.message) if failed else "" if passed else "not run yet"
+            if kind == "extra":
+                extra, extra_earned = extra + points, extra_earned + (points if passed else 0.0)
+            rows.append((mark, "; ".join(titles), f"extra credit, +{_points(points)}" if kind == "extra"
+                         else "optional, no points", note))
             continue
         visible_points += points
         outcomes = [_LATEST.get((name, check_name)) for check_name in names]
@@ -134,15 +152,24 @@ def summary(module: str | ModuleType | None = None) -> None:
         else:
             mark, note = "·", "not run yet"
         rows.append((mark, "; ".join(titles), _points(points), note))
-    failing = sum(mark not in ("✔", DEFERRED) for mark, *_ in rows)
+    counted = [row for row in rows if not row[2].startswith(("extra credit", "optional"))]
+    failing = sum(mark not in ("✔", DEFERRED) for mark, *_ in counted)
     verdict = (f"{earned:g} of {visible_points - deferred_points:g} points from the visible checks"
-               + (" — all green." if not failing else f"; {failing} of {len(rows) - deferred_cells} checks not "
+               + (" — all green." if not failing else f"; {failing} of {len(counted) - deferred_cells} checks not "
                   "passing yet."))
+    if extra:
+        verdict += (f" Extra credit: {extra_earned:g} of {extra:g} points from the visible checks, added to your "
+                    "score and not part of its maximum.")
+    if any(row[2].startswith("optional") for row in rows):
+        verdict += " Optional checks count for no points."
     if deferred_cells:
         verdict += (f" Predictions: {deferred_cells} noted, worth {_points(deferred_points)}, scored when your "
                     "notebook is graded.")
     hidden = (f"Hidden tests: {hidden_cells} more cells worth {_points(hidden_points)}, run only when your "
               "notebook is graded (the same properties on other sizes)." if hidden_cells else "")
+    if hidden_extra:
+        hidden += ("\n" if hidden else "") + (
+            f"Hidden extra credit: {_points(hidden_extra)} more, run only when your notebook is graded.")
     if written:
         hidden += ("\n" if hidden else "") + (
             f"Written answers: {len(written)} question{'s' if len(written) != 1 else ''} worth "

@@ -71,3 +71,35 @@ def split_hidden(source: str) -> tuple[str, str]:
     """(visible part, hidden part) of a grade cell's source."""
     hidden = "\n".join(match.group(1) for match in HIDDEN.finditer(source))
     return HIDDEN.sub("", source), hidden
+
+
+# --- optional and extra-credit checks ------------------------------------------------------------------
+#
+# A lesson marks a grade cell `credit="extra"` (its points can raise the score, and are not part of the
+# maximum) or `credit="optional"` (it counts for nothing). The build gives such a cell 0 nbgrader points, so
+# nbgrader's maximum (and every maximum read from it) leaves it out, and writes one of these lines first in
+# its source, which students read and the gradebook keeps with the cell (nbgrader restores a locked cell's
+# source from there). The grader reads the line to give a passing extra-credit cell its points as nbgrader's
+# `extra_credit` of that grade (`grading.sandbox.executor.SaveExtraCredit`).
+
+EXTRA_CREDIT_LINE = ("# Extra credit: {points:g} point{plural}, added to your score when this cell's checks pass; "
+                     "they are not part of the notebook's maximum.")
+OPTIONAL_LINE = "# Optional: this cell's checks count for no points; they are here for you to practise."
+_EXTRA = re.compile(r"^# Extra credit: (\d+(?:\.\d+)?) points?, ")
+
+
+def credit_line(credit: str, points: float) -> str:
+    """The first line of an extra-credit (`credit="extra"`) or optional (`credit="optional"`) grade cell."""
+    if credit == "optional":
+        return OPTIONAL_LINE
+    return EXTRA_CREDIT_LINE.format(points=points, plural="" if points == 1 else "s")
+
+
+def credit(source: str) -> tuple[str, float] | None:
+    """("extra", its points) or ("optional", 0.0) for a grade cell's source that starts with a credit line;
+    None for a cell that counts as usual."""
+    first = source.split("\n", 1)[0]
+    if first == OPTIONAL_LINE:
+        return "optional", 0.0
+    found = _EXTRA.match(first)
+    return ("extra", float(found.group(1))) if found else None

@@ -200,6 +200,7 @@ def merge(environment: Environment, class_dir: Path, db_url: str, student: str, 
             for grade in notebook.grades:
                 mine = ours.find_grade(grade.name, notebook.name, assignment, student)
                 mine.auto_score, mine.needs_manual_grade = grade.auto_score, grade.needs_manual_grade
+                mine.extra_credit = grade.extra_credit  # an extra-credit cell's points (SaveExtraCredit)
                 if mine.manual_score is not None and grade.auto_score is None:
                     mine.needs_manual_grade = True  # graded by hand before: review, as nbgrader's autograde does
             for comment in notebook.comments:

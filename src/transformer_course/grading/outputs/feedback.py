@@ -34,6 +34,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import NbGraderPreprocessor
 from pygments.formatters import HtmlFormatter
 
+from transformer_course.grading.cells import credit
 from transformer_course.grading.outputs.files import write_text_atomically
 from transformer_course.grading.outputs.inert import FILTERS, InertNotebook  # noqa: F401  (nbgrader_config.py uses it)
 from transformer_course.grading.outputs.mathml import render_math
@@ -229,6 +230,24 @@ def mark_pending(nb: NotebookNode, db_url: str, notebook: str, assignment: str, 
     return count, points
 
 
+def mark_credit(nb: NotebookNode) -> tuple[float, int]:
+    """Mark each extra-credit and optional grade cell (`grading.cells.credit`, from its first line, which the
+    gradebook restored): `nbgrader.credit`, `credit_points` (what it can add) and `credit_passed` (nbgrader's
+    reading of its outputs: no error, nothing on stderr). Returns the extra-credit points there are and how many
+    optional cells."""
+    extra, optional = 0.0, 0
+    for cell in nb.cells:
+        nbgrader = _nbgrader(cell)
+        marked = credit(cell.source) if nbgrader.get("grade") and cell.cell_type == "code" else None
+        if not marked:
+            continue
+        nbgrader["credit"], nbgrader["credit_points"] = marked
+        nbgrader["credit_passed"] = not any(output.get("output_type") == "error" or output.get("name") == "stderr"
+                                            for output in cell.get("outputs", []))
+        extra, optional = extra + marked[1], optional + (marked[0] == "optional")
+    return extra, optional
+
+
 def stylesheet() -> str:
     """The class's feedback.css: the page, the grade cells' headings and scores, code, outputs, math."""
     return _STYLE + HtmlFormatter(style="default").get_style_defs(".highlight")
@@ -275,6 +294,12 @@ TEMPLATE = r"""{%- extends 'base.html.j2' -%}
 {%- set nbgrader = cell.metadata.nbgrader -%}
 {%- if nbgrader.pending -%}
 <span class="score pending">pending: not graded yet ({{ "%g" | format(nbgrader.points | float) }} points)</span>
+{%- elif nbgrader.credit == 'optional' -%}
+<span class="score optional">optional, no points: {{ 'passed' if nbgrader.credit_passed else 'not passed' }}</span>
+{%- elif nbgrader.credit == 'extra' and nbgrader.score is defined and nbgrader.score is not none -%}
+{%- set got, of = nbgrader.score | float, nbgrader.credit_points | float -%}
+<span class="score {{ 'full' if got >= of else 'partial' }}">extra credit: {{ "%g" | format(got) }} of
+{{- " %g" | format(of) }} points</span>
 {%- elif nbgrader.score is defined and nbgrader.score is not none -%}
 {%- set got, of = nbgrader.score | float, nbgrader.points | float -%}
 <span class="score {{ 'full' if got >= of else ('zero' if got <= 0 else 'partial') }}">
@@ -295,7 +320,8 @@ TEMPLATE = r"""{%- extends 'base.html.j2' -%}
 {%- macro passed(cell) -%}
 {%- set nbgrader = cell.metadata.nbgrader -%}
 {%- if cell.cell_type == 'code' and nbgrader and nbgrader.grade and not nbgrader.solution and not nbgrader.comment
-      and nbgrader.score is not none and (nbgrader.score | float) >= (nbgrader.points | float) -%}passed{%- endif -%}
+      and (nbgrader.credit_passed if nbgrader.credit else nbgrader.score is not none
+           and (nbgrader.score | float) >= (nbgrader.points | float)) -%}passed{%- endif -%}
 {%- endmacro -%}
 {%- macro comment(cell) -%}
 {%- if cell.metadata.nbgrader.comment -%}
@@ -329,7 +355,10 @@ TEMPLATE = r"""{%- extends 'base.html.j2' -%}
 in the total
 {%- endif %}
 {%- if resources.nbgrader.late_penalty %}; late penalty:
-−{{ "%g" | format(resources.nbgrader.late_penalty | float) }} points{% endif %}.</p>
+−{{ "%g" | format(resources.nbgrader.late_penalty | float) }} points{% endif %}
+{%- if feedback.extra_points %}; extra credit (up to {{ "%g" | format(feedback.extra_points) }} points) is counted
+in the total and not in the maximum{% endif %}
+{%- if feedback.optional %}; optional checks count for no points{% endif %}.</p>
 {%- endif %}
 <table class="scores"><thead><tr><th>graded cell</th><th>score</th></tr></thead><tbody>
 {%- for cell in nb.cells if cell.metadata.nbgrader and (cell.metadata.nbgrader.grade or cell.metadata.nbgrader.task) %}
@@ -486,6 +515,7 @@ class SafeFeedbackExporter(HTMLExporter):
                 shown["pending"], shown["pending_points"] = mark_pending(
                     nb, about["db_url"], about["notebook"], about["assignment"], about["student"])
             shown["stylesheet"] = self._stylesheet(about["assignment"], about["student"])
+        shown["extra_points"], shown["optional"] = mark_credit(nb)
         resources["course_feedback"] = shown
         return super()._preprocess(nb, resources)
 

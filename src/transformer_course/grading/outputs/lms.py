@@ -59,7 +59,10 @@ download names students by a participant id of that one assignment). Upload with
 computed in decimal and rounded half up to the LMS's decimals (8.125 is 8.13: `lms_exports.half_up`): the
 maximum is --scale-to's (`--scale-to 100` for every stage, `--scale-to 02_attention=20` for one), else the
 LMS export's (Canvas's points possible, Moodle's maximum grade), else (Canvas only) the course's points.
-A --scale-to that differs from the export's maximum is refused.
+A --scale-to that differs from the export's maximum is refused. Extra credit (a grade cell marked
+`credit="extra"`) is in the total and not in the stage's points, so a grade may exceed the maximum: Canvas gets
+it as it is (scaled like any other; Canvas keeps a score above points possible), Moodle gets the maximum (its
+worksheet import skips a grade above the maximum), and a note lists them; optional cells count in neither.
 
 **Comments** (--comments): the instructor's comments on the written answers (from the gradebook) and a
 one-line summary of the checks not passed, as HTML text for Moodle (every character a student or
@@ -318,6 +321,12 @@ def _grades(class_dir: Path, rows: list[dict[str, str]], stages: list[str], incl
         grades[lms][row["assignment"]].append(Grade(
             row["student"], row["assignment"], row.get("name", ""), row.get("lms_id", ""), row.get("file", ""), total,
             points[row["assignment"]], notes.get((row["student"], row["assignment"]), "")))
+    over = sorted(f"{grade.student} {grade.assignment}" for lms in grades.values() for stage in lms.values()
+                  for grade in stage if grade.total > grade.points)
+    if over:  # extra credit (a grade cell marked credit="extra"): in the score, not in the maximum
+        result.notes.append(f"{len(over)} grade(s) above the stage's maximum through extra credit, sent as they are: "
+                            + ", ".join(over) + " (Canvas keeps a score above points possible; Moodle's worksheet "
+                            "import skips a grade above the maximum, so Moodle gets the maximum)")
     if penalised:
         result.notes.append(f"{penalised} grade(s) carry a late penalty (scores.csv: late, late_penalty, "
                             "total_after_penalty)")
@@ -618,6 +627,10 @@ def _moodle(plan: Plan, by_stage: dict[str, list[Grade]], scale_to: dict[str, fl
                                                      f"worksheet {sheet.name}")
                 continue
             value = grade.on(maximum, decimals)
+            if value > maximum:  # extra credit: Moodle's worksheet import skips a grade above the maximum
+                plan.result.notes.append(f"{grade.student} {stage} (moodle): {_points(value, decimals)} with extra "
+                                         f"credit, sent as the maximum {_points(maximum, decimals)}")
+                value = maximum
             held = sheet.grades.get(grade.lms_id) if sheet else None
             write = plan.decide("moodle", grade, value, held, known=sheet is not None)
             comment, changed = _moodle_comment(plan, grade, sheet) if plan.comments else ("", False)
@@ -698,7 +711,7 @@ def _comments(class_dir: Path, rows: list[dict[str, str]], db_url: str | None) -
         position = {cell.grade_id: index for index, cell in enumerate((c for c in stage_cells if c.written), 1)}
         lines = [f"Question {position.get(name, '?')} ({name}): {text}"
                  for name, text in sorted(written.get(key, []), key=lambda item: position.get(item[0], 99))]
-        checks = [cell for cell in stage_cells if not cell.written]
+        checks = [cell for cell in stage_cells if not cell.written and not cell.extra]
         failed = [cell.grade_id for cell in checks if (number(row.get(cell.grade_id, "")) or 0.0) < cell.points]
         if checks and row.get("status") in GRADED:
             lines.append(f"Checks: {len(checks) - len(failed)} of {len(checks)} passed"

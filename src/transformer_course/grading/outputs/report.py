@@ -44,6 +44,7 @@ from pathlib import Path
 
 import nbformat
 
+from transformer_course.grading.cells import credit
 from transformer_course.grading.outputs import similarity, svg_plots
 from transformer_course.grading.outputs.deadlines import class_deadlines
 from transformer_course.grading.outputs.files import write_text_atomically
@@ -64,6 +65,7 @@ class GradeCell:
     points: float
     written: bool  # graded by hand
     title: str  # what it checks (the check's name in the cell, or "written answer")
+    extra: bool = False  # extra credit (credit="extra"): `points` add to the score, not to the maximum
 
 
 def grade_cells(class_dir: Path, assignment_ids: list[str]) -> dict[str, list[GradeCell]]:
@@ -77,11 +79,16 @@ def grade_cells(class_dir: Path, assignment_ids: list[str]) -> dict[str, list[Gr
             nbgrader = cell.metadata.get("nbgrader", {})
             if not nbgrader.get("grade"):
                 continue
+            marked = credit(cell.source)
+            if marked and marked[0] == "optional":
+                continue  # counts for nothing, and its score (0 of 0) says nothing of whether it passed
             names = re.findall(r"\bcheck\.(\w+)", cell.source)
             title = "written answer" if is_answer_cell(cell) else (
                 ", ".join(dict.fromkeys(names)) if names else "hidden tests")
+            points = marked[1] if marked else float(nbgrader.get("points", 0))
             cells.setdefault(assignment, []).append(GradeCell(
-                assignment, nbgrader["grade_id"], float(nbgrader.get("points", 0)), is_answer_cell(cell), title))
+                assignment, nbgrader["grade_id"], points, is_answer_cell(cell),
+                title + (" (extra credit)" if marked else ""), extra=bool(marked)))
     return cells
 
 

@@ -40,7 +40,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Bool, Integer
 
-from transformer_course.grading.cells import checks_module, is_grade_cell, reference_modules, split_hidden
+from transformer_course.grading.cells import checks_module, credit, is_grade_cell, reference_modules, split_hidden
 from transformer_course.grading.sandbox import hidden_inputs, profiling
 from transformer_course.grading.sandbox.channel import StudentName
 from transformer_course.grading.sandbox.outputs import OutputBudget
@@ -332,7 +332,8 @@ class LimitOutputSize(NbGraderPreprocessor):
 
 
 def autograde_pipeline(preprocessors: list) -> list:
-    """nbgrader's autograde pipeline with JudgedExecute for Execute and LimitOutputSize after it."""
+    """nbgrader's autograde pipeline with JudgedExecute for Execute and LimitOutputSize after it, and
+    SaveExtraCredit after SaveAutoGrades."""
     replaced = []
     for preprocessor in preprocessors:
         name = preprocessor if isinstance(preprocessor, str) else preprocessor.__name__
@@ -340,7 +341,41 @@ def autograde_pipeline(preprocessors: list) -> list:
             replaced += [JudgedExecute, LimitOutputSize]
         else:
             replaced.append(preprocessor)
+        if name.rsplit(".", 1)[-1] == "SaveAutoGrades":
+            replaced.append(SaveExtraCredit)
     return replaced
+
+
+class SaveExtraCredit(NbGraderPreprocessor):
+    """An extra-credit grade cell (`credit="extra"` in its lesson) has 0 nbgrader points, so nbgrader's maximum
+    leaves it out; its points are the number on its first line (`grading.cells.credit`), read from the
+    gradebook's copy of the cell (the release's, never the student's). After SaveAutoGrades this gives each such
+    cell nbgrader's `extra_credit`: those points when the cell passed (nbgrader's own reading of its outputs:
+    no error, nothing on stderr), 0 when it failed. A grade's score is then its autograded score plus its extra
+    credit (nbgrader's `Grade.score`), so the notebook's score counts it and its maximum does not. An optional
+    cell (0 points, no extra credit) is left as nbgrader scored it: 0 of 0."""
+
+    def preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:
+        from nbgrader.api import Gradebook
+        from nbgrader.utils import determine_grade
+
+        ids = resources["nbgrader"]
+        with Gradebook(ids["db_url"]) as gradebook:
+            for cell in nb.cells:
+                if not is_grade_cell(cell):
+                    continue
+                grade_id = cell.metadata.nbgrader["grade_id"]
+                kept = gradebook.find_source_cell(grade_id, ids["notebook"], ids["assignment"])
+                marked = credit(kept.source)
+                if not marked or marked[0] != "extra":
+                    continue
+                scored = NotebookNode({**cell, "metadata": {**cell.metadata, "nbgrader": {
+                    **cell.metadata.nbgrader, "points": marked[1]}}})
+                earned, _ = determine_grade(scored, self.log)
+                grade = gradebook.find_grade(grade_id, ids["notebook"], ids["assignment"], ids["student"])
+                grade.extra_credit = float(earned or 0.0)
+            gradebook.db.commit()
+        return nb, resources
 
 
 @dataclass

@@ -92,6 +92,8 @@ def test_the_course_pipeline_writes_the_gradebook_only_through_the_retried_steps
     writers = [step for step in config.Autograde.autograde_preprocessors
                if getattr(step, "__name__", step) in retries.REPLACEMENTS]
     assert writers == [retries.RetriedSaveAutoGrades, retries.RetriedAssignLatePenalties]
+    own = [step for step in config.Autograde.autograde_preprocessors if getattr(step, "writes_gradebook", False)]
+    assert own and all(step.preprocess is not step.__mro__[1].preprocess for step in own)  # the course's, retried
 
 
 def test_a_write_that_fails_for_another_reason_is_not_tried_again(gradebook: tuple[str, Path],

@@ -54,8 +54,14 @@ REPLACEMENTS = {"SaveAutoGrades": RetriedSaveAutoGrades, "AssignLatePenalties": 
 
 
 def pipeline(preprocessors: list) -> list:
-    """nbgrader's autograde pipeline with its gradebook writes retried in place."""
+    """nbgrader's autograde pipeline with its gradebook writes retried in place: nbgrader's two steps that
+    write, and any step of the course's that says it writes (`writes_gradebook = True`)."""
     def name(step: Any) -> str:
         return (step if isinstance(step, str) else step.__name__).rsplit(".", 1)[-1]
 
-    return [REPLACEMENTS.get(name(step), step) for step in preprocessors]
+    def retried(step: Any) -> Any:
+        if name(step) in REPLACEMENTS:
+            return REPLACEMENTS[name(step)]
+        return _retried(step) if getattr(step, "writes_gradebook", False) else step
+
+    return [retried(step) for step in preprocessors]

@@ -355,10 +355,17 @@ class SaveExtraCredit(NbGraderPreprocessor):
     credit (nbgrader's `Grade.score`), so the notebook's score counts it and its maximum does not. An optional
     cell (0 points, no extra credit) is left as nbgrader scored it: 0 of 0."""
 
+    writes_gradebook = True  # its writes are tried again when the gradebook refuses them (`gradebook.retries`)
+
     def preprocess(self, nb: NotebookNode, resources: dict[str, Any]) -> tuple[NotebookNode, dict[str, Any]]:
         from nbgrader.api import Gradebook
         from nbgrader.utils import determine_grade
 
+        if not any(is_grade_cell(cell) and credit(cell.source) for cell in nb.cells):
+            # no cell says it is marked: the gradebook is not opened (a student who deletes the marker line of
+            # an extra-credit cell loses only that cell's extra credit; one who adds it gains nothing, as the
+            # gradebook's copy decides)
+            return nb, resources
         ids = resources["nbgrader"]
         with Gradebook(ids["db_url"]) as gradebook:
             for cell in nb.cells:

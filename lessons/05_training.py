@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 3¾ hours if you are at ease with PyTorch, about 5½ hours if you are new to it
-# or get stuck. That is reading (94 minutes, or 125 with the folded hints), three exercises, one bug
+# or get stuck. That is reading (95 minutes, or 127 with the folded hints), three exercises, one bug
 # hunt, three predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
 # cell, saving a copy), and the training run of section 11 (ten epochs of roughly 3 to 6 minutes each
 # on a 2-core CPU: 30 minutes to an hour). (Estimated by `scripts/working_time.py` in the course

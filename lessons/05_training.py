@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 3¾ hours if you are at ease with PyTorch, about 5½ hours if you are new to it
-# or get stuck. That is reading (94 minutes, or 125 with the folded hints), three exercises, one bug
+# or get stuck. That is reading (95 minutes, or 127 with the folded hints), three exercises, one bug
 # hunt, three predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
 # cell, saving a copy), and the training run of section 11 (ten epochs of roughly 3 to 6 minutes each
 # on a 2-core CPU: 30 minutes to an hour). (Estimated by `scripts/working_time.py` in the course
@@ -699,17 +699,18 @@ print(f"d_model 512, warm-up 8000, exponent -1.0: peak {max(variant):.3e} at ste
 # ## 8. One training update, and why each part of it is there
 #
 # `train_epoch` (section 9) will make one update of the weights per batch. This section takes the
-# update apart: what each ingredient is for, shown on small computations. Which line goes where is
-# then yours to work out.
+# update apart: what each ingredient is for, and what goes wrong without it, shown on small
+# computations. How to put them together is then yours to work out.
 #
 # ### What `backward()` computes
 # Training moves every weight against its **gradient**: the derivative of the batch's loss with
 # respect to that weight, which says how the loss would change if that weight moved a little.
 # Calling `backward()` on a scalar tensor computes these derivatives, by the chain rule backwards
-# through the operations that produced it, for every tensor with `requires_grad=True` it was computed
-# from (for a model: all its parameters), and stores each in that tensor's `.grad`. It changes no
-# weight: moving the weights is the optimiser's job. A check on a "loss" of two weights whose
-# derivatives you can work out on paper, $f(w) = (3w_1 - 1)^2 + w_2^2$:
+# through the operations that produced it, for every tensor it was computed from that was *created*
+# with `requires_grad=True` (the leaves of the computation; for a model, its parameters), and stores
+# each in that tensor's `.grad`. It changes no weight: without the optimiser's `step()`, which reads
+# every `.grad` as it is at that moment and moves the weights, nothing is learned. A check on a "loss"
+# of two weights whose derivatives you can work out on paper, $f(w) = (3w_1 - 1)^2 + w_2^2$:
 
 # %%
 w = torch.tensor([0.5, -2.0], requires_grad=True)
@@ -746,15 +747,34 @@ for attempt in range(3):
 # $$g \leftarrow g \cdot \min\!\left(1, \frac{c}{\lVert g \rVert}\right)$$
 #
 # The gradient's direction stays the same; only its length is capped. With plain SGD that caps the
-# length of the step. Adam divides each update by a running average of the gradient's size, so one
-# huge gradient moves the weights less directly, but it lingers in those running averages and
-# distorts many later updates; clipping keeps it out. Clipping entry by entry instead (every $g_i$
-# cut to $\pm c$) is a different method: it changes the gradient's direction. Three gradients of two
-# entries, clipped both ways with $c = 1$:
+# length of the step. Clipping entry by entry instead (every $g_i$ cut to $\pm c$) is a different
+# method: it changes the gradient's direction. Three gradients of two entries, clipped both ways with
+# $c = 1$:
 
 # %%
 figures.plot_gradient_clipping([(2.0, 0.5), (0.3, 0.2), (-1.5, 1.8)], clip_norm=1.0)
 plt.show()
+
+# %% [markdown]
+# What goes wrong without it, with Adam? Adam divides each update by the square root of a running
+# average of the squared gradient ($\beta_2 = 0.98$), so one huge gradient does not make one huge step.
+# But it stays in that average for hundreds of updates and shrinks all of them. One weight, Adam with
+# the paper's betas, a gradient of 1 at every update except the 50th, which is 100 times larger; the
+# size of each update, as a multiple of the learning rate, with that gradient as it is and clipped to
+# norm 1:
+
+# %%
+for label, spike in (("as it is", 100.0), ("clipped to norm 1", 1.0)):
+    weight = torch.zeros(1, requires_grad=True)
+    adam = torch.optim.Adam([weight], lr=1e-3, betas=(0.9, 0.98), eps=1e-9)
+    sizes = []
+    for update in range(1, 301):
+        weight.grad = torch.tensor([spike if update == 50 else 1.0])  # the gradient the update reads
+        before = weight.detach().clone()
+        adam.step()
+        sizes.append(float((weight.detach() - before).abs()) / 1e-3)  # the step, in learning rates
+    print(f"{label:17s} updates 49, 50, 51, 70, 100, 200, 300:",
+          ", ".join(f"{sizes[update - 1]:.2f}" for update in (49, 50, 51, 70, 100, 200, 300)))
 
 # %% [markdown]
 # `torch.nn.utils.clip_grad_norm_` clips by the total norm, in place, and returns the norm the
@@ -770,15 +790,16 @@ print("a.grad:", [round(value, 4) for value in a.grad.tolist()],
       " b.grad:", [round(value, 4) for value in b.grad.tolist()])
 
 # %% [markdown]
-# Clipping changes the gradient, so it only matters at one moment: between the computation of the
-# gradient and its use.
+# Clipping changes what is in `.grad`; it has an effect only if the update reads what it left there.
 #
 # ### Where each update's learning rate comes from
 # The optimiser's update uses the learning rate stored in its parameter group at that moment,
 # `optimizer.param_groups[0]["lr"]`. The scheduler writes it there: `LambdaLR` writes the rate of
 # schedule step 1 as soon as it is created (before any update), and each call of its `step()` method
 # writes the rate of the next step. The schedule counts **updates**: the $k$-th update of a run must
-# use the schedule's $k$-th rate. Right after `make_optimizer` the first update's rate is in place:
+# use the schedule's $k$-th rate. Right after `make_optimizer` the first update's rate is in place;
+# and if nothing ever moved the scheduler on, every update would keep that rate, a small fraction of
+# the warm-up's peak (section 11's settings):
 
 # %%
 probe = nn.Linear(2, 2)  # any parameters will do
@@ -786,12 +807,13 @@ probe_optimizer, probe_scheduler = make_optimizer(probe, d_model=256, warmup_ste
 print(f"in the optimiser after make_optimizer: {probe_optimizer.param_groups[0]['lr']:.4e}")
 print("the schedule's steps 1, 2, 3:          ",
       ", ".join(f"{noam_learning_rate(step, 256, 400, 0.5):.4e}" for step in (1, 2, 3)))
+print(f"the peak, at step 400:                  {noam_learning_rate(400, 256, 400, 0.5):.4e}")
 
 # %% [markdown]
-# So a scheduler step belongs after the update whose rate was in place, and moves on to the rate of
-# the next one. PyTorch's documentation says the same ("learning rate scheduling should be applied
-# after optimizer's update"), and warns at run time when a scheduler steps before any update: the
-# schedule's first value would be skipped.
+# Moving the scheduler on too often is wrong too: the schedule would run ahead of the updates, and
+# the warm-up would be over before the model had made the updates it was meant to protect. Work out,
+# from what you just printed, which rate the first update uses, and which the $k$-th, for each place
+# the scheduler's step could go.
 #
 # ### Dropout on while training, off while evaluating
 # Dropout (stage 3) zeroes random activations while training and scales the rest up, so that no
@@ -822,7 +844,9 @@ print("eval mode: ", dropout.eval()(torch.ones(8)).tolist())  # unchanged
 #
 # ### What the batch brings
 # Teacher forcing is already in each batch (section 3): `compute_loss` (section 6) turns one batch
-# into its loss with a single forward pass. Nothing else has to happen per batch.
+# into its loss with a single forward pass, the mean over the real target tokens only, so that padding
+# neither adds to the loss nor to the gradient. That loss is the one to backpropagate: a loss computed
+# again after the update would describe other weights.
 #
 # ## 9. Exercise: `train_epoch`
 #
@@ -843,7 +867,9 @@ print("eval mode: ", dropout.eval()(torch.ones(8)).tolist())  # unchanged
 # - the mean loss returned is the loss of each batch before its update;
 # - and, all together, the loss falls on a small copy task.
 #
-# Section 8 gave each ingredient and what it needs to come before or after. Put them together.
+# Section 8 gave each ingredient and what goes wrong without it. Which order makes all of these
+# hold follows from what each ingredient reads and writes (`.grad`, the weights, the rate): work it
+# out before you open a hint.
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
@@ -1343,7 +1369,7 @@ else:
 #   old weights; the loss falls far more slowly than it should, or jumps about.
 # - **No `model.train()` / `model.eval()`:** dropout off while training (more over-fitting) or on
 #   while evaluating (a noisy validation loss, higher than the model's real one).
-# - **A rate far too high, with no warm-up:** the loss gets stuck high from the first epoch on (the
+# - **A rate far too high, with no warm-up:** the loss gets stuck high from the second epoch on (the
 #   ten-times run of section 10).
 # - **`clip_grad_value_` instead of `clip_grad_norm_`:** each gradient entry is cut separately, so
 #   the update points in a different direction.

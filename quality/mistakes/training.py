@@ -100,6 +100,35 @@ MISTAKES: list[Mistake] = [
         fails="train_fit_history", cause="without label smoothing",
     ),
     Mistake(
+        STAGE, "gradients not clipped (the paper never mentions clipping)",
+        "        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n",
+        "",
+        fails="train_epoch_clips", cause="unclipped",
+    ),
+    Mistake(
+        STAGE, "scheduler stepped before optimizer.step(): every update uses the next step's rate",
+        "        optimizer.step()\n"
+        "        if scheduler is not None:\n"
+        "            scheduler.step()\n",
+        "        if scheduler is not None:\n"
+        "            scheduler.step()\n"
+        "        optimizer.step()\n",
+        fails="train_epoch_scheduler", cause="moves on before the update whose rate it had set",
+    ),
+    Mistake(
+        STAGE, "the update written in one chain, and `loss` for the given lines computed again after it",
+        _STEPS + "        if scheduler is not None:\n"
+        "            scheduler.step()\n",
+        "        optimizer.zero_grad()\n"
+        "        compute_loss(model, batch, criterion).backward()\n"
+        "        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)\n"
+        "        optimizer.step()\n"
+        "        if scheduler is not None:\n"
+        "            scheduler.step()\n"
+        "        loss = compute_loss(model, batch, criterion)  # the given lines read `loss`\n",
+        fails="train_epoch_mean_loss", cause="measured after optimizer.step()",
+    ),
+    Mistake(
         STAGE, "optimizer.zero_grad missing: gradients accumulate",
         "optimizer.zero_grad()\n        ",
         "",

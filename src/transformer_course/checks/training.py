@@ -261,7 +261,7 @@ def collate_shift(collate: Callable[..., Any], batch_size: int = 4, seed: int = 
     tgt = _padded_target(pairs, pad_idx)
     got_in, got_out = fields["tgt_in"], fields["tgt_out"]
     if (_slice_of(got_in, tgt) == (1, 1, tgt.size(1)) and _slice_of(got_out, tgt) == (1, 0, tgt.size(1) - 1)):
-        fail("tgt_in and tgt_out are swapped.",
+        fail("tgt_in does not start with <bos>, and tgt_out does not end with each sentence's <eos>.",
              expected="tgt_in starting with <bos> in every sentence (what the decoder reads first), tgt_out holding "
                       "each sentence's <eos> (what it must predict last)",
              got="tgt_out starting with <bos> and tgt_in holding the <eos>",
@@ -585,7 +585,8 @@ def compute_loss_ignores_padding(compute_loss: Callable[..., Any], batch_size: i
         return _loss_diagnosis(run, long_case, expected, reference, batch)
 
     expect_close("compute_loss on the batch with extra padding", long, short, atol=1e-8, rtol=1e-8,
-                 diagnose=diagnose,
+                 diagnose=diagnose, expected_words=f"the loss your compute_loss gives the same {batch_size} sentences "
+                 f"without the {extra} extra <pad> columns",
                  cause="<pad> targets must not count: pass the given `criterion` the targets tgt_out, and "
                        "don't average over all positions yourself.")
 
@@ -862,7 +863,8 @@ def _clip_reading(got: torch.Tensor, fresh: torch.Tensor, sizes: list[int], clip
         return ("every gradient is 0 at optimizer.step(): clipped to a norm of 0 (is clip_norm what you pass as "
                 f"the limit?), or zeroed after loss.backward(). Clip with {CLIP}.")
     if torch.allclose(got, fresh, rtol=1e-6):
-        return f"the gradients reached optimizer.step() unclipped: call {CLIP} after loss.backward(), before it."
+        return ("the update used the gradients unclipped, as the backward pass left them: their total norm is "
+                f"above clip_norm. Call {CLIP} after loss.backward() and before optimizer.step().")
     if torch.allclose(got, fresh.clamp(-clip_norm, clip_norm), rtol=1e-6, atol=1e-12):
         return ("every element was clipped to ±clip_norm (clip_grad_value_): that changes the gradient's "
                 f"direction. Clip the total norm: {CLIP}.")
@@ -911,8 +913,9 @@ def _schedule_reading(indices: list[int | None], count: int, batches: int) -> st
     if count == 0 or all(index == 0 for index in indices):
         return "the scheduler is never stepped: call scheduler.step() after every optimizer.step()."
     if indices == list(range(1, len(indices) + 1)):
-        return ("scheduler.step() comes before optimizer.step(): the first update must use the schedule's first "
-                "rate, so step the optimizer first.")
+        return ("the scheduler moves on before the update whose rate it had set, so every update uses the next "
+                "step's rate and the schedule's first rate is never used (scheduler.step() comes before "
+                "optimizer.step()).")
     if len(indices) > 1 and all(b - a == 2 for a, b in zip(indices, indices[1:], strict=False)):
         return "the scheduler is stepped twice per batch: once after optimizer.step() is enough."
     if count < batches and indices == sorted(indices):
@@ -962,12 +965,15 @@ def train_epoch_mean_loss_per_token(train_epoch: Callable[..., Any], sizes: Sequ
     backpropagated = [record for record in run.losses if record.backpropagated]
     if len(backpropagated) == len(sizes):  # the student's own trajectory: independent of how it updates
         expected = _weighted(backpropagated)
+        expected_words = ("the mean per real target token of the batch losses your train_epoch backpropagated "
+                          "(each before its update)")
     else:  # compute_loss was not called by its name: the reference epoch, as the student's should be
         model = setup.model()
         optimizer = torch.optim.SGD(model.parameters(), lr=setup.lr)
         with _one_thread():
             expected = reference_train_epoch(model, setup.batches(), setup.criterion(), optimizer, None,
                                              clip_norm=setup.clip_norm, progress=False)
+        expected_words = "the mean loss per real target token of a correct epoch on the same batches"
 
     def diagnose(_got: torch.Tensor) -> Diagnosis:
         others = [record for record in run.losses if not record.backpropagated]
@@ -983,7 +989,7 @@ def train_epoch_mean_loss_per_token(train_epoch: Callable[..., Any], sizes: Sequ
         return Diagnosis("", found)
 
     expect_close("train_epoch(...)", torch.tensor(got, dtype=torch.float64), torch.tensor(expected,
-                 dtype=torch.float64), atol=1e-8, rtol=1e-7, diagnose=diagnose,
+                 dtype=torch.float64), atol=1e-8, rtol=1e-7, diagnose=diagnose, expected_words=expected_words,
                  cause="`loss` must be the batch's mean loss from compute_loss; the given lines weight it by "
                        "the batch's real tokens.")
 
@@ -1194,7 +1200,8 @@ def fit_history(fit: Callable[..., Any], epochs: int = 3, resume_after: int = 1,
                            "validation loss is not: it must be measured without label smoothing, with the criterion "
                            "`plain` that fit builds for it.")
             fail(f"epoch {number}'s {key} differs from the same training done epoch by epoch with train_epoch.",
-                 expected=f"{key} = {wanted[key]:.6g}", got=f"{key} = {got[key]!r}",
+                 expected=f"{key} = {wanted[key]:.6g}",
+                 got=f"{key} = {got[key]:.6g}" if isinstance(got[key], int | float) else f"{key} = {got[key]!r}",
                  cause=reading or "fit must train exactly as train_epoch does when called once per epoch with the "
                                   "optimizer and the scheduler, and record what it measured.")
 

@@ -11,7 +11,10 @@ Measures, on this machine,
    cgroup made for the run; where none can be made, getrusage of the children, which misses the
    sandbox), and the per-phase breakdown the worker records (`transformer_course.grading.sandbox.profiling`):
    worker start-up, nbgrader start-up, nbgrader's own autograde work, the database, zygote start,
-   runner forks, ordinary cells, grade cells (with and without hidden tests), feedback HTML;
+   runner forks, ordinary cells, grade cells (with and without hidden tests), feedback HTML; and, unless
+   --skip-plain, the same notebooks graded by nbgrader as it comes (`plain_nbgrader`: `nbgrader autograde` and
+   `generate_feedback` with nbgrader's own preprocessors, every cell in a Jupyter kernel), --repeat times,
+   and the ratio of the two (ours / plain);
 2. with --full-class N, a class of N students who each hand in every notebook of the full submission,
    graded with --jobs equal to the number of cores: wall and CPU seconds per student, and the core-seconds
    per student (wall x cores / students), from which a larger class on more cores is extrapolated;
@@ -52,10 +55,11 @@ from quality.examples import student_submissions  # noqa: E402
 
 ORDER = ["worker start (Python, imports)", "nbgrader start-up", "nbgrader autograde (its own work)",
          "database (opening the gradebook)", "zygote start (sandbox, imports)", "runner fork", "runner park",
-         "ordinary cells", "grade cells", "grade cells with hidden tests", "runner end", "feedback HTML"]
+         "ordinary cells", "grade cells", "grade cells with hidden tests", "hidden tests", "runner end",
+         "feedback HTML"]
 BATCH_OPTIONS: list[str] = []  # --sandbox-per-notebook: the design of 2026-11-25 evening, for comparison
 SANDBOX_PHASES = ("zygote start (sandbox, imports)", "runner fork", "runner park", "ordinary cells", "grade cells",
-                  "grade cells with hidden tests", "runner end")
+                  "grade cells with hidden tests", "hidden tests", "runner end")
 
 
 # --- CPU time of a command and everything it starts ------------------------------------------------
@@ -104,13 +108,13 @@ class CpuCgroup:
                     time.sleep(0.05)
 
 
-def timed_command(command: list[str], environment: dict[str, str]) -> dict:
+def timed_command(command: list[str], environment: dict[str, str], cwd: Path | None = None) -> dict:
     cgroup = CpuCgroup()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()[0]
     start = time.perf_counter()
     try:
-        process = subprocess.run(command, env=environment, capture_output=True, text=True,
+        process = subprocess.run(command, env=environment, capture_output=True, text=True, cwd=cwd,
                                  preexec_fn=cgroup.enter if cgroup.folder is not None else None)
         wall = time.perf_counter() - start
         counted = cgroup.seconds()
@@ -185,6 +189,82 @@ def derived(phases: dict[str, list[float]]) -> dict[str, list[float]]:
         result["nbgrader autograde (its own work)"] = [wall - sum(p[0] for p in inner),
                                                        own - sum(p[3] for p in inner), count]
     return result
+
+
+# --- the same submission through plain nbgrader ----------------------------------------------------
+
+PLAIN_CONFIG = """# nbgrader as it comes: its own Execute (a Jupyter kernel runs every cell, grade cells and
+# their hidden tests included), its own feedback; only the folders, the timeout and the warnings pattern are ours.
+c = get_config()  # noqa: F821
+c.CourseDirectory.course_id = "plain-nbgrader"
+c.CourseDirectory.root = {root!r}
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = {folder!r} + "/release"
+c.CourseDirectory.submitted_directory = {folder!r} + "/submitted"
+c.CourseDirectory.autograded_directory = {folder!r} + "/autograded"
+c.CourseDirectory.feedback_directory = {folder!r} + "/feedback"
+c.CourseDirectory.db_url = "sqlite:///" + {folder!r} + "/gradebook.db"
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.py"]
+c.ExecutePreprocessor.timeout = 120
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = r"\\w*Warning\\b"
+"""
+
+
+def plain_nbgrader(root: Path, work: Path, repeat: int, stages: list[str]) -> dict:
+    """The same student's notebooks graded by nbgrader as it comes (`nbgrader autograde` then
+    `nbgrader generate_feedback`, one process each, with nbgrader's default preprocessors): every cell runs in
+    an ipykernel, the grade cells' checks (visible and hidden, with the literals written in the source) in the
+    student's own kernel, no sandbox, no grader-side verdicts, no hidden inputs drawn, no class report. The
+    kernel gets what the course's runner gets (NBGRADER_EXECUTION=autograde, which nbgrader's Execute sets,
+    one thread, Multi30k and its tokens from the same places). Registering the assignments
+    (generate_assignment) is excluded, as for the batch command."""
+    folder = work / "plain"
+    folder.mkdir()
+    (folder / "nbgrader_config.py").write_text(PLAIN_CONFIG.format(root=str(root), folder=str(folder)))
+    environment = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                   "MPLBACKEND": "Agg"}
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gradebook:
+        for assignment in stages:
+            gradebook.update_or_create_assignment(assignment)
+    nbgrader = [sys.executable, "-m", "nbgrader"]
+    pattern = stages[0] if len(stages) == 1 else "*"
+    registered = subprocess.run([*nbgrader, "generate_assignment", pattern, "--force"], cwd=folder, env=environment,
+                                capture_output=True, text=True)
+    if registered.returncode != 0:
+        raise SystemExit(f"plain nbgrader generate_assignment failed:\n{registered.stdout[-2000:]}\n"
+                         f"{registered.stderr[-2000:]}")
+    for assignment, notebook in student_submissions(root, stages)["ada"].items():
+        path = folder / "submitted" / "ada" / assignment / f"{assignment}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, path)
+    script = " && ".join(f"{' '.join(nbgrader)} {step} '{pattern}' --student=ada --force"
+                         for step in ("autograde", "generate_feedback"))
+    runs = []
+    for number in range(repeat):
+        for leftover in ("autograded", "feedback"):
+            shutil.rmtree(folder / leftover, ignore_errors=True)
+        run = timed_command(["sh", "-c", script], environment, cwd=folder)
+        runs.append(run)
+        print(f"  plain nbgrader run {number + 1}: {run['wall_s']} s wall, {run['cpu_s']} s CPU, load "
+              f"{run['load_before']}", flush=True)
+    scores = subprocess.run([sys.executable, "-c", PLAIN_SCORES, str(folder / "gradebook.db")], capture_output=True,
+                            text=True, env=environment)
+    return {"runs": runs, "median_wall_s": statistics.median(run["wall_s"] for run in runs),
+            "median_cpu_s": statistics.median(run["cpu_s"] for run in runs),
+            "median_load": statistics.median(run["load_before"] for run in runs),
+            "scores": scores.stdout.strip() or scores.stderr.strip()[-500:]}
+
+
+# what plain nbgrader gave ada, notebook by notebook (it should be full marks: the reference solutions)
+PLAIN_SCORES = """import sys
+from nbgrader.api import Gradebook
+with Gradebook("sqlite:///" + sys.argv[1]) as gradebook:
+    for submission in gradebook.student_submissions("ada"):
+        print(f"{submission.assignment.name}: {submission.score:g}/{submission.max_score:g}", end="; ")
+"""
 
 
 # --- a class ----------------------------------------------------------------------------------------
@@ -264,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also grade a class of N full submissions (the --full-stages notebooks) with --jobs "
                              "equal to the number of cores: the per-core throughput a large class gets")
     parser.add_argument("--skip-serial", action="store_true", help="skip plain serial nbgrader")
+    parser.add_argument("--skip-plain", action="store_true",
+                        help="skip grading the one full submission with plain nbgrader beside it")
     parser.add_argument("--sandbox-per-notebook", action="store_true",
                         help="grade with the batch command's --sandbox-per-notebook (the design of 2026-11-25 evening)")
     parser.add_argument("--output", type=Path)
@@ -280,6 +362,18 @@ def main(argv: list[str] | None = None) -> int:
             print("one full submission:", flush=True)
             figures["one_full_submission"] = one_full_submission(root, work, arguments.repeat, arguments.full_stages)
             print(table(figures), flush=True)
+            if not arguments.skip_plain:
+                print("the same submission, plain nbgrader:", flush=True)
+                stages = arguments.full_stages or assignments(root)
+                plain = plain_nbgrader(root, work, arguments.repeat, stages)
+                ours = figures["one_full_submission"]
+                plain["ours_over_plain_cpu"] = round(ours["median_cpu_s"] / plain["median_cpu_s"], 2)
+                plain["ours_over_plain_wall"] = round(ours["median_wall_s"] / plain["median_wall_s"], 2)
+                figures["plain_nbgrader"] = plain
+                print(f"plain nbgrader, median of {len(plain['runs'])}: {plain['median_wall_s']} s wall, "
+                      f"{plain['median_cpu_s']} s CPU (load average {plain['median_load']}; scores: {plain['scores']})"
+                      f"\nours / plain: {plain['ours_over_plain_cpu']} in CPU, {plain['ours_over_plain_wall']} in wall "
+                      "time", flush=True)
         if arguments.full_class:
             stages = arguments.full_stages or assignments(root)
             full_class(root, work / "full-class", stages, arguments.full_class)

@@ -487,12 +487,14 @@ def experiment_parts(checks: str, exercises: tuple[str, ...], module: str, qualn
 
 def warm_up_parts(modules: Iterable[str]) -> list[str]:
     """The parts of PyTorch the named checks modules' grade cells meet (their `WARM_UP`, read from the source:
-    the zygote cannot import the checks), all of them for a checks module that names none."""
+    the zygote cannot import the checks), all of them for a checks module that names none. The package itself and
+    the machinery beside the checks (no check, no experiment: framework, compare, ...) name no grade cell's parts:
+    counting them as "names none" warmed up every part for every stage."""
     parts: list[str] = []
     everything = ["shape checks", "optimiser step"]
     for name in modules:
         module = _checks_modules().get(name)
-        if module is None:
+        if module is None or not module.experiments_or_checks():
             continue
         named = everything
         for statement in module.tree.body:

@@ -251,9 +251,9 @@ plt.show()
 # The constructor is given: the two projections `W_q` and `W_k` and the vector `v` (as a `Linear` layer
 # with one output). Complete the two marked parts:
 # 1. `score`: the scores $e$ for every (query, key) pair, shape `(batch, q_len, k_len)`;
-# 2. `forward`: the given first line calls your `score`; hide the padded positions, take the softmax
-#    over the source positions, and compute the context vectors; the given `return` hands back
-#    `context, weights`.
+# 2. `forward`: the given first line calls your `score`; from the scores, compute the weights
+#    $\alpha$ and the context vectors $c$ of section 3 (padding gets weight exactly 0); the given
+#    `return` hands back `context, weights`.
 #
 # <details><summary>Hint 1: the idea</summary>
 #
@@ -600,7 +600,8 @@ for name, result in {**ours, **yours}.items():
 # Now the translations themselves, from both models, for one of the long held-out sentences. Then the
 # attention weights of the model with attention: row $t$ is the English token it wrote, column $j$ the
 # German token, and the colour is $\alpha_{tj}$. To get the weights we run the model once more on its
-# own translation with teacher forcing: it then computes exactly the weights it used while translating.
+# own translation with teacher forcing: it then computes the weights it used while translating (the
+# same, up to rounding in the last digits).
 # Hover over a cell to read the two tokens and the weight.
 
 # %%

@@ -95,8 +95,8 @@ from transformer_course.visualisation import diagrams
 # score. The scores become weights that are positive and sum to 1 (a softmax), and the result is
 # the weighted average of the values. Instead of returning one entry, the lookup returns a blend,
 # dominated by the best matches. In a trained Transformer the three vectors come from learned
-# linear maps of the token's current vector (its embedding, in the first layer); here we choose
-# them by hand.
+# linear maps of the token's current vector (in the first layer, its embedding plus its positional
+# encoding); here we choose them by hand.
 #
 # **A toy sentence.** Four tokens and four features, one per word class:
 # `[noun, verb, determiner, particle]`. Each **key** says which class the token is; each **query**
@@ -507,8 +507,8 @@ plt.show()
 #
 # Print `make_look_ahead_mask(5)[0, 0]` and read it row by row against the formula at the top of this
 # section: row $i$ is the query at position $i$, the columns are the positions it may read. Which
-# positions may row 0 read, and which the last row? The shape and the device are right (the checks
-# for those pass), so look at the call that decides which entries are `True`.
+# positions may row 0 read, and which the last row? The shape, the dtype and the device are right (as
+# the exercise says), so look at the call that decides which entries are `True`.
 #
 # </details>
 #
@@ -622,11 +622,13 @@ print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()
 # **Biases: a convention of this course, not the paper's.** `nn.Linear` adds a learned bias vector to
 # its output unless it is built with `bias=False`, and the given constructor keeps that default, as
 # PyTorch's own `nn.MultiheadAttention` does (`bias=True`). The paper's formulas have no biases: its
-# $W_i^Q, W_i^K, W_i^V, W^O$ are matrices and nothing else. The biases change little: the key bias adds
-# the same number to all the scores of one query, which the softmax ignores, and since every row of
-# weights sums to 1, the value bias adds the same vector to every output, which the bias of `W_o` could
-# hold as well. Keep them: the checks compare your module with the reference and with
-# `nn.MultiheadAttention`, both with biases.
+# $W_i^Q, W_i^K, W_i^V, W^O$ are matrices and nothing else. Two of the biases add nothing the model
+# could not do without them: the key bias adds the same number to all the scores of one query, which
+# the softmax ignores, and since every row of weights sums to 1, the value bias adds the same vector to
+# every output, which the bias of `W_o` could hold as well. The query bias $b^Q$ is different: it adds
+# $b^Q \cdot k_j$ to the score of key $j$ for every query alike, a preference for some keys whatever
+# the query asks, and that does change the weights. Keep the biases: the checks compare your module
+# with the reference and with `nn.MultiheadAttention`, both with biases.
 
 # %% [markdown]
 # ### Splitting into heads and joining them back

@@ -82,7 +82,7 @@ def _table(d_model, length, **changes):
 @pytest.mark.parametrize(("changes", "says"), [
     ({"even": torch.cos, "odd": torch.sin}, "the even columns hold cos where sin belongs and the odd columns hold sin"),
     ({"scale": 1.0}, "frequency of pair i/2"),
-    ({"scale": 4.0}, "frequency of pair 2i: the exponent is doubled"),
+    ({"scale": 4.0}, "frequency of pair 2i, as if its exponent were 4i / d_model"),
     ({"cos_in_column_1_only": True}, "only column 1 holds cos; the other odd columns"),
     ({"start": 1}, "row p holds the values of position p+1"),
     ({"even": torch.cos}, "the even columns hold cos where sin belongs"),

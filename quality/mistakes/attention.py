@@ -220,6 +220,12 @@ MISTAKES: list[Mistake] = [
         "allowed = torch.ones(size, size, device=device).tril()",
         fails="attn_look_ahead_mask_values", cause="dtype=torch.bool",
     ),
+    Mistake(
+        STAGE, "look-ahead mask returned without its batch and heads axes",
+        "mask = allowed.unsqueeze(0).unsqueeze(0)  # (1, 1, size, size)",
+        "mask = allowed  # (size, size)",
+        fails="attn_look_ahead_mask_values", cause="two leading axes",
+    ),
     # --- multi-head attention ---
     Mistake(
         STAGE, "heads split with view straight to (batch, heads, seq_len, d_k), no transpose",

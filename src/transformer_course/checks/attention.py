@@ -1148,10 +1148,11 @@ def mha_output_shape(MultiHeadAttention: type[nn.Module], d_model: int = 16, num
                                         case.mask)
         if ran and isinstance(other, torch.Tensor) and torch.equal(other, run.output):
             fail("forward's output does not change when the values v change.",
-                 expected="an output made from the values: weighted sums of W_v(v), then W_o",
+                 expected="an output that changes when v changes (attention mixes the values)",
                  got="the same output for two different v",
-                 cause="attend over the projected values: W_o(combine_heads(attention(Q, K, V, mask))), not a tensor "
-                       "that only has the right shape (q itself, say).")
+                 cause="the output is computed without the input v: the values come from v through W_v (in "
+                       "cross-attention k and v are not q), and the output is made from them: "
+                       "W_o(combine_heads(attention(Q, K, V, mask))), not a tensor that only has the right shape.")
 
 
 @check("MultiHeadAttention.forward matches the reference, same weights, padding mask (the course's parts where "

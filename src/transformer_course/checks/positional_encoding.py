@@ -93,9 +93,8 @@ def _build_crash_cause(d_model: int, max_seq_length: int) -> Callable[[RuntimeEr
 def _build(PositionalEncoding: type[nn.Module], d_model: int, max_seq_length: int, dropout: float) -> nn.Module:
     with crash_explained(
         f"building the table crashed on a size mismatch (d_model={d_model}, max_seq_length={max_seq_length}).",
-        expected=f"position ({max_seq_length}, 1) × frequencies ({d_model // 2},) = angles ({max_seq_length}, "
-                 f"{d_model // 2}), whose sin fills the even columns of the table and whose cos the odd ones, each "
-                 f"({max_seq_length}, {d_model // 2})",
+        expected=f"a table pe of shape ({max_seq_length}, {d_model}), whose even columns and whose odd columns are "
+                 f"({max_seq_length}, {d_model // 2}) each",
         cause=_build_crash_cause(d_model, max_seq_length),
         when=_size_mismatch,
     ), student_code():
@@ -240,17 +239,18 @@ def _describe_formula(formula: _Formula, d_model: int, max_seq_length: int) -> D
     findings, causes = [], []
     alpha, beta = formula.alpha, formula.beta
     if abs(alpha - 2) < 1e-9 and beta == 0:
-        findings.append("column pair i (columns 2i, 2i+1) has the frequency of pair 2i: the exponent is doubled")
+        findings.append("column pair i (columns 2i, 2i+1) has the frequency of pair 2i, as if its exponent were "
+                        "4i / d_model")
         causes.append("the exponent is doubled (4i / d_model): `torch.arange(0, d_model, 2)` already gives 2i, "
                       "so do not multiply it by 2 again.")
     elif abs(alpha - 0.5) < 1e-9 and beta == 0:
-        findings.append("column pair i has the frequency of pair i/2: the exponent is i / d_model, half of "
+        findings.append("column pair i has the frequency of pair i/2, as if its exponent were i / d_model, half of "
                         "2i / d_model")
         causes.append("the exponent uses i instead of 2i: divide by 10000^(2i / d_model), where 2i is the even "
                       "column index, as `torch.arange(0, d_model, 2)` gives it.")
     elif alpha < 0 and beta == 0:
-        findings.append("the frequencies grow with the column pair instead of shrinking: the exponent has the wrong "
-                        "sign")
+        findings.append("the frequencies grow with the column pair instead of shrinking, as if the exponent had the "
+                        "other sign")
         causes.append("the frequencies are 1 / 10000^(2i / d_model) = exp(-2i * ln(10000) / d_model), with the "
                       "minus sign.")
     elif abs(alpha - d_model / max_seq_length) < 1e-9 and beta == 0 and alpha != 1:
@@ -572,12 +572,13 @@ def dropout_behaviour(PositionalEncoding: type[nn.Module], d_model: int = 16, ma
     zeros = trained.abs() < 1e-12
     if not zeros.any():  # dropout on x before the addition leaves pe where x was dropped, and no zeros
         before = bool((((trained - rows).abs() < 1e-4) | ((trained - rows - x / (1 - p)).abs() < 1e-4)).all())
-        fail("in train mode no element was dropped.",
+        fail("in train mode no element of the output is 0.",
              expected=f"about {p:.0%} of the elements set to 0 (dropout p={p})",
-             got="pe where x was dropped, x / (1 - p) + pe elsewhere: dropout was applied to x before adding pe"
-             if before else "no zeros at all",
-             cause="apply dropout once, after adding pe (dropout on x before the addition leaves pe undropped)."
-             if before else "apply self.dropout to the sum (the given `return self.dropout(x)` line does it).")
+             got="pe where x was dropped, x / (1 - p) + pe elsewhere" if before else "no zeros at all",
+             cause="dropout was applied to x before adding pe, so pe is left where x was dropped: apply dropout "
+                   "once, after adding pe." if before else
+                   "no dropout reaches the output: apply self.dropout to the sum (the given `return self.dropout(x)` "
+                   "line does it).")
     kept_ok = ((trained - summed / (1 - p)).abs() < 1e-4) | zeros
     if not kept_ok.all():
         fail("in train mode the kept elements are not (x + pe) / (1 - p).",

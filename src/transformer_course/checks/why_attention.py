@@ -140,6 +140,9 @@ def _score_crash_cause(error: RuntimeError) -> str:
     if "cannot be multiplied" in str(error):
         return ("a projection gets the wrong input: W_q takes the query (query_size wide) and W_k the keys "
                 "(key_size wide).")
+    if "must match the size of tensor" not in str(error):
+        return ("a shape mismatch on the line shown: compare the shapes that meet there with the contract, query "
+                "(batch, q_len, query_size), keys (batch, k_len, key_size), scores (batch, q_len, k_len).")
     return ("every query must meet every key: give the projected query a key axis and the projected keys a query "
             "axis, W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1) -> (batch, q_len, k_len, attention_size).")
 
@@ -161,9 +164,9 @@ def _forward_crash_cause(module: nn.Module, query: torch.Tensor, keys: torch.Ten
         with torch.no_grad(), student_code():
             module(query, keys, mask.unsqueeze(1))
     except Exception:
-        return ("a tensor of the wrong shape meets the scores (batch, q_len, k_len): the mask needs a query axis, "
-                "mask.unsqueeze(1); the context is weights @ keys, (batch, q_len, k_len) @ (batch, k_len, "
-                "key_size).")
+        return ("a shape mismatch on the line shown, and it stays when the mask is given its query axis, so the "
+                "mask alone does not explain it: compare the shapes that meet there with the contract, scores and "
+                "weights (batch, q_len, k_len), keys (batch, k_len, key_size), context (batch, q_len, key_size).")
     return ("the mask (batch, k_len) has no query axis, so it cannot line up with the scores (batch, q_len, k_len): "
             "use mask.unsqueeze(1) -> (batch, 1, k_len) in masked_fill.")
 
@@ -208,6 +211,22 @@ class _Case:
 
 
 # --- readings of a wrong value (the generic ones are `checks.declared`'s) ---------------------------------
+
+
+def _fill_value(weights: torch.Tensor, scores: torch.Tensor, padded: torch.Tensor) -> float | None:
+    """The one score the padded positions were given before the softmax, read from the weights: in a row, a
+    padded key's weight over a real key's is exp(fill - that real key's score). None when the rows disagree."""
+    w, s = weights.detach().to(torch.float64), scores.detach().to(torch.float64)
+    real_best = torch.where(padded, torch.zeros_like(w), w).argmax(dim=-1, keepdim=True)  # (batch, q_len, 1)
+    w_best, s_best = w.gather(-1, real_best), s.gather(-1, real_best)  # the most-weighted real key of each row
+    readable = padded & (w > 0) & (w_best > 0)
+    if not readable.any():
+        return None
+    fills = (s_best + torch.log(w) - torch.log(w_best))[readable]
+    if (fills.max() - fills.min()).item() > 1e-3 * max(1.0, fills.abs().max().item()):
+        return None
+    fill = fills.mean().item()
+    return 0.0 if abs(fill) < 1e-6 else fill
 
 
 def _weights_reading(weights: torch.Tensor, scores: torch.Tensor, mask: torch.Tensor) -> str:
@@ -323,10 +342,27 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
     padded = (case.mask == 0).unsqueeze(1).expand_as(weights)  # (batch, q_len, k_len)
     leaked = weights[padded].abs()
     if leaked.numel() and leaked.max() != 0:
+        with torch.no_grad():
+            raw = case.reference.score(case.query, case.keys)  # the scores forward received: the course's score
+        fill = _fill_value(weights, raw, padded)
+        reading = _weights_reading(weights.to(raw.dtype), raw, case.mask)  # an inverted or an unapplied mask
+        got = f"weights up to {leaked.max().item():.3g} on padding"
+        if "inverted" in reading or "no effect" in reading:
+            cause = reading + "."
+        elif fill is None:
+            cause = ("the padded scores are not pushed far enough down before the softmax, or not for every query: "
+                     "fill them with a very negative number (-1e9 or float('-inf')), with the mask's query axis "
+                     "added, mask.unsqueeze(1) == 0.")
+        elif fill == 0:
+            got, cause = (got + ": their scores are set to 0",
+                          "the padded scores are set to 0, which the softmax weighs like any other score: use a "
+                          "very negative number such as -1e9 (or float('-inf')).")
+        else:
+            got, cause = (got + f": their scores are set to {fill:.4g}",
+                          f"a fill of {fill:.4g} is not negative enough: next to large scores its weight is tiny but "
+                          "not 0; use a very negative number such as -1e9 (or float('-inf')).")
         fail("padded source positions still get attention weight.", expected="exactly 0 wherever mask is False",
-             got=f"weights up to {leaked.max().item():.3g} on padding",
-             cause="fill the padded scores with a very negative number (-1e9 or float('-inf')) before the "
-                   "softmax, with the mask's query axis added: mask.unsqueeze(1) == 0." + FIX_SCORE_FIRST)
+             got=got, cause=cause + FIX_SCORE_FIRST)
     row_sums = weights.sum(dim=-1)  # (batch, q_len)
     if not torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-6):
         fail("a query's weights do not sum to 1.", expected="every row of weights (over the source) sums to 1",
@@ -351,10 +387,13 @@ def context_values(AdditiveAttention: AttentionClass, batch: int = 3, q_len: int
             return "every query of a sentence gets the same context: the weights are not used"
         return ""
 
-    # the engine compares with the reference's computation: only when the student's weights are the reference's
+    # the engine compares with the reference's computation: only when the student's weights are the reference's,
+    # and not when the context ignores them (it would read the unused weights as the returned value)
+    ignored = isinstance(context, torch.Tensor) and context.shape == expected.shape \
+        and bool(same_context_everywhere(context))
     declared.values("context", context, expected, traces=case.trace_forward, context=case.context,
                     axes=("batch", "query", "feature"), own=[same_context_everywhere],
-                    engine=tensors_close(weights, reference_weights, 1e-7, 1e-6),
+                    engine=tensors_close(weights, reference_weights, 1e-7, 1e-6) and not ignored,
                     recipe="context[b, i] = sum over j of weights[b, i, j] * keys[b, j]: weights @ keys.")
 
 

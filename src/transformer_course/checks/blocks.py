@@ -619,7 +619,7 @@ def _dropout_modes(Block: type[nn.Module], kind: str, sizes: tuple[int, int, int
              expected="different outputs: dropout (p=0.5) zeroes different elements on every call",
              got="identical outputs", cause=(reading.text if reading else "no dropout acts in train mode")
              + f": {_dropout_advice(kind)}.")
-    evaluated = parts.observe(block, inputs, NAMES[kind], roles, explain).outputs[0]
+    evaluated = _deterministic(parts.observe(block, inputs, NAMES[kind], roles, explain), NAMES[kind])  # seeds 7, 8
     without = parts.observe(still, inputs, NAMES[kind], roles, explain).outputs[0]
     expect_close(f"{what} in eval mode", evaluated, without, atol=1e-10, rtol=1e-8,
                  cause="in eval mode the block must equal the same block built with dropout=0: something still "
@@ -647,7 +647,8 @@ def _dropout_placement(Block: type[nn.Module], kind: str, sizes: tuple[int, int,
         return
     reading = _dropout_reading(kind, run.calls, inputs, paths)
     if reading is not None:
-        fail(f"{NAMES[kind]}(...) in train mode: dropout is not where the paper puts it.",
+        where = "the exercise puts it (the paper's rule, section 5.4)" if kind == "pre_ln" else "the paper puts it"
+        fail(f"{NAMES[kind]}(...) in train mode: dropout is not where {where}.",
              expected="dropout once on each sublayer's output", got=reading.got,
              cause=f"{reading.text}: {_dropout_advice(kind)}.")
 

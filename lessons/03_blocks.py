@@ -223,7 +223,7 @@ assert check.feed_forward_values(PositionWiseFeedForward, bug_hunt=True)
 # %% tests="block_ffn_hidden" points=1
 ### BEGIN HIDDEN TESTS
 assert check.feed_forward_values(PositionWiseFeedForward, d_model=24, d_ff=40, batch=2, seq_len=9)
-assert check.feed_forward_shape(PositionWiseFeedForward, d_model=6, d_ff=6, batch=1, seq_len=1)
+assert check.feed_forward_shape(PositionWiseFeedForward, d_model=6, d_ff=10, batch=1, seq_len=1)
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -926,7 +926,8 @@ for num_layers in (6, 12):
 # the stream grows exactly as before, and the ratios turn to about 1.3 and 1.5. What the cut removes
 # is the reason. In a pre-LN stack the stream that block $\ell$ adds to is read by every sublayer above it, so
 # block $\ell$ collects gradient along the residual path *and* through each of those sublayers; the
-# lower the block, the more sublayers lie above it, and the top block has none. The clearest
+# lower the block, the more sublayers read what it added, and what the top block's feed-forward network
+# adds is read by none. The clearest
 # difference is between the two arrangements: the top post-LN block gets about 2.5 times (6 blocks)
 # and 3.7 times (12 blocks) the gradient of the top pre-LN block. Doubling the depth multiplied that
 # factor by about 1.5, near the $\sqrt{2} \approx 1.4$ that Xiong et al.'s bounds suggest. Larger

@@ -177,8 +177,6 @@ def test_an_alternative_solution_passes_every_hidden_call_as_drawn(number, alter
 # needs a mistake in quality/mistakes/ that shows what the call is for, or the call rewritten; the test fails when
 # one of them is proven, so that the list only shrinks.
 UNPROVEN: dict[str, set[str]] = {
-    "03_blocks": {"block_ffn_hidden:1 feed_forward_shape"},
-    "04_transformer": {"model_decoder_hidden:4 decoder_blocks_used", "model_encoder_hidden:0 encoder_output_shape"},
     # stages 6-7's reworked checks (issue 38) met the per-call test only after both had landed: to be proven
     "06_decoding": {"dec_batch_hidden:0 batch_translation_is_independent"},
     "07_fast_and_better_decoding": {"fast_beam_hidden:0 beam_size_one_is_greedy"},

@@ -50,6 +50,12 @@ MISTAKES: list[Mistake] = [
         "return self.fc2(F.gelu(self.fc1(x)))",
         fails="block_ffn_values", cause="the hidden layer goes through GELU where the paper applies the ReLU",
     ),
+    Mistake(
+        STAGE, "feed-forward returns the hidden layer (fc2 never applied)",
+        _FFN,
+        "return self.relu(self.fc1(x))",
+        fails="block_ffn_values", cause="fc2",
+    ),
     # --- EncoderBlock ---
     Mistake(
         STAGE, "encoder: no residual around self-attention",

@@ -149,6 +149,20 @@ MISTAKES: list[Mistake] = [
         fails="model_decoder_values", cause="self.pred_layer is never called",
     ),
     Mistake(
+        STAGE, "decoder blocks all read the embeddings; only the last block's output reaches pred_layer",
+        "x = layer(x, enc_out, enc_mask, dec_mask)\n"
+        "        logits = self.pred_layer(x)",
+        "output = layer(x, enc_out, enc_mask, dec_mask)\n"
+        "        logits = self.pred_layer(output)",
+        fails="model_decoder_layers", cause="each block must receive the previous block's output",
+    ),
+    Mistake(
+        STAGE, "Encoder never looks the ids up in its embedding table",
+        "x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, src_len, d_model)",
+        "x = x * math.sqrt(self.d_model)  # (batch, src_len, d_model)",
+        fails="model_encoder_shape", cause="self.embedding is never called",
+    ),
+    Mistake(
         STAGE, "decoder returns probabilities (softmax on the logits)",
         "logits = self.pred_layer(x)  # (batch, tgt_len, vocab_size)",
         "logits = self.pred_layer(x).softmax(dim=-1)  # (batch, tgt_len, vocab_size)",

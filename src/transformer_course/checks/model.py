@@ -726,8 +726,8 @@ def decoder_blocks_used(Decoder: type[nn.Module], **sizes: float) -> None:
     if not silent:
         return
     run = _stack_run("Decoder", module, stack, inputs, config.d_model)
-    fail(f"{len(silent)} of the decoder's {len(norms)} blocks get no gradient from the logits: no change of their "
-         "weights changes the output.",
+    fail(f"{len(silent)} of the decoder's {len(norms)} blocks {'gets' if len(silent) == 1 else 'get'} no gradient "
+         f"from the logits: no change of {'its' if len(silent) == 1 else 'their'} weights changes the output.",
          expected="a gradient for every block",
          got="gradient norm per block: " + ", ".join(f"{parts.words(path)}: {norm:.3g}"
                                                      for path, norm in zip(stack.blocks, norms, strict=True)),

@@ -48,7 +48,7 @@ MAY_CLAIM = {
                "duplicate_call"},
     "swapped": {"swap_arguments", "swap_operands", "swap_variable", "change_axis", "replace_operator",
                 "swap_comparison", "drop_call", "delete_statement", "off_by_one"},
-    "twice": {"duplicate_call", "swap_variable", "delete_statement", "swap_arguments", "replace_operator"},
+    "twice": {"duplicate_call", "swap_variable", "delete_statement", "swap_arguments"},
     "missing": {"delete_statement", "drop_call", "swap_variable", "swap_arguments", "replace_operator",
                 "change_constant", "change_axis", "off_by_one", "swap_comparison"},
 }

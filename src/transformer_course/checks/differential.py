@@ -753,6 +753,8 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     place = _place(departure, reference)
     same_kind += [op for op in student.ops if op.name == departure.name and op not in same_kind
                   and _place(op, student) == place]
+    whole = [op for op in direct if len(departure.sources) > 1 and op.name not in LAYOUT and all(
+        set(op.sources) & _wanted([source], reference, matched, index) for source in departure.sources)]
     deferred = None
     for same in same_kind:  # 1. same operation, same arguments, other settings
         if _same_arguments(departure, same, reference, student) and same.output is not None and expected is not None:
@@ -770,8 +772,9 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     if unused is not None:
         return unused
     for same in same_kind:  # 2. same operation, another value
-        if same not in direct and _downstream(same, departure, student, reference):
-            continue  # found by its place alone, it reads what the paper makes after the departure: a later step
+        if same not in direct and whole and _downstream(same, departure, student, reference):
+            continue  # found by its place alone, it reads what the paper makes after the departure while another
+            # operation takes the departure's arguments: a later step, not the departure's counterpart
         if _accounted_for(same, departure, student, reference):
             continue  # it makes another value of the paper's, and nothing else of the student's does: its own step
         argument = _wrong_argument(departure, same, reference, student, matched, context)
@@ -795,7 +798,7 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
         departure, reference, student, index, context)  # 3.
     if missing is not None:
         return missing
-    again = _applied_again(direct, reference, matched)
+    again = _applied_again(direct, student, reference, matched)
     if again is not None:
         return again
     counterpart = _counterpart(departure, student, reference, direct, context)
@@ -816,8 +819,6 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
             text += f" ({operation_words(departure.name)} with {settings})"
         return Diagnosis(where, text, counterpart.line)
     first = _first_on(departure, student, reference, matched, index) or counterpart  # 5.
-    whole = [op for op in direct if len(departure.sources) > 1 and op.name not in LAYOUT and all(
-        set(op.sources) & _wanted([source], reference, matched, index) for source in departure.sources)]
     if whole and first not in whole:  # an operation that takes every argument of the departure stands in its place
         first = counterpart = whole[0]
         where, got = student_line(first), first.output
@@ -840,14 +841,18 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     return Diagnosis(student_line(first), text, first.line)
 
 
-def _applied_again(direct: list[Op], reference: Trace, matched: dict[int, list[str]]) -> Diagnosis | None:
+def _applied_again(direct: list[Op], student: Trace, reference: Trace, matched: dict[int, list[str]]
+                   ) -> Diagnosis | None:
     """A step of the reference's applied a second time to its own result: one of the student's operations on the
     departure's data is of the same kind as (and made with the same weights as) the reference's operation that
     made that data (`self.W_k(self.W_k(k))`)."""
     for op in direct:
-        if op.name in LAYOUT:
+        if op.name in LAYOUT or not isinstance(op.output, torch.Tensor):
             continue
         for position, source in enumerate(op.sources):
+            value = _value_of(student, source)
+            if value is None or (value.shape == op.output.shape and same_values(op.output, value, permuted=False)):
+                continue  # an operation that changes nothing here (dropout in eval mode) is no step applied again
             made = [reference.ops[index] for index, keys in matched.items() if source in keys]
             if any(earlier.name == op.name and earlier.sources[:position] + earlier.sources[position + 1:]
                    == op.sources[:position] + op.sources[position + 1:] for earlier in made):

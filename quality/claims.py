@@ -41,7 +41,7 @@ _QUOTE = re.compile(r"(?P<after>after )?(?:in `(?P<function>\w+)`, )?line (?P<nu
 # What a claim's words say the edit did, and the kinds of edit that can make each true.
 UNUSED = re.compile(r"nothing uses the result|is never used|is not used|never read")
 SWAPPED = re.compile(r"\bare swapped\b|\bthe two are swapped\b")
-TWICE = re.compile(r"\btwice\b|\bagain\b|more than once")
+TWICE = re.compile(r"\btwice\b|\bappl(?:y|ies|ied)(?: the [\w ]+)? again\b|more than once")
 MISSING = re.compile(r"\bis never called\b|\bis missing\b|\bmissing step\b|\bis not applied\b|\bnever applied\b")
 MAY_CLAIM = {
     "unused": {"delete_statement", "swap_variable", "swap_arguments", "drop_call", "swap_operands",

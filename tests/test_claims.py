@@ -21,10 +21,12 @@ from quality.mutations import STAGE_MODULES, generate, sample
 ONCE_FALSE = [
     # an operation of the same kind that makes another value of the paper's read as the departure's:
     # "your code uses self.W_q where the reference uses self.W_v" for a W_v never called
-    ("02_attention", "02:MultiHeadAttention.forward:drop_call:V = self.split_heads(self.W_v(v))"),
+    ("02_attention", "02:MultiHeadAttention.forward:drop_call:V = self.split_heads(self.W_v(v))  # (batch, heads, "
+                     "k_len, d_k) -> V = self.split_heads(v) "),
     # a projection applied to its own result read as a later transpose of another line: "in line 49 (`heads, weights
     # = scaled_dot_product_attention(...)`): what `split_heads` returns is shape (2, 3, 5, 7) where (2, 3, 7, 5)..."
-    ("02_attention", "02:MultiHeadAttention.forward:duplicate_call:K = self.split_heads(self.W_k(k))"),
+    ("02_attention", "02:MultiHeadAttention.forward:duplicate_call:K = self.split_heads(self.W_k(k))  # (batch, "
+                     "heads, k_len, d_k) -> K = self.split_heads(self.W_k(self.W_k(k))) "),
     # the next sum (found by its place alone) read as the departure's: "the sum [line 34] receives the output of
     # self.norm2 where the reference gives it the output of self.norm1", and "your sum comes later"
     ("03_blocks", "03:DecoderBlock.forward:replace_operator:x = self.norm2(x + self.dropout(self.cross_attn(x, "
@@ -40,7 +42,8 @@ def _stage(assignment):
 
 
 def _mutant(assignment, prefix):
-    return next(mutant for mutant in _stage(assignment)[1] if mutant.identifier.startswith(prefix))
+    (found,) = [mutant for mutant in _stage(assignment)[1] if mutant.identifier.startswith(prefix)]
+    return found
 
 
 def test_causes_are_read_from_the_likely_cause_lines():
@@ -83,8 +86,10 @@ def _sample():
         notebooks[assignment] = (notebook, solution_path(assignment).parent)
         read_here = [mutant for mutant in mutants if mutant.kind in KINDS_READ]
         drawn += sample(read_here, 1, seed=11)[:1]
-        drawn += [next(m for m in mutants if m.identifier.startswith(prefix))
-                  for stage, prefix in ONCE_FALSE if stage == assignment]
+        for stage, prefix in ONCE_FALSE:
+            if stage == assignment:
+                (once,) = [m for m in mutants if m.identifier.startswith(prefix)]  # exactly the mutant meant
+                drawn.append(once)
     return notebooks, drawn
 
 

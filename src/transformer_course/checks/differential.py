@@ -753,6 +753,8 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     place = _place(departure, reference)
     same_kind += [op for op in student.ops if op.name == departure.name and op not in same_kind
                   and _place(op, student) == place]
+    whole = [op for op in direct if len(departure.sources) > 1 and op.name not in LAYOUT and all(
+        set(op.sources) & _wanted([source], reference, matched, index) for source in departure.sources)]
     deferred = None
     for same in same_kind:  # 1. same operation, same arguments, other settings
         if _same_arguments(departure, same, reference, student) and same.output is not None and expected is not None:
@@ -770,6 +772,11 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     if unused is not None:
         return unused
     for same in same_kind:  # 2. same operation, another value
+        if same not in direct and whole and _downstream(same, departure, student, reference):
+            continue  # found by its place alone, it reads what the paper makes after the departure while another
+            # operation takes the departure's arguments: a later step, not the departure's counterpart
+        if _accounted_for(same, departure, student, reference):
+            continue  # it makes another value of the paper's, and nothing else of the student's does: its own step
         argument = _wrong_argument(departure, same, reference, student, matched, context)
         if argument:
             # an operation found by its place alone (the n-th of its kind there), not by its arguments, is weak
@@ -791,6 +798,9 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
         departure, reference, student, index, context)  # 3.
     if missing is not None:
         return missing
+    again = _applied_again(direct, student, reference, matched)
+    if again is not None:
+        return again
     counterpart = _counterpart(departure, student, reference, direct, context)
     got = counterpart.output if counterpart is not None else None
     how = relation(got, expected, context, departure) if got is not None and expected is not None else ""
@@ -809,9 +819,14 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
             text += f" ({operation_words(departure.name)} with {settings})"
         return Diagnosis(where, text, counterpart.line)
     first = _first_on(departure, student, reference, matched, index) or counterpart  # 5.
+    if whole and first not in whole:  # an operation that takes every argument of the departure stands in its place
+        first = counterpart = whole[0]
+        where, got = student_line(first), first.output
+        how = relation(got, expected, context, departure) if got is not None and expected is not None else ""
     if first.name == departure.name:
         return Diagnosis(where, _is(what, how), counterpart.line)
-    later = next((op for op in student.ops if op.index > first.index and op.name == departure.name), None)
+    later = next((op for op in student.ops if op.index > first.index and op.name == departure.name
+                  and _takes_result(op, first, student)), None)
     text = (f"your code applies the {operation_words(first.name)} where the reference applies the "
             f"{operation_words(departure.name)} to {_arguments_words(departure, reference, context)}")
     if later is not None:
@@ -824,6 +839,65 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     elif how and first is counterpart:
         text += f"; the result is {how}"
     return Diagnosis(student_line(first), text, first.line)
+
+
+def _applied_again(direct: list[Op], student: Trace, reference: Trace, matched: dict[int, list[str]]
+                   ) -> Diagnosis | None:
+    """A step of the reference's applied a second time to its own result: one of the student's operations on the
+    departure's data is of the same kind as (and made with the same weights as) the reference's operation that
+    made that data (`self.W_k(self.W_k(k))`)."""
+    for op in direct:
+        if op.name in LAYOUT or not isinstance(op.output, torch.Tensor):
+            continue
+        for position, source in enumerate(op.sources):
+            value = _value_of(student, source)
+            if value is None or (value.shape == op.output.shape and same_values(op.output, value, permuted=False)):
+                continue  # an operation that changes nothing here (dropout in eval mode) is no step applied again
+            made = [reference.ops[index] for index, keys in matched.items() if source in keys]
+            if any(earlier.name == op.name and earlier.sources[:position] + earlier.sources[position + 1:]
+                   == op.sources[:position] + op.sources[position + 1:] for earlier in made):
+                return Diagnosis(student_line(op), f"your code applies the {operation_words(op.name)} again to its "
+                                 "own result: the reference applies it once", op.line)
+    return None
+
+
+def _accounted_for(op: Op, departure: Op, student: Trace, reference: Trace) -> bool:
+    """Whether the student's `op` computes a value the reference computes elsewhere (not the departure's), and no
+    other operation of the student's computes it too: then `op` is the student's version of that other step (the
+    query projection, say), not the departure's with another argument. With a twin (the query projection made
+    twice, once where the value projection belongs), one of the two stands in the departure's place."""
+    if op.output is None or not isinstance(op.output, torch.Tensor) or not _informative(op.output):
+        return False
+    if not [key for key in Index(reference).find(op.output) if key != f"op:{departure.index}"]:
+        return False
+    return not any(other is not op and other.name == op.name and isinstance(other.output, torch.Tensor)
+                   and other.output.shape == op.output.shape and same_values(other.output, op.output)
+                   for other in student.ops)
+
+
+def _takes_result(op: Op, first: Op, student: Trace) -> bool:
+    """Whether `op` receives the result of `first` (directly, or through reshapes and views only)."""
+    made = {f"op:{first.index}"}
+    for between in student.ops[first.index + 1:op.index]:
+        if between.name in LAYOUT and set(between.sources) & made:
+            made.add(f"op:{between.index}")
+    return bool(set(op.sources) & made)
+
+
+def _downstream(op: Op, departure: Op, student: Trace, reference: Trace) -> bool:
+    """Whether the student's `op` is computed from a step that sits (same module, function and rank of its kind)
+    where the reference has a step made from the departure's value: then `op` comes after the departure in the
+    computation (the next layer's sum, when the departure's sum was written as a difference) and is not the
+    student's version of the departure."""
+    after, pending = set(), [departure.index]
+    while pending:  # everything the departure's value flows into, in the reference
+        current = pending.pop()
+        for later in reference.ops[current + 1:]:
+            if f"op:{current}" in later.sources and later.index not in after:
+                after.add(later.index)
+                pending.append(later.index)
+    places = {_place(reference.ops[index], reference) for index in after}
+    return any(_place(student.ops[index], student) in places for index in ancestors_of(student, op.index) - {op.index})
 
 
 def _is(what: str, how: str) -> str:

@@ -885,8 +885,6 @@ def with_course_parts(loop: Callable) -> Callable:
     return run
 
 
-
-
 def _ended(row: torch.Tensor, column: int) -> int | None:
     """The column of the first <eos> among the generated columns 1 .. column of a row, or None."""
     found = (row[1:column + 1] == EOS).nonzero()

@@ -184,7 +184,6 @@ UNPROVEN: dict[str, set[str]] = {
     "05_training": {"train_epoch_hidden:1 train_epoch_clips_gradients",
                     "train_epoch_hidden:2 train_epoch_scheduler_per_batch",
                     "train_epoch_hidden:3 train_epoch_mean_loss_per_token"},
-    "06_decoding": {"dec_batch_hidden:0 batch_translation_is_independent"},
     "07_fast_and_better_decoding": {"fast_beam_hidden:0 beam_size_one_is_greedy"},
 }
 

@@ -204,14 +204,19 @@ plt.show()
 # %% [markdown]
 # ## 3. Exercise: `start_cache`
 #
-# Before the first step, every decoder layer gets an empty self-attention cache (given: shape
-# `(batch, heads, 0, d_k)`) and its cross-attention keys and values. Complete the loop so that the cache
-# holds this layer's cross-attention keys and values of `enc_out`.
+# The cache is made once per batch of sentences, before the first step. Nothing has been decoded yet, so
+# its self-attention part is empty (the given lines make those entries); what you add is the part that
+# section 2 showed can be prepared in advance, because it never changes while the batch is decoded.
 #
 # **The contract.** `start_cache(model, enc_out, src_mask)` returns a `KVCache` whose four lists hold one
 # tensor per decoder layer, layer 0 first: `self_keys[i]`, `self_values[i]` `(batch, heads, 0, d_k)` and
-# `cross_keys[i]`, `cross_values[i]` `(batch, heads, src_len, d_k)`, the keys and values that layer `i`'s
-# cross-attention computes from `enc_out`.
+# `cross_keys[i]`, `cross_values[i]` `(batch, heads, src_len, d_k)`.
+#
+# **The properties the checks test.** Each list has one entry per decoder layer; no position is cached
+# yet (`cache.steps` is 0); and `cross_keys[i]`, `cross_values[i]` are exactly the keys and values that
+# layer `i`'s cross-attention would use for this `enc_out`, so that no decoder step ever has to look at
+# `enc_out` again. What a mistake looks like: an entry of another shape, a list one entry too short or too
+# long, or cross entries that equal the keys of another layer, or of another attention of the same layer.
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
@@ -265,21 +270,19 @@ assert check.cache_cross_keys_values(start_cache, num_layers=3, num_heads=2, d_m
 # `norm1`, `norm2`, `norm3`) and `decoder.pred_layer`; the given `project_keys_values` and `attend` do the
 # attention. Decoding runs in eval mode, where dropout does nothing, so the step leaves dropout out.
 #
-# ### What goes wrong, and what it looks like
-# - the first step right, every later one wrong: the new token got the position signal of position 0
-#   (the positional-encoding module numbers the positions of its own input, which here is one token long);
-# - a cache that is as short after the step as before it: `torch.cat` makes a new tensor, and the cache
-#   keeps what is assigned to it;
-# - the first step right, the later ones wrong, in another way: the new position attended to itself alone,
-#   not to the earlier positions in the cache;
-# - logits already wrong at the very first step, with no error raised: the new position attended to the cache
-#   before its own keys and values were in it (position $t$ attends to positions $0, \dots, t$, itself
-#   included; over the empty cache of the first step the attention output is all zeros);
-# - right logits, but the checks count cross-attention projections at every step: the encoder output was
-#   projected again instead of read from the cache;
-# - a crash when the keys are joined: the cache's axes are `(batch, heads, steps, d_k)`;
-# - right logits on an unpadded batch, wrong ones on a padded one: cross-attention must not look at padded
-#   source positions.
+# **The properties the checks test.** Step by step over a prefix, the logits equal the full decoder's at
+# the prefix's last position, on a batch whose sources are padded; each step makes every layer's
+# self-attention cache exactly one position longer; and a step reads the cross-attention keys and values
+# from the cache and projects only the new position, never the encoder output or earlier tokens.
+#
+# ### What you may see, and what it tells you
+# Each line is an observation a check can report; what usually causes it is in the last folded hint.
+# - Step 0's logits match the full decoder's, and every later step's differ.
+# - Logits already differ at step 0, with no error raised.
+# - After a step the cache holds as many positions as before it.
+# - An error when the new keys and values meet the cache (sizes that do not match).
+# - The logits match on an unpadded batch and differ on a padded one.
+# - The logits match, but the checks count projections of the encoder output at every step.
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
@@ -298,6 +301,25 @@ assert check.cache_cross_keys_values(start_cache, num_layers=3, num_heads=2, d_m
 # d_k)`. The self-attention weights of the new position are `(batch, heads, 1, position + 1)`, the
 # cross-attention weights `(batch, heads, 1, src_len)`. The output layer sees `(batch, d_model)` and gives
 # `(batch, vocab)`.
+#
+# </details>
+#
+# <details><summary>Hint 3: what each observation usually means</summary>
+#
+# - *Step 0 right, later steps wrong*: either the new token got the position signal of position 0 (the
+#   positional-encoding module numbers the positions of its own input, which here is one token long: add
+#   row `position` of its table yourself), or the new position attended to itself alone instead of to
+#   every position in the cache.
+# - *Wrong at step 0, no error*: the new position attended to the cache before its own keys and values were
+#   in it (position $t$ attends to positions $0, \dots, t$, itself included; over the empty cache of the
+#   first step the attention output is all zeros).
+# - *The cache does not grow*: `torch.cat` makes a new tensor, and the cache keeps only what is assigned
+#   back to `cache.self_keys[i]` and `cache.self_values[i]`.
+# - *An error when joining*: the cache's axes are `(batch, heads, steps, d_k)`; the positions are axis 2.
+# - *Wrong only on a padded batch*: cross-attention must not look at padded source positions; the cache
+#   holds their mask.
+# - *The encoder output projected at every step*: the cross-attention keys and values were computed again
+#   instead of read from `cache.cross_keys[i]` and `cache.cross_values[i]`.
 #
 # </details>
 
@@ -386,13 +408,13 @@ print(vectors, " self-attention in all:", vectors["self_keys"] + vectors["self_v
 # pretrained model.
 #
 # This time the loop is written for you, by a classmate who ported stage 6's `greedy_decode` to the cache,
-# and **one line was not ported**. On short sentences it runs, and its output reads like English; on
-# longer translations it stops with an error. The pretrained model of stage 6 is loaded first, with the
-# test set; the cell after the loop translates a few test sentences with stage 6's `greedy_decode` and
-# with the classmate's loop. Compare the two, read the checks below, then find the line and fix it in
-# place. The checks run the loop with the course's own `start_cache` and `decoder_step` in place of yours
-# (a mistake there is counted by their own checks above, once); they compare its tokens with stage 6's
-# greedy decoding on small random models and count the positions in the cache after every step.
+# and **one line was not ported**. On short sentences it runs, and its output reads like English; on a
+# longer one it stops with an error. The pretrained model of stage 6 is loaded first, with the test set;
+# the cell after the loop translates a few test sentences with stage 6's `greedy_decode` and with the
+# classmate's loop. Compare the two, read the checks below, then find the line and fix it in place. The
+# checks run the loop with the course's own `start_cache` and `decoder_step` in place of yours (a mistake
+# there is counted by their own checks above, once); they compare its tokens with stage 6's greedy
+# decoding on small random models and count the positions in the cache after every step.
 
 # %%
 model, source_vocab, target_vocab, metadata = load(pretrained_path(), Transformer, device=device)
@@ -430,18 +452,23 @@ def translate_with(decode, sources: list[list[int]], batch_size: int = 256) -> l
 #| include transformer_course.reference.kv_cache:cached_greedy_decode
 
 # %% [markdown]
-# Five short test sentences, each translated alone by stage 6's `greedy_decode` (no cache) and by
-# `cached_greedy_decode` (with your `start_cache` and `decoder_step`). The two must write the same words.
+# Five short test sentences and a longer one, each translated alone by stage 6's `greedy_decode` (no
+# cache) and by `cached_greedy_decode`. The loop runs here with the course's own `start_cache` and
+# `decoder_step` in place of yours, as the checks run it (`check.with_course_parts`), so what you see is
+# the loop's doing, however you wrote your parts. The two must write the same words.
 
 # %%
+classmates_loop = check.with_course_parts(cached_greedy_decode)  # with the course's start_cache, decoder_step
 words = {"stage 6": 0, "cached": 0}
-for index in (0, 4, 8, 23, 30):
+for index in (0, 4, 8, 23, 30, 65):
     src = torch.tensor([test_sources[index]], device=device)  # (1, src_len): one sentence, no padding
-    outputs = {"stage 6": greedy_decode(model, src, *special, 80),
-               "cached": cached_greedy_decode(model, src, *special, 80)}
     print(f"[{index}] German : {test_german[index]}")
-    for name, ys in outputs.items():
-        tokens = target_vocab.decode(ys[0].tolist())
+    for name, decode in (("stage 6", greedy_decode), ("cached", classmates_loop)):
+        try:
+            tokens = target_vocab.decode(decode(model, src, *special, 80)[0].tolist())
+        except RuntimeError as error:  # the classmate's loop may stop with an error: show it, carry on
+            print(f"     {name:7}: stopped with an error: {error}")
+            continue
         words[name] += len(tokens)
         print(f"     {name:7}: {' '.join(tokens)}")
 print(f"\nwords written: {words['stage 6']} by stage 6's greedy_decode, {words['cached']} by cached_greedy_decode")
@@ -1017,8 +1044,9 @@ else:
 # and values of all positions must be recomputed in every layer from the second on. A step therefore
 # redoes layers 1 to $N-1$ for all $t$ positions (layer 1 reusing only the key and value projections of
 # the earlier tokens), and layer $N$ for the newest position only, apart from its keys and values of all
-# positions (only the newest position's output feeds the next-token logits). For $N \ge 2$ the cost is
-# back to about $n(n+1)/2$ position-computations for $n$ tokens, as in stage 6. A one-layer decoder could
+# positions (only the newest position's output feeds the next-token logits). For $N \ge 2$ step $t$ therefore
+# costs about $t$ position-computations per layer instead of 1, and $n$ tokens cost about $n(n+1)/2$, as in
+# stage 6. A one-layer decoder could
 # still use the cache: its keys and values come from the embeddings and only the newest position's output
 # is needed. The cache is exact and cheap only because causality freezes the past.
 #
@@ -1029,9 +1057,12 @@ else:
 #   valid; the later layers' keys and values must all be recomputed. (An answer that says nothing at all
 #   can be kept gets the other two points but not this one.)
 # - 1 point: for $N \ge 2$ the layers below the last must be rerun on all positions at every step, so the
-#   cost grows with the prefix again, about $n(n+1)/2$ position-computations, as without a cache. Noting
-#   the one-layer exception (a one-layer decoder could still use the cache: its keys and values come from
-#   the embeddings, and only the newest position's output is needed) is right and must not cost points.
+#   cost grows with the prefix again, as without a cache. Either way of saying it earns the point: per
+#   step (step $t$ recomputes all $t$ positions, so its work grows in proportion to $t$ instead of staying
+#   constant) or in total (about $n(n+1)/2$ position-computations for $n$ tokens, quadratic in $n$, instead
+#   of $n$); so does an answer per layer (the layers below the last cost $t$ positions each at step $t$).
+#   Noting the one-layer exception (a one-layer decoder could still use the cache: its keys and values come
+#   from the embeddings, and only the newest position's output is needed) is right and must not cost points.
 
 # %% [markdown]
 # **Question 2 (3 points).** Two finished hypotheses of one sentence: one of 12 tokens with

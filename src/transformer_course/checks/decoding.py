@@ -687,9 +687,11 @@ def _lively(task: Translation, tries: int = 40) -> Translation:
     """The task on the first of `tries` random models (seeds sizes.seed, then + 7919 each try) whose reference
     translation shows what these checks compare: at least two different generated tokens over three or more
     steps (a model that says one token whatever it reads agrees with a loop that reads the wrong position or
-    masks nothing) and, for a batch, a sentence ending with <eos> while another goes on (else a loop that never
-    pads or stops at the first <eos> agrees). The seeds the course writes pass at once; the hidden tests' seeds,
-    drawn from the class's secret, are random, so most random models would show neither."""
+    masks nothing), other tokens when the decoder is called without the target mask (where no later position
+    changes what an earlier one says, a loop that masks nothing agrees) and, for a batch, a sentence ending with
+    <eos> while another goes on (else a loop that never pads or stops at the first <eos> agrees). The seeds the
+    course writes pass at once; the hidden tests' seeds, drawn from the class's secret, are random, so most
+    random models would show neither."""
     for attempt in range(tries):
         candidate = replace(task, sizes=replace(task.sizes, seed=task.sizes.seed + 7919 * attempt))
         expected, _, _ = _expected(candidate)
@@ -698,9 +700,30 @@ def _lively(task: Translation, tries: int = 40) -> Translation:
         ends = {next((step for step, token in enumerate(row) if int(token) == task.ids.eos), None)
                 for row in generated}
         if len(words) >= 2 and (task.sizes.batch == 1 and generated.size(1) >= 3
-                                or task.sizes.batch > 1 and len(ends) >= 2 and ends != {None}):
+                                or task.sizes.batch > 1 and len(ends) >= 2 and ends != {None}) \
+                and _target_mask_matters(candidate, expected):
             return candidate
     return task
+
+
+def _target_mask_matters(task: Translation, expected: torch.Tensor) -> bool:
+    """Whether greedy decoding of `task` with every decoder call given no target mask gives other ids than
+    `expected` (the reference's): with one layer it never does (the last position may see every earlier one)."""
+    model, src = task.build()
+    model.eval()
+    ids, max_len = task.ids, task.sizes.max_len
+    with torch.no_grad():
+        src_mask = make_source_mask(src, ids.pad)  # (batch, 1, 1, src_len)
+        enc_out = model.encoder(src, src_mask)  # (batch, src_len, d_model)
+        ys = torch.full((src.size(0), 1), ids.bos, dtype=torch.long)  # (batch, 1)
+        finished = torch.zeros(src.size(0), dtype=torch.bool)
+        for _ in range(max_len):
+            token = model.decoder(ys, enc_out, src_mask, None)[:, -1].argmax(dim=-1).masked_fill(finished, ids.pad)
+            ys = torch.cat([ys, token.unsqueeze(1)], dim=1)  # (batch, len + 1)
+            finished |= token == ids.eos
+            if finished.all():
+                break
+    return ys.shape != expected.shape or not torch.equal(ys, expected)
 
 
 def _random_case(greedy_decode: Callable, task: Translation) -> None:

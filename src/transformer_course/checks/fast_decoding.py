@@ -28,6 +28,7 @@ cache entry or selection by what its values are (`_named_value`, `_selection_rea
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -92,6 +93,7 @@ __all__ = [
     "step_returns_logits",
     "step_reuses_cross_keys_values",
     "summary",
+    "with_course_parts",
 ]
 
 PAD, BOS, EOS = 3, 1, 2  # the course's Vocab ids
@@ -855,6 +857,34 @@ def _expect_ids(got: torch.Tensor, expected: torch.Tensor, *, problem: str, caus
 # --- cached_greedy_decode ----------------------------------------------------------------------------------
 
 
+def with_course_parts(loop: Callable) -> Callable:
+    """`loop` (the notebook's cached_greedy_decode or beam_search) made to call the course's own start_cache and
+    decoder_step in place of the notebook's while it runs, as the checks run it: what it then does is the loop's
+    own doing, whatever the notebook's parts are (unfinished, or written another correct way)."""
+    try:
+        inner = inspect.unwrap(loop)
+    except ValueError:  # a cycle of __wrapped__
+        inner = loop
+    namespace = getattr(inner, "__globals__", None)
+    parts = {"start_cache": reference_start_cache, "decoder_step": reference_decoder_step}
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not isinstance(namespace, dict):
+            return loop(*args, **kwargs)
+        saved = {name: namespace[name] for name in parts if name in namespace}
+        namespace.update(parts)
+        try:
+            return loop(*args, **kwargs)
+        finally:
+            for name in parts:
+                if name in saved:
+                    namespace[name] = saved[name]
+                else:
+                    namespace.pop(name, None)
+
+    return run
+
+
 def _ended(row: torch.Tensor, column: int) -> int | None:
     """The column of the first <eos> among the generated columns 1 .. column of a row, or None."""
     found = (row[1:column + 1] == EOS).nonzero()
@@ -1007,9 +1037,38 @@ def _lively(sizes: Sizes, padded: bool = True, beam: tuple[int, float] | None = 
         words = {int(token) for token in greedy.flatten() if int(token) not in (EOS, PAD)}
         ends = {next((step for step, token in enumerate(row) if int(token) == EOS), None) for row in greedy}
         varied = candidate.batch == 1 or (len(ends) >= 2 and ends != {None})
-        if len(words) >= 2 and varied and (beam is None or _cache_order_matters(model, src, candidate.max_len, beam)):
+        matters = (_feeding_matters(model, src, candidate.max_len, greedy) if beam is None
+                   else _cache_order_matters(model, src, candidate.max_len, beam))
+        if len(words) >= 2 and varied and matters:
             return candidate
     return sizes
+
+
+def _feeding_matters(model: nn.Module, src: torch.Tensor, max_len: int, greedy: torch.Tensor) -> bool:
+    """Whether cached greedy decoding gives other tokens than `greedy` (the reference's, without <bos>) when every
+    step is fed the whole prefix instead of the newest token, and when it is fed <bos> at every step (the
+    course's own start_cache and decoder_step, on the check's model): else a loop that hands decoder_step the
+    wrong tokens agrees with a right one on this model."""
+    for feed in (lambda ys: ys, lambda ys: ys[:, :1]):
+        with torch.no_grad():
+            src_mask = make_source_mask(src, PAD)
+            cache = reference_start_cache(model, model.encoder(src, src_mask), src_mask)
+            ys = torch.full((src.size(0), 1), BOS, dtype=torch.long)
+            finished = torch.zeros(src.size(0), dtype=torch.bool)
+            try:
+                for _ in range(max_len):
+                    if cache.steps >= model.decoder.positional_encoding.pe.size(1):  # as the checks' step says
+                        raise IndexError("no position left in the table")
+                    token = reference_decoder_step(model, cache, feed(ys)).argmax(dim=-1).masked_fill(finished, PAD)
+                    ys = torch.cat([ys, token.unsqueeze(1)], dim=1)
+                    finished |= token == EOS
+                    if finished.all():
+                        break
+            except (IndexError, RuntimeError):  # the wrong feeding ran out of positions: it shows
+                continue
+        if ys[:, 1:].shape == greedy.shape and torch.equal(ys[:, 1:], greedy):
+            return False
+    return True
 
 
 def _cache_order_matters(model: nn.Module, src: torch.Tensor, max_len: int, beam: tuple[int, float]) -> bool:
@@ -1342,12 +1401,46 @@ def select_beams_keeps_finished(select_beams: Callable, state: tuple = FINISHED_
                        "e.g. with torch.where(finished.unsqueeze(-1), stay, log_probs).")
 
 
+def _chosen(candidates: torch.Tensor, penalty: torch.Tensor, beam_size: int) -> torch.Tensor:
+    """The flat indices of the beam_size best candidates of each sentence ranked by candidates / penalty."""
+    return (candidates / penalty.unsqueeze(-1)).flatten(1).topk(beam_size, dim=-1).indices
+
+
+def _penalty_matters(state: tuple) -> bool:
+    """Whether, for the hand-made `state` (with its seed's random log-probabilities), ranking by score /
+    lp(new length) keeps other candidates than ranking by the plain score, by lp of the length before the step,
+    and (where alpha is neither 0 nor 1, the values at which the two agree) by ((5 + n) / 6) times alpha instead
+    of to the power alpha: else the property's input cannot tell a penalty left out or misapplied from a right one."""
+    *values, alpha, seed = state
+    scores, log_probs, finished, lengths = _select_inputs(*values, seed)
+    stay = torch.full_like(log_probs, float("-inf"))
+    stay[..., PAD] = 0.0
+    candidates = scores.unsqueeze(-1) + torch.where(finished.unsqueeze(-1), stay, log_probs)
+    new_lengths, beam_size = lengths + (~finished).long(), scores.size(1)
+    right = _chosen(candidates, length_penalty(new_lengths, alpha), beam_size)
+    wrong = [torch.ones_like(scores), length_penalty(lengths, alpha)]
+    if alpha not in (0.0, 1.0):
+        wrong.append((5.0 + new_lengths) / 6.0 * alpha)
+    return all(not torch.equal(_chosen(candidates, penalty, beam_size), right) for penalty in wrong)
+
+
+def _penalty_state(state: tuple, tries: int = 80) -> tuple:
+    """`state` with the seed of the first of `tries` (its own, then + 7919 each try) whose random log-probabilities
+    make the length penalty matter (`_penalty_matters`). The seeds the course writes pass at once; inside the
+    hidden tests every seed is salted from the class's secret, and some salted ones would not."""
+    for attempt in range(tries):
+        candidate = (*state[:4], state[4] + 7919 * attempt)
+        if _penalty_matters(candidate):
+            return candidate
+    return state
+
+
 @check("candidates are ranked by score / length_penalty(new length), new length = length + 1 unless finished")
 def select_beams_length_penalty(select_beams: Callable, state: tuple = PENALTY_STATE) -> None:
     cause = ("rank by candidates / length_penalty(lengths + (~finished).long(), alpha).unsqueeze(-1), and return the "
              "candidates' plain scores.")
     for alpha in dict.fromkeys((state[3], GNMT_ALPHA)):  # then the exponent itself: lp = ((5 + n) / 6) ** alpha
-        _select_case(select_beams, (*state[:3], alpha, state[4]),
+        _select_case(select_beams, _penalty_state((*state[:3], alpha, state[4])),
                      problem=f"hand-made scores with alpha={alpha}: the wrong ones survive.", cause=cause)
 
 

@@ -69,8 +69,10 @@ def attend(attention: nn.Module, x: torch.Tensor, K: torch.Tensor, V: torch.Tens
 def start_cache(model: nn.Module, enc_out: torch.Tensor, src_mask: torch.Tensor) -> KVCache:
     """A cache for decoding a batch whose encoder output is enc_out (batch, src_len, d_model).
 
-    Every decoder layer gets empty self-attention keys and values (batch, heads, 0, d_k) and the
-    cross-attention keys and values of enc_out (batch, heads, src_len, d_k), computed here, once.
+    Returns a KVCache with one entry per decoder layer in each of its four lists, layer 0 first: nothing
+    decoded yet (self-attention entries (batch, heads, 0, d_k)), and cross-attention entries
+    (batch, heads, src_len, d_k) that are what that layer's cross-attention uses as keys and values for
+    enc_out, so that no step needs enc_out again.
     """
     cache = KVCache(src_mask)
     for layer in model.decoder.layers:

@@ -153,6 +153,10 @@ RULES: dict[str, Rule] = {
         low=(("batch", 2), ("tgt_len", 4)),
         why="the padded batch pads from its second sentence on, by at least one position from four on: with one "
             "sentence or fewer than four positions nothing is padded, and a look-ahead mask alone passes"),
+    "decoding.batch_translation_is_independent": Rule(
+        low=(("src_len", 7),),
+        why="its sentences are 3 + (4 i mod (src_len - 2)) tokens long: for src_len 2, 3, 4 or 6 every sentence "
+            "has 3 and nothing is padded, so a batch padded wrongly passes; from 7 on they are 3 and 7 long"),
     "positional_encoding.offset_error_offsets": Rule(
         low=(("max_seq_length", 3),), why="for k = -2 the positions p from 2 on are compared: a table of three at "
                                           "least"),

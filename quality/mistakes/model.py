@@ -49,7 +49,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "look-ahead positions counted along the batch axis",
         "torch.arange(tgt.size(1), device=tgt.device)",
         "torch.arange(tgt.size(0), device=tgt.device)",
-        fails="model_target_mask_shape", cause="",
+        fails="model_target_mask_shape", cause="axis -1 (counted from the end) does not fit",
     ),
     Mistake(
         STAGE, "target mask is the padding rule only (no look-ahead)",
@@ -85,7 +85,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "target mask compares the tokens with 0, not with pad_idx",
         "    key_is_word = (tgt != pad_idx)[:, None, None, :]",
         "    key_is_word = (tgt != 0)[:, None, None, :]",
-        fails="model_target_mask_values", cause="as if they were padding, not the tokens equal to pad_idx=1",
+        fails="model_target_mask_values", cause="hold token id 0, not pad_idx=1",
     ),
     Mistake(
         STAGE, "target mask whose look-ahead part hides the diagonal",
@@ -96,6 +96,7 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "target mask built with stage 2's helpers (the exercise's work delegated)",
         "    key_is_word = (tgt != pad_idx)[:, None, None, :]",
+        "    from transformer_course.reference import make_padding_mask\n"
         "    key_is_word = make_padding_mask(tgt, pad_idx)",
         fails="model_target_mask_values", cause="calls the course's make_padding_mask",
     ),

@@ -88,6 +88,7 @@ from transformer_course.reference import (  # the earlier stages, from the cours
     PositionalEncoding,  # noqa: F401  (used by the Encoder and Decoder below)
     count_parameters,
     make_look_ahead_mask,
+    make_padding_mask,  # noqa: F401  (used by make_source_mask below)
 )
 from transformer_course.visualisation import diagrams
 from transformer_course.visualisation import model as figures
@@ -279,8 +280,8 @@ plt.show()
 # - **on the device of `tgt`**, so that the function also works for a batch on a GPU (a check runs it
 #   on PyTorch's `meta` device, which stands for any device other than the CPU);
 # - **built from `tgt` with tensor operations**: stage 2's `make_padding_mask` and `make_look_ahead_mask`
-#   are not to be used here (the checks say so when they run). Getting both rules into one table of the
-#   right shape, with broadcasting, is the exercise.
+#   (and `make_source_mask`, which calls the first) are not to be used here; the checks say so when they
+#   run. Getting both rules into one table of the right shape, with broadcasting, is the exercise.
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
@@ -298,7 +299,8 @@ plt.show()
 # query. The position rule compares the position of each query with the position of each key: a
 # `(tgt_len, tgt_len)` table, the same for every sentence. PyTorch lines shapes up from the right and
 # stretches every axis of size 1 (broadcasting), so the "and" of the two is
-# `(batch, 1, tgt_len, tgt_len)`. Every tensor you create needs `device=tgt.device`.
+# `(batch, 1, tgt_len, tgt_len)`. A tensor made from nothing but a size is made on the CPU unless it is
+# given `device=tgt.device`.
 #
 # </details>
 #

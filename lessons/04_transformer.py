@@ -27,7 +27,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or
-# get stuck. That is reading (50 minutes at 150 words a minute without the folded hints, 71 at 100 words a
+# get stuck. That is reading (51 minutes at 150 words a minute without the folded hints, 73 at 100 words a
 # minute with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two
 # predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a
 # copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the course repository
@@ -88,7 +88,7 @@ from transformer_course.reference import (  # the earlier stages, from the cours
     PositionalEncoding,  # noqa: F401  (used by the Encoder and Decoder below)
     count_parameters,
     make_look_ahead_mask,
-    make_padding_mask,
+    make_padding_mask,  # noqa: F401  (used by make_source_mask below)
 )
 from transformer_course.visualisation import diagrams
 from transformer_course.visualisation import model as figures
@@ -244,9 +244,8 @@ for row in range(2):
 #
 # - $b$ — the sentence in the batch, $i$ — the query position (the one attending),
 #   $j$ — the key position (the one attended to);
-# - **look-ahead**: query $i$ may see keys $0, \dots, i$ — itself included — and nothing later
-#   (the lower triangle of a `(tgt_len, tgt_len)` matrix; `make_look_ahead_mask` of stage 2);
-# - **padding**: no query may attend to a pad token (`make_padding_mask` of stage 2).
+# - **look-ahead**: query $i$ may see keys $0, \dots, i$ — itself included — and nothing later;
+# - **padding**: no query may attend to a pad token.
 #
 # Why both? Padding alone lets every position see the future, which breaks teacher forcing.
 # Look-ahead alone is *almost* enough when the pads sit at the end of each sentence, as here: a
@@ -256,17 +255,16 @@ for row in range(2):
 # combined mask is right for any layout and costs one more operation; PyTorch's `nn.Transformer`
 # does the same when given both `tgt_mask` and `tgt_key_padding_mask`.
 #
-# Below are the two ingredients for the second sentence of `dec_in`. The padding mask has one row,
-# `(1, 1, 1, tgt_len)`: it is about the *keys*, and the same row applies to every query, so the
-# figure draws it once per query. Your combined mask must be blue only where **both** are blue.
+# Below are the two rules for the second sentence of `dec_in`, each drawn as a table of queries
+# (rows) and keys (columns). Look at what each depends on. The padding rule is about the *keys* only:
+# every row of its table is the same, so one row of keys per sentence holds it all. The look-ahead rule
+# is about *positions* only: its table is the same for every sentence of the batch. Your combined mask
+# must be blue only where **both** are blue.
 
 # %%
 second = dec_in[1:2]  # (1, tgt_len)
 tokens = [target_vocabulary[i] for i in second[0]]
-padding = make_padding_mask(second, PAD)  # (1, 1, 1, tgt_len)
-look_ahead = make_look_ahead_mask(second.size(1))  # (1, 1, tgt_len, tgt_len)
-print("padding mask", tuple(padding.shape), " look-ahead mask", tuple(look_ahead.shape))
-figures.plot_mask_panels({"padding mask (keys)": padding, "look-ahead mask": look_ahead}, labels=tokens)
+figures.plot_target_mask_rules(second, PAD, labels=tokens)
 plt.show()
 
 # %% [markdown]
@@ -280,37 +278,43 @@ plt.show()
 #   `(batch, heads, tgt_len, tgt_len)`;
 # - **any pad id**: compare the tokens with `pad_idx`, never with a fixed number;
 # - **on the device of `tgt`**, so that the function also works for a batch on a GPU (a check runs it
-#   on PyTorch's `meta` device, which stands for any device other than the CPU).
-#
-# The two helpers of stage 2 are imported, and you may use them: `make_padding_mask(ids, pad_idx)`
-# returns `(batch, 1, 1, len)` and `make_look_ahead_mask(size, device=...)` returns
-# `(1, 1, size, size)`. Building the mask without them is fine too; the checks test only the contract.
+#   on PyTorch's `meta` device, which stands for any device other than the CPU);
+# - **built from `tgt` with tensor operations**: stage 2's `make_padding_mask` and `make_look_ahead_mask`
+#   (and `make_source_mask`, which calls the first) are not to be used here; the checks say so when they
+#   run. Getting both rules into one table of the right shape, with broadcasting, is the exercise.
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
 #
-# A key is allowed when *both* rules allow it: an element-wise logical "and" of two bool tables. One of
-# the tables depends on the sentence (where its pads are), the other only on the positions (which key
+# A key is allowed when *both* rules allow it: an element-wise logical "and" of two bool tables. One
+# rule depends on the tokens (where the sentence's pads are), the other only on the positions (which key
 # comes after which query). Neither needs a loop.
 #
 # </details>
 #
 # <details><summary>Hint 2: the shapes</summary>
 #
-# The padding part is `(batch, 1, 1, tgt_len)`: its last axis is the key axis, and its size-1 query axis
-# repeats it for every query. The look-ahead part is `(1, 1, tgt_len, tgt_len)`, the same for every
-# sentence. PyTorch lines shapes up from the right and stretches every axis of size 1 (broadcasting), so
-# combining the two gives `(batch, 1, tgt_len, tgt_len)`. Make the look-ahead part on `tgt.device`.
+# The token rule is a comparison of the tokens with `pad_idx`, one value per key; give it the shape
+# `(batch, 1, 1, tgt_len)`: its last axis is the key axis, and its size-1 query axis repeats it for every
+# query. The position rule compares the position of each query with the position of each key: a
+# `(tgt_len, tgt_len)` table, the same for every sentence. PyTorch lines shapes up from the right and
+# stretches every axis of size 1 (broadcasting), so the "and" of the two is
+# `(batch, 1, tgt_len, tgt_len)`. A tensor made from nothing but a size is made on the CPU unless it is
+# given `device=tgt.device`.
 #
 # </details>
 #
 # <details><summary>Hint 3: the lines</summary>
 #
 # ```python
-# padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)
-# look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)
-# return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)
+# key_is_word = (tgt != pad_idx)[:, None, None, :]  # (batch, 1, 1, tgt_len)
+# positions = torch.arange(tgt.size(1), device=tgt.device)  # (tgt_len,)
+# not_later = positions[None, :] <= positions[:, None]  # (tgt_len, tgt_len): key j <= query i
+# return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)
 # ```
+#
+# The position rule is also the lower triangle of a square of `True`s:
+# `torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=tgt.device).tril()`.
 #
 # </details>
 
@@ -319,7 +323,7 @@ plt.show()
 
 # %% [markdown]
 # **Your mask, drawn.** Your mask for the toy batch, one panel per sentence (blue: may attend). A
-# correct mask is blue only where **both** ingredients above are blue: the first sentence has no
+# correct mask is blue only where **both** rules above are blue: the first sentence has no
 # padding, so its mask is the plain lower triangle; in the second, the column of the pad token is
 # grey in every row.
 

@@ -9,7 +9,6 @@ from quality.inprocess import run_grade_cells
 from quality.mistakes import model as model_mistakes
 from transformer_course.checks import model as check
 from transformer_course.checks.framework import run_check
-from transformer_course.reference import make_look_ahead_mask, make_padding_mask
 
 
 @pytest.mark.slow
@@ -37,6 +36,16 @@ def test_an_extra_part_costs_the_values_check_not_the_registration_check(mistake
     outcomes = run_grade_cells(mistake.apply(read(path)), path.parent, stop_after="model_encoder_layers")
     assert not outcomes["model_encoder_values"].passed
     assert outcomes["model_encoder_layers"].passed, outcomes["model_encoder_layers"].message
+
+
+def make_padding_mask(tgt: torch.Tensor, pad: int) -> torch.Tensor:
+    """The padding rule written here, as a student would: the checks refuse the course's own helper."""
+    return (tgt != pad)[:, None, None, :]  # (batch, 1, 1, tgt_len)
+
+
+def make_look_ahead_mask(size: int) -> torch.Tensor:
+    """The look-ahead rule written here (1, 1, size, size), for the same reason."""
+    return torch.ones(size, size, dtype=torch.bool).tril()[None, None]
 
 
 MASKS = {

@@ -37,60 +37,74 @@ MISTAKES: list[Mistake] = [
         _DECODER_MADE + "        self.decoder.embedding = self.encoder.embedding  # one table for both languages\n",
         fails="model_own_embeddings", cause="the same embedding table as the source ids",
     ),
+    # --- the target mask, built from the tokens (issue 38: the broadcasting is the exercise). FIND texts are lines
+    # of the reference: key_is_word (the padding rule), positions, not_later (the look-ahead rule), the return.
     Mistake(
         STAGE, "look-ahead part negated in the target mask",
-        "    return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)\n",
-        "    return padding & ~look_ahead  # (batch, 1, tgt_len, tgt_len)\n",
+        "    return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)\n",
+        "    return key_is_word & ~not_later  # (batch, 1, tgt_len, tgt_len)\n",
         fails="model_target_mask_values", cause="exact opposite of j <= i",
     ),
     Mistake(
-        STAGE, "look-ahead mask built from the batch size",
-        "    look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)",
-        "    look_ahead = make_look_ahead_mask(tgt.size(0), device=tgt.device)",
-        fails="model_target_mask_values", cause="is the size of `tgt`'s axis 0",
+        STAGE, "look-ahead positions counted along the batch axis",
+        "torch.arange(tgt.size(1), device=tgt.device)",
+        "torch.arange(tgt.size(0), device=tgt.device)",
+        fails="model_target_mask_shape", cause="axis -1 (counted from the end) does not fit",
     ),
     Mistake(
-        STAGE, "target mask is the padding mask only (no look-ahead)",
-        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
-        "return padding  # (batch, 1, 1, tgt_len)",
+        STAGE, "target mask is the padding rule only (no look-ahead)",
+        "return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)",
+        "return key_is_word  # (batch, 1, 1, tgt_len)",
         fails="model_target_mask_values", cause="padding mask alone",
     ),
     Mistake(
-        STAGE, "target mask is the look-ahead mask only (padding not combined)",
-        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
-        "return look_ahead.expand(tgt.size(0), 1, -1, -1)  # (batch, 1, tgt_len, tgt_len)",
+        STAGE, "target mask is the look-ahead rule only (padding not combined)",
+        "return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)",
+        "return not_later.expand(tgt.size(0), 1, -1, -1)  # (batch, 1, tgt_len, tgt_len)",
         fails="model_target_mask_values", cause="this is the look-ahead mask alone",
     ),
     Mistake(
         STAGE, "target mask combines padding and look-ahead with | instead of &",
-        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
-        "return padding | look_ahead  # (batch, 1, tgt_len, tgt_len)",
+        "return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)",
+        "return key_is_word | not_later  # (batch, 1, tgt_len, tgt_len)",
         fails="model_target_mask_values", cause="the two masks are combined with `|`",
     ),
-    # --- issue 38: the target mask written from its contract (no longer a one-character bug hunt) ---
     Mistake(
         STAGE, "target mask: the padding part on the query axis instead of the key axis",
-        "    padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)\n",
-        "    padding = (tgt != pad_idx).unsqueeze(1).unsqueeze(3)  # (batch, 1, tgt_len, 1)\n",
+        "    key_is_word = (tgt != pad_idx)[:, None, None, :]",
+        "    key_is_word = (tgt != pad_idx)[:, None, :, None]",
         fails="model_target_mask_values", cause="padding hides query rows instead of key columns",
     ),
     Mistake(
         STAGE, "target mask without the head axis",
-        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
-        "return (padding & look_ahead).squeeze(1)  # (batch, tgt_len, tgt_len)",
+        "    key_is_word = (tgt != pad_idx)[:, None, None, :]",
+        "    key_is_word = (tgt != pad_idx)[:, None, :]",
         fails="model_target_mask_shape", cause="the head axis is missing",
     ),
     Mistake(
-        STAGE, "target mask compares the tokens with the lesson's pad id 3, not with pad_idx",
-        "    padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)\n",
-        "    padding = make_padding_mask(tgt, 3)  # (batch, 1, 1, tgt_len)\n",
-        fails="model_target_mask_values", cause="as if they were padding, not the tokens equal to pad_idx=1",
+        STAGE, "target mask compares the tokens with 0, not with pad_idx",
+        "    key_is_word = (tgt != pad_idx)[:, None, None, :]",
+        "    key_is_word = (tgt != 0)[:, None, None, :]",
+        fails="model_target_mask_values", cause="hold token id 0, not pad_idx=1",
     ),
     Mistake(
         STAGE, "target mask whose look-ahead part hides the diagonal",
-        "    look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)\n",
-        "    look_ahead = torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=tgt.device).tril(-1)\n",
+        "    not_later = positions[None, :] <= positions[:, None]",
+        "    not_later = positions[None, :] < positions[:, None]",
         fails="model_target_mask_values", cause="a position may not attend to itself",
+    ),
+    Mistake(
+        STAGE, "target mask built with stage 2's helpers (the exercise's work delegated)",
+        "    key_is_word = (tgt != pad_idx)[:, None, None, :]",
+        "    from transformer_course.reference import make_padding_mask\n"
+        "    key_is_word = make_padding_mask(tgt, pad_idx)",
+        fails="model_target_mask_values", cause="calls the course's make_padding_mask",
+    ),
+    Mistake(
+        STAGE, "target mask's look-ahead part from stage 2's make_look_ahead_mask (delegated)",
+        "    not_later = positions[None, :] <= positions[:, None]",
+        "    not_later = make_look_ahead_mask(tgt.size(1), device=tgt.device)",
+        fails="model_target_mask_shape", cause="calls the course's make_look_ahead_mask",
     ),
     Mistake(
         STAGE, "encoder embeddings not scaled by sqrt(d_model) (only the decoder scales)",
@@ -205,19 +219,21 @@ MISTAKES: list[Mistake] = [
 
 ALTERNATIVES: list[Alternative] = [
     Alternative(
-        STAGE, "target mask without the helpers: position comparison and the padding test broadcast",
-        "    padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)\n"
-        "    look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)\n"
-        "    return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)\n",
+        STAGE, "target mask from view and a position comparison written the other way round",
+        "    key_is_word = (tgt != pad_idx)[:, None, None, :]  # (batch, 1, 1, tgt_len): the padding rule, about keys\n"
         "    positions = torch.arange(tgt.size(1), device=tgt.device)  # (tgt_len,)\n"
-        "    earlier = positions.view(1, -1) <= positions.view(-1, 1)  # (tgt_len, tgt_len): key j <= query i\n"
-        "    return (tgt != pad_idx)[:, None, None, :] & earlier  # (batch, 1, tgt_len, tgt_len)\n",
+        "    not_later = positions[None, :] <= positions[:, None]  # (tgt_len, tgt_len): key j <= query i\n"
+        "    return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)\n",
+        "    positions = torch.arange(tgt.size(1), device=tgt.device)  # (tgt_len,)\n"
+        "    earlier = positions.view(-1, 1) >= positions.view(1, -1)  # (tgt_len, tgt_len): query i >= key j\n"
+        "    return (tgt != pad_idx).view(tgt.size(0), 1, 1, -1) & earlier  # (batch, 1, tgt_len, tgt_len)\n",
     ),
     Alternative(
         STAGE, "target mask filled position by position in loops",
-        "    padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)\n"
-        "    look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)\n"
-        "    return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)\n",
+        "    key_is_word = (tgt != pad_idx)[:, None, None, :]  # (batch, 1, 1, tgt_len): the padding rule, about keys\n"
+        "    positions = torch.arange(tgt.size(1), device=tgt.device)  # (tgt_len,)\n"
+        "    not_later = positions[None, :] <= positions[:, None]  # (tgt_len, tgt_len): key j <= query i\n"
+        "    return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)\n",
         "    batch, length = tgt.shape\n"
         "    mask = torch.zeros(batch, 1, length, length, dtype=torch.bool, device=tgt.device)\n"
         "    for i in range(length):\n"
@@ -226,10 +242,30 @@ ALTERNATIVES: list[Alternative] = [
         "    return mask\n",
     ),
     Alternative(
-        STAGE, "target mask from torch.triu and logical not, broadcast against the padding mask",
-        "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
-        "future = torch.triu(torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=tgt.device), diagonal=1)\n"
-        "    look_ahead = torch.logical_not(future)  # (tgt_len, tgt_len), True on and below the diagonal",
+        STAGE, "target mask from torch.triu of the transposed view and logical not, with unsqueeze",
+        "    key_is_word = (tgt != pad_idx)[:, None, None, :]  # (batch, 1, 1, tgt_len): the padding rule, about keys\n"
+        "    positions = torch.arange(tgt.size(1), device=tgt.device)  # (tgt_len,)\n"
+        "    not_later = positions[None, :] <= positions[:, None]  # (tgt_len, tgt_len): key j <= query i\n"
+        "    return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)\n",
+        "    length = tgt.size(1)\n"
+        "    future = torch.triu(torch.ones(length, length, dtype=torch.bool, device=tgt.device), diagonal=1)\n"
+        "    padding = tgt.ne(pad_idx).unsqueeze(1).unsqueeze(2)  # (batch, 1, 1, tgt_len)\n"
+        "    return torch.logical_and(padding, torch.logical_not(future))\n",
+    ),
+    Alternative(
+        STAGE, "target mask from ones().tril(), the padding test unsqueezed, combined by multiplying",
+        "    key_is_word = (tgt != pad_idx)[:, None, None, :]  # (batch, 1, 1, tgt_len): the padding rule, about keys\n"
+        "    positions = torch.arange(tgt.size(1), device=tgt.device)  # (tgt_len,)\n"
+        "    not_later = positions[None, :] <= positions[:, None]  # (tgt_len, tgt_len): key j <= query i\n"
+        "    return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)\n",
+        "    lower = torch.ones(tgt.size(1), tgt.size(1), device=tgt.device).tril()  # (tgt_len, tgt_len), float\n"
+        "    words = (tgt != pad_idx).float().unsqueeze(1).unsqueeze(1)  # (batch, 1, 1, tgt_len)\n"
+        "    return (words * lower).bool()  # (batch, 1, tgt_len, tgt_len)\n",
+    ),
+    Alternative(
+        STAGE, "target mask: look-ahead part as triu of the transposed square",
+        "    not_later = positions[None, :] <= positions[:, None]",
+        "    not_later = torch.ones(len(positions), len(positions), dtype=torch.bool, device=tgt.device).triu().T",
     ),
     Alternative(
         STAGE, "decoder blocks appended to an nn.ModuleList in a loop",
@@ -240,13 +276,13 @@ ALTERNATIVES: list[Alternative] = [
     ),
     Alternative(
         STAGE, "target mask combined with torch.where",
-        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
-        "return torch.where(look_ahead, padding, torch.zeros_like(padding))  # (batch, 1, tgt_len, tgt_len)",
+        "return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)",
+        "return torch.where(not_later, key_is_word, torch.zeros_like(key_is_word))  # (batch, 1, tgt_len, tgt_len)",
     ),
     Alternative(
         STAGE, "target mask returned as integer 0/1",
-        "return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)",
-        "return (padding & look_ahead).int()  # 1 = may attend",
+        "return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)",
+        "return (key_is_word & not_later).int()  # 1 = may attend",
     ),
     Alternative(
         STAGE, "encoder scaled with d_model ** 0.5 and its layers indexed in a loop",
@@ -270,14 +306,14 @@ ALTERNATIVES: list[Alternative] = [
 HELD_OUT: list[Mistake] = [
     Mistake(
         STAGE, "target mask: look-ahead mask built on the default device, whatever the device of tgt",
-        "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
-        "look_ahead = make_look_ahead_mask(tgt.size(1))  # (1, 1, tgt_len, tgt_len)",
+        "positions = torch.arange(tgt.size(1), device=tgt.device)",
+        "positions = torch.arange(tgt.size(1))",
         fails="model_target_mask_device", cause="device",
     ),
     Mistake(
         STAGE, "target mask: float lower triangle combined with & (no bool)",
-        "look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)",
-        "look_ahead = torch.tril(torch.ones(tgt.size(1), tgt.size(1), device=tgt.device))  # (tgt_len, tgt_len)",
+        "not_later = positions[None, :] <= positions[:, None]",
+        "not_later = torch.tril(torch.ones(tgt.size(1), tgt.size(1), device=tgt.device))",
         fails="model_target_mask_values", cause="dtype=torch.bool | .bool() | to bool",
     ),
     Mistake(

@@ -17,8 +17,10 @@ later; a real token or padding).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from types import MethodType
 from typing import Any
@@ -162,17 +164,54 @@ def _xavier(module: nn.Module) -> nn.Module:
 # --- the target mask ---------------------------------------------------------------------------------
 
 
+# The course's own mask functions, which would do this exercise's work: the student builds the mask from `tgt`.
+# (Not PyTorch built-ins, so `framework.Builtins` cannot name them: a call is seen by its function's name and
+# the course module that defines it, so a helper the student writes in the notebook under the same name is theirs.)
+DELEGATES = ("make_padding_mask", "make_look_ahead_mask", "make_source_mask", "make_target_mask")
+
+
+@contextlib.contextmanager
+def _course_masks_watched(called: list[str]) -> Iterator[None]:
+    """Inside: the first of the course's `DELEGATES` that runs is appended to `called`."""
+    previous = sys.getprofile()
+
+    def watch(frame: Any, event: str, _arg: Any) -> None:
+        if event == "call" and not called and frame.f_code.co_name in DELEGATES \
+                and str(frame.f_globals.get("__name__", "")).startswith("transformer_course"):
+            called.append(frame.f_code.co_name)
+
+    sys.setprofile(watch)
+    try:
+        yield
+    finally:
+        sys.setprofile(previous)
+
+
+def _refuse_delegation(called: list[str]) -> None:
+    if called:
+        fail(f"make_target_mask calls the course's {called[0]}, which does part of this exercise's work.",
+             expected="a mask built from tgt by your own tensor operations",
+             got=f"a call to {called[0]}",
+             cause="this exercise asks you to build the mask from the tokens yourself, broadcasting included: "
+                   "stage 2's make_padding_mask and make_look_ahead_mask (and make_source_mask, which calls the "
+                   "first) are not to be used here.")
+
+
 @on_student_side
 def _mask(make_target_mask: Callable, tokens: Tensor, pad_idx: int, crash_as_text: bool = False) -> Any:
-    """The student's mask; a crash that combines a float tensor with & or | is explained. With `crash_as_text`
-    (tgt on another device): ('', the mask), or (the error's text, None) when it crashes."""
+    """The student's mask; a call of the course's mask functions fails (`DELEGATES`), and a crash that combines a
+    float tensor with & or | is explained. With `crash_as_text` (tgt on another device): ('', the mask), or (the
+    error's text, None) when it crashes."""
+    called: list[str] = []
     try:
-        with student_code():
+        with student_code(), _course_masks_watched(called):
             mask = make_target_mask(tokens.clone(), pad_idx)
+        _refuse_delegation(called)
         return ("", mask) if crash_as_text else mask
     except CheckFailed:
         raise
     except Exception as error:  # noqa: BLE001  (read here, or let through for the check to explain)
+        _refuse_delegation(called)
         if crash_as_text and not isinstance(error, NotImplementedError):
             return f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}", None
         if not crash_as_text and isinstance(error, RuntimeError) and "not implemented for" in str(error) \
@@ -271,15 +310,16 @@ def target_mask_shape(make_target_mask: Callable, batch: int = 3, tgt_len: int =
     mask = expect_tensor("make_target_mask(tgt, pad_idx)", _mask(make_target_mask, tokens, pad_idx),
                          cause="return the combined mask tensor.")
     causes = {
-        (batch, 1, 1, tgt_len): "this is the shape of the padding mask alone: combine it with the look-ahead mask.",
-        (1, 1, tgt_len, tgt_len): "this is the shape of the look-ahead mask alone: combine it with the "
-        "padding mask (padding & look_ahead broadcasts to (batch, 1, tgt_len, tgt_len)).",
+        (batch, 1, 1, tgt_len): "this is the shape of the padding rule alone (one row of keys per sentence): "
+        "the look-ahead rule, a (tgt_len, tgt_len) table of positions, is missing.",
+        (1, 1, tgt_len, tgt_len): "this is the shape of the look-ahead rule alone, the same for every sentence: "
+        "the padding rule, one (1, tgt_len) row of keys per sentence, is missing.",
         (batch, tgt_len, tgt_len): "the head axis is missing: keep the 1 in position 1 so the mask broadcasts "
         "over the heads.",
     }
     expect_shape("make_target_mask(tgt, pad_idx)", mask, (batch, 1, tgt_len, tgt_len),
-                 cause=causes.get(tuple(mask.shape), "padding (batch, 1, 1, tgt_len) & look-ahead "
-                                  "(1, 1, tgt_len, tgt_len) broadcasts to (batch, 1, tgt_len, tgt_len)."))
+                 cause=causes.get(tuple(mask.shape), "a padding rule shaped (batch, 1, 1, tgt_len) and a look-ahead "
+                                  "rule shaped (1, 1, tgt_len, tgt_len) broadcast to (batch, 1, tgt_len, tgt_len)."))
 
 
 @check("make_target_mask allows key j for query i exactly when j <= i and token j is not padding")
@@ -322,10 +362,9 @@ def _fixed_pad_id(make_target_mask: Callable, pad_idx: int) -> str:
             f"tokens equal to pad_idx={pad_idx}: compare the tokens with the `pad_idx` argument, not a fixed id.")
 
 
-DEVICE = ("a tensor made inside make_target_mask (the look-ahead part: torch.ones, torch.tril, "
-          "make_look_ahead_mask) is created on the CPU whatever the device of tgt, so a batch on a GPU "
-          "fails: create it on tgt's device, make_look_ahead_mask(size, device=tgt.device) or "
-          "torch.ones(..., device=tgt.device).")
+DEVICE = ("a tensor made inside make_target_mask (by torch.arange, torch.ones or torch.tril, say) is created on "
+          "the CPU whatever the device of tgt, so a batch on a GPU fails: create it on tgt's device, with the "
+          "`device=` argument of the function that makes it, torch.arange(..., device=tgt.device).")
 
 
 @check("make_target_mask builds the mask on the device of tgt (a batch on a GPU gets a GPU mask)")

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from transformer_course.reference.attention import make_look_ahead_mask, make_padding_mask
+from transformer_course.reference.attention import make_padding_mask
 from transformer_course.reference.blocks import DecoderBlock, EncoderBlock
 from transformer_course.reference.positional_encoding import PositionalEncoding
 
@@ -18,14 +18,17 @@ def make_source_mask(src: torch.Tensor, pad_idx: int) -> torch.Tensor:
 
 
 def make_target_mask(tgt: torch.Tensor, pad_idx: int) -> torch.Tensor:
-    """tgt: (batch, tgt_len) token ids -> bool (batch, 1, tgt_len, tgt_len).
+    """tgt: (batch, tgt_len) token ids (int64), pad_idx: the pad id -> bool (batch, 1, tgt_len, tgt_len).
 
-    Position i may attend to position j when j <= i and token j is not padding.
+    Entry [b, 0, i, j] is True exactly when query i of sentence b may attend to key j: j is not after i and
+    token j of sentence b is not `pad_idx`. The axis of size 1 broadcasts over the heads. The mask is made on
+    `tgt.device`, from `tgt` itself (not from stage 2's mask helpers).
     """
     ### BEGIN SOLUTION
-    padding = make_padding_mask(tgt, pad_idx)  # (batch, 1, 1, tgt_len)
-    look_ahead = make_look_ahead_mask(tgt.size(1), device=tgt.device)  # (1, 1, tgt_len, tgt_len)
-    return padding & look_ahead  # (batch, 1, tgt_len, tgt_len)
+    key_is_word = (tgt != pad_idx)[:, None, None, :]  # (batch, 1, 1, tgt_len): the padding rule, about keys
+    positions = torch.arange(tgt.size(1), device=tgt.device)  # (tgt_len,)
+    not_later = positions[None, :] <= positions[:, None]  # (tgt_len, tgt_len): key j <= query i
+    return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)
     ### END SOLUTION
 
 

@@ -10,6 +10,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from transformer_course.reference.attention import make_look_ahead_mask, make_padding_mask
 from transformer_course.visualisation.masks import add_mask_legend, draw_mask
 from transformer_course.visualisation.unseen import not_drawn_while_grading
 
@@ -50,6 +51,18 @@ def plot_mask_panels(panels: Mapping[str, torch.Tensor],
     axes[0][0].set_ylabel("query (attending)")
     add_mask_legend(figure)
     return figure
+
+
+@not_drawn_while_grading
+def plot_target_mask_rules(ids: torch.Tensor, pad_idx: int, labels: Sequence[str] | None = None) -> Figure:
+    """The two rules of the decoder's self-attention for one sentence `ids` (tgt_len,) or (1, tgt_len), drawn as
+    two (query x key) tables: the padding rule (a key is a real token, not `pad_idx`; the same for every query)
+    and the look-ahead rule (a key is not after the query; the same for every sentence). Drawn from stage 2's
+    masks."""
+    sentence = ids.reshape(1, -1)  # (1, tgt_len)
+    return plot_mask_panels({"padding rule (about keys)": make_padding_mask(sentence, pad_idx),
+                             "look-ahead rule (about positions)": make_look_ahead_mask(sentence.size(1))},
+                            labels=labels)
 
 
 def _token_row(axis: plt.Axes, tokens: Sequence[str], y: float, colour: str) -> None:

@@ -260,6 +260,9 @@ def main() -> int:
     results.setdefault("minutes", {})[arguments.only or "all"] = {  # type: ignore[union-attr]
         "wall": round((time.perf_counter() - wall) / 60, 1), "cpu": round((time.process_time() - cpu) / 60, 1)}
     description = machine()
+    part = arguments.only or "all"  # each part keeps the command and the machine that measured it
+    results.setdefault("commands", {})[part] = command  # type: ignore[union-attr]
+    results.setdefault("machines", {})[part] = description  # type: ignore[union-attr]
     saved.write_text(json.dumps(results, indent=1))
     print(json.dumps(results["minutes"]), description, flush=True)
     if arguments.write:

@@ -507,7 +507,7 @@ def test_in_phases_a_hidden_part_that_runs_into_the_limits_gets_no_notebook_grad
     assert failed(grades[0]) is not None and "hidden" in failed(grades[0]), grades[0].outputs
 
 
-
+def test_in_phases_the_order_is_what_closes_the_channel(tmp_path):
     """The same two notebooks with the second one's cells run after the first one's hidden test, in one sandbox
     (what the phases prevent): the zygote empties the folders between them, but the pid counter carries the
     inputs (d_model * 30 + max_seq_length forks). The test above would catch the order being lost."""

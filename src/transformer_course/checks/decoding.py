@@ -1516,10 +1516,18 @@ def _show_translations(translations: Sequence[Sequence[str]], which: Sequence[in
     return "".join(f"\n      sentence {index}: {' '.join(translations[index]) or '(empty)'}" for index in which)
 
 
+def _source_lengths(step: int, sentences: int, src_len: int) -> tuple[int, ...]:
+    """Source lengths 3 + (step x index mod (src_len - 2)), never already in ascending order unless all equal
+    (then reversed): sorting the sentences by length must move some, so a translation returned in the sorted
+    order, not the input order, shows."""
+    lengths = tuple(3 + (index * step) % max(1, src_len - 2) for index in range(sentences))
+    return lengths[::-1] if list(lengths) == sorted(lengths) else lengths
+
+
 @check("each sentence's translation is the same in a batch with longer sentences as on its own")
 def batch_translation_is_independent(translate_batch: Callable, sentences: int = 5, **sizes: int) -> None:
     config = replace(Sizes(seed=11, src_len=12, max_len=8), **sizes)
-    lengths = tuple(3 + (index * 4) % max(1, config.src_len - 2) for index in range(sentences))
+    lengths = _source_lengths(4, sentences, config.src_len)
     case = Batching(config, lengths)
     alone = _alone(case)
     together, batches = _translations_of(translate_batch, case, batch_size=max(1, sentences))
@@ -1538,7 +1546,7 @@ def batch_translation_is_independent(translate_batch: Callable, sentences: int =
 def batch_translation_matches(translate_batch: Callable, sentences: int = 6, batch_size: int = 4,
                               **sizes: int) -> None:
     config = replace(Sizes(seed=8, src_len=11, max_len=8), **sizes)
-    lengths = tuple(3 + (index * 5) % max(1, config.src_len - 2) for index in range(sentences))
+    lengths = _source_lengths(5, sentences, config.src_len)
     case = Batching(config, lengths)
     expected = _alone(case)
     got, batches = _translations_of(translate_batch, case, batch_size)

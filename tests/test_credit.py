@@ -9,6 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import transformer_course.grading.gradebook  # noqa: F401  (puts the environment's alembic on PATH for nbgrader)
 from transformer_course import authoring
 from transformer_course.checks import framework
 from transformer_course.grading.cells import credit, credit_line

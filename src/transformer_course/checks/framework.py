@@ -95,6 +95,17 @@ def _summary_module(module: str | ModuleType | None) -> str | None:
     return imported[0] if len(imported) == 1 else None
 
 
+def _cell_state(outcomes: list[Any]) -> tuple[str, Any]:
+    """("passed", None), ("failed", the first failed outcome), ("deferred", None) (none failed, every check ran,
+    a prediction noted for grading) or ("not run", None) for the latest outcomes of one grade cell's checks."""
+    if all(outcome is not None and outcome.passed for outcome in outcomes):
+        return "passed", None
+    failed = next((o for o in outcomes if o is not None and not o.passed and not o.deferred), None)
+    if failed is not None:
+        return "failed", failed
+    return ("deferred" if all(outcome is not None for outcome in outcomes) else "not run"), None
+
+
 def summary(module: str | ModuleType | None = None) -> None:
     """Show every check of this notebook with ✔ (passes), ✘ (fails), ○ (a prediction: noted, scored when the
     notebook is graded) or · (not run yet) and its points, then the hidden tests' points and the total.
@@ -111,7 +122,7 @@ def summary(module: str | ModuleType | None = None) -> None:
         return
     checks_module = sys.modules.get(name) if name else None
     rows, earned, visible_points, hidden_points, hidden_cells = [], 0.0, 0.0, 0.0, 0
-    deferred_points, deferred_cells = 0.0, 0
+    deferred_points, deferred_cells, failing, counted = 0.0, 0, 0, 0
     credits = CREDIT.get(name or "", {})  # cells marked credit="extra" or "optional" by the lesson
     extra, extra_earned, hidden_extra = 0.0, 0.0, 0.0
     written = [points for _grade_id, points, names in cells if names is None]
@@ -125,37 +136,30 @@ def summary(module: str | ModuleType | None = None) -> None:
             elif kind is None:
                 hidden_points, hidden_cells = hidden_points + points, hidden_cells + 1
             continue
-        if kind is not None:  # never part of the visible checks' total
-            outcomes = [_LATEST.get((name, check_name)) for check_name in names]
-            titles = [getattr(getattr(checks_module, n, None), "check_title", n) for n in names]
-            passed = all(outcome is not None and outcome.passed for outcome in outcomes)
-            failed = next((o for o in outcomes if o is not None and not o.passed and not o.deferred), None)
-            mark = "✔" if passed else "✘" if failed else "·"
-            note = summary_note(failed.message) if failed else "" if passed else "not run yet"
-            if kind == "extra":
-                extra, extra_earned = extra + points, extra_earned + (points if passed else 0.0)
-            rows.append((mark, "; ".join(titles), f"extra credit, +{_points(points)}" if kind == "extra"
-                         else "optional, no points", note))
-            continue
-        visible_points += points
-        outcomes = [_LATEST.get((name, check_name)) for check_name in names]
-        titles = [getattr(getattr(checks_module, n, None), "check_title", n) for n in names]
-        if all(outcome is not None and outcome.passed for outcome in outcomes):
+        state, failed = _cell_state([_LATEST.get((name, check_name)) for check_name in names])
+        titles = "; ".join(getattr(getattr(checks_module, n, None), "check_title", n) for n in names)
+        if state == "passed":
             mark, note = "✔", ""
-            earned += points
-        elif any(outcome is not None and not outcome.passed and not outcome.deferred for outcome in outcomes):
-            failed = next(o for o in outcomes if o is not None and not o.passed and not o.deferred)
+        elif state == "failed":
             mark, note = "✘", summary_note(failed.message)
-        elif all(outcome is not None for outcome in outcomes):  # passing, and a prediction noted for grading
+        elif state == "deferred" and kind is None:  # passing, and a prediction noted for grading
             mark, note = DEFERRED, "noted; scored when your notebook is graded"
-            deferred_points, deferred_cells = deferred_points + points, deferred_cells + 1
         else:
             mark, note = "·", "not run yet"
-        rows.append((mark, "; ".join(titles), _points(points), note))
-    counted = [row for row in rows if not row[2].startswith(("extra credit", "optional"))]
-    failing = sum(mark not in ("✔", DEFERRED) for mark, *_ in counted)
+        if kind is not None:  # never part of the visible checks' total
+            if kind == "extra":
+                extra, extra_earned = extra + points, extra_earned + (points if state == "passed" else 0.0)
+            rows.append((mark, titles, f"extra credit, +{_points(points)}" if kind == "extra"
+                         else "optional, no points", note))
+            continue
+        visible_points, counted = visible_points + points, counted + 1
+        earned += points if state == "passed" else 0.0
+        if mark == DEFERRED:
+            deferred_points, deferred_cells = deferred_points + points, deferred_cells + 1
+        failing += mark not in ("✔", DEFERRED)
+        rows.append((mark, titles, _points(points), note))
     verdict = (f"{earned:g} of {visible_points - deferred_points:g} points from the visible checks"
-               + (" — all green." if not failing else f"; {failing} of {len(counted) - deferred_cells} checks not "
+               + (" — all green." if not failing else f"; {failing} of {counted - deferred_cells} checks not "
                   "passing yet."))
     if extra:
         verdict += (f" Extra credit: {extra_earned:g} of {extra:g} points from the visible checks, added to your "

@@ -710,19 +710,13 @@ def _target_mask_matters(task: Translation, expected: torch.Tensor) -> bool:
     """Whether greedy decoding of `task` with every decoder call given no target mask gives other ids than
     `expected` (the reference's): with one layer it never does (the last position may see every earlier one)."""
     model, src = task.build()
-    model.eval()
-    ids, max_len = task.ids, task.sizes.max_len
-    with torch.no_grad():
-        src_mask = make_source_mask(src, ids.pad)  # (batch, 1, 1, src_len)
-        enc_out = model.encoder(src, src_mask)  # (batch, src_len, d_model)
-        ys = torch.full((src.size(0), 1), ids.bos, dtype=torch.long)  # (batch, 1)
-        finished = torch.zeros(src.size(0), dtype=torch.bool)
-        for _ in range(max_len):
-            token = model.decoder(ys, enc_out, src_mask, None)[:, -1].argmax(dim=-1).masked_fill(finished, ids.pad)
-            ys = torch.cat([ys, token.unsqueeze(1)], dim=1)  # (batch, len + 1)
-            finished |= token == ids.eos
-            if finished.all():
-                break
+    # the reference's greedy decoding, its decoder calls (ys, enc_out, src_mask, tgt_mask) given no tgt_mask
+    unmask = model.decoder.register_forward_pre_hook(lambda _decoder, args: (*args[:3], None))
+    try:
+        with torch.no_grad():
+            ys = reference_greedy_decode(model, src, task.ids.pad, task.ids.bos, task.ids.eos, task.sizes.max_len)
+    finally:
+        unmask.remove()
     return ys.shape != expected.shape or not torch.equal(ys, expected)
 
 

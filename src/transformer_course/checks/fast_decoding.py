@@ -28,7 +28,6 @@ cache entry or selection by what its values are (`_named_value`, `_selection_rea
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -859,28 +858,13 @@ def _expect_ids(got: torch.Tensor, expected: torch.Tensor, *, problem: str, caus
 
 def with_course_parts(loop: Callable) -> Callable:
     """`loop` (the notebook's cached_greedy_decode or beam_search) made to call the course's own start_cache and
-    decoder_step in place of the notebook's while it runs, as the checks run it: what it then does is the loop's
-    own doing, whatever the notebook's parts are (unfinished, or written another correct way)."""
-    try:
-        inner = inspect.unwrap(loop)
-    except ValueError:  # a cycle of __wrapped__
-        inner = loop
-    namespace = getattr(inner, "__globals__", None)
+    decoder_step in place of the notebook's while it runs, as the checks run it (`runs.plugged`): what it then
+    does is the loop's own doing, whatever the notebook's parts are (unfinished, or written another correct way)."""
     parts = {"start_cache": reference_start_cache, "decoder_step": reference_decoder_step}
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        if not isinstance(namespace, dict):
+        with runs.plugged(loop, parts, runs.Run(), keep=lambda _value: None):  # nothing recorded: only swapped
             return loop(*args, **kwargs)
-        saved = {name: namespace[name] for name in parts if name in namespace}
-        namespace.update(parts)
-        try:
-            return loop(*args, **kwargs)
-        finally:
-            for name in parts:
-                if name in saved:
-                    namespace[name] = saved[name]
-                else:
-                    namespace.pop(name, None)
 
     return run
 

@@ -94,6 +94,28 @@ def test_a_check_called_in_the_sandbox_says_it_is_judged_by_the_grader_and_summa
     assert "reference/attention.py" in results["stub"] and "raise NotImplementedError" in results["stub"]
 
 
+def test_a_demonstration_helper_hands_its_argument_back_in_the_sandbox_and_swaps_parts_outside_it():
+    """`check.with_course_parts`, which the bug hunt of stage 7 calls in an ordinary cell, needs the course's own
+    start_cache and decoder_step: the build of stage 7 has neither, so there it returns the notebook's loop as it
+    is (the cell runs; what it shows earns nothing), where a check's stub would stop the cell with an error."""
+    results = in_build("transformer_course.checks.fast_decoding", """
+        from transformer_course.checks import fast_decoding as check
+        from transformer_course.checks.boundary import JudgedByGrader
+        def loop(*args):
+            return ("the notebook's loop", args)
+        try:
+            check.cached_greedy_matches_greedy(loop)
+            said = ""
+        except JudgedByGrader as error:
+            said = str(error)
+        print(json.dumps({"same": check.with_course_parts(loop) is loop, "said": said}))
+    """)
+    assert results == {"same": True, "said": results["said"]} and "judged by the grader" in results["said"]
+    from transformer_course.checks import fast_decoding
+    swapped = fast_decoding.with_course_parts(lambda: None)
+    assert swapped.__name__ == "run"  # outside grading: the swapping wrapper, not the loop
+
+
 def test_experiments_plug_in_stand_ins_where_their_part_is_the_graded_exercise():
     plugged = build.stand_ins_for(build.own_exercises("transformer_course.checks.attention"))
     assert plugged["transformer_course.checks.attention"] == {

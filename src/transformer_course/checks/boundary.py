@@ -216,9 +216,26 @@ class JudgedByGrader(RuntimeError):
     """A check called by notebook code inside the grading sandbox, where only its experiments exist."""
 
 
-def judged_by_grader(name: str, title: str = "") -> Callable[..., Any]:
+def shown_in_the_notebook(function: Function) -> Function:
+    """Mark a public helper of a checks module that ordinary cells call to *show* something, not to judge it (the
+    course's parts swapped into the notebook's loop for a demonstration, say). While the notebook is graded, what
+    an ordinary cell shows earns nothing, and the helper's parts are not in the sandbox: the grading build puts in
+    its place one that hands back its first argument unchanged (`judged_by_grader(..., unchanged=True)`), so the
+    cell still runs, with the notebook's own parts."""
+    function.shown_in_the_notebook = True  # type: ignore[attr-defined]
+    return function
+
+
+def judged_by_grader(name: str, title: str = "", unchanged: bool = False) -> Callable[..., Any]:
     """What the grading build (`grading.sandbox.build`) puts in place of a check or judging helper: calling it
-    says that checks are judged by the grader, in its own process, not in the notebook's."""
+    says that checks are judged by the grader, in its own process, not in the notebook's. For a helper marked
+    `shown_in_the_notebook` (`unchanged`), one that returns its first argument as it is."""
+    if unchanged:
+        def same(first: Any, *args: Any, **kwargs: Any) -> Any:
+            return first
+
+        same.__name__ = same.__qualname__ = name
+        return same
 
     def stub(*args: Any, **kwargs: Any) -> Any:
         raise JudgedByGrader(f"check.{name} is judged by the grader, outside your notebook: while your notebook is "

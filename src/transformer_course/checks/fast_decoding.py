@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from transformer_course.checks import differential, runs
-from transformer_course.checks.boundary import on_student_side, supplied
+from transformer_course.checks.boundary import on_student_side, shown_in_the_notebook, supplied
 from transformer_course.checks.framework import (
     RECIPE,
     CheckFailed,
@@ -856,10 +856,12 @@ def _expect_ids(got: torch.Tensor, expected: torch.Tensor, *, problem: str, caus
 # --- cached_greedy_decode ----------------------------------------------------------------------------------
 
 
+@shown_in_the_notebook
 def with_course_parts(loop: Callable) -> Callable:
     """`loop` (the notebook's cached_greedy_decode or beam_search) made to call the course's own start_cache and
     decoder_step in place of the notebook's while it runs, as the checks run it (`runs.plugged`): what it then
-    does is the loop's own doing, whatever the notebook's parts are (unfinished, or written another correct way)."""
+    does is the loop's own doing, whatever the notebook's parts are (unfinished, or written another correct way).
+    While the notebook is graded, `loop` as it is (the grading build: `boundary.shown_in_the_notebook`)."""
     parts = {"start_cache": reference_start_cache, "decoder_step": reference_decoder_step}
 
     def run(*args: Any, **kwargs: Any) -> Any:

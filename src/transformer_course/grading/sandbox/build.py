@@ -11,7 +11,8 @@ the grader over the channel the sources of *its* build (`grading_build`) and imp
   `@on_student_side` experiments (`checks.boundary`), the checks' records (dataclasses, which the channel
   carries), module constants and imports, and whatever module-level name these use, followed across checks
   modules (`student_side`). Every other function is gone; a public check becomes a stub that raises, when an
-  ordinary cell calls it while grading, that checks are judged by the grader (`boundary.judged_by_grader`). The
+  ordinary cell calls it while grading, that checks are judged by the grader (`boundary.judged_by_grader`); a
+  helper marked `shown_in_the_notebook` (a demonstration's, not a check) hands back its argument instead. The
   checks' shared machinery that computes no expected value (framework, errors, crash, compare, boundary) is kept
   whole: the runner and the notebook's summary cell use it. Nothing here is a list of checks: a new check or
   experiment is found by its decorator.
@@ -208,6 +209,8 @@ def _stub(function: ast.FunctionDef) -> str:
     """One line standing for a public function the build leaves out (a check, or a helper the grader uses)."""
     title = ""
     for decorator in function.decorator_list:
+        if _decorator_name(decorator) == "shown_in_the_notebook":  # a demonstration's helper: its argument back
+            return f"{function.name} = {STUB_HELPER}({function.name!r}, unchanged=True)"
         if (_decorator_name(decorator) == "check" and isinstance(decorator, ast.Call) and decorator.args
                 and isinstance(decorator.args[0], ast.Constant) and isinstance(decorator.args[0].value, str)):
             title = decorator.args[0].value

@@ -536,8 +536,9 @@ assert check.look_ahead_mask_values(make_look_ahead_mask, size=11)
 # A batch of two German sentences, the shorter one padded (`<pad>` has id 3, as in every notebook of
 # the course). Blue cells may be attended to, grey cells are hidden (the same colours in every mask
 # figure of the course); rows are queries, columns are keys. The padding mask hides the `<pad>` columns
-# for every row; the look-ahead mask hides everything right of the diagonal; the decoder combines
-# both with `&` (stage 4): a key is visible only if *both* masks allow it.
+# for every row; the look-ahead mask hides everything right of the diagonal. The decoder needs both at
+# once: a key is visible only if *both* masks allow it. The third panel is built entry by entry from
+# that rule; stage 4 asks you for the same table as one tensor expression, for a whole batch.
 
 # %%
 vocabulary = {"<pad>": 3, "ein": 5, "hund": 6, "läuft": 7, "schnell": 8, "heim": 9}
@@ -546,23 +547,23 @@ token_ids = torch.tensor([[vocabulary[word] for word in sentence] for sentence i
 
 padding_mask = make_padding_mask(token_ids, pad_idx=3)  # (2, 1, 1, 5)
 look_ahead_mask = make_look_ahead_mask(token_ids.size(1))  # (1, 1, 5, 5)
-combined_mask = padding_mask & look_ahead_mask  # broadcasts to (2, 1, 5, 5)
-print("shapes:", tuple(padding_mask.shape), tuple(look_ahead_mask.shape), tuple(combined_mask.shape))
+print("shapes:", tuple(padding_mask.shape), tuple(look_ahead_mask.shape))
+both_allow = torch.tensor([[bool(padding_mask[0, 0, 0, key]) and bool(look_ahead_mask[0, 0, query, key])
+                            for key in range(5)] for query in range(5)])  # (5, 5): sentence 1, entry by entry
 figures.plot_masks({"padding (sentence 1)": padding_mask[0], "look-ahead": look_ahead_mask,
-                    "padding & look-ahead": combined_mask[0]}, sentences[0], sentences[0])
+                    "both allow (sentence 1)": both_allow}, sentences[0], sentences[0])
 plt.show()
 
 # %% [markdown]
-# **The masks at work.** Random queries and keys for the first sentence, attended with the combined
-# mask: every hidden cell gets weight exactly 0, and each row still sums to 1.
+# **The masks at work.** Random queries and keys for the first sentence, attended with the mask where
+# both allow: every hidden cell gets weight exactly 0, and each row still sums to 1.
 
 # %%
 generator = torch.Generator().manual_seed(2)
-Q_demo, K_demo, V_demo = (torch.randn(2, 1, 5, 8, generator=generator) for _ in range(3))  # (2, 1, 5, 8)
-mask_demo = make_padding_mask(token_ids, 3) & make_look_ahead_mask(5)  # (2, 1, 5, 5)
-_, weights_demo = scaled_dot_product_attention(Q_demo, K_demo, V_demo, mask_demo)
+Q_demo, K_demo, V_demo = (torch.randn(1, 1, 5, 8, generator=generator) for _ in range(3))  # (1, 1, 5, 8)
+_, weights_demo = scaled_dot_product_attention(Q_demo, K_demo, V_demo, both_allow)  # mask (5, 5) broadcasts
 figures.plot_attention_weights(weights_demo[0, 0], sentences[0], sentences[0],
-                               title="Weights with padding & look-ahead mask")
+                               title="Weights where both masks allow")
 plt.show()
 print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()])
 
@@ -848,13 +849,13 @@ assert check.predicted_attention_parameters(predict_attention_parameters)
 
 # %% [markdown]
 # **Prediction 3 (1 point).** Take the sentence `ein hund läuft <pad> <pad> <pad>` (three words
-# and three `<pad>`, `<pad>` = 3), and combine its padding mask (your `make_padding_mask`, of shape
-# `(1, 1, 1, 6)`) with the look-ahead mask of size 6 by `&`. How many of the 36 entries of the
-# 6 × 6 result are `True`?
+# and three `<pad>`, `<pad>` = 3). Its decoder mask allows query $i$ to see key $j$ only where both its
+# padding mask and the look-ahead mask of size 6 allow it. How many of the 36 entries of that
+# 6 × 6 table are `True`?
 
 # %% solution="attn_predict_visible_pairs"
 def predict_visible_pairs() -> int:
-    """Your prediction of the number of True entries of padding & look-ahead for 3 words + 3 <pad>."""
+    """Your prediction of the number of True entries where both masks allow, for 3 words + 3 <pad>."""
     ### BEGIN SOLUTION
     return 1 + 2 + 3 + 3 * 3  # rows 3 to 5 (the <pad> queries) still see the three words
     ### END SOLUTION
@@ -868,9 +869,9 @@ assert check.predicted_visible_pairs(predict_visible_pairs)
 # configuration: the scaled score's standard deviation with random numbers for query entries of
 # variance 9, key entries of variance 1/4 and $d_k = 16$; the parameters of your
 # `MultiHeadAttention(96, 4)` (and of `nn.MultiheadAttention(96, 4)` as a second count) with and
-# without the biases; and the combined mask of a sentence of four words and two `<pad>`. Check that
-# your method gives these numbers too; where it does not, find the step of your reasoning that went
-# wrong.
+# without the biases; and the entries both masks allow for a sentence of four words and two `<pad>`.
+# Check that your method gives these numbers too; where it does not, find the step of your reasoning
+# that went wrong.
 
 # %%
 generator = torch.Generator().manual_seed(5)
@@ -883,9 +884,10 @@ print("parameters of your MultiHeadAttention(96, 4):", sum(p.numel() for p in ot
       "  without the biases:", sum(p.numel() for p in other.parameters()) - biases,
       "  of nn.MultiheadAttention(96, 4):", sum(p.numel() for p in nn.MultiheadAttention(96, 4).parameters()))
 six_tokens = torch.tensor([[5, 6, 7, 8, 3, 3]])  # ein hund läuft schnell <pad> <pad>: (1, 6)
-sentence_mask = make_padding_mask(six_tokens, pad_idx=3) & make_look_ahead_mask(6)  # (1, 1, 6, 6)
-print("True entries of padding & look-ahead, row by row:", sentence_mask[0, 0].sum(dim=-1).tolist(),
-      " in all:", int(sentence_mask.sum()))
+six_padding, six_look_ahead = make_padding_mask(six_tokens, pad_idx=3), make_look_ahead_mask(6)
+allowed_per_row = [sum(bool(six_padding[0, 0, 0, key]) and bool(six_look_ahead[0, 0, query, key])
+                       for key in range(6)) for query in range(6)]  # keys both masks allow, per query
+print("entries where both masks allow, row by row:", allowed_per_row, " in all:", sum(allowed_per_row))
 
 # %% [markdown]
 # ## 10. Looking at the heads
@@ -1033,9 +1035,10 @@ for n in (10, 50, 512, 2000):
 
 # %% [markdown]
 # **Question 2 (2 points).** Section 4 says that with `float("-inf")` a row whose keys are *all*
-# hidden becomes NaN. The padding mask hides keys, not queries. In the decoder, with the combined
-# mask `padding & look-ahead`: can a row be fully hidden when sentences are padded at the *end*
-# (as in this notebook)? What if a batch were padded at the *start* instead (`<pad> <pad> <bos> ...`)?
+# hidden becomes NaN. The padding mask hides keys, not queries. In the decoder, where a key is visible
+# only if both the padding and the look-ahead mask allow it: can a row be fully hidden when sentences
+# are padded at the *end* (as in this notebook)? What if a batch were padded at the *start* instead
+# (`<pad> <pad> <bos> ...`)?
 # For the case where it happens, say what `-inf` and `-1e9` each give, and why a NaN in a `<pad>`
 # position that nothing reads can still ruin training.
 

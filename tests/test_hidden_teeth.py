@@ -9,7 +9,7 @@ is the one that calls the same checks (stage 2's attn_sdpa_hidden holds the hidd
 The hidden calls run alone: each grade cell is split into one cell per visible call and, for each hidden call,
 DRAWS hidden-only cells, each under a place of its own (a grade cell id with `~line~draw` added), so that each is
 an independent draw (HMAC-SHA256 under the key makes different places as unrelated as different secrets would;
-the secret itself alternates between two, mistake by mistake). A hidden cell passes in a draw when every one of
+each mistake has a secret of its own, from its description). A hidden cell passes in a draw when every one of
 its calls passes in that draw. A hidden call whose draw keeps equal two sizes its property needs different (the
 positional encoding's seq_len and max_seq_length, two axes a mistake confuses) lets a mistake through, and this
 test names the mistake, the cell and the draws (`grading.sandbox.hidden_inputs.RULES` then declares what the
@@ -35,7 +35,12 @@ from transformer_course.grading.sandbox import executor, hidden_inputs
 pytestmark = pytest.mark.xdist_group("boundary")
 MISTAKES, ALTERNATIVES = catalog()
 DRAWS = 3
-SECRETS = [hashlib.sha256(f"hidden teeth {number}".encode()).digest() for number in range(2)]
+
+
+def secret_of(description: str) -> bytes:
+    """The class secret a mistake's or alternative's draws use: one of its own, from its description, so that a
+    catalog that grows (or is reordered) leaves every other entry's draws as they were."""
+    return hashlib.sha256(f"hidden teeth {description}".encode()).digest()
 
 
 def _statements(source: str) -> list[str]:
@@ -144,7 +149,7 @@ def mistake_verdicts(number: int, tmp_path_factory) -> Verdicts:
     """The verdicts for mistake `number` of the catalog, run once per test session."""
     if number not in _SEEN:
         mistake = MISTAKES[number]
-        _SEEN[number] = verdicts(mistake, mistake.assignment, SECRETS[number % len(SECRETS)],
+        _SEEN[number] = verdicts(mistake, mistake.assignment, secret_of(mistake.description),
                                  tmp_path_factory.mktemp(f"mistake{number}"))
     return _SEEN[number]
 
@@ -167,36 +172,24 @@ def test_a_mistake_that_fails_a_property_fails_its_hidden_cell_in_every_draw(num
 @pytest.mark.parametrize("number,alternative", list(enumerate(ALTERNATIVES)),
                          ids=lambda item: f"{item.assignment[:2]}-{item.description}" if isinstance(item, Edit) else "")
 def test_an_alternative_solution_passes_every_hidden_call_as_drawn(number, alternative, tmp_path):
-    found = verdicts(alternative, alternative.assignment, SECRETS[number % len(SECRETS)], tmp_path)
+    found = verdicts(alternative, alternative.assignment, secret_of(alternative.description), tmp_path)
     failing = {cell: [draw for draw in range(DRAWS) if draw not in found.passing_draws(cell)] for cell in found.hidden}
     assert not found.failed_properties() and not any(failing.values()), (found.visible, failing)
 
 
-# Hidden calls that no catalogued mistake proves yet (measured 2026-11-29, stages 1-4; stages 0 and 5-7 not run
-# yet): a size-1 case with no mistake that fails a size-1 shape, or checks the catalog has no mistake for. Each
-# needs a mistake in quality/mistakes/ that shows what the call is for, or the call rewritten; the test fails when
-# one of them is proven, so that the list only shrinks.
-UNPROVEN: dict[str, set[str]] = {
-    # stages 6-7's reworked checks (issue 38) met the per-call test only after both had landed: to be proven
-    # (stage 6's batch check draws src_len >= 7 since 2026-11-29, and a probe of three draws saw the mistake fail
-    # each; the test's own draws still let it through in one)
-    "06_decoding": {"dec_batch_hidden:0 batch_translation_is_independent"},
-    # fast_greedy_hidden:2 was proven before 2026-11-29's change to the cached greedy checks' test model
-    # (`_feeding_matters`) and the catalog's growth (the draws' secrets alternate by a mistake's number): its
-    # written max_len=5 and one layer leave few steps in some draws; to be proven again
-    "07_fast_and_better_decoding": {"fast_beam_hidden:0 beam_size_one_is_greedy",
-                                    "fast_greedy_hidden:2 cached_greedy_uses_the_cache"},
-}
+# Hidden calls that no catalogued mistake proves yet: none (the last three, of stages 6 and 7, were proven on
+# 2026-11-29 once stage 6's batch checks and stage 7's cache and beam-size-one checks chose their random models as
+# `_telling` and `_lively` do). An entry is a size-1 case with no mistake that fails a size-1 shape, or a check the
+# catalog has no mistake for; it needs a mistake in quality/mistakes/ that shows what the call is for, or the call
+# rewritten. The test fails when one is proven, so that the list only shrinks.
+UNPROVEN: dict[str, set[str]] = {}
 
 # Catalogued mistakes whose hidden cell passes in some draws (a hidden point that can come free), each needing its
 # check's draw declared (`hidden_inputs.RULES`) or its check's random model or seed chosen so that the mistake
-# shows. The test fails when one of them is fixed, so that the list only shrinks. (Emptied 2026-11-29: stage 6's
-# greedy checks draw a model whose tokens change without the target mask, stage 7's select_beams' penalty check a
-# seed where the three length-penalty mistakes change the selection. The entry below surfaced in the clean-clone
-# run of 2026-11-29 once the catalog grew; the batch checks' sources are no longer in sorted order, yet it still
-# passes both hidden calls in one draw: the random model's translations of the permuted sentences are probably
-# alike there, not yet looked into.)
-FREE_IN_SOME_DRAWS: set[str] = {"translate_batch returns the translations in the sorted order, not the input order"}
+# shows. The test fails when one of them is fixed, so that the list only shrinks. (Emptied again 2026-11-29: the
+# translate_batch checks choose a random model whose translations of the sentences differ in the sorted order
+# and change with a wrongly padded batch, `decoding._telling`.)
+FREE_IN_SOME_DRAWS: set[str] = set()
 
 
 @pytest.mark.slow

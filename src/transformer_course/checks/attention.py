@@ -736,8 +736,8 @@ def padding_mask_values(make_padding_mask: Callable[..., Any], batch: int = 4, s
     expected = _reference_padding_mask(tokens, pad_idx)
     expect_shape("padding mask", mask, tuple(expected.shape), cause="the mask has shape (batch, 1, 1, seq_len).")
     _expect_mask_dtype("padding mask", mask,
-                       cause="return the comparison itself (token_ids != pad_idx), a bool tensor; stage 4 combines "
-                             "masks with `&`, which floats do not support.")
+                       cause="return the comparison itself (token_ids != pad_idx), a bool tensor; the decoder's mask "
+                             "(stage 4) keeps a key where two bool masks both allow it, a logic floats do not have.")
     expect_close("padding mask", mask.double(), expected.double(), atol=0.0, rtol=0.0,
                  diagnose=lambda got: _read_padding(got, tokens, pad_idx), axes=("batch", "head", "query", "key"),
                  cause="True (may attend) for real tokens, False for padding: (token_ids != pad_idx).")
@@ -784,8 +784,8 @@ def look_ahead_mask_values(make_look_ahead_mask: Callable[..., Any], size: int =
     expect_shape("look-ahead mask", mask, tuple(expected.shape), cause="the mask has shape (1, 1, size, size).")
     _expect_mask_dtype("look-ahead mask", mask,
                        cause="create it with dtype=torch.bool (for example torch.ones(size, size, "
-                             "dtype=torch.bool).tril()); stage 4 combines it with the padding mask using `&`, which "
-                             "floats do not support.")
+                             "dtype=torch.bool).tril()); the decoder's mask (stage 4) keeps a key where "
+                             "it and the padding mask both allow it, a logic floats do not have.")
     expect_close("look-ahead mask", mask.double(), expected.double(), atol=0.0, rtol=0.0,
                  diagnose=lambda got: _read_triangle(got, size), axes=("batch", "head", "query", "key"),
                  cause="row i (the query) is True in columns 0..i: torch.ones(size, size, dtype=torch.bool).tril().")
@@ -1262,9 +1262,9 @@ def _visible_pairs() -> float:
     return float(mask.sum())
 
 
-@check("your prediction: the True entries of padding & look-ahead (6 × 6) for 3 words + 3 <pad>")
+@check("your prediction: the entries both masks allow (6 × 6) for 3 words + 3 <pad>")
 def predicted_visible_pairs(predict: Any) -> None:
     expect_number(predict, truths=_visible_pairs,
-                  what="the number of True entries of the combined 6 × 6 mask",
+                  what="the number of entries of the 6 × 6 table that both masks allow",
                   cause="go row by row, one query per row: which keys does the look-ahead mask let it see, and "
                         "which does the padding mask hide? Which of the two masks acts on rows, which on columns?")

@@ -510,39 +510,26 @@ def test_in_phases_a_hidden_part_that_runs_into_the_limits_gets_no_notebook_grad
 def test_in_phases_the_order_is_what_closes_the_channel(tmp_path):
     """The same two notebooks with the second one's cells run after the first one's hidden test, in one sandbox
     (what the phases prevent): the zygote empties the folders between them, but the pid counter carries the
-    inputs (d_model * 30 + max_seq_length forks). The test above would catch the order being lost.
-
-    The shared sandbox must outlive the first notebook for the second to run in it. On a loaded machine (two
-    workers of the suite beside other jobs) it was once found gone when the second notebook opened (CI, 2026-11-29:
-    RunnerDied on the `notebook` request, its cause not found); such a run says nothing of the channel, so it is
-    run again once, in a fresh sandbox, and a second loss fails with what the sandbox's standard error held."""
+    inputs (d_model * 30 + max_seq_length forks). The test above would catch the order being lost."""
     from transformer_course.grading.sandbox import executor
-    from transformer_course.grading.sandbox.session import RunnerDied
 
     first = notebook([spying("spill(f'SECRET {d_model},{max_seq_length}', d_model * 30 + max_seq_length)"), SPILL],
                      [HIDDEN_GRADE])
     second = notebook([CORRECT, READ])
-    lost = []
-    for attempt in range(2):
-        sandbox = phased_sandbox()
-        try:
-            executor._SESSION[0] = sandbox
-            executor._SESSION_FACTORY[0] = lambda _notebook, sandbox=sandbox: sandbox
-            for number, nb in enumerate([first, second]):
-                import copy
-                import logging
+    sandbox = phased_sandbox()
+    try:
+        executor._SESSION[0] = sandbox
+        executor._SESSION_FACTORY[0] = lambda _notebook: sandbox
+        for number, nb in enumerate([first, second]):
+            import copy
+            import logging
 
-                preprocessor = executor.JudgedExecute(timeout=60, sandbox_per_notebook=False)
-                preprocessor.log = logging.getLogger("unphased")
-                graded = preprocessor.preprocess(copy.deepcopy(nb), {"cwd": str(tmp_path / f"{attempt}-{number}")})[0]
-            break
-        except RunnerDied as died:  # the shared sandbox was gone before the second notebook: nothing was tested
-            lost.append(f"{died} | {sandbox.stderr_tail(lines=20)}")
-        finally:
-            executor._SESSION[0], executor._SESSION_FACTORY[0] = None, None
-            sandbox.close()
-    else:
-        pytest.fail(f"the shared sandbox was lost twice before the second notebook ran: {lost}")
+            preprocessor = executor.JudgedExecute(timeout=60, sandbox_per_notebook=False)
+            preprocessor.log = logging.getLogger("unphased")
+            graded = preprocessor.preprocess(copy.deepcopy(nb), {"cwd": str(tmp_path / str(number))})[0]
+    finally:
+        executor._SESSION[0], executor._SESSION_FACTORY[0] = None, None
+        sandbox.close()
     shown, _ = shown_and_grades(graded)
     assert int(shown.split("PID ", 1)[1].split("\\n", 1)[0]) >= SECRET_D * 30 + SECRET_N, shown
 

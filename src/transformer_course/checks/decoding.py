@@ -683,13 +683,14 @@ def greedy_passes_masks(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int 
                        "a mask built once before the loop has the wrong size.")
 
 
-def _lively(task: Translation, tries: int = 40) -> Translation:
+def _lively(task: Translation, tries: int = 150) -> Translation:
     """The task on the first of `tries` random models (seeds sizes.seed, then + 7919 each try) whose reference
     translation shows what these checks compare: at least two different generated tokens over three or more
     steps (a model that says one token whatever it reads agrees with a loop that reads the wrong position or
     masks nothing), other tokens when the decoder is called without the target mask (where no later position
     changes what an earlier one says, a loop that masks nothing agrees) and, for a batch, a sentence ending with
-    <eos> while another goes on (else a loop that never pads or stops at the first <eos> agrees). The seeds the
+    <eos> while another goes on for two steps more at least (else a loop that never pads, or stops at the first
+    <eos>, or forgets after one step that a sentence has finished, agrees). The seeds the
     course writes pass at once; the hidden tests' seeds, drawn from the class's secret, are random, so most
     random models would show neither."""
     for attempt in range(tries):
@@ -699,8 +700,10 @@ def _lively(task: Translation, tries: int = 40) -> Translation:
         words = {int(token) for token in generated.flatten() if int(token) not in (task.ids.eos, task.ids.pad)}
         ends = {next((step for step, token in enumerate(row) if int(token) == task.ids.eos), None)
                 for row in generated}
+        first = min((end for end in ends if end is not None), default=None)  # the first sentence's <eos> step
         if len(words) >= 2 and (task.sizes.batch == 1 and generated.size(1) >= 3
-                                or task.sizes.batch > 1 and len(ends) >= 2 and ends != {None}) \
+                                or task.sizes.batch > 1 and len(ends) >= 2 and first is not None
+                                and generated.size(1) - 1 - first >= 2) \
                 and _target_mask_matters(candidate, expected):
             return candidate
     return task

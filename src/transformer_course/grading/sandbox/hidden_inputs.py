@@ -153,6 +153,11 @@ RULES: dict[str, Rule] = {
         low=(("batch", 2), ("tgt_len", 4)),
         why="the padded batch pads from its second sentence on, by at least one position from four on: with one "
             "sentence or fewer than four positions nothing is padded, and a look-ahead mask alone passes"),
+    "decoding.greedy_matches_reference_batch": Rule(
+        low=(("max_len", 4),),
+        why="its random model is chosen so that one sentence ends while another goes on for two more steps at least "
+            "(`decoding._lively`): with max_len 2 or 3 no model has that, and a loop that never pads a finished "
+            "sentence passes"),
     "decoding.batch_translation_is_independent": Rule(
         low=(("src_len", 7),),
         why="its sentences are 3 + (4 i mod (src_len - 2)) tokens long: for src_len 2, 3, 4 or 6 every sentence "

@@ -1461,11 +1461,10 @@ def _alone(case: Batching) -> list[list[str]]:
     return translations
 
 
-def _batch_alone(case: Batching, rows: Sequence[list[int]], fill: int, left: bool) -> list[list[str]]:
+def _padded_batch_translations(model: nn.Module, target_vocab: Any, rows: Sequence[list[int]], fill: int,
+                               left: bool, max_len: int) -> list[list[str]]:
     """The reference's translations of `rows` decoded in one batch padded with `fill`, on the left or the right
     (the source mask hides only <pad>)."""
-    model = _translation_model(case.sizes)
-    _, target_vocab = _vocabularies(case.sizes)
     ids, longest = Ids(), max(len(row) for row in rows)
     src = torch.full((len(rows), longest), fill)  # (sentences, longest)
     for index, row in enumerate(rows):
@@ -1474,7 +1473,7 @@ def _batch_alone(case: Batching, rows: Sequence[list[int]], fill: int, left: boo
         else:
             src[index, :len(row)] = torch.tensor(row)
     with torch.no_grad():
-        ys = reference_greedy_decode(model, src, ids.pad, ids.bos, ids.eos, case.sizes.max_len)  # (sentences, out)
+        ys = reference_greedy_decode(model, src, ids.pad, ids.bos, ids.eos, max_len)  # (sentences, out)
     return [target_vocab.decode(row.tolist()) for row in ys]
 
 
@@ -1493,9 +1492,10 @@ def _telling(case: Batching, *, order: bool = False, padding: bool = False, trie
             if [alone[index] for index in sorted_order] == alone:
                 continue
         if padding:
-            rows = candidate.sources()
-            if (_batch_alone(candidate, rows, 0, left=False) == alone
-                    or _batch_alone(candidate, rows, Ids().pad, left=True) == alone):
+            model, (_, target_vocab) = _translation_model(candidate.sizes), _vocabularies(candidate.sizes)
+            rows, max_len = candidate.sources(), candidate.sizes.max_len
+            if (_padded_batch_translations(model, target_vocab, rows, 0, False, max_len) == alone
+                    or _padded_batch_translations(model, target_vocab, rows, Ids().pad, True, max_len) == alone):
                 continue
         return candidate
     return case

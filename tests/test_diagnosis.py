@@ -177,3 +177,22 @@ def test_a_single_number_gets_its_factor_but_no_cause_a_coincidence_would_give()
     # on a tensor the factor is evidence: every value carries it
     values = torch.linspace(0.5, 3.0, 12)
     assert "the factor is tokens/d_model" in differential.relation(2 * values, values, context, None)
+
+
+def test_a_step_that_changes_nothing_on_this_input_is_not_matched_by_that_input():
+    """A division by a penalty of 1 leaves the reference's candidates as they were; the student divides the other
+    way round. The departure is the student's division, not the unchanged line that ranks its result."""
+    namespace = {"torch": torch}
+    exec(compile("def rank(candidates, penalty):\n"  # noqa: S102  (a student's cell)
+                 "    ranking = penalty.unsqueeze(-1) / candidates\n"
+                 "    return ranking.flatten(1).topk(2, dim=-1).indices\n", "<cell 3>", "exec"), namespace)
+
+    def reference(candidates, penalty):
+        return (candidates / penalty.unsqueeze(-1)).flatten(1).topk(2, dim=-1).indices
+
+    candidates, penalty = -torch.rand(2, 3, 4) - 0.1, torch.ones(2, 3)
+    student = differential.traced(namespace["rank"], candidates, penalty, names=("candidates", "penalty"))
+    wanted = differential.traced_call(reference, candidates, penalty, names=("candidates", "penalty"))
+    found = differential.diagnose(student, wanted, student_final=namespace["rank"](candidates, penalty),
+                                  reference_final=reference(candidates, penalty))
+    assert found is not None and "line 2" in found.where and "swapped" in found.how, found

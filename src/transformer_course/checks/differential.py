@@ -439,6 +439,7 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
         return None
     useful = ancestors_of(reference, final)
     matched: dict[int, list[str]] = {}
+    dropped: dict[int, set[str]] = {}  # per reference op: the student's values that are not its result
     for op in reference.ops:
         if op.index not in useful:
             continue
@@ -447,7 +448,13 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
             producer = producer_of(op.sources[0])
             if producer is not None and matched.get(producer):
                 found = matched[producer]
-        matched[op.index] = found
+        kept = _redone_otherwise(op, found, reference, student)
+        producer = producer_of(op.sources[0]) if op.sources else None
+        if op.name in LAYOUT and producer in dropped:  # a reshape of a step's input is not its result either
+            kept = [key for key in found if key not in dropped[producer]]
+        if len(kept) < len(found):
+            dropped[op.index] = set(found) | dropped.get(producer, set())
+        matched[op.index] = kept
     consumers: dict[int, list[int]] = {}
     for op in reference.ops:
         for source in op.sources:
@@ -469,6 +476,20 @@ def diagnose(student: Trace, reference: Trace, *, context: Context | None = None
     if departure is None:
         return None
     return _explain(departure, reference, student, index, matched, context)
+
+
+def _redone_otherwise(op: Op, found: list[str], reference: Trace, student: Trace) -> list[str]:
+    """`found`, or nothing when `op` changes nothing on this input (a division by a length penalty of 1, a mask
+    that masks nothing) and the student applies the same kind of operation to that value and gets something
+    else: the values found are then the step's input, not its result."""
+    if not found or op.name in LAYOUT or op.name in IDENTITY_WHEN_SAME or not isinstance(op.output, torch.Tensor):
+        return found
+    unchanged = any(isinstance(value, torch.Tensor) and value.shape == op.output.shape
+                    and same_values(value, op.output, permuted=False)
+                    for value in (_value_of(reference, source) for source in op.sources))
+    redone = any(_same_kind(other, op) and f"op:{other.index}" not in found
+                 and any(source in found for source in other.sources) for other in student.ops)
+    return [] if unchanged and redone else found
 
 
 def _names(trace: Trace) -> set[str]:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from transformer_course.checks import parts, runs
+from transformer_course.checks import lively, parts, runs
 from transformer_course.checks.boundary import on_student_side, supplied
 from transformer_course.checks.framework import (
     CheckFailed,
@@ -684,7 +684,7 @@ def greedy_passes_masks(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int 
 
 
 def _lively(task: Translation, tries: int = 150) -> Translation:
-    """The task on the first of `tries` random models (seeds sizes.seed, then + 7919 each try) whose reference
+    """The task on the first of `tries` random models (`lively.seeds`) whose reference
     translation shows what these checks compare: at least two different generated tokens over three or more
     steps (a model that says one token whatever it reads agrees with a loop that reads the wrong position or
     masks nothing), other tokens when the decoder is called without the target mask (where no later position
@@ -693,17 +693,10 @@ def _lively(task: Translation, tries: int = 150) -> Translation:
     <eos>, or forgets after one step that a sentence has finished, agrees). The seeds the
     course writes pass at once; the hidden tests' seeds, drawn from the class's secret, are random, so most
     random models would show neither."""
-    for attempt in range(tries):
-        candidate = replace(task, sizes=replace(task.sizes, seed=task.sizes.seed + 7919 * attempt))
+    for seed in lively.seeds(task.sizes.seed, tries):
+        candidate = replace(task, sizes=replace(task.sizes, seed=seed))
         expected, _, _ = _expected(candidate)
-        generated = expected[:, 1:]
-        words = {int(token) for token in generated.flatten() if int(token) not in (task.ids.eos, task.ids.pad)}
-        ends = {next((step for step, token in enumerate(row) if int(token) == task.ids.eos), None)
-                for row in generated}
-        first = min((end for end in ends if end is not None), default=None)  # the first sentence's <eos> step
-        if len(words) >= 2 and (task.sizes.batch == 1 and generated.size(1) >= 3
-                                or task.sizes.batch > 1 and len(ends) >= 2 and first is not None
-                                and generated.size(1) - 1 - first >= 2) \
+        if lively.shows_decoding(expected[:, 1:], task.ids.eos, task.ids.pad, min_steps=3, after_first_end=2) \
                 and _target_mask_matters(candidate, expected):
             return candidate
     return task
@@ -1478,14 +1471,14 @@ def _padded_batch_translations(model: nn.Module, target_vocab: Any, rows: Sequen
 
 
 def _telling(case: Batching, *, order: bool = False, padding: bool = False, tries: int = 40) -> Batching:
-    """The case on the first of `tries` random models (seeds sizes.seed, then + 7919 each try) on which what the
+    """The case on the first of `tries` random models (`lively.seeds`) on which what the
     check compares shows. `order`: the sentences' translations put in the order of their lengths are not the
     translations in the input order (a small random model often says the same words whatever it reads, and then
     translations returned in the sorted order agree). `padding`: in one batch, padding with <unk> instead of <pad>
     and padding on the left each change some translation (else a batch padded so agrees). The seeds the course
     writes pass at once; the hidden tests' seeds, drawn from the class's secret, are random."""
-    for attempt in range(tries):
-        candidate = replace(case, sizes=replace(case.sizes, seed=case.sizes.seed + 7919 * attempt))
+    for seed in lively.seeds(case.sizes.seed, tries):
+        candidate = replace(case, sizes=replace(case.sizes, seed=seed))
         alone = _alone(candidate)
         if order:
             sorted_order = sorted(range(len(alone)), key=lambda index: candidate.lengths[index])

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from transformer_course.checks import differential, runs
+from transformer_course.checks import differential, lively, runs
 from transformer_course.checks.boundary import on_student_side, shown_in_the_notebook, supplied
 from transformer_course.checks.framework import (
     RECIPE,
@@ -1009,7 +1009,7 @@ def _greedy_readings(max_len: int) -> dict[str, runs.Reading]:
 
 def _lively(sizes: Sizes, padded: bool = True, beam: tuple[int, float] | None = None, tries: int = 80,
             feeding: bool = True) -> Sizes:
-    """`sizes` with the seed of the first of `tries` random models (sizes.seed, then + 7919 each try) whose
+    """`sizes` with the seed of the first of `tries` random models (`lively.seeds`) whose
     reference greedy decoding shows what these checks compare: at least two different generated tokens and, for
     a batch, a sentence ending with <eos> while another goes on (else a loop that never pads, or stops at the
     first <eos>, agrees); with `beam` (beam_size, alpha), also a reference beam search whose result changes when
@@ -1017,17 +1017,15 @@ def _lively(sizes: Sizes, padded: bool = True, beam: tuple[int, float] | None = 
     `feeding`, neither that nor `_feeding_matters` (a check that compares no cached tokens with greedy ones). The
     seeds the course writes pass at once; the hidden tests' seeds, drawn from the class's secret, are random,
     and most random models show none of it."""
-    for attempt in range(tries):
-        candidate = replace(sizes, seed=sizes.seed + 7919 * attempt)
+    for seed in lively.seeds(sizes.seed, tries):
+        candidate = replace(sizes, seed=seed)
         model, src = _random_model(candidate).module, _random_source(candidate, padded)
         with torch.no_grad():
             greedy = reference_greedy_decode(model, src, PAD, BOS, EOS, candidate.max_len)[:, 1:]
-        words = {int(token) for token in greedy.flatten() if int(token) not in (EOS, PAD)}
-        ends = {next((step for step, token in enumerate(row) if int(token) == EOS), None) for row in greedy}
-        varied = candidate.batch == 1 or (len(ends) >= 2 and ends != {None})
-        matters = (not feeding or (_feeding_matters(model, src, candidate.max_len, greedy) if beam is None
-                                   else _cache_order_matters(model, src, candidate.max_len, beam)))
-        if len(words) >= 2 and varied and matters:
+        if not lively.shows_decoding(greedy, EOS, PAD):
+            continue
+        if not feeding or (_feeding_matters(model, src, candidate.max_len, greedy) if beam is None
+                           else _cache_order_matters(model, src, candidate.max_len, beam)):
             return candidate
     return sizes
 
@@ -1413,11 +1411,11 @@ def _penalty_matters(state: tuple) -> bool:
 
 
 def _penalty_state(state: tuple, tries: int = 80) -> tuple:
-    """`state` with the seed of the first of `tries` (its own, then + 7919 each try) whose random log-probabilities
+    """`state` with the seed of the first of `tries` (`lively.seeds`) whose random log-probabilities
     make the length penalty matter (`_penalty_matters`). The seeds the course writes pass at once; inside the
     hidden tests every seed is salted from the class's secret, and some salted ones would not."""
-    for attempt in range(tries):
-        candidate = (*state[:4], state[4] + 7919 * attempt)
+    for seed in lively.seeds(state[4], tries):
+        candidate = (*state[:4], seed)
         if _penalty_matters(candidate):
             return candidate
     return state

@@ -216,3 +216,23 @@ def test_the_lms_gets_the_score_with_extra_credit_on_the_maximum_without_it(tmp_
     grades, _ = moodle_import(tmp_path / "moodle" / "lms" / f"moodle_{ASSIGNMENT}.csv", {}, maximum=2)
     assert grades == {"101": 2.0, "102": 1.0}
     assert any("ann_101" in note and "sent as the maximum 2" in note for note in result.notes)
+
+
+def test_a_cell_of_several_checks_shows_each_checks_own_mark(monkeypatch, capsys):
+    """A student whose first check of a two-check cell passes sees it passing beside the one that fails."""
+    module = "transformer_course.checks.why_attention"
+    import transformer_course.checks.why_attention as checks
+
+    monkeypatch.setitem(framework.GRADE_CELLS, module, (("pair", 3, ("score_shape", "score_values")),
+                                                       ("single", 1, ("forward_shapes",))))
+    monkeypatch.setitem(framework.CREDIT, module, {})
+    passed = type("Outcome", (), {"passed": True, "deferred": False, "message": ""})()
+    failed = type("Outcome", (), {"passed": False, "deferred": False, "message": "the scores differ"})()
+    monkeypatch.setattr(framework, "_LATEST", {(module, "score_shape"): passed, (module, "score_values"): failed,
+                                               (module, "forward_shapes"): passed})
+    framework.summary(module)
+    out = capsys.readouterr().out
+    assert f"✘ {checks.score_shape.check_title} [✔]; {checks.score_values.check_title} [✘]  (3 points)" in out
+    assert f"✔ {checks.forward_shapes.check_title}  (1 point)" in out  # one check: no bracket
+    assert "1 of 4 points from the visible checks; 1 of 2 graded cells not passing yet." in out
+    assert "every one of them passes" in out

@@ -106,6 +106,13 @@ def _cell_state(outcomes: list[Any]) -> tuple[str, Any]:
     return ("deferred" if all(outcome is not None for outcome in outcomes) else "not run"), None
 
 
+def _own_mark(outcome: Any) -> str:
+    """One check's mark inside a grade cell of several checks."""
+    if outcome is None:
+        return "·"
+    return "✔" if outcome.passed else DEFERRED if outcome.deferred else "✘"
+
+
 def summary(module: str | ModuleType | None = None) -> None:
     """Show every check of this notebook with ✔ (passes), ✘ (fails), ○ (a prediction: noted, scored when the
     notebook is graded) or · (not run yet) and its points, then the hidden tests' points and the total.
@@ -126,6 +133,7 @@ def summary(module: str | ModuleType | None = None) -> None:
     credits = CREDIT.get(name or "", {})  # cells marked credit="extra" or "optional" by the lesson
     extra, extra_earned, hidden_extra = 0.0, 0.0, 0.0
     written = [points for _grade_id, points, names in cells if names is None]
+    shared = False  # a cell with several checks: its points need every one of them
     for grade_id, points, names in cells:
         kind = credits.get(grade_id)
         if names is None:
@@ -136,8 +144,12 @@ def summary(module: str | ModuleType | None = None) -> None:
             elif kind is None:
                 hidden_points, hidden_cells = hidden_points + points, hidden_cells + 1
             continue
-        state, failed = _cell_state([_LATEST.get((name, check_name)) for check_name in names])
-        titles = "; ".join(getattr(getattr(checks_module, n, None), "check_title", n) for n in names)
+        outcomes = [_LATEST.get((name, check_name)) for check_name in names]
+        state, failed = _cell_state(outcomes)
+        titles = "; ".join(getattr(getattr(checks_module, n, None), "check_title", n)
+                           + (f" [{_own_mark(outcome)}]" if len(names) > 1 and state != "passed" else "")
+                           for n, outcome in zip(names, outcomes, strict=True))
+        shared |= len(names) > 1
         if state == "passed":
             mark, note = "✔", ""
         elif state == "failed":
@@ -159,8 +171,9 @@ def summary(module: str | ModuleType | None = None) -> None:
         failing += mark not in ("✔", DEFERRED)
         rows.append((mark, titles, _points(points), note))
     verdict = (f"{earned:g} of {visible_points - deferred_points:g} points from the visible checks"
-               + (" — all green." if not failing else f"; {failing} of {counted - deferred_cells} checks not "
-                  "passing yet."))
+               + (" — all green." if not failing else f"; {failing} of {counted - deferred_cells} graded cells not "
+                  "passing yet." + (" A cell with several checks earns its points when every one of them passes "
+                                    "(each check's own mark is in brackets)." if shared else "")))
     if extra:
         verdict += (f" Extra credit: {extra_earned:g} of {extra:g} points from the visible checks, added to your "
                     "score and not part of its maximum.")

@@ -495,7 +495,7 @@ plt.show()
 # <details><summary>Hint 1: read the symptom</summary>
 #
 # Which parts get a gradient of exactly 0, and which get one? A part can influence the loss only
-# through a chain of computations that ends in the logits. For each part drawn in red, where does that
+# through a chain of computations that ends in the logits. For each part named in red, where does that
 # chain break? Compare what the code computes with the formula for $G^{(\ell)}$ above.
 #
 # </details>
@@ -594,7 +594,9 @@ assert check.decoder_blocks_used(Decoder, num_layers=4, d_model=8, num_heads=2, 
 #   $\times\sqrt{d_{model}}$, PE and `pred_layer`, and converts the masks: PyTorch's bool masks mean
 #   `True` = **hidden**, the opposite of ours.
 # - **causality**: changing target tokens after position $t$ must not change the logits at
-#   positions $\le t$. This uses *your* `make_target_mask`.
+#   positions $\le t$. The check builds both masks with the course's own functions and hands them to
+#   your model, so it tests where your `Transformer` passes each mask; your `make_target_mask` has
+#   its own checks above.
 # - **padding invariance**: extra `<pad>` tokens change no logit of a real position.
 # - **own embedding tables**: German and English have vocabularies of their own, so id 5 is one
 #   word in the source and another in the target. The check builds your model as it is written and

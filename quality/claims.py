@@ -141,7 +141,8 @@ _CLAUSE = re.compile(r"; (?=in `\w+`, line \d+|after line \d+)")
 
 _RECEIVES = re.compile(r"receives (?P<got>.+?) (?:as (?:its|the) \w+ )?where the reference gives it "
                        r"(?P<wanted>.+?)(?:[;:]|$)")
-_FACTOR = re.compile(r"^(?:-?[\d.]+(?:e[-+]?\d+)? × |a value that is none of the expected ones)")
+_FACTOR = re.compile(r"^(?:-?[\d.]+(?:e[-+]?\d+)? × "
+                     r"|a value that is none of the inputs and none of the parts' outputs)")
 
 
 def _same_source_changed(text: str) -> bool:

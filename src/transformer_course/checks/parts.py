@@ -40,7 +40,7 @@ from transformer_course.checks.framework import CheckFailed, Diagnosis, fail, st
 
 Tensor = torch.Tensor
 Term = tuple[float, str]  # coefficient, value key
-UNNAMED = "a value that is none of the expected ones"
+UNNAMED = "a value that is none of the inputs and none of the parts' outputs"
 
 
 # --- finding the parts (the student's side) -------------------------------------------------------------------

@@ -140,13 +140,18 @@ def plot_next_token_probabilities(probabilities: torch.Tensor, input_labels: Seq
 @not_drawn_while_grading
 def plot_gradient_per_part(norms: Mapping[str, float]) -> Figure:
     """Horizontal bars, one per part of a model (first part on top), each labelled with its gradient norm; a part
-    whose gradient is exactly 0 is drawn in red."""
+    whose gradient is exactly 0 has no bar to show, so its name and its label are written in red."""
     names, values = list(norms), [float(norms[name]) for name in norms]
     figure, axis = plt.subplots(figsize=(8, 0.45 * len(names) + 1.4))
-    bars = axis.barh(names, values, color=["#c0392b" if value == 0 else "#2b7bba" for value in values])
+    bars = axis.barh(names, values, color="#2b7bba")
     axis.invert_yaxis()  # first part on top
-    for bar, value in zip(bars, values, strict=True):
-        axis.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {value:.3g}", va="center", fontsize=8)
+    red = "#c0392b"
+    for bar, value, name in zip(bars, values, axis.get_yticklabels(), strict=True):
+        label = " 0: no gradient at all" if value == 0 else f" {value:.3g}"
+        axis.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, label, va="center", fontsize=8,
+                  color=red if value == 0 else "black", fontweight="bold" if value == 0 else "normal")
+        if value == 0:
+            name.set_color(red)
     axis.set_xlabel("gradient norm of the part's parameters")
     axis.set_xlim(0, max(max(values), 1e-12) * 1.25)
     axis.set_title("How strongly the loss reacts to each part's weights (red: not at all)", fontsize=10)

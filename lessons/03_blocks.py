@@ -165,18 +165,20 @@ plt.show()
 
 # %% [markdown]
 # **A small training run.** In a block, a sublayer's job is to learn a *correction* that is added to
-# the vector of each position (section 4 says why). The cell gives the classmate's network the
-# simplest such job: for 512 random positions ($d_{model} = 8$, $d_{ff} = 32$), output a fixed random
-# linear map of the input, whose values are positive and negative in about equal numbers. A network of
-# this width can represent that map exactly, so a correct one drives the loss close to 0 within these
-# 300 steps. The figure shows the loss at every step and, after training, every output value against
-# its target (a perfect fit lies on the diagonal).
+# the vector of each position (section 4 says why). The cell gives the classmate's network a small
+# such job: for 512 random positions ($d_{model} = 8$, $d_{ff} = 32$), output a fixed *nonlinear*
+# function of the input (the size of each input coordinate, mixed by a random matrix and centred), whose
+# values are positive and negative in about equal numbers. A correct network of this width can
+# represent that function exactly, so it drives the loss close to 0 within these 300 steps. The figure
+# shows the loss at every step and, after training, every output value against its target (a perfect
+# fit lies on the diagonal).
 
 # %%
 torch.manual_seed(0)
 classmates_network = PositionWiseFeedForward(d_model=8, d_ff=32)
 inputs = torch.randn(1, 512, 8)  # (batch, positions, d_model)
-targets = inputs @ torch.randn(8, 8) / 8**0.5  # (1, 512, 8): a fixed linear correction of each position
+targets = inputs.abs() @ torch.randn(8, 8) / 8**0.5  # (1, 512, 8): a fixed nonlinear correction of each position
+targets = targets - targets.mean(dim=1, keepdim=True)  # centred: about as many negative values as positive
 losses, predictions = figures.fit_to_targets(classmates_network, inputs, targets, steps=300)
 print(f"loss of predicting 0 everywhere: {targets.pow(2).mean():.3f}; "
       f"after 100 steps: {losses[99]:.4f}; after 300 steps: {losses[-1]:.4f}")
@@ -198,8 +200,8 @@ plt.show()
 #
 # The ReLU belongs to the hidden layer only, between `fc1` and `fc2`, where it lets each position switch
 # hidden units on and off. The output of `fc2` is the correction added to the residual stream, and it
-# must be free to be negative: a ReLU there clips every negative target to 0, which is why the loss
-# stalls at about half of what predicting 0 costs.
+# must be free to be negative: a ReLU there clips every output to 0 or more, so half of the targets
+# can never be reached and the loss stalls far above 0.
 #
 # </details>
 #
@@ -583,8 +585,9 @@ plt.show()
 #   are equal the output does not change when the source sentence changes.
 # - **Cross-attention whose rows follow the source**: a size mismatch when the lengths differ, and a
 #   failed value check when they are equal.
-# - **Swapped masks**: when `src_len == tgt_len` this runs without an error and quietly lets the
-#   decoder see the future; the causality check catches it.
+# - **Swapped masks**: the checks use a source and a target of different lengths, so they stop with a
+#   size mismatch. With equal lengths nothing would complain: the block would run and quietly let the
+#   decoder see the future.
 # - **One attention module for both attention sublayers**: the shapes are right, but the value check
 #   fails, because cross-attention has weights of its own.
 # - The residual, LayerNorm and dropout pitfalls of the encoder, now for three sublayers.
@@ -687,7 +690,7 @@ enc_out = torch.randn(1, source.size(1), 32)  # (batch, src_len, d_model)
 with torch.no_grad():
     out = block(x, enc_out, enc_mask, dec_mask)
 print("output shape:", tuple(out.shape))
-figures.plot_decoder_attention(block.self_attn.attn_weights[0, 0], block.cross_attn.attn_weights[0, 0])
+figures.plot_decoder_attention(block.self_attn.attn_weights, block.cross_attn.attn_weights)  # sentence 0, head 0
 plt.show()
 
 # %% [markdown]
@@ -902,7 +905,8 @@ def gradient_norm_per_block(block_class: type, num_layers: int, d_model: int = 6
             x = block(x, None)
         logits = head(final_norm(x))  # (16, 20, 100)
         F.cross_entropy(logits.flatten(0, 1), torch.randint(100, (16 * 20,))).backward()
-        totals += torch.stack([torch.cat([p.grad.flatten() for p in b.parameters()]).norm() for b in blocks])
+        totals += torch.stack([torch.cat([p.grad.flatten() for p in b.parameters() if p.grad is not None]).norm()
+                               for b in blocks])  # a parameter the loss never reached has no gradient: 0
     return (totals / 5).tolist()
 
 

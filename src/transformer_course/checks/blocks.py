@@ -29,6 +29,7 @@ from torch import nn
 from transformer_course.checks import differential, parts
 from transformer_course.checks.boundary import on_student_side, supplied
 from transformer_course.checks.framework import (
+    REFERENCE_VALUES,
     Diagnosis,
     check,
     expect_close,
@@ -460,7 +461,7 @@ def _crash_reading(kind: str, inputs: tuple, paths: Mapping[str, str]) -> Callab
 
 def _expect_block(kind: str, block: Any, paths: dict[str, str], run: parts.Run, expected: Tensor, inputs: tuple,
                   reference: nn.Module, *, cause: str, atol: float = 1e-8, rtol: float = 1e-6,
-                  train: bool = False) -> None:
+                  train: bool = False, expected_words: str = REFERENCE_VALUES) -> None:
     """expect_close, with the block's departure from the paper (or the engine's reading) as the cause."""
     names = ("x", "mask") if kind in ENCODER_LIKE else ("x", "enc_out", "enc_mask", "dec_mask")
     sizes = {"batch": inputs[0].size(0), "position": inputs[0].size(1), "d_model": inputs[0].size(-1)}
@@ -473,7 +474,8 @@ def _expect_block(kind: str, block: Any, paths: dict[str, str], run: parts.Run, 
         return parts.diagnosis(reading, got, expected, engine, AXES, atol, rtol)
 
     expect_close(f"{NAMES[kind]}({', '.join(names)})" + (" in train mode" if train else ""), run.outputs[0],
-                 expected, atol=atol, rtol=rtol, axes=AXES, diagnose=diagnose, cause=cause)
+                 expected, atol=atol, rtol=rtol, axes=AXES, diagnose=diagnose, cause=cause,
+                 expected_words=expected_words)
 
 
 def _case(Block: type[nn.Module], kind: str, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
@@ -555,6 +557,9 @@ def _load_common(layer: nn.Module, reference: nn.Module, norms: tuple[str, ...])
         getattr(layer, name).load_state_dict(getattr(reference, name).state_dict())
 
 
+TORCH_WORDS = "the output of PyTorch's {} with the same weights (same inputs)"  # the expected values' words
+
+
 @check("EncoderBlock gives the same output as torch.nn.TransformerEncoderLayer with the same weights")
 def encoder_matches_torch(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4,
                           d_ff: int = 32, batch: int = 3, seq_len: int = 6) -> None:
@@ -569,6 +574,7 @@ def encoder_matches_torch(EncoderBlock: type[nn.Module], d_model: int = 16, num_
     expected = layer(x, src_key_padding_mask=padding).detach()  # grad enabled keeps the plain code path
     run = _eval_run("encoder", block, paths, inputs)
     _expect_block("encoder", block, paths, run, expected, inputs, reference, atol=1e-7,
+                  expected_words=TORCH_WORDS.format("nn.TransformerEncoderLayer"),
                   cause="PyTorch's layer (norm_first=False, ReLU) is the paper's post-LN block: "
                         "norm1(x + dropout(self_attn(x))), then norm2(x + dropout(feed_forward(x))).")
 
@@ -712,6 +718,7 @@ def decoder_matches_torch(DecoderBlock: type[nn.Module], d_model: int = 16, num_
                      memory_key_padding_mask=source_padding).detach()
     run = _eval_run("decoder", block, paths, inputs)
     _expect_block("decoder", block, paths, run, expected, inputs, reference, atol=1e-7,
+                  expected_words=TORCH_WORDS.format("nn.TransformerDecoderLayer"),
                   cause="PyTorch's layer (norm_first=False, ReLU) is the paper's post-LN decoder block: "
                         "self-attention (dec_mask), cross-attention on enc_out (enc_mask), feed-forward, each "
                         "norm(x + dropout(...)).")
@@ -877,6 +884,7 @@ def pre_ln_matches_torch(PreLNEncoderBlock: type[nn.Module], d_model: int = 16, 
     expected = layer(x, src_key_padding_mask=padding).detach()  # grad enabled keeps the plain code path
     run = _eval_run("pre_ln", block, paths, inputs)
     _expect_block("pre_ln", block, paths, run, expected, inputs, reference, atol=1e-7,
+                  expected_words=TORCH_WORDS.format("nn.TransformerEncoderLayer(norm_first=True)"),
                   cause="PyTorch's layer with norm_first=True is the pre-LN block: norm1 normalises what "
                         "self-attention reads, norm2 what the feed-forward network reads, and each sublayer's output "
                         "is added to the unnormalised stream: x + dropout(sublayer(norm(x))).")

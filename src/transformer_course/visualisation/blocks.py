@@ -183,8 +183,15 @@ def plot_decoder_masks(dec_mask: torch.Tensor, enc_mask: torch.Tensor) -> Figure
 
 
 @not_drawn_while_grading
-def plot_decoder_attention(self_weights: torch.Tensor, cross_weights: torch.Tensor) -> Figure:
-    """One head's weights: self-attention (tgt_len, tgt_len) and cross-attention (tgt_len, src_len)."""
+def plot_decoder_attention(self_weights: torch.Tensor | None, cross_weights: torch.Tensor | None) -> Figure:
+    """Head 0 of sentence 0: self-attention weights (batch, heads, tgt_len, tgt_len) and cross-attention weights
+    (batch, heads, tgt_len, src_len), as the attention modules keep them. A module that never ran has no weights
+    (None): a clear error says which."""
+    for name, weights in (("self_attn", self_weights), ("cross_attn", cross_weights)):
+        if weights is None:
+            raise ValueError(f"no attention weights to draw for block.{name}: it was not called when the block ran "
+                             "(its attn_weights is still None). The checks of DecoderBlock above say more.")
+    self_weights, cross_weights = self_weights[0, 0], cross_weights[0, 0]  # (tgt_len, tgt_len), (tgt_len, src_len)
     return _two_heatmaps(self_weights, cross_weights,
                          ("masked self-attention weights", "cross-attention weights"),
                          cmap="viridis", vmax=None)

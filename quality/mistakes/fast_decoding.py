@@ -67,7 +67,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "length penalty multiplied by alpha instead of raised to it (inline)",
         "    ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)\n",
         "    ranking = candidates / (((5.0 + new_lengths) / 6.0) * alpha).unsqueeze(-1)\n",
-        fails="fast_select_top", cause="is 0 in",
+        fails="fast_select_top", cause="0 everywhere",
     ),
     Mistake(
         STAGE, "length penalty multiplied by alpha (seen where alpha is neither 0 nor 1)",

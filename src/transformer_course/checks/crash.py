@@ -141,7 +141,13 @@ def value_of(node: ast.expr, frame: FrameType) -> Any:
         plain = type(base) in (list, tuple, dict) or isinstance(base, torch.Tensor)
         if plain and isinstance(index, int | str | slice):
             return base[index]
+        if isinstance(base, torch.Tensor) and type(index) is tuple \
+                and all(item is None or item is Ellipsis or isinstance(item, int | slice) for item in index):
+            return base[index]  # `pe[:, :n]`: basic indexing, a view
         return _UNKNOWN
+    if isinstance(node, ast.Tuple):
+        items = tuple(value_of(item, frame) for item in node.elts)
+        return _UNKNOWN if any(item is _UNKNOWN for item in items) else items
     if isinstance(node, ast.Slice):
         parts = [value_of(part, frame) if part is not None else None for part in (node.lower, node.upper, node.step)]
         return slice(*parts) if all(part is None or isinstance(part, int) for part in parts) else _UNKNOWN

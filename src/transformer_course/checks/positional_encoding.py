@@ -258,7 +258,7 @@ def _describe_formula(formula: _Formula, d_model: int, max_seq_length: int) -> D
         causes.append("the exponent is 2i / d_model: divide by d_model, not by the table's length.")
     elif alpha != 1 and beta == 0:
         findings.append(f"the exponents are {alpha:.3g} × the paper's 2i / d_model (as if the base were "
-                        f"10000^{alpha:.3g} ≈ {10000 ** alpha:.4g} instead of 10000)")
+                        f"10000^{alpha:.3g} {'=' if alpha == 0 else '≈'} {10000 ** alpha:.4g} instead of 10000)")
         if abs(alpha - 1 / math.log(10)) < 1e-3:  # log10 where the natural log belongs
             causes.append("the factor 0.434 is log₁₀ e: a base-10 logarithm where the natural one belongs.")
         elif abs(alpha - math.log(10)) < 1e-3:
@@ -414,7 +414,8 @@ def _forward_twice(module: nn.Module, x: torch.Tensor, table: torch.Tensor) -> t
     with crash_explained(
         f"forward crashed on x of shape {tuple(x.shape)} (batch, seq_len, d_model), "
         f"max_seq_length={max_seq_length}.",
-        expected=f"pe sliced to (1, seq_len, d_model) = (1, {seq_len}, {d_model}), which broadcasts over x",
+        expected=f"x plus an encoding of shape (1, {seq_len}, {d_model}): one row for each of x's {seq_len} positions, "
+                 "the same for every sentence of the batch",
         cause="a wrong slice of pe: axis 1 of pe is the position, so keep its first x.size(1) rows, "
               "self.pe[:, :x.size(1)] (x.size(0) is the batch, x.size(2) is d_model).",
         when=_size_mismatch,
@@ -495,7 +496,7 @@ def table_values(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq
 def forward_adds_encoding(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq_length: int = 40,
                           seq_len: int = 7) -> None:
     module = _build(PositionalEncoding, d_model, max_seq_length, 0.1)
-    x = randn(3, seq_len, d_model, seed=1)
+    x = randn(3 if seq_len != 3 else 4, seq_len, d_model, seed=1)  # a batch never seq_len long: x.size(0) != x.size(1)
     # a random table in the module's buffer: forward must add what the buffer holds (a forward that ignores its
     # table would agree with a table of zeros)
     table = _random_table(max_seq_length, d_model, seed=3)
@@ -667,8 +668,8 @@ def _read_offset_matrix(matrix: torch.Tensor, k: int, d_model: int) -> Diagnosis
                 return Diagnosis("your matrix is the identity: M @ PE_p = PE_p, the position does not move",
                                  "each column pair must turn by the angle it gains over k positions.")
             if other == -k:
-                return Diagnosis(f"your matrix moves every position {abs(k)} back: M @ PE_p = PE_(p{-k:+d}), "
-                                 f"not PE_(p{k:+d})",
+                return Diagnosis(f"your matrix moves every position {abs(k)} {'back' if k > 0 else 'forward'}: "
+                                 f"M @ PE_p = PE_(p{-k:+d}), not PE_(p{k:+d})",
                                  "every 2×2 block turns its column pair the wrong way: the two sine entries have "
                                  "each other's sign (the block is transposed). Work out sin(a + b) and cos(a + b) "
                                  "again, with a the pair's angle at p and b the angle that k positions add.")

@@ -144,7 +144,11 @@ RULES: dict[str, Rule] = {
         low=(("d_model", 4),),
         why="at d_model = 2 the table has one pair of columns, whose frequency is 1 whatever the exponent: a "
             "mistake in the frequencies (2i doubled, another base) shows only from two pairs on")
-       for name in ("table_values", "forward_adds_encoding", "offset_matrix_moves_every_position")},
+       for name in ("table_values", "offset_matrix_moves_every_position")},
+    "positional_encoding.forward_adds_encoding": Rule(
+        low=(("d_model", 4),), less=(("seq_len", "d_model"),),
+        why="d_model as above, and more than seq_len: a table sliced by x.size(2) (d_model) instead of x.size(1) "
+            "fits when the two are equal (the check's batch of x is never seq_len, for x.size(0))"),
     "positional_encoding.offset_matrix_any_offset": Rule(
         low=(("d_model", 4), ("max_seq_length", 5)),
         why="d_model as above; it compares positions 4 to max_seq_length - 1 for k = -4, so the table holds five "

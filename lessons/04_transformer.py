@@ -988,8 +988,9 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # %% [markdown]
 # **Question 2 (2 points).** A classmate builds the encoder with
 # `self.layers = nn.ModuleList([EncoderBlock(...)] * 2)`, trains it and saves `model.state_dict()`.
-# (a) Compared with a correct encoder with two separately created blocks, how many parameters does
-# `count_parameters` report, and which keys does the saved `state_dict` contain? (b) You load that
+# (a) The pitfall cell above printed what `count_parameters` reports for such a stack and which keys
+# its `state_dict` holds. Explain both: why is the count one block's while the keys name two slots,
+# and what values do the two slots' keys hold? (b) You load that
 # file into a **correct** model with `load_state_dict`. Does it load without an error, and does the
 # correct model then compute the same outputs as the classmate's? What happens if you train it on?
 
@@ -1005,8 +1006,8 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # updated by the sum of both uses' gradients).
 #
 # **Rubric.**
-# - 1 point: one block's parameters are counted (half), but the state_dict lists keys for both
-#   slots with equal values.
+# - 1 point: the list holds one object twice; `parameters()` yields each tensor once (one block's
+#   count) while `state_dict()` names every slot of the module tree (keys for both, equal values).
 # - 1 point: loading into the correct model succeeds and gives the same outputs (both blocks get the
 #   same weights); further training unties them (or: a strict load does not detect the bug).
 

@@ -126,7 +126,7 @@ diagrams.show("transformer")
 
 # %%
 d_model, d_ff, num_heads = 512, 2048, 8
-stand_in_ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+stand_in_ffn = nn.ModuleList([nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)])  # W1, b1 and W2, b2
 attention = MultiHeadAttention(d_model, num_heads)
 print(f"feed-forward network: {sum(p.numel() for p in stand_in_ffn.parameters()):>9,} parameters")
 print(f"multi-head attention: {sum(p.numel() for p in attention.parameters()):>9,} parameters")

@@ -783,7 +783,8 @@ print(f"BLEU of {'your model' if mine else 'the course checkpoint'}, measured no
 mine_bleu, mine_precisions, mine_penalty = compute_bleu(translations, [r.split() for r in test_references[:count]])
 print(f"the same with your compute_bleu: {mine_bleu:.2f} (brevity penalty {mine_penalty:.3f})")
 print(f"BLEU of the course checkpoint, stored in it: {shipped_bleu} on all 1,000 test sentences")
-parts = sacrebleu.metrics.BLEU(tokenize="none").corpus_score(hypotheses, [test_references[:count]])
+# force=True: our text is tokenised on purpose, so sacreBLEU need not warn that it looks tokenised
+parts = sacrebleu.metrics.BLEU(tokenize="none", force=True).corpus_score(hypotheses, [test_references[:count]])
 figures.plot_bleu_breakdown(parts.precisions, parts.bp, parts.score)
 plt.show()
 

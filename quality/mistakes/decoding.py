@@ -170,6 +170,17 @@ MISTAKES: list[Mistake] = [
         "src = torch.zeros(len(chunk), longest, dtype=torch.long)  # (batch, longest)",
         fails="dec_batch_independent", cause="where <pad> (id 3) belongs",
     ),
+    Mistake(  # the bug hunt "fixed" by telling greedy_decode that <unk> is the padding (a student helper's first fix)
+        STAGE, "translate_batch pads with zeros and tells greedy_decode that id 0 (<unk>) is the padding",
+        _PADDING + "\n        for row, index in enumerate(chunk):\n"
+        "            src[row, :len(sources[index])] = torch.tensor(sources[index])  # each sentence from the left\n"
+        "        ys = greedy_decode(model, src.to(device), source_vocab.pad_idx,",
+        "src = torch.zeros(len(chunk), longest, dtype=torch.long)  # (batch, longest)\n"
+        "        for row, index in enumerate(chunk):\n"
+        "            src[row, :len(sources[index])] = torch.tensor(sources[index])  # each sentence from the left\n"
+        "        ys = greedy_decode(model, src.to(device), 0,",
+        fails="dec_batch_matches", cause="told that the padding is <unk> (id 0)",
+    ),
     Mistake(
         STAGE, "translate_batch puts each sentence at the right end of its row (padding first)",
         "src[row, :len(sources[index])] = torch.tensor(sources[index])",

@@ -88,6 +88,7 @@ class Ids:
     pad: int = 3
     bos: int = 1
     eos: int = 2
+    unk: int = 0
 
 
 NO_TARGET_MASK = ("the decoder gets no target mask (None): pass make_target_mask(ys, pad_idx), the look-ahead mask "
@@ -1402,6 +1403,7 @@ class Batching:
         ids = Ids()
         stream = generator(self.sizes.seed + 300)
         words = torch.randint(4, self.sizes.src_vocab, (len(self.lengths), max(self.lengths)), generator=stream)
+        words[1::2, 0] = ids.unk  # every other sentence starts with a word the vocabulary lacks, as test sets do
         return [[ids.bos, *words[row, :max(0, length - 2)].tolist(), ids.eos]
                 for row, length in enumerate(self.lengths)]
 
@@ -1423,9 +1425,10 @@ def _vocabularies(sizes: Sizes) -> tuple[Any, Any]:
 
 
 @on_student_side
-def _translated(translate_batch: Callable, case: Batching, batch_size: int) -> tuple[Any, list[torch.Tensor]]:
+def _translated(translate_batch: Callable, case: Batching, batch_size: int) -> tuple[Any, list[tuple[torch.Tensor,
+                                                                                                    Any]]]:
     """The student's translations of the case's sentences in batches of `batch_size`, with the checks'
-    greedy_decode plugged in, and the source tensors that greedy_decode was handed."""
+    greedy_decode plugged in, and (source tensor, pad_idx) for every call of greedy_decode."""
     model = _translation_model(case.sizes)
     supplied(model)
     source_vocab, target_vocab = _vocabularies(case.sizes)
@@ -1438,7 +1441,10 @@ def _translated(translate_batch: Callable, case: Batching, batch_size: int) -> t
         got = describe(got)
     else:
         got = [[str(token) for token in tokens] for tokens in got]
-    return got, [call.args["src"] for call in run.of("greedy_decode") if isinstance(call.args.get("src"), torch.Tensor)]
+    told = [call.args.get("pad_idx") for call in run.of("greedy_decode")]
+    return got, [(call.args["src"], int(pad) if type(pad) is int else None)  # plain values only leave this side
+                 for call, pad in zip(run.of("greedy_decode"), told, strict=True)
+                 if isinstance(call.args.get("src"), torch.Tensor)]
 
 
 def _alone(case: Batching) -> list[list[str]]:
@@ -1455,9 +1461,9 @@ def _alone(case: Batching) -> list[list[str]]:
 
 
 def _padded_batch_translations(model: nn.Module, target_vocab: Any, rows: Sequence[list[int]], fill: int,
-                               left: bool, max_len: int) -> list[list[str]]:
-    """The reference's translations of `rows` decoded in one batch padded with `fill`, on the left or the right
-    (the source mask hides only <pad>)."""
+                               left: bool, max_len: int, pad_idx: int = Ids.pad) -> list[list[str]]:
+    """The reference's translations of `rows` decoded in one batch padded with `fill`, on the left or the right,
+    the source mask hiding `pad_idx` (<pad> unless told)."""
     ids, longest = Ids(), max(len(row) for row in rows)
     src = torch.full((len(rows), longest), fill)  # (sentences, longest)
     for index, row in enumerate(rows):
@@ -1466,17 +1472,19 @@ def _padded_batch_translations(model: nn.Module, target_vocab: Any, rows: Sequen
         else:
             src[index, :len(row)] = torch.tensor(row)
     with torch.no_grad():
-        ys = reference_greedy_decode(model, src, ids.pad, ids.bos, ids.eos, max_len)  # (sentences, out)
+        ys = reference_greedy_decode(model, src, pad_idx, ids.bos, ids.eos, max_len)  # (sentences, out)
     return [target_vocab.decode(row.tolist()) for row in ys]
 
 
 def _telling(case: Batching, *, order: bool = False, padding: bool = False, tries: int = 40) -> Batching:
     """The case on the first of `tries` random models (`lively.seeds`) on which what the
-    check compares shows. `order`: the sentences' translations put in the order of their lengths are not the
-    translations in the input order (a small random model often says the same words whatever it reads, and then
-    translations returned in the sorted order agree). `padding`: in one batch, padding with <unk> instead of <pad>
-    and padding on the left each change some translation (else a batch padded so agrees). The seeds the course
-    writes pass at once; the hidden tests' seeds, drawn from the class's secret, are random."""
+    check compares shows. Always, where a source holds <unk>: hiding it as if it were padding (a batch padded
+    with <unk> whose decoding is told that <unk> is the padding) changes some translation. `order`: the sentences'
+    translations put in the order of their lengths are not the translations in the input order (a small random
+    model often says the same words whatever it reads, and then translations returned in the sorted order
+    agree). `padding`: in one batch, padding with <unk> instead of <pad> and padding on the left each change some
+    translation (else a batch padded so agrees). The seeds the course writes pass at once; the hidden tests'
+    seeds, drawn from the class's secret, are random."""
     for seed in lively.seeds(case.sizes.seed, tries):
         candidate = replace(case, sizes=replace(case.sizes, seed=seed))
         alone = _alone(candidate)
@@ -1484,18 +1492,21 @@ def _telling(case: Batching, *, order: bool = False, padding: bool = False, trie
             sorted_order = sorted(range(len(alone)), key=lambda index: candidate.lengths[index])
             if [alone[index] for index in sorted_order] == alone:
                 continue
-        if padding:
-            model, (_, target_vocab) = _translation_model(candidate.sizes), _vocabularies(candidate.sizes)
-            rows, max_len = candidate.sources(), candidate.sizes.max_len
-            if (_padded_batch_translations(model, target_vocab, rows, 0, False, max_len) == alone
-                    or _padded_batch_translations(model, target_vocab, rows, Ids().pad, True, max_len) == alone):
-                continue
+        model, (_, target_vocab) = _translation_model(candidate.sizes), _vocabularies(candidate.sizes)
+        rows, max_len = candidate.sources(), candidate.sizes.max_len
+        unk = Ids.unk
+        if any(unk in row for row in rows) \
+                and _padded_batch_translations(model, target_vocab, rows, unk, False, max_len, pad_idx=unk) == alone:
+            continue
+        if padding and (_padded_batch_translations(model, target_vocab, rows, unk, False, max_len) == alone
+                        or _padded_batch_translations(model, target_vocab, rows, Ids.pad, True, max_len) == alone):
+            continue
         return candidate
     return case
 
 
-def _translations_of(translate_batch: Callable, case: Batching, batch_size: int) -> tuple[list[list[str]],
-                                                                                          list[torch.Tensor]]:
+def _translations_of(translate_batch: Callable, case: Batching, batch_size: int
+                     ) -> tuple[list[list[str]], list[tuple[torch.Tensor, Any]]]:
     got, batches = _translated(translate_batch, case, batch_size)
     if isinstance(got, str) or len(got) != len(case.lengths):
         fail("translate_batch does not return one list of tokens per sentence.",
@@ -1505,10 +1516,17 @@ def _translations_of(translate_batch: Callable, case: Batching, batch_size: int)
     return got, batches
 
 
-def _padding_reading(batches: Sequence[torch.Tensor], case: Batching) -> str:
-    """What the source batches handed to greedy_decode hold where a sentence has ended ('' when <pad>)."""
+def _padding_reading(batches: Sequence[tuple[torch.Tensor, Any]], case: Batching) -> str:
+    """What the source batches handed to greedy_decode hold where a sentence has ended ('' when <pad>), or the
+    pad_idx it was told when that is not <pad>'s."""
     ids, sources = Ids(), case.sources()
-    for src in batches:
+    named = {ids.unk: "<unk>", ids.bos: "<bos>", ids.eos: "<eos>"}
+    told = next((pad_idx for _, pad_idx in batches if isinstance(pad_idx, int) and pad_idx != ids.pad), None)
+    if told is not None:
+        return (f"greedy_decode is told that the padding is {named.get(told, 'a word')} (id {told}), not <pad> (id "
+                f"{ids.pad}): its source mask then hides that token wherever a sentence has it, not only after the "
+                "sentence's end. Pad with source_vocab.pad_idx and pass that as pad_idx.")
+    for src, _ in batches:
         for row in range(src.size(0)):
             tokens = src[row].tolist()
             source = next((s for s in sources if tokens[:len(s)] == s or tokens[-len(s):] == s), None)
@@ -1520,7 +1538,6 @@ def _padding_reading(batches: Sequence[torch.Tensor], case: Batching) -> str:
                         "padding token). Put each sentence at the start of its row, the padding after it.")
             filler = sorted(set(tokens[len(source):]))
             if filler != [ids.pad]:
-                named = {0: "<unk>", ids.bos: "<bos>", ids.eos: "<eos>"}
                 held = ", ".join(f"{named.get(token, 'a word')} (id {token})" for token in filler)
                 return (f"after a sentence's <eos> its row of the batch holds {held} where <pad> (id {ids.pad}) "
                         "belongs: the source mask hides only <pad>, so the encoder and the cross-attention read those "
@@ -1529,7 +1546,7 @@ def _padding_reading(batches: Sequence[torch.Tensor], case: Batching) -> str:
 
 
 def _batch_reading(got: Sequence[Sequence[str]], expected: Sequence[list[str]], differ: Sequence[int],
-                   batches: Sequence[torch.Tensor], case: Batching) -> str:
+                   batches: Sequence[tuple[torch.Tensor, Any]], case: Batching) -> str:
     """Why translations differ: what the batches hold after a sentence's end, or translations in another order."""
     padding = _padding_reading(batches, case)
     if padding:

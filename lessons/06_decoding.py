@@ -903,14 +903,21 @@ print("  ".join(f"{word}→{source_tokens[int(column)]}" for word, column in zip
 
 # %% [markdown]
 # **Every layer and head.** One row of panels per layer, one column per head, with a shared colour
-# scale. Heads specialise: some follow the alignment sharply, some spread out, some park their
-# weight on `<eos>` or the final period (a "nothing useful here" default, common in trained models).
+# scale. Under the figure, the cell prints how sharp each head is: a row's largest weight, averaged over
+# the rows (1 would be one German token per row). With the course's checkpoint, depth sharpens the
+# heads: the first layer's spread their weight (0.26 to 0.50), the last layer's look mostly at one
+# token (0.72 to 0.82). No head here sends most of its rows to `<eos>` or the final period, the
+# "nothing useful here" default that [Clark et al. (2019)](https://arxiv.org/abs/1906.04341) found in
+# many heads of BERT, a much larger model.
 
 # %%
 maps, source_tokens, inputs, produced = attention_for(model, sentence)
 heatmaps.plot_attention_grid(maps["cross"], produced, source_tokens,
                              title="Cross-attention (rows: English word produced, columns: German)")
 plt.show()
+sharpness = maps["cross"][:, 0].max(-1).values.mean(-1)  # (layers, heads): a row's largest weight, averaged
+for layer, heads in enumerate(sharpness.tolist()):
+    print(f"layer {layer}, heads 0-{len(heads) - 1}: " + "  ".join(f"{value:.2f}" for value in heads))
 
 # %% [markdown]
 # **Interactive.** Drag the slider to go through the layers and heads (each layer also offers the mean

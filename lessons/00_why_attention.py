@@ -382,7 +382,7 @@ assert check.predicted_weight_with_zero_v(predict_weight_with_zero_v)
 # `AdditiveAttention` on another configuration: a module with `query_size=4, key_size=5,
 # attention_size=7`, and with $v = 0$ a sentence of 7 positions, 4 real tokens and 3 padding. Check
 # that your method gives these numbers too; where it does not, find the step of your reasoning that
-# went wrong.
+# went wrong. The weights come from *your* `forward`: trust them only once its checks above are green.
 
 # %%
 torch.manual_seed(0)
@@ -591,7 +591,8 @@ plt.show()
 for name, result in {**ours, **yours}.items():
     if name.startswith("with attention"):
         plain_result = {**ours, **yours}[name.replace("with attention", "without attention")]
-        ratios = "".join(f"{result[label]['bleu'] / max(plain_result[label]['bleu'], 1e-9):8.2f}" for label in labels)
+        ratios = "".join(f"{result[label]['bleu'] / plain_result[label]['bleu']:8.2f}" if plain_result[label]['bleu']
+                         else f"{'(0)':>8s}" for label in labels)  # (0): the model without attention scored 0
         print(f"{'BLEU with / without ' + name[len('with attention'):]:28s}{ratios}")
 
 # %% [markdown]

@@ -230,7 +230,7 @@ def feed_forward_shape(PositionWiseFeedForward: type[nn.Module], d_model: int = 
     cause = "fc1 widens each position to d_ff, fc2 brings it back to d_model: return fc2's output."
     out = run.outputs[0]
     if isinstance(out, Tensor) and d_ff != d_model and tuple(out.shape) == (batch, seq_len, d_ff):
-        # the hidden layer returned: say so, not the generic "repeated or concatenated" of a multiple
+        # the hidden layer returned: say so, not only the generic "times the expected" of a multiple
         fail("PositionWiseFeedForward(x) has the wrong shape.", expected=(batch, seq_len, d_model),
              got=f"{(batch, seq_len, d_ff)}: every position has d_ff = {d_ff} features, the width of the hidden "
                  f"layer, where d_model = {d_model} is expected",

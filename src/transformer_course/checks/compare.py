@@ -135,7 +135,8 @@ def merged_axes(fewer: Sequence[int], more: Sequence[int]) -> int | None:
 def describe_shape(got: Sequence[int], expected: Sequence[int]) -> str:
     """How a shape departs from the expected one, read from the two shapes alone ('' when nothing simple can be
     said): axes holding each other's sizes (a permutation), one axis cut short or a whole multiple of its size
-    (repeated or concatenated), an axis of size 1 too many or too few, two axes merged into one or one split."""
+    (only the sizes are said: a multiple may be a repetition or another axis's size), an axis of size 1 too many
+    or too few, two axes merged into one or one split."""
     got, expected = tuple(got), tuple(expected)
     if got == expected:
         return ""
@@ -151,7 +152,7 @@ def describe_shape(got: Sequence[int], expected: Sequence[int]) -> str:
             if have < want:
                 return f"axis {axis} holds {have} of the expected {want} (cut short)"
             if have % want == 0:
-                return f"axis {axis} is {have // want} times the expected {want} (repeated or concatenated)"
+                return f"axis {axis} is {have // want} times the expected {want} (it has {have})"
             return f"axis {axis} has {have} where {want} is expected"
     if len(got) == len(expected) + 1:
         for axis in range(len(got)):

@@ -93,20 +93,27 @@ def test_nbgrader_releases_the_cells_with_their_line_and_zero_points(tmp_path):
     assert credit(graded["counted"].source) is None and graded["counted"].metadata.nbgrader["points"] == 2
 
 
-def test_the_summary_counts_extra_credit_apart_and_optional_for_nothing(monkeypatch, capsys):
+def _summary_of(monkeypatch, capsys, cells, credit, latest) -> str:
+    """What `framework.summary` prints for stage 0's checks module with these grade cells, credit marks and latest
+    outcomes ({check name: True (passed) or False (failed)})."""
     module = "transformer_course.checks.why_attention"
+    monkeypatch.setitem(framework.GRADE_CELLS, module, cells)
+    monkeypatch.setitem(framework.CREDIT, module, credit)
+    outcome = {passed: type("Outcome", (), {"passed": passed, "deferred": False,
+                                            "message": "" if passed else "the scores differ"})()
+               for passed in (True, False)}
+    monkeypatch.setattr(framework, "_LATEST", {(module, name): outcome[passed] for name, passed in latest.items()})
+    framework.summary(module)
+    return capsys.readouterr().out
+
+
+def test_the_summary_counts_extra_credit_apart_and_optional_for_nothing(monkeypatch, capsys):
     import transformer_course.checks.why_attention  # noqa: F401  (the summary reads its titles)
 
-    monkeypatch.setitem(framework.GRADE_CELLS, module, (
+    out = _summary_of(monkeypatch, capsys, (
         ("counted", 2, ("score_shape",)), ("bonus", 3.0, ("score_values",)), ("practice", 0.0, ("forward_shapes",)),
-        ("bonus_hidden", 1.0, ())))
-    monkeypatch.setitem(framework.CREDIT, module, {"bonus": "extra", "practice": "optional", "bonus_hidden": "extra"})
-    passed = type("Outcome", (), {"passed": True, "deferred": False, "message": ""})()
-    failed = type("Outcome", (), {"passed": False, "deferred": False, "message": "the scores differ"})()
-    monkeypatch.setattr(framework, "_LATEST", {(module, "score_shape"): passed, (module, "score_values"): passed,
-                                               (module, "forward_shapes"): failed})
-    framework.summary(module)
-    out = capsys.readouterr().out
+        ("bonus_hidden", 1.0, ())), {"bonus": "extra", "practice": "optional", "bonus_hidden": "extra"},
+        {"score_shape": True, "score_values": True, "forward_shapes": False})
     assert "(extra credit, +3 points)" in out and "(optional, no points)" in out
     assert "2 of 2 points from the visible checks — all green." in out  # the failing optional check is not counted
     assert ("Extra credit: 3 of 3 points from the visible checks, added to your score and not part of its "
@@ -220,18 +227,11 @@ def test_the_lms_gets_the_score_with_extra_credit_on_the_maximum_without_it(tmp_
 
 def test_a_cell_of_several_checks_shows_each_checks_own_mark(monkeypatch, capsys):
     """A student whose first check of a two-check cell passes sees it passing beside the one that fails."""
-    module = "transformer_course.checks.why_attention"
     import transformer_course.checks.why_attention as checks
 
-    monkeypatch.setitem(framework.GRADE_CELLS, module, (("pair", 3, ("score_shape", "score_values")),
-                                                       ("single", 1, ("forward_shapes",))))
-    monkeypatch.setitem(framework.CREDIT, module, {})
-    passed = type("Outcome", (), {"passed": True, "deferred": False, "message": ""})()
-    failed = type("Outcome", (), {"passed": False, "deferred": False, "message": "the scores differ"})()
-    monkeypatch.setattr(framework, "_LATEST", {(module, "score_shape"): passed, (module, "score_values"): failed,
-                                               (module, "forward_shapes"): passed})
-    framework.summary(module)
-    out = capsys.readouterr().out
+    out = _summary_of(monkeypatch, capsys, (("pair", 3, ("score_shape", "score_values")),
+                                            ("single", 1, ("forward_shapes",))), {},
+                      {"score_shape": True, "score_values": False, "forward_shapes": True})
     assert f"✘ {checks.score_shape.check_title} [✔]; {checks.score_values.check_title} [✘]  (3 points)" in out
     assert f"✔ {checks.forward_shapes.check_title}  (1 point)" in out  # one check: no bracket
     assert "1 of 4 points from the visible checks; 1 of 2 graded cells not passing yet." in out

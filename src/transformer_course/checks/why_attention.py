@@ -361,6 +361,14 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
             got, cause = (got + f": their scores are set to {fill:.4g}",
                           f"a fill of {fill:.4g} is not negative enough: next to large scores its weight is tiny but "
                           "not 0; use a very negative number such as -1e9 (or float('-inf')).")
+        row_sums = weights.sum(dim=-1)  # (batch, q_len)
+        if not torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-6):  # what else the weights show
+            got += f"; a query's weights do not sum to 1 either (off by up to {(row_sums - 1).abs().max().item():.3g})"
+            column_sums = weights.sum(dim=1)  # (batch, k_len)
+            if torch.allclose(column_sums, torch.ones_like(column_sums), atol=1e-6):
+                cause = ("the softmax normalises each source position over the queries (every column of weights "
+                         "sums to 1) instead of each query over the source positions: take it over the last axis, "
+                         "dim=-1.")
         fail("padded source positions still get attention weight.", expected="exactly 0 wherever mask is False",
              got=got, cause=cause + FIX_SCORE_FIRST)
     row_sums = weights.sum(dim=-1)  # (batch, q_len)

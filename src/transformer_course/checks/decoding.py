@@ -1441,16 +1441,16 @@ def _translated(translate_batch: Callable, case: Batching, batch_size: int) -> t
         got = describe(got)
     else:
         got = [[str(token) for token in tokens] for tokens in got]
-    told = [call.args.get("pad_idx") for call in run.of("greedy_decode")]
-    return got, [(call.args["src"], int(pad) if type(pad) is int else None)  # plain values only leave this side
-                 for call, pad in zip(run.of("greedy_decode"), told, strict=True)
+    return got, [(call.args["src"], call.args.get("pad_idx") if type(call.args.get("pad_idx")) is int else None)
+                 for call in run.of("greedy_decode")  # plain values only leave this side
                  if isinstance(call.args.get("src"), torch.Tensor)]
 
 
-def _alone(case: Batching) -> list[list[str]]:
-    """Each sentence of the case decoded alone (no padding) by the reference: its translation."""
-    model = _translation_model(case.sizes)
-    _, target_vocab = _vocabularies(case.sizes)
+def _alone(case: Batching, model: nn.Module | None = None, target_vocab: Any = None) -> list[list[str]]:
+    """Each sentence of the case decoded alone (no padding) by the reference: its translation. `model` and
+    `target_vocab`: the case's translation model and target vocabulary, when the caller has built them."""
+    model = model if model is not None else _translation_model(case.sizes)
+    target_vocab = target_vocab if target_vocab is not None else _vocabularies(case.sizes)[1]
     ids = Ids()
     translations = []
     for source in case.sources():
@@ -1487,12 +1487,12 @@ def _telling(case: Batching, *, order: bool = False, padding: bool = False, trie
     seeds, drawn from the class's secret, are random."""
     for seed in lively.seeds(case.sizes.seed, tries):
         candidate = replace(case, sizes=replace(case.sizes, seed=seed))
-        alone = _alone(candidate)
+        model, (_, target_vocab) = _translation_model(candidate.sizes), _vocabularies(candidate.sizes)
+        alone = _alone(candidate, model, target_vocab)
         if order:
             sorted_order = sorted(range(len(alone)), key=lambda index: candidate.lengths[index])
             if [alone[index] for index in sorted_order] == alone:
                 continue
-        model, (_, target_vocab) = _translation_model(candidate.sizes), _vocabularies(candidate.sizes)
         rows, max_len = candidate.sources(), candidate.sizes.max_len
         unk = Ids.unk
         if any(unk in row for row in rows) \

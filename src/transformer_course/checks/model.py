@@ -519,9 +519,17 @@ def _stack_reading(what: str, stack: Stack, calls: list[parts.Call], inputs: tup
         text += "; each block must receive the previous block's output: update x in the loop, x = layer(x, ...)"
     elif reading.role == "embedding" and "×" in reading.got:
         text += "; the factor sqrt(d_model) multiplies the embedding vectors, not the token ids"
-    elif reading.kind == "result" and complete and reading.got == parts.UNNAMED:
-        text = _after_last(result, replay.values.tensors.get(last), replay.values.names.get(last, "")) or text
+    elif complete and (after := _unnamed_result(reading, result, replay, last)):
+        text = after
     return text
+
+
+def _unnamed_result(reading: parts.Reading, result: Any, replay: parts.Replay, last: str) -> str:
+    """When the reading says forward returns a value none of its parts made: what forward did to the output of
+    part `last` before returning it (`_after_last`); '' otherwise."""
+    if reading.kind != "result" or reading.got != parts.UNNAMED:
+        return ""
+    return _after_last(result, replay.values.tensors.get(last), replay.values.names.get(last, ""))
 
 
 def _scale(calls: list[parts.Call], replay: parts.Replay, d_model: int) -> str:
@@ -905,10 +913,7 @@ def _model_reading(model: _Model, calls: list[parts.Call], inputs: tuple, result
                                ordered=[("encoder", "decoder")], complete=complete)
     if reading is None:
         return None
-    if reading.kind == "result" and complete and reading.got == parts.UNNAMED:
-        return _after_last(result, replay.values.tensors.get("decoder"), replay.values.names.get("decoder", "")) \
-            or reading.cause()
-    return reading.cause()
+    return (complete and _unnamed_result(reading, result, replay, "decoder")) or reading.cause()
 
 
 def _model_run(model: _Model, inputs: tuple) -> parts.Run:

@@ -201,14 +201,24 @@ class SecretError(ValueError):
 
 
 def read_secret(path: Path) -> bytes:
-    text = path.read_text(encoding="ascii", errors="replace").strip()
+    return _secret_from(path, path.read_text(encoding="ascii", errors="replace"))
+
+
+def _secret_from(path: Path, text: str) -> bytes:
     try:
-        secret = bytes.fromhex(text)
+        secret = bytes.fromhex(text.strip())
     except ValueError:
         raise SecretError(f"{path} does not hold a secret (64 hexadecimal digits)") from None
     if len(secret) < 16:
         raise SecretError(f"{path} holds {len(secret)} bytes: a secret needs at least 16")
     return secret
+
+
+def _being_written(text: str) -> bool:
+    """Whether `text` may be a secret caught between its creation and the end of its writing: empty, or fewer hex
+    digits than the 64 this module writes, without the newline that ends them."""
+    return (len(text) < 64 and not text.endswith("\n")
+            and all(character in "0123456789abcdef" for character in text))
 
 
 def read_or_create(path: Path, settle_seconds: float = 10.0) -> tuple[bytes, bool]:
@@ -256,15 +266,15 @@ def create_once(path: Path, text: str, mode: int = 0o600) -> bool:
 
 
 def _read_settled(path: Path, settle_seconds: float) -> bytes:
-    """The secret at `path`; an empty file (another caller between creating and writing it) is read again."""
+    """The secret at `path`; a file still being written (another caller between creating and writing it, on a file
+    system without hard links) is read again until `settle_seconds` have passed. What is judged is the text read,
+    never a later look at the file, which the writer may have finished in between."""
     deadline = time.monotonic() + settle_seconds
     while True:
-        try:
-            return read_secret(path)
-        except SecretError:
-            if path.stat().st_size != 0 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+        text = path.read_text(encoding="ascii", errors="replace")
+        if not _being_written(text) or time.monotonic() > deadline:
+            return _secret_from(path, text)
+        time.sleep(0.05)
 
 
 def secret_id(secret: bytes) -> str:

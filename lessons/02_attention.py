@@ -25,14 +25,14 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 2¼ hours if you are at ease with PyTorch, about 4¼ hours if you are new to
-# it or get stuck. That is reading (52 minutes at 150 words a minute with the folded hints left
-# closed, or 77 minutes at 100 words a minute with them open), three exercises, one bug hunt, three
-# predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
-# cell, saving a copy), and cells that run in seconds. (Estimated by `scripts/working_time.py` in the
-# course repository from the notebook's length and the measured run time of its cells, with
-# assumptions it prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10
-# minutes per exercise plus 2 or 4 per line you write, 10 or 20 per bug hunt.)
+# **Working time:** about 2½ hours if you are at ease with PyTorch, about 4¼ hours if you are new to it or get
+# stuck. That is reading (55 minutes at 150 words a minute without the folded hints, 81 at 100 words a minute
+# with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three predictions and
+# three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
+# that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
+# length and the measured run time of its cells, with assumptions it prints, not measurements of students: for
+# example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2 or 4 per line you write, 10 or 20 per
+# bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can
@@ -643,10 +643,11 @@ print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()
 # `(batch, seq_len, d_model)`, head $i$'s output for token $t$ in features $i \cdot d_k$ to
 # $(i+1) \cdot d_k - 1$ of token $t$, so that `combine_heads(split_heads(x))` gives `x` back.
 #
-# What you need to know about PyTorch's tensors: a tensor's numbers lie in memory in row order (the
-# last axis fastest). `view` and `reshape` read that order again in another shape and never move a
-# number; `transpose` and `permute` change which axis is read first, without copying anything. Work
-# out on paper, with the small example below, which of these gives each head the right numbers. The
+# What you need to know about PyTorch's tensors: a tensor is read in row order (the last axis
+# fastest), and a newly made tensor lies in memory in that order. `view` and `reshape` read the numbers
+# in that order and cut the sequence into another shape, so which number follows which never changes;
+# `transpose` and `permute` change which axis is read first, without copying anything. Work out on
+# paper, with the small example below, which of these gives each head the right numbers. The
 # diagram shows what must come out (colour = head), not how.
 
 # %%

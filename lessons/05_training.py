@@ -25,14 +25,14 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 3¾ hours if you are at ease with PyTorch, about 5½ hours if you are new to it
-# or get stuck. That is reading (95 minutes, or 127 with the folded hints), three exercises, one bug
-# hunt, three predictions and three written questions, 5 to 10 minutes of setting up (Colab, the setup
-# cell, saving a copy), and the training run of section 11 (ten epochs of roughly 3 to 6 minutes each
-# on a 2-core CPU: 30 minutes to an hour). (Estimated by `scripts/working_time.py` in the course
-# repository from the notebook's length and the measured run time of its cells, with assumptions it
-# prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10 minutes per
-# exercise plus 2 or 4 per line you write, 10 or 20 per bug hunt.)
+# **Working time:** about 3¾ hours if you are at ease with PyTorch, about 5¾ hours if you are new to it or get
+# stuck. That is reading (99 minutes at 150 words a minute without the folded hints, 132 at 100 words a minute
+# with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three predictions and
+# three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and the
+# training run of section 11 (ten epochs of roughly 3 to 6 minutes each on a 2-core CPU: 30 minutes to an
+# hour). (Estimated by `scripts/working_time.py` in the course repository from the notebook's length and the
+# measured run time of its cells, with assumptions it prints, not measurements of students: for example 150 or
+# 100 words a minute, 5 or 10 minutes per exercise plus 2 or 4 per line you write, 10 or 20 per bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can

@@ -27,15 +27,15 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | **7** (optional) | **the key/value cache and beam search** (this one) |
 #
-# **Working time:** about 3 hours if you are at ease with PyTorch, about 5½ hours if you are new to it
-# or get stuck. That is reading (65 minutes at 150 words a minute with the folded hints left closed,
-# or 87 minutes at 100 words a minute with them open), four exercises, one bug hunt, three predictions
-# and two written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and
-# under half a minute of computation on one free CPU core with the quick setting below (what *Run all*
-# took on a busy machine, both ways, is under *Quick mode*). (Estimated by `scripts/working_time.py` in
-# the course repository from the notebook's length and the measured run time of its cells, with
-# assumptions it prints, not measurements of students: for example 150 or 100 words a minute, 5 or 10
-# minutes per exercise plus 2 or 4 per line you write, 10 or 20 per bug hunt.)
+# **Working time:** about 3¼ hours if you are at ease with PyTorch, about 5¾ hours if you are new to it or get
+# stuck. That is reading (68 minutes at 150 words a minute without the folded hints, 94 at 100 words a minute
+# with them, and the given code at 10 lines a minute), four exercises, one bug hunt, three predictions and two
+# written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and under half a
+# minute of computation on one free CPU core with the quick setting below (what *Run all* took on a busy
+# machine, both ways, is under *Quick mode*). (Estimated by `scripts/working_time.py` in the course repository
+# from the notebook's length and the measured run time of its cells, with assumptions it prints, not
+# measurements of students: for example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2 or 4
+# per line you write, 10 or 20 per bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can

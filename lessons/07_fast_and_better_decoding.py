@@ -30,12 +30,12 @@
 # **Working time:** about 3¼ hours if you are at ease with PyTorch, about 5¾ hours if you are new to it or get
 # stuck. That is reading (68 minutes at 150 words a minute without the folded hints, 94 at 100 words a minute
 # with them, and the given code at 10 lines a minute), four exercises, one bug hunt, three predictions and two
-# written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and under half a
-# minute of computation on one free CPU core with the quick setting below (what *Run all* took on a busy
-# machine, both ways, is under *Quick mode*). (Estimated by `scripts/working_time.py` in the course repository
-# from the notebook's length and the measured run time of its cells, with assumptions it prints, not
-# measurements of students: for example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2 or 4
-# per line you write, 10 or 20 per bug hunt.)
+# written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and, with the quick
+# setting below, 27 seconds of computation on one otherwise idle CPU core (on a busy 2-core machine *Run all*
+# took minutes: see *Quick mode*). (Estimated by `scripts/working_time.py` in the course repository from the
+# notebook's length and the measured run time of its cells, with assumptions it prints, not measurements of
+# students: for example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2 or 4 per line you
+# write, 10 or 20 per bug hunt.)
 #
 # ## Learning outcomes
 # After this notebook you can
@@ -70,7 +70,8 @@
 # **Quick mode.** Sections 9 and 10 decode test sentences with the pretrained model, three ways (stage 6's
 # greedy decoding, yours with the cache, beam search). The cell under the imports sets `QUICK = True`:
 # they then decode the first 100 test sentences, and *Run all* took 7.7 minutes on the course's 2-core
-# machine while other work ran on it (load average about 10; 2.2 minutes of CPU time). Set `QUICK = False`
+# machine while other work ran on it (load average about 10; 2.2 minutes of CPU time, the threads of
+# PyTorch added up, which inflates it when they wait for each other). Set `QUICK = False`
 # once, when your code passes its checks, to measure on all 1,000: *Run all* then took 37 minutes on the
 # same busy machine (10 minutes of CPU time). (Measured with `python scripts/benchmark.py --notebook
 # 07_fast_and_better_decoding` in the course repository, which runs the notebook top to bottom both ways
@@ -408,7 +409,7 @@ print(vectors, " self-attention in all:", vectors["self_keys"] + vectors["self_v
 # pretrained model.
 #
 # This time the loop is written for you, by a classmate who ported stage 6's `greedy_decode` to the cache,
-# and **one line was not ported**. On short sentences it runs, and its output reads like English; on a
+# and it has **one realistic mistake**. On short sentences it runs, and its output reads like English; on a
 # longer one it stops with an error. The pretrained model of stage 6 is loaded first, with the test set;
 # the cell after the loop translates a few test sentences with stage 6's `greedy_decode` and with the
 # classmate's loop. Compare the two, read the checks below, then find the line and fix it in place. The
@@ -820,7 +821,8 @@ print(f"identical translations: {same} of {count}; the cache is {speedup:.1f}× 
 # **Time against length.** Now one sentence at a time, so that each sentence's time is its own: short
 # and long test sentences (10 with `QUICK = True`, 63 without), each decoded by both. Without the cache the
 # time per sentence grows faster than its length (every step redoes the prefix); with it, roughly in
-# proportion to the length.
+# proportion to the length. Ten sentences timed on a busy machine can hide the trend: the 63 of
+# `QUICK = False` show it.
 
 # %%
 def time_per_sentence(decode, indices: list[int]) -> tuple[list[int], list[float]]:

@@ -1748,7 +1748,7 @@ def beam_handles_eos_per_hypothesis(beam_search: Callable, beam_size: int = 2, m
                        "from the parents; stop when finished.all().")
 
 
-@check("the final choice divides each hypothesis's score by its length penalty")
+@check("with alpha = 1 the final choice is the best penalised score, each hypothesis counted at its own length")
 def beam_final_choice_uses_length_penalty(beam_search: Callable, beam_size: int = 2, max_len: int = 8) -> None:
     _bigram_case(beam_search, PATIENT_TABLE, beam_size, 1.0, max_len,
                  problem="'the <eos>' (probability 0.48) ends first; with alpha=1 the longer 'a big white fast cat "

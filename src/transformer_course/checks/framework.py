@@ -632,8 +632,17 @@ def expect_close(
             f"largest difference {difference.max().item():.3g} at index {index}: "
             f"{got64[index].item():.6g} instead of {expected64[index].item():.6g}"
         )
-    problem = f"{name} has the wrong values" + (f": {where}." if where else ".")
+    problem = f"{name} {_has(name)} the wrong values" + (f": {where}." if where else ".")
     fail(problem, expected=expected_words, got=detail, cause=cause)
+
+
+def _has(name: str) -> str:
+    """'have' after a plural English noun ("weights", "the logits of step 2"), else 'has' ("output",
+    "cache.self_keys[0]", "self.attn_weights": names of code are singular)."""
+    words = name.split()
+    head = words[1] if len(words) > 1 and words[0] == "the" else words[0] if words else ""
+    plural = head.isalpha() and head.endswith("s") and not head.endswith(("ss", "us", "is"))
+    return "have" if plural else "has"
 
 
 def parameter_names(keys: Sequence[str]) -> str:

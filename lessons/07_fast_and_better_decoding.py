@@ -762,11 +762,12 @@ print(f"divmod({flat_index}, {vocab}) = {divmod(flat_index, vocab)}")
 # %% [markdown]
 # ### Check your work
 # Three checks use a hand-made *bigram* model: a course `Transformer` with no blocks, whose embedding and
-# output layer are set so that the next-token distribution is a table indexed by the previous token (the
-# toy model above, in tensors). There the right answer is known exactly. As in section 5, your loop runs
-# with the course's own `start_cache`, `decoder_step` and `select_beams`, and the first folded hint of a
-# failing check follows a wrong result step by step: the tokens fed, the cache rows each step began with, what `select_beams` was given
-# (log-probabilities, scores, `finished`, `lengths`), when the search stopped and which hypothesis came out.
+# output layer are set so that the next-token distribution is a table indexed by the previous token (the toy
+# model above, in tensors). There the right answer is known exactly. As in section 5, your loop runs with the
+# course's own `start_cache`, `decoder_step` and `select_beams`, and the first folded hint of a failing check
+# follows a wrong result step by step: the tokens fed, the cache rows each step began with, what
+# `select_beams` was given (log-probabilities, scores, `finished`, `lengths`), when the search stopped and
+# which hypothesis came out.
 
 # %% tests="fast_beam_one_is_greedy" points=2
 assert check.beam_size_one_is_greedy(beam_search)

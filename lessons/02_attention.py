@@ -157,8 +157,9 @@ plt.show()
 # %% [markdown]
 # ## 3. Why divide by $\sqrt{d_k}$?
 #
-# Take a query and a key whose $d_k$ entries are independent, with mean 0 and variance 1 (roughly
-# what well-initialised layers produce). Their dot product $q \cdot k = \sum_{m=1}^{d_k} q_m k_m$ is
+# Take a query and a key whose $d_k$ entries are independent, with mean 0 and variance 1 (an
+# initialisation that keeps the variance, such as Xavier's, gives roughly that; `nn.Linear`'s default
+# gives about a third of the input's variance). Their dot product $q \cdot k = \sum_{m=1}^{d_k} q_m k_m$ is
 # a sum of $d_k$ independent terms, each of mean 0 and variance $1 \cdot 1 = 1$. Variances of
 # independent terms add up, so
 #
@@ -187,7 +188,8 @@ plt.show()
 # **Why large scores hurt.** The softmax of large, spread-out scores is almost one-hot: one key gets
 # nearly all the weight. That looks decisive, but the softmax is then *saturated*: its derivative
 # $\partial a_i / \partial s_j = a_i(\delta_{ij} - a_j)$ is close to 0 for every entry, so almost no
-# gradient flows back to the queries and keys, and learning stalls. Below, one query meets 8 keys
+# gradient flows back to the queries and keys. The paper "suspects" that this is what hurts large
+# $d_k$ (section 3.2.1): learning on such scores is slow. Below, one query meets 8 keys
 # with $d_k = 512$: compare the weights and the largest entry of the softmax's Jacobian (the table
 # of all $\partial a_i/\partial s_j$).
 
@@ -254,7 +256,8 @@ for name, weights in (("right", right), ("filled with 0", fill_zero), ("after so
 # - **an inverted mask.** Symptom: the hidden keys get all the weight and the allowed keys get 0.
 #   Remember: `True` means "may attend".
 # - **`~mask` on an integer mask.** Masks may arrive as 0/1 integers. `~` flips an integer's bits
-#   (1 becomes −2 and 0 becomes −1, both non-zero), and `masked_fill` raises an error for a mask that
+#   (for a signed integer 1 becomes −2 and 0 becomes −1; for `uint8` they become 254 and 255: all
+#   non-zero), and `masked_fill` raises an error for a mask that
 #   is not bool. Build a condition that is a bool tensor for both kinds of mask.
 # - **returning the scores.** Symptom: "weights" with negative entries or rows that do not sum to 1.
 #   The function returns the *weights* (after the softmax), which the model later plots.
@@ -452,7 +455,7 @@ assert check.padding_mask_values(make_padding_mask)
 # explains why training works this way). It takes a few seconds.
 
 # %%
-torch.set_num_threads(1)  # a model this small trains fastest on one CPU thread
+torch.set_num_threads(1)  # one CPU thread from here on, for the rest of this notebook
 steps = 40 if short_run() else 400  # while your notebook is autograded, a few steps (nobody reads them)
 copier, losses = train_copier(make_look_ahead_mask, steps=steps)  # batches of 64 sequences, your mask
 print(f"training loss: {losses[0]:.3f} at the first step, {losses[-1]:.4f} at the last")
@@ -533,11 +536,13 @@ assert check.look_ahead_mask_values(make_look_ahead_mask, size=11)
 
 # %% [markdown]
 # ### Pictures of the masks
-# A batch of two German sentences, the shorter one padded (`<pad>` has id 3, as in every notebook of
-# the course). Blue cells may be attended to, grey cells are hidden (the same colours in every mask
-# figure of the course); rows are queries, columns are keys. The padding mask hides the `<pad>` columns
-# for every row; the look-ahead mask hides everything right of the diagonal. The decoder needs both at
-# once: a key is visible only if *both* masks allow it. The third panel is built entry by entry from
+# A batch of two German sentences, the shorter one padded (`<pad>` has id 3, as in every notebook of the
+# course). Blue cells may be attended to, grey cells are hidden (the same colours in every mask figure of
+# the course); rows are queries, columns are keys. The padding mask hides the `<pad>` columns for every
+# row; the look-ahead mask hides everything right of the diagonal. The decoder uses both at once: a key is
+# visible only if *both* masks allow it. (With the padding at the end, as here, the look-ahead mask
+# already hides every `<pad>` key from the real words; the padding mask changes the `<pad>` queries' rows,
+# and matters wherever padding can come first: question 2.) The third panel is built entry by entry from
 # that rule; stage 4 asks you for the same table as one tensor expression, for a whole batch.
 
 # %%
@@ -1028,11 +1033,12 @@ for n in (10, 50, 512, 2000):
 # **Rubric.**
 # - 1 point: variance $d_k / d_{model} = 1/h = 1/8$ (standard deviation ≈ 0.35); scores too small,
 #   weights nearly uniform at initialisation.
-# - 1 point: no difference for $h = 1$ (then $d_k = d_{model}$); also accept "the larger $h$, the
-#   larger the error".
+# - 1 point: no difference for $h = 1$ (then $d_k = d_{model}$); also accept an answer that says the
+#   error grows with $h$ and is none at $h = 1$.
 # - 1 point: it only starts worse: a constant factor on the scores that the learned projections can
 #   absorb (their scales multiplying to $\sqrt{h}$, or simply "the query or key projection grows by
-#   $\sqrt{h}$"; also accept: weights too flat to focus at first, so training is slower).
+#   $\sqrt{h}$"; an answer that only says the weights are too flat at first, without saying why the
+#   model can still learn, gets no point).
 
 # %% [markdown]
 # **Question 2 (2 points).** Section 4 says that with `float("-inf")` a row whose keys are *all*

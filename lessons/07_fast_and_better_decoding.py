@@ -28,11 +28,11 @@
 # | **7** (optional) | **the key/value cache and beam search** (this one) |
 #
 # **Working time:** about 3¼ hours if you are at ease with PyTorch, about 5¾ hours if you are new to it or get
-# stuck. That is reading (68 minutes at 150 words a minute without the folded hints, 94 at 100 words a minute
+# stuck. That is reading (69 minutes at 150 words a minute without the folded hints, 95 at 100 words a minute
 # with them, and the given code at 10 lines a minute), four exercises, one bug hunt, three predictions and two
 # written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and, with the quick
-# setting below, 27 seconds of computation on one otherwise idle CPU core (on a busy 2-core machine *Run all*
-# took minutes: see *Quick mode*). (Estimated by `scripts/working_time.py` in the course repository from the
+# setting below, 27 seconds of CPU time on one thread (the wall time of *Run all* on a busy 2-core machine is under
+# *Quick mode*). (Estimated by `scripts/working_time.py` in the course repository from the
 # notebook's length and the measured run time of its cells, with assumptions it prints, not measurements of
 # students: for example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2 or 4 per line you
 # write, 10 or 20 per bug hunt.)
@@ -177,9 +177,12 @@ plt.show()
 # decoded so far, `(batch, heads, steps, d_k)`, growing by one position per step, and the cross-attention
 # keys and values, `(batch, heads, src_len, d_k)`, fixed. (Only keys and values: old queries are never
 # used again.) A step then costs the same at position 50 as at position 1, apart from attending over a
-# longer cache. The price is memory: for the pretrained model (3 layers, $d_\text{model} = 256$) a batch of
+# longer cache (and copying it into a tensor one position longer, which `torch.cat` does). What it costs is
+# state kept from step to step: for the pretrained model (3 layers, $d_\text{model} = 256$) a batch of
 # 256 sentences at step 30 keeps $2 \cdot 3 \cdot 256 \cdot 30 \cdot 256 \approx 11.8$ million numbers
-# (47 MB in float32) of self-attention cache.
+# (47 MB in float32) of self-attention cache. Stage 6's decoder computes as many keys and values at
+# that step, and throws them away after it; beam search keeps one cache row per hypothesis, so its cache
+# is beam-size times larger and is reordered at every step.
 
 # %%
 figures.plot_cache_contents(position=5, src_len=7)
@@ -621,6 +624,9 @@ for alpha in (0.0, 0.6, 1.0):
 # its score and its length do not change). It competes with the live hypotheses through its ranking score
 # $\text{score}/\mathrm{lp}(n)$, and the search stops once all $k$ hypotheses of every sentence have ended
 # (or after `max_len` steps). The answer is the hypothesis with the best ranking score.
+# Libraries such as fairseq and Hugging Face's `generate` do it another way: they set a finished
+# hypothesis aside and keep $k$ live ones, so the live beam never shrinks. Both are beam search; on
+# the same model they can give different translations.
 #
 # ### Batched: `batch × beam` rows
 #
@@ -920,8 +926,9 @@ plt.show()
 # search's gain over greedy decoding could be luck of the draw. It draws 1,000 new test sets from the real
 # one, each of 1,000 sentences taken at random with replacement, and scores both systems on each same
 # draw: *paired*, so a draw full of easy sentences raises both. sacreBLEU reports each system's mean BLEU
-# over the draws with a 95 % interval, and a p-value: how often the size of the draws' differences,
-# shifted to a mean of 0 (as if both systems were equally good), exceeds the size of the difference observed.
+# over the draws with a 95 % interval, and a p-value: how often the sizes of the draws' differences, minus
+# their mean (sacreBLEU's stand-in for what two equally good systems would give), exceed the size of the
+# difference observed.
 # The script also counted, on the same draws, how often beam search scored higher, and the range that
 # holds the middle 95 % of the differences.
 
@@ -1002,9 +1009,11 @@ else:
 
 # %% [markdown]
 # Beam search does not always win: on some sentences its more probable translation is *further* from the
-# reference (the model's probability and BLEU disagree), and a larger beam is not always better (with very
-# wide beams, translations tend to get shorter or blander). That is why the settings are chosen on held-out
-# data, and why the gain on Multi30k is modest, as the benchmark's test scores above show, not a leap.
+# reference (the model's probability and BLEU disagree), and a larger beam is not always better: Koehn and
+# Knowles (2017) found that very wide beams gave shorter translations and lower BLEU on their systems (the
+# course's grid stops at 6 beams: its validation BLEU rises with the beam for α 0.6 and 1, and stays within
+# 0.1 for α 0). That is why the settings are chosen on held-out data, and why the gain on Multi30k is
+# modest, as the benchmark's test scores above show, not a leap.
 
 # %% [markdown]
 # ## Summary
@@ -1013,7 +1022,8 @@ else:
 # - A key/value cache keeps, per decoder layer, the self-attention keys and values of every decoded position
 #   (one more per step) and the cross-attention keys and values of the source (computed once). A step then
 #   runs the decoder for the newest position only. Its logits equal the full decoder's up to rounding
-#   (about $10^{-7}$), so it writes the same tokens unless two candidates tie to within that rounding (on
+#   (about $10^{-7}$ on the small model of section 1; more on larger models with larger logits), so it
+#   writes the same tokens unless two candidates tie to within that rounding (on
 #   the 1,000 test sentences the benchmark found no such case).
 # - Beam search keeps the $k$ best prefixes by total log-probability; $k = 1$ is greedy decoding. Finished
 #   hypotheses wait in the beam; dividing the score by a length penalty $((5+n)/6)^\alpha$ counters its
@@ -1092,8 +1102,8 @@ else:
 #   (−2.78 against −3.21) and at α = 0 (−4 against −6).
 # - 1 point: the reason: log-probabilities only add negative terms, so sums favour short outputs, and
 #   dividing by a penalty that grows with the length, faster for larger α, helps the longer hypothesis.
-#   (Saying that a larger α comes closer to ranking by the average log-probability per token also earns
-#   this point.)
+#   (A larger α does not rank by the average log-probability per token: at α = 1 the rank is
+#   $6 \log P / (5 + n)$, which can disagree with $\log P / n$; that claim alone earns no point.)
 
 # %%
 check.summary()

@@ -1078,32 +1078,33 @@ else:
 #   from the embeddings, and only the newest position's output is needed) is right and must not cost points.
 
 # %% [markdown]
-# **Question 2 (3 points).** Two finished hypotheses of one sentence: one of 12 tokens with
-# $\log P = -6$, one of 6 tokens with $\log P = -4$. Compute $\mathrm{lp}(n)$ for each and the ranking
+# **Question 2 (3 points).** Two finished hypotheses of one sentence: one of 14 tokens with
+# $\log P = -7$, one of 7 tokens with $\log P = -4.5$. Compute $\mathrm{lp}(n)$ for each and the ranking
 # $\log P / \mathrm{lp}(n)$ with $\alpha = 1$ and with $\alpha = 0.6$ (two decimals are enough): which
 # hypothesis wins in each case, and which would win with $\alpha = 0$? Explain in one or two sentences why a
 # larger $\alpha$ moves the choice the way it does.
 
 # %% [markdown] answer="fast_q_length" points=3
-# **Model answer.** With $\alpha = 1$: $\mathrm{lp}(12) = 17/6 \approx 2.83$ and $\mathrm{lp}(6) = 11/6
-# \approx 1.83$, so the rankings are $-6/2.83 \approx -2.12$ and $-4/1.83 \approx -2.18$: the 12-token
-# hypothesis wins. With $\alpha = 0.6$: $\mathrm{lp}(12) = 2.83^{0.6} \approx 1.87$ and $\mathrm{lp}(6) =
-# 1.83^{0.6} \approx 1.44$, so $-6/1.87 \approx -3.21$ against $-4/1.44 \approx -2.78$: the 6-token
-# hypothesis wins. With $\alpha = 0$ both penalties are 1 and the plain sums compare, $-4 > -6$: the short
-# one wins. Every token adds a log-probability of at most 0, so the plain sum favours short hypotheses; the
-# penalty divides a negative score by a factor that grows with the length, bringing long hypotheses closer
-# to 0, and a larger $\alpha$ makes that factor grow faster, so the longer hypothesis overtakes between
-# $\alpha = 0.6$ and $\alpha = 1$.
+# **Model answer.** With $\alpha = 1$: $\mathrm{lp}(14) = 19/6 \approx 3.17$ and $\mathrm{lp}(7) = 12/6 = 2$,
+# so the rankings are $-7/3.17 \approx -2.21$ and $-4.5/2 = -2.25$: the 14-token hypothesis wins. With
+# $\alpha = 0.6$: $\mathrm{lp}(14) = 3.17^{0.6} \approx 2.00$ and $\mathrm{lp}(7) = 2^{0.6} \approx 1.52$, so
+# $-7/2.00 \approx -3.51$ against $-4.5/1.52 \approx -2.97$: the 7-token hypothesis wins. With $\alpha = 0$
+# both penalties are 1 and the plain sums compare, $-4.5 > -7$: the short one wins. Every token adds a
+# log-probability of at most 0, so the plain sum favours short hypotheses; the penalty divides a negative
+# score by a factor that grows with the length, bringing long hypotheses closer to 0, and a larger $\alpha$
+# makes that factor grow faster, so the longer hypothesis overtakes between $\alpha = 0.6$ and $\alpha = 1$
+# (exactly where $(19/12)^\alpha$ exceeds $7/4.5$, at $\alpha \approx 0.96$).
 #
 # **Rubric.**
-# - 1 point: the four penalties, about 2.83, 1.83 (α = 1) and 1.87, 1.44 (α = 0.6) (rounding within
+# - 1 point: the four penalties, about 3.17, 2.00 (α = 1) and 2.00, 1.52 (α = 0.6) (rounding within
 #   0.02 accepted).
-# - 1 point: the winners: the 12-token one at α = 1 (−2.12 against −2.18), the 6-token one at α = 0.6
-#   (−2.78 against −3.21) and at α = 0 (−4 against −6).
-# - 1 point: the reason: log-probabilities only add negative terms, so sums favour short outputs, and
-#   dividing by a penalty that grows with the length, faster for larger α, helps the longer hypothesis.
-#   (A larger α does not rank by the average log-probability per token: at α = 1 the rank is
-#   $6 \log P / (5 + n)$, which can disagree with $\log P / n$; that claim alone earns no point.)
+# - 1 point: the winners: the 14-token one at α = 1 (−2.21 against −2.25), the 7-token one at α = 0.6
+#   (−2.97 against −3.51) and at α = 0 (−4.5 against −7).
+# - 1 point: the reason, in words or exactly: log-probabilities only add negative terms, so sums favour
+#   short outputs, and dividing by a penalty that grows with the length, faster for larger α, helps the
+#   longer hypothesis; or the exact condition (the longer one wins once $(19/12)^\alpha > 7/4.5$, i.e.
+#   α above about 0.96). (A larger α does not rank by the average log-probability per token: at α = 1 the
+#   rank is $6 \log P / (5 + n)$, which can disagree with $\log P / n$; that claim alone earns no point.)
 
 # %%
 check.summary()

@@ -104,9 +104,9 @@ WRITTEN: dict[str, dict[str, str]] = {
             "Layer-1 K, V = proj(emb + PE) → still valid. Layers ≥ 2: K, V from changed inputs → recompute all. "
             "Cost per step ~ t positions per layer → total ~n(n+1)/2 again (N ≥ 2)."),
         "fast_q_length": (
-            "lp(n) = ((5+n)/6)^α. α=1: lp(12)=2.83, lp(6)=1.83 → -6/2.83=-2.12 vs -4/1.83=-2.18 → 12-token wins. "
-            "α=0.6: 1.87, 1.44 → -3.21 vs -2.78 → 6-token wins. α=0: -6 vs -4 → 6-token. Bigger α → bigger divisor "
-            "for long → favours length."),
+            "lp(n) = ((5+n)/6)^α. α=1: lp(14)=3.17, lp(7)=2 → -7/3.17=-2.21 vs -4.5/2=-2.25 → 14-token wins. "
+            "α=0.6: 2.00, 1.52 → -3.51 vs -2.97 → 7-token wins. α=0: -7 vs -4.5 → 7-token. Bigger α → bigger "
+            "divisor for long → favours length."),
     },
     "tutorial": {
         "why_q_uniform": (
@@ -246,10 +246,10 @@ WRITTEN: dict[str, dict[str, str]] = {
             "and values of layer 2 onwards are computed from changed inputs and must all be recomputed. So each "
             "step costs work for all t positions again, and the total goes back to roughly n(n+1)/2."),
         "fast_q_length": (
-            "With lp(n) = ((5 + n)/6)^alpha: for alpha = 1, lp(12) = 17/6 ≈ 2.83 and lp(6) = 11/6 ≈ 1.83, giving "
-            "-6/2.83 ≈ -2.12 and -4/1.83 ≈ -2.18, so the 12-token one wins. For alpha = 0.6, lp(12) ≈ 1.87 and "
-            "lp(6) ≈ 1.44, giving -3.21 and -2.78, so the 6-token one wins. With alpha = 0 there is no penalty and "
-            "-4 beats -6. Log-probabilities only get more negative with length, and a larger alpha divides long "
+            "With lp(n) = ((5 + n)/6)^alpha: for alpha = 1, lp(14) = 19/6 ≈ 3.17 and lp(7) = 12/6 = 2, giving "
+            "-7/3.17 ≈ -2.21 and -4.5/2 = -2.25, so the 14-token one wins. For alpha = 0.6, lp(14) ≈ 2.00 and "
+            "lp(7) ≈ 1.52, giving -3.51 and -2.97, so the 7-token one wins. With alpha = 0 there is no penalty and "
+            "-4.5 beats -7. Log-probabilities only get more negative with length, and a larger alpha divides long "
             "hypotheses by more, which helps them."),
     },
     "prose": {
@@ -398,9 +398,9 @@ WRITTEN: dict[str, dict[str, str]] = {
             "of the length again, about n(n+1)/2 as before."),
         "fast_q_length": (
             "The penalty is ((5 + n)/6) raised to alpha. With alpha one, the long hypothesis is divided by about "
-            "2.83 and scores about -2.12, the short one is divided by about 1.83 and scores about -2.18, so the "
-            "long one wins. With alpha 0.6 the divisors are about 1.87 and 1.44, the scores about -3.21 and "
-            "-2.78, so the short one wins, and with alpha zero the short one wins as well, -4 against -6. Each "
+            "3.17 and scores about -2.21, the short one is divided by 2 and scores -2.25, so the long one wins. "
+            "With alpha 0.6 the divisors are about 2.00 and 1.52, the scores about -3.51 and -2.97, so the short "
+            "one wins, and with alpha zero the short one wins as well, -4.5 against -7. Each "
             "extra word can only lower the total, so short answers are favoured unless the penalty, which grows "
             "faster for a larger alpha, lifts the long ones."),
     },

@@ -342,7 +342,7 @@ assert check.sentences_are_independent(AdditiveAttention, batch=4, q_len=3, k_le
 # looks at the form of your prediction and notes it: **it is scored when your notebook is graded**,
 # and nothing in this notebook says whether it is right, so trying again tells you nothing. The cell
 # after the checks shows the truth for *another* configuration (other sizes, another sentence): use
-# it to test your method. The configuration you are graded on is never shown.
+# it to test your method. The answer you are graded on is never printed.
 #
 # **Prediction 1 (1 point).** How many trainable numbers does
 # `AdditiveAttention(query_size=6, key_size=8, attention_size=10)` hold, that is, what does

@@ -253,7 +253,7 @@ assert check.dropout_behaviour(PositionalEncoding)
 # refuses that. The check only looks at the form of your prediction and notes it: **it is scored when
 # your notebook is graded**, and nothing in this notebook says whether it is right, so trying again
 # tells you nothing. The cell after the checks shows the truth for *other* sizes: use it to test
-# your method. The sizes you are graded on are never shown.
+# your method. The answer you are graded on is never printed.
 #
 # **Prediction 1 (1 point).** For the paper's $d_{model} = 512$, what is the dot product
 # $PE_{pos} \cdot PE_{pos}$ of a row of the table with itself? (It is the same for every position;

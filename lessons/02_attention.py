@@ -818,7 +818,7 @@ assert check.mha_attention_weights(MultiHeadAttention, d_model=16, num_heads=8, 
 # refuses that. The check only looks at the form of your prediction and notes it: **it is scored when
 # your notebook is graded**, and nothing in this notebook says whether it is right, so trying again
 # tells you nothing. The cell after the checks shows the truth for *other* sizes and another
-# sentence: use it to test your method. The configuration you are graded on is never shown.
+# sentence: use it to test your method. The answer you are graded on is never printed.
 #
 # **Prediction 1 (1 point).** Section 3 took query and key entries of variance 1. Now the query
 # entries have variance 9 (standard deviation 3) and the key entries variance 4 (standard deviation

@@ -703,7 +703,7 @@ plt.show()
 # notebook: the check refuses that. The check only looks at the form of your prediction and notes it:
 # **it is scored when your notebook is graded**, and nothing in this notebook says whether it is
 # right, so trying again tells you nothing. The cell after the checks shows the truth for *other*
-# sizes: use it to test your method. The sizes you are graded on are never shown.
+# sizes: use it to test your method. The answer you are graded on is never printed.
 #
 # Count the blocks as their given constructors build them. As in stage 2, a count without the
 # biases of the attention projections (the paper's attention formulas have none) is accepted too;

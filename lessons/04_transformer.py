@@ -828,8 +828,8 @@ for num_layers, width, hidden, paper in TABLE_3_C:
 # else of the notebook: the check refuses that. The check only looks at the form of your prediction
 # and notes it: **it is scored when your notebook is graded**, and nothing in this notebook says
 # whether it is right, so trying again tells you nothing. The cell after the checks shows the truth
-# for *another* configuration: use it to test your method. The configuration you are graded on is
-# never shown. Take the configuration
+# for *another* configuration: use it to test your method. The answer you are graded on is never
+# printed. Take the configuration
 # `Transformer(src_vocab=1000, tgt_vocab=800, d_model=64, num_heads=4, num_layers=2, d_ff=128,
 # max_seq_length=50, dropout=0.1)`.
 #

@@ -582,8 +582,8 @@ assert check.compute_loss_ignores_padding(compute_loss, batch_size=6, extra=5, s
 # call your code, torch or anything else of the notebook: the check refuses that. The check only
 # looks at the form of your prediction and notes it: **it is scored when your notebook is graded**,
 # and nothing in this notebook says whether it is right, so trying again tells you nothing. The cell
-# after the check shows the truth for *another* probability: use it to test your method. The case
-# you are graded on is never shown.
+# after the check shows the truth for *another* probability: use it to test your method. The answer
+# you are graded on is never printed.
 
 # %% solution="train_predict_uniform_loss"
 def predict_half_right_loss() -> float:

@@ -352,8 +352,8 @@ assert check.greedy_matches_reference_batch(greedy_decode, eos_idx=7, batch=5, s
 # anything else of the notebook: the check refuses that. The check only looks at the form of your
 # prediction and notes it: **it is scored when your notebook is graded**, and nothing in this
 # notebook says whether it is right, so trying again tells you nothing. The cell after the check
-# shows the truth for *another* batch: use it to test your method. The batch you are graded on is
-# never shown.
+# shows the truth for *another* batch: use it to test your method. The answer you are graded on is
+# never printed.
 #
 # **Prediction 1 (1 point).** A batch of three sentences is decoded with `max_len=12`. The model would
 # end the first sentence with `<eos>` as its 4th generated token, the second as its 9th and the third

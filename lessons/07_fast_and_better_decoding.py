@@ -363,8 +363,8 @@ assert check.step_reuses_cross_keys_values(decoder_step, steps=3, num_layers=3, 
 # anything else of the notebook: the check refuses that. The check only looks at the form of your
 # prediction and notes it: **it is scored when your notebook is graded**, and nothing in this notebook
 # says whether it is right, so trying again tells you nothing. The cell after the check shows the
-# truth for a model of *another* shape: use it to test your method. The shape you are graded on is
-# never shown. The same holds for Predictions 2 and 3 below.
+# truth for a model of *another* shape: use it to test your method. The answer you are graded on is
+# never printed. The same holds for Predictions 2 and 3 below.
 #
 # The pretrained model of section 9 has 3 decoder layers with 8 heads each.
 # It translates **one** German sentence of 9 tokens. After `start_cache` and 5 calls of `decoder_step`,

@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2¾ hours if you are at ease with PyTorch, about 4¾ hours if you are new to it or get
-# stuck. That is reading (59 minutes at 150 words a minute without the folded hints, 82 at 100 words a minute
+# stuck. That is reading (59 minutes at 150 words a minute without the folded hints, 83 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and about a
 # minute of computation on one CPU core, BLEU on all 1,000 test sentences included. (Estimated by
@@ -577,11 +577,11 @@ plt.show()
 # %% [markdown]
 # ## 6. Measuring translation quality: BLEU
 #
-# BLEU (Papineni et al., 2002) compares the model's translations (the *hypotheses*) with human
-# references by counting shared word sequences. An *n-gram* is a run of $n$ consecutive tokens: "a dog"
-# is a 2-gram, and a sentence of $L$ tokens holds $L - n + 1$ of them. Each ingredient of BLEU is there
-# because a simpler score can be fooled; the cells below show each one with sacreBLEU (Post, 2018), the
-# library that computes the BLEU scores reported today, on made-up sentences. (They call it with
+# BLEU (Papineni et al., 2002) compares the model's translations (the *hypotheses*) with human references
+# by counting shared word sequences. An *n-gram* is a run of $n$ consecutive tokens: "a dog" is a 2-gram,
+# and a sentence of $L$ tokens holds $L - n + 1$ of them (none when $L < n$). Each ingredient of BLEU is
+# there because a simpler score can be fooled; the cells below show each one with sacreBLEU (Post, 2018),
+# the library that computes the BLEU scores reported today, on made-up sentences. (They call it with
 # `tokenize="none"`, since the text is already split into tokens, and `smooth_method="none"`, BLEU as the
 # paper defines it.)
 #
@@ -765,9 +765,9 @@ assert check.bleu_agrees_with_sacrebleu(compute_bleu, sentences=300, seed=2)
 # The next cell translates the test set with `translate_batch` and
 # scores it twice, with sacreBLEU and with your `compute_bleu`. While the grader runs this notebook it
 # decodes only the first 10 sentences to stay fast; otherwise all 1,000, which took 31 seconds of CPU time
-# on one core with the course checkpoint on a quiet machine (measured by the course's benchmark,
-# `python scripts/benchmark.py --data ../shared/data/multi30k --steps 1 --threads 1`; a model that rarely
-# says `<eos>` takes longer).
+# on one thread with the course checkpoint, on a machine busy with other work (measured by the
+# course's benchmark, `python scripts/benchmark.py --data ../shared/data/multi30k --steps 1 --threads 1`;
+# a model that rarely says `<eos>` takes longer).
 # Set `count` lower if you are in a hurry: a batch runs until its longest sentence has finished, and
 # each step re-reads the whole prefix.
 
@@ -890,8 +890,10 @@ print(sentence)
 # writing "playing" looks at "spielen", at the very end of the German sentence, then jumps back to
 # "instrumente" and on to "zelt" and "wasser": the boxes leave the diagonal and come back. The cell
 # prints each English word with the German token its row attends to most, so you can check this (your
-# own model may align differently). Nobody told the model which words correspond: the alignment is
-# learned from translation pairs alone.
+# own model may align differently). Nobody told the model which words correspond: whatever
+# correspondence the map shows was learned from translation pairs alone. Read it with care, though: the
+# keys are the encoder's outputs, and after three layers of self-attention source position $j$ holds
+# more than the word $j$ (question 3 asks what else the map cannot tell).
 
 # %%
 maps, source_tokens, inputs, produced = attention_for(model, sentence)
@@ -904,11 +906,12 @@ print("  ".join(f"{word}→{source_tokens[int(column)]}" for word, column in zip
 # %% [markdown]
 # **Every layer and head.** One row of panels per layer, one column per head, with a shared colour
 # scale. Under the figure, the cell prints how sharp each head is: a row's largest weight, averaged over
-# the rows (1 would be one German token per row). With the course's checkpoint, depth sharpens the
-# heads: the first layer's spread their weight (0.26 to 0.50), the last layer's look mostly at one
-# token (0.72 to 0.82). No head here sends most of its rows to `<eos>` or the final period, the
-# "nothing useful here" default that [Clark et al. (2019)](https://arxiv.org/abs/1906.04341) found in
-# many heads of BERT, a much larger model.
+# the rows (1 would be one German token per row). With the course's checkpoint, on this sentence, the
+# heads are sharper in the deeper layers: the first layer's spread their weight (0.26 to 0.50), the last
+# layer's look mostly at one token (0.72 to 0.82). No head here sends most of its rows to `<eos>` or the
+# final period, the "nothing useful here" default that
+# [Clark et al. (2019)](https://arxiv.org/abs/1906.04341) found in many heads of BERT, a much larger
+# model.
 
 # %%
 maps, source_tokens, inputs, produced = attention_for(model, sentence)
@@ -981,8 +984,9 @@ heatmaps.plot_attention_interactive(maps["decoder_self"], inputs, inputs, title=
 # - Corpus BLEU is the brevity penalty times the geometric mean of the clipped 1- to 4-gram precisions,
 #   all counted over the whole corpus; a score is only meaningful together with its recipe and
 #   sacreBLEU signature.
-# - Every attention layer keeps its weights; stacked over layers they show the alignment
-#   (cross-attention), context gathering (encoder) and the causal triangle (decoder).
+# - Every attention layer keeps its weights; stacked over layers they show where each position read:
+#   from which source positions (cross-attention, often close to a word alignment, but the keys are
+#   encoder outputs, not words), which context (encoder) and the causal triangle (decoder).
 #
 # The last cell lists every check of this notebook with `✔` or `✘` and its points.
 # When you are done: *File → Download → Download .ipynb*, and hand in that file.
@@ -1035,16 +1039,18 @@ heatmaps.plot_attention_interactive(maps["decoder_self"], inputs, inputs, title=
 # row is exactly its translation and then padding, so any code that reads `ys` without stopping at
 # `<eos>` (the figure of section 5, a count of the tokens generated, a sum of log-probabilities over
 # the non-padding tokens) does not see words the model wrote after it had ended. The `finished`
-# vector, accumulated over the steps, is what lets the batch stop early: without it the loop could not
-# tell that every sentence has ended and would run to `max_len`, computing steps nobody reads.
+# vector, accumulated over the steps, is the loop's record of which sentences have ended, and the
+# stopping rule reads it to end the batch before `max_len` (the same could be recomputed from `ys` at
+# every step, by looking for an `<eos>` in each row; the `<pad>` tokens alone would not tell it).
 #
 # **Rubric.**
 # - 1 point: the translations do not change, because `decode` stops at the first `<eos>` (and later
 #   tokens cannot change earlier ones). An answer claiming that words after `<eos>` would enter the
 #   translations gets 0 here.
-# - 1 point: any correct account of cost or purpose: the speed does not change (finished rows are
-#   computed at every step either way); `<pad>` keeps `ys` clean for code that reads it past
-#   `<eos>`; the accumulated `finished` vector is what lets the loop stop before `max_len`.
+# - 1 point: the speed does not change (finished rows are computed at every step either way), and one
+#   correct purpose: `<pad>` keeps `ys` clean for code that reads it past `<eos>`, or `finished`
+#   records which sentences have ended so that the loop can stop before `max_len`. An answer that says
+#   decoding gets slower or faster gets 0 here.
 
 # %% [markdown]
 # **Question 3 (2 points).** The lesson warns that attention maps show where information was read,

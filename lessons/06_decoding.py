@@ -802,12 +802,13 @@ plt.show()
 #
 # Every `MultiHeadAttention` keeps the weights of its last forward pass in `attn_weights`,
 # `(batch, heads, q_len, k_len)`. The model has three kinds of attention, and each layer holds its own:
-# - **encoder self-attention**, German attending to German, `(batch, heads, src_len, src_len)`: the
-#   `self_attn` of each layer in `model.encoder.layers`;
-# - **decoder self-attention**, English attending to earlier English, `(batch, heads, tgt_len, tgt_len)`:
-#   the `self_attn` of each layer in `model.decoder.layers`;
+# - **encoder self-attention**, German attending to German, `(batch, heads, src_len, src_len)`;
+# - **decoder self-attention**, English attending to earlier English, `(batch, heads, tgt_len, tgt_len)`;
 # - **cross-attention**, English queries attending to the German keys, `(batch, heads, tgt_len,
-#   src_len)`: the `cross_attn` of each decoder layer.
+#   src_len)`.
+#
+# The model is the architecture you built in stages 3 and 4, with the names of its parts; `print(model)`
+# lists them.
 #
 # **The contract.** `attention_maps(model)`, called right after a forward pass of `model` (the weights
 # are those of the *last* pass), returns a dictionary with three entries, each kind stacked over the
@@ -824,7 +825,14 @@ plt.show()
 #
 # </details>
 #
-# <details><summary>Hint 2: the shapes</summary>
+# <details><summary>Hint 2: where the weights are</summary>
+#
+# The encoder's layers are `model.encoder.layers`, the decoder's `model.decoder.layers`. An encoder
+# layer's attention is its `self_attn`; a decoder layer has two, `self_attn` and `cross_attn`.
+#
+# </details>
+#
+# <details><summary>Hint 3: the shapes</summary>
 #
 # `torch.stack` of a list of $N$ tensors of shape `(batch, heads, q_len, k_len)` gives
 # `(N, batch, heads, q_len, k_len)`; `torch.cat` would give `(N · batch, heads, q_len, k_len)` instead.

@@ -27,7 +27,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or get
-# stuck. That is reading (51 minutes at 150 words a minute without the folded hints, 73 at 100 words a minute
+# stuck. That is reading (52 minutes at 150 words a minute without the folded hints, 74 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -468,8 +468,10 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 # enough here, section 6 says why) and computes the loss against the labels of section 5. Then
 # `torch.autograd.grad` gives the gradient of the loss with respect to every parameter: what training
 # follows. The figure shows its size for each part: the embedding, every block and the prediction
-# layer. A part whose gradient is exactly 0 has no influence on the loss at all: however its weights
-# change, the loss stays the same, so training can never change them.
+# layer. A part that gets no gradient at all (`torch.autograd.grad` returns `None` for it, drawn as 0)
+# is not used on the way to the loss: however its weights change, the loss stays the same, so training
+# can never change them. (A gradient that happens to be 0 at one point is another matter: the loss can
+# still depend on those weights.)
 
 # %%
 torch.manual_seed(0)
@@ -494,7 +496,7 @@ plt.show()
 # %% [markdown]
 # <details><summary>Hint 1: read the symptom</summary>
 #
-# Which parts get a gradient of exactly 0, and which get one? A part can influence the loss only
+# Which parts get no gradient at all (0 in the figure), and which get one? A part can influence the loss only
 # through a chain of computations that ends in the logits. For each part named in red, where does that
 # chain break? Compare what the code computes with the formula for $G^{(\ell)}$ above.
 #
@@ -938,8 +940,8 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # - The target mask allows a key only if it is neither padding nor in the future, shape
 #   `(batch, 1, tgt_len, tgt_len)`: a per-sentence padding row and a shared triangle, broadcast
 #   against each other; the source mask is the padding mask `(batch, 1, 1, src_len)`.
-# - A part of a model whose parameters get exactly zero gradient does not influence the loss: in a
-#   stack, every block must read the output of the block before it.
+# - A part of a model that gets no gradient at all (`None` from `autograd`) is not used on the way to
+#   the loss: in a stack, every block must read the output of the block before it.
 # - The target embedding and `pred_layer.weight` have the same shape and can be shared (the paper
 #   does); sharing the source embedding as well needs one joint vocabulary. Table 3 of the paper shows
 #   what size buys: more blocks, a wider model or a wider feed-forward network mostly scored better.
@@ -971,8 +973,10 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # $t+1$ is the label of position $t$; without the look-ahead mask position $t$ can attend to it, so
 # the cheapest way to a low loss is to copy that token, and the model learns to rely on the future
 # input instead of predicting from the source and the earlier words. At translation time the last
-# position has no position after it: the thing it learned to look at is missing, and it has never
-# learned to predict from the past alone, so its guess is poor. In addition, the earlier positions
+# position has no position after it: the thing it learned to look at is missing, and it has hardly
+# learned to predict from the past alone (the only position that trained with no future to copy is
+# each sentence's last one, whose label is `<eos>`: that much it learned, so translations may also end
+# too early), so its guess is poor. In addition, the earlier positions
 # now see different contexts than in training: in training every position saw the whole true target
 # sentence, every later word to its end; at translation time each sees only the words of the prefix
 # written so far, the model's own guesses. So the inputs the last position attends to are unlike
@@ -982,8 +986,10 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # - 1 point: in training, position $t$ sees the next input, which is its own label, so the model
 #   learns to copy instead of to predict (a tiny training loss that means nothing).
 # - 1 point: at translation time that token does not exist yet (nothing to copy), and the model was
-#   never trained to predict from earlier words only; also full credit for explaining instead that
-#   the earlier positions' representations differ from those seen in training (train/test mismatch).
+#   hardly trained to predict from earlier words only (full credit too for the sharper account: only
+#   the last position, labelled `<eos>`, trained without a future, so translations tend to end early);
+#   also full credit for explaining instead that the earlier positions' representations differ from
+#   those seen in training (train/test mismatch).
 
 # %% [markdown]
 # **Question 2 (2 points).** A classmate builds the encoder with
@@ -1034,7 +1040,8 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # - 1 point: the mask now selects queries, not keys: real tokens attend to padding, so their
 #   outputs depend on the padding and the padding-invariance check fails.
 # - 1 point: padding queries have every score masked, giving uniform attention (finite $-10^9$, so
-#   no NaN); also full credit for the broadcasting error in cross-attention when the lengths differ.
+#   no NaN). The broadcasting error in cross-attention when the lengths differ is a correct remark
+#   but does not replace the padding queries' case.
 
 # %%
 check.summary()

@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or get
-# stuck. That is reading (54 minutes at 150 words a minute without the folded hints, 76 at 100 words a minute
+# stuck. That is reading (54 minutes at 150 words a minute without the folded hints, 77 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -424,7 +424,9 @@ diagrams.show("encoder_block")
 # - **Missing residual**: the block still runs and every shape is right, but the value check fails,
 #   and in a stack each position would lose what it was (section 4).
 # - **LayerNorm in the wrong place**: the block runs with the right shapes, but its values differ
-#   from the reference and from `nn.TransformerEncoderLayer`, which computes the paper's arrangement.
+#   from the reference and from `nn.TransformerEncoderLayer`, which puts its LayerNorms where the paper
+#   does (it also drops out inside the feed-forward network, which the paper does not; in eval mode,
+#   where the check compares them, dropout does nothing).
 # - **One LayerNorm for both sublayers**: the value check fails (the checks give the two LayerNorms
 #   different gains), and in training the unused one would never learn.
 # - **Forgetting the mask**: the padding check fails, because adding `<pad>` tokens changes the
@@ -934,7 +936,9 @@ for num_layers in (6, 12):
 # adds is read by none. The clearest
 # difference is between the two arrangements: the top post-LN block gets about 2.5 times (6 blocks)
 # and 3.7 times (12 blocks) the gradient of the top pre-LN block. Doubling the depth multiplied that
-# factor by about 1.5, near the $\sqrt{2} \approx 1.4$ that Xiong et al.'s bounds suggest. Larger
+# factor by about 1.5 here. Xiong et al.'s bounds, which concern the last feed-forward weight rather
+# than a whole block, would give $\sqrt{2} \approx 1.4$ with the post-LN gradient unchanged; here the
+# post-LN one grew as well, so the closeness is not a confirmation. Larger
 # gradients in the upper blocks are harmless with a tiny learning rate, and a warm-up gives exactly
 # that in the first steps of training.
 #

@@ -40,7 +40,7 @@
 # 2. write down the sinusoidal encoding and say what `pos`, `i` and `d_model` mean in it;
 # 3. implement `PositionalEncoding` as a PyTorch module with a buffer and dropout;
 # 4. derive the one matrix $M_k$ that turns the encoding of every position into that of the position
-#    $k$ further on, build it in code, prove numerically that it works at every position, and say
+#    $k$ further on, build it in code, check numerically that it works at every position of a table, and say
 #    what that does and does not give attention;
 # 5. say why the paper chose sinusoids over learned position vectors, and what rotary encodings
 #    (RoPE) later built on the same property;
@@ -146,7 +146,8 @@ print("shuffling the input only shuffles the output:", same)
 #
 # the same matrix at position 3 as at position 300 (here $PE_{pos}$ is row $pos$ of the table, read as
 # a column vector). The paper states this without a proof. Section 5 has you find $M_k$ from the
-# formula above and prove the claim with numbers; section 4 draws the picture to start from.
+# formula above and check the claim with numbers (numbers on a table are evidence; the proof is the
+# derivation you make to build $M_k$); section 4 draws the picture to start from.
 #
 # ### Pitfalls we see every year
 # - sine and cosine swapped: then row 0 of the table reads 1, 0, 1, 0, ... instead of
@@ -388,7 +389,7 @@ scores = [round(float((table[p] @ W_Q) @ (table[p + 3] @ W_K)), 3) for p in (10,
 print("(PE[p] W_Q)·(PE[p+3] W_K) for p = 10, 40:", scores, "(same offset, different scores)")
 
 # %% [markdown]
-# **The exercise.** Prove the paper's claim: build $M_k$, then measure that it does what the claim
+# **The exercise.** Test the paper's claim: build $M_k$, then measure that it does what the claim
 # says at every position of a table. Complete the two functions of the cell below.
 #
 # 1. `offset_matrix(k, d_model)` returns $M_k$: a `(d_model, d_model)` tensor of floats such that
@@ -401,7 +402,7 @@ print("(PE[p] W_Q)·(PE[p+3] W_K) for p = 10, 40:", scores, "(same offset, diffe
 #    difference between `matrix` $\cdot PE_p$ and $PE_{p+k}$, over every entry and over **every**
 #    position $p$ for which both $p$ and $p + k$ are rows of `table` (`(n, d_model)`, row $p$ is
 #    $PE_p$; $k$ may be 0 or negative, $|k| < n$; `table` and `matrix` have the same dtype). It takes
-#    any matrix: a wrong one gives a large number. With your `offset_matrix` it is your proof: only
+#    any matrix: a wrong one gives a large number. With your `offset_matrix` it is your evidence: only
 #    rounding is left, at every one of those positions.
 #
 # The checks give `offset_matrix` no table: they compare $M_k PE_p$ with $PE_{p+k}$ computed from the
@@ -501,7 +502,7 @@ assert check.offset_error_offsets(largest_offset_error, d_model=4, max_seq_lengt
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **Your proof, on your own table.** The cell below takes the table of your `PositionalEncoding`
+# **Your evidence, on your own table.** The cell below takes the table of your `PositionalEncoding`
 # (200 positions, $d_{model} = 64$) and measures, for several offsets, the largest difference between
 # $M_k PE_p$ and $PE_{p+k}$ over every position that has a partner. Your table is stored in float32,
 # so its entries carry rounding errors of the order of $10^{-5}$ (the angles of the far positions are
@@ -607,7 +608,7 @@ print(f"typical |PE entry|: {position_signal.abs().mean():.3f}")
 # - `pe` is a buffer of shape `(1, max_seq_length, d_model)`; `forward` adds the table's first
 #   `seq_len` positions and applies dropout to the sum.
 # - $PE_p \cdot PE_q$ depends only on $p - q$ and cannot tell left from right; the useful property is
-#   the paper's claim you proved: one matrix $M_k$ per offset, the same at every position, with
+#   the paper's claim you checked: one matrix $M_k$ per offset, the same at every position, with
 #   $PE_{p+k} = M_k PE_p$; rotary encodings (RoPE) build on the same turning of column pairs.
 # - Learned position vectors scored nearly the same in the paper; it chose sinusoids in the hope of
 #   handling longer sentences than seen in training.
@@ -662,14 +663,15 @@ print(f"typical |PE entry|: {position_signal.abs().mean():.3f}")
 
 # %% [markdown] answer="pe_q_buffer" points=2
 # **Model answer.** `Module.to(...)` and `Module.double()` convert only the module's parameters and
-# buffers (and those of its submodules); a plain tensor attribute is invisible to them and stays as
-# it was built, a `float32` tensor on the CPU. (a) The batch is on the GPU and `pe` on the CPU, so
-# `x + self.pe[...]` raises a `RuntimeError` (tensors on different devices), at the first forward
-# pass. (b) Nothing fails: PyTorch's type promotion makes `float64 + float32` a `float64` result, so
-# the sum is computed and returned in `float64`; only the table itself keeps `float32` precision, a
-# negligible difference here. (Also true: the plain attribute is missing from `state_dict()`, which
-# does no harm here, because the constructor rebuilds the same table.) A buffer avoids (a): it moves
-# and converts with the module, is saved with it, and is still never trained.
+# buffers (and those of its submodules); a plain tensor attribute is invisible to them and stays as it
+# was built, a `float32` tensor on the CPU. (a) The batch is on the GPU and `pe` on the CPU, so `x +
+# self.pe[...]` raises a `RuntimeError` (tensors on different devices), at the first forward pass. (b)
+# Nothing fails: PyTorch's type promotion makes `float64 + float32` a `float64` result, so the sum is
+# computed and returned in `float64`; the table's values were computed in `float32` either way, so the
+# result is the same, number for number, as with a buffer. (Also true: the plain attribute is missing
+# from `state_dict()`, which does no harm here, because the constructor rebuilds the same table.) A
+# buffer avoids (a): it moves and converts with the module, is saved with it, and is still never
+# trained.
 #
 # **Rubric.**
 # - 1 point: (a) fails with a device-mismatch error, because `.to()` moves parameters and buffers
@@ -699,8 +701,8 @@ print(f"typical |PE entry|: {position_signal.abs().mean():.3f}")
 #
 # **Rubric.**
 # - 1 point: without the factor the word signal is about 40 times smaller than the position signal
-#   (about 0.014 against 0.57), so the input is mostly position and words are hard to tell apart at
-#   first; with the factor it is still about five times smaller.
+#   (about 0.014 against 0.57), so the input is mostly position at first; with the factor it is still
+#   about five times smaller (sizes compared by squares instead, about 1:2000 and 1:27, are as good).
 # - 1 point: scaling after the addition multiplies both signals, so the word-to-position ratio is the
 #   one without the factor; only scaling the embedding before the addition changes the balance.
 

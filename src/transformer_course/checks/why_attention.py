@@ -341,6 +341,8 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
                            cause="the weights have one row per query and one column per source position.")
     padded = (case.mask == 0).unsqueeze(1).expand_as(weights)  # (batch, q_len, k_len)
     leaked = weights[padded].abs()
+    row_sums = weights.sum(dim=-1)  # (batch, q_len)
+    rows_off = not torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-6)
     if leaked.numel() and leaked.max() != 0:
         with torch.no_grad():
             raw = case.reference.score(case.query, case.keys)  # the scores forward received: the course's score
@@ -361,8 +363,7 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
             got, cause = (got + f": their scores are set to {fill:.4g}",
                           f"a fill of {fill:.4g} is not negative enough: next to large scores its weight is tiny but "
                           "not 0; use a very negative number such as -1e9 (or float('-inf')).")
-        row_sums = weights.sum(dim=-1)  # (batch, q_len)
-        if not torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-6):  # what else the weights show
+        if rows_off:  # what else the weights show
             got += f"; a query's weights do not sum to 1 either (off by up to {(row_sums - 1).abs().max().item():.3g})"
             column_sums = weights.sum(dim=1)  # (batch, k_len)
             if torch.allclose(column_sums, torch.ones_like(column_sums), atol=1e-6):
@@ -371,8 +372,7 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
                          "dim=-1.")
         fail("padded source positions still get attention weight.", expected="exactly 0 wherever mask is False",
              got=got, cause=cause + FIX_SCORE_FIRST)
-    row_sums = weights.sum(dim=-1)  # (batch, q_len)
-    if not torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-6):
+    if rows_off:
         fail("a query's weights do not sum to 1.", expected="every row of weights (over the source) sums to 1",
              got=f"row sums off by up to {(row_sums - 1).abs().max().item():.3g}",
              cause="apply the mask to the scores before the softmax, not to the weights after it, and take the "

@@ -196,6 +196,9 @@ def secret_path(explicit: str | Path | None = None) -> Path:
     return base / "transformer-course" / "hidden-inputs.key"
 
 
+SECRET_BYTES = 32  # what read_or_create makes: 64 hexadecimal digits and a newline
+
+
 class SecretError(ValueError):
     """The secret file exists but is not one (the grader refuses to guess)."""
 
@@ -216,8 +219,8 @@ def _secret_from(path: Path, text: str) -> bytes:
 
 def _being_written(text: str) -> bool:
     """Whether `text` may be a secret caught between its creation and the end of its writing: empty, or fewer hex
-    digits than the 64 this module writes, without the newline that ends them."""
-    return (len(text) < 64 and not text.endswith("\n")
+    digits than the 2 * SECRET_BYTES this module writes, without the newline that ends them."""
+    return (len(text) < 2 * SECRET_BYTES and not text.endswith("\n")
             and all(character in "0123456789abcdef" for character in text))
 
 
@@ -230,7 +233,7 @@ def read_or_create(path: Path, settle_seconds: float = 10.0) -> tuple[bytes, boo
     if path.exists():
         return _read_settled(path, settle_seconds), False
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    secret = secrets.token_bytes(32)
+    secret = secrets.token_bytes(SECRET_BYTES)
     if create_once(path, secret.hex() + "\n"):
         return secret, True
     return _read_settled(path, settle_seconds), False

@@ -344,8 +344,11 @@ def test_a_hidden_size_one_student_leaks_gains_a_classmate_nothing(session, tmp_
                    cheating(leaked["seq_len"], f"# version {version}\n" if version else "")))["seq_len"]
                != leaked["seq_len"])
     visible, hidden = grade_as(session, "bob", bob, tmp_path / "bob")
-    assert visible is not None and hidden is not None, "the leaked size earned Bob a point"
+    assert hidden is not None, "the leaked size earned Bob the hidden point"
     assert "hidden test" in hidden
+    # Alice's log path is in her code, so her draw changes from run to run; when it is 7 (a CI run of 2026-11-29),
+    # Bob's cheat is right for the visible check's 7 positions and passes it, fairly: that point was never hidden.
+    assert visible is not None or leaked["seq_len"] == 7
 
     # the control inside the attack: the same cheat, hard-coded to the draw of its own file, earns the point
     visible, hidden = grade_as(session, "bob", cheat_for_its_own_draw("bob"), tmp_path / "mirror")

@@ -1108,14 +1108,14 @@ finally:
 # here again.
 
 # %% tests="train_fit_schedule" points=3
-assert check.fit_schedule_per_update(fit, bug_hunt=True)
+assert check.fit_trains_as_train_epoch(fit, bug_hunt=True)
 
 # %% tests="train_fit_history" points=1
 assert check.fit_history(fit, bug_hunt=True)
 
 # %% tests="train_fit_hidden" points=1
 ### BEGIN HIDDEN TESTS
-assert check.fit_schedule_per_update(fit, epochs=3, num_batches=2, warmup_steps=5, seed=21)
+assert check.fit_trains_as_train_epoch(fit, epochs=3, num_batches=2, warmup_steps=5, seed=21)
 assert check.fit_history(fit, epochs=3, resume_after=2, num_batches=2, seed=22)
 ### END HIDDEN TESTS
 

@@ -149,7 +149,7 @@ GRADE_CELLS: dict[str, tuple[tuple[str, float, tuple[str, ...] | None], ...]] = 
         ('train_epoch_scheduler', 1, ('train_epoch_scheduler_per_batch',)),
         ('train_epoch_mean_loss', 1, ('train_epoch_mean_loss_per_token',)),
         ('train_epoch_hidden', 2, ()),
-        ('train_fit_schedule', 3, ('fit_schedule_per_update',)),
+        ('train_fit_schedule', 3, ('fit_trains_as_train_epoch',)),
         ('train_fit_history', 1, ('fit_history',)),
         ('train_fit_hidden', 1, ()),
         ('train_q_smoothing_padding', 2, None),

@@ -68,7 +68,7 @@ __all__ = [
     "compute_loss_ignores_padding",
     "compute_loss_values",
     "fit_history",
-    "fit_schedule_per_update",
+    "fit_trains_as_train_epoch",
     "summary",
     "train_epoch_clips_gradients",
     "train_epoch_learns_copy_task",
@@ -1133,8 +1133,8 @@ def _fit_schedule_reading(indices: list[int | None], num_batches: int, epochs: i
     return None
 
 
-@check("fit: the k-th update of the whole run uses the schedule's k-th learning rate, epoch after epoch")
-def fit_schedule_per_update(fit: Callable[..., Any], epochs: int = 2, num_batches: int = 3, warmup_steps: int = 5,
+@check("fit: the same training as train_epoch called once per epoch, update by update")
+def fit_trains_as_train_epoch(fit: Callable[..., Any], epochs: int = 2, num_batches: int = 3, warmup_steps: int = 5,
                             seed: int = 20) -> None:
     setup = _fit_setup(seed, num_batches, warmup_steps)
     run = _fit(fit, setup, epochs)

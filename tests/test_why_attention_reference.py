@@ -81,3 +81,22 @@ def test_readme_quotes_the_measured_numbers():
         assert row, f"no row of the measurements page for the model {name}"
         for label, _, _ in LENGTH_BUCKETS:
             assert f" {run['bleu'][label]['bleu']:.1f} " in row.group(1), (name, label)
+
+
+def test_the_masked_softmax_figure_names_the_shapes_it_was_given():
+    """Stage 0's figure of one query draws what the student's attention returned: a `score` that keeps a
+    trailing axis of 1 (a common mistake) is refused with the shapes, not with an error from inside matplotlib;
+    the right shapes draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pytest
+
+    from transformer_course.visualisation.why_attention import plot_masked_softmax
+
+    tokens = ["ein", "hund", "<pad>"]
+    mask, weights = torch.tensor([True, True, False]), torch.tensor([0.4, 0.6, 0.0])
+    with pytest.raises(ValueError, match=r"shape \(3,\) each, and got scores \(3, 1\), weights \(3,\), mask \(3,\)"):
+        plot_masked_softmax(torch.randn(3, 1), weights, tokens, mask)
+    plt.close(plot_masked_softmax(torch.randn(3), weights, tokens, mask))

@@ -73,7 +73,18 @@ def plot_bottleneck(source: Sequence[str], target: Sequence[str]) -> Figure:
 @not_drawn_while_grading
 def plot_masked_softmax(scores: torch.Tensor, weights: torch.Tensor, source_tokens: Sequence[str],
                         mask: torch.Tensor) -> Figure:
-    """One query: its scores e_j (left) and its weights α_j (right); padded positions are hatched."""
+    """One query: its scores e_j (left) and its weights α_j (right); padded positions are hatched.
+
+    scores, weights: (k_len,), one per source token; mask: (k_len,), True at real tokens. Anything else is
+    refused with the shapes it had (the figure draws what a student's attention returned, so its shapes are
+    what a student needs to see, not a plotting error deep in matplotlib).
+    """
+    wanted = (len(source_tokens),)
+    got = {"scores": tuple(scores.shape), "weights": tuple(weights.shape), "mask": tuple(mask.shape)}
+    if any(shape != wanted for shape in got.values()):
+        raise ValueError(f"this figure draws one query over {len(source_tokens)} source tokens: it needs scores, "
+                         f"weights and mask of shape {wanted} each, and got "
+                         + ", ".join(f"{name} {shape}" for name, shape in got.items()))
     scores, weights = scores.detach().double().cpu(), weights.detach().double().cpu()
     padded = ~mask.bool().cpu()
     figure, axes = plt.subplots(1, 2, figsize=(10, 3.2))

@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2½ hours if you are at ease with PyTorch, about 4¼ hours if you are new to it or get
-# stuck. That is reading (55 minutes at 150 words a minute without the folded hints, 81 at 100 words a minute
+# stuck. That is reading (56 minutes at 150 words a minute without the folded hints, 82 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -979,14 +979,14 @@ for n in (10, 50, 512, 2000):
 # the cheaper one, and it runs in parallel.
 #
 # ## Summary
-# - Attention is a soft lookup: $\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V$, scores `(…, q_len, k_len)`,
-#   softmax over the keys (`dim=-1`), output `(…, q_len, d_v)`.
+# - Attention is a soft lookup: each query's output is an average of the values, weighted by how well
+#   the query matches each key, with one weight per key and the weights of a query summing to 1.
 # - Dot products of width $d_k$ have variance $d_k$; dividing by $\sqrt{d_k}$ keeps the softmax out of
 #   saturation so gradients flow.
-# - Masks use `True` = may attend; hidden scores are filled with `-1e9` **before** the softmax, so
-#   hidden keys get exactly 0 and rows still sum to 1.
-# - The padding mask `(batch, 1, 1, seq_len)` hides `<pad>` keys; the look-ahead mask
-#   `(1, 1, size, size)` is lower-triangular with the diagonal; the decoder combines them with `&`.
+# - A mask says which keys each query may read. A hidden key must get a weight of exactly 0, and the
+#   weights a query keeps must still sum to 1.
+# - The padding mask hides `<pad>` keys from every query; the look-ahead mask lets each position read
+#   itself and the positions before it, never one after; the decoder's self-attention needs both at once.
 # - Multi-head attention projects with `W_q`, `W_k`, `W_v` (with biases, a convention the paper does not
 #   have), gives each head its own block of `d_k` features of every token, attends per head, joins the
 #   heads back and

@@ -933,15 +933,14 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 
 # %% [markdown]
 # ## Summary
-# - Token ids → `embedding * sqrt(d_model)` → `+ PE` (and dropout) → $N$ blocks; the encoder's
-#   output feeds the cross-attention of every decoder block.
+# - Each stack turns token ids into vectors (section 3), then its $N$ blocks refine them one after
+#   another; the encoder's output feeds the cross-attention of every decoder block.
 # - Teacher forcing: the decoder reads the target without its last token (it starts with `<bos>`)
 #   and is trained to output the target without its first token.
 # - The target mask allows a key only if it is neither padding nor in the future, shape
-#   `(batch, 1, tgt_len, tgt_len)`: a per-sentence padding row and a shared triangle, broadcast
-#   against each other; the source mask is the padding mask `(batch, 1, 1, src_len)`.
+#   `(batch, 1, tgt_len, tgt_len)`; the source mask is the padding mask `(batch, 1, 1, src_len)`.
 # - A part of a model that gets no gradient at all (`None` from `autograd`) is not used on the way to
-#   the loss: in a stack, every block must read the output of the block before it.
+#   the loss, and training can never change it.
 # - The target embedding and `pred_layer.weight` have the same shape and can be shared (the paper
 #   does); sharing the source embedding as well needs one joint vocabulary. Table 3 of the paper shows
 #   what size buys: more blocks, a wider model or a wider feed-forward network mostly scored better.

@@ -1437,11 +1437,11 @@ for test in smoothing_measured["paired_bootstrap_test"][1:]:
 #   half of the token slots to under a tenth.
 # - The loss is cross-entropy over real target tokens (`ignore_index=pad`) with label smoothing 0.1;
 #   perplexity is $e^{\text{loss}}$ without smoothing.
-# - Adam with $\mathit{lrate} = d_{model}^{-0.5}\min(\mathit{step}^{-0.5},
-#   \mathit{step}\cdot\mathit{warmup}^{-1.5})$, one schedule step per update; gradients clipped by
-#   their total norm.
-# - Every update follows its own batch's gradient alone, clipped, at the schedule's rate for that
-#   update, with dropout on; evaluation runs with dropout off and without gradients.
+# - Adam with the paper's warm-up schedule
+#   $\mathit{lrate} = d_{model}^{-0.5}\min(\mathit{step}^{-0.5}, \mathit{step}\cdot\mathit{warmup}^{-1.5})$;
+#   gradients clipped by their total norm.
+# - Training updates the weights with dropout on; evaluation runs with dropout off and without
+#   gradients.
 # - Checkpoints hold the model, optimiser and scheduler state, the history and the random generators, so
 #   a run resumes exactly, into the same objects; in Colab, keep them in Google Drive. Averaging the
 #   weights of a run's last epochs gives one ordinary model.

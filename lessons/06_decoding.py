@@ -987,8 +987,8 @@ heatmaps.plot_attention_interactive(maps["decoder_self"], inputs, inputs, title=
 #   keeps the $k$ best partial sentences and usually gains a little (stage 7 measures how much).
 # - In a batch, sentences end at different steps: after its `<eos>` a sentence only gets `<pad>`, and
 #   decoding stops once all have ended or after `max_len` tokens.
-# - Padding is part of the batch, not of any sentence: the model must be told where it is, or a
-#   sentence's translation changes with its batch neighbours.
+# - A sentence's translation must not depend on which sentences share its batch: translating the same
+#   sentences alone and in batches, and comparing, is how you find out whether it does.
 # - Corpus BLEU is the brevity penalty times the geometric mean of the clipped 1- to 4-gram precisions,
 #   all counted over the whole corpus; a score is only meaningful together with its recipe and
 #   sacreBLEU signature.

@@ -933,8 +933,8 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 
 # %% [markdown]
 # ## Summary
-# - Each stack turns token ids into vectors (section 3), then its $N$ blocks refine them one after
-#   another; the encoder's output feeds the cross-attention of every decoder block.
+# - Each stack turns token ids into vectors (section 3) and passes them through its $N$ blocks; the
+#   encoder's output feeds the cross-attention of every decoder block.
 # - Teacher forcing: the decoder reads the target without its last token (it starts with `<bos>`)
 #   and is trained to output the target without its first token.
 # - The target mask allows a key only if it is neither padding nor in the future, shape

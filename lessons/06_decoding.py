@@ -74,9 +74,9 @@
 #| settings
 
 # %%
-import math  # noqa: F401  (used by compute_bleu below)
+import math  # noqa: F401  (here for your own code)
 import time
-from collections import Counter  # noqa: F401  (used by compute_bleu below)
+from collections import Counter  # noqa: F401  (here for your own code)
 
 import matplotlib.pyplot as plt
 import sacrebleu

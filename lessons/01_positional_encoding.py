@@ -346,7 +346,7 @@ plt.show()
 # $$PE_p \cdot PE_q = \sum_{i=0}^{d_{model}/2 - 1} \cos\big(\omega_i\,(p - q)\big).$$
 #
 # It depends only on the offset $p - q$: the bands run parallel to the diagonal. It is largest at
-# $p = q$, where every term is 1. And it is **even** in the offset, since $\cos(-x) = \cos x$: the
+# $p = q$. And it is **even** in the offset, since $\cos(-x) = \cos x$: the
 # token three places to the left and the token three places to the right get exactly the same value,
 # so this dot product alone cannot tell left from right. Away from the diagonal the value falls
 # quickly at first, then only slowly and not steadily: it goes up and down, because the columns'

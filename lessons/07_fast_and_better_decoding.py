@@ -606,14 +606,14 @@ def predict_penalty_choice() -> str:
 assert check.predicted_penalty_choice(predict_penalty_choice)
 
 # %% [markdown]
-# **The truth, for two other hypotheses**, from the given `length_penalty`, for three values of $\alpha$:
-# "C" has 12 tokens and $\log P = -6.0$, "D" has 3 tokens and $\log P = -3.0$. Check that your method
+# **The truth, for two other hypotheses**, from the given `length_penalty`, for four values of $\alpha$:
+# "C" has 12 tokens and $\log P = -7.0$, "D" has 3 tokens and $\log P = -3.0$. Check that your method
 # picks the same ones.
 
 # %%
-for alpha in (0.0, 0.6, 1.0):
+for alpha in (0.0, 0.6, 1.0, 1.5):
     ranks = {name: log_p / length_penalty(torch.tensor(n), alpha).item() for name, n, log_p in
-             (("C", 12, -6.0), ("D", 3, -3.0))}
+             (("C", 12, -7.0), ("D", 3, -3.0))}
     print(f"alpha {alpha}: C {ranks['C']:.3f}, D {ranks['D']:.3f} -> {max(ranks, key=ranks.get)} first")
 
 # %% [markdown]

@@ -326,8 +326,9 @@ def grade_as(session, student: str, graded: nbformat.NotebookNode, folder) -> li
 
 def test_a_hidden_size_one_student_leaks_gains_a_classmate_nothing(session, tmp_path):
     """Alice's hidden part tells what it was given; Bob hard-codes it. Bob's draw is his own: his cheat fails the
-    hidden check as it fails the visible one. A cheat hard-coded to its *own* draw passes the hidden check (the
-    point is at stake), but only someone who holds the secret can write it. Honest work passes everything."""
+    hidden check, and the visible one unless the leaked size is the visible check's own 7. A cheat hard-coded to
+    its *own* draw passes the hidden check (the point is at stake), but only someone who holds the secret can
+    write it. Honest work passes everything."""
     log = tmp_path / "told.txt"
     alice = forward_notebook(spying(CORRECT, log))
     assert grade_as(session, "alice", alice, tmp_path / "alice") == [None, None]

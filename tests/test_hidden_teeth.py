@@ -138,10 +138,11 @@ def verdicts(edit: Edit | None, assignment: str, secret: bytes, tmp_path, every_
 
 
 def _only(split: nbformat.NotebookNode, labels: list, keep) -> tuple[nbformat.NotebookNode, list]:
-    """The split notebook with only the grade cells whose label `keep` accepts (every other cell stays)."""
-    kept, kept_labels, grade_labels = copy.deepcopy(split), [], iter(labels)
+    """The split notebook with only the grade cells whose label `keep` accepts (every other cell stays). The cells
+    are shared with `split`: run_notebook runs a deep copy."""
+    kept, kept_labels, grade_labels = copy.copy(split), [], iter(labels)
     cells = []
-    for cell in kept.cells:
+    for cell in split.cells:
         if is_grade_cell(cell):
             label = next(grade_labels)
             if not keep(label):

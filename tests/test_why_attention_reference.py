@@ -3,13 +3,19 @@ its greedy decoding, the length buckets, and the quoted numbers matching the scr
 
 import re
 
+import matplotlib
+import pytest
 import torch
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
 
 from conftest import ROOT
 from transformer_course.reference import bottleneck_results
 from transformer_course.reference.additive_attention import AdditiveAttention
 from transformer_course.reference.bottleneck import LENGTH_BUCKETS, bucket_of
 from transformer_course.reference.rnn import GRUDecoder, GRUEncoder, Seq2Seq, greedy_decode_rnn
+from transformer_course.visualisation.why_attention import plot_masked_softmax
 
 PAD, BOS, EOS = 3, 1, 2
 
@@ -87,14 +93,6 @@ def test_the_masked_softmax_figure_names_the_shapes_it_was_given():
     """Stage 0's figure of one query draws what the student's attention returned: a `score` that keeps a
     trailing axis of 1 (a common mistake) is refused with the shapes, not with an error from inside matplotlib;
     the right shapes draw."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pytest
-
-    from transformer_course.visualisation.why_attention import plot_masked_softmax
-
     tokens = ["ein", "hund", "<pad>"]
     mask, weights = torch.tensor([True, True, False]), torch.tensor([0.4, 0.6, 0.0])
     with pytest.raises(ValueError, match=r"shape \(3,\) each, and got scores \(3, 1\), weights \(3,\), mask \(3,\)"):

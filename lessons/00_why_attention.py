@@ -28,7 +28,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 1¾ hours if you are at ease with PyTorch, about 2½ hours if you are new to it or get
-# stuck. That is reading (55 minutes at 150 words a minute without the folded hints, 72 at 100 words a minute
+# stuck. That is reading (54 minutes at 150 words a minute without the folded hints, 74 at 100 words a minute
 # with them, and the given code at 10 lines a minute), one exercise, two predictions and two written
 # questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and about 4 minutes of
 # computation on one CPU core, most of it the training of section 7. (Estimated by `scripts/working_time.py`
@@ -202,9 +202,9 @@ plt.show()
 #   an encoder state $h_j$ (`key_size`).
 #
 # **Padding.** Sentences in a batch are padded to the same length. A padded position is not a word, so
-# it must get weight **exactly 0**: before the softmax, set its score to a very negative number
-# ($-10^9$); $\exp(-10^9)$ underflows to exactly 0, and the other weights still sum to 1. The mask is
-# `True` at real tokens and has shape `(batch, k_len)`.
+# it must get weight **exactly 0**, and the weights of the real tokens must still sum to 1. The mask is
+# `True` at real tokens and has shape `(batch, k_len)`. How to get an exact 0 out of a softmax is yours
+# to work out (the first hint after the exercise gives the idea).
 #
 # **Where $s_t$ comes from.** Bahdanau et al. score with the state *before* the step, $s_{t-1}$, and feed
 # $c_t$ into the recurrence. Our decoder scores with the state *after* the step, $s_t$, and feeds $c_t$
@@ -229,7 +229,19 @@ plt.show()
 # key. How do you make PyTorch form all `q_len × k_len` sums at once, without a loop? (The hints after
 # the exercise help if you are stuck.)
 #
-# ### Pitfalls we see every year
+# ### What goes wrong, and what it looks like
+# The checks after the exercise report what they see; these are the symptoms we see every year:
+# - each query's weights do not sum to 1 over the source positions;
+# - padded positions get weight: all of it, some, or a tiny amount that is not exactly 0; or the rows no
+#   longer sum to 1;
+# - an error about sizes that do not match, raised where the mask meets the scores; or no error, but a
+#   sentence hidden with another sentence's padding; or, with one query, weights with one axis too many;
+# - every query gets the same weights;
+# - with one query, scores that have lost an axis;
+# - a context of shape `(batch, q_len, k_len)`.
+#
+# <details><summary>The causes behind these symptoms (open this when a check fails and you are stuck)</summary>
+#
 # - the softmax over the wrong axis: then each query's weights do not sum to 1 over the source
 #   positions; instead they sum to 1 down a column (over the queries) or across the batch;
 # - the mask inverted (it is `True` at *real* tokens, so the padding gets all the weight), computed but
@@ -247,6 +259,8 @@ plt.show()
 #   time) `q_len` disappears too, and the scores lose an axis;
 # - the context summed over the features instead of the source positions: it comes out
 #   `(batch, q_len, k_len)` instead of `(batch, q_len, key_size)`.
+#
+# </details>
 
 # %% [markdown]
 # ## 4. Exercise: `AdditiveAttention`
@@ -383,18 +397,17 @@ assert check.predicted_weight_with_zero_v(predict_weight_with_zero_v)
 # %% [markdown]
 # **The truth, for other sizes.** The cell below measures the same two things with your own
 # `AdditiveAttention` on another configuration: a module with `query_size=4, key_size=5,
-# attention_size=7`, and with $v = 0$ a sentence of 7 positions, 4 real tokens and 3 padding. Check
+# attention_size=7`, and with $v = 0$ a sentence of 7 positions, 1 real token and 6 padding. Check
 # that your method gives these numbers too; where it does not, find the step of your reasoning that
 # went wrong. The weights come from *your* `forward`: trust them only once its checks above are green.
 
 # %%
 torch.manual_seed(0)
 other = AdditiveAttention(query_size=4, key_size=5, attention_size=7)
-print("trainable parameters:", sum(p.numel() for p in other.parameters()),
-      {name: tuple(p.shape) for name, p in other.named_parameters()})
+print("trainable parameters:", sum(p.numel() for p in other.parameters()))
 with torch.no_grad():
-    other.v.weight.zero_()  # every score becomes v · tanh(...) = 0
-    _, zero_v_weights = other(torch.randn(1, 1, 4), torch.randn(1, 7, 5), torch.tensor([[True] * 4 + [False] * 3]))
+    other.v.weight.zero_()
+    _, zero_v_weights = other(torch.randn(1, 1, 4), torch.randn(1, 7, 5), torch.tensor([[True] * 1 + [False] * 6]))
 print("weights with v = 0:", [round(w, 4) for w in zero_v_weights[0, 0].tolist()])
 
 # %% [markdown]
@@ -655,7 +668,7 @@ else:
 # | | additive (this notebook) | scaled dot product (stage 2) |
 # |---|---|---|
 # | score of a pair | $v^\top \tanh(W_q s + W_k h)$: a small network | $q \cdot k / \sqrt{d_k}$: a dot product |
-# | all pairs at once | a `(batch, q_len, k_len, attention_size)` tensor | one matrix product $QK^\top$ |
+# | all pairs at once | an `attention_size`-wide vector for every pair, all in memory | one matrix product $QK^\top$ |
 # | widths | query and key may differ | $q$ and $k$ both $d_k$ wide |
 # | values | the states $h_j$ themselves (the keys are $W_k h_j$) | a projection of their own, $V = XW^V$ |
 # | scaling | not needed: $\tanh$ bounds each term | $1/\sqrt{d_k}$, or the softmax saturates |
@@ -663,7 +676,7 @@ else:
 # | how many | one attention | several heads in parallel (*multi-head*) |
 #
 # **Why the change?** Speed, mostly. Matrix products are the operation GPUs and CPUs run fastest, and
-# the dot product needs no `(batch, q_len, k_len, attention_size)` tensor in memory. Luong et al.
+# the dot product never holds a vector per (query, key) pair in memory. Luong et al.
 # (2015) found the plain dot-product score to work well in their experiments, and their version of
 # the additive score ("concat") not to;
 # Vaswani et al. (2017) note that additive attention beats the *unscaled* dot product when $d_k$ is
@@ -706,7 +719,7 @@ plt.show()
 #   sentences get longer (BLEU by length shows it).
 # - Additive attention scores every source position for every target position,
 #   $e_{tj} = v^\top\tanh(W_q s_t + W_k h_j)$, turns the scores into weights with a softmax over the
-#   source positions (padding filled with $-10^9$ first, so it gets exactly 0), and reads
+#   source positions (padding gets exactly 0), and reads
 #   $c_t = \sum_j \alpha_{tj} h_j$, a fresh context for every target position.
 # - Shapes: scores and weights `(batch, q_len, k_len)`, context `(batch, q_len, key_size)`, the mask
 #   `(batch, k_len)`.

@@ -157,10 +157,7 @@ print("shuffling the input only shuffles the output:", same)
 #   fast from pair to pair;
 # - the cosine written into a single column instead of every odd column: columns 3, 5, 7, ... stay 0;
 # - dropout applied twice, or to `x` before the addition: the given `return` already applies it,
-#   once, to the *sum* of embeddings and encodings, as the paper does;
-# - `pe` turned into an `nn.Parameter`: it is fixed, not learned, so the given line registers it as a
-#   *buffer*. A buffer belongs to the module like a parameter (it moves with `.to(...)` and is saved
-#   in `state_dict()`) but is not trained. (Question 2 asks what a plain attribute would break.)
+#   once, to the *sum* of embeddings and encodings, as the paper does.
 
 # %% [markdown]
 # ## 3. Exercise: `PositionalEncoding`
@@ -362,7 +359,7 @@ print("PE[10]·PE[13] =", round(float(table[10] @ table[13]), 4),
       "  PE[40]·PE[43] =", round(float(table[40] @ table[43]), 4), "(same offset, same value)")
 print("PE[50]·PE[47] =", round(float(table[50] @ table[47]), 4),
       "  PE[50]·PE[53] =", round(float(table[50] @ table[53]), 4), "(left and right look alike)")
-offsets = [0, 1, 2, 5, 10, 20, 40, 60, 80, 100, 120, 140]
+offsets = [1, 2, 5, 10, 20, 40, 60, 80, 100, 120, 140]
 print("PE[50]·PE[50 + k] for k =", offsets)
 print("                        ", [round(float(table[50] @ table[50 + k]), 1) for k in offsets])
 
@@ -374,12 +371,12 @@ print("                        ", [round(float(table[50] @ table[50 + k]), 1) fo
 # $(x_p + PE_p) W_Q \cdot (x_q + PE_q) W_K$. Its position part, $PE_p W_Q \cdot PE_q W_K$, is in
 # general *not* a function of $p - q$ any more: the first line of the cell below shows it for random
 # projections. What the paper points to is a structure a projection can use: if
-# $PE_{p+k} = M_k\, PE_p$ with one matrix $M_k$, then the query projection $W_Q = M_k^\top$ (a row
-# vector times $M_k^\top$ is $M_k$ applied to it) turns the position part of the query of position
-# $p$ into $PE_{p+k}$, and with $W_K$ the identity the position part of its score for key $q$ is
-# $PE_{p+k} \cdot PE_q$, largest at $q = p + k$. It does so at every $p$ with the same matrix: "look
-# $k$ tokens to the right" is one linear map that training can find. (Whether a trained model uses
-# it this way is another matter: the paper states the property as a hope.)
+# $PE_{p+k} = M_k\, PE_p$ with one matrix $M_k$, then a query projection $W_Q$ made from $M_k$ turns
+# the position part of the query of position $p$ into $PE_{p+k}$, and with $W_K$ the identity the
+# position part of its score for key $q$ is $PE_{p+k} \cdot PE_q$, largest at $q = p + k$. It does so
+# at every $p$ with the same matrix: "look $k$ tokens to the right" is one linear map that training
+# can find. (Whether a trained model uses it this way is another matter: the paper states the
+# property as a hope.)
 
 # %%
 table = PositionalEncoding(d_model=64, max_seq_length=200, dropout=0.0).pe[0]  # (200, 64): your table

@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2½ hours if you are at ease with PyTorch, about 4¼ hours if you are new to it or get
-# stuck. That is reading (56 minutes at 150 words a minute without the folded hints, 82 at 100 words a minute
+# stuck. That is reading (54 minutes at 150 words a minute without the folded hints, 83 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -75,7 +75,7 @@ import torch
 from torch import nn
 
 from transformer_course.checks import attention as check
-from transformer_course.reference.copy_task import BOS, LENGTH, copy_batch, train_copier  # section 7's bug hunt
+from transformer_course.reference.copy_task import copy_batch, copy_two_ways, train_copier  # section 7's bug hunt
 from transformer_course.runtime import short_run
 from transformer_course.visualisation import attention as figures
 from transformer_course.visualisation import diagrams
@@ -229,38 +229,47 @@ plt.show()
 # `float('-inf')` hides a key just as well, but a row whose keys are *all* hidden then becomes
 # $0/0$ = NaN, while $-10^9$ gives an evenly spread row (question 2 asks when such a row can occur).
 #
-# The cell shows one score row with the last key hidden, done right and done in two common wrong ways
-# (it uses `torch.where(condition, a, b)`, which takes `a` where the condition is True and `b`
-# elsewhere).
+# The cell shows one score row with the last key hidden: first the weights that hiding must give (the
+# softmax of the allowed keys alone, and 0 for the hidden one, worked out here by leaving the hidden key
+# out, which does not carry over to a batch of masks), then two common wrong ways (they use
+# `torch.where(condition, a, b)`, which takes `a` where the condition is True and `b` elsewhere).
 
 # %%
 row = torch.tensor([2.0, 1.0, 0.5, 3.0])  # scores of one query for 4 keys
 allowed = torch.tensor([True, True, True, False])  # the last key is hidden
 
-right = torch.softmax(torch.where(allowed, row, -1e9), dim=-1)  # hidden score -1e9, then softmax
+target = torch.zeros(4)
+target[allowed] = torch.softmax(row[allowed], dim=-1)  # the target: the hidden key left out altogether
 fill_zero = torch.softmax(torch.where(allowed, row, 0.0), dim=-1)  # wrong: e^0 = 1 is not 0
 after_softmax = torch.softmax(row, dim=-1) * allowed  # wrong: too late
 
-for name, weights in (("right", right), ("filled with 0", fill_zero), ("after softmax", after_softmax)):
+for name, weights in (("target", target), ("filled with 0", fill_zero), ("after softmax", after_softmax)):
     print(f"{name:14s} weights {[round(w, 3) for w in weights.tolist()]}  sum {weights.sum():.3f}")
 
 # %% [markdown]
-# ### Pitfalls we see every year
-# - **softmax over the wrong axis.** Symptom: the weights of one query do not sum to 1, but each
-#   *key's* column does. The weights of one query are normalised over the keys.
-# - **the wrong scale.** Symptom: weights that are too flat or too peaked compared with the
-#   reference. Inside multi-head attention each head has width $d_k = d_{model}/h$, not $d_{model}$;
-#   the given first line reads $d_k$ from the input.
-# - **masking after the softmax.** Symptom: rows that sum to less than 1 (the demo above).
-#   The mask must change the *scores*.
-# - **an inverted mask.** Symptom: the hidden keys get all the weight and the allowed keys get 0.
-#   Remember: `True` means "may attend".
-# - **`~mask` on an integer mask.** Masks may arrive as 0/1 integers. `~` flips an integer's bits
-#   (for a signed integer 1 becomes −2 and 0 becomes −1; for `uint8` they become 254 and 255: all
-#   non-zero), and `masked_fill` raises an error for a mask that
-#   is not bool. Build a condition that is a bool tensor for both kinds of mask.
-# - **returning the scores.** Symptom: "weights" with negative entries or rows that do not sum to 1.
-#   The function returns the *weights* (after the softmax), which the model later plots.
+# ### What goes wrong, and what it looks like
+# The symptoms we see every year (the checks after the exercise report them):
+# - the weights of one query do not sum to 1, but each *key's* column does;
+# - weights that are too flat or too peaked compared with the reference;
+# - rows that sum to less than 1;
+# - the hidden keys get all the weight and the allowed keys get 0;
+# - a mask given as 0/1 integers hides every key, or raises an error, while a bool mask works;
+# - "weights" with negative entries, or rows that do not sum to 1.
+#
+# <details><summary>The causes behind these symptoms (open this when a check fails and you are stuck)</summary>
+#
+# - **softmax over the wrong axis.** The weights of one query are normalised over the keys.
+# - **the wrong scale.** Inside multi-head attention each head has width $d_k = d_{model}/h$, not
+#   $d_{model}$; the given first line reads $d_k$ from the input.
+# - **masking after the softmax** (the demo above). The mask must change the *scores*.
+# - **an inverted mask.** Remember: `True` means "may attend".
+# - **`~mask` on an integer mask.** `~` flips an integer's bits (for a signed integer 1 becomes −2
+#   and 0 becomes −1; for `uint8` they become 254 and 255: all non-zero), and `masked_fill` raises an
+#   error for a mask that is not bool. Build a condition that is a bool tensor for both kinds of mask.
+# - **returning the scores.** The function returns the *weights* (after the softmax), which the
+#   model later plots.
+#
+# </details>
 
 # %% [markdown]
 # ## 5. Exercise: `scaled_dot_product_attention`
@@ -465,18 +474,13 @@ print(f"training loss: {losses[0]:.3f} at the first step, {losses[-1]:.4f} at th
 # decoder receives the correct output shifted by one and predicts every position in one pass.
 # *Greedy decoding*, as when translating: the decoder starts from `<bos>` alone and, step by step,
 # appends the symbol it predicts at its last position, so at each step it has the source and its own
-# output so far, nothing else (stage 6 builds this for real sentences). Both use the mask above. The
-# cell prints three sequences as letters (`_` for a special token) and the share of symbols each way
-# gets right.
+# output so far, nothing else (stage 6 has you build this for real sentences). Both use the mask above;
+# the course's package runs them (`copy_two_ways`). The cell prints three sequences as letters (`_` for a
+# special token) and the share of symbols each way gets right.
 
 # %%
-source, decoder_in, decoder_out = copy_batch(200, torch.Generator().manual_seed(1))  # (200, 8), (200, 9), (200, 9)
-with torch.no_grad():
-    forced = copier(source, decoder_in, make_look_ahead_mask(LENGTH + 1)).argmax(dim=-1)[:, :LENGTH]
-    written = torch.full((200, 1), BOS)  # (200, steps): <bos>, then one symbol per step
-    for _ in range(LENGTH):
-        logits = copier(source, written, make_look_ahead_mask(written.size(1)))  # (200, steps so far, vocabulary)
-        written = torch.cat([written, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+source, _, _ = copy_batch(200, torch.Generator().manual_seed(1))  # (200, 8): 200 new sequences
+forced, written = copy_two_ways(copier, source, make_look_ahead_mask)  # (200, 8) each
 
 
 def letters(ids: torch.Tensor) -> str:
@@ -485,8 +489,8 @@ def letters(ids: torch.Tensor) -> str:
 
 for row in range(3):
     print(f"source {letters(source[row])}   teacher forcing {letters(forced[row])}   "
-          f"greedy {letters(written[row, 1:])}")
-teacher_forced, greedy = (forced == source).double().mean().item(), (written[:, 1:] == source).double().mean().item()
+          f"greedy {letters(written[row])}")
+teacher_forced, greedy = (forced == source).double().mean().item(), (written == source).double().mean().item()
 print(f"symbols copied correctly: teacher forcing {100 * teacher_forced:.1f} %, greedy decoding {100 * greedy:.1f} %")
 figures.plot_copy_symptom(losses, teacher_forced, greedy)
 plt.show()
@@ -540,9 +544,8 @@ assert check.look_ahead_mask_values(make_look_ahead_mask, size=11)
 # course). Blue cells may be attended to, grey cells are hidden (the same colours in every mask figure of
 # the course); rows are queries, columns are keys. The padding mask hides the `<pad>` columns for every
 # row; the look-ahead mask hides everything right of the diagonal. The decoder uses both at once: a key is
-# visible only if *both* masks allow it. (With the padding at the end, as here, the look-ahead mask
-# already hides every `<pad>` key from the real words; the padding mask changes the `<pad>` queries' rows,
-# and matters wherever padding can come first: question 2.) The third panel is built entry by entry from
+# visible only if *both* masks allow it. (Question 2 asks when the padding mask changes anything here.)
+# The third panel is built entry by entry from
 # that rule; stage 4 asks you for the same table as one tensor expression, for a whole batch.
 
 # %%
@@ -661,7 +664,7 @@ diagrams.show("head_splitting")
 # %% [markdown]
 # **Why a single `view` is not enough.** Below, 3 tokens with $d_{model} = 4$ and 2 heads, so
 # $d_k = 2$. Token $t$ holds the features $4t, \dots, 4t+3$. Head 0 should see the first two features
-# of *every* token. A bare `view` straight to `(batch, heads, seq_len, d_k)` has the right shape but
+# of *every* token. A bare `view` to `(batch, heads, seq_len, d_k)` has the right shape but
 # fills head 0 with the first six numbers in memory: pieces of token 0 and token 1 posing as three
 # different tokens.
 
@@ -683,19 +686,29 @@ print("head 0 after a bare x.view(1, 2, 3, 2):\n", x.view(1, 2, 3, 2)[0, 0])
 # `self.attn_weights` (for plotting) and return `output` `(batch, q_len, d_model)`, so your code must
 # leave its results in variables with those two names.
 #
-# ### Pitfalls
-# - **a single `view`** in `split_heads` (shown above), or in `combine_heads`: right shape,
-#   scrambled tokens.
-# - **skipping `W_o`**: returning the concatenated heads leaves every output feature computed by a
-#   single head.
+# ### What goes wrong, and what it looks like
+# - the right shape, but tokens scrambled: the output at one position depends on other positions'
+#   inputs in ways the reference's does not;
+# - every output feature computed by a single head;
+# - attention weights flatter than the reference's;
+# - an error from `view` saying the tensor is not contiguous, or that the view size is not compatible
+#   with its size and stride;
+# - a size mismatch, or wrong values, only when the queries' length differs from the keys' (as in
+#   cross-attention).
+#
+# <details><summary>The causes behind these symptoms (open this when a check fails and you are stuck)</summary>
+#
+# - **a single `view`** in `split_heads` (shown above), or in `combine_heads`.
+# - **skipping `W_o`**: returning the concatenated heads.
 # - **scaling by $\sqrt{d_{model}}$**: happens when attention runs on the full width before
 #   splitting; each head is $d_k$ wide.
-# - **a tensor that `view` refuses**: the error says the tensor is not contiguous, or that the view
-#   size is not compatible with its size and stride: its numbers are no longer in row order in memory,
-#   which `view` needs (`reshape` copies when it must).
+# - **a tensor that `view` refuses**: its numbers are no longer in row order in memory, which `view`
+#   needs (`reshape` copies when it must).
 # - **mixing up the inputs**: queries come from `q`, keys from `k`, values from `v`. In
 #   cross-attention `q` has a different length from `k` and `v`, so never take the sequence length
 #   of one for the others.
+#
+# </details>
 
 # %% [markdown]
 # ## 9. Exercise: `MultiHeadAttention`
@@ -1067,8 +1080,8 @@ for n in (10, 50, 512, 2000):
 #   example $0 \cdot \mathrm{NaN}$ in the next weighted sum, or through the loss's gradient).
 
 # %% [markdown]
-# **Question 3 (2 points).** A classmate's `combine_heads` skips the transpose and calls
-# `x.reshape(batch, seq_len, d_model)` directly on `(batch, num_heads, seq_len, d_k)`. Their shape
+# **Question 3 (2 points).** A classmate's `combine_heads` is one line:
+# `x.reshape(batch, seq_len, d_model)`, applied to its input `(batch, num_heads, seq_len, d_k)`. Their shape
 # check passes. (a) What does output position $t$ then contain, for $h = 2$ heads and a sequence of
 # 3 tokens? (b) For which sizes would no check catch the mistake, and why?
 

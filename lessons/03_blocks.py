@@ -333,8 +333,8 @@ plt.show()
 # exponent roughly triples from layer 2 to layer 3; at layer 4 float64's rounding stops the fall near
 # $10^{-16}$. They also
 # found that residual connections counteract this collapse and that feed-forward networks slow it
-# down. Their proof covers attention alone; the LayerNorm in our stack does not rescue it, because
-# LayerNorm works on each position on its own and turns equal vectors into equal vectors.
+# down. Their proof covers attention alone; whether the LayerNorm in our stack rescues it is
+# question 1.
 #
 # ## 5. Layer normalisation
 #

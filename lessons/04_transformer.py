@@ -529,7 +529,7 @@ assert check.decoder_values(Decoder, bug_hunt=True)
 
 # %% tests="model_decoder_layers" points=2
 assert check.decoder_layers_registered(Decoder, bug_hunt=True)
-assert check.decoder_blocks_used(Decoder, bug_hunt=True)
+assert check.decoder_every_part_learns(Decoder, bug_hunt=True)
 
 # %% tests="model_embedding_dropout" points=1
 assert check.embedding_dropout(Encoder, Decoder)
@@ -542,7 +542,7 @@ assert check.decoder_values(Decoder, tgt_vocab=9, d_model=24, num_heads=3, num_l
                             batch=4, src_len=6, tgt_len=6, pad_idx=0)
 assert check.decoder_values(Decoder, tgt_vocab=19, num_layers=1, batch=2, src_len=10, tgt_len=4)
 assert check.decoder_layers_registered(Decoder, num_layers=4, d_model=8, num_heads=2, d_ff=12)
-assert check.decoder_blocks_used(Decoder, num_layers=4, d_model=8, num_heads=2, d_ff=12)
+assert check.decoder_every_part_learns(Decoder, num_layers=4, d_model=8, num_heads=2, d_ff=12)
 ### END HIDDEN TESTS
 
 # %% [markdown]

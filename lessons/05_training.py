@@ -628,8 +628,7 @@ print(f"untrained loss {start_loss.item():.2f}, ln K = {math.log(len(target_voca
 # $$\mathit{lrate} = d_{model}^{-0.5} \cdot \min\!\left(\mathit{step}^{-0.5},\;
 #   \mathit{step} \cdot \mathit{warmup\_steps}^{-1.5}\right)$$
 #
-# - $\mathit{step}$ — the number of optimiser updates so far, counting from 1: one per **batch**,
-#   not per epoch;
+# - $\mathit{step}$ — the number of optimiser updates so far, counting from 1;
 # - $\mathit{warmup\_steps}$ — the length of the warm-up (4,000 in the paper);
 # - $d_{model}$ — the model width (512 in the paper): wider models get smaller steps.
 #
@@ -957,7 +956,7 @@ assert check.train_epoch_zero_grad(train_epoch)
 assert check.train_epoch_clips_gradients(train_epoch)
 
 # %% tests="train_epoch_scheduler" points=1
-assert check.train_epoch_scheduler_per_batch(train_epoch)
+assert check.train_epoch_follows_the_schedule(train_epoch)
 
 # %% tests="train_epoch_mean_loss" points=1
 assert check.train_epoch_mean_loss_per_token(train_epoch)
@@ -966,7 +965,7 @@ assert check.train_epoch_mean_loss_per_token(train_epoch)
 ### BEGIN HIDDEN TESTS
 assert check.train_epoch_zero_grad(train_epoch, num_batches=3, seed=14)
 assert check.train_epoch_clips_gradients(train_epoch, clip_norm=0.2, num_batches=3, seed=15)
-assert check.train_epoch_scheduler_per_batch(train_epoch, num_batches=7, d_model=32, warmup_steps=4, seed=16)
+assert check.train_epoch_follows_the_schedule(train_epoch, num_batches=7, d_model=32, warmup_steps=4, seed=16)
 assert check.train_epoch_mean_loss_per_token(train_epoch, sizes=(2, 6, 4, 8), seed=17)
 ### END HIDDEN TESTS
 

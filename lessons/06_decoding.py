@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2¾ hours if you are at ease with PyTorch, about 4¾ hours if you are new to it or get
-# stuck. That is reading (59 minutes at 150 words a minute without the folded hints, 83 at 100 words a minute
+# stuck. That is reading (59 minutes at 150 words a minute without the folded hints, 84 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and about a
 # minute of computation on one CPU core, BLEU on all 1,000 test sentences included. (Estimated by
@@ -229,19 +229,24 @@ plt.show()
 
 # %% [markdown]
 # ### What goes wrong, and what it looks like
-# - a translation that runs on to `max_len`, with words repeated after its end: the loop never noticed
-#   the `<eos>`;
-# - words in `ys` after a sentence's `<eos>`: the sentence was not treated as finished;
-# - a sentence that gets one `<pad>` after its `<eos>` and then words again: the loop forgot, a step
-#   later, that it had ended;
+# - a translation that runs on to `max_len`, with words repeated after its end;
+# - words in `ys` after a sentence's `<eos>`;
+# - a sentence that gets one `<pad>` after its `<eos>` and then words again;
 # - a batch that stops as soon as its shortest translation is done, cutting the others off;
-# - the same word at every step, the one that follows `<bos>`: the next word was read from the wrong
-#   row of the logits;
-# - the same sentence translated differently on every call: dropout is on (the given first line,
-#   `model.eval()`, prevents it);
-# - one column too few or too many: `max_len` generated tokens, plus `<bos>`;
-# - a crash about sizes at the second step: something built for a prefix of one token was used for a
-#   longer one.
+# - the same word at every step, the one that follows `<bos>`;
+# - the same sentence translated differently on every call;
+# - one column too few or too many;
+# - a crash about sizes at the second step.
+#
+# <details><summary>The causes behind these symptoms (open this when a check fails and you are stuck)</summary>
+#
+# In the same order: the loop never noticed the `<eos>`; the sentence was not treated as finished; the
+# loop forgot, a step later, that the sentence had ended; the loop stopped when *any* sentence was
+# done; the next word was read from the wrong row of the logits; dropout is on (the given first line,
+# `model.eval()`, prevents it); the count of columns is off (`max_len` generated tokens, plus
+# `<bos>`); something built for a prefix of one token was used for a longer one.
+#
+# </details>
 
 # %% [markdown]
 # ## 3. Exercise: `greedy_decode`
@@ -373,9 +378,8 @@ assert check.predicted_decoder_calls(predict_decoder_calls)
 # %% [markdown]
 # **The truth, for another batch.** The cell below builds a stand-in model whose sentence $b$ writes
 # word 4 until its step `ends[b]`, where it writes `<eos>`, counts the calls of its decoder, and decodes
-# it with your `greedy_decode`: sentences that end after 3, 7 and 5 tokens, once with `max_len=12` and
-# once with `max_len=6`. Check that your method gives these numbers too; where it does not, find the
-# step of your reasoning that went wrong.
+# it with your `greedy_decode`: sentences that end after 3, 7 and 5 tokens, with `max_len=6`. Check that
+# your method gives these numbers too; where it does not, find the step of your reasoning that went wrong.
 
 # %%
 class StandIn(nn.Module):
@@ -391,12 +395,12 @@ class StandIn(nn.Module):
     def decoder(self, ys, enc_out, src_mask, tgt_mask) -> torch.Tensor:
         self.calls += 1
         logits = torch.zeros(ys.size(0), ys.size(1), self.vocab)  # (batch, len, vocab)
-        logits[:, -1, 4] = 1.0
-        logits[ys.size(1) >= self.ends, -1, self.eos] = 2.0  # the next token is token number ys.size(1)
+        logits[:, :, 4] = 1.0  # the same scores at every position of the prefix
+        logits[ys.size(1) >= self.ends, :, self.eos] = 2.0  # the next token is token number ys.size(1)
         return logits
 
 
-for max_len in (12, 6):
+for max_len in (6,):
     stand_in = StandIn([3, 7, 5])
     ys = greedy_decode(stand_in, torch.ones(3, 5, dtype=torch.long), 3, 1, 2, max_len)  # pad 3, bos 1, eos 2
     print(f"max_len={max_len:2}: {stand_in.calls} decoder calls; ys has {ys.size(1)} columns")

@@ -53,8 +53,7 @@
 #    validation set, the score reported on the test set.
 #
 # **Before you start.** You need stage 6's greedy decoding (its loop and masks), stage 2's multi-head
-# attention (queries, keys, values, heads), log-probabilities, and integer division and remainder
-# (`//`, `%`).
+# attention (queries, keys, values, heads) and log-probabilities.
 #
 # **How this notebook works.** Run the setup cell first (in Colab it installs the course package), then
 # the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is given and
@@ -177,7 +176,7 @@ plt.show()
 # decoded so far, `(batch, heads, steps, d_k)`, growing by one position per step, and the cross-attention
 # keys and values, `(batch, heads, src_len, d_k)`, fixed. (Only keys and values: old queries are never
 # used again.) A step then costs the same at position 50 as at position 1, apart from attending over a
-# longer cache (and copying it into a tensor one position longer, which `torch.cat` does). What it costs is
+# longer cache (and copying it into a tensor one position longer). What it costs is
 # state kept from step to step: for the pretrained model (3 layers, $d_\text{model} = 256$) a batch of
 # 256 sentences at step 30 keeps $2 \cdot 3 \cdot 256 \cdot 30 \cdot 256 \approx 11.8$ million numbers
 # (47 MB in float32) of self-attention cache. Stage 6's decoder computes as many keys and values at
@@ -269,10 +268,10 @@ assert check.cache_cross_keys_values(start_cache, num_layers=3, num_heads=2, d_m
 # after the call every `cache.self_keys[i]` and `cache.self_values[i]` is one position longer,
 # `(batch, heads, position + 1, d_k)`, with the new position's keys and values last, and the cross entries
 # are unchanged. The modules are reached as `decoder = model.decoder`: `decoder.embedding`,
-# `decoder.d_model`, `decoder.positional_encoding.pe` (stage 1's table, `(1, max_seq_length, d_model)`,
-# row $p$ for position $p$), `decoder.layers` (each with `self_attn`, `cross_attn`, `feed_forward`,
-# `norm1`, `norm2`, `norm3`) and `decoder.pred_layer`; the given `project_keys_values` and `attend` do the
-# attention. Decoding runs in eval mode, where dropout does nothing, so the step leaves dropout out.
+# `decoder.d_model`, `decoder.positional_encoding` (your module of stage 1), `decoder.layers` (each with
+# `self_attn`, `cross_attn`, `feed_forward`, `norm1`, `norm2`, `norm3`) and `decoder.pred_layer`; the given
+# `project_keys_values` and `attend` do the attention. Decoding runs in eval mode, where dropout does
+# nothing, so the step leaves dropout out.
 #
 # **The properties the checks test.** Step by step over a prefix, the logits equal the full decoder's at
 # the prefix's last position, on a batch whose sources are padded; each step makes every layer's
@@ -385,7 +384,7 @@ assert check.predicted_cached_vectors(predict_cached_vectors)
 # %% [markdown]
 # **The truth, for another shape.** The cell runs your `start_cache` and 7 steps of your `decoder_step` on
 # a model of 2 decoder layers with 4 heads (random weights) for one sentence of 6 tokens, and counts the
-# vectors in each part of the cache. Check that your method gives these numbers too.
+# key and value vectors of each part of the cache. Check that your method gives these numbers too.
 
 # %%
 torch.manual_seed(0)
@@ -398,7 +397,8 @@ with torch.no_grad():
         decoder_step(shaped, kv, torch.tensor([[token]]))
 vectors = {part: sum(t.shape[0] * t.shape[1] * t.shape[2] for t in getattr(kv, part))
            for part in ("self_keys", "self_values", "cross_keys", "cross_values")}
-print(vectors, " self-attention in all:", vectors["self_keys"] + vectors["self_values"])
+print("key and value vectors: self-attention", vectors["self_keys"] + vectors["self_values"],
+      " cross-attention", vectors["cross_keys"] + vectors["cross_values"])
 
 # %% [markdown]
 # ## 5. Exercise, a bug hunt: `cached_greedy_decode`
@@ -638,32 +638,36 @@ for alpha in (0.0, 0.6, 1.0, 1.5):
 #
 # **Choosing the best entries of a table: flat indices.** To pick the $k$ best of *all* candidates of a
 # sentence, whichever hypothesis they extend, flatten its `(beam, vocab)` block into one row of
-# `beam · vocab` entries. Entry $(r, c)$ of a table with $C$ columns lands at flat index $i = r \cdot C + c$,
-# and back: $r = \lfloor i / C \rfloor$ (integer division, `//`), $c = i \bmod C$ (`%`). Two PyTorch tools
-# work on such rows: `topk(k, dim)` returns the $k$ largest values along an axis and their indices, and
-# `gather(dim, index)` reads, along axis `dim`, the entries at `index`. The cell numbers the entries of a
-# toy block of 3 rows × 4 columns the way `flatten` lays them out, and reads one entry both ways.
+# `beam · vocab` entries. Entry $(r, c)$ of a table with $C$ columns lands at flat index $i = r \cdot C + c$;
+# the way back from $i$ to $(r, c)$ is yours to work out from that. PyTorch's `topk(k, dim)` returns the
+# $k$ largest values along an axis and their indices. The cell numbers the entries of a toy block of
+# 3 rows × 4 columns the way `flatten` lays them out.
 
 # %%
 table = torch.tensor([[0.1, 0.7, 0.2, 0.0], [0.5, 0.3, 0.9, 0.4], [0.6, 0.8, 0.05, 0.2]])  # (3, 4)
 print("flat index of every entry (row r, column c):")
 print(torch.arange(table.numel()).view(3, 4))
-flat = table.flatten()  # (12,): row 0, then row 1, then row 2
-print(f"flat[9] = {flat[9].item():.2f};  divmod(9, 4) = {divmod(9, 4)};  table[2, 1] = {table[2, 1].item():.2f}")
+print("flattened:", table.flatten().tolist())  # (12,): row 0, then row 1, then row 2
 
 # %% [markdown]
 # ### What goes wrong, and what it looks like
-# - beams that jump between unrelated words and a final choice no better than greedy's: candidates ranked
-#   by their last token alone, or by raw logits (which are not log-probabilities and do not add up);
-# - a sentence that loses its finished hypothesis, or one that goes on after `<eos>`: a finished hypothesis
-#   must stay, and stay as it is;
-# - tokens that make no sense after their hypothesis: the flat index was split the wrong way round into
-#   parent and token;
-# - a hypothesis whose history is another's: the new hypotheses were not given their parents' rows of `ys`,
-#   of the cache, of `finished` and of `lengths`;
-# - sentence 0 right and the others wrong: a parent's row taken within sentence 0's block of rows;
-# - a preference for hypotheses that have already ended: the length penalty taken at the parent's length,
-#   where a live candidate has one token more.
+# - beams that jump between unrelated words, and a final choice no better than greedy's;
+# - a sentence that loses its finished hypothesis, or one that goes on after `<eos>`;
+# - tokens that make no sense after their hypothesis;
+# - a hypothesis whose history is another's;
+# - sentence 0 right and the others wrong;
+# - a preference for hypotheses that have already ended.
+#
+# <details><summary>The causes behind these symptoms (open this when a check fails and you are stuck)</summary>
+#
+# In the same order: candidates ranked by their last token alone, or by raw logits (which are not
+# log-probabilities and do not add up); a finished hypothesis not kept, or not kept as it is; the flat
+# index split the wrong way round into parent and token; the new hypotheses not given their parents'
+# rows of the tokens so far, of the cache, of the finished flags and of the lengths; a parent's row taken
+# within sentence 0's block of rows; the length penalty taken at the parent's length, where a live
+# candidate has one token more.
+#
+# </details>
 
 # %% [markdown]
 # ## 7. Exercise: `select_beams`
@@ -731,8 +735,8 @@ assert check.predicted_flat_index_token(predict_flat_index_token)
 # %% [markdown]
 # **The truth, for another index.** The cell gives your `select_beams` one sentence searched with a beam
 # of 3 over 4,000 tokens whose best candidate sits at flat index 9,876 of its `beam · vocab` row (every
-# other candidate much worse) and prints the parent and the token it returns for it, beside Python's
-# `divmod`. Check that your method gives the same.
+# other candidate much worse) and prints the parent and the token it returns for it. Once the checks of
+# `select_beams` above pass, check that your method gives the same.
 
 # %%
 flat_index, beam, vocab = 9_876, 3, 4_000
@@ -742,7 +746,6 @@ _, best_parent, best_token = select_beams(torch.zeros(1, beam), flat_log_probs.v
                                           torch.zeros(1, beam, dtype=torch.bool),
                                           torch.zeros(1, beam, dtype=torch.long), beam, 0.6, 3)
 print(f"your select_beams: parent {best_parent[0, 0].item()}, token {best_token[0, 0].item()}")
-print(f"divmod({flat_index}, {vocab}) = {divmod(flat_index, vocab)}")
 
 # %% [markdown]
 # ## 8. Exercise: `beam_search`
@@ -1025,9 +1028,9 @@ else:
 #   (about $10^{-7}$ on the small model of section 1; more on larger models with larger logits), so it
 #   writes the same tokens unless two candidates tie to within that rounding (on
 #   the 1,000 test sentences the benchmark found no such case).
-# - Beam search keeps the $k$ best prefixes by total log-probability; $k = 1$ is greedy decoding. Finished
-#   hypotheses wait in the beam; dividing the score by a length penalty $((5+n)/6)^\alpha$ counters its
-#   preference for short sentences.
+# - Beam search keeps the $k$ best candidates at every step, ranked by total log-probability divided by a
+#   length penalty $((5+n)/6)^\alpha$, which counters its preference for short sentences; $k = 1$ is greedy
+#   decoding. Finished hypotheses wait in the beam.
 # - Beam size and $\alpha$ are chosen on the validation set; the test set gives the final number.
 #
 # The last cell lists every check of this notebook with `✔` or `✘` and its points. When you are

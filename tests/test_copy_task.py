@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from transformer_course.reference import make_look_ahead_mask
-from transformer_course.reference.copy_task import BOS, LENGTH, copy_batch, train_copier
+from transformer_course.reference.copy_task import BOS, LENGTH, copy_batch, copy_two_ways, train_copier
 
 
 def planted(size: int) -> torch.Tensor:
@@ -21,14 +21,24 @@ def copied(make_mask) -> tuple[float, float, float]:
     """(last training loss, share copied with teacher forcing, share copied greedily), as the notebook computes them."""
     torch.set_num_threads(1)
     model, losses = train_copier(make_mask, steps=400)
-    source, decoder_in, _ = copy_batch(200, torch.Generator().manual_seed(1))
+    source, _, _ = copy_batch(200, torch.Generator().manual_seed(1))
+    forced, written = copy_two_ways(model, source, make_mask)
+    return (losses[-1], (forced == source).double().mean().item(), (written == source).double().mean().item())
+
+
+def test_the_package_copies_as_the_notebook_did():
+    """`copy_two_ways`, which the notebook calls, gives what its own loop gave before it moved into the package."""
+    torch.set_num_threads(1)
+    model, _ = train_copier(make_look_ahead_mask, steps=20)
+    source, decoder_in, _ = copy_batch(50, torch.Generator().manual_seed(1))
     with torch.no_grad():
-        forced = model(source, decoder_in, make_mask(LENGTH + 1)).argmax(dim=-1)[:, :LENGTH]
-        written = torch.full((200, 1), BOS)
+        forced = model(source, decoder_in, make_look_ahead_mask(LENGTH + 1)).argmax(dim=-1)[:, :LENGTH]
+        written = torch.full((50, 1), BOS)
         for _ in range(LENGTH):
-            logits = model(source, written, make_mask(written.size(1)))
+            logits = model(source, written, make_look_ahead_mask(written.size(1)))
             written = torch.cat([written, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
-    return (losses[-1], (forced == source).double().mean().item(), (written[:, 1:] == source).double().mean().item())
+    package_forced, package_written = copy_two_ways(model, source, make_look_ahead_mask)
+    assert torch.equal(package_forced, forced) and torch.equal(package_written, written[:, 1:])
 
 
 @pytest.mark.parametrize("mask", ["planted", "correct"])

@@ -60,7 +60,7 @@ WARM_UP: tuple[str, ...] = ("shape checks", "optimiser step")
 __all__ = [
     "predicted_parameter_count",
     "predicted_tying_saving",
-    "decoder_blocks_used",
+    "decoder_every_part_learns",
     "decoder_layers_registered",
     "decoder_output_shape",
     "decoder_values",
@@ -753,8 +753,8 @@ def _block_gradients(module: nn.Module, blocks: list[str], inputs: tuple, seed: 
     return {"output": True, "norms": norms}
 
 
-@check("Decoder: every block's weights reach the logits (each block gets a gradient)")
-def decoder_blocks_used(Decoder: type[nn.Module], **sizes: float) -> None:
+@check("Decoder: every part of it gets a gradient from the logits, so training can change it")
+def decoder_every_part_learns(Decoder: type[nn.Module], **sizes: float) -> None:
     config = _sizes(**sizes)
     args = config.stack_args("Decoder")
     reference = _reference_stack("Decoder", args, seed=45)

@@ -73,7 +73,7 @@ __all__ = [
     "train_epoch_clips_gradients",
     "train_epoch_learns_copy_task",
     "train_epoch_mean_loss_per_token",
-    "train_epoch_scheduler_per_batch",
+    "train_epoch_follows_the_schedule",
     "train_epoch_train_mode",
     "train_epoch_zero_grad",
 ]
@@ -925,8 +925,8 @@ def _schedule_reading(indices: list[int | None], count: int, batches: int) -> st
 
 
 @check("train_epoch: the k-th update uses the schedule's k-th learning rate; scheduler=None is allowed")
-def train_epoch_scheduler_per_batch(train_epoch: Callable[..., Any], num_batches: int = 5, d_model: int = 16,
-                                    warmup_steps: int = 3, seed: int = 6) -> None:
+def train_epoch_follows_the_schedule(train_epoch: Callable[..., Any], num_batches: int = 5, d_model: int = 16,
+                                     warmup_steps: int = 3, seed: int = 6) -> None:
     setup = Setup(seed, (4,) * num_batches, copy_task=True, lr=1.0, schedule="warmup", rate_d_model=d_model,
                        warmup_steps=warmup_steps)
     run = _train(train_epoch, setup)

@@ -10,7 +10,7 @@ from transformer_course.reference.attention import MultiHeadAttention
 
 
 class PositionWiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to every position alone.
+    """The position-wise feed-forward network of the paper's section 3.3, applied to every position alone.
 
     x: (batch, seq_len, d_model) -> (batch, seq_len, d_model), hidden width d_ff.
     """

@@ -81,3 +81,18 @@ def train_copier(make_look_ahead_mask: MaskFunction, steps: int = 400, seed: int
         optimiser.step()
         losses.append(loss.item())
     return model.eval(), losses
+
+
+@torch.no_grad()
+def copy_two_ways(model: Copier, source: torch.Tensor,
+                  make_look_ahead_mask: MaskFunction) -> tuple[torch.Tensor, torch.Tensor]:
+    """The trained model's copies of `source` (batch, LENGTH), both (batch, LENGTH): with teacher forcing (the
+    correct output shifted by one in the decoder's input, every position in one pass) and greedily (from <bos>
+    alone, one symbol per step, each step reading only the symbols written so far)."""
+    decoder_in = torch.cat([torch.full((source.size(0), 1), BOS), source], dim=1)  # (batch, LENGTH + 1)
+    forced = model(source, decoder_in, make_look_ahead_mask(LENGTH + 1)).argmax(dim=-1)[:, :LENGTH]
+    written = torch.full((source.size(0), 1), BOS)  # (batch, steps so far)
+    for _ in range(LENGTH):
+        logits = model(source, written, make_look_ahead_mask(written.size(1)))  # (batch, steps so far, VOCAB)
+        written = torch.cat([written, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    return forced, written[:, 1:]

@@ -114,7 +114,7 @@ def decoder_step(model: nn.Module, cache: KVCache, tokens: torch.Tensor) -> torc
 @torch.no_grad()
 def cached_greedy_decode(model: nn.Module, src: torch.Tensor, pad_idx: int, bos_idx: int, eos_idx: int,
                          max_len: int) -> torch.Tensor:
-    """Greedy decoding as in stage 6 (same arguments, same output), one decoder_step per token.
+    """Greedy decoding as in stage 6 (same arguments, same output), with the key/value cache.
 
     src: (batch, src_len). Returns (batch, out_len) target ids starting with <bos>, padded after <eos>.
     """

@@ -121,11 +121,11 @@ diagrams.show("transformer")
 # `(batch, seq_len, d_model)` → `fc1` → `(batch, seq_len, d_ff)` → ReLU → `fc2` → `(batch, seq_len, d_model)`.
 # (The paper also describes it as two convolutions with kernel size 1: the same thing.)
 #
-# Small as it looks, it has about twice as many parameters as the multi-head attention before it.
-# With the paper's sizes:
+# Small as it looks, it has about twice as many parameters as the multi-head attention before it
+# whenever $d_{ff} = 4\,d_{model}$, as in the paper. With half the paper's sizes:
 
 # %%
-d_model, d_ff, num_heads = 512, 2048, 8
+d_model, d_ff, num_heads = 256, 1024, 4
 stand_in_ffn = nn.ModuleList([nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)])  # W1, b1 and W2, b2
 attention = MultiHeadAttention(d_model, num_heads)
 print(f"feed-forward network: {sum(p.numel() for p in stand_in_ffn.parameters()):>9,} parameters")
@@ -697,15 +697,16 @@ plt.show()
 
 # %% [markdown]
 # ### Predict, then run
-# Section 2 printed the parameters of the feed-forward network and of one multi-head attention for
-# the paper's sizes ($d_{model} = 512$, 8 heads, $d_{ff} = 2048$). From those and what you know about
-# the blocks, work these out on paper before you run anything. Write your prediction after `return`:
-# a number, or the arithmetic you worked out (such as `3 * 4`; `math` is allowed). A prediction is a
-# value you work out, so the function may not call your blocks, torch or anything else of the
-# notebook: the check refuses that. The check only looks at the form of your prediction and notes it:
-# **it is scored when your notebook is graded**, and nothing in this notebook says whether it is
-# right, so trying again tells you nothing. The cell after the checks shows the truth for *other*
-# sizes: use it to test your method. The answer you are graded on is never printed.
+# The predictions are at the paper's sizes ($d_{model} = 512$, 8 heads, $d_{ff} = 2048$); section 2
+# counted the feed-forward network and one multi-head attention at half those sizes. From the given
+# constructors and what you know about the blocks, work these out on paper before you run anything.
+# Write your prediction after `return`: a number, or the arithmetic you worked out (such as `3 * 4`;
+# `math` is allowed). A prediction is a value you work out, so the function may not call your
+# blocks, torch or anything else of the notebook: the check refuses that. The check only looks at the
+# form of your prediction and notes it: **it is scored when your notebook is graded**, and nothing in
+# this notebook says whether it is right, so trying again tells you nothing. The cell after the checks
+# shows the truth for *other* sizes: use it to test your method. The answer you are graded on is
+# never printed.
 #
 # Count the blocks as their given constructors build them. As in stage 2, a count without the
 # biases of the attention projections (the paper's attention formulas have none) is accepted too;
@@ -762,9 +763,9 @@ assert check.predicted_feed_forward_share(predict_feed_forward_share)
 
 # %% [markdown]
 # **The truth, for other sizes.** The cell below counts the parameters of your own blocks (their
-# constructors are the given ones) for $d_{model} = 64$, 4 heads and $d_{ff} = 192$, part by part.
-# Check that your method gives these numbers too; where it does not, find the step of your reasoning
-# that went wrong.
+# constructors are the given ones) for $d_{model} = 64$, 4 heads and $d_{ff} = 192$, and the
+# feed-forward network's share. Check that your method gives these numbers too; where it does not,
+# find the step of your reasoning that went wrong.
 
 # %%
 def count(module: nn.Module) -> int:
@@ -774,9 +775,8 @@ def count(module: nn.Module) -> int:
 encoder_block = EncoderBlock(d_model=64, num_heads=4, d_ff=192, dropout=0.1)
 decoder_block = DecoderBlock(d_model=64, num_heads=4, d_ff=192, dropout=0.1)
 for name, block_of_kind in (("encoder block", encoder_block), ("decoder block", decoder_block)):
-    parts = {part: count(module) for part, module in block_of_kind.named_children() if count(module)}
     share = 100 * count(block_of_kind.feed_forward) / count(block_of_kind)
-    print(f"{name}: {count(block_of_kind):,} parameters, of which feed-forward {share:.1f} %;", parts)
+    print(f"{name}: {count(block_of_kind):,} parameters, of which feed-forward {share:.1f} %")
 
 # %% [markdown]
 # With these sizes the feed-forward network holds 59.5 % of an encoder block's parameters but only

@@ -203,8 +203,7 @@ plt.show()
 #   per position of the prefix, and section 1 says which row predicts the next word.
 # - **Sentences end at different steps.** A batch is one tensor, so a sentence that has said `<eos>` still
 #   gets a new column at every later step. What the model predicts there is not part of its translation: the
-#   contract fills it with `<pad>`. The loop must therefore remember, for every sentence, whether it has
-#   ended at *any* earlier step.
+#   contract fills it with `<pad>`, at every step after the `<eos>`.
 # - **The loop ends when nothing is left to write:** once every sentence has said `<eos>`, or after `max_len`
 #   generated tokens for a model that never says it.
 #

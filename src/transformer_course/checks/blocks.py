@@ -933,5 +933,5 @@ def _feed_forward_shares() -> tuple[float, float]:
 def predicted_feed_forward_share(predict: Any) -> None:
     expect_number(predict, truths=_feed_forward_shares, absolute=1.0,
                   what="the feed-forward network's share of DecoderBlock(512, 8, 1024, 0.1)'s parameters (percent)",
-                  cause="with d_ff = 1024 the feed-forward network is not the one of the paper's sizes: count it "
-                        "again, then the whole block, and divide.")
+                  cause="with d_ff = 1024 the feed-forward network is half as wide as at the paper's sizes: count "
+                        "it again, then the whole block, and divide.")

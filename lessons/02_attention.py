@@ -889,6 +889,7 @@ assert check.predicted_visible_pairs(predict_visible_pairs)
 # variance 9, key entries of variance 1/4 and $d_k = 16$; the parameters of your
 # `MultiHeadAttention(96, 4)` (and of `nn.MultiheadAttention(96, 4)` as a second count) with and
 # without the biases; and the entries both masks allow for a sentence of four words and two `<pad>`.
+# The counts and the masks come from *your* code: trust them only once its checks above are green.
 # Check that your method gives these numbers too; where it does not, find the step of your reasoning
 # that went wrong.
 

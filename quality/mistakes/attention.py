@@ -21,7 +21,7 @@ _SDPA = (
     + "    output = weights @ V  # (..., q_len, d_v)\n"
 )
 _PADDING = "mask = (token_ids != pad_idx).unsqueeze(1).unsqueeze(2)  # (batch, 1, 1, seq_len)"
-_TRIANGLE = "allowed = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # diagonal included"
+_TRIANGLE = "allowed = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # (size, size)"
 _SPLIT_VIEW = "x = x.view(batch_size, seq_length, self.num_heads, self.d_k)  # (batch, seq_len, heads, d_k)"
 _SPLIT_RETURN = "return x.transpose(1, 2)  # (batch, heads, seq_len, d_k)"
 _SPLIT = (

@@ -24,7 +24,7 @@ ANSWERS = {
         mask = real.view(batch, 1, 1, seq_len)
         """,
     )),
-    "look_ahead_mask": Answer(fixes=((".triu()  # diagonal included",
+    "look_ahead_mask": Answer(fixes=((".triu()  # (size, size)",
                                     ".tril(diagonal=0)  # the lower triangle, diagonal included"),)),
     "multi_head_attention": Answer(stubs=(
         """

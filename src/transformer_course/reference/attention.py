@@ -45,7 +45,7 @@ def make_padding_mask(token_ids: torch.Tensor, pad_idx: int) -> torch.Tensor:
 def make_look_ahead_mask(size: int, device: torch.device | str | None = None) -> torch.Tensor:
     """Bool mask (1, 1, size, size): position i may attend to positions 0..i (lower triangle)."""
     ### BEGIN SOLUTION
-    allowed = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # diagonal included
+    allowed = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # (size, size)
     mask = allowed.unsqueeze(0).unsqueeze(0)  # (1, 1, size, size)
     ### END SOLUTION
     return mask

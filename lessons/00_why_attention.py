@@ -235,7 +235,8 @@ plt.show()
 # - padded positions get weight: all of it, some, or a tiny amount that is not exactly 0; or the rows no
 #   longer sum to 1;
 # - an error about sizes that do not match, raised where the mask meets the scores; or no error, but a
-#   sentence hidden with another sentence's padding; or, with one query, weights with one axis too many;
+#   sentence hidden with another sentence's padding; or, with one query, weights of shape
+#   `(batch, batch, k_len)`;
 # - every query gets the same weights;
 # - with one query, scores that have lost an axis;
 # - a context of shape `(batch, q_len, k_len)`.

@@ -689,7 +689,7 @@ print("head 0 after a bare x.view(1, 2, 3, 2):\n", x.view(1, 2, 3, 2)[0, 0])
 # ### What goes wrong, and what it looks like
 # - the right shape, but tokens scrambled: the output at one position depends on other positions'
 #   inputs in ways the reference's does not;
-# - every output feature computed by a single head;
+# - the right shape, but outputs that differ from the reference's everywhere;
 # - attention weights flatter than the reference's;
 # - an error from `view` saying the tensor is not contiguous, or that the view size is not compatible
 #   with its size and stride;

@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2¾ hours if you are at ease with PyTorch, about 4¾ hours if you are new to it or get
-# stuck. That is reading (59 minutes at 150 words a minute without the folded hints, 84 at 100 words a minute
+# stuck. That is reading (59 minutes at 150 words a minute without the folded hints, 83 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and about a
 # minute of computation on one CPU core, BLEU on all 1,000 test sentences included. (Estimated by
@@ -399,10 +399,9 @@ class StandIn(nn.Module):
         return logits
 
 
-for max_len in (6,):
-    stand_in = StandIn([3, 7, 5])
-    ys = greedy_decode(stand_in, torch.ones(3, 5, dtype=torch.long), 3, 1, 2, max_len)  # pad 3, bos 1, eos 2
-    print(f"max_len={max_len:2}: {stand_in.calls} decoder calls; ys has {ys.size(1)} columns")
+stand_in = StandIn([3, 7, 5])
+ys = greedy_decode(stand_in, torch.ones(3, 5, dtype=torch.long), 3, 1, 2, 6)  # pad 3, bos 1, eos 2, max_len 6
+print(f"max_len=6: {stand_in.calls} decoder calls; ys has {ys.size(1)} columns")
 
 # %% [markdown]
 # ## 4. The pretrained checkpoint

@@ -825,7 +825,7 @@ assert check.mha_attention_weights(MultiHeadAttention, d_model=16, num_heads=8, 
 # %% [markdown]
 # ### Predict, then run
 # Work these out on paper before you run anything: each takes a few lines of reasoning from this
-# notebook, and none is spelled out above. Write your prediction after `return`: a number, or the
+# notebook. Write your prediction after `return`: a number, or the
 # arithmetic you worked out (such as `3 * 4`; `math` is allowed). A prediction is a value you work
 # out, so the function may not call your code, torch or anything else of the notebook: the check
 # refuses that. The check only looks at the form of your prediction and notes it: **it is scored when

@@ -118,7 +118,7 @@ diagrams.show("transformer")
 # $i$'s output depends only on position $i$'s input. Attention *mixes* positions; the feed-forward
 # network *transforms* each one. `nn.Linear` acts on the last axis only, so for a batch
 # `(batch, seq_len, d_model)` one call does every position at once:
-# `(batch, seq_len, d_model)` → `fc1` → `(batch, seq_len, d_ff)` → ReLU → `fc2` → `(batch, seq_len, d_model)`.
+# `(batch, seq_len, d_model)` in, `(batch, seq_len, d_ff)` in the hidden layer, `(batch, seq_len, d_model)` out.
 # (The paper also describes it as two convolutions with kernel size 1: the same thing.)
 #
 # Small as it looks, it has about twice as many parameters as the multi-head attention before it

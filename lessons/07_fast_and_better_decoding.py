@@ -28,7 +28,7 @@
 # | **7** (optional) | **the key/value cache and beam search** (this one) |
 #
 # **Working time:** about 3¼ hours if you are at ease with PyTorch, about 5¾ hours if you are new to it or get
-# stuck. That is reading (69 minutes at 150 words a minute without the folded hints, 95 at 100 words a minute
+# stuck. That is reading (68 minutes at 150 words a minute without the folded hints, 95 at 100 words a minute
 # with them, and the given code at 10 lines a minute), four exercises, one bug hunt, three predictions and two
 # written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and, with the quick
 # setting below, 27 seconds of CPU time on one thread (the wall time of *Run all* on a busy 2-core machine is under
@@ -418,7 +418,7 @@ print("key and value vectors: self-attention", vectors["self_keys"] + vectors["s
 # classmate's loop. Compare the two, read the checks below, then find the line and fix it in place. The
 # checks run the loop with the course's own `start_cache` and `decoder_step` in place of yours (a mistake
 # there is counted by their own checks above, once); they compare its tokens with stage 6's greedy
-# decoding on small random models and count the positions in the cache after every step.
+# decoding on small random models.
 
 # %%
 model, source_vocab, target_vocab, metadata = load(pretrained_path(), Transformer, device=device)

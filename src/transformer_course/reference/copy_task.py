@@ -26,11 +26,16 @@ BOS, EOS, LENGTH, VOCAB = 1, 2, 8, 14  # <bos> and <eos> as in the course's voca
 MaskFunction = Callable[[int], torch.Tensor]  # make_look_ahead_mask(size) -> (1, 1, size, size), True = may attend
 
 
+def _after_bos(source: torch.Tensor) -> torch.Tensor:
+    """The decoder's input for copying `source` (batch, LENGTH): <bos> then the sequence, (batch, LENGTH + 1)."""
+    return torch.cat([torch.full((source.size(0), 1), BOS), source], dim=1)
+
+
 def copy_batch(size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Random sequences (size, LENGTH); the decoder's input <bos> a b c ... and its targets a b c ... <eos>,
     each (size, LENGTH + 1)."""
     source = torch.randint(4, VOCAB, (size, LENGTH), generator=generator)  # (size, LENGTH)
-    decoder_in = torch.cat([torch.full((size, 1), BOS), source], dim=1)  # (size, LENGTH + 1)
+    decoder_in = _after_bos(source)  # (size, LENGTH + 1)
     decoder_out = torch.cat([source, torch.full((size, 1), EOS)], dim=1)  # (size, LENGTH + 1)
     return source, decoder_in, decoder_out
 
@@ -89,8 +94,7 @@ def copy_two_ways(model: Copier, source: torch.Tensor,
     """The trained model's copies of `source` (batch, LENGTH), both (batch, LENGTH): with teacher forcing (the
     correct output shifted by one in the decoder's input, every position in one pass) and greedily (from <bos>
     alone, one symbol per step, each step reading only the symbols written so far)."""
-    decoder_in = torch.cat([torch.full((source.size(0), 1), BOS), source], dim=1)  # (batch, LENGTH + 1)
-    forced = model(source, decoder_in, make_look_ahead_mask(LENGTH + 1)).argmax(dim=-1)[:, :LENGTH]
+    forced = model(source, _after_bos(source), make_look_ahead_mask(LENGTH + 1)).argmax(dim=-1)[:, :LENGTH]
     written = torch.full((source.size(0), 1), BOS)  # (batch, steps so far)
     for _ in range(LENGTH):
         logits = model(source, written, make_look_ahead_mask(written.size(1)))  # (batch, steps so far, VOCAB)

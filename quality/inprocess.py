@@ -1,7 +1,7 @@
 """Run a notebook the way the grader does and report what every grade cell said.
 
-The tests and the mistake catalog run hundreds of notebook variants, so they share one runner zygote per
-test process (`transformer_course.grading.sandbox.runner`, started without a sandbox: what it runs is the
+The tests and the mistake catalog run hundreds of notebook variants, so they share a runner zygote per stage
+in each test process (`transformer_course.grading.sandbox.runner`, started without a sandbox: what it runs is the
 course's own reference code and its edits) instead of a sandbox per notebook. Everything else is the
 batch grader's own path: nbgrader's Execute replaced by `JudgedExecute`, ordinary cells in the runner, each
 grade cell judged in this process against a servant, hidden parts at the end against snapshots,
@@ -14,7 +14,6 @@ import atexit
 import copy
 import logging
 import os
-import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,21 +40,24 @@ def grade_id(cell: nbformat.NotebookNode) -> str | None:
     return nbgrader.get("grade_id") if nbgrader.get("grade") else None
 
 
-_SESSION: list[Session | None] = [None]
+_SESSIONS: dict[tuple[str, ...], Session] = {}  # runner zygotes of this test process, the latest used last
+KEPT_SESSIONS = 2  # zygotes kept alive at once (a test file mostly runs one stage's notebooks, then the next)
 
 
-def shared_session() -> Session:
-    """The test process's runner zygote, started on first use with every checks module loaded."""
-    session = _SESSION[0]
-    if session is not None and session.alive():
-        return session
-    import transformer_course.checks as checks
-
-    modules = [f"transformer_course.checks.{info.name}" for info in pkgutil.iter_modules(checks.__path__)]
-    environment = {**os.environ, "NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
-    session = Session(preload_modules([]) + modules, environment=environment).start()
-    _SESSION[0] = session
-    atexit.register(session.close)
+def shared_session(notebook: nbformat.NotebookNode | None = None) -> Session:
+    """A runner zygote of the test process's, started on first use for the modules `notebook` imports (as the
+    batch preloads what a class's notebooks import): one per stage, so that a stage's zygote carries neither
+    spaCy for a stage that does not use it nor its cost at every fork."""
+    modules = tuple(preload_modules([notebook] if notebook is not None else []))
+    session = _SESSIONS.pop(modules, None)
+    if session is None or not session.alive():
+        environment = {**os.environ, "NBGRADER_EXECUTION": "autograde", "MPLBACKEND": "Agg",
+                       "PYTHONWARNINGS": "ignore"}
+        session = Session(list(modules), environment=environment).start()
+        atexit.register(session.close)
+    _SESSIONS[modules] = session
+    while len(_SESSIONS) > KEPT_SESSIONS:
+        _SESSIONS.pop(next(iter(_SESSIONS))).close()
     return session
 
 
@@ -64,9 +66,8 @@ def run_notebook(notebook: nbformat.NotebookNode, directory: Path, timeout: floa
     """The notebook as the grader leaves it: every cell's outputs, the findings in its metadata. `session`:
     a zygote of the caller's (default: the test process's shared one); `student`: whose submission it is, as
     nbgrader says (the hidden inputs are drawn for it); `options`: JudgedExecute's settings."""
-    executor._SESSION[0] = session or shared_session()
-    executor._SESSION_FACTORY[0] = (lambda _notebook: session.start()) if session else (
-        lambda _notebook: shared_session())
+    executor._SESSION[0] = session or shared_session(notebook)
+    executor._SESSION_FACTORY[0] = (lambda _notebook: session.start()) if session else shared_session
     preprocessor = JudgedExecute(timeout=timeout, sandbox_per_notebook=False, **options)  # one zygote for the tests
     preprocessor.log = logging.getLogger("inprocess")
     try:
@@ -75,8 +76,6 @@ def run_notebook(notebook: nbformat.NotebookNode, directory: Path, timeout: floa
             resources["nbgrader"] = {"student": student}
         graded, _ = preprocessor.preprocess(copy.deepcopy(notebook), resources)
     finally:
-        if session is None:
-            _SESSION[0] = executor._SESSION[0]
         executor._SESSION[0], executor._SESSION_FACTORY[0] = None, None
     return graded
 

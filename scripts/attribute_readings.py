@@ -411,7 +411,7 @@ def grade_mutants(stages: list[str], seeds: list[int], tune_seeds: list[int], pe
 
     def recorded_grading(*args: Any, **kwargs: Any) -> Recorded:
         if os.getpid() != parent:
-            inprocess._SESSION[0] = None  # the parent's runner zygote is not this child's: start one of its own
+            inprocess._SESSIONS.clear()  # the parent's runner zygotes are not this child's: start its own
         with recorder:
             outcomes = original(*args, **kwargs)
         result = Recorded(outcomes)

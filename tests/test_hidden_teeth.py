@@ -86,6 +86,8 @@ class Verdicts:
     hidden: dict[str, dict[str, list[bool]]] = field(default_factory=dict)  # hidden cell: {check: passed, per draw}
     calls: dict[tuple[str, int], tuple[str, list[bool]]] = field(default_factory=dict)  # (hidden cell, line):
     # (check, passed per draw)
+    messages: dict[str, str] = field(default_factory=dict)  # visible cell: what its first failing call said (what
+    # the whole grade cell says: its calls run in order and the first that fails ends it)
 
     def failed_checks(self) -> set[str]:
         """The checks a visible call of which failed."""
@@ -161,13 +163,16 @@ def _record(found: Verdicts, split: nbformat.NotebookNode, labels: list, secret:
         graded = run_notebook(split, tmp_path)
     finally:
         executor.use_secret(None)
-    outcomes = [not any(output.get("output_type") == "error" for output in cell.get("outputs", []))
-                for cell in graded.cells if is_grade_cell(cell)]
-    assert len(outcomes) == len(labels)
-    for (kind, cell, name, line, draw), passed in zip(labels, outcomes, strict=True):
+    errors = [next((output for output in cell.get("outputs", []) if output.get("output_type") == "error"), None)
+              for cell in graded.cells if is_grade_cell(cell)]
+    assert len(errors) == len(labels)
+    for (kind, cell, name, line, draw), error in zip(labels, errors, strict=True):
+        passed = error is None
         if kind == "visible":
             checks = found.visible.setdefault(cell, {})
             checks[name] = checks.get(name, False) or not passed
+            if not passed and cell not in found.messages:
+                found.messages[cell] = f"{error['ename']}: {error['evalue']}"
         else:
             found.hidden.setdefault(cell, {}).setdefault(name, [True] * DRAWS)[draw] &= passed
             found.calls.setdefault((cell, line), (name, [True] * DRAWS))[1][draw] &= passed
@@ -183,6 +188,18 @@ def mistake_verdicts(number: int, tmp_path_factory) -> Verdicts:
         _SEEN[number] = verdicts(mistake, mistake.assignment, SECRETS[number % len(SECRETS)],
                                  tmp_path_factory.mktemp(f"mistake{number}"), every_hidden=False)
     return _SEEN[number]
+
+
+_SEEN_ALTERNATIVES: dict[int, Verdicts] = {}  # alternative number: its verdicts, every hidden call run
+
+
+def alternative_verdicts(number: int, tmp_path_factory) -> Verdicts:
+    """The verdicts for alternative `number` of the catalog (every hidden cell run), once per test session."""
+    if number not in _SEEN_ALTERNATIVES:
+        alternative = ALTERNATIVES[number]
+        _SEEN_ALTERNATIVES[number] = verdicts(alternative, alternative.assignment, SECRETS[number % len(SECRETS)],
+                                              tmp_path_factory.mktemp(f"alternative{number}"))
+    return _SEEN_ALTERNATIVES[number]
 
 
 @pytest.mark.slow
@@ -202,8 +219,8 @@ def test_a_mistake_that_fails_a_property_fails_its_hidden_cell_in_every_draw(num
 @pytest.mark.slow
 @pytest.mark.parametrize("number,alternative", list(enumerate(ALTERNATIVES)),
                          ids=lambda item: f"{item.assignment[:2]}-{item.description}" if isinstance(item, Edit) else "")
-def test_an_alternative_solution_passes_every_hidden_call_as_drawn(number, alternative, tmp_path):
-    found = verdicts(alternative, alternative.assignment, SECRETS[number % len(SECRETS)], tmp_path)
+def test_an_alternative_solution_passes_every_hidden_call_as_drawn(number, alternative, tmp_path_factory):
+    found = alternative_verdicts(number, tmp_path_factory)
     failing = {cell: [draw for draw in range(DRAWS) if draw not in found.passing_draws(cell)] for cell in found.hidden}
     assert not found.failed_properties() and not any(failing.values()), (found.visible, failing)
 

@@ -1,16 +1,21 @@
 """The mistake catalog with teeth: every cataloged bug fails the grade cell that covers it, with a
 message naming the cause; every alternative correct solution passes every grade cell. What a student reads
-of each failing cell before opening a hint (the visible part of its ladder) holds no solution code."""
+of each failing cell before opening a hint (the visible part of its ladder) holds no solution code.
+
+The notebooks are run once for these tests and test_hidden_teeth's (the same xdist group, so the same
+process): each grade cell's visible calls run there one per cell, and a grade cell says what its first failing
+call says (`judge` stops at it), so the message read here is the one the whole grade cell shows."""
 
 from collections import Counter
 
 import pytest
+from test_hidden_teeth import alternative_verdicts, mistake_verdicts
 
-from conftest import ASSIGNMENTS, graded_part, read, solution_path
+from conftest import ASSIGNMENTS
 from quality.dictation import in_message
-from quality.inprocess import run_grade_cells
-from quality.mistakes import catalog
+from quality.mistakes import Edit, catalog
 
+pytestmark = pytest.mark.xdist_group("boundary")
 MISTAKES, ALTERNATIVES = catalog()
 
 
@@ -22,31 +27,25 @@ def test_catalog_covers_every_stage():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: f"{m.assignment[:2]}-{m.description}")
-def test_mistake_fails_its_cell_and_names_the_cause(mistake):
-    path = solution_path(mistake.assignment)
-    # only what the grade cells depend on (setup, imports, definitions, exercises): the demos cannot change them
-    notebook = graded_part(mistake.apply(read(path)))
-    outcomes = run_grade_cells(notebook, path.parent, stop_after=mistake.fails)
-    assert mistake.fails in outcomes, f"grade cell {mistake.fails} was not reached"
-    outcome = outcomes[mistake.fails]
-    assert not outcome.passed, f"{mistake.fails} passes with the bug: {mistake.description}"
-    assert mistake.cause.lower() in outcome.message.lower(), (
-        f"{mistake.fails} fails but its message does not name the cause ({mistake.cause!r}):\n{outcome.message}")
-    assert "likely cause" in outcome.message
-    shown = {grade_id: found for grade_id, other in outcomes.items() if not other.passed
-             and (found := in_message(mistake.assignment, other.message))}
+@pytest.mark.parametrize("number,mistake", list(enumerate(MISTAKES)),
+                         ids=lambda item: f"{item.assignment[:2]}-{item.description}" if isinstance(item, Edit) else "")
+def test_mistake_fails_its_cell_and_names_the_cause(number, mistake, tmp_path_factory):
+    found = mistake_verdicts(number, tmp_path_factory)
+    assert mistake.fails in found.visible, f"grade cell {mistake.fails} was not reached"
+    assert any(found.visible[mistake.fails].values()), f"{mistake.fails} passes with the bug: {mistake.description}"
+    message = found.messages[mistake.fails]
+    assert mistake.cause.lower() in message.lower(), (
+        f"{mistake.fails} fails but its message does not name the cause ({mistake.cause!r}):\n{message}")
+    assert "likely cause" in message
+    shown = {grade_id: text for grade_id, other in found.messages.items()
+             if (text := in_message(mistake.assignment, other))}
     assert not shown, f"solution code in the open part of a message (quality.dictation.in_message): {shown}"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("alternative", ALTERNATIVES, ids=lambda a: f"{a.assignment[:2]}-{a.description}")
-def test_alternative_solution_passes_every_grade_cell(alternative):
-    path = solution_path(alternative.assignment)
-    notebook = graded_part(alternative.apply(read(path)))
-    expected = [c.metadata["nbgrader"]["grade_id"] for c in notebook.cells
-                if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
-    outcomes = run_grade_cells(notebook, path.parent, stop_after=expected[-1])  # later cells change no grade
-    failed = {grade_id: o.message[:300] for grade_id, o in outcomes.items() if not o.passed}
+@pytest.mark.parametrize("number,alternative", list(enumerate(ALTERNATIVES)),
+                         ids=lambda item: f"{item.assignment[:2]}-{item.description}" if isinstance(item, Edit) else "")
+def test_alternative_solution_passes_every_grade_cell(number, alternative, tmp_path_factory):
+    found = alternative_verdicts(number, tmp_path_factory)
+    failed = {cell: found.messages.get(cell, "")[:300] for cell in found.failed_properties()}
     assert not failed, failed
-    assert list(outcomes) == expected

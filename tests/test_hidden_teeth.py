@@ -13,7 +13,9 @@ the secret itself alternates between two, mistake by mistake). A hidden cell pas
 its calls passes in that draw. A hidden call whose draw keeps equal two sizes its property needs different (the
 positional encoding's seq_len and max_seq_length, two axes a mistake confuses) lets a mistake through, and this
 test names the mistake, the cell and the draws (`grading.sandbox.hidden_inputs.RULES` then declares what the
-check needs).
+check needs). An alternative solution, which must pass everything, is run with each grade cell's visible part
+and DRAWS copies of its whole hidden part, each under a place of its own (`whole_grade_cells`): one process per
+part and draw instead of one per call, which is enough to show that nothing fails.
 """
 
 from __future__ import annotations
@@ -190,15 +192,48 @@ def mistake_verdicts(number: int, tmp_path_factory) -> Verdicts:
     return _SEEN[number]
 
 
-_SEEN_ALTERNATIVES: dict[int, Verdicts] = {}  # alternative number: its verdicts, every hidden call run
+WHOLE = "(every call of the part)"  # the check name of a whole part's verdict (`whole_verdicts`)
+
+
+def whole_grade_cells(notebook: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[tuple]]:
+    """The notebook with each grade cell replaced by its visible part (when it has one) and DRAWS cells of its
+    whole hidden part, each under a place of its own; labels as `split_grade_cells` gives them, with WHOLE for
+    the check. For a solution that should pass everything: a part passes when all its calls do, in one process
+    each, as the grader runs them (a third of the processes the split notebook needs)."""
+    cells, labels = [], []
+    for cell in notebook.cells:
+        if not is_grade_cell(cell):
+            cells.append(cell)
+            continue
+        grade_id = cell.metadata["nbgrader"]["grade_id"]
+        visible, hidden = split_hidden(cell.source)
+        visible_calls, hidden_calls = executor.parse_grade_cell(cell.source)
+        if visible_calls:
+            cells.append(_grade_cell(cell, grade_id, visible))
+            labels.append(("visible", grade_id, WHOLE, 0, 0))
+        if hidden_calls:
+            for draw in range(DRAWS):
+                source = f"### BEGIN HIDDEN TESTS\n{hidden}\n### END HIDDEN TESTS\n"
+                cells.append(_grade_cell(cell, f"{grade_id}~all~{draw}", source))
+                labels.append(("hidden", grade_id, WHOLE, 0, draw))
+    whole = copy.deepcopy(notebook)
+    whole.cells = cells
+    return whole, labels
+
+
+_SEEN_ALTERNATIVES: dict[int, Verdicts] = {}  # alternative number: its verdicts, every hidden part run
 
 
 def alternative_verdicts(number: int, tmp_path_factory) -> Verdicts:
-    """The verdicts for alternative `number` of the catalog (every hidden cell run), once per test session."""
+    """The verdicts for alternative `number` of the catalog, once per test session: every grade cell's visible
+    part, and its whole hidden part in DRAWS draws (`whole_grade_cells`)."""
     if number not in _SEEN_ALTERNATIVES:
         alternative = ALTERNATIVES[number]
-        _SEEN_ALTERNATIVES[number] = verdicts(alternative, alternative.assignment, SECRETS[number % len(SECRETS)],
-                                              tmp_path_factory.mktemp(f"alternative{number}"))
+        notebook = graded_part(alternative.apply(read(solution_path(alternative.assignment))))
+        found = Verdicts()
+        _record(found, *whole_grade_cells(notebook), SECRETS[number % len(SECRETS)],
+                tmp_path_factory.mktemp(f"alternative{number}"))
+        _SEEN_ALTERNATIVES[number] = found
     return _SEEN_ALTERNATIVES[number]
 
 

@@ -27,7 +27,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or get
-# stuck. That is reading (52 minutes at 150 words a minute without the folded hints, 74 at 100 words a minute
+# stuck. That is reading (51 minutes at 150 words a minute without the folded hints, 74 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -214,8 +214,8 @@ print(source_mask[:, 0, 0].int())  # the second sentence has one pad token at th
 # and must output $y_{t+1}$.
 #
 # Teacher forcing only works if position $t$ **cannot look at** positions after $t$: the input at
-# position $t+1$ *is* the label of position $t$, so a decoder that could look ahead would learn to
-# copy, and would be useless when it has to translate a sentence it has not seen.
+# position $t+1$ *is* the label of position $t$, so a decoder that could look ahead would find every
+# label among its own inputs (Question 1 asks what that does to its translations).
 
 # %%
 figures.plot_teacher_forcing(["two", "small", "cats", "are", "sleeping"])
@@ -768,17 +768,16 @@ plt.show()
 #   paper's byte-pair vocabulary does. Stage 5 gives German and English separate vocabularies of
 #   different sizes, so the source embedding cannot join in there.
 #
-# This course keeps all three matrices separate (the checks and the pretrained model expect that);
-# the cell below counts what each kind of sharing would save on the base configuration.
+# This course keeps all three matrices separate (the checks and the pretrained model expect that).
+# The base configuration above has one vocabulary for both languages, so the cell below can share all
+# three matrices of it, as the paper does, and count again. What sharing only the target embedding with
+# `pred_layer` saves is prediction 2's question, for another configuration.
 
 # %%
-embedding_size = counts["encoder embedding"]
-blocks = counts["encoder blocks (6)"] + counts["decoder blocks (6)"]
-output_bias = base.decoder.pred_layer.bias.numel()  # the bias has no counterpart in the embedding: never shared
-print(f"ours, nothing shared                     : {sum(counts.values()) / 1e6:6.1f} M")
-print(f"target embedding shared with pred_layer  : {(sum(counts.values()) - embedding_size) / 1e6:6.1f} M")
-print(f"one 37000x512 table for all three        : {(blocks + embedding_size + output_bias) / 1e6:6.1f} M"
-      "   (paper: 65 M)")
+print(f"ours, nothing shared               : {count_parameters(base) / 1e6:6.1f} M")
+table = base.encoder.embedding.weight  # (37000, 512): one Parameter, used three times from here on
+base.decoder.embedding.weight, base.decoder.pred_layer.weight = table, table
+print(f"one 37000x512 table for all three  : {count_parameters(base) / 1e6:6.1f} M   (paper: 65 M)")
 
 # %% [markdown]
 # **How size changes quality: Table 3, rows (C).** The paper trained variations of the base model
@@ -904,8 +903,8 @@ print("one tensor:", small.decoder.pred_layer.weight is small.decoder.embedding.
 # - **Forgetting `pred_layer`**: the decoder then returns `(batch, tgt_len, d_model)` vectors, not
 #   logits over the vocabulary. Applying a softmax to the logits is the opposite mistake: the
 #   loss expects raw logits.
-# - **A target mask without padding or without look-ahead**: without look-ahead the model copies
-#   the next input during training; without padding it attends to filler tokens.
+# - **A target mask without padding or without look-ahead**: without look-ahead every position can
+#   read its own label during training; without padding it attends to filler tokens.
 #
 # The two registration pitfalls are easy to see:
 

@@ -1122,16 +1122,16 @@ assert check.fit_history(fit, epochs=3, resume_after=2, num_batches=2, seed=22)
 # ### Is the warm-up needed?
 #
 # Section 7 gave the reasons for the warm-up; now test them on the copy task. The cell trains the
-# same toy model three times with your `train_epoch`, with three schedules that differ **only** in
-# the first 50 updates, the warm-up: the toy schedule of section 9 (rising to its peak at update
-# 50, then decaying); the same schedule without the warm-up (its peak rate from the first update on,
-# then the same decay from update 50); and ten times that. So whatever differs between the curves
-# comes from the warm-up, not from the decay.
+# same toy model three times with your `train_epoch`, with three schedules: the toy schedule of
+# section 9 (rising to its peak at update 50, then decaying); the same schedule without the warm-up
+# (its peak rate from the first update on, then the same decay from update 50); and ten times that.
+# The first two differ **only** in the first 50 updates, so whatever differs between their curves
+# comes from the warm-up, not from the decay; the third is ten times the second at every update.
 #
 # **Predict first**, and write it down: which curve falls fastest over the first epoch, and which
 # ends lowest after seven? Does the ten-times rate learn at all? A loss near $\ln 9 \approx 2.2$ on
-# this task means a model that guesses among the nine tokens that can come next (the eight words
-# and `<eos>`) and has learned nothing. On a CPU the cell takes some seconds.
+# this task is that of a model that spreads its guess evenly over the nine tokens that can come next
+# (the eight words and `<eos>`): it has not learned to copy. On a CPU the cell takes some seconds.
 
 # %%
 threads = torch.get_num_threads()

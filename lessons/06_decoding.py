@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2¾ hours if you are at ease with PyTorch, about 4¾ hours if you are new to it or get
-# stuck. That is reading (59 minutes at 150 words a minute without the folded hints, 83 at 100 words a minute
+# stuck. That is reading (59 minutes at 150 words a minute without the folded hints, 84 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and about a
 # minute of computation on one CPU core, BLEU on all 1,000 test sentences included. (Estimated by
@@ -377,8 +377,9 @@ assert check.predicted_decoder_calls(predict_decoder_calls)
 # %% [markdown]
 # **The truth, for another batch.** The cell below builds a stand-in model whose sentence $b$ writes
 # word 4 until its step `ends[b]`, where it writes `<eos>`, counts the calls of its decoder, and decodes
-# it with your `greedy_decode`: sentences that end after 3, 7 and 5 tokens, with `max_len=6`. Check that
-# your method gives these numbers too; where it does not, find the step of your reasoning that went wrong.
+# it with your `greedy_decode`, for two batches: sentences that end after 3, 7 and 5 tokens with
+# `max_len=6`, and sentences that end after 2 and 5 tokens with `max_len=10`. Check that your method gives
+# these numbers too; where it does not, find the step of your reasoning that went wrong.
 
 # %%
 class StandIn(nn.Module):
@@ -399,9 +400,10 @@ class StandIn(nn.Module):
         return logits
 
 
-stand_in = StandIn([3, 7, 5])
-ys = greedy_decode(stand_in, torch.ones(3, 5, dtype=torch.long), 3, 1, 2, 6)  # pad 3, bos 1, eos 2, max_len 6
-print(f"max_len=6: {stand_in.calls} decoder calls; ys has {ys.size(1)} columns")
+for ends, max_len in (([3, 7, 5], 6), ([2, 5], 10)):
+    stand_in = StandIn(ends)
+    ys = greedy_decode(stand_in, torch.ones(len(ends), 5, dtype=torch.long), 3, 1, 2, max_len)  # pad 3, bos 1, eos 2
+    print(f"ends after {ends}, max_len={max_len}: {stand_in.calls} decoder calls; ys has {ys.size(1)} columns")
 
 # %% [markdown]
 # ## 4. The pretrained checkpoint
@@ -660,13 +662,14 @@ def predict_brevity_penalty() -> float:
 assert check.predicted_brevity_penalty(predict_brevity_penalty)
 
 # %% [markdown]
-# **The truth, for other lengths.** sacreBLEU scores two made-up pairs whose translations are 10 and
+# **The truth, for other lengths.** sacreBLEU scores two made-up pairs whose translations are 12 and
 # 6 tokens long, against references of 10 and 12, and reports the corpus lengths it used and its
 # brevity penalty. Check that your method gives this number too.
 
 # %%
-pairs = [(" ".join(["w"] * 10), " ".join(["w"] * 10)), (" ".join(["w"] * 6), " ".join(["w"] * 12))]
-parts = sacrebleu.metrics.BLEU(tokenize="none").corpus_score([h for h, _ in pairs], [[r for _, r in pairs]])
+pairs = [(" ".join(["w"] * 12), " ".join(["w"] * 10)), (" ".join(["w"] * 6), " ".join(["w"] * 12))]
+bleu = sacrebleu.metrics.BLEU(tokenize="none", smooth_method="none")
+parts = bleu.corpus_score([h for h, _ in pairs], [[r for _, r in pairs]])
 print(f"hypotheses: {parts.sys_len} tokens, references: {parts.ref_len} tokens, BP = {parts.bp:.4f}")
 
 # %% [markdown]
@@ -766,10 +769,10 @@ assert check.bleu_agrees_with_sacrebleu(compute_bleu, sentences=300, seed=2)
 # tokenisation or lowercasing of their own, and their numbers cannot be set beside each other.
 # The next cell translates the test set with `translate_batch` and
 # scores it twice, with sacreBLEU and with your `compute_bleu`. While the grader runs this notebook it
-# decodes only the first 10 sentences to stay fast; otherwise all 1,000, which took 31 seconds of CPU time
-# on one thread with the course checkpoint, on a machine busy with other work (measured by the
-# course's benchmark, `python scripts/benchmark.py --data ../shared/data/multi30k --steps 1 --threads 1`;
-# a model that rarely says `<eos>` takes longer).
+# decodes only the first 10 sentences to stay fast; otherwise all 1,000, which took 31 and 52 seconds of
+# CPU time on one thread with the course checkpoint in two runs of the course's benchmark on a machine
+# busy with other work (`python scripts/benchmark.py --data ../shared/data/multi30k --steps 1 --threads 1`,
+# and with `--no-training` in place of `--steps 1`; a model that rarely says `<eos>` takes longer).
 # Set `count` lower if you are in a hurry: a batch runs until its longest sentence has finished, and
 # each step re-reads the whole prefix.
 

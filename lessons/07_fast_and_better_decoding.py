@@ -178,10 +178,10 @@ plt.show()
 # used again.) A step then costs the same at position 50 as at position 1, apart from attending over a
 # longer cache (and copying it into a tensor one position longer). What it costs is
 # state kept from step to step: for the pretrained model (3 layers, $d_\text{model} = 256$) a batch of
-# 256 sentences at step 30 keeps $2 \cdot 3 \cdot 256 \cdot 30 \cdot 256 \approx 11.8$ million numbers
-# (47 MB in float32) of self-attention cache. Stage 6's decoder computes as many keys and values at
-# that step, and throws them away after it; beam search keeps one cache row per hypothesis, so its cache
-# is beam-size times larger and is reordered at every step.
+# 256 sentences at step 30 keeps about 11.8 million numbers (47 MB in float32) of self-attention cache.
+# Stage 6's decoder computes as many keys and values at that step, and throws them away after it; beam
+# search keeps one cache row per hypothesis, so its cache is beam-size times larger and is reordered at
+# every step.
 
 # %%
 figures.plot_cache_contents(position=5, src_len=7)
@@ -315,7 +315,7 @@ assert check.cache_cross_keys_values(start_cache, num_layers=3, num_heads=2, d_m
 #   every position in the cache.
 # - *Wrong at step 0, no error*: the new position attended to the cache before its own keys and values were
 #   in it (position $t$ attends to positions $0, \dots, t$, itself included; over the empty cache of the
-#   first step the attention output is all zeros).
+#   first step every head's output is all zeros, and the attention returns only the bias of `W_o`).
 # - *The cache does not grow*: `torch.cat` makes a new tensor, and the cache keeps only what is assigned
 #   back to `cache.self_keys[i]` and `cache.self_values[i]`.
 # - *An error when joining*: the cache's axes are `(batch, heads, steps, d_k)`; the positions are axis 2.

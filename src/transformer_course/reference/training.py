@@ -220,7 +220,8 @@ def save_training_state(path: str | Path, model: nn.Module, optimizer: torch.opt
                         config: dict[str, Any] | None = None) -> None:
     """Write everything a run needs to continue exactly where it stopped: the weights, the optimiser's
     state (Adam's running averages), the scheduler's step count, the history (one record per finished
-    epoch), the configuration and the random number generators' states (dropout, shuffling).
+    epoch), the configuration and the random number generators' states (dropout's; the order of the batches
+    follows from the sampler's seed and the epoch).
 
     The file is written beside its destination and then moved into place, so an interruption while
     saving (a Colab disconnect) leaves the previous file intact."""

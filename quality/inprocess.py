@@ -41,7 +41,8 @@ def grade_id(cell: nbformat.NotebookNode) -> str | None:
 
 
 _SESSIONS: dict[tuple[str, ...], Session] = {}  # runner zygotes of this test process, the latest used last
-KEPT_SESSIONS = 2  # zygotes kept alive at once (a test file mostly runs one stage's notebooks, then the next)
+KEPT_SESSIONS = 9  # zygotes kept alive at once: one per stage and one for no notebook (250-390 MB each); test
+# files run stage after stage, and pytest-xdist hands a worker tests of several files at once
 
 
 def shared_session(notebook: nbformat.NotebookNode | None = None) -> Session:

@@ -52,25 +52,33 @@ def split_grade_cells(notebook: nbformat.NotebookNode) -> tuple[nbformat.Noteboo
     """The notebook with each grade cell replaced by one cell per visible call and DRAWS hidden-only cells per
     hidden call; and, for each new cell in order, (kind "visible" or "hidden", the grade cell's id, check, the
     hidden call's line, draw)."""
+    def split(grade_id: str, visible: str, hidden: str, visible_calls: list, hidden_calls: list):
+        for statement, call in zip(_statements(visible), visible_calls, strict=True):
+            yield grade_id, statement, ("visible", grade_id, call.name, 0, 0)
+        for line, (statement, call) in enumerate(zip(_statements(hidden), hidden_calls, strict=True)):
+            for draw in range(DRAWS):
+                yield (f"{grade_id}~{line}~{draw}", f"### BEGIN HIDDEN TESTS\n{statement}\n### END HIDDEN TESTS\n",
+                       ("hidden", grade_id, call.name, line, draw))
+
+    return _rewritten(notebook, split)
+
+
+def _rewritten(notebook: nbformat.NotebookNode, rewrite) -> tuple[nbformat.NotebookNode, list[tuple]]:
+    """The notebook with each grade cell replaced by the cells `rewrite(grade id, visible part, hidden part, visible
+    calls, hidden calls)` yields as (new grade id, source, label); and the labels, in order."""
     cells, labels = [], []
     for cell in notebook.cells:
         if not is_grade_cell(cell):
             cells.append(cell)
             continue
         grade_id = cell.metadata["nbgrader"]["grade_id"]
-        visible, hidden = split_hidden(cell.source)
-        visible_calls, hidden_calls = executor.parse_grade_cell(cell.source)
-        for statement, call in zip(_statements(visible), visible_calls, strict=True):
-            cells.append(_grade_cell(cell, grade_id, statement))
-            labels.append(("visible", grade_id, call.name, 0, 0))
-        for line, (statement, call) in enumerate(zip(_statements(hidden), hidden_calls, strict=True)):
-            for draw in range(DRAWS):
-                source = f"### BEGIN HIDDEN TESTS\n{statement}\n### END HIDDEN TESTS\n"
-                cells.append(_grade_cell(cell, f"{grade_id}~{line}~{draw}", source))
-                labels.append(("hidden", grade_id, call.name, line, draw))
-    split = copy.deepcopy(notebook)
-    split.cells = cells
-    return split, labels
+        for new_id, source, label in rewrite(grade_id, *split_hidden(cell.source),
+                                             *executor.parse_grade_cell(cell.source)):
+            cells.append(_grade_cell(cell, new_id, source))
+            labels.append(label)
+    rewritten = copy.deepcopy(notebook)
+    rewritten.cells = cells
+    return rewritten, labels
 
 
 def _grade_cell(cell: nbformat.NotebookNode, grade_id: str, source: str) -> nbformat.NotebookNode:
@@ -192,7 +200,7 @@ def mistake_verdicts(number: int, tmp_path_factory) -> Verdicts:
     return _SEEN[number]
 
 
-WHOLE = "(every call of the part)"  # the check name of a whole part's verdict (`whole_verdicts`)
+WHOLE = "(every call of the part)"  # the check name of a whole part's verdict (`whole_grade_cells`)
 
 
 def whole_grade_cells(notebook: nbformat.NotebookNode) -> tuple[nbformat.NotebookNode, list[tuple]]:
@@ -200,25 +208,14 @@ def whole_grade_cells(notebook: nbformat.NotebookNode) -> tuple[nbformat.Noteboo
     whole hidden part, each under a place of its own; labels as `split_grade_cells` gives them, with WHOLE for
     the check. For a solution that should pass everything: a part passes when all its calls do, in one process
     each, as the grader runs them (a third of the processes the split notebook needs)."""
-    cells, labels = [], []
-    for cell in notebook.cells:
-        if not is_grade_cell(cell):
-            cells.append(cell)
-            continue
-        grade_id = cell.metadata["nbgrader"]["grade_id"]
-        visible, hidden = split_hidden(cell.source)
-        visible_calls, hidden_calls = executor.parse_grade_cell(cell.source)
+    def whole(grade_id: str, visible: str, hidden: str, visible_calls: list, hidden_calls: list):
         if visible_calls:
-            cells.append(_grade_cell(cell, grade_id, visible))
-            labels.append(("visible", grade_id, WHOLE, 0, 0))
-        if hidden_calls:
-            for draw in range(DRAWS):
-                source = f"### BEGIN HIDDEN TESTS\n{hidden}\n### END HIDDEN TESTS\n"
-                cells.append(_grade_cell(cell, f"{grade_id}~all~{draw}", source))
-                labels.append(("hidden", grade_id, WHOLE, 0, draw))
-    whole = copy.deepcopy(notebook)
-    whole.cells = cells
-    return whole, labels
+            yield grade_id, visible, ("visible", grade_id, WHOLE, 0, 0)
+        for draw in range(DRAWS if hidden_calls else 0):
+            yield (f"{grade_id}~all~{draw}", f"### BEGIN HIDDEN TESTS\n{hidden}\n### END HIDDEN TESTS\n",
+                   ("hidden", grade_id, WHOLE, 0, draw))
+
+    return _rewritten(notebook, whole)
 
 
 _SEEN_ALTERNATIVES: dict[int, Verdicts] = {}  # alternative number: its verdicts, every hidden part run

@@ -25,8 +25,8 @@
 # | 6 | greedy decoding, BLEU, attention heatmaps |
 # | 7 (optional) | the key/value cache and beam search |
 #
-# **Working time:** about 3¾ hours if you are at ease with PyTorch, about 5¾ hours if you are new to it or get
-# stuck. That is reading (100 minutes at 150 words a minute without the folded hints, 133 at 100 words a minute
+# **Working time:** about 4 hours if you are at ease with PyTorch, about 5¾ hours if you are new to it or get
+# stuck. That is reading (102 minutes at 150 words a minute without the folded hints, 136 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and the
 # training run of section 11 (ten epochs of roughly 3 to 6 minutes each on a 2-core CPU: 30 minutes to an
@@ -36,32 +36,33 @@
 #
 # ## Learning outcomes
 # After this notebook you can
-# 1. describe the Multi30k data set and turn its sentences into id sequences with a tokeniser and a
-#    vocabulary (`min_freq`, special tokens, `<unk>` for unknown words);
+# 1. describe the Multi30k data set and explain how its sentences become id sequences (a tokeniser and
+#    a vocabulary with `min_freq`, special tokens, `<unk>` for unknown words);
 # 2. build padded batches in which the decoder reads the target **shifted by one** (teacher forcing),
-#    and measure how much padding length-bucketed batching saves;
-# 3. write the training loss: cross-entropy that ignores padding, with label smoothing, and read
-#    a loss as a perplexity;
-# 4. implement the paper's warm-up learning-rate schedule and explain why Transformers need it;
+#    and explain why length-bucketed batching saves work;
+# 3. write the training loss from the model's output (cross-entropy that ignores padding, with label
+#    smoothing), and read a loss as a perplexity;
+# 4. read the paper's warm-up learning-rate schedule and predict its values, and explain why
+#    Transformers need it;
 # 5. explain why a training update needs each of its ingredients (dropout switched on, the scheduled
 #    learning rate, clipping, the gradient of its own batch alone), write one training epoch from its
 #    contract, and find a training-loop bug from its loss curve;
-# 6. train and evaluate the model, plot its curves, save a checkpoint and resume from it, average
-#    checkpoints, and read measured effects of the warm-up and of averaging.
+# 6. run the training, read its curves, resume it from a checkpoint, and read measured effects of
+#    label smoothing, the warm-up and checkpoint averaging.
 #
 # **Before you start.** You need stage 4's `Transformer` (imported from the course package), a PyTorch
 # training loop (gradients, `backward`, an optimiser's step), cross-entropy, and why sentences of a
 # batch are padded to one length.
 #
-# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
-# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
-# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
-# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
-# check with its points. (To stop at the first failing check instead, set
-# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
-# grader also runs a few hidden ones with other sizes). The checks use small synthetic data, so they
-# run in seconds and need no download.
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package), then
+# the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is given and
+# correct, apart from the bug hunt's code, which says so. After each exercise a few *check cells* test one
+# property each: `✔` means it holds, a red `✘` block says what was expected and what came out, hints
+# folded under it. A failing check does not stop the notebook: *Run all* always reaches the end, where the
+# last cell lists every check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the grader
+# also runs a few hidden ones with other sizes). The checks use small synthetic data, so they run in
+# seconds and need no download.
 #
 # The model itself comes from the course package (`transformer_course.reference`), so a bug left in
 # an earlier stage cannot spoil this one.
@@ -120,8 +121,8 @@ diagrams.show("transformer")
 # %% [markdown]
 # **Multi30k** (Elliott, Frank, Sima'an and Specia, 2016, *Multi30K: Multilingual English-German
 # Image Descriptions*, Workshop on Vision and Language) extends the Flickr30k image-caption data
-# set: each English image description comes with a German translation made by a professional
-# translator. We use its translation task ("task 1"):
+# set (five English descriptions per image): for one English description of each image, a professional
+# translator wrote a German translation. We use its translation task ("task 1"):
 #
 # | split | sentence pairs | used for |
 # |---|---|---|
@@ -248,8 +249,8 @@ plt.show()
 # position $i$ can depend only on the known outputs at positions less than $i$."
 #
 # Work it out on paper for the four examples before you write code: at each position, what does the
-# decoder read and what must it predict? Which token of the sentence is never read, and which is
-# never predicted? In a batch the targets are padded to the longest one, and the same rule must work
+# decoder read and what must it predict? Which token of the sentence (on its own, unpadded) is never
+# read, and which is never predicted? In a batch the targets are padded to the longest one, and the same rule must work
 # on every row of the padded tensor at once: a position that exists only because of padding must end
 # up with `<pad>` as its target, so that the loss ignores it.
 #
@@ -414,6 +415,10 @@ print(f"{len(train_loader)} training batches, {len(val_loader)} validation batch
 # skips them, both in the sum and in the count it divides by (the default `reduction="mean"` with
 # no class weights).
 #
+# **Perplexity** is $e^{\text{loss}}$ for this (unsmoothed) cross-entropy: a model with perplexity 20 is,
+# on average, as unsure as if it chose uniformly among 20 words. An untrained model that spreads
+# probability evenly over $K$ words has perplexity $K$.
+#
 # ### Label smoothing
 # The paper trains with **label smoothing** $\varepsilon_{ls} = 0.1$. Instead of the one-hot target
 # ("all probability on $y$") the model is trained towards a slightly softened one. PyTorch's
@@ -449,9 +454,10 @@ print(f"{len(train_loader)} training batches, {len(val_loader)} validation batch
 #
 # **On Multi30k.** `scripts/measure_training_choices.py` in the course repository trained a smaller
 # model than this notebook's twice, with $\varepsilon_{ls} = 0.1$ and $0$ and nothing else different
-# (the same initial weights, batches and dropout draws), and scored both with greedy decoding and
-# sacreBLEU's paired bootstrap test (is a difference larger than resampling the test sentences
-# would make by chance?). The next cell prints what it measured.
+# (the same initial weights, batches and dropout draws), translated the test set with both by greedy
+# decoding, scored the translations with BLEU (0 to 100, higher is better; notebook 6 explains both) and
+# compared the two with sacreBLEU's paired bootstrap test (is a difference larger than resampling the test
+# sentences would make by chance?). The next cell prints what it measured.
 
 # %%
 from transformer_course.reference import training_results  # noqa: E402  (measured by a script of the course)
@@ -484,8 +490,9 @@ figures.plot_label_smoothing(vocab_size=10, correct=3, epsilon=0.1)
 plt.show()
 
 # %% [markdown]
-# One consequence to remember when reading curves: with smoothing, even a perfect model has a loss
-# above zero, namely the entropy of $q$. For our English vocabulary and $\varepsilon = 0.1$:
+# One consequence to remember when reading curves: with smoothing, even the best possible model, the one
+# that predicts $p = q$, has a loss above zero, namely the entropy of $q$. For our English vocabulary and
+# $\varepsilon = 0.1$:
 
 # %%
 K, epsilon = len(target_vocab), 0.1
@@ -494,9 +501,7 @@ floor = -(q_correct * math.log(q_correct) + (K - 1) * q_other * math.log(q_other
 print(f"lowest possible label-smoothed training loss: {floor:.2f} nats per token")
 
 # %% [markdown]
-# **Perplexity** is $e^{\text{loss}}$ for the *un*smoothed cross-entropy: a model with perplexity
-# 20 is, on average, as unsure as if it chose uniformly among 20 words. An untrained model that
-# spreads probability evenly over $K$ words has perplexity $K$. We report training loss with
+# Perplexity, defined above, uses the *un*smoothed loss. We report training loss with
 # smoothing (what is optimised) and validation loss and perplexity without it (what is comparable).
 #
 # The criterion is given:
@@ -661,7 +666,7 @@ print(f"untrained loss {start_loss.item():.2f}, ln K = {math.log(len(target_voca
 # a lower curve overall.
 
 # %%
-figures.plot_learning_rate_schedule(noam_learning_rate, settings=[(512, 4000), (512, 8000), (256, 4000)])
+figures.plot_learning_rate_schedule(noam_learning_rate, settings=[(512, 4000), (512, 6000), (256, 4000)])
 plt.show()
 
 # %% [markdown]
@@ -821,8 +826,6 @@ print("a.grad:", [round(value, 4) for value in a.grad.tolist()],
       " b.grad:", [round(value, 4) for value in b.grad.tolist()])
 
 # %% [markdown]
-# Clipping changes what is in `.grad`; it has an effect only if the update reads what it left there.
-#
 # ### Where each update's learning rate comes from
 # The optimiser's update uses the learning rate stored in its parameter group at that moment,
 # `optimizer.param_groups[0]["lr"]`. The scheduler writes it there: `LambdaLR` writes the rate of
@@ -876,8 +879,7 @@ print("eval mode: ", dropout.eval()(torch.ones(8)).tolist())  # unchanged
 # ### What the batch brings
 # Teacher forcing is already in each batch (section 3): `compute_loss` (section 6) turns one batch
 # into its loss with a single forward pass, the mean over the real target tokens only, so that padding
-# neither adds to the loss nor to the gradient. That loss is the one to backpropagate: a loss computed
-# again after the update would describe other weights.
+# neither adds to the loss nor to the gradient.
 #
 # ## 9. Exercise: `train_epoch`
 #
@@ -1042,7 +1044,8 @@ finally:
 # schedule, for as many epochs as the run there. Run the two cells below and compare the curves.
 
 # %% solution="fit"
-#| bug: optimizer, scheduler, device, clip_norm, => optimizer, None, device, clip_norm,
+#| bug: optimizer, scheduler, device, clip_norm, => optimizer, device=device, clip_norm=clip_norm,
+#| bug: max_steps, progress) => max_steps=max_steps, progress=progress)
 #| bug: progress)\n        history => progress)\n        scheduler.step()\n        history
 #| include transformer_course.reference.training:fit
 
@@ -1069,8 +1072,8 @@ finally:
 # %% [markdown]
 # **What to find.** Both runs start from the same weights and call the same `train_epoch` on the same
 # batches in the same order, with no dropout: nothing random differs between them. So the two curves
-# should lie on top of each other, and they do not. Find what in `fit` makes its training differ,
-# explain what it does to the run, and repair it in place (run the cell again, then the one under it:
+# should lie on top of each other, and they do not. Find what in `fit` makes its training differ and
+# work out what it does to the run, then repair it in place (run the cell again, then the one under it:
 # the curves must then coincide), then run the checks.
 
 # %% [markdown]
@@ -1094,10 +1097,10 @@ finally:
 #
 # <details><summary>Hint 3: the line</summary>
 #
-# `fit` passes `None` as `train_epoch`'s scheduler and calls `scheduler.step()` once after each epoch,
-# so the schedule counts epochs, not updates: the whole toy run stays in the first steps of the
-# warm-up. Pass `scheduler` to `train_epoch` (it steps it after every update) and delete the
-# per-epoch `scheduler.step()`.
+# `fit` does not pass the scheduler to `train_epoch` (which then gets its default, `None`) and calls
+# `scheduler.step()` once after each epoch, so the schedule counts epochs, not updates: the whole toy
+# run stays in the first steps of the warm-up. Pass `scheduler` to `train_epoch` (it steps it after
+# every update) and delete the per-epoch `scheduler.step()`.
 #
 # </details>
 
@@ -1158,11 +1161,10 @@ finally:
     torch.set_num_threads(threads)
 
 # %% [markdown]
-# **Reading it.** Compare the curves with your prediction. One run is one seed, and a toy model is
-# noisy, so `scripts/measure_training_choices.py` in the course repository ran the same comparison
-# for ten seeds (each seed draws other sentences and other initial weights). Its results, printed by
-# the next cell: the loss after the first epoch (the mean over the seeds) and after the seventh (per
-# seed).
+# **Reading it.** Compare the curves with your prediction. One run is one seed, and a toy model is noisy,
+# so `scripts/measure_training_choices.py` in the course repository ran the same comparison for ten seeds
+# (each seed draws other sentences and other initial weights). Its results, printed by the next cell: the
+# loss after the first epoch (the mean over the seeds) and after the seventh (per seed).
 
 # %%
 from transformer_course.reference import training_results  # noqa: E402  (measured by a script of the course)
@@ -1175,16 +1177,18 @@ for name, runs in ablation_measured["losses"].items():
           + " ".join(f"{loss:.2f}" for loss in last) + f"  (mean {sum(last) / len(last):.2f})")
 
 # %% [markdown]
-# Over the ten seeds the pattern of seed 0 held every time. Without the warm-up the first epoch's loss is
-# lower (about 2.06 against 2.40 on average): big steps from the start help at first. But after seven
-# epochs the run with the warm-up ends lower in all ten seeds (0.23 on average, against 0.35). Ten times
-# the rate without warm-up never learns to copy: from the second epoch on its loss stays between 2.09 and
-# 2.24 in every seed. There is no run of ten times the rate *with* a warm-up, so this does not show that a
-# warm-up would have saved it: the rate alone may be too high. The script also ran a fourth schedule, the
-# peak rate kept constant with no decay; it ends higher still (0.40 on average), so comparing the warm-up
-# schedule with a constant rate, as one is tempted to, would mix the effect of the warm-up with that of
-# the decay. On this tiny model the cost of skipping the warm-up is moderate at the peak rate; Xiong et
-# al. (2020) found that post-LN Transformers on translation tasks trained far worse without warm-up.
+# The script builds its sentences and batches its own way, so even its seed 0 prints other numbers than
+# the run above; but over its ten seeds the pattern of the run above held every time. Without the warm-up
+# the first epoch's loss is lower (about 2.06 against 2.40 on average): big steps from the start help at
+# first. But after seven epochs the run with the warm-up ends lower in all ten seeds (0.23 on average,
+# against 0.35). Ten times the rate without warm-up never learns to copy: from the second epoch on its
+# loss stays between 2.09 and 2.24 in every seed. There is no run of ten times the rate *with* a warm-up,
+# so this does not show that a warm-up would have saved it: the rate alone may be too high. The script
+# also ran a fourth schedule, the peak rate kept constant with no decay; it ends higher still (0.40 on
+# average), so comparing the warm-up schedule with a constant rate, as one is tempted to, would mix the
+# effect of the warm-up with that of the decay. On this tiny model the cost of skipping the warm-up is
+# moderate at the peak rate; Xiong et al. (2020) found that post-LN Transformers on translation tasks
+# trained far worse without warm-up.
 #
 # Try `label_smoothing=0.1` in `make_criterion` for one of the runs: the loss then cannot fall to 0
 # (section 5), so compare the curves' shapes, not their floors.
@@ -1199,23 +1203,24 @@ for name, runs in ablation_measured["losses"].items():
 #
 # **How long it takes.** On the 2-core machine this course was written on (an AMD EPYC virtual machine,
 # torch 2.13, no GPU), one epoch of this run (116 batches, then the validation split) needed 207 and,
-# measured again later, 339 seconds of CPU time on one thread
-# (`python scripts/benchmark.py --epoch --threads 1` in the course repository), both times while the
-# machine was busy with other work, which slows even the thread being measured. With both cores and
-# nothing else running, the epochs of the course's pretrained model, the same model, took about 2.8
-# minutes each. So on a 2-core CPU expect roughly 3 to 6 minutes per epoch,
-# 30 minutes to an hour for the 10 epochs, and more on a busy machine. Colab's free CPU runtime often
-# gives you two hyper-threads of one physical core (run `!lscpu` there: "Thread(s) per core: 2"), which
-# compute much like one core: expect the one-thread time there. Your own run's progress bar shows the
-# seconds per epoch and the time left. **No GPU time has been measured for this course yet.** On a
-# GPU, read it off the same progress bar, or measure it in a checkout of the course with
-# `python scripts/benchmark.py --epoch --device cuda`.
+# measured again later, 339 seconds of CPU time on one thread (`python scripts/benchmark.py --epoch
+# --threads 1` in the course repository), both times while the machine was busy with other work, which
+# slows even the thread being measured. With both cores and nothing else running, the epochs of the
+# course's pretrained model, the same model, took about 2.8 minutes each. So on a 2-core CPU expect
+# roughly 3 minutes per epoch with nothing else running and up to 6 (the one-thread times above) when the
+# machine is busy or gives you one core: 30 minutes to an hour for the 10 epochs. Colab's free CPU runtime
+# often gives you two hyper-threads of one physical core (run `!lscpu` there: "Thread(s) per core: 2"),
+# which compute much like one core: expect the one-thread time there. Your own run's progress bar shows
+# the seconds per epoch and the time left. **No GPU time has been measured for this course yet.** On a
+# GPU, read it off the same progress bar, or measure it in a checkout of the course with `python
+# scripts/benchmark.py --epoch --device cuda`.
 #
 # The settings: a model smaller than the paper's base model (Multi30k is small; $d_{model} = 256$,
 # 3 layers on each side), Adam with the warm-up schedule, label smoothing 0.1, dropout 0.1. Our
 # batches of at most 4,096 padded tokens per side are far smaller than the paper's (about 25,000
-# source and 25,000 target tokens) and an epoch has only 116 of them, so we warm up for 400 steps
-# instead of 4,000. With $d_{model} = 256$ and that warm-up the formula would peak at
+# source and 25,000 target tokens), and an epoch has only 116 of them: the 10 epochs make 1,160 updates,
+# against the paper's 100,000. So we warm up for 400 steps instead of 4,000: a third of this run, against
+# 4 % of the paper's. With $d_{model} = 256$ and that warm-up the formula would peak at
 # $3.1 \cdot 10^{-3}$; `factor = 0.5` halves that to $1.56 \cdot 10^{-3}$ (the truth cell of section 7
 # printed it), still about 2.2 times the paper's peak of $7.0 \cdot 10^{-4}$. The model is smaller and
 # the warm-up much shorter than the paper's; that the run trains well at this peak is what the course
@@ -1242,8 +1247,10 @@ if short_run():  # a tiny model, small batches and 200 validation pairs: autogra
     CONFIG = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, max_seq_length=128, dropout=0.1)
     MAX_TOKENS = 512
     train_loader, val_loader = make_batches(data.splits["train"]), make_batches(data.splits["val"][:200], False)
-else:
+else:  # the settings of the text (again, in case a short run changed them in this session)
     CONFIG = dict(d_model=256, num_heads=8, num_layers=3, d_ff=512, max_seq_length=128, dropout=0.1)
+    MAX_TOKENS = 4096
+    train_loader, val_loader = make_batches(data.splits["train"]), make_batches(data.splits["val"], False)
 WARMUP_STEPS, LR_FACTOR, CLIP_NORM = 400, 0.5, 1.0
 
 torch.manual_seed(0)
@@ -1304,6 +1311,9 @@ def after_epoch(history: list[dict[str, float]]) -> None:
     (RUN_DIR / f"weights_epoch_{epoch - AVERAGE_LAST}.pt").unlink(missing_ok=True)
 
 
+TRAIN_ANYWAY = False  # True: start the run even while a check above fails
+if not (short_run() or TRAIN_ANYWAY):
+    check.before_the_long_run()  # stops here while a check above fails: the run would train the wrong way
 history = fit(model, train_loader, val_loader, criterion, optimizer, scheduler, EPOCHS, history, device,
               clip_norm=CLIP_NORM, max_steps=MAX_STEPS, after_epoch=after_epoch)
 
@@ -1314,7 +1324,8 @@ history = fit(model, train_loader, val_loader, criterion, optimizer, scheduler, 
 # go below the floor computed in section 5. A validation loss that turns upward while the training
 # loss keeps falling means over-fitting: among the epochs, the one with the lowest validation loss
 # is the usual choice. Validation loss is not BLEU, though: in both of the course's runs below, the
-# average of the last 3 epochs has a lower validation perplexity than the last epoch and a lower BLEU.
+# average of the last 3 epochs has a lower validation perplexity than the last epoch and a lower BLEU
+# (significantly lower in one of the two).
 
 # %%
 if history:
@@ -1399,15 +1410,19 @@ else:
 for test in smoothing_measured["paired_bootstrap_test"][1:]:
     print(f"{test['system']}: {test['bleu']:.2f} BLEU against {test['baseline_bleu']:.2f} for the last epoch "
           f"({test['difference']:+.2f}, p = {test['p_value']:.3f})")
+for name, run in smoothing_measured["runs"].items():
+    print(f"{name}, validation perplexity: " + ", ".join(f"{checkpoint} {measured['val_perplexity']:.2f}"
+                                                        for checkpoint, measured in run["checkpoints"].items()))
 
 # %% [markdown]
-# Here averaging cost BLEU: a little for the last 3 epochs, about two points for the last 5. These runs
-# were still improving fast, so epochs 4 to 8 are far apart and their mean is partly an earlier, worse
-# model. The paper averaged checkpoints written 10 minutes apart at the end of a 12-hour run, when the
-# weights only wander around one region. Your own run's averaged validation loss above does not
-# settle it: in both of the course's runs the average of the last 3 epochs had a lower validation
-# perplexity than the last epoch (5.32 against 5.37, and 5.06 against 5.18) and still lost BLEU, which
-# only a BLEU measurement shows.
+# Here averaging the last 5 epochs cost about two BLEU points in both runs, far more than chance makes
+# (p = 0.001). Averaging the last 3 cost 0.74 points in the run with smoothing (p = 0.022) and 0.33 in
+# the run without (p = 0.14: within chance). These runs were still improving fast, so epochs 4 to 8 are
+# far apart and their mean is partly an earlier, worse model. The paper averaged checkpoints written 10
+# minutes apart at the end of a 12-hour run, when the weights only wander around one region. Your own
+# run's averaged validation loss above does not settle it: in both of the course's runs the average of
+# the last 3 epochs had a lower validation perplexity than the last epoch (5.32 against 5.37, and 5.06
+# against 5.18; one run each, so untested) and yet no higher BLEU, which only a BLEU measurement shows.
 
 # %% [markdown]
 # ## 12. Pitfalls
@@ -1456,43 +1471,45 @@ for test in smoothing_measured["paired_bootstrap_test"][1:]:
 
 # %% [markdown]
 # **Question 1 (2 points).** The criterion is
-# `nn.CrossEntropyLoss(ignore_index=PAD_IDX, label_smoothing=0.1)`. The same five sentence pairs
-# form a batch twice: once padded to a target length of 20, once with extra `<pad>` tokens appended
-# up to a length of 40. (a) Is the batch loss the same in both cases? Explain what a `<pad>`
-# position contributes to each of the two terms of the smoothed loss, and what the mean divides
-# by. (b) How much does smoothing raise the lowest loss a perfect model can reach, for
-# $K = 10{,}000$ and $\varepsilon = 0.1$, if `<pad>` is excluded from the smoothing mass
-# ($\varepsilon$ spread evenly over the other $K - 1$ ids)? How far is that from PyTorch's version,
-# which spreads $\varepsilon$ over all $K$ ids?
+# `nn.CrossEntropyLoss(ignore_index=PAD_IDX, label_smoothing=0.1)`. (a) The same five sentence pairs
+# form a batch twice: once padded to a target length of 20, once with extra `<pad>` tokens appended up to
+# a length of 40. Is the batch loss the same? Now put one of the five sentences into another batch, beside
+# four much longer sentences: does each of its target tokens weigh as much in that batch's loss (and so
+# in the gradient) as it did before? Explain both from what the mean divides by. (b) Section 5 printed
+# the lowest loss that label smoothing leaves for our English vocabulary. By about how much does that
+# floor rise if the vocabulary is twice as large (the same $\varepsilon = 0.1$), and why? Give a formula
+# and a number.
 
 # %% [markdown] answer="train_q_smoothing_padding" points=2
-# **Model answer.** (a) Yes, the same. `ignore_index` drops a `<pad>` position completely: it adds
-# nothing to the $(1-\varepsilon)(-\log p(y))$ term **and** nothing to the smoothing term
-# $\varepsilon \cdot \frac{1}{K}\sum_k -\log p(k)$, and the mean divides by the number of
-# non-ignored positions only. Extra padding therefore changes neither the sum nor the count (the
-# masks also keep padding from changing the real positions' logits). (b) The best possible
-# prediction is $p = q$, so the floor is the entropy of the smoothed target. With `<pad>` excluded,
-# the correct word gets $a = 1 - \varepsilon + \varepsilon/(K-1)$, each of the $K - 2$ other
-# ids $b = \varepsilon/(K-1)$ and `<pad>` nothing:
+# **Model answer.** (a) Padding: the same loss. `ignore_index` drops a `<pad>` position completely: it
+# adds nothing to the $(1-\varepsilon)(-\log p(y))$ term **and** nothing to the smoothing term
+# $\varepsilon \cdot \frac{1}{K}\sum_k -\log p(k)$, and the mean divides by the number of real
+# (non-ignored) target tokens only, so extra padding changes neither the sum nor the count (the masks
+# also keep padding from changing the real positions' logits). Another batch: no. The loss is the mean
+# over the batch's real target tokens, so each token weighs $1/N$, with $N$ the number of real target
+# tokens in its batch. Beside four long sentences $N$ is larger, so the same sentence's tokens weigh less
+# in the loss and its gradient (the loss is a mean per token, not per sentence: long sentences have
+# more say). (b) The floor is the entropy of the smoothed target $q$: the correct word gets
+# $a = 1 - \varepsilon + \varepsilon/K$, each other word $b = \varepsilon/K$, and
 #
-# $$H(q) = -a\ln a - (K-2)\,b\ln b \approx -(1-\varepsilon)\ln(1-\varepsilon) - \varepsilon\ln\frac{\varepsilon}{K}
-#   \approx 0.095 + 1.151 = 1.246$$
+# $$H(q) = -a\ln a - (K-1)\,b\ln b \approx -(1-\varepsilon)\ln(1-\varepsilon) + \varepsilon\ln\frac{K}{\varepsilon}$$
 #
-# nats per token, up from 0 without smoothing. PyTorch's version
-# (`ignore_index` only drops the padded *positions*; at a real position `<pad>` is still one of the
-# $K$ ids and gets $\varepsilon/K$) has the floor $1.24599$ instead of $1.24598$: about $10^{-5}$
-# nats more, a negligible difference, and the correct word stays the most probable either way.
+# for a large $K$. Doubling $K$ spreads the same mass $\varepsilon$ over twice as many words, each half
+# as probable, so only the second term moves, by $\varepsilon \ln 2 \approx 0.069$ nats per token
+# (computed exactly for $K = 5{,}892$ and $11{,}784$: from 1.1930 to 1.2624, up by 0.0694). Whether
+# `<pad>` takes part in the smoothing mass changes these numbers by less than $10^{-3}$.
 #
 # **Rubric.**
-# - 1 point: same loss: pad positions are excluded from both the cross-entropy and the smoothing
-#   term, and the mean divides by the number of real (non-pad) target tokens.
-# - 1 point: the floor is the entropy of the smoothed target, about 1.25 nats per token for
-#   $K = 10{,}000$ and $\varepsilon = 0.1$ (a formula with numbers), and including `<pad>` in the
-#   smoothing, as PyTorch does, changes it only negligibly (about $10^{-5}$ nats).
+# - 1 point: the padded batch gives the same loss (pad positions leave both terms and the count), and
+#   the sentence's tokens weigh less beside long sentences, because the mean divides by the number of
+#   real target tokens in the batch (each token weighs $1/N$).
+# - 1 point: about $\varepsilon \ln 2 \approx 0.07$ nats more, because the floor is the entropy of the
+#   smoothed target and the smoothing mass is spread over twice as many words (a formula with the
+#   number; an exact computation of both floors with the reason also scores).
 
 # %% [markdown]
 # **Question 2 (2 points).** A classmate writes their own resume code and forgets one line. Predict
-# what happens in the first batches after resuming at step 2,000 of a run with a warm-up of 400 steps
+# what happens in the first batches after resuming at step 1,000 of a run with a warm-up of 400 steps
 # (a) if the **scheduler's** state is not restored (the optimiser's is), and (b) if the
 # **optimiser's** state is not restored (the scheduler's is). Think of what each object stores.
 
@@ -1502,16 +1519,16 @@ for test in smoothing_measured["paired_bootstrap_test"][1:]:
 # runs at the right rate; but the fresh scheduler counts from the start, and its first `step()`
 # sets the rate for the second resumed batch to the step-2 warm-up value, about 1% of the rate it
 # had. The warm-up then repeats: the next 400 batches learn slowly and the whole schedule is
-# shifted by 2,000 steps, so later rates are larger than in the uninterrupted run. Nothing breaks;
+# shifted by 1,000 steps, so later rates are larger than in the uninterrupted run. Nothing breaks;
 # training just differs from the run it should continue. (b) Adam stores each weight's running
 # averages of the gradient and of its square. Restarted from zero, with bias correction its first
 # updates have a size of about the learning rate in every coordinate (gradient divided by its own
 # magnitude), whatever that coordinate's usual gradient size. Loading the scheduler's state does not
 # touch the fresh optimiser's rate, so the first resumed batch still takes a tiny step-1-sized
 # step; the scheduler's next `step()` moves on from its restored count, so from the second batch on
-# the rates are those of steps 2,002, 2,003, ..., exactly as in the uninterrupted run, still about
-# half the peak ($\sqrt{400/2002} \approx 0.45$), far above the early warm-up rates. With no warm-up to soften
-# them, these updates are large and can make the loss jump before the averages recover.
+# the rates are those of steps 1,002, 1,003, ..., exactly as in the uninterrupted run, still about
+# two thirds of the peak ($\sqrt{400/1002} \approx 0.63$), far above the early warm-up rates. With no
+# warm-up to soften them, these updates are large and can make the loss jump before the averages recover.
 #
 # **Rubric.**
 # - 1 point: without the scheduler state the step count restarts: the learning rate falls to an
@@ -1526,8 +1543,8 @@ for test in smoothing_measured["paired_bootstrap_test"][1:]:
 
 # %% [markdown]
 # **Question 3 (2 points).** Averaging the weights of the last few checkpoints of one run, late in
-# a long run, usually gives a model about as good as the last checkpoint or better (section 11 showed
-# that it can cost BLEU while the run is still improving fast). Predict what you get if you instead
+# a long run, usually gives a model about as good as the last checkpoint or better (the course's runs
+# quoted in section 11 lost BLEU by it while they were still improving fast). Predict what you get if you instead
 # average the weights of two models trained separately from different random initialisations (each
 # good on its own), and explain the difference.
 

@@ -76,12 +76,13 @@ WRITTEN: dict[str, dict[str, str]] = {
         # stage 5
         "train_q_smoothing_padding": (
             "(a) Same. ignore_index removes pad positions from both the NLL term and the ε-term, and from the "
-            "denominator of the mean. (b) floor = H(q) ≈ -(0.9)ln 0.9 - 0.1·ln(0.1/9999) ≈ 0.095 + 1.151 ≈ 1.25 nats. "
-            "Spreading over all K instead: differs ~1e-5, negligible."),
+            "denominator N (real tokens) of the mean. Other batch: weight per token = 1/N, N bigger beside long "
+            "sentences → each of its tokens counts less. (b) floor = H(q) ≈ -(0.9)ln 0.9 + 0.1·ln(K/0.1); K → 2K "
+            "adds 0.1·ln 2 ≈ 0.069 nats (ε mass over twice the words)."),
         "train_q_resume": (
             "(a) Scheduler = step counter. Fresh one restarts warm-up → lr drops to ~step-1 value, 400 slow steps, "
-            "schedule offset by 2000. (b) Optimizer = Adam moments m, v. Reset to 0 → bias-corrected update "
-            "≈ lr·sign(g) per weight, at a big lr (~0.45 of peak) → jolt, loss may spike."),
+            "schedule offset by 1000. (b) Optimizer = Adam moments m, v. Reset to 0 → bias-corrected update "
+            "≈ lr·sign(g) per weight, at a big lr (~0.63 of peak) → jolt, loss may spike."),
         "train_q_averaging": (
             "Same run: checkpoints close in weight space, one basin → mean is fine. Separate runs: different "
             "solutions, hidden units/heads permuted → unit i ≠ unit i → average mixes unrelated features, loss "
@@ -205,16 +206,18 @@ WRITTEN: dict[str, dict[str, str]] = {
         "train_q_smoothing_padding": (
             "(a) The loss is the same. Positions whose target is <pad> are ignored completely: they add nothing to "
             "the cross-entropy part, nothing to the smoothing part, and they are not counted when taking the mean. "
-            "(b) Even a perfect model can only match the smoothed target, so its loss is that target's entropy: "
-            "about 0.9·0.105 from the true word plus 0.1·ln(9999/0.1) ≈ 1.15 from the rest, about 1.25 nats "
-            "instead of 0. Spreading over all K ids as PyTorch does changes this only in the fifth decimal."),
+            "That count is also why the other batch differs: the mean divides by all real target tokens of the "
+            "batch, so next to four long sentences there are more of them and each token of our sentence gets a "
+            "smaller share of the loss and of the gradient. (b) The best model can only match the smoothed "
+            "target, so the floor is its entropy, about -(1-ε)ln(1-ε) + ε·ln(K/ε). Doubling K only changes the "
+            "second part, by ε·ln 2, so the floor goes up by about 0.07 nats."),
         "train_q_resume": (
             "It helps to think about what is stored. (a) The scheduler only stores how many steps were taken. A "
             "new scheduler starts at step 0, so after its first step the learning rate drops to the very "
             "beginning of the warm-up and climbs again over 400 steps, and the rest of the schedule is shifted. "
             "(b) The optimizer stores Adam's running averages of gradients and squared gradients. Starting them "
             "from zero makes the first updates about one learning rate in size in every weight, and the rate at "
-            "step 2000 is still high, so the model gets a big, noisy kick."),
+            "step 1000 is still high, so the model gets a big, noisy kick."),
         "train_q_averaging": (
             "Checkpoints from the end of one run are all near the same point, so their average is also a good "
             "model. Two models trained from different initialisations usually end up with their hidden units and "
@@ -353,16 +356,17 @@ WRITTEN: dict[str, dict[str, str]] = {
         "train_q_smoothing_padding": (
             "The loss would be the same in both cases. Padding positions are skipped entirely: they count "
             "neither in the part that rewards the right word nor in the part spread over the other words, and "
-            "they are not included when the average is taken. With smoothing, even a model that predicts "
-            "perfectly cannot reach zero, because the target itself is spread out; its best loss is the "
-            "entropy of that target, roughly 1.25 nats for ten thousand words and a smoothing of one tenth. "
-            "Spreading over all the ids instead changes this by a hundred-thousandth or so, which does not matter."),
+            "they are not included when the average is taken. But the average is taken over every real word of "
+            "the batch, so when the sentence sits beside four long ones, its words are a smaller part of the "
+            "total and each of them matters less. With smoothing the best loss is the entropy of the spread-out "
+            "target. With twice as many words the spread-out tenth of the probability is shared by twice as many "
+            "words, each half as likely, and that raises the floor by a tenth of the logarithm of two, about 0.07."),
         "train_q_resume": (
             "The scheduler remembers only how far training has come. If it is not restored, it believes training "
             "has just begun, so the learning rate falls back to almost nothing and slowly climbs again through "
-            "the warm-up, and everything afterwards happens two thousand steps late. The optimiser remembers "
+            "the warm-up, and everything afterwards happens a thousand steps late. The optimiser remembers "
             "Adam's averages of past gradients. If those are lost, Adam starts them again from zero, and its "
-            "first steps are large for every weight, taken at the fairly high learning rate of step two "
+            "first steps are large for every weight, taken at the fairly high learning rate of step one "
             "thousand, which can throw the model off for a while."),
         "train_q_averaging": (
             "The last checkpoints of one training run are small variations of the same model, so averaging them "

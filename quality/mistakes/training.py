@@ -74,8 +74,9 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "fit steps the scheduler once per epoch and gives train_epoch none (the bug hunt's planted bug)",
         _FIT,
-        "        train_loss = train_epoch(model, train_batches, criterion, optimizer, None, device, clip_norm,\n"
-        "                                 max_steps, progress)\n"
+        "        train_loss = train_epoch(model, train_batches, criterion, optimizer, device=device, "
+        "clip_norm=clip_norm,\n"
+        "                                 max_steps=max_steps, progress=progress)\n"
         "        val_loss = evaluate(model, val_batches, plain, device, progress)\n"
         "        scheduler.step()\n",
         fails="train_fit_schedule", cause="moves on once per epoch",
@@ -113,7 +114,7 @@ MISTAKES: list[Mistake] = [
         "        if scheduler is not None:\n"
         "            scheduler.step()\n"
         "        optimizer.step()\n",
-        fails="train_epoch_scheduler", cause="moves on before the update whose rate it had set",
+        fails="train_epoch_scheduler", cause="moved on once before the first update",
     ),
     Mistake(
         STAGE, "the update written in one chain, and `loss` for the given lines computed again after it",

@@ -18,7 +18,8 @@ ANSWERS = {
         loss = criterion(out.contiguous().view(-1, out.size(-1)), batch.tgt_out.contiguous().view(-1))
         """,
     )),
-    "fit": Answer(fixes=(("optimizer, None, device, clip_norm,", "optimizer, scheduler, device, clip_norm,"),
+    "fit": Answer(fixes=(("optimizer, device=device,",
+                                  "optimizer, scheduler,\n                                 device=device,"),
                          ("        scheduler.step()\n", ""))),
     "train_epoch": Answer(stubs=(
         "model.train(mode=True)",

@@ -22,10 +22,10 @@ ANSWERS = {
         """,
     )),
     "fit": Answer(fixes=(
-        ("optimizer, None, device, clip_norm,",
+        ("optimizer, device=device, clip_norm=clip_norm,",
          "optimizer,\n"
          "                                 scheduler,  # the schedule counts updates: train_epoch steps it\n"
-         "                                 device, clip_norm,"),
+         "                                 device=device, clip_norm=clip_norm,"),
         ("        scheduler.step()\n",
          "        # (no scheduler step here: once per epoch would make the schedule count epochs)\n"),
     )),

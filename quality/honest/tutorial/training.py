@@ -18,10 +18,8 @@ ANSWERS = {
         """,
     )),
     "fit": Answer(fixes=(
-        ("optimizer, None, device, clip_norm,",
+        ("optimizer, device=device, clip_norm=clip_norm,",
          "optimizer, scheduler=scheduler, device=device,\n                                 clip_norm=clip_norm,"),
-        ("                                 max_steps, progress)\n",
-         "                                 max_steps=max_steps, progress=progress)\n"),
         ("        scheduler.step()\n", ""),
     )),
     "train_epoch": Answer(stubs=(

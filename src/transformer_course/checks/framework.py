@@ -73,6 +73,13 @@ def record(name: str, title: str, passed: bool, message: str = "", module: str |
         _LATEST[module, name] = result
 
 
+def failing(module: str) -> list[str]:
+    """The titles of the checks of checks module `module` (a module name) whose latest outcome in this kernel
+    is a failure (a prediction noted for grading is not one)."""
+    return [result.title for (name_of_module, _name), result in _LATEST.items()
+            if name_of_module == module and not result.passed and not result.deferred]
+
+
 DEFERRED = "○"  # the summary's and the check's mark for a prediction noted here and scored when graded
 DEFERRED_STYLE = "border-left: 6px solid #5c6bc0; background: #eef0fa; padding: 6px 12px; margin: 4px 0"
 
@@ -614,7 +621,7 @@ def expect_close(
             suspected = suspected_cause
             break
     diagnosis = _diagnosed(diagnose, got) if diagnose is not None else None
-    where = diagnosis.where if diagnosis else describe_difference(got, expected, axes, atol, rtol)
+    where = diagnosis.where if diagnosis and diagnosis.where else describe_difference(got, expected, axes, atol, rtol)
     if suspected:
         cause = suspected
     elif diagnosis and diagnosis.cause:

@@ -146,7 +146,7 @@ def plot_label_smoothing(vocab_size: int = 10, correct: int = 3, epsilon: float 
 
 @not_drawn_while_grading
 def plot_learning_rate_schedule(rate_function: Callable[..., float],
-                                settings: Sequence[tuple[int, int]] = ((512, 4000), (512, 8000), (256, 4000)),
+                                settings: Sequence[tuple[int, int]] = ((512, 4000), (512, 6000), (256, 4000)),
                                 max_step: int = 20000, factor: float = 1.0) -> Figure:
     """Learning rate against step for a few (d_model, warmup_steps) settings.
 

@@ -28,7 +28,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 1¾ hours if you are at ease with PyTorch, about 2½ hours if you are new to it or get
-# stuck. That is reading (54 minutes at 150 words a minute without the folded hints, 74 at 100 words a minute
+# stuck. That is reading (55 minutes at 150 words a minute without the folded hints, 74 at 100 words a minute
 # with them, and the given code at 10 lines a minute), one exercise, two predictions and two written
 # questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and about 4 minutes of
 # computation on one CPU core, most of it the training of section 7. (Estimated by `scripts/working_time.py`
@@ -422,7 +422,7 @@ torch.manual_seed(1)
 tokens = Tokenizer("de")("Ein Hund rennt über die Wiese.") + ["<pad>"] * 3
 toy_keys = torch.randn(1, len(tokens), 8)  # (batch=1, k_len, key_size=8)
 toy_mask = torch.tensor([[token != "<pad>" for token in tokens]])  # (1, k_len), True at real tokens
-toy_attention = AdditiveAttention(query_size=6, key_size=8, attention_size=10)
+toy_attention = AdditiveAttention(query_size=6, key_size=8, attention_size=12)
 with torch.no_grad():
     toy_query = torch.randn(1, 1, 6)  # one decoder state: (batch=1, q_len=1, query_size=6)
     toy_scores = toy_attention.score(toy_query, toy_keys)  # (1, 1, k_len)
@@ -672,7 +672,7 @@ else:
 # | all pairs at once | an `attention_size`-wide vector for every pair, all in memory | one matrix product $QK^\top$ |
 # | widths | query and key may differ | $q$ and $k$ both $d_k$ wide |
 # | values | the states $h_j$ themselves (the keys are $W_k h_j$) | a projection of their own, $V = XW^V$ |
-# | scaling | not needed: $\tanh$ bounds each term | $1/\sqrt{d_k}$, or the softmax saturates |
+# | scaling | none: $\tanh$ bounds each hidden entry, unlike $q \cdot k$ | $1/\sqrt{d_k}$, else the softmax saturates |
 # | queries and keys | decoder states and RNN outputs | any tokens: the sentence itself (*self*-attention) |
 # | how many | one attention | several heads in parallel (*multi-head*) |
 #

@@ -53,15 +53,14 @@
 # need attention yet (stage 2 builds it): here it is enough to know that attention compares tokens
 # through dot products of their vectors.
 #
-# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
-# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
-# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
-# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
-# check with its points. (To stop at the first failing check instead, set
-# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work, so all
-# green here means full marks for the visible checks (the grader also runs a few hidden ones with
-# other sizes).
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package), then
+# the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is given and
+# correct. After each exercise a few *check cells* test one property each: `✔` means it holds, a red `✘`
+# block says what was expected and what came out, hints folded under it. A failing check does not stop the
+# notebook: *Run all* always reaches the end, where the last cell lists every check with its points. (To
+# stop at the first failing check instead, set `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The
+# check cells also grade your work, so all green here means full marks for the visible checks (the grader
+# also runs a few hidden ones with other sizes; a prediction, marked ○, is scored only then).
 #
 # <!-- keep-and-hand-in -->
 
@@ -149,15 +148,22 @@ print("shuffling the input only shuffles the output:", same)
 # formula above and check the claim with numbers (numbers on a table are evidence; the proof is the
 # derivation you make to build $M_k$); section 4 draws the picture to start from.
 #
-# ### Pitfalls we see every year
-# - sine and cosine swapped: then row 0 of the table reads 1, 0, 1, 0, ... instead of
-#   0, 1, 0, 1, ... (the sine belongs in the **even** columns);
-# - the exponent off by a factor of two: $i$ used where the formula has $2i$, or an index that
-#   already counts in steps of two doubled once more; the wavelengths then grow too slowly or too
-#   fast from pair to pair;
-# - the cosine written into a single column instead of every odd column: columns 3, 5, 7, ... stay 0;
-# - dropout applied twice, or to `x` before the addition: the given `return` already applies it,
-#   once, to the *sum* of embeddings and encodings, as the paper does.
+# ### What goes wrong, and what it looks like
+# - row 0 of the table reads 1, 0, 1, 0, ... instead of 0, 1, 0, 1, ...;
+# - the wavelengths grow too slowly, or too fast, from one column pair to the next;
+# - columns 3, 5, 7, ... stay 0;
+# - in training mode more entries come out zero than the dropout rate gives, or the encodings pass
+#   through unchanged while the embeddings are dropped out.
+#
+# <details><summary>The causes behind these symptoms (open this when a check fails and you are stuck)</summary>
+#
+# In the same order: sine and cosine swapped (the sine belongs in the even columns); the exponent off
+# by a factor of two ($i$ used where the formula has $2i$, or an index that already counts in steps of
+# two doubled once more); the cosine written into a single column instead of every odd column; dropout
+# applied twice, or to `x` before the addition (the given `return` already applies it, once, to the
+# sum of embeddings and encodings, as the paper does).
+#
+# </details>
 
 # %% [markdown]
 # ## 3. Exercise: `PositionalEncoding`

@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2½ hours if you are at ease with PyTorch, about 4¼ hours if you are new to it or get
-# stuck. That is reading (54 minutes at 150 words a minute without the folded hints, 83 at 100 words a minute
+# stuck. That is reading (55 minutes at 150 words a minute without the folded hints, 84 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -49,15 +49,15 @@
 # batched tensors (`@` works on the last two axes, `transpose`), softmax, broadcasting, `view` and
 # `reshape`, and `nn.Linear`.
 #
-# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
-# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
-# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
-# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
-# check with its points. (To stop at the first failing check instead, set
-# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
-# grader also runs a few hidden ones with other sizes). Work top to bottom: later exercises call
-# your earlier functions.
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package), then
+# the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is given and
+# correct, apart from the bug hunt's code, which says so. After each exercise a few *check cells* test one
+# property each: `✔` means it holds, a red `✘` block says what was expected and what came out, hints
+# folded under it. A failing check does not stop the notebook: *Run all* always reaches the end, where the
+# last cell lists every check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the grader
+# also runs a few hidden ones with other sizes). Work top to bottom: later exercises call your earlier
+# functions.
 #
 # <!-- keep-and-hand-in -->
 
@@ -226,8 +226,11 @@ plt.show()
 # number such as $-10^9$ **before** the softmax. The softmax subtracts the row's largest score before
 # it exponentiates, and $e^{-10^9}$ underflows to exactly 0 in floating point, so the hidden key
 # gets weight 0 and the softmax spreads the whole weight 1 over the allowed keys.
-# `float('-inf')` hides a key just as well, but a row whose keys are *all* hidden then becomes
-# $0/0$ = NaN, while $-10^9$ gives an evenly spread row (question 2 asks when such a row can occur).
+# `float('-inf')` hides a key just as well (the paper sets the hidden scores to $-\infty$; $-10^9$ is
+# this course's choice), but a row whose keys are *all* hidden then becomes $0/0$ = NaN, while $-10^9$
+# gives an evenly spread row (question 2 asks when such a row can occur). In `float16`, whose largest
+# number is 65,504, $-10^9$ does not fit: `masked_fill` raises an error there, and
+# `torch.finfo(scores.dtype).min` is the very negative number that fits any dtype.
 #
 # The cell shows one score row with the last key hidden: first the weights that hiding must give (the
 # softmax of the allowed keys alone, and 0 for the hidden one, worked out here by leaving the hidden key
@@ -385,9 +388,10 @@ print("output row of 'sat':", [round(x, 3) for x in output_toy[2].tolist()])
 # size 1 are there for broadcasting against the scores `(batch, heads, q_len, k_len)`: the same
 # keys are hidden for every head and for every query, so the mask only varies along the batch and
 # the key axis. (Padding *queries* are not masked: a `<pad>` position still computes an output row
-# from the real tokens. That row does no harm because nothing reads it: every later attention hides
-# that position as a *key* with the same padding mask, in the encoder's next layers and in the
-# decoder's cross-attention over the source. On the target side, the loss of stage 5 also skips
+# from the real tokens. That row does no harm as long as its values are finite: every later attention
+# hides that position as a *key* with the same padding mask (weight 0), in the encoder's next layers
+# and in the decoder's cross-attention over the source. A NaN there would still spread, since
+# $0 \cdot \mathrm{NaN}$ is NaN: question 2 comes back to it. On the target side, the loss of stage 5 also skips
 # `<pad>` positions.)
 #
 # Store the result in `mask`; the given last line returns it. Do not hard-code 0 or 1 as the
@@ -544,7 +548,7 @@ assert check.look_ahead_mask_values(make_look_ahead_mask, size=11)
 # course). Blue cells may be attended to, grey cells are hidden (the same colours in every mask figure of
 # the course); rows are queries, columns are keys. The padding mask hides the `<pad>` columns for every
 # row; the look-ahead mask hides everything right of the diagonal. The decoder uses both at once: a key is
-# visible only if *both* masks allow it. (Question 2 asks when the padding mask changes anything here.)
+# visible only if *both* masks allow it. (Question 2 asks when a whole row is hidden.)
 # The third panel is built entry by entry from
 # that rule; stage 4 asks you for the same table as one tensor expression, for a whole batch.
 
@@ -785,10 +789,11 @@ assert check.combine_heads_inverts_split(MultiHeadAttention, d_model=18, num_hea
 # %% [markdown]
 # **What the checks of `forward` test.** Each one first runs your `forward` as it is, with your own
 # `split_heads`, `combine_heads` and `scaled_dot_product_attention`. If that run is wrong, it runs your
-# `forward` again with the course's three parts in their place, and grades that second run. So one
-# mistake costs the points of its own checks once: a ✔ below says that your `forward` puts the parts
-# together correctly, **not** that your `split_heads` or `combine_heads` are right (the checks above
-# say that). Section 11 runs your whole module, your own parts included, beside PyTorch's.
+# `forward` again with the course's three parts in their place, and grades that second run. So a mistake
+# in one of the parts costs only that part's checks, above: a ✔ below says that your `forward` puts the
+# parts together correctly, **not** that your `split_heads` or `combine_heads` are right. A mistake in
+# `forward` itself can fail several checks below, one for each property it breaks. Section 11 runs your
+# whole module, your own parts included, beside PyTorch's.
 
 # %% tests="attn_mha_output_shape" points=1
 assert check.mha_output_shape(MultiHeadAttention)
@@ -969,8 +974,10 @@ print("largest difference:", (mine - theirs).abs().max().item())
 # | recurrent | $O(n \cdot d^2)$ | $O(n)$ | $O(n)$ |
 #
 # - **Operations.** Self-attention computes $n^2$ dot products of width $d$; a recurrent layer
-#   multiplies a $d$-vector by a $d \times d$ matrix at each of its $n$ steps. Self-attention is
-#   the cheaper one while $n < d$, which holds for sentences (the paper's $d = 512$).
+#   multiplies a $d$-vector by a $d \times d$ matrix at each of its $n$ steps. The attention itself is
+#   the cheaper one while $n < d$, which holds for sentences (the paper's $d = 512$). The table counts
+#   only that: the four $d \times d$ projections of the module you built add about $4 n d^2$, the same
+#   order as the recurrent layer's $n d^2$.
 # - **Sequential operations.** All positions of a self-attention layer are computed at once; an RNN
 #   must finish step $t - 1$ before step $t$, so it cannot use the parallel hardware as well.
 # - **Path length.** In self-attention every position reads every other one directly; in an RNN
@@ -989,8 +996,9 @@ for n in (10, 50, 512, 2000):
 
 # %% [markdown]
 # The price of self-attention is the $n^2$: for long documents it is the more expensive layer, and the
-# scores alone take $n^2$ numbers per head. For the sentences of this course ($n$ of a few tens) it is
-# the cheaper one, and it runs in parallel.
+# scores alone take $n^2$ numbers per head. For the sentences of this course ($n$ of a few tens) the
+# attention itself is the cheaper part, and the projections cost the same order as a recurrent layer; what
+# self-attention buys is the other two columns: every position at once, and short paths.
 #
 # ## Summary
 # - Attention is a soft lookup: each query's output is an average of the values, weighted by how well
@@ -1082,9 +1090,10 @@ for n in (10, 50, 512, 2000):
 
 # %% [markdown]
 # **Question 3 (2 points).** A classmate's `combine_heads` is one line:
-# `x.reshape(batch, seq_len, d_model)`, applied to its input `(batch, num_heads, seq_len, d_k)`. Their shape
-# check passes. (a) What does output position $t$ then contain, for $h = 2$ heads and a sequence of
-# 3 tokens? (b) For which sizes would no check catch the mistake, and why?
+# `x.reshape(batch, seq_len, d_model)`, applied to its input `(batch, num_heads, seq_len, d_k)`. The
+# output has the right shape. (a) What does output position $t$ then contain, for $h = 2$ heads and a
+# sequence of 3 tokens? (b) For which sizes would the result be exactly right, so that no check run at
+# those sizes could catch the mistake, and why?
 
 # %% [markdown] answer="attn_q_heads" points=2
 # **Model answer.** (a) `reshape` re-reads the memory in row order, and that memory holds all of

@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or get
-# stuck. That is reading (54 minutes at 150 words a minute without the folded hints, 77 at 100 words a minute
+# stuck. That is reading (54 minutes at 150 words a minute without the folded hints, 79 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -53,14 +53,14 @@
 # the course's versions), `nn.Linear`, the ReLU, dropout, and what `model.train()` and `model.eval()`
 # change. Layer normalisation is explained here.
 #
-# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
-# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
-# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
-# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
-# check with its points. (To stop at the first failing check instead, set
-# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the
-# grader also runs a few hidden ones with other sizes).
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package), then
+# the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is given and
+# correct, apart from the bug hunt's code, which says so. After each exercise a few *check cells* test one
+# property each: `✔` means it holds, a red `✘` block says what was expected and what came out, hints
+# folded under it. A failing check does not stop the notebook: *Run all* always reaches the end, where the
+# last cell lists every check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work (the grader
+# also runs a few hidden ones with other sizes).
 #
 # Multi-head attention and the masks come from the course's reference package, not from your
 # stage-2 notebook, so a mistake left there cannot break this one. In the same spirit, the block
@@ -260,7 +260,8 @@ print("largest change of each output position after editing position 2:", moved.
 # flows through the stack: the *residual stream*), and doing nothing is easy (output 0). And the
 # gradient has a direct path back: $\partial y / \partial x = I +
 # \partial\,\mathrm{Sublayer}/\partial x$, so it reaches the lower blocks even when the sublayers'
-# own Jacobians are small.
+# own Jacobians are small. (In the paper's block a LayerNorm follows the sum, so the gradient passes
+# through that LayerNorm too; section 11 comes back to what that does.)
 #
 # Attention has a further, specific need for it. Each attention output is a weighted *average* of
 # value vectors, and averaging again and again makes all positions alike. The experiment below
@@ -329,9 +330,11 @@ plt.show()
 # of the distance before it (for weights of bounded size; they measure the distance in another matrix
 # norm than ours). Once the distance is small, cubing it at every layer makes it fall *doubly
 # exponentially* with the depth $L$, like $c^{3^L}$. The printed distances of the stack without residual
-# connections fall that way: up to layer 3 each is below the cube of the one before it, and the
-# exponent roughly triples from layer 2 to layer 3; at layer 4 float64's rounding stops the fall near
-# $10^{-16}$. They also
+# connections are consistent with that: up to layer 3 each is below the cube of the one before it, and
+# the exponent roughly triples from layer 2 to layer 3; at layer 4 float64's rounding stops the fall near
+# $10^{-16}$. Consistent, not a check of the theorem: its bound has a constant and another norm, our stack
+# has a LayerNorm the theorem does not cover, and much of the first layer's fall comes from attention
+# weights that are nearly uniform at random initialisation. They also
 # found that residual connections counteract this collapse and that feed-forward networks slow it
 # down. Their proof covers attention alone; whether the LayerNorm in our stack rescues it is
 # question 1.
@@ -420,19 +423,24 @@ diagrams.show("encoder_block")
 # is a real token: no position attends to `<pad>`. Only attention needs it; the feed-forward
 # network never mixes positions, so padding cannot leak through it.
 #
-# ### Pitfalls we see every year
-# - **Missing residual**: the block still runs and every shape is right, but the value check fails,
-#   and in a stack each position would lose what it was (section 4).
-# - **LayerNorm in the wrong place**: the block runs with the right shapes, but its values differ
-#   from the reference and from `nn.TransformerEncoderLayer`, which puts its LayerNorms where the paper
-#   does (it also drops out inside the feed-forward network, which the paper does not; in eval mode,
-#   where the check compares them, dropout does nothing).
-# - **One LayerNorm for both sublayers**: the value check fails (the checks give the two LayerNorms
-#   different gains), and in training the unused one would never learn.
-# - **Forgetting the mask**: the padding check fails, because adding `<pad>` tokens changes the
-#   outputs at the real positions. Passing it to the feed-forward network raises a `TypeError`.
-# - **Dropout in the wrong place**: the dropout-placement check fails; a dropout that ignores eval
-#   mode fails the dropout-modes check (two eval-mode runs give different outputs).
+# ### What goes wrong, and what it looks like
+# - the block runs and every shape is right, but its values differ from the reference's and from
+#   `nn.TransformerEncoderLayer`'s (the checks compare them in eval mode, where dropout does nothing;
+#   PyTorch's layer also applies dropout inside the feed-forward network and to the attention weights,
+#   which the paper does not describe);
+# - adding `<pad>` tokens changes the outputs at the real positions;
+# - a `TypeError` raised inside the feed-forward network;
+# - two eval-mode runs of the same input give different outputs;
+# - both dropout modes behave, but the dropout-placement check fails.
+#
+# <details><summary>The causes behind these symptoms (open this when a check fails and you are stuck)</summary>
+#
+# In the same order: a missing residual, a LayerNorm in the wrong place, or one LayerNorm for both
+# sublayers (the checks give the two LayerNorms different gains, and in training the unused one would
+# never learn); the mask left out of self-attention; the mask passed to the feed-forward network; a
+# dropout that ignores eval mode; dropout on something else than each sublayer's output.
+#
+# </details>
 #
 # ## 8. Exercise: `EncoderBlock`
 #
@@ -441,15 +449,16 @@ diagrams.show("encoder_block")
 #   `(batch, 1, 1, src_len)` (True where a key may be attended), or `None`;
 # - **output**: a tensor of the same shape as `x`; the given last line returns `x`, so leave the
 #   block's result there;
-# - **sublayers**, in the paper's order: self-attention (`self.self_attn`, your stage-2
-#   `MultiHeadAttention`, called as `(q, k, v, mask)`), then the feed-forward network
+# - **sublayers**, in the paper's order: self-attention (`self.self_attn`, the course's
+#   `MultiHeadAttention` of stage 2, called as `(q, k, v, mask)`), then the feed-forward network
 #   (`self.feed_forward`, called with one tensor);
 # - **arrangement**: the paper's, section 6: each sublayer with its residual connection and its own
 #   LayerNorm (`self.norm1` for self-attention, `self.norm2` for the feed-forward network), post-LN;
 #   dropout (`self.dropout`) on each sublayer's output, as section 5.4 says;
-# - **properties the checks test**: the shape; the values of the paper's block (the reference's, and
-#   PyTorch's `nn.TransformerEncoderLayer` with the same weights); padding changes no real
-#   position's output; dropout acts in train mode only, on each sublayer's output.
+# - **properties the checks test**: the shape, and that training can run through the block (it leaves the
+#   `x` it was given as it was, and a backward pass from its output works); the values of the paper's
+#   block (the reference's, and PyTorch's `nn.TransformerEncoderLayer` with the same weights); padding
+#   changes no real position's output; dropout acts in train mode only, on each sublayer's output.
 #
 # The constructor is given; keep its attribute names (the checks plug the reference attention and
 # feed-forward network in there, so that only your `forward` is graded).
@@ -581,18 +590,24 @@ figures.plot_decoder_masks(dec_mask[0, 0], enc_mask[0, 0].expand(target.size(1),
 plt.show()
 
 # %% [markdown]
-# ### Pitfalls we see every year
-# - **Cross-attention that never reads the source**: the shape check fails with a size mismatch
-#   (there `src_len` differs from `tgt_len`, so the source mask does not fit), and where the lengths
-#   are equal the output does not change when the source sentence changes.
-# - **Cross-attention whose rows follow the source**: a size mismatch when the lengths differ, and a
-#   failed value check when they are equal.
-# - **Swapped masks**: the checks use a source and a target of different lengths, so they stop with a
-#   size mismatch. With equal lengths nothing would complain: the block would run and quietly let the
-#   decoder see the future.
-# - **One attention module for both attention sublayers**: the shapes are right, but the value check
-#   fails, because cross-attention has weights of its own.
-# - The residual, LayerNorm and dropout pitfalls of the encoder, now for three sublayers.
+# ### What goes wrong, and what it looks like
+# - the shape check stops with a size mismatch (the checks use a source and a target of different
+#   lengths);
+# - with a source as long as the target, the output does not change when the source sentence changes;
+# - with a source as long as the target, no error, but the values differ from the reference's;
+# - with a source as long as the target, no error, but a position's output changes when a *later*
+#   target token changes: the decoder sees the future;
+# - the encoder's symptoms, now for three sublayers.
+#
+# <details><summary>The causes behind these symptoms (open this when a check fails and you are stuck)</summary>
+#
+# In the same order: a mask or a query that does not fit the source's length (cross-attention that reads
+# the target as its keys, cross-attention whose rows follow the source, or swapped masks); cross-attention
+# that never reads the source; cross-attention whose rows follow the source, one attention module for both
+# attention sublayers (cross-attention has weights of its own), or swapped masks; swapped masks, or no
+# look-ahead mask in self-attention; the residual, LayerNorm and dropout causes of the encoder.
+#
+# </details>
 #
 # ## 10. Exercise: `DecoderBlock`
 #
@@ -606,7 +621,8 @@ plt.show()
 #   mask of section 9;
 # - **arrangement**: as in your encoder block, post-LN with `self.norm1`, `self.norm2`, `self.norm3`
 #   belonging to the three sublayers in that order, and dropout on each sublayer's output;
-# - **properties the checks test**: the shape (also when `src_len` differs from `tgt_len`); the values
+# - **properties the checks test**: the shape (also when `src_len` differs from `tgt_len`), and that
+#   training can run through the block, as for the encoder block; the values
 #   of the paper's block (the reference's, and `nn.TransformerDecoderLayer`'s); causality (changing
 #   the decoder's inputs after position $t$ never changes its outputs up to $t$); dropout as in the
 #   encoder.
@@ -816,7 +832,8 @@ for name, block_of_kind in (("encoder block", encoder_block), ("decoder block", 
 # - **the properties above**, which the checks test: in eval mode the block's output is its input plus
 #   what its two sublayers returned, and nothing else happens to the stream; its values equal those of
 #   PyTorch's own pre-LN layer, `nn.TransformerEncoderLayer(..., norm_first=True)`, with the same
-#   weights; dropout acts on each sublayer's output. The block has no final LayerNorm: that one belongs
+#   weights; dropout acts on each sublayer's output; training can run through it, as through your
+#   `EncoderBlock`. The block has no final LayerNorm: that one belongs
 #   after the last block of a stack (the experiment of section 13 adds it).
 
 # %% [markdown]
@@ -925,22 +942,25 @@ for num_layers in (6, 12):
           f"top block post-LN / pre-LN {post[-1] / pre[-1]:.1f}")
 
 # %% [markdown]
-# **Reading the bars.** In the post-LN stacks the blocks near the loss get larger gradients than the
-# blocks near the input: the printed top-to-bottom ratios are about 1.2 (6 blocks) and 1.6 (12
-# blocks), moderate at this size. In the pre-LN stacks it is the other way round (ratios about 0.6 and
-# 0.5). The growing stream is not what makes them shrink: with the paths through the sublayers cut,
-# the stream grows exactly as before, and the ratios turn to about 1.3 and 1.5. What the cut removes
-# is the reason. In a pre-LN stack the stream that block $\ell$ adds to is read by every sublayer above it, so
-# block $\ell$ collects gradient along the residual path *and* through each of those sublayers; the
-# lower the block, the more sublayers read what it added, and what the top block's feed-forward network
-# adds is read by none. The clearest
-# difference is between the two arrangements: the top post-LN block gets about 2.5 times (6 blocks)
-# and 3.7 times (12 blocks) the gradient of the top pre-LN block. Doubling the depth multiplied that
-# factor by about 1.5 here. Xiong et al.'s bounds, which concern the last feed-forward weight rather
-# than a whole block, would give $\sqrt{2} \approx 1.4$ with the post-LN gradient unchanged; here the
-# post-LN one grew as well, so the closeness is not a confirmation. Larger
-# gradients in the upper blocks are harmless with a tiny learning rate, and a warm-up gives exactly
-# that in the first steps of training.
+# **Reading the bars.** In the post-LN stacks the upper blocks get larger gradients than the lower
+# ones: the printed top-to-bottom ratios are about 1.2 (6 blocks) and 1.6 (12 blocks), moderate at this
+# size (in the 12-block stack the largest, about 1.8 times the bottom block's, sit at blocks 9 and 10,
+# just below the top). In the pre-LN stacks it is the other way round (ratios about 0.6 and 0.5). The
+# cut shows where the difference comes from, the paths through the sublayers: with them cut, the stream
+# grows exactly as before, and the ratios turn to about 1.3 and 1.5. In a pre-LN stack the stream that
+# block $\ell$ adds to is read by every sublayer above it, so block $\ell$ collects gradient along the
+# residual path *and* through each of those sublayers; the lower the block, the more sublayers read what
+# it added, and what the top block's feed-forward network adds is read by none. (How much each of those
+# paths carries also depends on the stream's size, since each LayerNorm divides by it; the cut cannot
+# separate the two.) This is one small setting: width 64, a random target, untrained. Shleifer et al.
+# (2021, "NormFormer") report the same mismatch while pre-training pre-LN language models, with larger
+# gradients in the early layers than in the later ones. The clearest difference is between the two
+# arrangements: the top post-LN block gets about 2.5 times (6 blocks) and 3.7 times (12 blocks) the
+# gradient of the top pre-LN block. Doubling the depth multiplied that factor by about 1.5 here. Xiong et
+# al.'s bounds, which concern the last feed-forward weight rather than a whole block, would give $\sqrt{2}
+# \approx 1.4$ with the post-LN gradient unchanged; here the post-LN one grew as well, so the closeness is
+# not a confirmation. Larger gradients in the upper blocks are harmless with a tiny learning rate, and a
+# warm-up gives exactly that in the first steps of training.
 #
 # ## Summary
 # - The feed-forward network $\max(0, xW_1 + b_1)W_2 + b_2$ is one small MLP applied to every
@@ -1020,7 +1040,9 @@ for num_layers in (6, 12):
 #
 # **Rubric.**
 # - 1 point: shape, padding and both dropout checks pass (they test properties that pre-LN shares),
-#   with a reason.
+#   with a reason. Section 8 does not say how the placement check finds the dropout, so "placement
+#   fails, because it compares training-mode outputs with the paper's block" also earns the point when
+#   the rest is right.
 # - 1 point: the value check and the PyTorch comparison fail, because pre-LN computes a different
 #   function (PyTorch's layer is post-LN unless `norm_first=True`).
 # - 1 point: the pre-LN output is not normalised per position (it keeps roughly the input's mean and

@@ -27,7 +27,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or get
-# stuck. That is reading (51 minutes at 150 words a minute without the folded hints, 74 at 100 words a minute
+# stuck. That is reading (52 minutes at 150 words a minute without the folded hints, 74 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -52,15 +52,15 @@
 # the encoder and decoder blocks; this notebook imports the course's versions), `nn.Embedding` and
 # `nn.ModuleList`.
 #
-# **How this notebook works.** Run the setup cell first (in Colab it installs the course package),
-# then the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is
-# given and correct. After each exercise a few *check cells* test one property each: `✔` means it
-# holds, a red `✘` block says what was expected and what came out, hints folded under it. A failing check
-# does not stop the notebook: *Run all* always reaches the end, where the last cell lists every
-# check with its points. (To stop at the first failing check instead, set
-# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work, so all
-# green here means full marks for the visible checks (the grader also runs a few hidden ones with
-# other sizes).
+# **How this notebook works.** Run the setup cell first (in Colab it installs the course package), then
+# the settings cell below it. Cells marked *YOUR CODE HERE* are yours; every other cell is given and
+# correct, apart from the bug hunt's code, which says so. After each exercise a few *check cells* test one
+# property each: `✔` means it holds, a red `✘` block says what was expected and what came out, hints
+# folded under it. A failing check does not stop the notebook: *Run all* always reaches the end, where the
+# last cell lists every check with its points. (To stop at the first failing check instead, set
+# `STOP_AT_FIRST_FAILURE = True` in the settings cell.) The check cells also grade your work, so all green
+# here means full marks for the visible checks (the grader also runs a few hidden ones with other sizes; a
+# prediction, marked ○, is scored only then).
 #
 # The pieces from stages 1–3 are imported from the course's reference code, so a slip in an earlier
 # notebook cannot break this one.
@@ -272,9 +272,10 @@ plt.show()
 #
 # Write `make_target_mask(tgt, pad_idx)`. The contract:
 # - **input**: target ids `tgt` of shape `(batch, tgt_len)` (int64) and the pad id `pad_idx`;
-# - **output**: a **bool** mask of shape `(batch, 1, tgt_len, tgt_len)`, one `(tgt_len, tgt_len)` table
-#   per sentence, `True` exactly where query $i$ may attend to key $j$: the $M_{tgt}[b, i, j]$ of the
-#   formula above. The axis of size 1 lets the mask broadcast over the heads of the attention scores
+# - **output**: a **bool** mask of shape `(batch, 1, tgt_len, tgt_len)` (the checks also accept 0/1
+#   numbers, which stage 2's attention reads the same way), one `(tgt_len, tgt_len)` table per sentence,
+#   `True` exactly where query $i$ may attend to key $j$: the $M_{tgt}[b, i, j]$ of the formula above.
+#   The axis of size 1 lets the mask broadcast over the heads of the attention scores
 #   `(batch, heads, tgt_len, tgt_len)`;
 # - **any pad id**: compare the tokens with `pad_idx`, never with a fixed number;
 # - **on the device of `tgt`**, so that the function also works for a batch on a GPU (a check runs it
@@ -362,8 +363,8 @@ assert check.target_mask_values(make_target_mask, batch=1, tgt_len=1, pad_idx=1)
 # `(batch, 1, 1, src_len)` → vectors `(batch, src_len, d_model)` (float), computed as the formulas
 # of sections 3 and 4: $H^{(0)}$ from the ids, then the $N$ blocks. The constructor is given: it
 # stores `self.d_model` and creates `self.embedding`, `self.positional_encoding` (which adds PE
-# **and** applies dropout) and `self.layers`. Keep it as it is: the checks copy weights by its
-# parameter names.
+# **and** applies dropout) and `self.layers`. Keep it as it is: the checks find these parts and copy
+# the reference's weights into them.
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
@@ -553,9 +554,9 @@ assert check.decoder_every_part_learns(Decoder, num_layers=4, d_model=8, num_hea
 # `(batch, tgt_len)`, the source mask `(batch, 1, 1, src_len)` and the target mask
 # `(batch, 1, tgt_len, tgt_len)` → logits `(batch, tgt_len, dec_vocab_size)`, using the given
 # `self.encoder` and `self.decoder`. The encoder must run **once** per batch: every decoder block
-# reads the same `enc_out`. The given constructor also initialises every weight matrix with
-# Xavier-uniform initialisation, a common choice for Transformers (the paper does not state its
-# initialisation).
+# reads the same `enc_out`. The given constructor also initialises every parameter of more than one
+# axis, the weight matrices and both embedding tables, with Xavier-uniform initialisation, a common
+# choice for Transformers (the paper does not state its initialisation).
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>

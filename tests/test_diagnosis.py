@@ -79,20 +79,24 @@ def _table(d_model, length, **changes):
     return table.float()
 
 
-@pytest.mark.parametrize(("changes", "says"), [
-    ({"even": torch.cos, "odd": torch.sin}, "the even columns hold cos where sin belongs and the odd columns hold sin"),
-    ({"scale": 1.0}, "frequency of pair i/2"),
-    ({"scale": 4.0}, "frequency of pair 2i, as if its exponent were 4i / d_model"),
-    ({"cos_in_column_1_only": True}, "only column 1 holds cos; the other odd columns"),
-    ({"start": 1}, "row p holds the values of position p+1"),
-    ({"even": torch.cos}, "the even columns hold cos where sin belongs"),
-    ({"odd": torch.sin}, "the odd columns hold sin where cos belongs"),
-    ({"base": 1000.0}, "0.75 × the paper's"),
+@pytest.mark.parametrize(("changes", "says", "cause"), [
+    ({"even": torch.cos, "odd": torch.sin}, "row 0 (position 0) reads 1, 0, 1, 0", "sin and cos are swapped"),
+    ({"scale": 1.0}, "frequency of pair i/2", "uses i instead of 2i"),
+    ({"scale": 4.0}, "frequency of pair 2i", "the exponent is doubled (4i / d_model)"),
+    ({"cos_in_column_1_only": True}, "only column 1 holds cos; the other odd columns", ""),
+    ({"start": 1}, "row p holds the values of position p+1", "positions start at 1"),
+    ({"even": torch.cos}, "the even columns hold cos of the angle", "cos is in the even columns too"),
+    ({"odd": torch.sin}, "the odd columns hold sin of the angle", "sin is in the odd columns too"),
+    ({"base": 1000.0}, "frequency of pair 0.75 × i", "0.75 × the paper's"),
 ])
-def test_each_wrong_table_is_told_by_what_it_does(changes, says):
+def test_each_wrong_table_is_told_by_what_it_does(changes, says, cause):
+    """What the table does is what a student reads first (`where`); what that means for the code is the cause,
+    which a notebook folds."""
     for d_model, length in ((16, 60), (34, 23)):
         diagnosis = positional_encoding.diagnose_table(_table(d_model, length, **changes), d_model, length)
         assert diagnosis is not None and says in diagnosis.where, (changes, d_model, diagnosis)
+        assert cause in diagnosis.cause, (changes, d_model, diagnosis)
+        assert "as if" not in diagnosis.where and "belongs" not in diagnosis.where, diagnosis
 
 
 def test_the_right_table_has_no_diagnosis():

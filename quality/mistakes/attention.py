@@ -250,7 +250,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "heads combined without transposing back",
         _COMBINE_TRANSPOSE,
         "x = x.contiguous()",
-        fails="attn_combine_heads_values", cause="without transposing back",
+        fails="attn_combine_heads_values", cause="without moving the heads' axis back",
     ),
     Mistake(
         STAGE, "combine_heads: view after transpose without contiguous()",

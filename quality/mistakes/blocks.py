@@ -27,6 +27,18 @@ _PRE_PARTS = ("        self.norm1 = nn.LayerNorm(d_model)\n        self.norm2 = 
 MISTAKES: list[Mistake] = [
     # --- PositionWiseFeedForward ---
     Mistake(
+        STAGE, "encoder block adds the attention's output in place (x += ...), then normalises",
+        "x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))",
+        "x += self.dropout(self.self_attn(x, x, x, mask))\n        x = self.norm1(x)",
+        fails="block_enc_shape", cause="an in-place operation",
+    ),
+    Mistake(
+        STAGE, "pre-LN block adds the attention's output to the stream in place (x += ...)",
+        "x = x + self.dropout(self.self_attn(normed, normed, normed, mask))",
+        "x += self.dropout(self.self_attn(normed, normed, normed, mask))",
+        fails="block_pre_ln_shape", cause="an in-place operation",
+    ),
+    Mistake(
         STAGE, "feed-forward without the ReLU",
         _FFN,
         "return self.fc2(self.fc1(x))",

@@ -73,7 +73,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "target mask: the padding part on the query axis instead of the key axis",
         "    key_is_word = (tgt != pad_idx)[:, None, None, :]",
         "    key_is_word = (tgt != pad_idx)[:, None, :, None]",
-        fails="model_target_mask_values", cause="padding hides query rows instead of key columns",
+        fails="model_target_mask_values", cause="padding hides query rows",
     ),
     Mistake(
         STAGE, "target mask without the head axis",
@@ -371,5 +371,11 @@ HELD_OUT: list[Mistake] = [
         "logits = self.decoder(dec_in, enc_out, enc_mask, enc_mask)",
         fails="model_transformer_values", cause="instead of dec_mask | enc_mask twice | both masks | gets enc_mask | "
                                                  "no target mask | target mask is missing",
+    ),
+    Mistake(
+        STAGE, "Transformer encodes the source a second time for the decoder (the logits are right, the work doubles)",
+        "logits = self.decoder(dec_in, enc_out, enc_mask, dec_mask)",
+        "logits = self.decoder(dec_in, self.encoder(enc_in, enc_mask), enc_mask, dec_mask)",
+        fails="model_transformer_values", cause="encoded more than once",
     ),
 ]

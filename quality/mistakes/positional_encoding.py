@@ -58,6 +58,12 @@ MISTAKES: list[Mistake] = [
         fails="pe_buffer_shape", cause="positions must be a column",
     ),
     Mistake(
+        STAGE, "the table built in float64 (the contract says float32)",
+        "pe = torch.zeros(max_seq_length, d_model)",
+        "pe = torch.zeros(max_seq_length, d_model, dtype=torch.float64)",
+        fails="pe_buffer_shape", cause="is built in another dtype",
+    ),
+    Mistake(
         STAGE, "2i doubled: arange(0, d_model, 2) multiplied by 2 again",
         _TWO_I,
         "two_i = 2 * torch.arange(0, d_model, 2, dtype=torch.float)",

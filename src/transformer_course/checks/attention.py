@@ -426,6 +426,11 @@ def _read_masking(Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor, hidden: tor
                          "not sum to 1; fill the scores with -1e9 before the softmax, so that it shares each row among "
                          "the allowed keys alone.")
     most = f"up to {leaked.abs().max().item():.3g}"
+    if bool((w < 0).any()) or bool((w > 1 + 1e-6).any()):
+        return Diagnosis(f"the weights are not probabilities: they run from {w.min().item():.3g} to "
+                         f"{w.max().item():.3g}",
+                         "no softmax turns the scores into weights after the masked fill: each row of weights is "
+                         "the softmax of its (filled) scores, with entries between 0 and 1 that sum to 1.")
     if plain is not None and _same(w, plain):
         return Diagnosis(f"the mask changes nothing: hidden keys get weight ({most}), as without a mask",
                          "the mask is not applied: scores = scores.masked_fill(mask == 0, -1e9), before the softmax.")
@@ -433,9 +438,11 @@ def _read_masking(Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor, hidden: tor
     if fill is not None:
         fill = 0.0 if abs(fill) < 1e-6 else fill
         return Diagnosis(f"hidden keys get weight ({most}): their scores are set to {fill:.4g}",
-                         ("hidden scores are set to 0, and exp(0) = 1 still gives those keys weight" if fill == 0
-                          else f"a fill of {fill:.4g} is not negative enough: next to large scores exp({fill:.4g}) "
-                               "still counts") + "; use a very negative number such as -1e9 (or float('-inf')).")
+                         ("the hidden scores are set to 0, and e to the power 0 is 1, so those keys still get "
+                          "weight" if fill == 0
+                          else f"a fill of {fill:.4g} is not negative enough: next to large scores, e to the power "
+                               f"{fill:.4g} still counts") + "; use a very negative number such as -1e9 (or "
+                                                            "float('-inf')).")
     return Diagnosis(f"hidden keys get weight ({most})",
                      "fill the hidden scores with a very negative number (-1e9 or float('-inf')) before the softmax; "
                      "True (1) means 'may attend', so hide where mask == 0.")
@@ -744,7 +751,18 @@ def padding_mask_values(make_padding_mask: Callable[..., Any], batch: int = 4, s
 
 
 def _read_triangle(mask: torch.Tensor, size: int) -> Diagnosis | None:
-    """The look-ahead mask's True region as a triangle: which side of which diagonal it keeps."""
+    """The look-ahead mask's True region as a triangle: which side of which diagonal it keeps. The check is a
+    bug hunt's: the message's first line says only where the values differ, and this reading is the cause
+    (folded in a notebook), since it is the bug's name in other words."""
+    read = _triangle(mask, size)
+    if read is None:
+        return None
+    expected = _reference_look_ahead_mask(size).reshape(size, size)
+    differ = int(((mask != 0).reshape(size, size) != expected).sum())
+    return Diagnosis(f"{differ} of its {size} × {size} entries differ", f"{read.where}; {read.cause}")
+
+
+def _triangle(mask: torch.Tensor, size: int) -> Diagnosis | None:
     shown = (mask != 0).reshape(size, size)
     rows, columns = torch.arange(size).unsqueeze(1), torch.arange(size).unsqueeze(0)
     if bool(shown.all()) or not shown.any():
@@ -1031,8 +1049,9 @@ def _read_combine(got: torch.Tensor, heads: torch.Tensor) -> Diagnosis | None:
         b, p, f = (position != place).nonzero()[0].tolist()
         return Diagnosis(f"position {p} holds values of position {position[b, p, f].item()} (head "
                          f"{head[b, p, f].item()}): the positions are mixed",
-                         "combine_heads views without transposing back: transpose(1, 2) first, to (batch, seq_len, "
-                         "num_heads, d_k), then view as (batch, seq_len, d_model).")
+                         "combine_heads regroups the numbers into (batch, seq_len, d_model) (a view or a reshape) "
+                         "without moving the heads' axis back behind the positions first: transpose(1, 2) first, to "
+                         "(batch, seq_len, num_heads, d_k), then view as (batch, seq_len, d_model).")
     if torch.equal(head, (feature % num_heads).expand_as(head)) and torch.equal(within, (feature // num_heads)
                                                                                .expand_as(within)):
         return Diagnosis("feature f holds head f mod num_heads: the heads are interleaved feature by feature",

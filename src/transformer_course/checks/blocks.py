@@ -496,9 +496,39 @@ def _eval_run(kind: str, block: Any, paths: dict[str, str], inputs: tuple, deter
     return run
 
 
-def _expect_new_shape(kind: str, run: parts.Run, inputs: tuple, cause: str) -> None:
+@on_student_side
+def _trained_through(block: nn.Module, inputs: tuple) -> tuple[float, str]:
+    """One eval-mode call of the block on an x that needs gradients, then a backward pass from its output, as
+    training does: (how far the caller's x moved during the call, 0.0 when untouched; the first line of the
+    backward pass's error, '' when it ran)."""
+    for each in parts.everything(block):
+        each.train(False)
+    x = inputs[0].detach().clone().requires_grad_(True) * 1.0  # not a leaf: autograd lets forward write into it
+    before = x.detach().clone()
+    rest = [value.clone() if isinstance(value, Tensor) else value for value in inputs[1:]]
+    with parts.seeded(7), student_code():
+        out = block(x, *rest)
+    moved = float((x.detach() - before).abs().max())
+    if not isinstance(out, Tensor) or not out.requires_grad:
+        return moved, ""
+    try:
+        with student_code():
+            out.sum().backward()
+    except RuntimeError as error:
+        return moved, str(error).strip().splitlines()[0][:200]
+    return moved, ""
+
+
+IN_PLACE = ("an in-place operation (`x += ...`, `x.add_(...)`) writes into a tensor that the backward pass needs, "
+            "or into the x the caller passed in, so training stops with \"modified by an inplace operation\". "
+            "Make every step a new tensor: x = x + ... .")
+
+
+def _expect_new_shape(kind: str, run: parts.Run, inputs: tuple, cause: str, block: Any) -> None:
     """The block's output has the shape of x, and it is not x itself (a forward that computes nothing returns its
-    input unchanged through the given `return x`: right shape, no work)."""
+    input unchanged through the given `return x`: right shape, no work); the block leaves the caller's x as it
+    was, and a backward pass runs through it (an in-place `+=` passes every check of values, then stops
+    training)."""
     names = ("x", "mask") if kind in ENCODER_LIKE else ("x", "enc_out", "enc_mask", "dec_mask")
     what = f"{NAMES[kind]}({', '.join(names)})"
     out = expect_shape(what, run.outputs[0], tuple(inputs[0].shape), cause=cause)
@@ -508,6 +538,14 @@ def _expect_new_shape(kind: str, run: parts.Run, inputs: tuple, cause: str) -> N
              got="the input x itself, every value the same",
              cause="forward leaves x as it was: the given last line returns x, so each sublayer's result must be "
                    "written back to x.")
+    moved, error = _trained_through(block, inputs)
+    if moved:
+        fail(f"{what} changed the caller's tensor x during the call.",
+             expected="x as it was before the call: the block's result is a new tensor",
+             got=f"x changed by up to {moved:.3g}", cause=IN_PLACE)
+    if error:
+        fail(f"the backward pass from {what}'s output failed, as it would in training.",
+             expected="gradients for x and for the block's weights", got=f"RuntimeError: {error}", cause=IN_PLACE)
 
 
 def paths_roles(paths: Mapping[str, str]) -> dict[str, str]:
@@ -518,14 +556,14 @@ def paths_roles(paths: Mapping[str, str]) -> dict[str, str]:
 # --- EncoderBlock -----------------------------------------------------------------------------------------
 
 
-@check("EncoderBlock returns a new tensor of shape (batch, src_len, d_model)")
+@check("EncoderBlock returns a new tensor of shape (batch, src_len, d_model), and training can run through it")
 def encoder_shape(EncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                   batch: int = 2, seq_len: int = 7) -> None:
     _, block, paths = _case(EncoderBlock, "encoder", d_model, num_heads, d_ff, weights=False)
     inputs = _encoder_inputs(batch, seq_len, d_model)
     run = _eval_run("encoder", block, paths, inputs, deterministic=False)
     _expect_new_shape("encoder", run, inputs, "both sublayers map (batch, src_len, d_model) to the same shape, "
-                                              "and the block returns what its last step computes.")
+                                              "and the block returns what its last step computes.", block)
 
 
 @check("EncoderBlock: self-attention, then feed-forward, each post-LN as in the paper")
@@ -575,8 +613,8 @@ def encoder_matches_torch(EncoderBlock: type[nn.Module], d_model: int = 16, num_
     run = _eval_run("encoder", block, paths, inputs)
     _expect_block("encoder", block, paths, run, expected, inputs, reference, atol=1e-7,
                   expected_words=TORCH_WORDS.format("nn.TransformerEncoderLayer"),
-                  cause="PyTorch's layer (norm_first=False, ReLU) is the paper's post-LN block: "
-                        "norm1(x + dropout(self_attn(x))), then norm2(x + dropout(feed_forward(x))).")
+                  cause="in eval mode PyTorch's layer (norm_first=False, ReLU) computes the paper's post-LN "
+                        "block: norm1(x + dropout(self_attn(x))), then norm2(x + dropout(feed_forward(x))).")
 
 
 @check("EncoderBlock: extra padding tokens change no real position's output")
@@ -675,14 +713,15 @@ def encoder_dropout_placement(EncoderBlock: type[nn.Module], d_model: int = 16, 
 # --- DecoderBlock -----------------------------------------------------------------------------------------
 
 
-@check("DecoderBlock returns a new tensor of shape (batch, tgt_len, d_model), also when src_len differs from tgt_len")
+@check("DecoderBlock returns a new tensor of shape (batch, tgt_len, d_model), also when src_len differs from tgt_len, "
+       "and training can run through it")
 def decoder_shape(DecoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                   batch: int = 2, tgt_len: int = 5, src_len: int = 8) -> None:
     _, block, paths = _case(DecoderBlock, "decoder", d_model, num_heads, d_ff, seed=30, weights=False)
     inputs = _decoder_inputs(batch, tgt_len, src_len, d_model)
     run = _eval_run("decoder", block, paths, inputs, deterministic=False)
     _expect_new_shape("decoder", run, inputs, "every sublayer keeps the decoder's shape (batch, tgt_len, d_model); "
-                                              "cross-attention's query is the decoder's x.")
+                                              "cross-attention's query is the decoder's x.", block)
 
 
 @check("DecoderBlock: masked self-attention, cross-attention on enc_out, feed-forward, each post-LN")
@@ -719,9 +758,9 @@ def decoder_matches_torch(DecoderBlock: type[nn.Module], d_model: int = 16, num_
     run = _eval_run("decoder", block, paths, inputs)
     _expect_block("decoder", block, paths, run, expected, inputs, reference, atol=1e-7,
                   expected_words=TORCH_WORDS.format("nn.TransformerDecoderLayer"),
-                  cause="PyTorch's layer (norm_first=False, ReLU) is the paper's post-LN decoder block: "
-                        "self-attention (dec_mask), cross-attention on enc_out (enc_mask), feed-forward, each "
-                        "norm(x + dropout(...)).")
+                  cause="in eval mode PyTorch's layer (norm_first=False, ReLU) computes the paper's post-LN "
+                        "decoder block: self-attention (dec_mask), cross-attention on enc_out (enc_mask), "
+                        "feed-forward, each norm(x + dropout(...)).")
 
 
 @check("DecoderBlock is causal: changing positions after t never changes the outputs up to t")
@@ -831,14 +870,14 @@ def _stream_words(out: Tensor, x: Tensor, added: Tensor) -> str:
             f"{float((out - x - added).abs().max()):.3g}")
 
 
-@check("PreLNEncoderBlock returns a new tensor of shape (batch, src_len, d_model)")
+@check("PreLNEncoderBlock returns a new tensor of shape (batch, src_len, d_model), and training can run through it")
 def pre_ln_shape(PreLNEncoderBlock: type[nn.Module], d_model: int = 16, num_heads: int = 4, d_ff: int = 32,
                  batch: int = 2, seq_len: int = 7) -> None:
     _, block, paths = _case(PreLNEncoderBlock, "pre_ln", d_model, num_heads, d_ff, weights=False)
     inputs = _encoder_inputs(batch, seq_len, d_model)
     run = _eval_run("pre_ln", block, paths, inputs, deterministic=False)
     _expect_new_shape("pre_ln", run, inputs, "each sublayer returns a tensor shaped like x, and the block returns "
-                                             "the stream, shaped like its input.")
+                                             "the stream, shaped like its input.", block)
 
 
 @check("PreLNEncoderBlock adds each sublayer's output to its input and does nothing else to the stream")

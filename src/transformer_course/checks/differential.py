@@ -1674,4 +1674,36 @@ def combined(described: Any, engine: Any) -> Any:
         return described
     if described is None or described.cause.rstrip(".") in engine.cause:
         return engine
-    return Said(described.where or engine.where, f"{engine.cause.rstrip('.')}; {described.cause}".strip())
+    first, second = engine.cause.rstrip("."), described.cause
+    place = PLACE.match(first)
+    if place and not second.startswith("in `") and _in_words(second) and retold(first):
+        # The check recognised the mistake: its reading is the cause, at the student's line the engine found. The
+        # engine's own account of the first differing operation ("applies the product where the reference
+        # applies the comparison ...") would tell the same mistake again, in the terms of the reference's
+        # operations, which a student does not see.
+        return Said(described.where or engine.where, f"{place[1]}: {second}")
+    if place:  # the student's line is named once, at the start: not again inside either reading
+        first = first[:place.end()] + first[place.end():].replace(f" ({place[1]})", "")
+        second = second.removeprefix(f"{place[1]}: ")
+    return Said(described.where or engine.where, f"{first}; {second}".strip())
+
+
+RETOLD = ("where the reference applies", "steps in between", "a step is missing", "is normalised over")
+
+
+def retold(engine_cause: str) -> bool:
+    """Whether the engine's account is one that a check's own reading of a recognised mistake tells better: an
+    operation put where the reference has another, steps missing, a normalisation over another axis (its
+    accounts of a wrong argument or constant, `value` 0 where -1e9 is expected, say, add what the reading
+    leaves out, and stay)."""
+    return any(words in engine_cause for words in RETOLD)
+
+
+def _in_words(cause: str) -> bool:
+    """Whether a cause says something in words, not only in code (what a notebook shows before the code rung)."""
+    from transformer_course.checks.framework import split_cause
+
+    return bool(split_cause(cause)[0].strip())
+
+
+PLACE = re.compile(r"(in `[^`]+`, line \d+ \(`.*?`\)): ")  # how a reading starts with the student's line

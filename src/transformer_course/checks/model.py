@@ -220,7 +220,8 @@ def _mask(make_target_mask: Callable, tokens: Tensor, pad_idx: int, crash_as_tex
             fail("make_target_mask crashed while combining its two masks.",
                  expected="two masks of bool (or integer) entries, combined into one",
                  got=f"RuntimeError: {str(error).splitlines()[0][:120]}",
-                 cause="one of the masks is a float tensor (torch.ones and torch.tril give floats): & and | "
+                 cause="one of the masks is a float tensor (torch.ones makes floats unless told otherwise, and "
+                       "torch.tril keeps its input's dtype): & and | "
                        "work on bool or integer tensors only. Build it as bool, torch.ones(..., dtype=torch.bool)"
                        ".tril(), or convert it with .bool().")
         raise
@@ -295,7 +296,7 @@ def _mask_reading(allowed: Tensor, tokens: Tensor, pad_idx: int) -> str:
             return "; ".join(said) + "."
     hidden_rows = (~allowed & ~pad_key & (place < 2)).any(dim=-1).squeeze(1)  # real earlier keys hidden, per query
     if bool(hidden_rows.any()) and bool((hidden_rows == pad_query[:, 0, :, 0]).all()):
-        return ("padding hides query rows instead of key columns: the padding mask must have shape "
+        return ("padding hides query rows (instead of, or as well as, key columns): the padding mask must have shape "
                 "(batch, 1, 1, tgt_len), so that it masks the keys (the last axis).")
     hidden_keys = ((~allowed) | (place == 2)).all(dim=2).squeeze(1)  # (batch, tgt_len): hidden from every query
     treated = sorted({int(token) for token in tokens[hidden_keys].tolist()})
@@ -344,19 +345,19 @@ def target_mask_values(make_target_mask: Callable, batch: int = 3, tgt_len: int 
 
 def _fixed_pad_id(make_target_mask: Callable, pad_idx: int) -> str:
     """Whether the student's mask hides real tokens of some other id as if they were padding: two sentences holding
-    every id from 0 to 11 once (pad_idx excepted), in opposite orders, read from the last query's row (the keys
-    before it). The same one or two ids hidden in both orders, whatever their position, are taken for a pad id;
-    '' otherwise."""
+    every id from 0 to 11 once (pad_idx excepted), in opposite orders, read from the last query's row (which the
+    look-ahead mask lets see every key, its own included). The same one or two ids hidden in both orders, whatever
+    their position, are taken for a pad id; '' otherwise."""
     forward = [token for token in range(12) if token != pad_idx]
     ids = torch.tensor([forward, forward[::-1]])  # (2, 11), no padding at all
     try:
         got = _mask(make_target_mask, ids, pad_idx)
-        rows = got.expand(2, 1, ids.size(1), ids.size(1))[:, 0, -1, :-1] != 0 if isinstance(got, Tensor) else None
+        rows = got.expand(2, 1, ids.size(1), ids.size(1))[:, 0, -1, :] != 0 if isinstance(got, Tensor) else None
     except Exception:  # noqa: BLE001  (a crash here is the other readings' business)
         return ""
     if rows is None:
         return ""
-    hidden = [sorted(int(token) for token in ids[row, :-1][~rows[row]]) for row in range(2)]
+    hidden = [sorted(int(token) for token in ids[row][~rows[row]]) for row in range(2)]
     if not hidden[0] or hidden[0] != hidden[1] or len(hidden[0]) > 2:
         return ""
     return (f"the mask hides real tokens with id {', '.join(map(str, hidden[0]))} as if they were padding, not the "
@@ -656,7 +657,8 @@ def _layers_registered(Student: type[nn.Module], what: str, sizes: Sizes, inputs
     found = _registration(Student, what, sizes.stack_args(what), inputs)
     block = "EncoderBlock" if what == "Encoder" else "DecoderBlock"
     if not found["path"]:
-        fail(f"{what} keeps no list of {block}s.", expected=f"self.layers = nn.ModuleList of {sizes.num_layers} blocks",
+        fail(f"{what} keeps no list of {block}s.",
+             expected=f"{sizes.num_layers} {block}s held by the {what}, their parameters among its parameters",
              got="no nn.ModuleList or list of blocks among its attributes", cause=PLAIN_LIST)
     where = parts.words(found["path"])
     if found["count"] != sizes.num_layers:
@@ -668,7 +670,7 @@ def _layers_registered(Student: type[nn.Module], what: str, sizes: Sizes, inputs
     if found["hidden"]:
         fail(f"{where} is a plain Python list of blocks." if not found["registered_list"] else
              f"the blocks of {where} are not registered.",
-             expected="an nn.ModuleList of blocks, whose parameters are the stack's parameters",
+             expected=f"blocks whose parameters are among {what}.parameters()",
              got=f"the parameters of block{'s' if len(found['hidden']) > 1 else ''} "
                  f"{', '.join(map(str, found['hidden']))} are not among {what}.parameters()", cause=PLAIN_LIST)
     if found["made_in_forward"]:
@@ -938,7 +940,10 @@ def _unchanged(name: str, model: _Model, inputs: tuple, got: Any, expected: Any,
     departs from encoder -> decoder, or `default`, is the cause."""
     expected = expect_tensor("logits", expected, cause="return the logits.")
     if not (isinstance(got, Tensor) and got.shape == expected.shape and tensors_close(got, expected, 1e-8, 1e-8)):
-        expect_close(name, got, expected, atol=1e-8, rtol=1e-8, cause=_wiring(model, inputs, default))
+        cause = _wiring(model, inputs, default)  # the forward's wiring read, or what padding shows by default
+        expect_close(name, got, expected, atol=1e-8, rtol=1e-8, axes=("batch", "position", "word"),
+                     diagnose=lambda _got: Diagnosis("", cause), cause=default,
+                     expected_words="your model's own logits on the same sentences without the extra pad tokens")
 
 
 def _transformer_case(Transformer: type[nn.Module], sizes: Sizes, seed: int) -> tuple[_Model, tuple]:
@@ -973,12 +978,21 @@ def transformer_output_shape(Transformer: type[nn.Module], **sizes: float) -> No
                  cause=parts.safely(_model_reading, model, run.calls, inputs, run.outputs[0]) or WIRING)
 
 
-@check("Transformer gives the reference logits: encoder output feeds the decoder, each mask where it belongs")
+@check("Transformer gives the reference logits: encoder output feeds the decoder, each mask where it belongs, "
+       "the encoder run once")
 def transformer_values(Transformer: type[nn.Module], **sizes: float) -> None:
     model, inputs = _transformer_case(Transformer, _sizes(**sizes), seed=61)
     with torch.no_grad():
         expected = model.reference(*inputs)
     _expect_model(model, inputs, expected, cause=WIRING, **TOLERANCE)
+    encoder = parts.words(model.paths["encoder"])
+    runs = sum(1 for call in _model_run(model, inputs).calls if call.role == "encoder")
+    if runs > 1:
+        fail(f"Transformer's forward runs {encoder} {runs} times for one batch.",
+             expected=f"{encoder} run once per batch", got=f"{runs} calls of {encoder}",
+             cause="the source is encoded more than once: its encoding is the same for every decoder block and "
+                   "every call, so the extra runs cost time and give nothing. Encode once and hand that one "
+                   "enc_out to the decoder.")
 
 
 NN_TRANSFORMER_NAMES = {"cross_attn.": "multihead_attn.", "feed_forward.fc1.": "linear1.",

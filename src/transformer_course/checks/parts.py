@@ -695,17 +695,47 @@ class Replay:
             return Reading(f"{target} receives {values.words(step.inputs[swapped[0]])} as {these} and "
                            f"{values.words(wanted)} as {others}: the two are swapped", call.line, "argument", argument,
                            step.role, values.words(step.inputs[swapped[0]]), values.words(wanted))
+        extra = [name for name in call.args if name.startswith("argument ")]  # arguments its forward does not take
+        if got is None and extra:
+            text = (f"{target} is called with {len(call.args)} arguments, which its forward does not take, where "
+                    f"{self.authority} gives it {len(step.inputs)}: {values.words(wanted)}")
+            return Reading(text, call.line, "argument", argument, step.role, f"{len(call.args)} arguments",
+                           values.words(wanted))
         seen = "None" if got is None else values.name(got) or UNNAMED
         text = f"{target} receives {seen} as {these} where {self.authority} gives it {values.words(wanted)}"
         if len(wanted) == 2:
             for kept, dropped in (wanted, wanted[::-1]):
                 if values.matches(got, [kept]):
-                    text += f" ({values.words([dropped])} is not added)"
+                    text += f" ({values.words([dropped])} is not added before it)"
                     break
+            else:
+                text += self._replaced(got, wanted)
         exchanged = self._exchanged(got, wanted, later)
         if exchanged:
             text = f"{values.words(wanted)} and {seen} are swapped: {text}; {exchanged}"
         return Reading(text, call.line, "argument", argument, step.role, seen, values.words(wanted))
+
+    def _replaced(self, got: Any, wanted: tuple[Term, ...]) -> str:
+        """' (... took the place of ...)' when `got` is the wanted sum with one of its two terms replaced by another
+        known value (a stream overwritten by its normalised copy, say), naming the line that computed that value."""
+        for index, (factor, key) in enumerate(wanted):
+            for other in self.values.names:
+                if other in self.values.masks or other == key or other.startswith("call "):
+                    continue
+                changed = list(wanted)
+                changed[index] = (factor, other)
+                try:
+                    fits = self.values.matches(got, changed)
+                except Exception:  # noqa: BLE001  (values that cannot be added say nothing)
+                    fits = False
+                if fits:
+                    made = next((call for call in self.calls if call.output is not None
+                                 and self.values.tensors.get(other) is call.output), None)
+                    where = (f", computed in line {made.line.lineno} (`{made.line.line}`)"
+                             if made is not None and made.line is not None else "")
+                    return (f" ({self.values.names[other]}{where} took the place of {self.values.names[key]}: "
+                            f"{self.values.names[key]} was overwritten before it was added)")
+        return ""
 
     def _exchanged(self, got: Any, wanted: tuple[Term, ...], later: Sequence[tuple[Step, Call | None, int]]) -> str:
         """A later call that receives what this one should have, where it should have what this one got."""

@@ -239,26 +239,26 @@ def _describe_formula(formula: _Formula, d_model: int, max_seq_length: int) -> D
     findings, causes = [], []
     alpha, beta = formula.alpha, formula.beta
     if abs(alpha - 2) < 1e-9 and beta == 0:
-        findings.append("column pair i (columns 2i, 2i+1) has the frequency of pair 2i, as if its exponent were "
-                        "4i / d_model")
+        findings.append("column pair i (columns 2i, 2i+1) has the frequency of pair 2i")
         causes.append("the exponent is doubled (4i / d_model): `torch.arange(0, d_model, 2)` already gives 2i, "
                       "so do not multiply it by 2 again.")
     elif abs(alpha - 0.5) < 1e-9 and beta == 0:
-        findings.append("column pair i has the frequency of pair i/2, as if its exponent were i / d_model, half of "
-                        "2i / d_model")
-        causes.append("the exponent uses i instead of 2i: divide by 10000^(2i / d_model), where 2i is the even "
-                      "column index, as `torch.arange(0, d_model, 2)` gives it.")
+        findings.append("column pair i has the frequency of pair i/2")
+        causes.append("the exponent is i / d_model, half of 2i / d_model: it uses i instead of 2i. Divide by "
+                      "10000^(2i / d_model), where 2i is the even column index, as `torch.arange(0, d_model, 2)` "
+                      "gives it.")
     elif alpha < 0 and beta == 0:
-        findings.append("the frequencies grow with the column pair instead of shrinking, as if the exponent had the "
-                        "other sign")
-        causes.append("the frequencies are 1 / 10000^(2i / d_model) = exp(-2i * ln(10000) / d_model), with the "
-                      "minus sign.")
+        findings.append("the frequencies grow with the column pair instead of shrinking")
+        causes.append("the exponent has the other sign: the frequencies are 1 / 10000^(2i / d_model) = "
+                      "exp(-2i * ln(10000) / d_model), with the minus sign.")
     elif abs(alpha - d_model / max_seq_length) < 1e-9 and beta == 0 and alpha != 1:
-        findings.append("the exponents are divided by max_seq_length instead of d_model")
-        causes.append("the exponent is 2i / d_model: divide by d_model, not by the table's length.")
+        findings.append(f"column pair i has the frequency of pair {alpha:.3g} × i")
+        causes.append("the exponents are divided by max_seq_length instead of d_model; the exponent is "
+                      "2i / d_model: divide by d_model, not by the table's length.")
     elif alpha != 1 and beta == 0:
-        findings.append(f"the exponents are {alpha:.3g} × the paper's 2i / d_model (as if the base were "
-                        f"10000^{alpha:.3g} {'=' if alpha == 0 else '≈'} {10000 ** alpha:.4g} instead of 10000)")
+        findings.append(f"column pair i has the frequency of pair {alpha:.3g} × i")
+        causes.append(f"the exponents are {alpha:.3g} × the paper's 2i / d_model, as if the base were "
+                      f"10000^{alpha:.3g} {'=' if alpha == 0 else '≈'} {10000 ** alpha:.4g} instead of 10000.")
         if abs(alpha - 1 / math.log(10)) < 1e-3:  # log10 where the natural log belongs
             causes.append("the factor 0.434 is log₁₀ e: a base-10 logarithm where the natural one belongs.")
         elif abs(alpha - math.log(10)) < 1e-3:
@@ -266,21 +266,21 @@ def _describe_formula(formula: _Formula, d_model: int, max_seq_length: int) -> D
         causes.append("the frequencies are 1 / 10000^(2i / d_model): check the base 10000, the log and the "
                       "division by d_model.")
     elif beta != 0:
-        findings.append(f"column pair i has the exponent ({alpha:.3g} * 2i {beta:+.3g}) / d_model instead of "
-                        "2i / d_model")
-        causes.append("the exponent of pair i is 2i / d_model: `torch.arange(0, d_model, 2)` starts at 0 and "
+        findings.append("the frequency of each column pair is not the one the formula gives it")
+        causes.append(f"column pair i has the exponent ({alpha:.3g} * 2i {beta:+.3g}) / d_model instead of 2i / "
+                      "d_model; the exponent of pair i is 2i / d_model: `torch.arange(0, d_model, 2)` starts at 0 and "
                       "steps by 2.")
     even_wrong, odd_wrong = formula.even != "sin", formula.odd != "cos"
     if even_wrong and odd_wrong and (formula.even, formula.odd) == ("cos", "sin"):
-        findings.append("the even columns hold cos where sin belongs and the odd columns hold sin where cos "
-                        "belongs")
+        findings.append("the even columns hold cos of the angle and the odd columns sin" if formula.shift
+                        else "row 0 (position 0) reads 1, 0, 1, 0, ... where 0, 1, 0, 1, ... is expected")
         causes.append("sin and cos are swapped: sin belongs in the even columns 0, 2, 4, ... and cos in the odd "
                       "ones.")
     else:
         if even_wrong:
-            findings.append(f"the even columns hold {formula.even} where sin belongs")
+            findings.append(f"the even columns hold {formula.even} of the angle")
         if odd_wrong:
-            findings.append(f"the odd columns hold {formula.odd} where cos belongs")
+            findings.append(f"the odd columns hold {formula.odd} of the angle")
         if formula.even == "cos":
             causes.append("cos is in the even columns too: the even columns 0, 2, 4, ... hold sin.")
         if formula.odd == "sin":
@@ -458,15 +458,23 @@ def _context(d_model: int, max_seq_length: int, seq_len: int | None = None) -> d
     return differential.Context(sizes=sizes, quantities={"d_model": d_model, "max_seq_length": max_seq_length})
 
 
-@check("PositionalEncoding stores a `pe` buffer of shape (1, max_seq_length, d_model)")
+@check("PositionalEncoding stores a float32 `pe` buffer of shape (1, max_seq_length, d_model)")
 def buffer_shape(PositionalEncoding: type[nn.Module], d_model: int = 16, max_seq_length: int = 50) -> None:
     module = _build(PositionalEncoding, d_model, max_seq_length, 0.0)
+    pe = _pe_buffer(module)
     expect_shape(
         "pe",
-        _pe_buffer(module),
+        pe,
         (1, max_seq_length, d_model),
         cause="build a (max_seq_length, d_model) table and keep the given `.unsqueeze(0)` for the batch axis.",
     )
+    if pe.dtype != torch.float32:
+        fail("the table `pe` is not float32.",
+             expected="dtype torch.float32 (PyTorch's default, the dtype of the model's weights)",
+             got=f"dtype {pe.dtype}",
+             cause="the table is built in another dtype. Added to float32 embeddings it makes the sum "
+                   f"{pe.dtype}, and the next float32 layer (a linear map of attention) then fails: build the "
+                   "table in PyTorch's default dtype, or convert it with .float().")
 
 
 @check("pe holds sin in even columns and cos in odd columns, as in the paper")

@@ -25,6 +25,7 @@ from torch import nn
 from transformer_course.checks import declared, differential
 from transformer_course.checks.boundary import on_student_side, supplied
 from transformer_course.checks.framework import (
+    RECIPE,
     check,
     copy_weights,
     crash_explained,
@@ -58,7 +59,7 @@ __all__ = [
 ]
 
 AttentionClass = type[nn.Module]
-FIX_SCORE_FIRST = " (These checks use the course's score, so only forward is being tested here.)"
+FIX_SCORE_FIRST = " These checks use the course's score, so only forward is being tested here."
 
 
 # --- the reference, the inputs ----------------------------------------------------------------------------
@@ -245,6 +246,11 @@ def _weights_reading(weights: torch.Tensor, scores: torch.Tensor, mask: torch.Te
     if torch.allclose(weights, torch.softmax(scores, dim=-1), atol=1e-9):
         return ("your weights are the softmax of the scores with nothing hidden: the mask has no effect on them "
                 "(masked_fill returns a new tensor, keep its result)")
+    after = torch.softmax(scores, dim=-1) * (~padded)
+    if leaked == 0 and weights.shape == after.shape and torch.allclose(weights, after, atol=1e-9):
+        return ("the padded positions get 0, but each query's weights on the real positions are those of a softmax "
+                "over every position, padding included, so they sum to less than 1: the mask is applied to the "
+                "weights after the softmax; hide the padding in the scores, before the softmax")
     sums_to_one = torch.allclose(weights.sum(dim=-1), torch.ones(()).double(), atol=1e-6)
     if leaked > 1e-6 and starved > 0 and sums_to_one:
         return f"padded source positions get weight (up to {leaked:.3g}): they must get exactly 0"
@@ -291,10 +297,28 @@ def score_values(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int =
         return ("every query's scores sum to 1 over the keys: score already applies the softmax; it returns the raw "
                 "scores e, and the mask and the softmax belong in forward")
 
+    def tanh_misplaced(got: torch.Tensor) -> str:
+        """tanh applied to each projection before they are added, or not at all (the score is then linear)."""
+        module = case.reference
+        with torch.no_grad():
+            projected_query, projected_keys = module.W_q(case.query), module.W_k(case.keys)
+            each_first = module.v(torch.tanh(projected_query).unsqueeze(2)
+                                  + torch.tanh(projected_keys).unsqueeze(1)).squeeze(-1)
+            linear = module.v(projected_query.unsqueeze(2) + projected_keys.unsqueeze(1)).squeeze(-1)
+        if got.shape == each_first.shape and torch.allclose(got.double(), each_first.double(), atol=1e-6):
+            return ("tanh is applied to each projection on its own, before they are added: the paper applies it to "
+                    "their sum, which is what makes the score a small network of the pair. Apart, the query's part "
+                    "is the same for every key, the softmax cancels it, and every query gets the same weights")
+        if got.shape == linear.shape and torch.allclose(got.double(), linear.double(), atol=1e-6):
+            return ("there is no tanh between the sum of the projections and v: the score is then a linear function, "
+                    "the query's part plus the key's part; the query's part is the same for every key, the softmax "
+                    "cancels it, and every query gets the same weights")
+        return ""
+
     declared.values("scores", _scores(case.module, case.query, case.keys), reference.output.detach(),
                     traces=lambda: (differential.traced(case.module, case.query, case.keys, method="score",
                                                         names=names), reference),
-                    context=case.context, axes=("batch", "query", "key"), own=[softmax_applied],
+                    context=case.context, axes=("batch", "query", "key"), own=[softmax_applied, tanh_misplaced],
                     recipe="scores = v(tanh(W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1))).squeeze(-1).")
 
 
@@ -310,10 +334,11 @@ def forward_shapes(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int
                  cause="the weights are the softmax of the scores: the same shape (batch, q_len, k_len).")
     if isinstance(context, torch.Tensor) and tuple(context.shape) == (batch, q_len, k_len):
         fail("context has the wrong shape.", expected=(batch, q_len, key_size), got=tuple(context.shape),
-             cause="the context is summed over the wrong axis (the features): sum the weighted keys over the "
-                   "source positions, or simply weights @ keys.")
+             cause="the context is summed over the wrong axis (the features): sum the weighted encoder states "
+                   "`keys` over the source positions, or simply weights @ keys.")
     expect_shape("context", context, (batch, q_len, key_size),
-                 cause="the context of each query is the weighted sum of the keys: weights @ keys, "
+                 cause="the context of each query is the weighted sum of the encoder states `keys` (the h_j, "
+                       "unprojected): weights @ keys, "
                        "(batch, q_len, k_len) @ (batch, k_len, key_size).")
 
 
@@ -375,11 +400,14 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
     if rows_off:
         fail("a query's weights do not sum to 1.", expected="every row of weights (over the source) sums to 1",
              got=f"row sums off by up to {(row_sums - 1).abs().max().item():.3g}",
-             cause="apply the mask to the scores before the softmax, not to the weights after it, and take the "
-                   "softmax over the source positions, dim=-1." + FIX_SCORE_FIRST)
+             cause=(_weights_reading(weights.to(torch.float64), case.reference.score(case.query, case.keys).detach()
+                                     .to(torch.float64), case.mask)
+                    or "a query's weights are cut after the softmax, or normalised over another axis than its source "
+                       "positions: hide the padding in the scores before the softmax, and take the softmax over the "
+                       "source positions, dim=-1") + "." + FIX_SCORE_FIRST)
 
 
-@check("forward's context is the weighted sum of the keys, with its own weights")
+@check("forward's context is the weighted sum of the encoder states `keys`, with its own weights")
 def context_values(AdditiveAttention: AttentionClass, batch: int = 3, q_len: int = 4, k_len: int = 6,
                    query_size: int = 5, key_size: int = 3, attention_size: int = 8) -> None:
     case = _Case(AdditiveAttention, batch, q_len, k_len, query_size, key_size, attention_size, seed=60)
@@ -424,9 +452,40 @@ def sentences_are_independent(AdditiveAttention: AttentionClass, batch: int = 3,
             fail(f"sentence {sentence} gets a different result in the batch than alone, without its padding.",
                  expected="the same context and weights (on its real positions) either way",
                  got=f"a difference with {k_len - length} padded positions and {batch - 1} other sentences",
-                 cause="the softmax must run over each query's own source positions (dim=-1), never over the "
-                       "batch (dim=0), and padding must be hidden with the mask's query axis, "
-                       "mask.unsqueeze(1) == 0." + FIX_SCORE_FIRST)
+                 cause=_independence_reading(case, weights) + FIX_SCORE_FIRST)
+
+
+def _independence_reading(case: _Case, weights: torch.Tensor) -> str:
+    """What the batch's weights show when a sentence depends on its padding or on the other sentences: the
+    mask's readings (inverted, without effect, applied after the softmax, a weak fill), a softmax over another
+    axis; else what is expected, said as the recipe it is (nothing was recognised)."""
+    weights = weights.to(torch.float64)
+    with torch.no_grad():
+        raw = case.reference.score(case.query, case.keys).to(torch.float64)  # what forward received
+    reading = _weights_reading(weights, raw, case.mask)
+    if "inverted" in reading or "no effect" in reading:
+        return reading + "."
+    for axis, effect in ((0, "over the sentences of the batch, so every sentence's weights depend on the "
+                             "other sentences"),
+                         (1, "each source position over the queries, so the padded positions get weight "
+                             "(every column of weights sums to 1)")):
+        sums = weights.sum(dim=axis)
+        if torch.allclose(sums, torch.ones_like(sums), atol=1e-6):
+            return (f"the softmax normalises {effect}: each query's weights run over its own source positions, the "
+                    "last axis.")
+    padded = (case.mask == 0).unsqueeze(1).expand_as(weights)
+    row_sums = weights.sum(dim=-1)
+    if padded.any() and not bool(weights[padded].any()) and not torch.allclose(row_sums, torch.ones_like(row_sums),
+                                                                               atol=1e-6):
+        return ("the padded positions get 0 but the rows of weights do not sum to 1: the mask is applied after the "
+                "softmax, so a sentence's weights still count its padding; hide the padding in the scores, before "
+                "the softmax.")
+    fill = _fill_value(weights, raw, padded)
+    if fill is not None and padded.any() and bool(weights[padded].any()):
+        return (f"the padded scores are set to {fill:.4g}, which still gives the padding weight: use a very negative "
+                "number such as -1e9 (or float('-inf')).")
+    return (f"{RECIPE} the softmax runs over each query's own source positions (dim=-1), and the padding is hidden "
+            "in the scores before it, with the mask's query axis, mask.unsqueeze(1) == 0.")
 
 
 # --- predict, then run ------------------------------------------------------------------------------

@@ -604,7 +604,7 @@ plt.show()
 # does not show that long sentences gain more (in points, the longest bucket gained least). What the
 # bars do show: the model with attention keeps a larger share of its short-sentence quality (from the
 # shortest to the longest bucket it loses about 30 %, the model that squeezes everything into one
-# vector about 47 %). Both find the longest sentences harder: they hold more rare words and more to get
+# vector about 47 %). Both find the longest sentences harder: a longer sentence has more words to get
 # wrong, and after a few minutes of training neither model is good. One seed and a few hundred
 # sentences per bucket: read the trend, not each bar.
 

@@ -181,6 +181,28 @@ def test_the_engine_compares_two_different_steps_by_their_shapes_and_credits_the
             x = x.reshape(batch_size, seq_length, self.num_heads, self.d_k)
             return x.reshape(batch_size, seq_length, self.d_model)
 
+    from transformer_course.checks import differential
+
+    x = torch.randn(2, 3, 5, 4, dtype=torch.float64)  # (batch, heads, seq_len, d_k)
+    student = differential.traced_call(ReshapedTwice(12, 3), x, method="combine_heads", names=("x",))
+    reference = differential.traced_call(MultiHeadAttention(12, 3), x, method="combine_heads", names=("x",))
+    said = differential.explain(student, reference, student.output, reference.output).cause
+    assert "your reshape gives shape (2, 5, 12) where the reference's transpose gives (2, 5, 3, 4)" in said, said
+    assert "where (2, 5, 3, 4) is expected" not in said and "the paper" not in said
+
+
+def test_a_recognised_mistake_is_said_at_the_students_line_without_the_engine_retelling_it():
+    """The check reads the mixed positions itself: its words go at the line the engine found, and the engine's
+    account of the same mistake in the reference's operations (a reshape where a transpose belongs) is left out."""
+    from transformer_course.reference import MultiHeadAttention
+
+    class ReshapedTwice(MultiHeadAttention):
+        def combine_heads(self, x):
+            batch_size, _, seq_length, _ = x.size()
+            x = x.reshape(batch_size, seq_length, self.num_heads, self.d_k)
+            return x.reshape(batch_size, seq_length, self.d_model)
+
     message = run_check(attention.combine_heads_values.__wrapped__, "combine", (ReshapedTwice,)).message
-    assert "your reshape gives shape (2, 5, 12) where the reference's transpose gives (2, 5, 3, 4)" in message
-    assert "where (2, 5, 3, 4) is expected" not in message and "the paper" not in message
+    cause = message.split("likely cause:", 1)[1]
+    assert "in `combine_heads`, line" in cause and "without moving the heads' axis back" in cause, message
+    assert "where the reference applies" not in cause and cause.count("line ") == 1, message

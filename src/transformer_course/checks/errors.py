@@ -42,6 +42,11 @@ class ErrorKind:
 # Order matters: the first kind that matches explains the error.
 KINDS: tuple[ErrorKind, ...] = (
     ErrorKind(
+        "container called", (NotImplementedError,), (r'missing the required "forward" function',),
+        "a container of modules (an `nn.ModuleList` or `nn.ModuleDict`) is called as if it were one module: a "
+        "container has no `forward` of its own, so each module it holds has to be called in turn.",
+    ),
+    ErrorKind(
         "not contiguous", (RuntimeError,), (r"view size is not compatible", r"use \.reshape\(\.\.\.\) instead"),
         "a memory-layout problem: `.view` on a tensor whose memory is no longer in row order (after "
         "`transpose` or `permute`): call `.contiguous()` before `.view(...)`, or use `.reshape(...)`.",

@@ -360,8 +360,9 @@ def _fixed_pad_id(make_target_mask: Callable, pad_idx: int) -> str:
     hidden = [sorted(int(token) for token in ids[row][~rows[row]]) for row in range(2)]
     if not hidden[0] or hidden[0] != hidden[1] or len(hidden[0]) > 2:
         return ""
-    return (f"the mask hides real tokens with id {', '.join(map(str, hidden[0]))} as if they were padding, not the "
-            f"tokens equal to pad_idx={pad_idx}: compare the tokens with the `pad_idx` argument, not a fixed id.")
+    return (f"the keys hidden as padding hold token id {', '.join(map(str, hidden[0]))}, not pad_idx={pad_idx}: "
+            "the mask hides real tokens of that id as if they were padding; compare the tokens with the `pad_idx` "
+            "argument, not a fixed id.")
 
 
 DEVICE = ("a tensor made inside make_target_mask (by torch.arange, torch.ones or torch.tril, say) is created on "

@@ -701,7 +701,10 @@ class Replay:
                     f"{self.authority} gives it {len(step.inputs)}: {values.words(wanted)}")
             return Reading(text, call.line, "argument", argument, step.role, f"{len(call.args)} arguments",
                            values.words(wanted))
-        seen = "None" if got is None else values.name(got) or UNNAMED
+        if got is None and argument not in call.args and not (argument == "x" and "input" in call.args):
+            seen = "nothing (it is called without it)"  # left to the forward's default
+        else:
+            seen = "None" if got is None else values.name(got) or UNNAMED
         text = f"{target} receives {seen} as {these} where {self.authority} gives it {values.words(wanted)}"
         if len(wanted) == 2:
             for kept, dropped in (wanted, wanted[::-1]):

@@ -94,9 +94,9 @@ def read(student: differential.Trace, reference: differential.Trace, got: torch.
     found = _engine(student, reference, got, expected, context, axes) if engine else None
     if found is not None:
         seen = [reading for reading in own if reading]
-        place = differential.PLACE.match(found.cause)
-        if seen and place and differential.retold(found.cause):  # a recognised mistake: its words, at that line
-            return joined(found.where or where, f"{place[1]}: {seen[0]}", *seen[1:])
+        said = differential.at_the_line(found.cause, seen[0]) if seen else None
+        if said:  # a recognised mistake: its words, at the student's line
+            return joined(found.where or where, said, *seen[1:])
         return joined(found.where or where, *own, found.cause)
     return joined(where, *own)
 

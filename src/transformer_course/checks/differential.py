@@ -1675,13 +1675,10 @@ def combined(described: Any, engine: Any) -> Any:
     if described is None or described.cause.rstrip(".") in engine.cause:
         return engine
     first, second = engine.cause.rstrip("."), described.cause
+    said = at_the_line(first, second) if not second.startswith("in `") and _in_words(second) else None
+    if said:
+        return Said(described.where or engine.where, said)
     place = PLACE.match(first)
-    if place and not second.startswith("in `") and _in_words(second) and retold(first):
-        # The check recognised the mistake: its reading is the cause, at the student's line the engine found. The
-        # engine's own account of the first differing operation ("applies the product where the reference
-        # applies the comparison ...") would tell the same mistake again, in the terms of the reference's
-        # operations, which a student does not see.
-        return Said(described.where or engine.where, f"{place[1]}: {second}")
     if place:  # the student's line is named once, at the start: not again inside either reading
         first = first[:place.end()] + first[place.end():].replace(f" ({place[1]})", "")
         second = second.removeprefix(f"{place[1]}: ")
@@ -1691,12 +1688,16 @@ def combined(described: Any, engine: Any) -> Any:
 RETOLD = ("where the reference applies", "steps in between", "a step is missing", "is normalised over")
 
 
-def retold(engine_cause: str) -> bool:
-    """Whether the engine's account is one that a check's own reading of a recognised mistake tells better: an
-    operation put where the reference has another, steps missing, a normalisation over another axis (its
-    accounts of a wrong argument or constant, `value` 0 where -1e9 is expected, say, add what the reading
-    leaves out, and stay)."""
-    return any(words in engine_cause for words in RETOLD)
+def at_the_line(engine_cause: str, reading: str) -> str | None:
+    """A check's own reading of a recognised mistake, said at the student's line the engine found, when the
+    engine's account only tells the same mistake again in the reference's operations (`RETOLD`: an operation
+    put where the reference has another, steps missing, a normalisation over another axis), which a student
+    does not see; None otherwise (the engine's accounts of a wrong argument or constant, `value` 0 where -1e9 is
+    expected, say, add what the reading leaves out, and stay)."""
+    place = PLACE.match(engine_cause)
+    if place is None or not any(words in engine_cause for words in RETOLD):
+        return None
+    return f"{place[1]}: {reading}"
 
 
 def _in_words(cause: str) -> bool:

@@ -954,9 +954,9 @@ def _transformer_case(Transformer: type[nn.Module], sizes: Sizes, seed: int) -> 
 
 
 def _expect_model(model: _Model, inputs: tuple, expected: Tensor, *, cause: str, atol: float, rtol: float,
-                  expected_words: str = REFERENCE_VALUES) -> None:
+                  expected_words: str = REFERENCE_VALUES) -> parts.Run:
     """The Transformer's logits on `inputs` against `expected`: where its forward departs from encoder -> decoder
-    (or the engine's reading) as the cause."""
+    (or the engine's reading) as the cause. Returns the run (its outputs and the calls of its parts)."""
     run = _model_run(model, inputs)
     names = ("enc_in", "dec_in", "enc_mask", "dec_mask")
     context = differential.Context(sizes={"batch": inputs[0].size(0), "target position": inputs[1].size(1)})
@@ -967,6 +967,7 @@ def _expect_model(model: _Model, inputs: tuple, expected: Tensor, *, cause: str,
 
     expect_close("Transformer(src, tgt, src_mask, tgt_mask)", run.outputs[0], expected, atol=atol, rtol=rtol,
                  axes=AXES, diagnose=diagnose, cause=cause, expected_words=expected_words)
+    return run
 
 
 @check("Transformer maps (src, tgt) to logits of shape (batch, tgt_len, tgt_vocab)")
@@ -985,9 +986,9 @@ def transformer_values(Transformer: type[nn.Module], **sizes: float) -> None:
     model, inputs = _transformer_case(Transformer, _sizes(**sizes), seed=61)
     with torch.no_grad():
         expected = model.reference(*inputs)
-    _expect_model(model, inputs, expected, cause=WIRING, **TOLERANCE)
+    run = _expect_model(model, inputs, expected, cause=WIRING, **TOLERANCE)
     encoder = parts.words(model.paths["encoder"])
-    runs = sum(1 for call in _model_run(model, inputs).calls if call.role == "encoder")
+    runs = sum(1 for call in run.calls if call.role == "encoder")
     if runs > 1:
         fail(f"Transformer's forward runs {encoder} {runs} times for one batch.",
              expected=f"{encoder} run once per batch", got=f"{runs} calls of {encoder}",

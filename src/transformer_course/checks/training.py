@@ -1157,13 +1157,10 @@ def fit_trains_as_train_epoch(fit: Callable[..., Any], epochs: int = 2, num_batc
     # What the rates say about the schedule (its steps, and the reading) is the cause, folded in a notebook: in the
     # bug hunt the student reads only that the rates differ, and where, and works out why.
     steps = f"the updates used the rates of schedule steps {listing} (expected 1 to {updates})"
+    recipe = "the schedule must move on after every update, as train_epoch does when it is given the scheduler."
     expect_close(f"the list of learning rates of the {updates} updates ({epochs} epochs of {num_batches} batches)",
                  torch.tensor(run.lrs, dtype=torch.float64), expected, atol=0, rtol=1e-9,
-                 diagnose=lambda _got: Diagnosis("", f"{steps}: " + (reading or (
-                     "the schedule must move on after every update, as train_epoch does when it is given the "
-                     "scheduler."))),
-                 cause="the schedule must move on after every update, as train_epoch does when it is given the "
-                       "scheduler.")
+                 diagnose=lambda _got: Diagnosis("", f"{steps}: {reading or recipe}"), cause=recipe)
 
 
 HISTORY_KEYS = ("epoch", "train_loss", "val_loss", "lr")

@@ -368,9 +368,11 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
     leaked = weights[padded].abs()
     row_sums = weights.sum(dim=-1)  # (batch, q_len)
     rows_off = not torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-6)
-    if leaked.numel() and leaked.max() != 0:
+    leaks = bool(leaked.numel()) and leaked.max() != 0
+    if leaks or rows_off:
         with torch.no_grad():
             raw = case.reference.score(case.query, case.keys)  # the scores forward received: the course's score
+    if leaks:
         fill = _fill_value(weights, raw, padded)
         reading = _weights_reading(weights.to(raw.dtype), raw, case.mask)  # an inverted or an unapplied mask
         got = f"weights up to {leaked.max().item():.3g} on padding"
@@ -380,14 +382,8 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
             cause = ("the padded scores are not pushed far enough down before the softmax, or not for every query: "
                      "fill them with a very negative number (-1e9 or float('-inf')), with the mask's query axis "
                      "added, mask.unsqueeze(1) == 0.")
-        elif fill == 0:
-            got, cause = (got + ": their scores are set to 0",
-                          "the padded scores are set to 0, which the softmax weighs like any other score: use a "
-                          "very negative number such as -1e9 (or float('-inf')).")
         else:
-            got, cause = (got + f": their scores are set to {fill:.4g}",
-                          f"a fill of {fill:.4g} is not negative enough: next to large scores its weight is tiny but "
-                          "not 0; use a very negative number such as -1e9 (or float('-inf')).")
+            got, cause = got + f": their scores are set to {fill:.4g}", _fill_cause(fill)
         if rows_off:  # what else the weights show
             got += f"; a query's weights do not sum to 1 either (off by up to {(row_sums - 1).abs().max().item():.3g})"
             column_sums = weights.sum(dim=1)  # (batch, k_len)
@@ -400,8 +396,7 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
     if rows_off:
         fail("a query's weights do not sum to 1.", expected="every row of weights (over the source) sums to 1",
              got=f"row sums off by up to {(row_sums - 1).abs().max().item():.3g}",
-             cause=(_weights_reading(weights.to(torch.float64), case.reference.score(case.query, case.keys).detach()
-                                     .to(torch.float64), case.mask)
+             cause=(_weights_reading(weights.to(raw.dtype), raw, case.mask)
                     or "a query's weights are cut after the softmax, or normalised over another axis than its source "
                        "positions: hide the padding in the scores before the softmax, and take the softmax over the "
                        "source positions, dim=-1") + "." + FIX_SCORE_FIRST)
@@ -455,6 +450,15 @@ def sentences_are_independent(AdditiveAttention: AttentionClass, batch: int = 3,
                  cause=_independence_reading(case, weights) + FIX_SCORE_FIRST)
 
 
+def _fill_cause(fill: float) -> str:
+    """Why padded scores set to `fill` (read from the weights, `_fill_value`) still get weight."""
+    if fill == 0:
+        return ("the padded scores are set to 0, which the softmax weighs like any other score: use a very negative "
+                "number such as -1e9 (or float('-inf')).")
+    return (f"a fill of {fill:.4g} is not negative enough: next to large scores its weight is tiny but not 0; use a "
+            "very negative number such as -1e9 (or float('-inf')).")
+
+
 def _independence_reading(case: _Case, weights: torch.Tensor) -> str:
     """What the batch's weights show when a sentence depends on its padding or on the other sentences: the
     mask's readings (inverted, without effect, applied after the softmax, a weak fill), a softmax over another
@@ -463,7 +467,7 @@ def _independence_reading(case: _Case, weights: torch.Tensor) -> str:
     with torch.no_grad():
         raw = case.reference.score(case.query, case.keys).to(torch.float64)  # what forward received
     reading = _weights_reading(weights, raw, case.mask)
-    if "inverted" in reading or "no effect" in reading:
+    if reading and not reading.endswith("they must get exactly 0"):  # inverted, without effect, after the softmax
         return reading + "."
     for axis, effect in ((0, "over the sentences of the batch, so every sentence's weights depend on the "
                              "other sentences"),
@@ -474,16 +478,9 @@ def _independence_reading(case: _Case, weights: torch.Tensor) -> str:
             return (f"the softmax normalises {effect}: each query's weights run over its own source positions, the "
                     "last axis.")
     padded = (case.mask == 0).unsqueeze(1).expand_as(weights)
-    row_sums = weights.sum(dim=-1)
-    if padded.any() and not bool(weights[padded].any()) and not torch.allclose(row_sums, torch.ones_like(row_sums),
-                                                                               atol=1e-6):
-        return ("the padded positions get 0 but the rows of weights do not sum to 1: the mask is applied after the "
-                "softmax, so a sentence's weights still count its padding; hide the padding in the scores, before "
-                "the softmax.")
     fill = _fill_value(weights, raw, padded)
     if fill is not None and padded.any() and bool(weights[padded].any()):
-        return (f"the padded scores are set to {fill:.4g}, which still gives the padding weight: use a very negative "
-                "number such as -1e9 (or float('-inf')).")
+        return _fill_cause(fill)
     return (f"{RECIPE} the softmax runs over each query's own source positions (dim=-1), and the padding is hidden "
             "in the scores before it, with the mask's query axis, mask.unsqueeze(1) == 0.")
 

@@ -505,7 +505,7 @@ def _trained_through(block: nn.Module, inputs: tuple) -> tuple[float, str]:
         each.train(False)
     x = inputs[0].detach().clone().requires_grad_(True) * 1.0  # not a leaf: autograd lets forward write into it
     before = x.detach().clone()
-    rest = [value.clone() if isinstance(value, Tensor) else value for value in inputs[1:]]
+    rest = parts.copies(inputs[1:])
     with parts.seeded(7), student_code():
         out = block(x, *rest)
     moved = float((x.detach() - before).abs().max())

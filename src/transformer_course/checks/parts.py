@@ -304,7 +304,8 @@ class Run:
     calls: list[Call]
 
 
-def _copies(inputs: tuple) -> list[Any]:
+def copies(inputs: tuple) -> list[Any]:
+    """The inputs with every tensor cloned, so that a call that writes into its arguments leaves the caller's."""
     return [t.clone() if isinstance(t, Tensor) else t for t in inputs]
 
 
@@ -330,7 +331,7 @@ def run(module: nn.Module, inputs: tuple, train: bool = False, seeds: tuple[int,
     for number, seed in enumerate(seeds):
         record = recorded(module, roles) if roles is not None and number == 0 else nullcontext([])
         with seeded(seed), torch.no_grad(), student_code(), record as calls:
-            done.outputs.append(_plain(module(*_copies(inputs))))
+            done.outputs.append(_plain(module(*copies(inputs))))
         if number == 0:
             done.calls = list(calls)
     return done
@@ -344,7 +345,7 @@ def calls_before_crash(module: nn.Module, inputs: tuple, roles: dict[str, str], 
         each.train(train)
     with seeded(seed), torch.no_grad(), student_code(), recorded(module, roles) as calls:
         try:
-            module(*_copies(inputs))
+            module(*copies(inputs))
         except (NotImplementedError, CheckFailed):
             raise
         except Exception:  # noqa: BLE001  (the crash itself is reported by the check)

@@ -268,7 +268,7 @@ figures.plot_target_mask_rules(second, PAD, labels=tokens)
 plt.show()
 
 # %% [markdown]
-# ### Exercise 1: `make_target_mask`
+# ### Exercise: `make_target_mask`
 #
 # Write `make_target_mask(tgt, pad_idx)`. The contract:
 # - **input**: target ids `tgt` of shape `(batch, tgt_len)` (int64) and the pad id `pad_idx`;
@@ -357,7 +357,7 @@ assert check.target_mask_values(make_target_mask, batch=1, tgt_len=1, pad_idx=1)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 7. Exercise 2: the `Encoder`
+# ## 7. Exercise: the `Encoder`
 #
 # Write `forward(x, mask)`: token ids `x` of shape `(batch, src_len)` (int64) and the source mask
 # `(batch, 1, 1, src_len)` → vectors `(batch, src_len, d_model)` (float), computed as the formulas
@@ -404,7 +404,7 @@ assert check.target_mask_values(make_target_mask, batch=1, tgt_len=1, pad_idx=1)
 # %% [markdown]
 # #### Check your work
 # The value check copies the reference weights into your encoder and compares outputs in float64.
-# If it fails, its message names the likely mistake.
+# If it fails, its message says where the outputs differ; its folded hints name the likely mistake.
 
 # %% tests="model_encoder_shape" points=1
 assert check.encoder_output_shape(Encoder)
@@ -425,7 +425,7 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 8. Exercise 3, a bug hunt: the `Decoder` and the prediction layer
+# ## 8. Exercise, a bug hunt: the `Decoder` and the prediction layer
 #
 # The decoder starts like the encoder, then each block gets four inputs: its own input, the encoder
 # output and both masks. Watch the order in `DecoderBlock.forward(x, enc_out, enc_mask, dec_mask)`:
@@ -547,7 +547,7 @@ assert check.decoder_every_part_learns(Decoder, num_layers=4, d_model=8, num_hea
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ## 9. Exercise 4: the `Transformer`
+# ## 9. Exercise: the `Transformer`
 #
 # The full model only wires the two stacks together. Write
 # `forward(enc_in, dec_in, enc_mask, dec_mask)`: source ids `(batch, src_len)`, decoder input ids
@@ -891,7 +891,7 @@ print("one tensor:", small.decoder.pred_layer.weight is small.decoder.embedding.
 # ## 12. Pitfalls
 #
 # - **No $\sqrt{d_{model}}$ scaling**, or scaling *after* PE is added. Both run without error, but the
-#   model is no longer the paper's (the value check compares with the reference and names them). The
+#   model is no longer the paper's (the value check compares with the reference; its folded hint names them). The
 #   scaling belongs to the embeddings only.
 # - **Blocks in a plain Python list.** `self.layers = [EncoderBlock(...) for _ in range(N)]` hides
 #   the blocks from PyTorch: `model.parameters()` misses them (the optimiser never trains them),

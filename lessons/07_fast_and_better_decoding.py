@@ -28,11 +28,11 @@
 # | **7** (optional) | **the key/value cache and beam search** (this one) |
 #
 # **Working time:** about 3¼ hours if you are at ease with PyTorch, about 5¾ hours if you are new to it or get
-# stuck. That is reading (68 minutes at 150 words a minute without the folded hints, 95 at 100 words a minute
+# stuck. That is reading (69 minutes at 150 words a minute without the folded hints, 95 at 100 words a minute
 # with them, and the given code at 10 lines a minute), four exercises, one bug hunt, three predictions and two
 # written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and, with the quick
-# setting below, 27 seconds of CPU time on one thread (the wall time of *Run all* on a busy 2-core machine is under
-# *Quick mode*). (Estimated by `scripts/working_time.py` in the course repository from the
+# setting below, 27 seconds of CPU time on one thread (the wall time of *Run all* on a busy 2-core machine is given
+# under *Quick mode*). (Estimated by `scripts/working_time.py` in the course repository from the
 # notebook's length and the measured run time of its cells, with assumptions it prints, not measurements of
 # students: for example 150 or 100 words a minute, 5 or 10 minutes per exercise plus 2 or 4 per line you
 # write, 10 or 20 per bug hunt.)
@@ -773,10 +773,10 @@ print(f"your select_beams: parent {best_parent[0, 0].item()}, token {best_token[
 # Three checks use a hand-made *bigram* model: a course `Transformer` with no blocks, whose embedding and
 # output layer are set so that the next-token distribution is a table indexed by the previous token (the toy
 # model above, in tensors). There the right answer is known exactly. As in section 5, your loop runs with the
-# course's own `start_cache`, `decoder_step` and `select_beams`, and the first folded hint of a failing check
-# follows a wrong result step by step: the tokens fed, the cache rows each step began with, what
-# `select_beams` was given (log-probabilities, scores, `finished`, `lengths`), when the search stopped and
-# which hypothesis came out.
+# course's own `start_cache`, `decoder_step` and `select_beams`. A failing check shows the token ids it
+# expected and the ones your search returned; its first folded hint names the likely cause, and the second
+# shows where the run first went wrong (the step, and what `select_beams` was given there or which rows of the
+# cache the step began with, against what they should have been) together with code.
 
 # %% tests="fast_beam_one_is_greedy" points=2
 assert check.beam_size_one_is_greedy(beam_search)

@@ -211,10 +211,10 @@ def test_plot_labels_draw_a_dollar_as_a_dollar():
 # chen's cause as the example class's checks write it (the engine's reading, then the check's named mistake)
 CHEN = ("after line 13 of `scaled_dot_product_attention` (`scores = Q @ K.transpose(-2, -1)  # (..., q_len, k_len)`)"
         ": a step is missing: in `scaled_dot_product_attention` the reference applies a division to the matrix product "
-        "inside `scores` (the result is 0.3536 × it (the factor is 1/√d_k)), and your softmax (in "
+        "that goes into `scores` (the result is 0.3536 × it (the factor is 1/√d_k)), and your softmax (in "
         "`scaled_dot_product_attention`, line 16 (`weights = torch.softmax(scores, dim=-1)`)) receives the matrix "
-        "product inside `scores` without it; the scores are not divided by √d_k: divide Q K^T by math.sqrt(d_k) "
-        "before the softmax")
+        "product that goes into `scores` without it; the scores are not divided by √d_k: divide Q K^T by "
+        "math.sqrt(d_k) before the softmax")
 
 
 def _another_student(cause, shift, factor, name="s"):

@@ -61,7 +61,7 @@ def test_a_difference_is_described_by_place_and_relation():
     expected = torch.arange(24.0).reshape(2, 3, 4)
     heads = expected.clone()
     heads[:, 1] += 1
-    assert "only at `head` 1 (of 3)" in describe_difference(heads, expected, ("batch", "head", "key"))
+    assert "only at `head` index 1 (of 3)" in describe_difference(heads, expected, ("batch", "head", "key"))
     assert "opposite sign" in describe_difference(-expected, expected)
     assert "shifted by one along `key`" in describe_difference(expected.roll(-1, dims=2), expected,
                                                                ("batch", "head", "key"))

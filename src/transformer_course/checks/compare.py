@@ -48,7 +48,7 @@ def axis_label(axes: Sequence[str] | None, dim: int) -> str:
 
 def where_different(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[str] | None = None,
                     atol: float = 1e-6, rtol: float = 1e-5) -> str:
-    """'only at `head` 2 (of 4)' for the axes along which only some indices differ; '' when the
+    """'only at `head` index 2 (of 4)' for the axes along which only some indices differ; '' when the
     differences spread over every index of every axis (or the shapes differ)."""
     if got.shape != expected.shape or got.dim() == 0:
         return ""
@@ -62,7 +62,8 @@ def where_different(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[st
         per_index = wrong.any(dim=others) if others else wrong  # (size,)
         indices = per_index.nonzero().flatten().tolist()
         if size > 1 and len(indices) < size:
-            parts.append(f"{axis_label(axes, dim)} {index_ranges(indices)} (of {size})")
+            parts.append(f"{axis_label(axes, dim)} {'index' if len(indices) == 1 else 'indices'} "
+                         f"{index_ranges(indices)} (of {size})")
     return ("only at " + ", ".join(parts)) if parts else "everywhere"
 
 
@@ -134,9 +135,9 @@ def merged_axes(fewer: Sequence[int], more: Sequence[int]) -> int | None:
 
 def describe_shape(got: Sequence[int], expected: Sequence[int]) -> str:
     """How a shape departs from the expected one, read from the two shapes alone ('' when nothing simple can be
-    said): axes holding each other's sizes (a permutation), one axis cut short or a whole multiple of its size
-    (only the sizes are said: a multiple may be a repetition or another axis's size), an axis of size 1 too many
-    or too few, two axes merged into one or one split."""
+    said): axes holding each other's sizes (a permutation), one axis shorter than expected or a whole multiple of
+    its size (only the sizes are said: a multiple may be a repetition or another axis's size), an axis of size 1
+    too many or too few, two axes merged into one or one split."""
     got, expected = tuple(got), tuple(expected)
     if got == expected:
         return ""
@@ -150,7 +151,7 @@ def describe_shape(got: Sequence[int], expected: Sequence[int]) -> str:
             axis = differ[0]
             have, want = got[axis], expected[axis]
             if have < want:
-                return f"axis {axis} holds {have} of the expected {want} (cut short)"
+                return f"axis {axis} holds {have} of the expected {want}"
             if have % want == 0:
                 return f"axis {axis} is {have // want} times the expected {want} (it has {have})"
             return f"axis {axis} has {have} where {want} is expected"

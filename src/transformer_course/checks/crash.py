@@ -106,8 +106,14 @@ def failing_node(frame: FrameType, lasti: int, sources: Mapping[str, str] | None
         statement = ast.parse(line).body[0]
     except (SyntaxError, IndexError):  # a line of a longer statement
         return None
+    if isinstance(statement, ast.AugAssign):  # `a &= b` fails in its operation, which writes into a
+        return InPlace(left=statement.target, op=statement.op, right=statement.value)
     value = getattr(statement, "value", None)
     return value if isinstance(value, ast.expr) else None
+
+
+class InPlace(ast.BinOp):
+    """The operation of an augmented assignment (`a += b`, `a &= b`), which writes its result into `a`."""
 
 
 def _parsed(text: str) -> ast.expr | None:
@@ -291,6 +297,9 @@ def _sentences(error: BaseException, frame: FrameType, lasti: int,
             said += [sentence for suspect in _suspects(node.args, error, frame) for sentence in passed(suspect)]
     elif isinstance(node, ast.Subscript):
         said.append(f"{_operand(node.value, frame)} is indexed with {_operand(node.slice, frame)}.")
+    elif isinstance(node, InPlace) and type(node.op) in _SYMBOLS:
+        said.append(_in_place(node, error, frame))
+        return [sentence for sentence in said if sentence]
     elif isinstance(node, ast.BinOp) and type(node.op) in _SYMBOLS:
         said.append(f"`{_SYMBOLS[type(node.op)]}` meets {_operand(node.left, frame)} and "
                     f"{_operand(node.right, frame)}.")
@@ -298,6 +307,21 @@ def _sentences(error: BaseException, frame: FrameType, lasti: int,
     if pair is not None:
         said += shape_clash(*pair, frame)
     return [sentence for sentence in said if sentence]
+
+
+def _in_place(node: InPlace, error: BaseException, frame: FrameType) -> str:
+    """What an augmented assignment that failed did: it writes its result into its left operand, whose shape
+    and dtype the result must keep."""
+    symbol = _SYMBOLS[type(node.op)] + "="
+    said = (f"`{symbol}` combines {_operand(node.left, frame)} with {_operand(node.right, frame)} and writes the "
+            f"result into `{_code(node.left)}` itself (in place)")
+    shapes = re.search(r"output with shape \[([\d, ]*)\] doesn't match the broadcast shape \[([\d, ]*)\]",
+                       str(error))
+    if shapes is None:
+        return said + "."
+    own, combined = (tuple(int(size) for size in group.split(",") if size.strip()) for group in shapes.groups())
+    return said + (f": the combined shape is {_shape(combined)}, and a tensor written in place keeps its own shape "
+                   f"{_shape(own)}.")
 
 
 # --- two tensors whose shapes do not fit -------------------------------------------------------------------

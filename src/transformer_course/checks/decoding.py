@@ -639,7 +639,7 @@ def greedy_stops_when_all_finished(greedy_decode: Callable, max_len: int = 9, bo
                 cause="after appending the new tokens, `if finished.all(): break`.")
 
 
-@check("the next token is the most likely word predicted at the LAST position of the prefix")
+@check("each new token is the word the model rates most likely to come next")
 def greedy_uses_last_position(greedy_decode: Callable, max_len: int = 4, bos_idx: int = 1, eos_idx: int = 2,
                               pad_idx: int = 3) -> None:
     ids = Ids(pad_idx, bos_idx, eos_idx)
@@ -667,7 +667,8 @@ def greedy_passes_masks(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int 
             else None
         wanted = source_allowed[call.sentences].unsqueeze(1).unsqueeze(1).expand(batch, 1, length, 6)
         if allowed is None or not torch.equal(allowed, wanted):
-            fail(f"decoder call {step} got a wrong source mask.", expected="src_mask = make_source_mask(src, pad_idx)",
+            fail(f"decoder call {step} got a wrong source mask.",
+                 expected="the padding mask of src: False at its padded positions",
                  got=_shown(call.enc_mask), cause="pass the given src_mask (computed once before the loop).")
         if call.dec_mask is None:
             fail(f"decoder call {step} got no target mask.", expected=f"a causal mask (batch, 1, {length}, {length})",
@@ -678,7 +679,7 @@ def greedy_passes_masks(greedy_decode: Callable, bos_idx: int = 1, eos_idx: int 
         running = ~(call.ys == ids.pad).any(dim=1)  # sentences without padding yet: their mask is causal
         if allowed is None or not bool((allowed[running] == causal).all()):
             fail(f"decoder call {step} (ys of length {length}) got a wrong target mask.",
-                 expected=f"make_target_mask(ys, pad_idx): lower-triangular ({length}, {length}) per sentence",
+                 expected=f"the look-ahead mask of ys: lower-triangular ({length}, {length}) per sentence",
                  got=_shown(call.dec_mask),
                  cause="build the target mask from the current ys inside the loop, make_target_mask(ys, pad_idx); "
                        "a mask built once before the loop has the wrong size.")
@@ -1172,6 +1173,13 @@ def _precision_reading(got: Sequence[float], corpus: Corpus) -> str:
     return ""
 
 
+def _sentence_lengths(corpus: Corpus) -> str:
+    """'hypotheses of 5 and 11 tokens, references of 9 and 9'."""
+    lengths = [_lengths(sentence) for sentence in _sentences(corpus)]
+    return (f"hypotheses of {' and '.join(str(c) for c, _ in lengths)} tokens, references of "
+            f"{' and '.join(str(r) for _, r in lengths)}")
+
+
 def _bp_reading(got: float, corpus: Corpus) -> str:
     """What the student's brevity penalty is, when it is a reading's recomputation ('' when none)."""
     c, r = _lengths(corpus)
@@ -1299,7 +1307,7 @@ def bleu_clips_counts(compute_bleu: Callable, seed: int | None = None, length: i
                              "n-grams in the hypothesis.")
 
 
-@check("the precisions are the corpus's: matches and n-grams of all sentences added up before dividing")
+@check("compute_bleu gives sacreBLEU's precisions for a corpus of several sentences")
 def bleu_sums_over_the_corpus(compute_bleu: Callable, seed: int | None = None, sentences: int = 3) -> None:
     pairs = CORPUS_PAIRS if seed is None else _drawn_distinct(seed, sentences)
     corpus = _corpus(pairs)
@@ -1313,27 +1321,30 @@ def bleu_sums_over_the_corpus(compute_bleu: Callable, seed: int | None = None, s
 
 @check("the brevity penalty is 1 for a corpus longer than its references and e^(1 - r/c) otherwise")
 def bleu_brevity_penalty(compute_bleu: Callable, seed: int | None = None, length: int = 9) -> None:
-    if seed is None:
-        cases = [[pair] for pair in BREVITY_PAIRS]
+    if seed is None:  # one sentence each (shorter, as long, longer), then a corpus of a shorter and a longer one
+        cases = [[pair] for pair in BREVITY_PAIRS] + [[BREVITY_PAIRS[0], BREVITY_PAIRS[2]]]
     else:
         reference = _drawn_pair(seed, length, repeats=False)[1].split()
         cases = [[(" ".join(reference[:max(1, length - 1 - k)]), " ".join(reference))] for k in (1, 3)]
         whole = " ".join(reference)
-        cases += [[(whole, whole)], [(" ".join(reference + reference[:2]), whole)]]
+        longer = (" ".join(reference + reference[:2]), whole)
+        cases += [[(whole, whole)], [longer], [(" ".join(reference[:length - 3]), whole), longer]]
     for pairs in cases:
         corpus = _corpus(pairs)
         got, expected = _bleu_of(compute_bleu, corpus), _sacrebleu(corpus)
         if abs(got.brevity_penalty - expected.brevity_penalty) <= 1e-6:
             continue
         c, r = _lengths(corpus)
-        fail(f"a hypothesis of {c} tokens against a reference of {r} gets the wrong brevity penalty.",
+        fail((f"a hypothesis of {c} tokens against a reference of {r}" if len(pairs) == 1 else
+              f"a corpus of {len(pairs)} sentence pairs ({_sentence_lengths(corpus)}: {c} hypothesis tokens "
+              f"against {r} reference tokens in all)") + " gets the wrong brevity penalty.",
              expected=f"brevity_penalty {expected.brevity_penalty:.6f}",
              got=f"brevity_penalty {got.brevity_penalty:.6f}",
              cause=_bp_reading(got.brevity_penalty, corpus)
              or "with c the hypotheses' total length and r the references': 1 when c > r, else e^(1 - r/c).")
 
 
-@check("bleu is 100 × the brevity penalty × the geometric mean of the four precisions (0 if one of them is 0)")
+@check("bleu follows from the four precisions and the brevity penalty as BLEU defines it")
 def bleu_geometric_mean(compute_bleu: Callable) -> None:
     for pair in GEOMETRIC_PAIRS:
         got = _bleu_of(compute_bleu, _corpus([pair]))

@@ -641,8 +641,11 @@ def _reference_words(op: Op, context: Context, trace: Trace | None = None) -> st
             if len(same) > 1 and op in same:
                 return f"`{variable}` after the {operation_words(op.name)}"
         return f"`{variable}`"
+    table = op.sources[0].removeprefix("leaf:") if op.name == "__getitem__" and op.sources else ""
+    if table and table != op.sources[0] and not table.startswith("new") and table.split(".")[-1] not in context.private:
+        return f"the slice of `{table}`"  # a parameter's or buffer's rows, named by the module that holds them
     if variable:
-        return f"the {operation_words(op.name)} inside `{variable}`"
+        return f"the {operation_words(op.name)} that goes into `{variable}`"
     if op.scope:
         return f"the output of `{op.scope}`"
     words = operation_words(op.name)
@@ -1431,10 +1434,10 @@ def _mask_relation(a: torch.Tensor, b: torch.Tensor, context: Context) -> str:
         return ""
     parts = []
     if shown.any():
-        parts.append(f"{int(shown.sum())} positions that should be hidden are visible"
+        parts.append(f"visible at {int(shown.sum())} positions that should be hidden"
                      + _positions(shown, context))
     if covered.any():
-        parts.append(f"{int(covered.sum())} positions that should be visible are hidden" + _positions(covered, context))
+        parts.append(f"hidden at {int(covered.sum())} positions that should be visible" + _positions(covered, context))
     return "; ".join(parts)
 
 

@@ -347,7 +347,7 @@ def cache_starts_empty(start_cache: Callable, **sizes: int) -> None:
              cause="keep the given empty self-attention entries: nothing has been decoded before the first step.")
 
 
-@check("start_cache: the cross-attention keys and values are W_k and W_v of each layer's cross_attn on enc_out")
+@check("start_cache: each layer's cross-attention keys and values are the ones the full decoder uses")
 def cache_cross_keys_values(start_cache: Callable, **sizes: int) -> None:
     config = replace(Sizes(), **sizes)
     model = _random_model(config, distinct_norms=True)
@@ -1421,7 +1421,7 @@ def _penalty_state(state: tuple, tries: int = 80) -> tuple:
     return state
 
 
-@check("candidates are ranked by score / length_penalty(new length), new length = length + 1 unless finished")
+@check("select_beams ranks the candidates as the length penalty of section 6 does")
 def select_beams_length_penalty(select_beams: Callable, state: tuple = PENALTY_STATE) -> None:
     cause = ("rank by candidates / length_penalty(lengths + (~finished).long(), alpha).unsqueeze(-1), and return the "
              "candidates' plain scores.")

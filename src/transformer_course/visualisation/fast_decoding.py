@@ -32,7 +32,7 @@ def plot_recomputation(steps: int = 8) -> Figure:
         axis.set_xlim(0, steps)
         axis.set_ylim(steps, 0)
         axis.set_xticks([p + 0.46 for p in range(steps)], [str(p) for p in range(steps)])
-        axis.set_yticks([s + 0.42 for s in range(steps)], [str(s + 1) for s in range(steps)])
+        axis.set_yticks([s + 0.42 for s in range(steps)], [str(s) for s in range(steps)])  # step t feeds position t
         axis.set_xlabel("decoder position")
     axes[0].set_ylabel("decoding step")
     handles = [Rectangle((0, 0), 1, 1, color=COMPUTED), Rectangle((0, 0), 1, 1, color=CACHED)]
@@ -64,7 +64,7 @@ def plot_cache_contents(position: int = 5, src_len: int = 7) -> Figure:
     for target in (((position + 1) / 2, 2.2), (src_len / 2, 1.0)):  # it attends to every cached position
         axis.add_patch(FancyArrowPatch((position + 2.5, 1.6), target, arrowstyle="->", mutation_scale=12))
     axis.text(max(position, src_len) + 4.5, 2.6,
-              f"step {position + 1}: append k{position}, v{position}\n(the new token's, computed now);\n"
+              f"step {position}: append k{position}, v{position}\n(the new token's, computed now);\n"
               f"k0 … k{position - 1} come from the cache", fontsize=8, va="center")
     axis.text(max(position, src_len) + 4.5, 0.6, "computed once, in start_cache;\nread at every step", fontsize=8,
               va="center")
@@ -118,7 +118,7 @@ def plot_beam_tree(steps: Sequence[Sequence[tuple[tuple[str, ...], float, bool]]
                           PRUNED, linewidth=1.2 if kept else 0.6, zorder=0)
     axis.set_xlim(-0.8, 3.0 * len(steps) + 1.2)
     axis.set_ylim(min(y for _, y in places.values()) - 0.8, max(y for _, y in places.values()) + 0.8)
-    labels = ["start"] + [f"step {column}" for column in range(1, len(steps) + 1)]
+    labels = ["start"] + [f"step {column}" for column in range(len(steps))]  # counted from 0, as the checks do
     axis.set_xticks([3.0 * column for column in range(len(steps) + 1)], labels)
     axis.tick_params(left=False, labelleft=False)
     for side in ("left", "right", "top"):

@@ -117,6 +117,13 @@ MISTAKES: list[Mistake] = [
         fails="dec_bleu_brevity", cause="falls on the corpus that is too LONG",
     ),
     Mistake(
+        STAGE, "corpus BLEU: the brevity penalty is the average of the sentences' penalties",
+        _PENALTY,
+        "brevity_penalty = sum(1.0 if len(h) > len(r) else math.exp(1 - len(r) / len(h))\n"
+        "                          for h, r in zip(hypotheses, references)) / len(hypotheses)",
+        fails="dec_bleu_brevity", cause="the average of the sentences' penalties",
+    ),
+    Mistake(
         STAGE, "corpus BLEU: arithmetic mean of the precisions instead of the geometric mean",
         _MEAN,
         "bleu = 100 * brevity_penalty * sum(precisions) / 4",

@@ -52,6 +52,13 @@ MISTAKES: list[Mistake] = [
         fails="model_target_mask_shape", cause="axis -1 (counted from the end) does not fit",
     ),
     Mistake(
+        STAGE, "target mask: the padding rule combined into the (tgt_len, tgt_len) look-ahead table in place (&=)",
+        "    return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)\n",
+        "    not_later &= key_is_word  # in place: not_later keeps its (tgt_len, tgt_len) shape\n"
+        "    return not_later\n",
+        fails="model_target_mask_shape", cause="writes the result into `not_later` itself (in place)",
+    ),
+    Mistake(
         STAGE, "target mask is the padding rule only (no look-ahead)",
         "return key_is_word & not_later  # (batch, 1, tgt_len, tgt_len)",
         "return key_is_word  # (batch, 1, 1, tgt_len)",

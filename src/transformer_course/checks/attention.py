@@ -576,7 +576,7 @@ def _by_removal(function: AttentionFunction, Q: torch.Tensor, K: torch.Tensor, V
     return output, weights
 
 
-@check("scaled_dot_product_attention hides the keys where the mask is False (before the softmax)")
+@check("scaled_dot_product_attention hides the keys where the mask is False")
 def sdpa_masked_values(scaled_dot_product_attention: AttentionFunction, batch: int = 2, heads: int = 3,
                        q_len: int = 5, k_len: int = 6, d_k: int = 4, d_v: int = 7) -> None:
     """Masking is graded on its own: a result equal to the student's attention over the allowed keys alone

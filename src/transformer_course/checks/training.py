@@ -810,7 +810,7 @@ def _accumulated(got: torch.Tensor, fresh: torch.Tensor, before: torch.Tensor) -
     return bool(torch.allclose(got, fresh + before, rtol=1e-6, atol=1e-9 * float(fresh.abs().max())))
 
 
-@check("train_epoch trains with dropout on, also after an evaluation left the model in eval mode")
+@check("train_epoch trains with dropout on, whatever mode the model was left in")
 def train_epoch_train_mode(train_epoch: Callable[..., Any], num_batches: int = 2, seed: int = 8) -> None:
     run = _train(train_epoch, Setup(seed, (4,) * num_batches, dropout=0.3, lr=0.1, start_in_eval=True))
     if not run.modes:

@@ -398,7 +398,7 @@ assert check.predicted_weight_with_zero_v(predict_weight_with_zero_v)
 # %% [markdown]
 # **The truth, for other sizes.** The cell below measures the same two things with your own
 # `AdditiveAttention` on another configuration: a module with `query_size=4, key_size=5,
-# attention_size=7`, and with $v = 0$ a sentence of 7 positions, 1 real token and 6 padding. Check
+# attention_size=7`, and with $v = 0$ a sentence of 7 positions, 3 real tokens and 4 padding. Check
 # that your method gives these numbers too; where it does not, find the step of your reasoning that
 # went wrong. The weights come from *your* `forward`: trust them only once its checks above are green.
 
@@ -408,7 +408,7 @@ other = AdditiveAttention(query_size=4, key_size=5, attention_size=7)
 print("trainable parameters:", sum(p.numel() for p in other.parameters()))
 with torch.no_grad():
     other.v.weight.zero_()
-    _, zero_v_weights = other(torch.randn(1, 1, 4), torch.randn(1, 7, 5), torch.tensor([[True] * 1 + [False] * 6]))
+    _, zero_v_weights = other(torch.randn(1, 1, 4), torch.randn(1, 7, 5), torch.tensor([[True] * 3 + [False] * 4]))
 print("weights with v = 0:", [round(w, 4) for w in zero_v_weights[0, 0].tolist()])
 
 # %% [markdown]
@@ -658,8 +658,9 @@ else:
 # decoder read mostly the encoder's vector at "hund". For these captions German and English word order
 # are similar, so the bright cells run roughly down a diagonal, and they jump where the orders differ
 # (a German verb at the end of a clause, say). Nobody told the model which words correspond: it learned
-# the alignment from the translation loss alone. After a few minutes of training the picture is
-# blurry; longer training sharpens it.
+# the alignment from the translation loss alone. After a few minutes of training some rows already put
+# nearly all their weight on one German word, while others spread it over several; longer training
+# sharpens more of them.
 #
 # ## 10. From additive attention to scaled dot-product attention
 #

@@ -508,8 +508,9 @@ assert check.offset_error_offsets(largest_offset_error, d_model=4, max_seq_lengt
 # **Your evidence, on your own table.** The cell below takes the table of your `PositionalEncoding`
 # (200 positions, $d_{model} = 64$) and measures, for several offsets, the largest difference between
 # $M_k PE_p$ and $PE_{p+k}$ over every position that has a partner. Your table is stored in float32,
-# so its entries carry rounding errors of the order of $10^{-5}$ (the angles of the far positions are
-# large numbers): differences of that size are the table's rounding, not a failure of the claim. The
+# so its entries carry rounding errors: about $10^{-5}$ if its angles were computed in float32 (the far
+# positions' angles are large numbers), about $10^{-7}$ if they were computed in float64 and only the
+# result stored in float32. Differences of that size are the table's rounding, not a failure of the claim. The
 # last line uses $M_3$ for the offset 4: a matrix for another offset fails at once. Then the figure:
 # $PE_{50} \cdot PE_q$ against $q$, symmetric about 50, and $(M_3 PE_{50}) \cdot PE_q$, whose peak
 # sits where $M_3$ sent position 50.

@@ -81,13 +81,13 @@ def _table(d_model, length, **changes):
 
 @pytest.mark.parametrize(("changes", "says", "cause"), [
     ({"even": torch.cos, "odd": torch.sin}, "row 0 (position 0) reads 1, 0, 1, 0", "sin and cos are swapped"),
-    ({"scale": 1.0}, "frequency of pair i/2", "uses i instead of 2i"),
-    ({"scale": 4.0}, "frequency of pair 2i", "the exponent is doubled (4i / d_model)"),
+    ({"scale": 1.0}, "the later pairs oscillate faster", "frequency of pair i/2: the exponent is i / d_model"),
+    ({"scale": 4.0}, "the later pairs oscillate more slowly", "frequency of pair 2i: the exponent is doubled"),
     ({"cos_in_column_1_only": True}, "only column 1 holds cos; the other odd columns", ""),
     ({"start": 1}, "row p holds the values of position p+1", "positions start at 1"),
     ({"even": torch.cos}, "the even columns hold cos of the angle", "cos is in the even columns too"),
     ({"odd": torch.sin}, "the odd columns hold sin of the angle", "sin is in the odd columns too"),
-    ({"base": 1000.0}, "frequency of pair 0.75 × i", "0.75 × the paper's"),
+    ({"base": 1000.0}, "the later pairs oscillate faster", "frequency of pair 0.75 × i: the exponents are 0.75 ×"),
 ])
 def test_each_wrong_table_is_told_by_what_it_does(changes, says, cause):
     """What the table does is what a student reads first (`where`); what that means for the code is the cause,

@@ -141,7 +141,12 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "context from the scores instead of the weights",
         _CONTEXT, "context = scores @ keys",
-        fails="why_context_values", cause="receives `scores` where the reference gives it `weights`",
+        fails="why_context_values", cause="the context is the keys multiplied by the scores",
+    ),
+    Mistake(
+        STAGE, "context from the scores filled with -inf at the padding (NaN where the weights belong)",
+        _CONTEXT, "context = torch.bmm(scores.masked_fill(mask.unsqueeze(1) == 0, float('-inf')), keys)",
+        fails="why_context_values", cause="the context is the keys multiplied by the scores",
     ),
     Mistake(
         STAGE, "context averages the keys, ignoring the weights",

@@ -55,8 +55,8 @@ def _pe_buffer(module: nn.Module) -> torch.Tensor:
         where = "a parameter" if "pe" in dict(module.named_parameters()) else "missing"
         fail(
             "PositionalEncoding has no buffer named `pe`.",
-            expected="self.pe registered with self.register_buffer('pe', ...)",
-            got=f"`pe` is {where}",
+            expected="`pe` among the module's buffers (named_buffers())",
+            got=f"`pe` is {where}" if where != "missing" else "`pe` is not among them (a plain attribute, or missing)",
             cause="keep the given `register_buffer` line; a buffer moves with .to(device) but is not trained.",
         )
     return buffers["pe"]
@@ -235,29 +235,39 @@ def _formula(got: torch.Tensor, d_model: int, tolerance: float) -> _Formula | No
     return None
 
 
+def _pace(alpha: float) -> str:
+    """What a table whose pair i has the frequency of pair alpha × i looks like, said without the exponent."""
+    if alpha == 0:
+        return "every column pair oscillates at the frequency of pair 0 (one turn in about 6.3 positions)"
+    return (f"column pair 0 is right, and the later pairs oscillate {'more slowly' if alpha > 1 else 'faster'} "
+            "than the paper's, by a factor that grows from pair to pair")
+
+
 def _describe_formula(formula: _Formula, d_model: int, max_seq_length: int) -> Diagnosis:
     findings, causes = [], []
     alpha, beta = formula.alpha, formula.beta
     if abs(alpha - 2) < 1e-9 and beta == 0:
-        findings.append("column pair i (columns 2i, 2i+1) has the frequency of pair 2i")
-        causes.append("the exponent is doubled (4i / d_model): `torch.arange(0, d_model, 2)` already gives 2i, "
-                      "so do not multiply it by 2 again.")
+        findings.append(_pace(alpha))
+        causes.append("column pair i (columns 2i, 2i+1) has the frequency of pair 2i: the exponent is doubled (4i / "
+                      "d_model): `torch.arange(0, d_model, 2)` already gives 2i, so do not multiply it by 2 again.")
     elif abs(alpha - 0.5) < 1e-9 and beta == 0:
-        findings.append("column pair i has the frequency of pair i/2")
-        causes.append("the exponent is i / d_model, half of 2i / d_model: it uses i instead of 2i. Divide by "
-                      "10000^(2i / d_model), where 2i is the even column index, as `torch.arange(0, d_model, 2)` "
-                      "gives it.")
+        findings.append(_pace(alpha))
+        causes.append("column pair i has the frequency of pair i/2: the exponent is i / d_model, half of 2i / "
+                      "d_model; it uses i instead of 2i. Divide by 10000^(2i / d_model), where 2i is the even column "
+                      "index, as `torch.arange(0, d_model, 2)` gives it.")
     elif alpha < 0 and beta == 0:
         findings.append("the frequencies grow with the column pair instead of shrinking")
         causes.append("the exponent has the other sign: the frequencies are 1 / 10000^(2i / d_model) = "
                       "exp(-2i * ln(10000) / d_model), with the minus sign.")
     elif abs(alpha - d_model / max_seq_length) < 1e-9 and beta == 0 and alpha != 1:
-        findings.append(f"column pair i has the frequency of pair {alpha:.3g} × i")
-        causes.append("the exponents are divided by max_seq_length instead of d_model; the exponent is "
-                      "2i / d_model: divide by d_model, not by the table's length.")
+        findings.append(_pace(alpha))
+        causes.append(f"column pair i has the frequency of pair {alpha:.3g} × i: the exponents are divided by "
+                      "max_seq_length instead of d_model; the exponent is 2i / d_model: divide by d_model, not by "
+                      "the table's length.")
     elif alpha != 1 and beta == 0:
-        findings.append(f"column pair i has the frequency of pair {alpha:.3g} × i")
-        causes.append(f"the exponents are {alpha:.3g} × the paper's 2i / d_model, as if the base were "
+        findings.append(_pace(alpha))
+        causes.append((f"column pair i has the frequency of pair {alpha:.3g} × i: " if alpha else "")
+                      + f"the exponents are {alpha:.3g} × the paper's 2i / d_model, as if the base were "
                       f"10000^{alpha:.3g} {'=' if alpha == 0 else '≈'} {10000 ** alpha:.4g} instead of 10000.")
         if abs(alpha - 1 / math.log(10)) < 1e-3:  # log10 where the natural log belongs
             causes.append("the factor 0.434 is log₁₀ e: a base-10 logarithm where the natural one belongs.")
@@ -427,15 +437,16 @@ def _forward_twice(module: nn.Module, x: torch.Tensor, table: torch.Tensor) -> t
 def _train_then_eval(module: nn.Module, x: torch.Tensor, seed: int, table: torch.Tensor
                      ) -> tuple[Any, Any, str | None]:
     """The student's forward on x in train mode (torch seeded with `seed`), then in eval mode, with `table` in its
-    table buffer; the buffer's name (None: there is none)."""
+    table buffer; the buffer's name (None: there is none). Each call gets a copy of x: a forward that adds in place
+    (`x += ...`) is judged on its dropout, not on the input the first call left changed."""
     module = module.double()
     held = _put_table(module, table)
     with torch.random.fork_rng(devices=[]), torch.no_grad(), student_code():
         torch.manual_seed(salted_seed(seed))
         module.train()
-        trained = module(x)
+        trained = module(x.clone())
         module.eval()
-        return trained, module(x), held
+        return trained, module(x.clone()), held
 
 
 def _no_table_buffer(max_seq_length: int, d_model: int) -> None:
@@ -696,15 +707,18 @@ def _read_offset_matrix(matrix: torch.Tensor, k: int, d_model: int) -> Diagnosis
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     if angles is not None:
         laws = {
-            "pair i turns as if its exponent were 4i / d_model, twice 2i / d_model":
-                ("the exponent is doubled: 2i is the even column index itself, do not double it again.", 2.0),
-            "pair i turns as if its exponent were i / d_model, half of 2i / d_model":
-                ("the exponent of pair i is 2i / d_model, with 2i the even column index.", 0.5),
-            "the turns grow from pair to pair instead of shrinking: the exponent has the wrong sign":
-                ("the frequency of pair i is 1 / 10000^(2i / d_model), which shrinks as i grows.", -1.0),
+            2.0: ("pair i turns as if its exponent were 4i / d_model, twice 2i / d_model: the exponent is doubled; "
+                  "2i is the even column index itself, do not double it again."),
+            0.5: ("pair i turns as if its exponent were i / d_model, half of 2i / d_model: the exponent of pair i "
+                  "is 2i / d_model, with 2i the even column index."),
+            -1.0: ("the exponent has the wrong sign: the frequency of pair i is 1 / 10000^(2i / d_model), which "
+                   "shrinks as i grows."),
         }
-        for seen, (cause, factor) in laws.items():
+        for factor, cause in laws.items():
             if _same_turn(angles, k * 10000.0 ** (-factor * two_i / d_model)):
+                seen = ("the turns grow from pair to pair instead of shrinking" if factor < 0 else
+                        f"column pair 0 turns by the right angle, and the later pairs by "
+                        f"{'less' if factor > 1 else 'more'} than PE moves them in {k} positions")
                 return Diagnosis(seen, cause)
         if k and _same_turn(angles, k * 10000.0 ** (two_i / d_model)):
             return Diagnosis("pair i turns by k × 10000^(2i / d_model): the angle is divided by the frequency "
@@ -793,8 +807,9 @@ def _errors(table: torch.Tensor, matrix: torch.Tensor, k: int, positions: range,
     return (product - table[[p + (k if shift is None else shift) for p in positions]]).abs()
 
 
-def _read_offset_error(got: float, table: torch.Tensor, matrix: torch.Tensor, k: int) -> tuple[str, str]:
-    """What the student's number is, when it is one of the usual wrong variants: (what it is, the likely cause)."""
+def _read_offset_error(got: float, table: torch.Tensor, matrix: torch.Tensor, k: int) -> str:
+    """The likely cause: what the student's number is, when it is one of the usual wrong variants, and what the
+    comparison should be."""
     n = table.size(0)
     first, last = max(0, -k), min(n, n - k) - 1
     every = range(first, last + 1)
@@ -830,11 +845,11 @@ def _read_offset_error(got: float, table: torch.Tensor, matrix: torch.Tensor, k:
         except (IndexError, RuntimeError):  # a variant that does not exist for these sizes
             continue
         if math.isfinite(candidate) and abs(candidate - got) <= 1e-6 * max(1.0, abs(candidate)):
-            matching.append((f"which is {seen}", cause))
+            matching.append(f"{got:.6g} is {seen}: {cause}")
     if len(matching) == 1:  # two variants that give the same number here: neither is named
         return matching[0]
-    return ("", f"{RECIPE} the largest |M @ table[p] − table[p + k]| over every entry and every p with "
-                f"0 <= p < n and 0 <= p + k < n.")
+    return f"{RECIPE} the largest |M @ table[p] − table[p + k]| over every entry and every p with 0 <= p < n and " \
+        "0 <= p + k < n."
 
 
 def _expect_offset_error(largest_offset_error: Callable[..., Any], d_model: int, rows: int, k: int, bumped: int,
@@ -852,11 +867,10 @@ def _expect_offset_error(largest_offset_error: Callable[..., Any], d_model: int,
     if abs(number - expected) <= 1e-6 * max(1.0, expected):
         return
     at = first + int(errors.amax(dim=1).argmax())
-    seen, cause = _read_offset_error(number, table, matrix, k)
-    fail(f"{call} returned {number:.6g}" + (f", {seen}." if seen else "."),
+    fail(f"{call} returned {number:.6g}.",
          expected=f"{expected:.6g}, the largest |M @ table[p] − table[p + k]| over p = {first}..{last}, reached at "
                   f"p = {at}",
-         got=f"{number:.6g}", cause=cause)
+         got=f"{number:.6g}", cause=_read_offset_error(number, table, matrix, k))
 
 
 @check("largest_offset_error compares M @ table[p] with table[p + k] at every p, the first and the last included")

@@ -418,13 +418,31 @@ def context_values(AdditiveAttention: AttentionClass, batch: int = 3, q_len: int
             return "every query of a sentence gets the same context: the weights are not used"
         return ""
 
+    def mixed_by_scores(got: torch.Tensor) -> str:
+        """The keys multiplied by the scores forward received (as they are, or with the padding filled), where the
+        weights belong."""
+        with torch.no_grad():
+            raw = case.reference.score(case.query, case.keys).to(case.keys.dtype)  # what forward's score gave
+        hidden = case.mask.unsqueeze(1) == 0  # (batch, 1, k_len)
+        for scores in (raw, raw.masked_fill(hidden, -1e9), raw.masked_fill(hidden, float("-inf")),
+                       raw.masked_fill(hidden, 0.0)):
+            mixed = scores @ case.keys  # (batch, q_len, key_size)
+            if mixed.shape == got.shape and torch.allclose(got.to(mixed.dtype), mixed, atol=1e-6, rtol=1e-5,
+                                                           equal_nan=True):
+                return ("the context is the keys multiplied by the scores, where the weights the softmax makes of "
+                        "them belong")
+        return ""
+
     # the engine compares with the reference's computation: only when the student's weights are the reference's,
-    # and not when the context ignores them (it would read the unused weights as the returned value)
-    ignored = isinstance(context, torch.Tensor) and context.shape == expected.shape \
-        and bool(same_context_everywhere(context))
+    # and not when the context ignores them or mixes the keys by the scores (both would read the unused weights
+    # as the returned value, one step short, at the softmax's line)
+    comparable = isinstance(context, torch.Tensor) and context.shape == expected.shape
+    mixed = comparable and bool(mixed_by_scores(context))
+    ignored = comparable and bool(same_context_everywhere(context)) or mixed
     declared.values("context", context, expected, traces=case.trace_forward, context=case.context,
-                    axes=("batch", "query", "feature"), own=[same_context_everywhere],
+                    axes=("batch", "query", "feature"), own=[mixed_by_scores, same_context_everywhere],
                     engine=tensors_close(weights, reference_weights, 1e-7, 1e-6) and not ignored,
+                    steps=not mixed,
                     recipe="context[b, i] = sum over j of weights[b, i, j] * keys[b, j]: weights @ keys.")
 
 

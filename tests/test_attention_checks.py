@@ -51,7 +51,7 @@ def _masked(scores, fill):
     (lambda s: torch.softmax(s.masked_fill(MASK != 0, -1e9), dim=-1), "the mask is inverted"),
     (lambda s: torch.softmax(s, dim=-1).masked_fill(MASK == 0, 0.0), "applied after the softmax"),
     (lambda s: _masked(s, 0.0), "hidden scores are set to 0"),
-    (lambda s: _masked(s, -3.0), "a fill of -3 is not negative enough"),
+    (lambda s: _masked(s, -3.0), "set to -3, which is not negative enough"),
     (lambda s: torch.softmax(s, dim=-1), "the mask is not applied"),
 ])
 def test_what_a_mask_hides_is_read_from_the_weights(weights_of, says):

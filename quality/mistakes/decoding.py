@@ -74,7 +74,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "argmax taken at the first position instead of the last",
         _ARGMAX,
         "next_token = logits[:, 0].argmax(dim=-1)  # (batch,)",
-        fails="dec_greedy_last_position", cause="read at position 0",
+        fails="dec_greedy_last_position", cause="the model predicts at position 0",
     ),
     Mistake(
         STAGE, "decoder called without the target (look-ahead) mask",

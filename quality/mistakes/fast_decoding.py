@@ -67,13 +67,13 @@ MISTAKES: list[Mistake] = [
         STAGE, "length penalty multiplied by alpha instead of raised to it (inline)",
         "    ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)\n",
         "    ranking = candidates / (((5.0 + new_lengths) / 6.0) * alpha).unsqueeze(-1)\n",
-        fails="fast_select_top", cause="0 everywhere",
+        fails="fast_select_top", cause="multiplies by alpha where it raises to the power alpha",
     ),
     Mistake(
         STAGE, "length penalty multiplied by alpha (seen where alpha is neither 0 nor 1)",
         "    ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)\n",
         "    ranking = candidates / (((5.0 + new_lengths) / 6.0) * alpha + (alpha == 0)).unsqueeze(-1)\n",
-        fails="fast_select_penalty", cause="applies the product where the reference applies the power",
+        fails="fast_select_penalty", cause="multiplies by alpha where it raises to the power alpha",
     ),
     # start_cache
     Mistake(
@@ -106,7 +106,7 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "the positional encoding module adds position 0 at every step",
         _POSITION, "x = decoder.positional_encoding(x)  # (adds pe[:, :1] to a one-token x)",
-        fails="fast_step_matches", cause="(:, :1) where (:, 1:2) is expected",
+        fails="fast_step_matches", cause="got the positional encoding of position 0",
     ),
     Mistake(
         STAGE, "embedding not scaled by sqrt(d_model) in the step",
@@ -217,12 +217,12 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "candidates ranked without the length penalty",
         "ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)", "ranking = candidates",
-        fails="fast_select_penalty", cause="leaves out the length penalty",
+        fails="fast_select_penalty", cause="as if there were no length penalty",
     ),
     Mistake(
         STAGE, "candidates multiplied by alpha instead of divided by the length penalty",
         "ranking = candidates / length_penalty(new_lengths, alpha).unsqueeze(-1)", "ranking = candidates * alpha",
-        fails="fast_select_penalty", cause="leaves out the length penalty",
+        fails="fast_select_penalty", cause="as if there were no length penalty",
     ),
     Mistake(
         STAGE, "one child per hypothesis: each hypothesis's best token instead of the best of all candidates",

@@ -98,7 +98,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "target mask whose look-ahead part hides the diagonal",
         "    not_later = positions[None, :] <= positions[:, None]",
         "    not_later = positions[None, :] < positions[:, None]",
-        fails="model_target_mask_values", cause="a position may not attend to itself",
+        fails="model_target_mask_values", cause="lets no position attend to itself",
     ),
     Mistake(
         STAGE, "target mask built with stage 2's helpers (the exercise's work delegated)",

@@ -420,9 +420,9 @@ def _read_masking(Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor, hidden: tor
         if _sums_to_one(w, -1) or not _same(w, (plain if plain is not None else torch.softmax(_scores(Q, K), -1))
                                             * ~hidden):
             return None
-        return Diagnosis("the hidden keys get 0, but the rows of weights sum to less than 1: the allowed keys keep "
-                         "the weights of a softmax over every key",
-                         "the mask is applied after the softmax: zeroing weights after normalising leaves rows that do "
+        return Diagnosis("the hidden keys get 0, but the rows of weights sum to less than 1",
+                         "the allowed keys keep the weights of a softmax over every key: the mask is applied after "
+                         "the softmax: zeroing weights after normalising leaves rows that do "
                          "not sum to 1; fill the scores with -1e9 before the softmax, so that it shares each row among "
                          "the allowed keys alone.")
     most = f"up to {leaked.abs().max().item():.3g}"
@@ -437,12 +437,12 @@ def _read_masking(Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor, hidden: tor
     fill = _fill_value(_scores(Q, K), w, hidden)
     if fill is not None:
         fill = 0.0 if abs(fill) < 1e-6 else fill
-        return Diagnosis(f"hidden keys get weight ({most}): their scores are set to {fill:.4g}",
+        return Diagnosis(f"hidden keys get weight ({most})",
                          ("the hidden scores are set to 0, and e to the power 0 is 1, so those keys still get "
                           "weight" if fill == 0
-                          else f"a fill of {fill:.4g} is not negative enough: next to large scores, e to the power "
-                               f"{fill:.4g} still counts") + "; use a very negative number such as -1e9 (or "
-                                                            "float('-inf')).")
+                          else f"the hidden scores are set to {fill:.4g}, which is not negative enough: next to "
+                               f"large scores, e to the power {fill:.4g} still counts")
+                         + "; use a very negative number such as -1e9 (or float('-inf')).")
     return Diagnosis(f"hidden keys get weight ({most})",
                      "fill the hidden scores with a very negative number (-1e9 or float('-inf')) before the softmax; "
                      "True (1) means 'may attend', so hide where mask == 0.")

@@ -296,7 +296,8 @@ def _sentences(error: BaseException, frame: FrameType, lasti: int,
             said.append(_receives(node, function, error, frame))
             said += [sentence for suspect in _suspects(node.args, error, frame) for sentence in passed(suspect)]
     elif isinstance(node, ast.Subscript):
-        said.append(f"{_operand(node.value, frame)} is indexed with {_operand(node.slice, frame)}.")
+        said.append(_written_into(node, error, frame, sources)
+                    or f"{_operand(node.value, frame)} is indexed with {_operand(node.slice, frame)}.")
     elif isinstance(node, InPlace) and type(node.op) in _SYMBOLS:
         said.append(_in_place(node, error, frame))
         return [sentence for sentence in said if sentence]
@@ -307,6 +308,27 @@ def _sentences(error: BaseException, frame: FrameType, lasti: int,
     if pair is not None:
         said += shape_clash(*pair, frame)
     return [sentence for sentence in said if sentence]
+
+
+def _written_into(node: ast.Subscript, error: BaseException, frame: FrameType,
+                  sources: Mapping[str, str] | None) -> str:
+    """'the result of `f(x)`, of shape (50, 16), is written into `pe[:, 0::2]`, of shape (50, 8)' when the
+    failing subscript is the target of an assignment whose value does not fit it ('' otherwise)."""
+    sizes = re.search(r"Target sizes: \[([\d, ]*)\]\.\s+Tensor sizes: \[([\d, ]*)\]", str(error))
+    lines = linecache.getlines(frame.f_code.co_filename, frame.f_globals) or (
+        sources[frame.f_code.co_filename].splitlines(keepends=True)
+        if sources and frame.f_code.co_filename in sources else [])
+    if sizes is None or not 0 < frame.f_lineno <= len(lines):
+        return ""
+    try:
+        statement = ast.parse(lines[frame.f_lineno - 1].strip()).body[0]
+    except (SyntaxError, IndexError):
+        return ""
+    if not isinstance(statement, ast.Assign) or ast.unparse(statement.targets[0]) != ast.unparse(node):
+        return ""
+    target, value = (tuple(int(size) for size in group.split(",") if size.strip()) for group in sizes.groups())
+    return (f"{_operand(statement.value, frame)}, of shape {_shape(value)}, is written into `{_code(node)}`, of "
+            f"shape {_shape(target)}.")
 
 
 def _in_place(node: InPlace, error: BaseException, frame: FrameType) -> str:

@@ -91,8 +91,9 @@ class Ids:
     unk: int = 0
 
 
-NO_TARGET_MASK = ("the decoder gets no target mask (None): pass make_target_mask(ys, pad_idx), the look-ahead mask "
-                  "the model was trained with.")
+NO_TARGET_MASK = ("the decoder gets no target mask (None), so the earlier positions of ys attend to the later ones, "
+                  "which they never saw in training, and the last position reads their changed outputs in the next "
+                  "layer: pass make_target_mask(ys, pad_idx), the look-ahead mask the model was trained with.")
 NO_SOURCE_MASK = ("the decoder gets no source mask (None): pass src_mask, so padding in the source is never "
                   "attended to.")
 
@@ -506,8 +507,9 @@ def _at_step(head: str, call: _Call, row: int, sentence: int, column: int, mine:
                 "before this step: update `finished` from the token just appended.")
     positions = [position for position in range(logits.size(0) - 1) if int(logits[position].argmax()) == mine]
     if best == theirs and positions:
-        return (f"{head}: that is the token read at position {positions[0]} (the argmax of logits[:, "
-                f"{positions[0]}]); the next token is read at the LAST position, logits[:, -1].argmax(dim=-1).")
+        return (f"{head}: that is the token the model predicts at position {positions[0]} (the argmax of "
+                f"logits[:, {positions[0]}]); the next token is the one it predicts at the LAST position, "
+                "logits[:, -1].argmax(dim=-1).")
     if best == theirs:
         return f"{head}: the decoder's logits at the last position pick {_word(best, ids)}; append their argmax."
     return (f"{head}: with the same tokens so far, the decoder's logits differ from the reference's, so something "

@@ -946,7 +946,8 @@ def _unused_input(departure: Op, student: Trace, reference: Trace, context: Cont
             made = _reference_words(departure, context, reference)
             if made == f"`{source.partition(':')[2]}`":  # `x = x + ...`: "uses `x` to compute `x`" says nothing
                 made = f"the {operation_words(departure.name)} assigned to {made}"
-            return Diagnosis("", f"your code never uses {words}: the reference uses it to compute {made}")
+            inside = f" (in `{departure.line.name}`)" if departure.line is not None and departure.line.name else ""
+            return Diagnosis("", f"your code never uses {words}: the reference uses it{inside} to compute {made}")
     return None
 
 

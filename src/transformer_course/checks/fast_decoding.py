@@ -564,6 +564,20 @@ class _StepCase:
                    "source position": sizes.src_len, "heads": sizes.num_heads},
             quantities={"d_model": sizes.d_model, "d_k": sizes.d_model // sizes.num_heads})
 
+    def _at_position_zero(self, t: int, got: torch.Tensor) -> bool:
+        """Whether step t's logits are the course's step with position 0's encoding added to the new token."""
+        table = self.model.module.decoder.positional_encoding.pe
+        kept = table[:, t].clone()
+        try:
+            with torch.no_grad():
+                table[:, t] = table[:, 0]  # row t read as row 0; the cache's rows 0..t-1 are computed before
+                cache = _prefilled(self.model.module, self.src, self.tgt, t)
+                zero = reference_decoder_step(self.model.module, cache, self.tgt[:, t:t + 1])
+        finally:
+            with torch.no_grad():
+                table[:, t] = kept
+        return zero.shape == got.shape and torch.allclose(got, zero, atol=1e-8, rtol=1e-6)
+
     def diagnose(self, t: int, got: torch.Tensor) -> Diagnosis | None:
         """Step t alone, started from the cache the right steps leave: what it handed to `attend`, which sentences
         differ, and the engine's reading of the student's step against the course's; or, when that step is right,
@@ -579,6 +593,11 @@ class _StepCase:
         attended = _attended_reading(calls, cache, t)
         if attended:
             return Diagnosis("", attended + ".")
+        if alone is not None and t > 0 and self._at_position_zero(t, alone):
+            return Diagnosis("", f"step {t}'s token got the positional encoding of position 0 where position {t}'s "
+                                 "belongs: the positional-encoding module numbers the positions of the input it is "
+                                 "given from 0, and a step gives it one token; the new token's position is "
+                                 "cache.steps.")
         wrong = {int(row) for row in (~torch.isclose(got, expected, atol=1e-8)).any(dim=-1).nonzero()}
         padded = {int(row) for row in (self.src == PAD).any(dim=-1).nonzero()}
         if wrong and wrong <= padded and len(padded) < self.src.size(0):
@@ -1181,10 +1200,16 @@ def _select_inputs(scores: Sequence, finished: Sequence, lengths: Sequence, seed
     return score_tensor, log_probs, torch.tensor(finished, dtype=torch.bool), torch.tensor(lengths, dtype=torch.long)
 
 
+def _index(value: torch.Tensor) -> str:
+    """A beam or token index as returned: '3', or '0.875' when it is not a whole number."""
+    number = float(value)
+    return str(int(number)) if math.isfinite(number) and number == int(number) else f"{number:.4g}"
+
+
 def _show_selection(scores: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor) -> str:
     lines = []
     for sentence in range(scores.size(0)):
-        kept = ", ".join(f"beam {int(p)} + token {int(t)} ({float(s):.3f})"
+        kept = ", ".join(f"beam {_index(p)} + token {_index(t)} ({float(s):.3f})"
                          for s, p, t in zip(scores[sentence], parents[sentence], tokens[sentence], strict=True))
         lines.append(f"\n      sentence {sentence}: {kept}")
     return "".join(lines)
@@ -1264,6 +1289,22 @@ def _selection_reading(inputs: tuple[torch.Tensor, ...], got: Sequence[torch.Ten
         return ("the scores you return are not the total log-probabilities of the candidates you keep: each is its "
                 "parent's score plus the new token's log-probability, scores.unsqueeze(-1) + log_probs")
     ranking = candidates / penalty
+    chosen = (parents * vocab + tokens)  # (batch, beam): the student's picks as flat indices, best first
+
+    def picks(order: torch.Tensor) -> torch.Tensor:
+        return order.flatten(1).topk(beam, dim=-1).indices  # (batch, beam)
+
+    multiplied = {  # alpha used as a factor, where the penalty raises to its power
+        "the length penalty multiplies by alpha where it raises to the power alpha: lp(n) = ((5 + n) / 6) ** alpha":
+            candidates / (((5.0 + grown) / 6.0) * alpha).unsqueeze(-1),
+    }
+    if alpha not in (0.0, 1.0):  # times 1 is no penalty at all (read below); times 0 ranks nothing
+        multiplied["the candidates are multiplied by alpha, where they are divided by the length penalty of their "
+                   "new length"] = candidates * alpha
+    for words, order in multiplied.items():
+        with torch.no_grad():
+            if torch.equal(picks(order), chosen) and not torch.equal(picks(ranking), chosen):
+                return words
     if beam > 1 and all(sorted(parents[b].tolist()) == list(range(beam)) for b in range(batch)) and \
             torch.equal(tokens, ranking.argmax(dim=-1)[rows, parents]) and \
             any(len(set(wanted_parents[b].tolist())) < beam for b in range(batch)):
@@ -1292,7 +1333,8 @@ def _ranking_reading(candidates: torch.Tensor, step: torch.Tensor, lengths: torc
              "token's log-probability",
              "uses the length before this step: a live hypothesis grows by one token, lengths + 1",
              "lets finished hypotheses grow: a finished hypothesis keeps its length, lengths + (~finished).long()",
-             "leaves out the length penalty: divide each candidate by length_penalty(new length, alpha)",
+             "ranks the candidates by their scores alone, as if there were no length penalty: divide each candidate by "
+             "length_penalty(new length, alpha)",
              "keeps the lowest-ranked candidates instead of the best: topk keeps the largest values (largest=True)")
     matching = []
     for variant in itertools.product((True, False), (1, 0), (0, 1), (True, False), (True, False)):
@@ -1341,8 +1383,19 @@ def _select_case(select_beams: Callable, state: tuple, problem: str, cause: str)
         found = (f"{int(impossible.sum())} of the candidates you keep have score -inf (impossible extensions) while "
                  "candidates with a finite score were left out: the values you pass to topk do not rank the "
                  "candidates (are they -inf or nan?); print them for this input")
-    fail(problem, expected=_show_selection(*expected), got=_show_selection(*got),
-         cause=found or f"not one of the mistakes the checks recognise; {RECIPE} {cause}")
+    fail(f"{problem}: {_what_survives(got, expected)}.", expected=_show_selection(*expected),
+         got=_show_selection(*got), cause=found or f"not one of the mistakes the checks recognise; {RECIPE} {cause}")
+
+
+def _what_survives(got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> str:
+    """How the student's selection departs from the expected one, in what it shows."""
+    if any((value.detach().double() != value.detach().double().floor()).any() for value in got[1:]):
+        return "some parents or tokens are not whole numbers"
+    if _same_candidates(got, expected):
+        same_order = all(torch.equal(g.long().cpu(), e.long()) for g, e in zip(got[1:], expected[1:], strict=True))
+        return ("the expected candidates survive, with other scores" if same_order else
+                "the expected candidates survive, in another order")
+    return "other candidates survive"
 
 
 def _fractional_indices(got: Sequence[torch.Tensor]) -> str:
@@ -1375,14 +1428,14 @@ def _select_engine(select_beams: Callable, inputs: tuple[torch.Tensor, ...], bea
 
 @check("select_beams keeps the beam_size best extensions of each sentence, across all its hypotheses")
 def select_beams_top_candidates(select_beams: Callable, state: tuple = TOP_STATE) -> None:
-    _select_case(select_beams, state, problem="hand-made scores: the wrong candidates survive.",
+    _select_case(select_beams, state, problem="hand-made scores",
                  cause="candidates = scores.unsqueeze(-1) + log_probs, (batch, beam, vocab); flatten to (batch, "
                        "beam * vocab); topk(beam_size); parent = index // vocab, token = index % vocab.")
 
 
 @check("a finished hypothesis stays a candidate, extended only by <pad>, with its score unchanged")
 def select_beams_keeps_finished(select_beams: Callable, state: tuple = FINISHED_STATE) -> None:
-    _select_case(select_beams, state, problem="hand-made scores with finished hypotheses: the wrong ones survive.",
+    _select_case(select_beams, state, problem="hand-made scores with finished hypotheses",
                  cause="for finished hypotheses replace log_probs by -inf everywhere except 0 at pad_idx, "
                        "e.g. with torch.where(finished.unsqueeze(-1), stay, log_probs).")
 
@@ -1427,7 +1480,7 @@ def select_beams_length_penalty(select_beams: Callable, state: tuple = PENALTY_S
              "candidates' plain scores.")
     for alpha in dict.fromkeys((state[3], GNMT_ALPHA)):  # then the exponent itself: lp = ((5 + n) / 6) ** alpha
         _select_case(select_beams, _penalty_state((*state[:3], alpha, state[4])),
-                     problem=f"hand-made scores with alpha={alpha}: the wrong ones survive.", cause=cause)
+                     problem=f"hand-made scores with alpha={alpha}", cause=cause)
 
 
 # --- beam_search -------------------------------------------------------------------------------------------

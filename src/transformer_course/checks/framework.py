@@ -630,7 +630,9 @@ def expect_close(
         cause = f"not one of the mistakes the checks recognise; {RECIPE} {cause}"
     got64, expected64 = as_float64(got), as_float64(expected)
     difference = (got64 - expected64).abs()
-    if not torch.isfinite(got64).all():
+    if got64.dim() == 0:  # one number: no index to point at
+        detail = f"{got64.item():.6g} instead of {expected64.item():.6g}"
+    elif not torch.isfinite(got64).all():
         index = tuple(int(i) for i in (~torch.isfinite(got64)).nonzero()[0])
         detail = f"NaN or inf at index {index}"
     else:

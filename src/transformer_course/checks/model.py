@@ -283,8 +283,9 @@ def _mask_reading(allowed: Tensor, tokens: Tensor, pad_idx: int) -> str:
                         "or built as triu() where tril() belongs)")
         else:
             if real[1] is False:
-                said.append("a position may not attend to itself (the diagonal is hidden): the look-ahead mask must "
-                            "keep the diagonal, as tril() does (tril(-1) or triu() == 0 without diagonal=1 drop it)")
+                said.append("your mask lets no position attend to itself (the diagonal is hidden): the look-ahead "
+                            "mask must keep the diagonal, as tril() does (tril(-1), and triu() == 0 without "
+                            "diagonal=1, drop it)")
             if real[2] and real[0] is False:
                 said.append("later keys are allowed and earlier ones hidden: the triangle is the upper one; "
                             "position i may attend to j <= i (tril, or triu(diagonal=1) == 0)")

@@ -720,8 +720,9 @@ class Replay:
         return Reading(text, call.line, "argument", argument, step.role, seen, values.words(wanted))
 
     def _replaced(self, got: Any, wanted: tuple[Term, ...]) -> str:
-        """' (... took the place of ...)' when `got` is the wanted sum with one of its two terms replaced by another
-        known value (a stream overwritten by its normalised copy, say), naming the line that computed that value."""
+        """' (... is added where ... belongs ...)' when `got` is the wanted sum with one of its two terms replaced by
+        another known value (a stream overwritten by its normalised copy, say), naming the line that computed that
+        value."""
         for index, (factor, key) in enumerate(wanted):
             for other in self.values.names:
                 if other in self.values.masks or other == key or other.startswith("call "):
@@ -737,8 +738,9 @@ class Replay:
                                  and self.values.tensors.get(other) is call.output), None)
                     where = (f", computed in line {made.line.lineno} (`{made.line.line}`)"
                              if made is not None and made.line is not None else "")
-                    return (f" ({self.values.names[other]}{where} took the place of {self.values.names[key]}: "
-                            f"{self.values.names[key]} was overwritten before it was added)")
+                    return (f" ({self.values.names[other]}{where} is added where {self.values.names[key]} belongs: "
+                            f"is {self.values.names[key]} kept in a variable that a later line overwrote, or is "
+                            "another variable added?)")
         return ""
 
     def _exchanged(self, got: Any, wanted: tuple[Term, ...], later: Sequence[tuple[Step, Call | None, int]]) -> str:

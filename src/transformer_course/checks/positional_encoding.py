@@ -294,7 +294,8 @@ def _describe_formula(formula: _Formula, d_model: int, max_seq_length: int) -> D
         if formula.even == "cos":
             causes.append("cos is in the even columns too: the even columns 0, 2, 4, ... hold sin.")
         if formula.odd == "sin":
-            causes.append("sin is in the odd columns too: the odd columns 1, 3, 5, ... hold cos of the same angle.")
+            causes.append("sin is in the odd columns too: the odd columns 1, 3, 5, ... must hold cos of the same "
+                          "angle.")
         if formula.even.startswith("-") or formula.odd.startswith("-"):
             causes.append("a sign is flipped: the angle (position × frequency) and the functions are positive.")
     if formula.shift:
@@ -732,9 +733,10 @@ def _read_offset_matrix(matrix: torch.Tensor, k: int, d_model: int) -> Diagnosis
             wanted = [[round(float(v), 4) for v in row] for row in reference[rows, rows]]
             return Diagnosis(f"the 2×2 block of column pair {pair} (rows and columns {2 * pair}, {2 * pair + 1}) is "
                              f"{got}: it does not move that pair of PE_p to PE_(p{k:+d})",
-                             "write sin(ω(p + k)) and cos(ω(p + k)) with the angle-addition formulas: each is a "
-                             "combination of sin(ωp) and cos(ωp) whose coefficients are the block's entries (for "
-                             f"this pair they are {wanted}).")
+                             "each block turns its pair by the angle that k positions add (k times the pair's "
+                             "frequency): its entries are the cosine and the sine of that angle, with the signs the "
+                             "angle-addition formulas give for the sine and the cosine of a sum of two angles; for "
+                             f"this pair, M[{2 * pair}:{2 * pair + 2}, {2 * pair}:{2 * pair + 2}] = {wanted}.")
     return None
 
 
@@ -771,8 +773,18 @@ def offset_matrix_any_offset(offset_matrix: Callable[..., Any], d_model: int = 1
 @on_student_side
 def _offset_error(largest_offset_error: Callable[..., Any], table: torch.Tensor, matrix: torch.Tensor,
                   k: int) -> Any:
-    """What the student's largest_offset_error returns for copies of these inputs."""
-    with torch.no_grad(), student_code():
+    """What the student's largest_offset_error returns for copies of these inputs (a crash is said with k)."""
+    rows = table.size(0)
+    first, last = max(0, -k), min(rows, rows - k) - 1
+    partners = (f"for k = {k} every position is compared with itself: p and p + k run over the same {rows} rows"
+                if k == 0 else
+                f"for k = {k} the partner p + k lies before p: the positions p = {first}..{last} have one, the first "
+                f"{-k} do not" if k < 0 else
+                f"for k = {k} the positions p = {first}..{last} have a partner p + k in the table")
+    with crash_explained(f"largest_offset_error(table, M, {k}) crashed on a table of {rows} rows.",
+                         expected=f"a number: the largest difference over p = {first}..{last}",
+                         cause=f"{partners}; slices written for a positive k alone (counted with -k from the end) "
+                               "select other rows, or none, for this k."), torch.no_grad(), student_code():
         return largest_offset_error(table.clone(), matrix.clone(), k)
 
 

@@ -849,10 +849,11 @@ def train_epoch_zero_grad(train_epoch: Callable[..., Any], num_batches: int = 2,
                                                       "of 0: pass clip_norm as the clipping's limit.)"))
         before = run.steps[index - 1].gradient if index else None
         if before is not None and _accumulated(got, fresh, before.double()):
-            fail("the optimiser's step received the sum of this batch's gradient and the previous ones.",
+            fail("the optimiser's step received another gradient than its batch's.",
                  expected=f"{where}, the gradient of that batch alone",
                  got=f"gradient norm {got.norm():.4g} instead of {fresh.norm():.4g}",
-                 cause="the gradients accumulate from batch to batch: call optimizer.zero_grad() at the start of "
+                 cause="it received the sum of this batch's gradient and the previous ones: the gradients "
+                       "accumulate from batch to batch: call optimizer.zero_grad() at the start of "
                        "every batch (loss.backward() ADDS to .grad).")
         fail("the optimiser's step did not receive the batch's gradient.", expected=f"{where}, the gradient of that "
              f"batch (norm {fresh.norm():.4g}), or a multiple of it after clipping",

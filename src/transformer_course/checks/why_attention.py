@@ -294,8 +294,8 @@ def score_values(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int =
     def softmax_applied(got: torch.Tensor) -> str:
         if not torch.allclose(got.sum(dim=-1), torch.ones(()).double(), atol=1e-6):
             return ""
-        return ("every query's scores sum to 1 over the keys: score already applies the softmax; it returns the raw "
-                "scores e, and the mask and the softmax belong in forward")
+        return ("every query's scores sum to 1 over the keys: your score already applies the softmax; score must "
+                "return the raw scores e, and the mask and the softmax belong in forward")
 
     def tanh_misplaced(got: torch.Tensor) -> str:
         """tanh applied to each projection before they are added, or not at all (the score is then linear)."""
@@ -383,7 +383,7 @@ def masked_padding_gets_zero(AdditiveAttention: AttentionClass, batch: int = 4, 
                      "fill them with a very negative number (-1e9 or float('-inf')), with the mask's query axis "
                      "added, mask.unsqueeze(1) == 0.")
         else:
-            got, cause = got + f": their scores are set to {fill:.4g}", _fill_cause(fill)
+            cause = _fill_cause(fill)
         if rows_off:  # what else the weights show
             got += f"; a query's weights do not sum to 1 either (off by up to {(row_sums - 1).abs().max().item():.3g})"
             column_sums = weights.sum(dim=1)  # (batch, k_len)
@@ -473,8 +473,8 @@ def _fill_cause(fill: float) -> str:
     if fill == 0:
         return ("the padded scores are set to 0, which the softmax weighs like any other score: use a very negative "
                 "number such as -1e9 (or float('-inf')).")
-    return (f"a fill of {fill:.4g} is not negative enough: next to large scores its weight is tiny but not 0; use a "
-            "very negative number such as -1e9 (or float('-inf')).")
+    return (f"the padded scores are set to {fill:.4g}, which is not negative enough: next to large scores its weight "
+            "is tiny but not 0; use a very negative number such as -1e9 (or float('-inf')).")
 
 
 def _independence_reading(case: _Case, weights: torch.Tensor) -> str:

@@ -127,7 +127,7 @@ MISTAKES: list[Mistake] = [
         "        if scheduler is not None:\n"
         "            scheduler.step()\n"
         "        loss = compute_loss(model, batch, criterion)  # the given lines read `loss`\n",
-        fails="train_epoch_mean_loss", cause="measured after optimizer.step()",
+        fails="train_epoch_mean_loss", cause="measured after the update",
     ),
     Mistake(
         STAGE, "optimizer.zero_grad missing: gradients accumulate",

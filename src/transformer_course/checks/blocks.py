@@ -110,9 +110,9 @@ def _deterministic(run: parts.Run, what: str) -> Any:
         fail(f"in eval mode two calls of {what} gave different outputs.",
              expected="a deterministic output: dropout does nothing in eval mode",
              got="outputs that change from call to call",
-             cause="something random runs in eval mode: dropout written as F.dropout(..., training=True) (its "
-                   "default) or torch.bernoulli keeps dropping. Use an nn.Dropout module such as self.dropout, "
-                   "which switches itself off in eval mode.")
+             cause="something random still runs in eval mode: a dropout that is told it is training, or drawn by "
+                   "hand, keeps dropping, while a dropout module switches itself off in eval mode. Use an nn.Dropout "
+                   "module such as self.dropout (F.dropout(..., training=True) and torch.bernoulli keep dropping).")
     return first
 
 

@@ -398,7 +398,8 @@ def target_mask_device(make_target_mask: Callable, batch: int = 2, tgt_len: int 
 
 STACKS = {"Encoder": ReferenceEncoder, "Decoder": ReferenceDecoder}
 PLAIN_LIST = ("a plain Python list hides the blocks from PyTorch: their parameters are not trained, not saved "
-              "and not moved by .to(device). Wrap the list in nn.ModuleList, as the given constructor does.")
+              "and not moved to another device with the model. Wrap the list in nn.ModuleList, as the given "
+              "constructor does.")
 REPEATED_BLOCK = ("one block object is repeated num_layers times (all layers share its weights): create a new "
                   "block for every layer, [Block(...) for _ in range(num_layers)], as the given constructor does.")
 

@@ -57,7 +57,8 @@ def _pe_buffer(module: nn.Module) -> torch.Tensor:
             "PositionalEncoding has no buffer named `pe`.",
             expected="`pe` among the module's buffers (named_buffers())",
             got=f"`pe` is {where}" if where != "missing" else "`pe` is not among them (a plain attribute, or missing)",
-            cause="keep the given `register_buffer` line; a buffer moves with .to(device) but is not trained.",
+            cause="the table must be a buffer: a buffer moves with the module to another device and is saved with "
+                  "it, but is not trained; keep the given `register_buffer` line.",
         )
     return buffers["pe"]
 

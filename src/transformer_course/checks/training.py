@@ -986,8 +986,9 @@ def train_epoch_mean_loss_per_token(train_epoch: Callable[..., Any], sizes: Sequ
     def diagnose(_got: torch.Tensor) -> Diagnosis:
         others = [record for record in run.losses if not record.backpropagated]
         readings = {
-            "the loss is measured after optimizer.step(): keep the `loss` that was backpropagated, computed "
-            "before the update.": _weighted(others) if len(others) == len(sizes) else None,
+            "the loss is measured after the update: the mean is over the losses that were backpropagated, computed "
+            "before each update; keep the `loss` that was backpropagated.": _weighted(others) if len(others) == len(
+                sizes) else None,
             "the batches' losses are averaged as they are, not weighted by their real tokens: keep the given "
             "lines that multiply each batch's loss by its number of real tokens.": (
                 sum(r.value for r in backpropagated) / len(backpropagated) if backpropagated else None),

@@ -85,10 +85,7 @@ def _walk(tb: TracebackType | None) -> Iterator[TracebackType]:
 def failing_node(frame: FrameType, lasti: int, sources: Mapping[str, str] | None = None) -> ast.expr | None:
     """The sub-expression of the frame's line whose instruction failed, parsed (Python 3.11's columns);
     the whole line's expression when the columns are not recorded."""
-    filename = frame.f_code.co_filename
-    lines = linecache.getlines(filename, frame.f_globals)
-    if not lines and sources and filename in sources:  # code compiled from a string that linecache does not know
-        lines = sources[filename].splitlines(keepends=True)
+    lines = _source_lines(frame, sources)
     positions = list(frame.f_code.co_positions())
     start, end, first_column, last_column = positions[lasti // 2] if 0 <= lasti // 2 < len(positions) else (
         None, None, None, None)
@@ -110,6 +107,25 @@ def failing_node(frame: FrameType, lasti: int, sources: Mapping[str, str] | None
         return InPlace(left=statement.target, op=statement.op, right=statement.value)
     value = getattr(statement, "value", None)
     return value if isinstance(value, ast.expr) else None
+
+
+def _source_lines(frame: FrameType, sources: Mapping[str, str] | None) -> list[str]:
+    """The lines of the frame's code: linecache's, or `sources`' for code compiled from a string linecache does
+    not know."""
+    filename = frame.f_code.co_filename
+    lines = linecache.getlines(filename, frame.f_globals)
+    if not lines and sources and filename in sources:
+        lines = sources[filename].splitlines(keepends=True)
+    return lines
+
+
+def _printed_shapes(pattern: str, error: BaseException) -> tuple[tuple[int, ...], ...] | None:
+    """The shapes an error's text prints as [a, b, ...], one per group of `pattern` (None when it does not
+    match)."""
+    found = re.search(pattern, str(error))
+    if found is None:
+        return None
+    return tuple(tuple(int(size) for size in group.split(",") if size.strip()) for group in found.groups())
 
 
 class InPlace(ast.BinOp):
@@ -314,10 +330,8 @@ def _written_into(node: ast.Subscript, error: BaseException, frame: FrameType,
                   sources: Mapping[str, str] | None) -> str:
     """'the result of `f(x)`, of shape (50, 16), is written into `pe[:, 0::2]`, of shape (50, 8)' when the
     failing subscript is the target of an assignment whose value does not fit it ('' otherwise)."""
-    sizes = re.search(r"Target sizes: \[([\d, ]*)\]\.\s+Tensor sizes: \[([\d, ]*)\]", str(error))
-    lines = linecache.getlines(frame.f_code.co_filename, frame.f_globals) or (
-        sources[frame.f_code.co_filename].splitlines(keepends=True)
-        if sources and frame.f_code.co_filename in sources else [])
+    sizes = _printed_shapes(r"Target sizes: \[([\d, ]*)\]\.\s+Tensor sizes: \[([\d, ]*)\]", error)
+    lines = _source_lines(frame, sources)
     if sizes is None or not 0 < frame.f_lineno <= len(lines):
         return ""
     try:
@@ -326,7 +340,7 @@ def _written_into(node: ast.Subscript, error: BaseException, frame: FrameType,
         return ""
     if not isinstance(statement, ast.Assign) or ast.unparse(statement.targets[0]) != ast.unparse(node):
         return ""
-    target, value = (tuple(int(size) for size in group.split(",") if size.strip()) for group in sizes.groups())
+    target, value = sizes
     return (f"{_operand(statement.value, frame)}, of shape {_shape(value)}, is written into `{_code(node)}`, of "
             f"shape {_shape(target)}.")
 
@@ -337,11 +351,11 @@ def _in_place(node: InPlace, error: BaseException, frame: FrameType) -> str:
     symbol = _SYMBOLS[type(node.op)] + "="
     said = (f"`{symbol}` combines {_operand(node.left, frame)} with {_operand(node.right, frame)} and writes the "
             f"result into `{_code(node.left)}` itself (in place)")
-    shapes = re.search(r"output with shape \[([\d, ]*)\] doesn't match the broadcast shape \[([\d, ]*)\]",
-                       str(error))
+    shapes = _printed_shapes(r"output with shape \[([\d, ]*)\] doesn't match the broadcast shape \[([\d, ]*)\]",
+                             error)
     if shapes is None:
         return said + "."
-    own, combined = (tuple(int(size) for size in group.split(",") if size.strip()) for group in shapes.groups())
+    own, combined = shapes
     return said + (f": the combined shape is {_shape(combined)}, and a tensor written in place keeps its own shape "
                    f"{_shape(own)}.")
 

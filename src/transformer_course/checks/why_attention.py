@@ -437,10 +437,10 @@ def context_values(AdditiveAttention: AttentionClass, batch: int = 3, q_len: int
     # and not when the context ignores them or mixes the keys by the scores (both would read the unused weights
     # as the returned value, one step short, at the softmax's line)
     comparable = isinstance(context, torch.Tensor) and context.shape == expected.shape
-    mixed = comparable and bool(mixed_by_scores(context))
-    ignored = comparable and bool(same_context_everywhere(context)) or mixed
+    mixed = mixed_by_scores(context) if comparable else ""
+    ignored = comparable and bool(same_context_everywhere(context)) or bool(mixed)
     declared.values("context", context, expected, traces=case.trace_forward, context=case.context,
-                    axes=("batch", "query", "feature"), own=[mixed_by_scores, same_context_everywhere],
+                    axes=("batch", "query", "feature"), own=[lambda _context: mixed, same_context_everywhere],
                     engine=tensors_close(weights, reference_weights, 1e-7, 1e-6) and not ignored,
                     steps=not mixed,
                     recipe="context[b, i] = sum over j of weights[b, i, j] * keys[b, j]: weights @ keys.")

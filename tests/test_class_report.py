@@ -210,11 +210,10 @@ def test_plot_labels_draw_a_dollar_as_a_dollar():
 
 # chen's cause as the example class's checks write it (the engine's reading, then the check's named mistake)
 CHEN = ("after line 13 of `scaled_dot_product_attention` (`scores = Q @ K.transpose(-2, -1)  # (..., q_len, k_len)`)"
-        ": a step is missing: in `scaled_dot_product_attention` the reference applies a division to the matrix product "
-        "that goes into `scores` (the result is 0.3536 × it (the factor is 1/√d_k)), and your softmax (in "
-        "`scaled_dot_product_attention`, line 16 (`weights = torch.softmax(scores, dim=-1)`)) receives the matrix "
-        "product that goes into `scores` without it; the scores are not divided by √d_k: divide Q K^T by "
-        "math.sqrt(d_k) before the softmax")
+        ": a step is missing: in `scaled_dot_product_attention`, the reference applies a division to the matrix "
+        "product that goes into `scores`, which multiplies it by 0.3536 (the factor is 1/√d_k); your softmax on line "
+        "16 of `scaled_dot_product_attention` (`weights = torch.softmax(scores, dim=-1)`) receives it without the "
+        "division; the scores are not divided by √d_k: divide Q K^T by math.sqrt(d_k) before the softmax")
 
 
 def _another_student(cause, shift, factor, name="s"):
@@ -230,10 +229,10 @@ def test_one_mistake_is_one_kind_whatever_the_lines_factors_and_names():
     for shift, factor, name in ((2, "0.4472", "s"), (40, "0.125", "attn"), (0, "0.3536", "scores")):
         assert cause_kind(_another_student(CHEN, shift, factor, name)) == (key, words)
     # the engine's reading alone (no named mistake): its kind without the student's lines, code and numbers
-    engine = CHEN.split("; ")[0]
+    engine = "; ".join(CHEN.split("; ")[:2])
     engine_key, engine_words = cause_kind(engine)
     assert engine_key == engine_words and "line" not in engine_key and "0.3536" not in engine_key
-    assert engine_key.startswith("a step is missing: in `…` the reference applies a division")
+    assert engine_key.startswith("a step is missing: in `…`, the reference applies a division")
     assert cause_kind(_another_student(engine, 2, "0.4472", "s"))[0] == engine_key
     # another mistake never merges with it; a student's folder in a path is left out of the kind
     assert cause_kind("the mask is transposed: row i is the query")[0] != key

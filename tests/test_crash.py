@@ -119,7 +119,7 @@ def test_a_wrong_argument_is_followed_to_the_callers_line():
 
 def test_a_tensor_called_like_a_layer_says_what_it_holds_and_which_layer_is_there():
     detail = _detail(_message(Decoder().call_a_tensor, torch.zeros(2, 3, 16), torch.zeros(2, 5, 16)))
-    assert "`enc_out` is a float32 tensor of shape (2, 5, 16), which cannot be called" in detail
+    assert "`enc_out` is a tensor of shape (2, 5, 16), which cannot be called" in detail
     assert "another variable meant, such as `layer` (an Identity module)" in detail
 
 
@@ -132,12 +132,12 @@ def test_an_embedding_given_floats_names_the_variable_and_its_shape():
 
 def test_the_operands_of_a_call_and_of_an_operator_are_described():
     detail = _detail(_message(zeros_with_a_tensor, 50, torch.zeros(8)))
-    assert "`torch.zeros` receives `max_seq_length` (the int 50) and `div_term` (a float32 tensor of shape (8,))" \
+    assert "`torch.zeros` receives `max_seq_length` (the int 50) and `div_term` (a tensor of shape (8,))" \
         in detail
     detail = _detail(_message(scores, torch.zeros(6, 5, 4), torch.zeros(6, 6, 4)))
     assert "`.transpose(…)` is called on the result of `.transpose(…)`" in detail
-    assert "`Q` (a float32 tensor of shape (6, 5, 4))" in detail
-    assert "`K.transpose(-2, -1).transpose(-2, -1)` (a float32 tensor of shape (6, 6, 4))" in detail
+    assert "`Q` (a tensor of shape (6, 5, 4))" in detail
+    assert "`K.transpose(-2, -1).transpose(-2, -1)` (a tensor of shape (6, 6, 4))" in detail
 
 
 # --- honest crashes: no relation the values do not show -------------------------------------------------
@@ -151,7 +151,7 @@ def test_a_typo_names_the_close_spelling_only_when_there_is_one():
 
 def test_a_missing_method_that_no_other_variable_has_claims_no_other_variable():
     detail = _detail(_message(no_such_method, torch.zeros(2)))
-    assert "`x` is a float32 tensor of shape (2,), which has no `shape_of_it`" in detail
+    assert "`x` is a tensor of shape (2,), which has no `shape_of_it`" in detail
     assert "another" not in detail and "twice" not in detail
 
 
@@ -162,6 +162,20 @@ def test_a_correct_looking_call_claims_nothing_twice_or_swapped():
 
 
 # --- bounded, and never in the way ----------------------------------------------------------------------------
+
+
+def linear_on_doubles(layer, x):
+    return layer(x)
+
+
+def test_a_float_dtype_is_said_only_where_the_error_is_about_dtypes():
+    """The checks run in float64 whatever the lesson asks for: "a float64 tensor" in a shape error would read as
+    a claim about the student's own tensors; in a dtype error the dtypes are what matters."""
+    detail = _detail(_message(linear_on_doubles, nn.Linear(4, 3), torch.zeros(2, 4, dtype=torch.float64)))
+    assert "`x` (a float64 tensor of shape (2, 4))" in detail
+    doubles = torch.zeros(6, 5, 4, dtype=torch.float64), torch.zeros(6, 6, 4, dtype=torch.float64)
+    detail = _detail(_message(scores, *doubles))
+    assert "float" not in detail and "`Q` (a tensor of shape (6, 5, 4))" in detail
 
 
 def test_large_values_are_described_by_their_shape_only():

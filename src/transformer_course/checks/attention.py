@@ -111,8 +111,9 @@ def _bool_only_explained() -> Iterator[None]:
                 "your code needs a bool mask, but masks may also arrive as integers 0/1.",
                 expected="the same result for a bool mask and for the integer mask mask.long()",
                 got=first_line(error, 120) + crash_lines(error),
-                cause="compare with zero (`mask == 0`) or convert first (`~mask.bool()`); "
-                      "`~mask` on an integer tensor flips bits (1 -> -2), it does not negate.",
+                cause="masked_fill and torch.where take only a bool mask, and `~` on an integer tensor flips "
+                      "bits (1 becomes -2) instead of negating it: turn the 0/1 mask into a bool one first, by "
+                      "comparing it with zero (`mask == 0`) or converting it (`~mask.bool()`).",
             )
         raise
 
@@ -792,7 +793,9 @@ def _triangle(mask: torch.Tensor, size: int) -> Diagnosis | None:
 def look_ahead_mask_shape(make_look_ahead_mask: Callable[..., Any], size: int = 6) -> None:
     mask = _call(make_look_ahead_mask, size)
     expect_shape("look-ahead mask", mask, (1, 1, size, size),
-                 cause="build a (size, size) lower triangle, then add two leading axes (.unsqueeze(0) twice).")
+                 cause="the mask has no batch and heads axes: it must broadcast over the scores (batch, heads, "
+                       "q_len, k_len), so it needs two leading axes of size 1 (.unsqueeze(0) twice) in front of the "
+                       "(size, size) table.")
 
 
 @check("make_look_ahead_mask lets position i see positions 0..i (diagonal included), on the given device")
@@ -943,7 +946,7 @@ class _Case:
             reading = differential.before_crash(observed.trace, *self.recorded())
             if reading is None:
                 raise error
-            fail(f"forward crashed: {reading.where}.", expected="forward(q, k, v, mask) -> (batch, q_len, d_model)",
+            fail("forward crashed.", expected="forward(q, k, v, mask) -> (batch, q_len, d_model)",
                  got=f"{observed.error.type_name}: {first_line(error, 160)}" + crash_lines(error),
                  cause=reading.cause)
         return observed

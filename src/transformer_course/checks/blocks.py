@@ -208,7 +208,7 @@ def _feed_forward_reading(calls: list[parts.Call], output: Any, roles: dict[str,
         return (f"{line}there is no ReLU between the two layers: {fc2} receives the output of {fc1} unchanged "
                 f"(two linear layers in a row are one linear layer); compute {fc2}(max(0, {fc1}(x))).")
     if hidden is not None and hidden != "the ReLU":
-        return (f"{line}the hidden layer goes through {hidden} where the paper applies the ReLU, max(0, z): "
+        return (f"{line}the hidden layer goes through {hidden} where the paper applies the ReLU; "
                 f"{fc2} must receive max(0, {fc1}(x)).")
     return None
 

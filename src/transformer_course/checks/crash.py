@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextvars
 import difflib
 import functools
 import inspect
@@ -33,6 +34,10 @@ from typing import Any
 
 import torch
 from torch import nn
+
+# whether a float32 or float64 tensor is described with its dtype (`describe` sets it per error)
+_FLOAT_DTYPES_SAID: contextvars.ContextVar[bool] = contextvars.ContextVar("float_dtypes_said", default=True)
+_DTYPE_ERROR = re.compile(r"dtype|scalar type|Double|Float|Half", re.IGNORECASE)
 
 MAX_DETAIL = 1000  # characters of the whole description
 MAX_OPERANDS = 4  # operands described per failing call
@@ -67,7 +72,13 @@ def describe(error: BaseException, students: Callable[[str], bool],
             return ""
         frame, lasti = entries[mine[-1]]
         caller = entries[mine[-2]] if len(mine) > 1 else None
-        text = " ".join(_sentences(error, frame, lasti, caller, sources))
+        # the checks run in float64, whatever dtype the lesson asks for: a float dtype is said only where the
+        # error is about dtypes (it would read as a claim about the student's tensors)
+        token = _FLOAT_DTYPES_SAID.set(bool(_DTYPE_ERROR.search(str(error))))
+        try:
+            text = " ".join(_sentences(error, frame, lasti, caller, sources))
+        finally:
+            _FLOAT_DTYPES_SAID.reset(token)
         return text if len(text) <= MAX_DETAIL else text[:MAX_DETAIL - 1] + "…"
     except Exception:  # the explainer must never hide the student's error behind one of its own
         return ""
@@ -240,10 +251,12 @@ def kind_of_value(value: Any) -> str:
     if isinstance(value, str):
         return f"the text {value[:30]!r}"
     if isinstance(value, torch.Tensor):
-        dtype = str(value.dtype).removeprefix("torch.")
+        said = value.dtype not in (torch.float32, torch.float64) or _FLOAT_DTYPES_SAID.get()
+        dtype = str(value.dtype).removeprefix("torch.") + " " if said else ""
         if value.dim() == 0:
-            return f"{_article(dtype)} tensor holding one number"
-        return f"{'an empty ' + dtype if value.numel() == 0 else _article(dtype)} tensor of shape {_shape(value.shape)}"
+            return f"{_article(dtype + 'tensor')} holding one number"
+        return (f"{'an empty ' + dtype + 'tensor' if value.numel() == 0 else _article(dtype + 'tensor')} of shape "
+                f"{_shape(value.shape)}")
     if isinstance(value, nn.Linear):
         return f"a Linear layer from {value.in_features} to {value.out_features} features"
     if isinstance(value, nn.Embedding):

@@ -189,11 +189,11 @@ def added_steps(student: differential.Trace, got: torch.Tensor, expected: torch.
     if found.line == last.line and found.user == last.user:
         return f"{student_line(last)}: this line computes the expected values and then applies {names}{result}"
     return (f"{student_line(last)}: your code computes the expected values "
-            f"({student_line(found).removeprefix('in ')}) and then applies {names}{result}")
+            f"{differential.on_line(found)} and then applies {names}{result}")
 
 
 _SAME_WORDS = re.compile(r"receives (.+) where the reference gives it \1(?=[.;]|$)")
-_LOCATION = re.compile(r"in `\w+`, line \d+ \(`.*?`\)(?=: )")
+_LOCATION = re.compile(r"in `(\w+)`, line (\d+) \(`(.*?)`\)(?=: )")
 
 
 def _engine(student: differential.Trace, reference: differential.Trace, got: torch.Tensor, expected: torch.Tensor,
@@ -206,7 +206,9 @@ def _engine(student: differential.Trace, reference: differential.Trace, got: tor
     location = _LOCATION.match(found.cause)
     if location is None:
         return found
-    rest = found.cause[location.end():].replace(f" ({location.group(0)})", " (on the same line)")
+    function, number, code = location.groups()
+    rest = (found.cause[location.end():].replace(f" ({location.group(0)})", " (on the same line)")
+            .replace(f" on line {number} of `{function}` (`{code}`)", " on the same line"))
     return Diagnosis(found.where, location.group(0) + rest)
 
 

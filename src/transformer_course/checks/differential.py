@@ -604,7 +604,7 @@ def _after_the_end(last: Op, keys: list[str], student: Trace, student_final: tor
     steps = [op for op in chain if op.name not in LAYOUT] or chain
     where = student_line(steps[0])
     # a step's line is said where it is not the line the message starts with (quoted twice, it reads as two)
-    words = ", then ".join(f"a {operation_words(op.name)}" + (f" ({line})" if (line := student_line(op)) != where
+    words = ", then ".join(f"a {operation_words(op.name)}" + (f" {on_line(op)}" if student_line(op) != where
                                                               else "") for op in steps[:3])
     return Diagnosis(where, f"your code computes {_reference_words(last, context, reference)} "
                      f"as the reference does, then applies {words} to it: the reference stops there", steps[0].line)
@@ -668,6 +668,25 @@ def student_line(op: Op | None) -> str:
     if frame is None:
         return ""
     return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
+
+
+def on_line(op: Op | None) -> str:
+    """A line of the student's said inside a sentence, without nested brackets: "on line 21 of `score`
+    (`scores = ...`)"."""
+    frame = op.user or op.line if op is not None else None
+    if frame is None:
+        return ""
+    return f"on line {frame.lineno} of `{frame.name}`" + (f" (`{frame.line}`)" if frame.line else "")
+
+
+def _result_words(step: str) -> str:
+    """What a missing step does to the value it is missing from, from `relation`'s words ("0.4472 × the expected
+    values (the factor is 1/√d_k)" -> "which multiplies it by 0.4472 (the factor is 1/√d_k)")."""
+    factor = re.fullmatch(r"(\S+) × the expected values(?: \(the factor is (.+)\))?", step)
+    if factor:
+        return f"which multiplies it by {factor.group(1)}" + (f" (the factor is {factor.group(2)})"
+                                                              if factor.group(2) else "")
+    return f"which gives {step.replace('the expected values', 'it')}"
 
 
 def _after_line(op: Op) -> str:
@@ -854,7 +873,7 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     text = (f"your code applies the {operation_words(first.name)} where the reference applies the "
             f"{operation_words(departure.name)} to {_arguments_words(departure, reference, context)}")
     if later is not None:
-        text += (f"; your {operation_words(departure.name)} comes later ({student_line(later)}): the two steps "
+        text += (f"; your {operation_words(departure.name)} comes later, {on_line(later)}: the two steps "
                  "are in another order")
     elif how and first is counterpart and got is not None and expected is not None and got.shape != expected.shape:
         # two different steps: their shapes are compared, never one called the expected value of the other
@@ -1052,18 +1071,17 @@ def _missing_step(departure: Op, reference: Trace, student: Trace, index: Index,
             if later is not None:
                 return Diagnosis(student_line(later),
                                  f"your {operation_words(departure.name)} comes after your "
-                                 f"{operation_words(consumer.name)} ({student_line(op)}): the reference applies the "
+                                 f"{operation_words(consumer.name)}, {on_line(op)}: the reference applies the "
                                  f"{operation_words(departure.name)} first, to {data_words}, and the "
                                  f"{operation_words(consumer.name)} to its result", later.line)
             step = relation(departure.output, data, context, departure) if departure.output.shape == data.shape else ""
-            place = f"in `{function}` " if function else ""
+            place = f"in `{function}`, " if function else ""
             made = producer_of(op.sources[position])  # where the student's code makes the value the step belongs to
             made_op = student.ops[made] if made is not None else None
             text = (f"a step is missing: {place}the reference applies a {operation_words(departure.name)} to "
-                    f"{data_words}"
-                    + (f" (the result is {step.replace('the expected values', 'it')})" if step else "")
-                    + f", and your {operation_words(consumer.name)} ({student_line(op)}) receives {data_words} "
-                    "without it")
+                    f"{data_words}" + (f", {_result_words(step)}" if step else "")
+                    + f"; your {operation_words(consumer.name)} {on_line(op)} receives it without the "
+                    f"{operation_words(departure.name)}")
             if made_op is not None and made_op.line is not None and made_op.line.name == function:
                 return Diagnosis(_after_line(made_op), text, made_op.line)
             return Diagnosis(student_line(op), text, op.line)
@@ -1197,7 +1215,7 @@ def _extra_step(got: str, wanted: torch.Tensor, student: Trace) -> str:
         op = student.ops[producer]
         inputs = [_value_of(student, source) for source in op.sources]
         if any(value is not None and same_values(value, wanted, permuted=False) for value in inputs):
-            return f"after an extra {operation_words(op.name)} ({student_line(op)})"
+            return f"after an extra {operation_words(op.name)} {on_line(op)}"
         producer = producer_of(op.sources[0]) if op.sources and op.name in LAYOUT else None
     return ""
 

@@ -1124,7 +1124,7 @@ def cached_greedy_matches_greedy_padded(cached_greedy_decode: Callable, **sizes:
     _greedy_case(cached_greedy_decode, replace(Sizes(), **sizes), padded=True)
 
 
-@check("cached_greedy_decode computes cross-attention keys and values once and caches one position per step")
+@check("cached_greedy_decode's calls and cache sizes are those of a cached decoding")
 def cached_greedy_uses_the_cache(cached_greedy_decode: Callable, **sizes: int) -> None:
     config = _lively(replace(Sizes(), **sizes), feeding=False)  # sentences that run on past step 0
     model = _random_model(config)
@@ -1499,26 +1499,26 @@ def _follow_departure(t: int, call: runs.Call, previous: runs.Call) -> str | Non
     given, before = call.args["finished"].bool(), previous.args["finished"].bool()
     if not runs.same(given, finished):
         if runs.same(given, before | (tokens == EOS)):
-            return (f"`finished` is not taken from the parents: at step {t} select_beams was given finished = "
+            return (f"`finished` is not taken from the parents: at step {t} select_beams was given the finished flags "
                     f"{given.int().tolist()}, the previous flags of each beam position, while the "
                     f"hypotheses there now continue parents {parents.tolist()}, so they should be "
                     f"{finished.int().tolist()}: finished.gather(1, parents) | (tokens == eos_idx).")
-        return (f"at step {t} select_beams was given finished = {given.int().tolist()} instead of "
+        return (f"at step {t} select_beams was given the finished flags {given.int().tolist()} instead of "
                 f"{finished.int().tolist()}: a hypothesis is finished if its parent was, or if its new token is "
                 "<eos>: finished.gather(1, parents) | (tokens == eos_idx).")
     given, grown = call.args["lengths"].long(), previous.args["lengths"].long()
     if not runs.same(given, lengths):
         unfollowed = (grown + (~before.gather(1, parents)).long(), grown + (~before).long())
         if any(runs.same(given, wrong) for wrong in unfollowed):
-            return (f"`lengths` is not taken from the parents: at step {t} select_beams was given lengths = "
+            return (f"`lengths` is not taken from the parents: at step {t} select_beams was given the lengths "
                     f"{given.tolist()}, grown from the previous lengths of each beam position, while the "
                     f"hypotheses there continue parents {parents.tolist()}, so they should be {lengths.tolist()}: "
                     "lengths.gather(1, parents) + (~finished_before).long().")
         if runs.same(given, grown.gather(1, parents) + 1):
-            return (f"finished hypotheses keep growing: at step {t} select_beams was given lengths = "
+            return (f"finished hypotheses keep growing: at step {t} select_beams was given the lengths "
                     f"{given.tolist()} instead of {lengths.tolist()}; a hypothesis whose parent had finished "
                     "keeps its length: lengths.gather(1, parents) + (~finished_before).long().")
-        return (f"at step {t} select_beams was given lengths = {given.tolist()} instead of "
+        return (f"at step {t} select_beams was given the lengths {given.tolist()} instead of "
                 f"{lengths.tolist()}: lengths.gather(1, parents), plus one where the parent had not finished.")
     return None
 

@@ -563,7 +563,8 @@ def expect_shape(name: str, got: Any, shape: tuple[int, ...], cause: str) -> tor
 
 
 RECIPE = "what is expected:"  # marks a cause that only restates the recipe (nothing was diagnosed)
-REFERENCE_VALUES = "the reference values (same inputs)"  # `expect_close`'s "expected:" line unless told otherwise
+# `expect_close`'s "expected:" line unless told otherwise
+REFERENCE_VALUES = "the values of the course's reference implementation (same inputs)"
 
 
 @dataclass(frozen=True)

@@ -301,8 +301,9 @@ def _describe_formula(formula: _Formula, d_model: int, max_seq_length: int) -> D
             causes.append("a sign is flipped: the angle (position × frequency) and the functions are positive.")
     if formula.shift:
         findings.append(f"row p holds the values of position p{formula.shift:+d}")
-        causes.append(f"positions start at {formula.shift}: the first token has position 0, "
-                      "torch.arange(max_seq_length)." if formula.shift > 0 else
+        causes.append(f"positions start at {formula.shift} instead of 0: the first token of a sentence is position "
+                      "0, so row 0 of the table holds sin 0 = 0 and cos 0 = 1; torch.arange(max_seq_length)."
+                      if formula.shift > 0 else
                       "the positions are shifted: row p is position p, torch.arange(max_seq_length).")
     if formula.amplitude != 1:
         findings.append(f"the values swing between ±{formula.amplitude:.3g} instead of ±1")
@@ -428,8 +429,9 @@ def _forward_twice(module: nn.Module, x: torch.Tensor, table: torch.Tensor) -> t
         f"max_seq_length={max_seq_length}.",
         expected=f"x plus an encoding of shape (1, {seq_len}, {d_model}): one row for each of x's {seq_len} positions, "
                  "the same for every sentence of the batch",
-        cause="a wrong slice of pe: axis 1 of pe is the position, so keep its first x.size(1) rows, "
-              "self.pe[:, :x.size(1)] (x.size(0) is the batch, x.size(2) is d_model).",
+        cause="a wrong slice of pe: pe is (1, max_seq_length, d_model), so its positions lie along axis 1, and x "
+              "has as many positions as its own axis 1 says: keep that many rows of pe, self.pe[:, :x.size(1)] "
+              "(x.size(0) is the batch, x.size(2) is d_model).",
         when=_size_mismatch,
     ), torch.no_grad(), student_code():
         return module(x.clone()), module(x.clone()), held

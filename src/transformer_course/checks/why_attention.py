@@ -271,8 +271,9 @@ def score_shape(AdditiveAttention: AttentionClass, batch: int = 2, q_len: int = 
         known = {(batch, length, k_len, 1): "v maps each attention_size-wide vector to a single number and leaves an "
                                             "axis of size 1: remove it with .squeeze(-1)."}
         if length > 1:
-            known[(batch, k_len, length)] = ("the scores are transposed: one row per query, so the query gets the new "
-                                             "axis at position 2 and the keys at position 1, "
+            known[(batch, k_len, length)] = ("the scores are transposed, one row per key where each row must be a "
+                                             "query's: in the sum of the projections the query positions must lie "
+                                             "along axis 1 and the key positions along axis 2; "
                                              "W_q(query).unsqueeze(2) + W_k(keys).unsqueeze(1).")
         else:  # what .squeeze() without an axis leaves of (batch, 1, k_len, 1)
             known |= dict.fromkeys({(batch, k_len), (k_len,) if batch == 1 else (batch, k_len)},

@@ -153,7 +153,8 @@ _CODE = re.compile(r"`[^`\n]*`")
 _NUMBER = re.compile(r"(?<![\w.])[-+−]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?(?![\w])")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:[/\\][\w.@~-]+){2,}")
 _LOCATION = re.compile(r"^(?:after line N of `…`|in `…`, line N|line N)(?: \(`…`\))?: ")  # where it starts
-_INNER_LOCATION = re.compile(r" \((?:in `…`, )?line N(?: \(`…`\))?\)")  # "your softmax (in `f`, line 16 (`...`))"
+# "your softmax (in `f`, line 16 (`...`))", "your softmax on line 16 of `f` (`...`)"
+_INNER_LOCATION = re.compile(r" \((?:in `…`, )?line N(?: \(`…`\))?\)| on line N of `…`(?: \(`…`\))?")
 _STUDENT_LINE = re.compile(r"\bline \d+")  # a part of a cause that points into the student's code
 _EXERCISE = re.compile(r"\bcheck\.\w+\(\s*(\w+)")  # `assert check.sdpa_values(scaled_dot_product_attention)`
 # A hidden test's failure names no cause (its message may say nothing computed from the hidden inputs: the

@@ -28,7 +28,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 1¾ hours if you are at ease with PyTorch, about 2½ hours if you are new to it or get
-# stuck. That is reading (55 minutes at 150 words a minute without the folded hints, 74 at 100 words a minute
+# stuck. That is reading (56 minutes at 150 words a minute without the folded hints, 75 at 100 words a minute
 # with them, and the given code at 10 lines a minute), one exercise, two predictions and two written
 # questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and about 4 minutes of
 # computation on one CPU core, most of it the training of section 7. (Estimated by `scripts/working_time.py`
@@ -473,7 +473,9 @@ for label, count in counts.items():
 #
 # **The encoder** is a *bidirectional* GRU: one GRU reads the sentence left to right, a second one right
 # to left, and their states at each position are concatenated. So `outputs[:, j]` describes token $j$
-# together with what comes before *and* after it. The sentence vector $c$ joins the final state of each
+# together with what comes before *and* after it: from here on, $h_j$ is this concatenation, no longer the
+# state after reading tokens $1..j$ of section 1 (Bahdanau et al. use the same bidirectional encoder). The
+# sentence vector $c$ joins the final state of each
 # direction (the left-to-right GRU after the last word, the right-to-left one after the first). Padding
 # is skipped by *packing* the batch (`pack_padded_sequence`), so the final states belong to each
 # sentence's real last token, not to a `<pad>`.
@@ -599,12 +601,13 @@ plt.show()
 
 # %% [markdown]
 # **Reading the bars.** Attention helps in every bucket, by roughly 9 to 12 BLEU points in the course's
-# run. The ratio of the two models' BLEU (printed below) grows as the sentences get longer, but a
-# gain of about the same size over a baseline that falls would make it grow anyway, so the ratio alone
-# does not show that long sentences gain more (in points, the longest bucket gained least). What the
-# bars do show: the model with attention keeps a larger share of its short-sentence quality (from the
-# shortest to the longest bucket it loses about 30 %, the model that squeezes everything into one
-# vector about 47 %). Both find the longest sentences harder: a longer sentence has more words to get
+# run (the gains are printed below). The ratio of the two models' BLEU grows as the sentences get
+# longer, but a gain of about the same size over a baseline that falls would make it grow anyway, so
+# the ratio alone does not show that long sentences gain more (in points, the longest bucket did not
+# gain more than the others). What the bars do show: the model with attention keeps a larger share of
+# its short-sentence quality (in the course's run, from the shortest to the longest bucket it loses
+# about 30 %, the model that squeezes everything into one vector about 47 %). Both find the longest sentences
+# harder: a longer sentence has more words to get
 # wrong, and after a few minutes of training neither model is good. One seed and a few hundred
 # sentences per bucket: read the trend, not each bar.
 
@@ -614,7 +617,14 @@ for name, result in {**ours, **yours}.items():
         plain_result = {**ours, **yours}[name.replace("with attention", "without attention")]
         ratios = "".join(f"{result[label]['bleu'] / plain_result[label]['bleu']:8.2f}" if plain_result[label]['bleu']
                          else f"{'(0)':>8s}" for label in labels)  # (0): the model without attention scored 0
+        gains = "".join(f"{result[label]['bleu'] - plain_result[label]['bleu']:+8.1f}" for label in labels)
         print(f"{'BLEU with / without ' + name[len('with attention'):]:28s}{ratios}")
+        print(f"{'BLEU with - without ' + name[len('with attention'):]:28s}{gains}")
+        shortest, longest = labels[0], labels[-2]  # the first and the last length bucket
+        for model_result, words in ((result, "with attention"), (plain_result, "without attention")):
+            if model_result[shortest]["bleu"]:  # a model that scored 0 on short sentences has nothing to lose
+                lost = 1 - model_result[longest]["bleu"] / model_result[shortest]["bleu"]
+                print(f"  {words}: {lost:.0%} of its BLEU lost from the shortest to the longest bucket")
 
 # %% [markdown]
 # ## 9. Where the decoder looks

@@ -27,7 +27,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 1¾ hours if you are at ease with PyTorch, about 3¼ hours if you are new to it or get
-# stuck. That is reading (34 minutes at 150 words a minute without the folded hints, 54 at 100 words a minute
+# stuck. That is reading (34 minutes at 150 words a minute without the folded hints, 55 at 100 words a minute
 # with them, and the given code at 10 lines a minute), two exercises, two predictions and three written
 # questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells that run in
 # seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's length and the
@@ -378,7 +378,9 @@ print("                        ", [round(float(table[50] @ table[50 + k]), 1) fo
 # general *not* a function of $p - q$ any more: the first line of the cell below shows it for random
 # projections. What the paper points to is a structure a projection can use: if
 # $PE_{p+k} = M_k\, PE_p$ with one matrix $M_k$, then a query projection $W_Q$ made from $M_k$ turns
-# the position part of the query of position $p$ into $PE_{p+k}$, and with $W_K$ the identity the
+# the position part of the query of position $p$ into $PE_{p+k}$ (mind the two conventions: $M_k$ acts
+# on $PE_p$ as a column vector, while attention multiplies row vectors by its matrices from the right;
+# how the two meet is yours to work out, and it matters again in the exercise), and with $W_K$ the identity the
 # position part of its score for key $q$ is $PE_{p+k} \cdot PE_q$, largest at $q = p + k$. It does so
 # at every $p$ with the same matrix: "look $k$ tokens to the right" is one linear map that training
 # can find. (Whether a trained model uses it this way is another matter: the paper states the

@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2½ hours if you are at ease with PyTorch, about 4¼ hours if you are new to it or get
-# stuck. That is reading (55 minutes at 150 words a minute without the folded hints, 84 at 100 words a minute
+# stuck. That is reading (56 minutes at 150 words a minute without the folded hints, 85 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -660,7 +660,8 @@ print("row sums:", [round(x, 3) for x in weights_demo[0, 0].sum(dim=-1).tolist()
 # in that order and cut the sequence into another shape, so which number follows which never changes;
 # `transpose` and `permute` change which axis is read first, without copying anything. Work out on
 # paper, with the small example below, which of these gives each head the right numbers. The
-# diagram shows what must come out (colour = head), not how.
+# diagram shows what must come out of each function (colour = head), not which tensor operations get
+# it there, and where the two sit in multi-head attention, in the order of the paper's Figure 2.
 
 # %%
 diagrams.show("head_splitting")

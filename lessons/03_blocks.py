@@ -26,7 +26,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or get
-# stuck. That is reading (54 minutes at 150 words a minute without the folded hints, 79 at 100 words a minute
+# stuck. That is reading (55 minutes at 150 words a minute without the folded hints, 80 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, three predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -940,6 +940,8 @@ for num_layers in (6, 12):
     print(f"{num_layers} blocks: top block / bottom block  post-LN {post[-1] / post[0]:.2f}, pre-LN "
           f"{pre[-1] / pre[0]:.2f}, pre-LN with the sublayer paths cut {cut[-1] / cut[0]:.2f};  "
           f"top block post-LN / pre-LN {post[-1] / pre[-1]:.1f}")
+    largest = max(range(num_layers), key=lambda block: post[block])  # an index from 0; the figure counts from 1
+    print(f"  post-LN: the largest gradient is at block {largest + 1}, {post[largest] / post[0]:.2f} × the bottom's")
 
 # %% [markdown]
 # **Reading the bars.** In the post-LN stacks the upper blocks get larger gradients than the lower
@@ -996,7 +998,7 @@ for num_layers in (6, 12):
 # **Question 1 (2 points).** In section 4, the stack without residual connections still had a
 # LayerNorm after every attention layer. A classmate argues: "LayerNorm rescales every position to
 # mean 0 and variance 1, so it undoes the averaging, and the residual connection is not needed."
-# Using sections 4 and 5, explain why the figure of section 4 proves them wrong, and what the
+# Using sections 4 and 5, explain why the figure of section 4 contradicts them, and what the
 # residual connection provides that LayerNorm cannot.
 
 # %% [markdown] answer="block_q_residual" points=2

@@ -27,7 +27,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or get
-# stuck. That is reading (52 minutes at 150 words a minute without the folded hints, 74 at 100 words a minute
+# stuck. That is reading (52 minutes at 150 words a minute without the folded hints, 75 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -256,10 +256,9 @@ for row in range(2):
 # does the same when given both `tgt_mask` and `tgt_key_padding_mask`.
 #
 # Below are the two rules for the second sentence of `dec_in`, each drawn as a table of queries
-# (rows) and keys (columns). Look at what each depends on. The padding rule is about the *keys* only:
-# every row of its table is the same, so one row of keys per sentence holds it all. The look-ahead rule
-# is about *positions* only: its table is the same for every sentence of the batch. Your combined mask
-# must be blue only where **both** are blue.
+# (rows) and keys (columns). Before you write anything, look at what each table depends on: does it
+# change from row to row? Would it change for another sentence of the batch? The answers tell you how
+# small a tensor can hold each rule. Your combined mask must be blue only where **both** are blue.
 
 # %%
 second = dec_in[1:2]  # (1, tgt_len)
@@ -436,6 +435,8 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 #   G^{(\ell)} = \mathrm{DecoderBlock}_\ell\!\left(G^{(\ell-1)}, \texttt{enc\_out}, M_{src}, M_{tgt}\right),
 #   \quad \texttt{logits} = G^{(N)} W_{pred} + b_{pred}$$
 #
+# - $y$ — the decoder's input ids `(batch, tgt_len)`; $E_{tgt}$ — the target embedding table, one row
+#   per target word;
 # - $W_{pred}$ — shape `(d_model, vocab_size)`, $b_{pred}$ — `(vocab_size,)`: `self.pred_layer`
 #   (an `nn.Linear`, which stores the transpose: `pred_layer.weight` has shape `(vocab_size, d_model)`);
 # - logits — shape `(batch, tgt_len, vocab_size)`: at each position, one unnormalised score per
@@ -555,8 +556,10 @@ assert check.decoder_every_part_learns(Decoder, num_layers=4, d_model=8, num_hea
 # `(batch, 1, tgt_len, tgt_len)` → logits `(batch, tgt_len, dec_vocab_size)`, using the given
 # `self.encoder` and `self.decoder`. The encoder must run **once** per batch: every decoder block
 # reads the same `enc_out`. The given constructor also initialises every parameter of more than one
-# axis, the weight matrices and both embedding tables, with Xavier-uniform initialisation, a common
-# choice for Transformers (the paper does not state its initialisation).
+# axis, the weight matrices and both embedding tables, with Xavier-uniform initialisation (Glorot and
+# Bengio, 2010: each weight drawn uniformly between $\pm\sqrt{6/(n_{in}+n_{out})}$, with $n_{in}$ and
+# $n_{out}$ the layer's input and output sizes, so that signals keep about the same variance from layer
+# to layer), a common choice for Transformers (the paper does not state its initialisation).
 
 # %% [markdown]
 # <details><summary>Hint 1: the idea</summary>
@@ -594,8 +597,9 @@ assert check.decoder_every_part_learns(Decoder, num_layers=4, d_model=8, num_hea
 #   same weights (`W_q, W_k, W_v` concatenated into `in_proj_weight`, `W_o` into `out_proj`),
 #   removes the extra LayerNorm it puts after each stack (`.encoder.norm = None`,
 #   `.decoder.norm = None`; the paper's post-LN model has none), wraps it in our embeddings
-#   $\times\sqrt{d_{model}}$, PE and `pred_layer`, and converts the masks: PyTorch's bool masks mean
-#   `True` = **hidden**, the opposite of ours.
+#   $\times\sqrt{d_{model}}$, PE and `pred_layer`, and converts the masks: the bool masks of
+#   `nn.Transformer` and `nn.MultiheadAttention` mean `True` = **hidden**, the opposite of ours
+#   (`F.scaled_dot_product_attention`'s bool mask means `True` = may attend, as ours does).
 # - **causality**: changing target tokens after position $t$ must not change the logits at
 #   positions $\le t$. The check builds both masks with the course's own functions and hands them to
 #   your model, so it tests where your `Transformer` passes each mask; your `make_target_mask` has

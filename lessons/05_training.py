@@ -567,9 +567,12 @@ assert check.compute_loss_ignores_padding(compute_loss, batch_size=6, extra=5, s
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# **What the loss of an untrained model can and cannot tell.** A freshly initialised model's logits
-# are small and nearly equal, so it gives every word about the same probability, $1/K$, and its
-# unsmoothed loss is close to $\ln K$, the loss of a model that knows nothing. A starting loss far
+# **What the loss of an untrained model can and cannot tell.** With a vocabulary of thousands of
+# words, a freshly initialised model's logits are small and nearly equal: Xavier initialisation gives the
+# prediction layer's weights a variance of $2/(d_{model} + K)$, which shrinks as the vocabulary grows
+# (stage 4's toy model, with 12 words, started further from uniform). It then gives every word about
+# the same probability, $1/K$, and its unsmoothed loss is close to $\ln K$, the loss of a model that knows
+# nothing. A starting loss far
 # from $\ln K$ points to a mistake of scale: a loss summed over the tokens instead of averaged (thousands
 # of times too large on this notebook's batches), or initial weights far too large. But many mistakes leave it at about
 # $\ln K$: comparing the logits with the wrong targets, applying a softmax before the criterion (which
@@ -1173,8 +1176,10 @@ ablation_measured = training_results.RESULTS["warmup_ablation"]
 print(f"seeds {', '.join(str(seed) for seed in ablation_measured['seeds'])}; loss after epoch 1 and after epoch 7:")
 for name, runs in ablation_measured["losses"].items():
     first, last = [losses[0] for losses in runs.values()], [losses[-1] for losses in runs.values()]
+    later = [loss for losses in runs.values() for loss in losses[1:]]  # every seed, epochs 2 to 7
     print(f"  {name:30s} epoch 1: mean {sum(first) / len(first):.2f}   epoch 7: "
-          + " ".join(f"{loss:.2f}" for loss in last) + f"  (mean {sum(last) / len(last):.2f})")
+          + " ".join(f"{loss:.2f}" for loss in last) + f"  (mean {sum(last) / len(last):.2f});"
+          f" epochs 2 to 7 between {min(later):.2f} and {max(later):.2f}")
 
 # %% [markdown]
 # The script builds its sentences and batches its own way, so even its seed 0 prints other numbers than
@@ -1182,7 +1187,7 @@ for name, runs in ablation_measured["losses"].items():
 # the first epoch's loss is lower (about 2.06 against 2.40 on average): big steps from the start help at
 # first. But after seven epochs the run with the warm-up ends lower in all ten seeds (0.23 on average,
 # against 0.35). Ten times the rate without warm-up never learns to copy: from the second epoch on its
-# loss stays between 2.09 and 2.24 in every seed. There is no run of ten times the rate *with* a warm-up,
+# loss stays between 2.10 and 2.23 in every seed. There is no run of ten times the rate *with* a warm-up,
 # so this does not show that a warm-up would have saved it: the rate alone may be too high. The script
 # also ran a fourth schedule, the peak rate kept constant with no decay; it ends higher still (0.40 on
 # average), so comparing the warm-up schedule with a constant rate, as one is tempted to, would mix the
@@ -1416,7 +1421,8 @@ for name, run in smoothing_measured["runs"].items():
 
 # %% [markdown]
 # Here averaging the last 5 epochs cost about two BLEU points in both runs, far more than chance makes
-# (p = 0.001). Averaging the last 3 cost 0.74 points in the run with smoothing (p = 0.022) and 0.33 in
+# (p = 0.001, the smallest p the test reports with its 1,000 resamplings: $1/1001$). Averaging the last 3 cost
+# 0.74 points in the run with smoothing (p = 0.022) and 0.33 in
 # the run without (p = 0.14: within chance). These runs were still improving fast, so epochs 4 to 8 are
 # far apart and their mean is partly an earlier, worse model. The paper averaged checkpoints written 10
 # minutes apart at the end of a 12-hour run, when the weights only wander around one region. Your own

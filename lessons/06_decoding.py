@@ -637,7 +637,7 @@ for hypothesis in (reference, "street the down bike a riding is man a", "a man i
 # sentences are added, and divided by all the n-grams of all hypotheses; $c$ and $r$ are the total lengths
 # of all hypotheses and of all references. Corpus BLEU is *not* the average of the sentences' scores, in
 # which a two-word caption would weigh as much as a long one, and a sentence with no matching 4-gram
-# scores 0 however good its words are.
+# scores 0 however good its words are (a sentence of three words has no 4-gram at all).
 
 # %%
 pairs = [("a dog runs on the grass .", "a dog runs on the grass ."), ("two men play", "two women play chess")]
@@ -969,9 +969,10 @@ heatmaps.plot_attention_interactive(maps["encoder_self"], source_tokens, source_
 # **Decoder self-attention.** English attending to earlier English. Rows and columns are the decoder's
 # *inputs* here (`<bos>` and the words so far). Everything above the diagonal is exactly 0: the
 # look-ahead mask at work, the same mask that made decoding step by step possible. With the course's
-# checkpoint, on this sentence, most heads of the last layer look hardest at the query's own position,
-# which holds the word produced one step earlier (head 6 does in 13 of the 14 rows after `<bos>`); the
-# first layer's heads spread their largest weights over the position before, the query's own and `<bos>`.
+# checkpoint, on this sentence, the query's own position (which holds the word produced one step
+# earlier) is the key most often given the largest weight in 6 of the 8 heads of the last layer, but only
+# heads 1 and 6 do so in most rows (10 and 13 of the 14 rows after `<bos>`); the first layer's heads
+# spread their largest weights over the position before, the query's own and `<bos>`.
 
 # %%
 maps, source_tokens, inputs, produced = attention_for(model, sentence)

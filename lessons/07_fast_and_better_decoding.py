@@ -28,7 +28,7 @@
 # | **7** (optional) | **the key/value cache and beam search** (this one) |
 #
 # **Working time:** about 3¼ hours if you are at ease with PyTorch, about 5¾ hours if you are new to it or get
-# stuck. That is reading (69 minutes at 150 words a minute without the folded hints, 95 at 100 words a minute
+# stuck. That is reading (69 minutes at 150 words a minute without the folded hints, 96 at 100 words a minute
 # with them, and the given code at 10 lines a minute), four exercises, one bug hunt, three predictions and two
 # written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and, with the quick
 # setting below, 27 seconds of CPU time on one thread (the wall time of *Run all* on a busy 2-core machine is given
@@ -116,7 +116,8 @@ QUICK = True  # True while you work: sections 9 and 10 on 100 test sentences; Fa
 # ## 1. Where stage 6 spends its time
 #
 # Greedy decoding in stage 6 called the whole decoder at every step on everything written so far:
-# at step $t$ the input `ys` holds $t$ tokens (`<bos>` and $t-1$ words), and the decoder computes a
+# at step $t$ (counted from 0, as the checks count) the input `ys` holds $t + 1$ tokens (`<bos>` and the
+# $t$ words written so far), and the decoder computes a
 # vector for every one of them, in every layer, although only the last position's logits are used.
 # A translation of $n$ tokens therefore costs
 #
@@ -259,7 +260,9 @@ assert check.cache_cross_keys_values(start_cache, num_layers=3, num_heads=2, d_m
 # `decoder_step(model, cache, tokens)` runs the decoder for **one** new position per sentence: `tokens`
 # `(batch, 1)` holds the newest token of each sentence, which sits at position `position = cache.steps`.
 # It must give the numbers that `model.decoder` gives at the last position of the whole prefix (section 1
-# says why that is possible), with the weights of the model you built in stages 2–4, while computing
+# says why that is possible) for every sentence still being written (after a sentence's `<eos>`, its prefix
+# holds `<pad>`s, which the full decoder's target mask hides and the cache keeps: the logits of such a row
+# differ, and decoding never uses them), with the weights of the model you built in stages 2–4, while computing
 # nothing the cache already holds. `Decoder.forward` and `DecoderBlock.forward` of stages 3–4 compute the
 # same thing for every position at once: your step computes it for the newest one, with the attention
 # parts of section 2.
@@ -888,8 +891,9 @@ print(f"on {measured.CACHE['sentences']:,} test sentences the cache was {measure
 # tried every combination of the beam sizes and $\alpha$ values printed below, scored each with BLEU on the
 # validation sentences, and kept the best. The test set played no part in the choice: the script translated
 # it with greedy decoding and with the chosen setting only. The cell prints the grid, the choice and the
-# test scores. (If the best setting sits at the edge of the grid, the largest beam or $\alpha$ tried, a
-# wider grid might do better still: the script's `--beam-sizes` and `--alphas` try others.)
+# test scores. The choice sits at the corner of the grid, the largest beam and the largest $\alpha$ tried,
+# so this grid has not found where BLEU stops rising: a wider one might do better still (the script's
+# `--beam-sizes` and `--alphas` try others).
 
 # %%
 BEAM_SIZE, ALPHA = measured.CHOICE["beam_size"], measured.CHOICE["alpha"]  # chosen on val by the benchmark
@@ -1024,7 +1028,8 @@ else:
 #   every step, about $n^2/2$ position-computations for $n$ tokens.
 # - A key/value cache keeps, per decoder layer, the self-attention keys and values of every decoded position
 #   (one more per step) and the cross-attention keys and values of the source (computed once). A step then
-#   runs the decoder for the newest position only. Its logits equal the full decoder's up to rounding
+#   runs the decoder for the newest position only. For every sentence not yet ended, its logits equal the
+#   full decoder's up to rounding
 #   (about $10^{-7}$ on the small model of section 1; more on larger models with larger logits), so it
 #   writes the same tokens unless two candidates tie to within that rounding (on
 #   the 1,000 test sentences the benchmark found no such case).

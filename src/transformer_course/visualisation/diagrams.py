@@ -241,7 +241,7 @@ def _encoder_column(axis: Axes, x: float) -> Box:
     rows = [
         ("attention", "self_attn", "multi-head, mask = enc_mask"),
         ("add_norm", "norm1", "add residual, then LayerNorm"),
-        ("feed_forward", "feed_forward", "fc1 → ReLU → fc2"),
+        ("feed_forward", "feed_forward", "position-wise network"),
         ("add_norm", "norm2", "add residual, then LayerNorm"),
     ]
     return _stack(axis, x, adder, rows, side=-1)[-1]
@@ -268,7 +268,7 @@ def _decoder_column(axis: Axes, x: float) -> list[Box]:
         ("add_norm", "norm1", "add residual, then LayerNorm"),
         ("attention", "cross_attn", "Q: decoder, K and V: enc_out"),
         ("add_norm", "norm2", "add residual, then LayerNorm"),
-        ("feed_forward", "feed_forward", "fc1 → ReLU → fc2"),
+        ("feed_forward", "feed_forward", "position-wise network"),
         ("add_norm", "norm3", "add residual, then LayerNorm"),
     ]
     boxes = _stack(axis, x, adder, rows, side=1)
@@ -345,7 +345,7 @@ def _draw_encoder_block() -> Figure:
     _fork(axis, attention, (x, 0.45), [(0.25, "Q"), (0.5, "K"), (0.75, "V")])
     _side_input(axis, attention, 1, "mask (batch, 1, 1, src_len)\nTrue = may attend")
     norm1 = _sublayer_end(axis, attention, (x, 0.68), -1, "norm1")
-    forward = _box(axis, (x, norm1.y + 0.95), WIDE, "feed_forward", "feed_forward", "fc1 → ReLU → fc2")
+    forward = _box(axis, (x, norm1.y + 0.95), WIDE, "feed_forward", "feed_forward", "position-wise network")
     _arrow(axis, norm1.top, forward.bottom)
     norm2 = _sublayer_end(axis, forward, (x, _between(norm1, forward.bottom[1])), -1, "norm2")
     _arrow(axis, norm2.top, (x, norm2.top[1] + 0.45))
@@ -385,7 +385,7 @@ def _draw_decoder_block() -> Figure:
     _encoder_output_inputs(axis, cross, norm1)
     _side_input(axis, cross, -1, "enc_mask\n(batch, 1, 1, src_len)")
     norm2 = _sublayer_end(axis, cross, (x, _between(norm1, cross.bottom[1] - 0.24)), 1, "norm2")
-    forward = _box(axis, (x, norm2.y + 0.95), WIDE, "feed_forward", "feed_forward", "fc1 → ReLU → fc2")
+    forward = _box(axis, (x, norm2.y + 0.95), WIDE, "feed_forward", "feed_forward", "position-wise network")
     _arrow(axis, norm2.top, forward.bottom)
     norm3 = _sublayer_end(axis, forward, (x, _between(norm2, forward.bottom[1])), 1, "norm3")
     _arrow(axis, norm3.top, (x, norm3.top[1] + 0.45))

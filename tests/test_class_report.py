@@ -252,13 +252,14 @@ def test_a_class_with_one_bug_makes_one_row(graded_example_class, tmp_path):
     chen = next(row for row in rows if row["student"] == "chen")
     source = class_dir / "autograded" / "chen" / EXAMPLE_ASSIGNMENT / f"{EXAMPLE_ASSIGNMENT}.ipynb"
     text = source.read_text(encoding="utf-8")
-    assert "the scores are not divided by √d_k" in text and "0.3536" in text
+    factors = re.compile(r"\b\d\.\d{3,4}\b")  # the factors and values the message quotes
+    assert "the scores are not divided by √d_k" in text and factors.search(text)
     for number in range(150):
         student = f"student{number:03d}"
         folder = class_dir / "autograded" / student / EXAMPLE_ASSIGNMENT
         folder.mkdir(parents=True)
         copy = re.sub(r"line (\d+)", lambda match, n=number: f"line {int(match.group(1)) + n % 7}", text)
-        copy = copy.replace("0.3536", f"0.{3000 + number}").replace("0.4472", f"0.{4000 + number}")
+        copy = factors.sub(lambda match, n=number: f"{float(match.group(0)) + n / 10000:.4f}", copy)
         (folder / source.name).write_text(copy.replace("`scores`", f"`scores_{number}`"), encoding="utf-8")
         rows.append({**chen, "student": student, "name": f"Student {number}"})
     with open(class_dir / "scores.csv", "w", newline="", encoding="utf-8") as handle:

@@ -49,7 +49,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "decoder step: the feed-forward output normalised without its residual sum",
         "x = layer.norm3(x + layer.feed_forward(x))",
         "x = layer.norm3(layer.feed_forward(x))",
-        fails="fast_step_matches", cause="the reference's steps in between (sum) are missing",
+        fails="fast_step_matches", cause="the reference's step in between, the sum, is missing",
     ),
     Mistake(
         STAGE, "decoder step: the cross-attention output normalised without its residual sum",
@@ -149,7 +149,7 @@ MISTAKES: list[Mistake] = [
         _APPEND,
         "        cache.self_keys[i] = torch.cat([cache.self_keys[i], keys], dim=1)\n"
         "        cache.self_values[i] = torch.cat([cache.self_values[i], values], dim=1)\n",
-        fails="fast_step_logits", cause="axis 2",
+        fails="fast_step_logits", cause="only the steps axis may grow",
     ),
     Mistake(
         STAGE, "the step returns (batch, 1, vocab) logits",

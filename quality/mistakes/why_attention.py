@@ -24,12 +24,12 @@ MISTAKES: list[Mistake] = [
     Mistake(
         STAGE, "tanh missing from the score",
         _HIDDEN, "hidden = projected_query + projected_keys",
-        fails="why_score_values", cause="the reference applies a tanh",
+        fails="why_score_values", cause="there is no tanh between the sum of the projections and v",
     ),
     Mistake(
         STAGE, "tanh applied to each projection separately",
         _HIDDEN, "hidden = torch.tanh(projected_query) + torch.tanh(projected_keys)",
-        fails="why_score_values", cause="after an extra tanh",
+        fails="why_score_values", cause="tanh is applied to each projection on its own",
     ),
     Mistake(
         STAGE, "v skipped: the hidden features are summed",
@@ -115,7 +115,7 @@ MISTAKES: list[Mistake] = [
         "        " + _SOFTMAX + "\n"
         "        weights = weights.masked_fill(mask.unsqueeze(1) == 0, 0.0)\n"
         "        " + _CONTEXT + "\n",
-        fails="why_weights_values", cause="applies the masked fill after the softmax",
+        fails="why_weights_values", cause="the mask is applied to the weights after the softmax",
     ),
     Mistake(
         STAGE, "padded scores filled with 0",

@@ -415,7 +415,8 @@ def _read_masking(Q: torch.Tensor, K: torch.Tensor, w: torch.Tensor, hidden: tor
     some = hidden.any(dim=-1, keepdim=True) & ~hidden.all(dim=-1, keepdim=True)  # rows with hidden and allowed keys
     if bool((w[~hidden & some] == 0).all()) and bool((w[hidden & some] > 0).all()):
         return Diagnosis("the keys the mask allows get weight 0, and the keys it hides share the weight",
-                         "the mask is inverted: True (1) means 'may attend': hide the positions where mask == 0.")
+                         "the mask is inverted, the keys hidden are those where the mask is True, and True (1) means "
+                         "'may attend': hide the positions where mask == 0.")
     leaked = w[hidden]
     if not (leaked != 0).any():
         if _sums_to_one(w, -1) or not _same(w, (plain if plain is not None else torch.softmax(_scores(Q, K), -1))

@@ -203,13 +203,13 @@ def _feed_forward_reading(calls: list[parts.Call], output: Any, roles: dict[str,
                 f"the network's output must be allowed to be negative, so return what {fc2} gives.")
     if hidden == "the identity (no activation)" and after == "the ReLU":
         return (f"{line}the ReLU is applied after {fc2} instead of between the two layers: {fc2} must receive "
-                f"max(0, {fc1}(x)).")
+                f"torch.relu({fc1}(x)).")
     if hidden == "the identity (no activation)":
         return (f"{line}there is no ReLU between the two layers: {fc2} receives the output of {fc1} unchanged "
-                f"(two linear layers in a row are one linear layer); compute {fc2}(max(0, {fc1}(x))).")
+                f"(two linear layers in a row are one linear layer); compute {fc2}(torch.relu({fc1}(x))).")
     if hidden is not None and hidden != "the ReLU":
         return (f"{line}the hidden layer goes through {hidden} where the paper applies the ReLU; "
-                f"{fc2} must receive max(0, {fc1}(x)).")
+                f"{fc2} must receive torch.relu({fc1}(x)).")
     return None
 
 

@@ -89,11 +89,14 @@ def read(student: differential.Trace, reference: differential.Trace, got: torch.
     where = describe_difference(got, expected, axes) if got.shape == expected.shape else ""
     traced = steps and (steps_reading(student, reference, got, expected)
                         or added_steps(student, got, expected, context))
+    seen = [reading for reading in own if reading]
     if traced:
+        said = differential.at_the_line(traced, seen[0]) if seen else None
+        if said:  # the steps only retell a recognised mistake: its words, at the student's line
+            return joined(where, said, *seen[1:])
         return joined(where, *own, traced)
     found = _engine(student, reference, got, expected, context, axes) if engine else None
     if found is not None:
-        seen = [reading for reading in own if reading]
         said = differential.at_the_line(found.cause, seen[0]) if seen else None
         if said:  # a recognised mistake: its words, at the student's line
             return joined(found.where or where, said, *seen[1:])

@@ -750,8 +750,8 @@ def _counterpart(departure: Op, student: Trace, reference: Trace, direct: list[O
 
 PARAMETERS = {  # positions of tensor methods' other arguments (0 is the tensor itself)
     "masked_fill": {"2": "value"}, "masked_fill_": {"2": "value"}, "softmax": {"1": "dim"},
-    "log_softmax": {"1": "dim"}, "transpose": {"1": "dim0", "2": "dim1"}, "div": {"1": "other"},
-    "__truediv__": {"1": "divisor"}, "__rtruediv__": {"1": "numerator"}, "mul": {"1": "other"},
+    "log_softmax": {"1": "dim"}, "transpose": {"1": "dim0", "2": "dim1"}, "div": {"1": "divisor"},
+    "__truediv__": {"1": "divisor"}, "__rtruediv__": {"1": "numerator"}, "mul": {"1": "factor"},
     "__mul__": {"1": "factor"}, "__rmul__": {"1": "factor"}, "add": {"1": "other"}, "__add__": {"1": "other"},
     "__radd__": {"1": "other"}, "sub": {"1": "other"}, "__sub__": {"1": "other"}, "__rsub__": {"1": "other"},
     "pow": {"1": "exponent"}, "__pow__": {"1": "exponent"}, "__rpow__": {"1": "base"}, "__getitem__": {"1": "index"},
@@ -766,6 +766,10 @@ def _parameter(name: str, key: str) -> str:
     if not key.isdigit():
         return f"`{key}`"
     named = PARAMETERS.get(name, {}).get(key)
+    if named in ("divisor", "numerator", "factor", "base", "exponent"):  # words, not PyTorch's parameter names
+        return f"the {named}"
+    if named == "other":  # PyTorch's name for the second operand says nothing to a student
+        return "the other operand"
     return f"`{named}`" if named else f"argument {int(key) + 1}"
 
 
@@ -965,7 +969,12 @@ def _unused_input(departure: Op, student: Trace, reference: Trace, context: Cont
             made = _reference_words(departure, context, reference)
             if made == f"`{source.partition(':')[2]}`":  # `x = x + ...`: "uses `x` to compute `x`" says nothing
                 made = f"the {operation_words(departure.name)} assigned to {made}"
-            inside = f" (in `{departure.line.name}`)" if departure.line is not None and departure.line.name else ""
+            function = departure.line.name if departure.line is not None and departure.line.name else ""
+            entry = next((op.line.name for op in reference.ops if op.line is not None), "")  # the checked function
+            if function and entry and function != entry:  # used by a function the checked one calls
+                return Diagnosis("", f"your code never uses {words}: the reference hands it on to `{function}`, "
+                                 f"which uses it to compute {made}")
+            inside = f" (in `{function}`)" if function else ""
             return Diagnosis("", f"your code never uses {words}: the reference uses it{inside} to compute {made}")
     return None
 
@@ -1152,12 +1161,14 @@ def _bypassed(departure: Op, reference: Trace, student: Trace, index: Index, con
                 steps = [o for o in between if o.name not in LAYOUT] or between  # a transpose is a step too
                 if _applied_later(op, steps, student):
                     return None  # the student's code has these steps before a later one of its kind: not missing
-                named = ", ".join(dict.fromkeys(operation_words(o.name) for o in steps))
+                kinds = list(dict.fromkeys(operation_words(o.name) for o in steps))
+                named = (f"step in between, the {kinds[0]}, is" if len(kinds) == 1 else
+                         f"steps in between ({', '.join(kinds)}) are")
                 given = _source_words(earlier[-1], reference, context)
                 return Diagnosis(student_line(op),
                                  f"{_operation_name(wanted_op)} receives {given}"
                                  f" where the reference gives it {_source_words(source, reference, context)}: the "
-                                 f"reference's steps in between ({named}) are missing from your code", op.line)
+                                 f"reference's {named} missing from your code", op.line)
     return None
 
 
@@ -1707,7 +1718,8 @@ def combined(described: Any, engine: Any) -> Any:
     return Said(described.where or engine.where, f"{first}; {second}".strip())
 
 
-RETOLD = ("where the reference applies", "steps in between", "a step is missing", "is normalised over")
+RETOLD = ("where the reference applies", "in between, the", "steps in between", "a step is missing",
+          "is normalised over", "in the other order", "after an extra")
 
 
 def at_the_line(engine_cause: str, reading: str) -> str | None:
@@ -1717,9 +1729,10 @@ def at_the_line(engine_cause: str, reading: str) -> str | None:
     does not see; None otherwise (the engine's accounts of a wrong argument or constant, `value` 0 where -1e9 is
     expected, say, add what the reading leaves out, and stay)."""
     place = PLACE.match(engine_cause)
-    if place is None or not any(words in engine_cause for words in RETOLD):
+    after = AFTER.match(engine_cause)  # a missing step, said after the line that makes its value: that line
+    if (place is None and after is None) or not any(words in engine_cause for words in RETOLD):
         return None
-    return f"{place[1]}: {reading}"
+    return f"{place[1]}: {reading}" if place else f"in `{after[2]}`, line {after[1]} (`{after[3]}`): {reading}"
 
 
 def _in_words(cause: str) -> bool:
@@ -1730,3 +1743,4 @@ def _in_words(cause: str) -> bool:
 
 
 PLACE = re.compile(r"(in `[^`]+`, line \d+ \(`.*?`\)): ")  # how a reading starts with the student's line
+AFTER = re.compile(r"after line (\d+) of `([^`]+)` \(`(.*?)`\): ")  # how a missing step's reading starts

@@ -444,9 +444,11 @@ def _steps_there(decoder_step: Callable, arguments: tuple, state: dict[str, torc
             shape = tuple(cache.self_keys[0].shape) if cache.self_keys else ()
             with torch.no_grad(), student_code(), crash_explained(
                     f"decoder_step crashed at step {t} while extending the cache.",
-                    expected=f"cache.self_keys[i] of shape {shape} -> one more position on axis 2",
-                    cause="the cache is (batch, heads, steps, d_k) and the new keys (batch, heads, 1, d_k): join them "
-                          "along axis 2, the steps axis, torch.cat([cache.self_keys[i], keys], dim=2).",
+                    expected=f"cache.self_keys[i] of shape {shape} becomes "
+                             f"{(*shape[:2], shape[2] + 1, *shape[3:]) if len(shape) == 4 else 'one position longer'}",
+                    cause="the new keys are joined to the cache along an axis where the two differ in size: the cache "
+                          "is (batch, heads, steps, d_k) and the new keys (batch, heads, 1, d_k), so only the steps "
+                          "axis may grow; torch.cat([cache.self_keys[i], keys], dim=2).",
                     when=lambda error: "Sizes of tensors must match" in str(error)):
                 got = decoder_step(model, cache, tgt[:, t:t + 1])
             steps_now = getattr(cache, "steps", None)
@@ -1573,6 +1575,11 @@ def _reorder_departure(t: int, before: list[torch.Tensor], after: list[torch.Ten
         return (f"the rows of the parents ignore the sentence: the cache was reordered with rows = "
                 f"parents.flatten() = {_rows(plain)}, which are rows of the first sentence; hypothesis j of sentence "
                 f"b continues row b * beam_size + parent, (first_row + parents).flatten() = {_rows(rows)}.")
+    twice = rows[rows]  # the rows that reordering with `rows` twice picks
+    if runs.same(before, [keys.index_select(0, twice) for keys in after], atol=1e-10):
+        return (f"when step {t} began, the cache's rows were not those of the parents: its rows held the histories "
+                f"of the rows {_rows(twice)} where the parents' rows {_rows(rows)} belong, as if the cache were "
+                "reordered twice in one step. Reorder it once per step, after select_beams.")
     return (f"when step {t} began, the cache's rows were not those of the parents: reorder it with rows = (first_row "
             f"+ parents).flatten() = {_rows(rows)}, once per step, after select_beams.")
 

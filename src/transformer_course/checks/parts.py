@@ -670,7 +670,12 @@ class Replay:
 
     def _missing(self, step: Step, expected: Mapping[str, int]) -> Reading:
         made = [call for call in self.calls if call.role == step.role]
-        text = (f"{self.part(step.role)} is never called" if not made else
+        kind = step.role.rstrip("0123456789")  # norm2 and norm3 are parts of one kind
+        uncalled = [role for role in dict.fromkeys(other.role for other in self.steps)
+                    if role != step.role and role.rstrip("0123456789") == kind
+                    and not any(call.role == role for call in self.calls)]
+        text = (f"{self.part(step.role)} is never called" + "".join(f", nor is {self.part(role)}" for role in uncalled)
+                if not made else
                 f"{self.part(step.role)} is called {self._times(len(made))} where {self.authority} calls it "
                 f"{self._times(expected[step.role])}")
         over = [f"{self.part(role)} is called {self._times(count)} where {self.authority} calls it "
@@ -710,7 +715,7 @@ class Replay:
         if len(wanted) == 2:
             for kept, dropped in (wanted, wanted[::-1]):
                 if values.matches(got, [kept]):
-                    text += f" ({values.words([dropped])} is not added before it)"
+                    text += f" ({values.words([dropped])} is not added before {target}, where the sum belongs)"
                     break
             else:
                 text += self._replaced(got, wanted)

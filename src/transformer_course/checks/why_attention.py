@@ -242,7 +242,8 @@ def _weights_reading(weights: torch.Tensor, scores: torch.Tensor, mask: torch.Te
     real_zero = bool((weights[rows][~padded[rows]] == 0).all())
     if real_zero and leaked > 0:
         return ("in the sentences with padding the real source positions get no weight and the padded ones do: the "
-                "mask is inverted (it is True at real tokens): hide the positions where mask == 0")
+                "mask is inverted, the positions hidden are those where `mask` is True, and `mask` is True at the "
+                "real tokens: hide the positions where mask == 0")
     if torch.allclose(weights, torch.softmax(scores, dim=-1), atol=1e-9):
         return ("your weights are the softmax of the scores with nothing hidden: the mask has no effect on them "
                 "(masked_fill returns a new tensor, keep its result)")

@@ -63,7 +63,7 @@ def where_different(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[st
         indices = per_index.nonzero().flatten().tolist()
         if size > 1 and len(indices) < size:
             if 2 * len(indices) > size:  # most of them: the few that agree are the shorter, truer list
-                agree = [index for index in range(size) if index not in set(indices)]
+                agree = (~per_index).nonzero().flatten().tolist()
                 parts.append(f"{axis_label(axes, dim)} indices other than {index_ranges(agree)} (of {size})")
             else:
                 parts.append(f"{axis_label(axes, dim)} {'index' if len(indices) == 1 else 'indices'} "

@@ -89,19 +89,22 @@ def read(student: differential.Trace, reference: differential.Trace, got: torch.
     where = describe_difference(got, expected, axes) if got.shape == expected.shape else ""
     traced = steps and (steps_reading(student, reference, got, expected)
                         or added_steps(student, got, expected, context))
-    seen = [reading for reading in own if reading]
     if traced:
-        said = differential.at_the_line(traced, seen[0]) if seen else None
-        if said:  # the steps only retell a recognised mistake: its words, at the student's line
-            return joined(where, said, *seen[1:])
-        return joined(where, *own, traced)
+        return _retold(where, traced, own)
     found = _engine(student, reference, got, expected, context, axes) if engine else None
     if found is not None:
-        said = differential.at_the_line(found.cause, seen[0]) if seen else None
-        if said:  # a recognised mistake: its words, at the student's line
-            return joined(found.where or where, said, *seen[1:])
-        return joined(found.where or where, *own, found.cause)
+        return _retold(found.where or where, found.cause, own)
     return joined(where, *own)
+
+
+def _retold(where: str, account: str, own: Sequence[str]) -> Diagnosis | None:
+    """The steps' or the engine's `account` after the check's own readings; when it only retells a recognised
+    mistake (`differential.at_the_line`), the first reading's words at the student's line instead."""
+    seen = [reading for reading in own if reading]
+    said = differential.at_the_line(account, seen[0]) if seen else None
+    if said:
+        return joined(where, said, *seen[1:])
+    return joined(where, *own, account)
 
 
 def joined(where: str, *causes: str) -> Diagnosis | None:
@@ -211,7 +214,7 @@ def _engine(student: differential.Trace, reference: differential.Trace, got: tor
         return found
     function, number, code = location.groups()
     rest = (found.cause[location.end():].replace(f" ({location.group(0)})", " (on the same line)")
-            .replace(f" on line {number} of `{function}` (`{code}`)", " on the same line"))
+            .replace(f" {differential.line_words(function, number, code)}", " on the same line"))
     return Diagnosis(found.where, location.group(0) + rest)
 
 

@@ -663,20 +663,27 @@ def _source_words(key: str, trace: Trace, context: Context) -> str:
     return "a value"
 
 
+def _frame(op: Op | None) -> Frame | None:
+    """The student's line an operation ran on: the innermost line of the student's, else the calling line."""
+    return (op.user or op.line) if op is not None else None
+
+
 def student_line(op: Op | None) -> str:
-    frame = op.user or op.line if op is not None else None
+    frame = _frame(op)
     if frame is None:
         return ""
     return f"in `{frame.name}`, line {frame.lineno}" + (f" (`{frame.line}`)" if frame.line else "")
 
 
-def on_line(op: Op | None) -> str:
+def line_words(name: str, lineno: int | str, line: str, where: str = "on") -> str:
     """A line of the student's said inside a sentence, without nested brackets: "on line 21 of `score`
-    (`scores = ...`)"."""
-    frame = op.user or op.line if op is not None else None
-    if frame is None:
-        return ""
-    return f"on line {frame.lineno} of `{frame.name}`" + (f" (`{frame.line}`)" if frame.line else "")
+    (`scores = ...`)"; `where` "after" for the line after which a step is missing."""
+    return f"{where} line {lineno} of `{name}`" + (f" (`{line}`)" if line else "")
+
+
+def on_line(op: Op | None) -> str:
+    frame = _frame(op)
+    return line_words(frame.name, frame.lineno, frame.line) if frame is not None else ""
 
 
 def _result_words(step: str) -> str:
@@ -691,8 +698,8 @@ def _result_words(step: str) -> str:
 
 def _after_line(op: Op) -> str:
     """Where a missing step belongs: "after line 3 of `forward` (`x = ...`)"."""
-    frame = op.user or op.line
-    return f"after line {frame.lineno} of `{frame.name}`" + (f" (`{frame.line}`)" if frame.line else "")
+    frame = _frame(op)
+    return line_words(frame.name, frame.lineno, frame.line, where="after")
 
 
 def _wanted(sources: Sequence[str], reference: Trace, matched: dict[int, list[str]], index: Index) -> set[str]:
@@ -1718,8 +1725,8 @@ def combined(described: Any, engine: Any) -> Any:
     return Said(described.where or engine.where, f"{first}; {second}".strip())
 
 
-RETOLD = ("where the reference applies", "in between, the", "steps in between", "a step is missing",
-          "is normalised over", "in the other order", "after an extra")
+RETOLD = ("where the reference applies", "in between", "a step is missing", "is normalised over",
+          "in the other order", "after an extra")
 
 
 def at_the_line(engine_cause: str, reading: str) -> str | None:

@@ -27,7 +27,7 @@
 # | 7 (optional) | the key/value cache and beam search |
 #
 # **Working time:** about 2 hours if you are at ease with PyTorch, about 3½ hours if you are new to it or get
-# stuck. That is reading (52 minutes at 150 words a minute without the folded hints, 75 at 100 words a minute
+# stuck. That is reading (53 minutes at 150 words a minute without the folded hints, 76 at 100 words a minute
 # with them, and the given code at 10 lines a minute), three exercises, one bug hunt, two predictions and
 # three written questions, 5 to 10 minutes of setting up (Colab, the setup cell, saving a copy), and cells
 # that run in seconds. (Estimated by `scripts/working_time.py` in the course repository from the notebook's
@@ -142,10 +142,8 @@ def encode(words: list[str], vocabulary: list[str], length: int) -> list[int]:
 
 src = torch.tensor([encode("zwei kleine katzen schlafen <eos>".split(), source_vocabulary, 5),
                     encode("ein hund läuft <eos>".split(), source_vocabulary, 5)])  # (batch, src_len)
-tgt = torch.tensor([encode("<bos> two small cats are sleeping <eos>".split(), target_vocabulary, 7),
-                    encode("<bos> a dog runs <eos>".split(), target_vocabulary, 7)])  # (batch, 7)
+english = ["two small cats are sleeping".split(), "a dog runs".split()]  # the two translations, as words
 print("src:", src.shape, src.tolist())
-print("tgt:", tgt.shape, tgt.tolist())
 
 # %% [markdown]
 # ## 3. From token ids to vectors
@@ -203,15 +201,9 @@ print(source_mask[:, 0, 0].int())  # the second sentence has one pad token at th
 #
 # The decoder is trained to predict the next target word. During training we already know the
 # whole translation, so instead of feeding the decoder its own (at first mostly wrong) guesses, we
-# feed it the **true** previous words. That is **teacher forcing**:
-#
-# - decoder input `dec_in` = the target **shifted right**: `<bos>` followed by the target words,
-#   without the last token;
-# - labels = the target **shifted left**: the target words followed by `<eos>`, without `<bos>`.
-#
-# Both are slices of one framed target tensor (`<bos>` ... `<eos>`), one position apart; the cell
-# below cuts them for the toy batch. At position $t$ the decoder has read `<bos>`, $y_1, \dots, y_t$
-# and must output $y_{t+1}$.
+# feed it the **true** previous words. That is **teacher forcing**. The figure shows it for one
+# sentence: at position $t$ the decoder has read `<bos>`, $y_1, \dots, y_t$ and must output $y_{t+1}$;
+# after the last word it must output `<eos>`.
 #
 # Teacher forcing only works if position $t$ **cannot look at** positions after $t$: the input at
 # position $t+1$ *is* the label of position $t$, so a decoder that could look ahead would find every
@@ -221,18 +213,22 @@ print(source_mask[:, 0, 0].int())  # the second sentence has one pad token at th
 figures.plot_teacher_forcing(["two", "small", "cats", "are", "sleeping"])
 plt.show()
 
+# %% [markdown]
+# The cell below writes down what the decoder reads (`dec_in`) and what it must predict (`labels`)
+# for the two toy translations, word by word as in the figure, padded to one length. (Stage 5 makes
+# both from the training data with tensor operations; working out which is part of its exercise.)
+
 # %%
-length = tgt.size(1) - 1  # both views are one token shorter than the framed target
-dec_in = tgt.narrow(1, 0, length)  # (batch, 6): starts at position 0, everything but the last token
-labels = tgt.narrow(1, 1, length)  # (batch, 6): starts at position 1, everything but <bos>
+dec_in = torch.tensor([encode(["<bos>", *words], target_vocabulary, 6) for words in english])  # (batch, 6)
+labels = torch.tensor([encode([*words, "<eos>"], target_vocabulary, 6) for words in english])  # (batch, 6)
 for row in range(2):
     print("dec_in :", [target_vocabulary[i] for i in dec_in[row]])
     print("labels :", [target_vocabulary[i] for i in labels[row]], "\n")
 
 # %% [markdown]
-# Look at the second sentence: its `dec_in` contains `<eos>` and `<pad>`, and its labels end in two
-# `<pad>`s. Positions whose label is `<pad>` predict nothing useful; the loss of stage 5 ignores
-# them (`ignore_index=PAD`).
+# Look at the second sentence: it is shorter, so `dec_in` and `labels` both end in `<pad>`s.
+# Positions whose label is `<pad>` predict nothing useful; the loss ignores them (section 8 computes
+# it).
 
 # %% [markdown]
 # ## 6. The target mask: padding **and** look-ahead
@@ -324,8 +320,8 @@ plt.show()
 # %% [markdown]
 # **Your mask, drawn.** Your mask for the toy batch, one panel per sentence (blue: may attend). A
 # correct mask is blue only where **both** rules above are blue: the first sentence has no
-# padding, so its mask is the plain lower triangle; in the second, the column of the pad token is
-# grey in every row.
+# padding, so its mask is the plain lower triangle; in the second, the columns of its two pad tokens
+# are grey in every row.
 
 # %%
 target_mask = make_target_mask(dec_in, PAD)  # (batch, 1, tgt_len, tgt_len)
@@ -451,10 +447,11 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 # `(batch, tgt_len, vocab_size)`. The constructor creates `self.embedding`, `self.positional_encoding`,
 # `self.layers` and `self.pred_layer`.
 #
-# This one is written for you, by a classmate, and it has **one realistic mistake**: it runs, its
-# output has the right shape, and a model built with it still trains. Find it from what the decoder
-# does:
-# 1. run the cell, then the measurement under it;
+# This one is written for you, by a classmate, who left its first step to you: turning the ids into
+# the vectors $G^{(0)}$ is done as in your `Encoder` (section 3), so write it where the cell says *YOUR
+# CODE HERE*. The rest has **one realistic mistake**: it runs, its output has the right shape, and a
+# model built with it still trains. Find it from what the decoder does:
+# 1. write the first step, run the cell, then the measurement under it;
 # 2. read which parts of the decoder the loss reacts to, and work out what that says about the way
 #    from each part to the logits;
 # 3. fix the cell in place, then run it, the measurement and the checks again.
@@ -462,7 +459,29 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 # %% solution="model_decoder"
 #| bug: x = layer(x, enc_out, enc_mask, dec_mask) => output = layer(x, enc_out, enc_mask, dec_mask)
 #| bug: logits = self.pred_layer(x) => logits = self.pred_layer(output)
+#| bug: x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, tgt_len, d_model) => # YOUR CODE HERE
+#| bug: x = self.positional_encoding(x) => raise NotImplementedError()
+#| bug: # YOUR CODE HERE => # the first step, as in your Encoder (section 3)\n        # YOUR CODE HERE
 #| include transformer_course.reference.model:Decoder
+
+# %% [markdown]
+# **The loss.** Training (stage 5) lowers the **cross-entropy** of the labels: at every position whose
+# label is a word, $-\log p(\text{label})$, minus the log of the probability the model gives the right
+# next word, averaged over those positions. It is 0 when the model is sure of every right word, and
+# large when it gives them little probability. The given function below computes it from the logits.
+# Stage 5 uses PyTorch's `nn.CrossEntropyLoss` instead, which computes the same mean (and, with label
+# smoothing, a variant of it).
+
+# %%
+def next_word_loss(logits: torch.Tensor, labels: torch.Tensor, pad_idx: int) -> torch.Tensor:
+    """Mean of -log p(label) over the positions whose label is not `pad_idx`.
+
+    logits (batch, tgt_len, vocab_size), labels (batch, tgt_len) int64 -> a 0-d tensor.
+    """
+    log_probabilities = logits.log_softmax(dim=-1)  # (batch, tgt_len, vocab_size)
+    of_labels = log_probabilities.gather(-1, labels.unsqueeze(-1)).squeeze(-1)  # (batch, tgt_len): log p(label)
+    return -of_labels[labels != pad_idx].mean()  # averaged over the real labels only
+
 
 # %% [markdown]
 # **A small run.** The cell builds a 3-block decoder from the classmate's class, runs the toy batch
@@ -481,7 +500,7 @@ decoder = Decoder(len(target_vocabulary), d_model=32, num_heads=4, num_layers=3,
                   dropout=0.0)
 enc_out = torch.randn(2, src.size(1), 32)  # (batch, src_len, d_model): stands in for the encoder's output
 decoder_logits = decoder(dec_in, enc_out, make_source_mask(src, PAD), make_look_ahead_mask(dec_in.size(1)))
-decoder_loss = nn.functional.cross_entropy(decoder_logits.flatten(0, 1), labels.flatten(), ignore_index=PAD)
+decoder_loss = next_word_loss(decoder_logits, labels, PAD)
 model_parts = {"embedding": decoder.embedding, **{f"block {index}": block for index, block in
                                                   enumerate(decoder.layers)}, "pred_layer": decoder.pred_layer}
 parameters = [parameter for part in model_parts.values() for parameter in part.parameters()]
@@ -714,16 +733,12 @@ probabilities = logits.softmax(dim=-1)  # (batch, tgt_len, vocab_size), rows sum
 figures.plot_next_token_probabilities(probabilities[0], [target_vocabulary[i] for i in dec_in[0]],
                                       target_vocabulary)
 plt.show()
-scores, wanted = logits.flatten(0, 1), labels.flatten()  # cross-entropy wants one row of scores per token
+real_labels = int((labels != PAD).sum())  # the positions the loss averages over
 print(f"ln(vocab size) = {math.log(len(target_vocabulary)):.3f}")
-print(f"untrained loss                          "
-      f"{nn.functional.cross_entropy(scores, wanted, ignore_index=PAD):.3f}")
-print(f"softmax applied before the loss as well "
-      f"{nn.functional.cross_entropy(scores.softmax(dim=-1), wanted, ignore_index=PAD):.3f}")
-print(f"wrong labels (the decoder's inputs)     "
-      f"{nn.functional.cross_entropy(scores, dec_in.flatten(), ignore_index=PAD):.3f}")
-print(f"summed over the tokens, not averaged    "
-      f"{nn.functional.cross_entropy(scores, wanted, ignore_index=PAD, reduction='sum'):.3f}")
+print(f"untrained loss                          {next_word_loss(logits, labels, PAD):.3f}")
+print(f"softmax applied before the loss as well {next_word_loss(logits.softmax(dim=-1), labels, PAD):.3f}")
+print(f"wrong labels (the decoder's inputs)     {next_word_loss(logits, dec_in, PAD):.3f}")
+print(f"summed over the tokens, not averaged    {next_word_loss(logits, labels, PAD) * real_labels:.3f}")
 
 # %% [markdown]
 # ## 11. How many parameters?

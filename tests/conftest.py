@@ -86,12 +86,15 @@ def student_path(assignment: str) -> Path:
 
 @functools.cache
 def bug_hunt_names(assignment: str) -> frozenset[str]:
-    """What the bug hunts of a stage define (exercises given broken, `#| bug:` in the lesson)."""
+    """What the bug hunts of a stage define (exercises given broken, `#| bug:` in the lesson) whose given code is
+    whole. A bug hunt that also leaves a step to the student (a stub in its cell) fails on the stub first, as an
+    exercise does."""
     from transformer_course.authoring import bug_edits
 
     bugs = bug_edits(ROOT, assignment)
     notebook = nbformat.read(student_path(assignment), as_version=4)
-    return frozenset(node.name for cell in notebook.cells if cell.get("id") in bugs
+    return frozenset(node.name for cell in notebook.cells
+                     if cell.get("id") in bugs and "raise NotImplementedError" not in cell.source
                      for node in ast.parse(cell.source).body if isinstance(node, ast.FunctionDef | ast.ClassDef))
 
 

@@ -97,11 +97,15 @@ def test_every_exercise_is_answered_and_the_given_code_kept(style, assignment):
         if not (given.cell_type == "code" and is_solution(given)):
             assert answered == given
             continue
+        answer = answers(style, assignment)[given.id]
         if not STUB.search(given.source):  # a bug hunt: the broken code given, repaired by the student
-            assert answers(style, assignment)[given.id].fixes and answered.source != given.source, given.id
+            assert answer.fixes and answered.source != given.source, given.id
             continue
         assert not STUB.search(answered.source), given.id
         assert "NotImplementedError" not in answered.source, given.id
+        if answer.fixes:  # a bug hunt that leaves a step to the student: the repairs change given lines
+            assert all(repaired in answered.source for _, repaired in answer.fixes), given.id
+            continue
         lines, kept = iter(answered.source.splitlines()), STUB.sub("", given.source).splitlines()
         assert all(any(line == other for other in lines) for line in kept if line.strip()), (
             f"{given.id}: a line of the given code is missing or out of order")

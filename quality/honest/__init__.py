@@ -60,7 +60,7 @@ class Answer:
 
     stubs: the code that replaces each stub of the cell, in order (written without indentation: it is indented
     to the stub's own); helpers: code the student added at the top of the cell (imports, helper functions);
-    fixes: for a bug hunt (a cell given broken, with no stub), the student's repairs."""
+    fixes: for a bug hunt (a cell given broken), the student's repairs; a bug hunt may also leave a stub."""
 
     stubs: tuple[str, ...] = ()
     helpers: str = ""
@@ -74,7 +74,6 @@ class Answer:
                 if source.count(broken) != 1:
                     raise ValueError(f"the bug hunt's text {broken!r} must occur once in the cell")
                 source = source.replace(broken, repaired)
-            return source
         places = list(STUB.finditer(source))
         if len(places) != len(self.stubs):
             raise ValueError(f"the cell has {len(places)} stubs, the answer fills {len(self.stubs)}")

@@ -21,7 +21,12 @@ ANSWERS = {
             x = layer(x, mask)
         """,
     )),
-    "model_decoder": Answer(fixes=(("output = layer(x, enc_out, enc_mask, dec_mask)",
+    "model_decoder": Answer(stubs=(
+        """
+        embedded = self.embedding(x) * math.sqrt(self.d_model)  # (batch, tgt_len, d_model)
+        x = self.positional_encoding(embedded)  # + PE, then dropout
+        """,
+    ), fixes=(("output = layer(x, enc_out, enc_mask, dec_mask)",
                                     "x = layer(x, enc_out, enc_mask, dec_mask)"),
                                    ("self.pred_layer(output)", "self.pred_layer(x)"))),
     "model_transformer": Answer(stubs=(

@@ -27,7 +27,12 @@ ANSWERS = {
         x = hidden
         """,
     )),
-    "model_decoder": Answer(fixes=(
+    "model_decoder": Answer(stubs=(
+        """
+        scale = math.sqrt(self.d_model)
+        x = self.positional_encoding(self.embedding(x) * scale)  # (batch, tgt_len, d_model)
+        """,
+    ), fixes=(
         ("for layer in self.layers:", "output = x  # what the next block reads: the running result\n"
                                       "        for layer in self.layers:"),
         ("output = layer(x, enc_out, enc_mask, dec_mask)", "output = layer(output, enc_out, enc_mask, dec_mask)"),

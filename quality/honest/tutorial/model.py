@@ -22,7 +22,11 @@ ANSWERS = {
         x = X
         """,
     )),
-    "model_decoder": Answer(fixes=(("output = layer(x, enc_out, enc_mask, dec_mask)",
+    "model_decoder": Answer(stubs=(
+        """
+        x = self.positional_encoding(self.embedding(x) * math.sqrt(self.d_model))
+        """,
+    ), fixes=(("output = layer(x, enc_out, enc_mask, dec_mask)",
                                     "x = output = layer(x, enc_out, enc_mask, dec_mask)  # the next block reads it"),)),
     "model_transformer": Answer(stubs=(
         """

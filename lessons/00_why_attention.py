@@ -655,10 +655,11 @@ if "with attention" in models:
     ys = greedy_decode_rnn(attentive, example_src.to(device), PAD_IDX, target_vocab.bos_idx,
                            target_vocab.eos_idx, CONFIG.max_len)  # (1, out_len): <bos> ... <eos>
     with torch.no_grad():
-        attentive(example_src.to(device), ys[:, :-1])  # teacher forcing on its own output
+        attentive(example_src.to(device), ys)  # run again on what it wrote, to keep its attention weights
     produced = [target_vocab.itos[i] for i in ys[0, 1:].tolist()]  # the tokens it wrote, <eos> included
     german = [source_vocab.itos[i] for i in sources[example]]
-    figures.plot_alignment_interactive(attentive.attn_weights[0], german, produced,
+    alignment = attentive.attn_weights[0, :len(produced)]  # (out_len - 1, src_len): row t wrote produced[t]
+    figures.plot_alignment_interactive(alignment, german, produced,
                                        title="Attention of your model: English written (rows), German read").show()
 else:
     print("(train the models first: section 7)")

@@ -923,7 +923,9 @@ def gradient_norm_per_block(block_class: type, num_layers: int, d_model: int = 6
         for block in blocks:
             x = block(x, None)
         logits = head(final_norm(x))  # (16, 20, 100)
-        F.cross_entropy(logits.flatten(0, 1), torch.randint(100, (16 * 20,))).backward()
+        words = torch.randint(100, (16, 20))  # stand-in labels: one "word" per position
+        log_probabilities = logits.log_softmax(dim=-1)  # (16, 20, 100)
+        (-log_probabilities.gather(-1, words.unsqueeze(-1)).mean()).backward()  # cross-entropy of the labels
         totals += torch.stack([torch.cat([p.grad.flatten() for p in b.parameters() if p.grad is not None]).norm()
                                for b in blocks])  # a parameter the loss never reached has no gradient: 0
     return (totals / 5).tolist()

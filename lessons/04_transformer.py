@@ -205,9 +205,10 @@ print(source_mask[:, 0, 0].int())  # the second sentence has one pad token at th
 # sentence: at position $t$ the decoder has read `<bos>`, $y_1, \dots, y_t$ and must output $y_{t+1}$;
 # after the last word it must output `<eos>`.
 #
-# Teacher forcing only works if position $t$ **cannot look at** positions after $t$: the input at
-# position $t+1$ *is* the label of position $t$, so a decoder that could look ahead would find every
-# label among its own inputs (Question 1 asks what that does to its translations).
+# Teacher forcing only works if position $t$ **cannot look at** positions after $t$: for every word of
+# the sentence, the input at position $t+1$ *is* the label of position $t$, so a decoder that could look
+# ahead would find those labels among its own inputs (Question 1 asks what that does to its
+# translations).
 
 # %%
 figures.plot_teacher_forcing(["two", "small", "cats", "are", "sleeping"])
@@ -228,7 +229,7 @@ for row in range(2):
 # %% [markdown]
 # Look at the second sentence: it is shorter, so `dec_in` and `labels` both end in `<pad>`s.
 # Positions whose label is `<pad>` predict nothing useful; the loss ignores them (section 8 computes
-# it).
+# it). So what the decoder reads at such a position does not matter either.
 
 # %% [markdown]
 # ## 6. The target mask: padding **and** look-ahead
@@ -448,7 +449,7 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 # `self.layers` and `self.pred_layer`.
 #
 # This one is written for you, by a classmate, who left its first step to you: turning the ids into
-# the vectors $G^{(0)}$ is done as in your `Encoder` (section 3), so write it where the cell says *YOUR
+# the vectors $G^{(0)}$ is done as in your `Encoder` (section 7), so write it where the cell says *YOUR
 # CODE HERE*. The rest has **one realistic mistake**: it runs, its output has the right shape, and a
 # model built with it still trains. Find it from what the decoder does:
 # 1. write the first step, run the cell, then the measurement under it;
@@ -461,16 +462,16 @@ assert check.encoder_layers_registered(Encoder, num_layers=4, d_model=8, num_hea
 #| bug: logits = self.pred_layer(x) => logits = self.pred_layer(output)
 #| bug: x = self.embedding(x) * math.sqrt(self.d_model)  # (batch, tgt_len, d_model) => # YOUR CODE HERE
 #| bug: x = self.positional_encoding(x) => raise NotImplementedError()
-#| bug: # YOUR CODE HERE => # the first step, as in your Encoder (section 3)\n        # YOUR CODE HERE
+#| bug: # YOUR CODE HERE => # the first step, as in your Encoder (section 7)\n        # YOUR CODE HERE
 #| include transformer_course.reference.model:Decoder
 
 # %% [markdown]
-# **The loss.** Training (stage 5) lowers the **cross-entropy** of the labels: at every position whose
-# label is a word, $-\log p(\text{label})$, minus the log of the probability the model gives the right
-# next word, averaged over those positions. It is 0 when the model is sure of every right word, and
-# large when it gives them little probability. The given function below computes it from the logits.
-# Stage 5 uses PyTorch's `nn.CrossEntropyLoss` instead, which computes the same mean (and, with label
-# smoothing, a variant of it).
+# **The loss.** Training (stage 5) lowers a loss built on the **cross-entropy** of the labels: at every
+# position whose label is a word, $-\log p(\text{label})$, minus the log of the probability the model
+# gives the right next word, averaged over those positions. It is 0 when the model is sure of every right
+# word, and large when it gives them little probability. The given function below computes it from the
+# logits. Stage 5 uses PyTorch's `nn.CrossEntropyLoss` instead, which computes the same mean; with label
+# smoothing, stage 5 trains on a variant of it.
 
 # %%
 def next_word_loss(logits: torch.Tensor, labels: torch.Tensor, pad_idx: int) -> torch.Tensor:
@@ -545,12 +546,12 @@ plt.show()
 # #### Check your work
 
 # %% tests="model_decoder_values" points=3
-assert check.decoder_output_shape(Decoder, bug_hunt=True)
-assert check.decoder_values(Decoder, bug_hunt=True)
+assert check.decoder_output_shape(Decoder, bug_hunt="with a step of yours")
+assert check.decoder_values(Decoder, bug_hunt="with a step of yours")
 
 # %% tests="model_decoder_layers" points=2
-assert check.decoder_layers_registered(Decoder, bug_hunt=True)
-assert check.decoder_every_part_learns(Decoder, bug_hunt=True)
+assert check.decoder_layers_registered(Decoder, bug_hunt="with a step of yours")
+assert check.decoder_every_part_learns(Decoder, bug_hunt="with a step of yours")
 
 # %% tests="model_embedding_dropout" points=1
 assert check.embedding_dropout(Encoder, Decoder)
@@ -954,8 +955,8 @@ print("after .double(), a block in the plain list is still", stack.layers[0].nor
 # ## Summary
 # - Each stack turns token ids into vectors (section 3) and passes them through its $N$ blocks; the
 #   encoder's output feeds the cross-attention of every decoder block.
-# - Teacher forcing: the decoder reads the target without its last token (it starts with `<bos>`)
-#   and is trained to output the target without its first token.
+# - Teacher forcing: in training the decoder reads the true previous words, not its own guesses, and
+#   predicts the next word at every position in one pass.
 # - The target mask allows a key only if it is neither padding nor in the future, shape
 #   `(batch, 1, tgt_len, tgt_len)`; the source mask is the padding mask `(batch, 1, 1, src_len)`.
 # - A part of a model that gets no gradient at all (`None` from `autograd`) is not used on the way to

@@ -562,7 +562,7 @@ assert check.compute_loss_ignores_padding(compute_loss)
 
 # %% tests="train_loss_hidden" points=1
 ### BEGIN HIDDEN TESTS
-assert check.compute_loss_values(compute_loss, batch_size=3, d_model=8, label_smoothing=0.0, seed=13)
+assert check.compute_loss_values(compute_loss, batch_size=3, d_model=8, label_smoothing=0.2, seed=13)
 assert check.compute_loss_ignores_padding(compute_loss, batch_size=6, extra=5, seed=14)
 ### END HIDDEN TESTS
 

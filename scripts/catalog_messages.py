@@ -50,7 +50,7 @@ def main() -> int:
             "message": outcome.message if outcome is not None else "",
             "others": {grade_id: other.message for grade_id, other in outcomes.items()
                        if grade_id != mistake.fails and not other.passed},
-            "bug_hunt": cell is not None and "bug_hunt=True" in cell.source,
+            "bug_hunt": cell is not None and "bug_hunt=" in cell.source,
         })
         print(f"{mistake.assignment} {mistake.description}: "
               f"{'passes!' if outcome is None or outcome.passed else 'fails'}", file=sys.stderr)

@@ -64,7 +64,7 @@ def test_a_difference_is_described_by_place_and_relation():
     assert "only at `head` index 1 (of 3)" in describe_difference(heads, expected, ("batch", "head", "key"))
     most = torch.arange(34.0).reshape(2, 17)
     most[:, [0, 1, 2, *range(4, 17)]] += 1  # all tokens but one differ: the one that agrees is named
-    assert "only at `token` indices other than 3 (of 17)" in describe_difference(most, torch.arange(34.0).reshape(
+    assert "it differs at every `token` index except 3 (of 17)" in describe_difference(most, torch.arange(34.0).reshape(
         2, 17), ("sentence", "token"))
     assert "opposite sign" in describe_difference(-expected, expected)
     assert "shifted by one along `key`" in describe_difference(expected.roll(-1, dims=2), expected,

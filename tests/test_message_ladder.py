@@ -67,6 +67,7 @@ def test_a_crash_shows_the_students_line_and_folds_what_would_fit():
     assert "return Q @ K.transpose(1, 2)" in steps.visible and "what happened there:" in steps.visible
     assert framework.WOULD_FIT not in steps.visible and "K.transpose(-2, -1)" not in steps.visible
     assert steps.rungs[0][0] == "the likely cause" and "shape mismatch" in steps.rungs[0][1]
+    assert "the shapes that meet on that line (above)" in steps.rungs[0][1]  # shown already: not told again
     assert steps.rungs[-1][0] == "in code" and "`K.transpose(-2, -1)`" in steps.rungs[-1][1]
 
 
@@ -76,6 +77,13 @@ def test_a_bug_hunt_keeps_its_cause_for_the_student_to_find():
     assert steps.rungs == (("the likely cause", framework.BUG_HUNT_CAUSE),)
     assert "`|`" not in without_cause(message) and "a & b" not in without_cause(message)
     assert without_cause(message).startswith(steps.visible)
+
+
+def test_a_bug_hunt_that_leaves_a_step_to_the_student_says_that_step_can_be_the_cause():
+    message = message_of(cause="x is scaled after the positional encoding", code="a & b")
+    steps = ladder(message, bug_hunt=framework.STEP_OF_YOURS)
+    assert steps.rungs == (("the likely cause", f"{framework.BUG_HUNT_CAUSE} {framework.OWN_STEP_NOTE}"),)
+    assert "scaled" not in steps.visible and steps.visible == ladder(message, bug_hunt=True).visible
 
 
 def test_the_summary_note_is_the_first_observed_line():

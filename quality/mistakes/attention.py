@@ -293,7 +293,7 @@ MISTAKES: list[Mistake] = [
         STAGE, "keys and values projected from q (self-attention only)",
         _K_AND_V,
         "K = self.split_heads(self.W_k(q))\n        V = self.split_heads(self.W_v(q))",
-        fails="attn_mha_values", cause="self.W_k receives the input `q` where the reference gives it the input `k`",
+        fails="attn_mha_values", cause="self.W_v receives the input `q` where the reference gives it the input `v`",
     ),
     Mistake(
         STAGE, "inline attention scaled by sqrt(d_model) instead of sqrt(d_k)",

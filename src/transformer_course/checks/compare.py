@@ -48,8 +48,9 @@ def axis_label(axes: Sequence[str] | None, dim: int) -> str:
 
 def where_different(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[str] | None = None,
                     atol: float = 1e-6, rtol: float = 1e-5) -> str:
-    """'only at `head` index 2 (of 4)' for the axes along which only some indices differ; '' when the
-    differences spread over every index of every axis (or the shapes differ)."""
+    """'only at `head` index 2 (of 4)' for the axes along which only some indices differ ('at every `token` index
+    except 3 (of 17)' when most do); '' when the differences spread over every index of every axis (or the shapes
+    differ)."""
     if got.shape != expected.shape or got.dim() == 0:
         return ""
     wrong = ~close_elements(got, expected, atol, rtol)
@@ -64,11 +65,13 @@ def where_different(got: torch.Tensor, expected: torch.Tensor, axes: Sequence[st
         if size > 1 and len(indices) < size:
             if 2 * len(indices) > size:  # most of them: the few that agree are the shorter, truer list
                 agree = (~per_index).nonzero().flatten().tolist()
-                parts.append(f"{axis_label(axes, dim)} indices other than {index_ranges(agree)} (of {size})")
+                parts.append(f"every {axis_label(axes, dim)} index except {index_ranges(agree)} (of {size})")
             else:
                 parts.append(f"{axis_label(axes, dim)} {'index' if len(indices) == 1 else 'indices'} "
                              f"{index_ranges(indices)} (of {size})")
-    return ("only at " + ", ".join(parts)) if parts else "everywhere"
+    if not parts:
+        return "everywhere"
+    return ("at " if any(part.startswith("every ") for part in parts) else "only at ") + ", ".join(parts)
 
 
 def shifted(a: torch.Tensor, b: torch.Tensor, dim: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -841,7 +841,8 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
             if bypassed is not None and bypassed.line is not None and same.line is not None \
                     and bypassed.line.lineno != same.line.lineno:
                 return bypassed
-            return Diagnosis(student_line(same), argument, same.line)
+            return Diagnosis(student_line(same), argument + _likewise(departure, same, reference, student, matched,
+                                                                     context), same.line)
     unused = _unused_input(departure, student, reference, context)
     if unused is not None:
         return unused
@@ -893,6 +894,24 @@ def _explain(departure: Op, reference: Trace, student: Trace, index: Index, matc
     elif how and first is counterpart:
         text += f"; the result is {how}"
     return Diagnosis(student_line(first), text, first.line)
+
+
+def _likewise(departure: Op, same: Op, reference: Trace, student: Trace, matched: dict[int, list[str]],
+              context: Context) -> str:
+    """A second operation of the departure's kind that is fed another of the paper's values than the reference
+    feeds it, while its own arguments are all there (keys and values both projected from the queries): the
+    words that name it too, '; likewise, on line 48 of `forward` (...), ...'; '' when there is none."""
+    for other in reference.ops:
+        if other is departure or other.name != departure.name or other.index not in matched or matched[other.index]:
+            continue  # only another step whose result the student lacks
+        if not all(producer_of(source) is None or matched.get(producer_of(source)) for source in other.sources):
+            continue  # its arguments are wrong already: a consequence of the first departure, not a second one
+        twin = next((op for op in student.ops if op is not same and op.name == other.name
+                     and _place(op, student) == _place(other, reference)), None)
+        words = _wrong_argument(other, twin, reference, student, matched, context) if twin is not None else ""
+        if " where the reference gives it " in words or words.startswith("your code uses self."):
+            return f"; likewise, {on_line(twin)}, {words}"
+    return ""
 
 
 def _applied_again(direct: list[Op], student: Trace, reference: Trace, matched: dict[int, list[str]]

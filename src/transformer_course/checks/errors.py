@@ -306,6 +306,13 @@ def explain_crash(error: BaseException, tb: TracebackType | None = None,
         "unknown: the checks do not recognise this kind of error; read it together with the line shown."
     )
     plugged = plugged_part(error)
+    detail = crash_detail(error, sources)
+    if kind is not None and kind.name == "shape" and "shape (" in detail:
+        meaning = SHAPES_SHOWN  # the line's shapes are in the visible part: the general words would repeat them
     return (f"{'the check' if plugged else 'your code'} raised {type(error).__name__}: {first_line(error)}"
-            + _where_lines(where, crash_detail(error, sources), plugged)
+            + _where_lines(where, detail, plugged)
             + f"\n  likely cause: {meaning}")
+
+
+SHAPES_SHOWN = ("a shape mismatch: the shapes that meet on that line (above) do not fit. Work out the shape each of "
+                "them should have there, then follow the one that differs back to the line that made it.")

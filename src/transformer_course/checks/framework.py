@@ -352,11 +352,12 @@ def _message_blocks(message: str) -> list[tuple[str, list[str]]]:
     return blocks
 
 
-def ladder(message: str, bug_hunt: bool = False) -> Ladder:
+def ladder(message: str, bug_hunt: bool | str = False) -> Ladder:
     """A failure message as the rungs of a ladder (see `Ladder`). Any message of the course's layout splits:
     the folded lines (`likely cause:`, `the idea:`, `in code:`) leave the visible part, a likely cause written in
     one piece is split into its words and its code (`split_cause`), and a crash's "These would fit: ..." (code)
-    joins the code. A bug hunt's hints keep the cause for the student to find (the feedback names it)."""
+    joins the code. A bug hunt's hints keep the cause for the student to find (the feedback names it); one whose
+    cell also holds a step the student wrote (`bug_hunt=STEP_OF_YOURS`) says that step can be the cause too."""
     visible: list[str] = []
     causes: list[str] = []
     ideas: list[str] = []
@@ -379,7 +380,8 @@ def ladder(message: str, bug_hunt: bool = False) -> Ladder:
                     line = line[:at].rstrip()
                 visible.append(line)
     if bug_hunt:
-        return Ladder("\n".join(visible), ((HINT_TITLES[CAUSE_LABEL], BUG_HUNT_CAUSE),))
+        cause = BUG_HUNT_CAUSE + (f" {OWN_STEP_NOTE}" if bug_hunt == STEP_OF_YOURS else "")
+        return Ladder("\n".join(visible), ((HINT_TITLES[CAUSE_LABEL], cause),))
     rungs = [(HINT_TITLES[label], " ".join(part for part in parts if part))
              for label, parts in ((CAUSE_LABEL, causes), (IDEA_LABEL, ideas), (CODE_LABEL, codes))]
     return Ladder("\n".join(visible), tuple((title, text) for title, text in rungs if text))
@@ -452,6 +454,9 @@ def run_check(function: Callable[..., Any], title: str, args: tuple[Any, ...] = 
 BUG_HUNT = "bug_hunt"  # a grade cell's keyword: the check grades a bug hunt (an exercise given with a bug planted)
 BUG_HUNT_CAUSE = ("this is a bug hunt: the cause is for you to find, from what was expected and what came out "
                   "(the hints under the exercise help; your feedback after grading names it).")
+STEP_OF_YOURS = "with a step of yours"  # `bug_hunt=` of a bug hunt whose cell also leaves a step to the student
+OWN_STEP_NOTE = ("The step you wrote in this cell can be the cause too: if the hints under the exercise no longer "
+                 "match what you see, compare that step with the same step where you wrote it before.")
 
 
 def check_arguments(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -492,7 +497,8 @@ def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
 
     A grade cell of a bug hunt passes `bug_hunt=True`: outside grading, the failure message then keeps what
     was expected and what came out but not the likely cause, which would name the planted bug's fix; while
-    grading the message is whole (the feedback explains the mistake).
+    grading the message is whole (the feedback explains the mistake). `bug_hunt=STEP_OF_YOURS` marks a bug hunt whose
+    cell also leaves a step to the student: the folded cause then says that step can be at fault too.
 
     The decorated function keeps the original as `__wrapped__` and its title as `check_title`."""
 
@@ -513,7 +519,7 @@ def check(title: str) -> Callable[[CheckFunction], CheckFunction]:
                 return True
             if graded or grading_mode():  # the grader's cell fails with everything the feedback will say
                 raise CheckFailed(f"✘ {title}: {result.message}") from None
-            steps = ladder(result.message, bug_hunt=bool(kwargs.get(BUG_HUNT)))
+            steps = ladder(result.message, bug_hunt=kwargs.get(BUG_HUNT) or False)
             if stop_at_first_failure():  # the student asked to stop here
                 show_failure(title, steps.visible, "Stopped here (STOP_AT_FIRST_FAILURE is True): fix the code "
                              "above, rerun its cell, then this one.", hints=steps.rungs)

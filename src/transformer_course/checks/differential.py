@@ -908,8 +908,9 @@ def _likewise(departure: Op, same: Op, reference: Trace, student: Trace, matched
             continue  # its arguments are wrong already: a consequence of the first departure, not a second one
         twin = next((op for op in student.ops if op is not same and op.name == other.name
                      and _place(op, student) == _place(other, reference)), None)
-        words = _wrong_argument(other, twin, reference, student, matched, context) if twin is not None else ""
-        if " where the reference gives it " in words or words.startswith("your code uses self."):
+        words = _wrong_argument(other, twin, reference, student, matched, context,
+                                substitutions_only=True) if twin is not None else ""
+        if words:
             return f"; likewise, {on_line(twin)}, {words}"
     return ""
 
@@ -1335,11 +1336,17 @@ def non_finite(student: Trace, got: torch.Tensor, expected: torch.Tensor, refere
 
 
 def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: Trace, matched: dict[int, list[str]],
-                    context: Context) -> str:
+                    context: Context, substitutions_only: bool = False) -> str:
     """The same operation fed with another value of the computation than the reference feeds it, or with
-    one of its values left out (a residual sum that adds nothing, say)."""
+    one of its values left out (a residual sum that adds nothing, say). With `substitutions_only`, only an
+    argument replaced by another value (another of the reference's, or one the student made) is said: '' where
+    the first reading is another (a value left out, swapped, non-finite, or changed by an extra step)."""
     if counterpart.name != departure.name:
         return ""
+
+    def other_reading(words: str) -> str:
+        return "" if substitutions_only else words
+
     what = _operation_name(departure)
     if len(counterpart.sources) < len(departure.sources):
         kept = [_value_of(student, source) for source in counterpart.sources]
@@ -1348,8 +1355,8 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
                               and same_values(value, _value_of(reference, source)) for value in kept)]
         if missing and len(missing) == len(departure.sources) - len(counterpart.sources):
             words = " and ".join(_source_words(source, reference, context) for source in missing)
-            return (f"{what} leaves out {words}: the reference combines "
-                    f"{_arguments_words(departure, reference, context)}")
+            return other_reading(f"{what} leaves out {words}: the reference combines "
+                                 f"{_arguments_words(departure, reference, context)}")
         return ""
     if len(counterpart.sources) != len(departure.sources):
         return ""
@@ -1361,7 +1368,7 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
             continue
         origin = _non_finite_origin(got, student, wanted_value, reference_index)
         if origin:
-            return f"{what} receives {origin}"
+            return other_reading(f"{what} receives {origin}")
         equal = [key for key in reference_index.find(got_value) if key != wanted] if _informative(got_value) else []
         if len(departure.sources) == 2:
             other = departure.sources[1 - position]
@@ -1369,8 +1376,9 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
             mine = _value_of(student, counterpart.sources[1 - position])
             if other_value is not None and mine is not None and same_values(got_value, other_value) \
                     and same_values(mine, wanted_value):
-                return (f"the two arguments of {what} are swapped: "
-                        f"{_source_words(other, reference, context)} and {_source_words(wanted, reference, context)}")
+                return other_reading(f"the two arguments of {what} are swapped: "
+                                     f"{_source_words(other, reference, context)} and "
+                                     f"{_source_words(wanted, reference, context)}")
         if equal:
             instead = equal[-1]
             if wanted.startswith("leaf:") and instead.startswith("leaf:") and "." in wanted and "." in instead:
@@ -1382,10 +1390,10 @@ def _wrong_argument(departure: Op, counterpart: Op, reference: Trace, student: T
                     f"where the reference gives it {_source_words(wanted, reference, context)}")
         extra = _extra_step(got, wanted_value, student)
         if extra:
-            return f"{what} receives {_source_words(wanted, reference, context)} {extra}"
+            return other_reading(f"{what} receives {_source_words(wanted, reference, context)} {extra}")
         how = relation(got_value, wanted_value, context, None)
         if how:
-            return f"{what} receives {_source_words(wanted, reference, context)} changed: {how}"
+            return other_reading(f"{what} receives {_source_words(wanted, reference, context)} changed: {how}")
         if producer_of(got) is not None:
             return (f"{what} receives {_student_value_words(got, student)} where the reference gives it "
                     f"{_source_words(wanted, reference, context)}")
